@@ -1,0 +1,322 @@
+"""Tests of tfrs_logq.losses against numpy references and exact values."""
+
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from tests import reference
+from tfrs_logq import losses
+
+
+def _random_inputs(seed, batch=6, num=9, mask_rate=0.3, per_row_log_q=False):
+    rng = np.random.default_rng(seed)
+    pos = rng.normal(size=batch).astype(np.float32) * 2
+    neg = rng.normal(size=(batch, num)).astype(np.float32) * 2
+    q = rng.dirichlet(np.ones(40))
+    shape = (batch, num) if per_row_log_q else (num,)
+    neg_log_q = np.log(rng.choice(q, size=shape)).astype(np.float32)
+    pos_log_q = np.log(rng.choice(q, size=batch)).astype(np.float32)
+    mask = rng.random((batch, num)) > mask_rate
+    mask[0] = False  # A row with no valid negative.
+    return pos, neg, neg_log_q, pos_log_q, mask
+
+
+class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.product(correction=["none", "standard", "improved"], seed=[0, 1, 2],
+                           per_row_log_q=[False, True])
+    def test_matches_numpy_reference(self, correction, seed, per_row_log_q):
+        pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(seed, per_row_log_q=per_row_log_q)
+        got = losses.sampled_softmax_loss(pos, neg, correction=correction,
+                                          negative_log_q=neg_log_q, positive_log_q=pos_log_q,
+                                          negative_mask=mask)
+        want, _ = reference.sampled_softmax(pos, neg, correction, neg_log_q, pos_log_q, mask)
+        self.assertEqual(got.dtype, tf.float32)
+        self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
+
+    def test_excluded_positive_log_q_is_used_as_is(self):
+        pos, neg, neg_log_q, _, mask = _random_inputs(3)
+        got = losses.sampled_softmax_loss(pos, neg, correction="improved",
+                                          negative_log_q=neg_log_q, negative_mask=mask,
+                                          log_q_excludes_positive=True)
+        want, _ = reference.sampled_softmax(pos, neg, "improved", neg_log_q, None, mask,
+                                            excludes=True)
+        self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
+
+    def test_exact_values(self):
+        # s_p = 0, two negatives with s = 0 and Q = 1/2, Q(p) = 1/4:
+        # none = log 3; standard = -log 4 + log(4 + 2 + 2) = log 2;
+        # improved: Q' = (1/2)/(3/4) = 2/3, LSE = log 3, P_hat = sigmoid(-log 1.5) = 0.4,
+        # loss = 0.6 * log 3.
+        kwargs = dict(negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
+                      positive_log_q=np.log([0.25]).astype(np.float32))
+        pos, neg = np.zeros([1], np.float32), np.zeros([1, 2], np.float32)
+        self.assertAllClose(losses.sampled_softmax_loss(pos, neg, correction="none", **kwargs),
+                            [np.log(3.0)])
+        self.assertAllClose(
+            losses.sampled_softmax_loss(pos, neg, correction="standard", **kwargs),
+            [np.log(2.0)])
+        self.assertAllClose(
+            losses.sampled_softmax_loss(pos, neg, correction="improved", **kwargs),
+            [0.6 * np.log(3.0)])
+        self.assertAllClose(losses.improved_weight(pos, neg, **kwargs), [0.6])
+
+    def test_improved_gradient_is_weighted_softmax_minus_onehot(self):
+        pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(4)
+        pos_t, neg_t = tf.constant(pos), tf.constant(neg)
+        with tf.GradientTape() as tape:
+            tape.watch([pos_t, neg_t])
+            loss = tf.reduce_sum(losses.sampled_softmax_loss(
+                pos_t, neg_t, correction="improved", negative_log_q=neg_log_q,
+                positive_log_q=pos_log_q, negative_mask=mask))
+        d_pos, d_neg = tape.gradient(loss, [pos_t, neg_t])
+        want_pos, want_neg = reference.improved_gradients(pos, neg, neg_log_q, pos_log_q, mask)
+        self.assertAllClose(d_pos, want_pos, atol=1e-6)
+        self.assertAllClose(d_neg, want_neg, atol=1e-6)
+
+    def test_no_gradient_flows_through_the_weight(self):
+        pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(5)
+        pos_t, neg_t = tf.constant(pos), tf.constant(neg)
+        with tf.GradientTape() as tape:
+            tape.watch([pos_t, neg_t])
+            weight = losses.improved_weight(pos_t, neg_t, negative_log_q=neg_log_q,
+                                            positive_log_q=pos_log_q, negative_mask=mask)
+        self.assertEqual(tape.gradient(weight, [pos_t, neg_t]), [None, None])
+
+    @parameterized.parameters("none", "standard", "improved")
+    def test_row_without_negatives_has_zero_loss_and_gradient(self, correction):
+        pos = tf.constant([3.0, -1.0])
+        neg = tf.constant([[1e4, -1e4, np.inf], [0.5, 0.1, 0.2]])
+        mask = tf.constant([[False, False, False], [True, False, True]])
+        log_q = tf.math.log(tf.constant([0.2, 0.3, 0.5]))
+        with tf.GradientTape() as tape:
+            tape.watch([pos, neg])
+            loss = losses.sampled_softmax_loss(pos, neg, correction=correction,
+                                               negative_log_q=log_q,
+                                               positive_log_q=tf.math.log([0.1, 0.1]),
+                                               negative_mask=mask)
+        d_pos, d_neg = tape.gradient(loss, [pos, neg])
+        self.assertEqual(float(loss[0]), 0.0)
+        self.assertEqual(float(d_pos[0]), 0.0)
+        self.assertAllEqual(d_neg[0], [0.0, 0.0, 0.0])
+        for value in (loss, d_pos, d_neg):
+            self.assertTrue(np.all(np.isfinite(value.numpy())))
+
+    def test_extreme_logits_stay_finite(self):
+        pos = tf.constant([80.0, -80.0])
+        neg = tf.constant([[-80.0, 90.0], [80.0, 85.0]])
+        log_q = tf.math.log(tf.constant([1e-9, 0.999]))
+        for correction in losses.CORRECTIONS:
+            loss = losses.sampled_softmax_loss(pos, neg, correction=correction,
+                                               negative_log_q=log_q,
+                                               positive_log_q=tf.math.log([1e-9, 0.999]))
+            self.assertTrue(np.all(np.isfinite(loss.numpy())), correction)
+
+    @parameterized.product(dtype=["float16", "bfloat16"],
+                           correction=["none", "standard", "improved"])
+    def test_low_precision_inputs_give_float32(self, dtype, correction):
+        pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(6)
+        cast = lambda x: tf.cast(x, dtype)  # noqa: E731
+        got = losses.sampled_softmax_loss(cast(pos), cast(neg), correction=correction,
+                                          negative_log_q=cast(neg_log_q),
+                                          positive_log_q=cast(pos_log_q), negative_mask=mask)
+        rounded = [cast(x).numpy().astype(np.float32) for x in (pos, neg, neg_log_q, pos_log_q)]
+        want, _ = reference.sampled_softmax(*rounded[:2], correction, rounded[2], rounded[3],
+                                            mask)
+        self.assertEqual(got.dtype, tf.float32)
+        self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
+
+    def test_works_under_jit_compile(self):
+        pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(7)
+        fn = tf.function(lambda *a: losses.sampled_softmax_loss(
+            *a[:2], correction="improved", negative_log_q=a[2], positive_log_q=a[3],
+            negative_mask=a[4]), jit_compile=True)
+        want, _ = reference.sampled_softmax(pos, neg, "improved", neg_log_q, pos_log_q, mask)
+        self.assertAllClose(fn(pos, neg, neg_log_q, pos_log_q, mask), want, atol=1e-5)
+
+
+class SampledSoftmaxErrorsTest(tf.test.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.pos = np.zeros([2], np.float32)
+        self.neg = np.zeros([2, 3], np.float32)
+        self.log_q = np.log(np.full([3], 0.2, np.float32))
+        self.pos_log_q = np.log(np.full([2], 0.2, np.float32))
+
+    def call(self, **overrides):
+        kwargs = dict(positive_logits=self.pos, negative_logits=self.neg, correction="improved",
+                      negative_log_q=self.log_q, positive_log_q=self.pos_log_q)
+        kwargs.update(overrides)
+        pos = kwargs.pop("positive_logits")
+        neg = kwargs.pop("negative_logits")
+        return losses.sampled_softmax_loss(pos, neg, **kwargs)
+
+    def test_unknown_correction(self):
+        with self.assertRaisesRegex(ValueError, r"`correction` must be one of 'none', "
+                                    r"'standard', 'improved'; received correction='yi'"):
+            self.call(correction="yi")
+
+    def test_rank_and_shape_mismatches(self):
+        with self.assertRaisesRegex(ValueError, r"`positive_logits` must have rank 1; "
+                                    r"received positive_logits with shape \(2, 1\)"):
+            self.call(positive_logits=np.zeros([2, 1], np.float32))
+        with self.assertRaisesRegex(ValueError, r"`negative_logits` must have rank 2"):
+            self.call(negative_logits=np.zeros([6], np.float32))
+        with self.assertRaisesRegex(ValueError, r"`positive_logits` and `negative_logits` "
+                                    r"disagree in size"):
+            self.call(positive_logits=np.zeros([5], np.float32))
+        with self.assertRaisesRegex(ValueError, r"`negative_log_q` and `negative_logits` "
+                                    r"disagree in size"):
+            self.call(negative_log_q=np.log(np.full([4], 0.2, np.float32)))
+        with self.assertRaisesRegex(ValueError, r"`negative_log_q` must have shape \[N\] or "
+                                    r"\[B, N\]"):
+            self.call(negative_log_q=np.zeros([2, 3, 1], np.float32))
+        with self.assertRaisesRegex(ValueError, r"`positive_log_q` must have rank 1"):
+            self.call(positive_log_q=np.zeros([2, 1], np.float32) - 1)
+        with self.assertRaisesRegex(ValueError, r"`negative_mask` must have the shape of "
+                                    r"`negative_logits`"):
+            self.call(negative_mask=np.ones([2, 2], bool))
+
+    def test_probabilities_outside_unit_interval(self):
+        with self.assertRaisesRegex(ValueError, r"`negative_log_q` must hold log-probabilities "
+                                    r"of probabilities in \(0, 1\].*received negative_log_q "
+                                    r"with invalid values \[0.5\]"):
+            self.call(negative_log_q=np.array([0.5, -1.0, -2.0], np.float32))
+        with self.assertRaisesRegex(ValueError, r"`positive_log_q` must hold log-probabilities"):
+            self.call(positive_log_q=np.array([-np.inf, -1.0], np.float32))
+
+    def test_probabilities_checked_inside_tf_function(self):
+        fn = tf.function(lambda log_q: self.call(negative_log_q=log_q))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`negative_log_q` must hold log-probabilities"):
+            fn(tf.constant([0.5, -1.0, -2.0]))
+
+    def test_missing_log_q(self):
+        with self.assertRaisesRegex(ValueError, r"correction='standard' needs `positive_log_q`; "
+                                    r"received positive_log_q=None"):
+            self.call(correction="standard", positive_log_q=None)
+        with self.assertRaisesRegex(ValueError, r"correction='improved' needs `positive_log_q` "
+                                    r"\(or pass log_q_excludes_positive=True"):
+            self.call(positive_log_q=None)
+        with self.assertRaisesRegex(ValueError, r"correction='improved' needs `negative_log_q`; "
+                                    r"received negative_log_q=None"):
+            self.call(negative_log_q=None)
+
+    def test_non_float_inputs(self):
+        with self.assertRaisesRegex(TypeError, r"`negative_logits` must be a floating-point "
+                                    r"tensor; received negative_logits with dtype int32"):
+            self.call(negative_logits=np.zeros([2, 3], np.int32))
+        with self.assertRaisesRegex(TypeError, r"`negative_mask` must be a bool tensor.*"
+                                    r"received negative_mask with dtype float32"):
+            self.call(negative_mask=np.ones([2, 3], np.float32))
+
+
+class OtherLossesTest(tf.test.TestCase, parameterized.TestCase):
+
+    def test_full_softmax_matches_reference(self):
+        rng = np.random.default_rng(0)
+        logits = rng.normal(size=(4, 7)).astype(np.float32)
+        labels = np.array([0, 3, 6, 2])
+        mask = np.ones(7, bool)
+        mask[5] = False
+        got = losses.full_softmax_loss(logits, labels, mask=mask)
+        want = [reference.logsumexp(logits[b][mask]) - logits[b, labels[b]] for b in range(4)]
+        self.assertAllClose(got, want, rtol=1e-6)
+        self.assertAllClose(losses.full_softmax_loss([[0.0, 0.0, 0.0]], [1]), [np.log(3.0)])
+
+    def test_full_softmax_errors(self):
+        with self.assertRaisesRegex(TypeError, r"`labels` must be an integer tensor of item "
+                                    r"indices; received labels with dtype float32"):
+            losses.full_softmax_loss([[0.0, 1.0]], [0.0])
+
+    def test_bce_matches_reference_and_exact_value(self):
+        pos, neg, _, _, mask = _random_inputs(8)
+        self.assertAllClose(losses.bce_loss(pos, neg, mask), reference.bce(pos, neg, mask),
+                            rtol=1e-6)
+        # -log sigmoid(0) - log(1 - sigmoid(0)) = 2 log 2.
+        self.assertAllClose(losses.bce_loss([0.0], [[0.0]]), [2 * np.log(2.0)])
+
+    @parameterized.parameters((0.0, 1.0), (1.0, 2 / 99), (0.75, 0.75 * (2 / 99) + 0.25))
+    def test_gbce_beta(self, t, want):
+        # alpha = 2 / 99; beta = alpha * (t (1 - 1/alpha) + 1/alpha) = t alpha + (1 - t).
+        self.assertAllClose(losses.gbce_beta(2, 100, t), want)
+
+    def test_gbce_matches_gsasrec_transformed_logit(self):
+        pos, neg, _, _, mask = _random_inputs(9, num=4)
+        beta = losses.gbce_beta(4, 50, 0.75)
+        # gSASRec: positive logit -> log(1 / (sigmoid(s)^-beta - 1)), then plain BCE.
+        sig = 1.0 / (1.0 + np.exp(-pos.astype(np.float64)))
+        transformed = np.log(1.0 / (sig ** -beta - 1.0))
+        want = reference.bce(transformed, neg, mask)
+        got = losses.gbce_loss(pos, neg, num_items=50, t=0.75, negative_mask=mask)
+        self.assertAllClose(got, want, rtol=1e-5)
+        self.assertAllClose(got, reference.bce(pos, neg, mask, beta=beta), rtol=1e-5)
+
+    def test_gbce_errors(self):
+        with self.assertRaisesRegex(ValueError, r"`t` must be a number in \[0, 1\]; received "
+                                    r"t=1.5"):
+            losses.gbce_loss([0.0], [[0.0]], num_items=10, t=1.5)
+        with self.assertRaisesRegex(ValueError, r"`num_items` must exceed the number of "
+                                    r"negatives per positive \(3\); received num_items=3"):
+            losses.gbce_loss([0.0], [[0.0, 0.0, 0.0]], num_items=3, t=0.5)
+
+
+class SampledSoftmaxLossLayerTest(tf.test.TestCase):
+
+    def _inputs(self):
+        pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(10)
+        return pos, neg, np.broadcast_to(neg_log_q, neg.shape).copy(), pos_log_q, mask
+
+    def test_call(self):
+        pos, neg, neg_log_q, pos_log_q, mask = self._inputs()
+        layer = losses.SampledSoftmaxLoss(correction="improved")
+        want, _ = reference.sampled_softmax(pos, neg, "improved", neg_log_q, pos_log_q, mask)
+        self.assertAllClose(layer(pos, neg, neg_log_q, pos_log_q, mask), want, atol=1e-5)
+
+    def _functional_model(self, layer):
+        pos = tf.keras.Input(shape=(), name="pos")
+        neg = tf.keras.Input(shape=(9,), name="neg")
+        neg_log_q = tf.keras.Input(shape=(9,), name="neg_log_q")
+        pos_log_q = tf.keras.Input(shape=(), name="pos_log_q")
+        mask = tf.keras.Input(shape=(9,), name="mask", dtype=tf.bool)
+        out = layer(pos, neg, neg_log_q, pos_log_q, mask)
+        return tf.keras.Model([pos, neg, neg_log_q, pos_log_q, mask], out)
+
+    def test_predict_in_functional_model(self):
+        inputs = self._inputs()
+        model = self._functional_model(losses.SampledSoftmaxLoss(correction="standard"))
+        want, _ = reference.sampled_softmax(inputs[0], inputs[1], "standard", *inputs[2:])
+        self.assertAllClose(model.predict(list(inputs), verbose=0), want, atol=1e-5)
+
+    def test_serialization_round_trip(self):
+        layer = losses.SampledSoftmaxLoss(correction="improved", log_q_excludes_positive=True,
+                                          name="my_loss")
+        restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(layer))
+        self.assertIsInstance(restored, losses.SampledSoftmaxLoss)
+        self.assertEqual(restored.get_config(), layer.get_config())
+        self.assertEqual(restored.correction, "improved")
+        self.assertTrue(restored.log_q_excludes_positive)
+
+    def test_model_saving(self):
+        inputs = self._inputs()
+        model = self._functional_model(losses.SampledSoftmaxLoss(correction="improved"))
+        path = os.path.join(tempfile.mkdtemp(), "model.keras")
+        model.save(path)
+        restored = tf.keras.models.load_model(path)
+        self.assertAllClose(restored.predict(list(inputs), verbose=0),
+                            model.predict(list(inputs), verbose=0))
+
+    def test_layer_errors(self):
+        with self.assertRaisesRegex(ValueError, r"received correction='Improved'"):
+            losses.SampledSoftmaxLoss(correction="Improved")
+        with self.assertRaisesRegex(TypeError, r"`log_q_excludes_positive` must be a bool; "
+                                    r"received log_q_excludes_positive='yes'"):
+            losses.SampledSoftmaxLoss(correction="none", log_q_excludes_positive="yes")
+
+
+if __name__ == "__main__":
+    tf.test.main()

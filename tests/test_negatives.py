@@ -1,0 +1,279 @@
+"""Tests of tfrs_logq.negatives: masks, log Q formulas, and unbiasedness on a known catalog."""
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from tfrs_logq import _ops
+from tfrs_logq import negatives
+
+NUM_ITEMS = 50
+ZIPF_Q = (1.0 / np.arange(1, NUM_ITEMS + 1)) / np.sum(1.0 / np.arange(1, NUM_ITEMS + 1))
+SCORES = np.random.default_rng(0).normal(size=NUM_ITEMS).astype(np.float32)
+
+
+def _z_hat_draws(sampler, positive, batch_size, trials, seed, to_q_prime=True):
+    """Z_hat = (1/n) sum_i m_i exp(s_i - log Q'_i) for a row with a fixed positive, per trial.
+
+    The batch is the fixed positive plus batch_size - 1 draws from the Zipf q:
+    what in-batch sampling sees. Q' is what the improved loss uses;
+    `to_q_prime=False` skips the conversion Q -> Q' (to show that it matters).
+    """
+    log_q_table = tf.constant(np.log(ZIPF_Q)[np.newaxis, :], tf.float32)
+    scores = tf.constant(SCORES)
+    tf.random.set_seed(seed)
+
+    @tf.function
+    def one_trial():
+        others = tf.random.categorical(log_q_table, batch_size - 1)[0]
+        batch = tf.concat([tf.constant([positive], tf.int64), others], axis=0)
+        neg = sampler(batch, batch)
+        log_q = tf.broadcast_to(neg.log_q, tf.shape(neg.mask))[0]
+        if to_q_prime and not neg.log_q_excludes_positive:
+            log_q = log_q - _ops.log1mexp(neg.positive_log_q[0])
+        valid = neg.mask[0]
+        terms = tf.where(valid, tf.exp(tf.gather(scores, neg.ids) - log_q), 0.0)
+        count = tf.reduce_sum(tf.cast(valid, tf.float32))
+        return tf.reduce_sum(terms) / tf.maximum(count, 1.0), count
+
+    values = [one_trial() for _ in range(trials)]
+    z = np.array([z for z, n in values if n > 0], np.float64)
+    return z
+
+
+def _truth(positive):
+    return float(np.sum(np.exp(SCORES.astype(np.float64))) - np.exp(SCORES[positive]))
+
+
+SAMPLER_CASES = dict(
+    in_batch=lambda: negatives.InBatchSampler(probabilities=ZIPF_Q),
+    in_batch_capped=lambda: negatives.InBatchSampler(max_pool_size=5, probabilities=ZIPF_Q),
+    in_batch_dedup=lambda: negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q),
+    in_batch_dedup_capped=lambda: negatives.InBatchSampler(
+        deduplicate=True, max_pool_size=4, probabilities=ZIPF_Q),
+    uniform=lambda: negatives.UniformSampler(NUM_ITEMS, 8),
+    mixed_exact=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, probabilities=ZIPF_Q),
+)
+
+
+class UnbiasednessTest(tf.test.TestCase, parameterized.TestCase):
+    """Each sampler's log Q makes Z_hat unbiased for sum_{d != p} e^{s_d} (DESIGN.md)."""
+
+    @parameterized.product(case=sorted(SAMPLER_CASES), positive=[0, 2, 45])
+    def test_z_hat_is_unbiased(self, case, positive):
+        z = _z_hat_draws(SAMPLER_CASES[case](), positive, batch_size=9, trials=3000,
+                         seed=positive + 7)
+        truth = _truth(positive)
+        standard_error = z.std() / np.sqrt(len(z))
+        # The test has power: the Monte Carlo error is a few percent of the truth.
+        self.assertLess(standard_error / truth, 0.05)
+        self.assertLess(abs(z.mean() - truth), 4.0 * standard_error,
+                        f"{case}, p={positive}: mean {z.mean():.3f} vs truth {truth:.3f} "
+                        f"(se {standard_error:.3f})")
+
+    def test_paper_mixture_is_biased(self):
+        # The paper's simplification corrects uniform draws with q: tail items
+        # drawn uniformly get weights 1/q instead of about 2|D|, far too large.
+        z = _z_hat_draws(negatives.MixedSampler(NUM_ITEMS, 4, 4, mixture="paper",
+                                                probabilities=ZIPF_Q),
+                         positive=0, batch_size=9, trials=1500, seed=3)
+        truth = _truth(0)
+        self.assertGreater(z.mean() - truth, 10.0 * z.std() / np.sqrt(len(z)))
+
+    def test_q_instead_of_q_prime_is_biased_for_a_head_positive(self):
+        # Without the Q' conversion, valid in-batch draws of a row whose positive
+        # has q(p) = 0.22 are down-weighted by 1 - q(p): Z_hat is 22% low.
+        sampler = negatives.InBatchSampler(probabilities=ZIPF_Q)
+        z = _z_hat_draws(sampler, positive=0, batch_size=9, trials=3000, seed=4,
+                         to_q_prime=False)
+        truth = _truth(0)
+        self.assertGreater(truth - z.mean(), 10.0 * z.std() / np.sqrt(len(z)))
+        self.assertAllClose(z.mean() / truth, 1 - ZIPF_Q[0], rtol=0.03)
+
+
+class InBatchSamplerTest(tf.test.TestCase):
+
+    def test_pool_mask_and_log_q(self):
+        ids = tf.constant([3, 1, 3, 2], tf.int64)
+        emb = tf.reshape(tf.range(8, dtype=tf.float32), [4, 2])
+        q = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+        out = negatives.InBatchSampler(probabilities=q)(ids, ids, emb)
+        self.assertAllEqual(out.ids, [3, 1, 3, 2])
+        self.assertAllEqual(out.embeddings, emb)
+        self.assertAllEqual(out.mask, [[False, True, False, True], [True, False, True, True],
+                                       [False, True, False, True], [True, True, True, False]])
+        self.assertAllClose(out.log_q, np.log(q[[3, 1, 3, 2]]))
+        self.assertAllClose(out.positive_log_q, np.log(q[[3, 1, 3, 2]]))
+        self.assertFalse(out.log_q_excludes_positive)
+
+    def test_deduplicated_horvitz_thompson_log_q(self):
+        ids = tf.constant([3, 1, 3, 2, 1], tf.int64)
+        emb = tf.reshape(tf.range(10, dtype=tf.float32), [5, 2])
+        q = np.array([0.1, 0.2, 0.3, 0.4], np.float64)
+        out = negatives.InBatchSampler(deduplicate=True, probabilities=q)(ids, ids, emb)
+        self.assertAllEqual(out.ids, [3, 1, 2])
+        self.assertAllEqual(out.embeddings, [[0, 1], [2, 3], [6, 7]])  # First occurrences.
+        self.assertTrue(out.log_q_excludes_positive)
+        mask = out.mask.numpy()
+        self.assertAllEqual(mask[0], [False, True, True])
+        pi = 1 - (1 - q[[3, 1, 2]]) ** 4  # Four other rows are the draws.
+        num_valid = mask.sum(axis=1)
+        want = np.log(pi)[None, :] - np.log(num_valid)[:, None]
+        self.assertAllClose(out.log_q, want, rtol=1e-5)
+        self.assertAllClose(out.positive_log_q,
+                            np.log(1 - (1 - q[[3, 1, 3, 2, 1]]) ** 4) - np.log(num_valid),
+                            rtol=1e-5)
+
+    def test_cap_and_candidate_mask(self):
+        ids = tf.range(20, dtype=tf.int64)
+        sampler = negatives.InBatchSampler(max_pool_size=6, seed=1)
+        out = sampler(ids[:4], ids, candidate_mask=ids % 2 == 0)
+        self.assertEqual(out.ids.shape[0], 6)
+        self.assertEqual(len(set(out.ids.numpy())), 6)
+        self.assertTrue(np.all(out.ids.numpy() % 2 == 0))
+        self.assertIsNone(out.embeddings)
+        self.assertIsNone(out.log_q)
+
+    def test_string_ids(self):
+        ids = tf.constant(["a", "b", "a"])
+        out = negatives.InBatchSampler(deduplicate=True)(ids, ids)
+        self.assertAllEqual(out.ids, [b"a", b"b"])
+        self.assertAllEqual(out.mask, [[False, True], [True, False], [False, True]])
+
+    def test_callable_probabilities_equal_table(self):
+        q = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+        ids = tf.constant([3, 1, 0], tf.int64)
+        from_table = negatives.InBatchSampler(deduplicate=True, probabilities=q)(ids, ids)
+        from_fn = negatives.InBatchSampler(
+            deduplicate=True, probabilities=lambda i: tf.gather(q, i))(ids, ids)
+        self.assertAllClose(from_table.log_q, from_fn.log_q)
+
+    def test_serialization_round_trip(self):
+        sampler = negatives.InBatchSampler(deduplicate=True, max_pool_size=7,
+                                           probabilities=[0.25, 0.75], seed=3, name="ib")
+        restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(sampler))
+        self.assertIsInstance(restored, negatives.InBatchSampler)
+        self.assertEqual(restored.get_config(), sampler.get_config())
+        ids = tf.constant([0, 1], tf.int64)
+        self.assertAllClose(restored(ids, ids).log_q, sampler(ids, ids).log_q)
+
+    def test_errors(self):
+        with self.assertRaisesRegex(ValueError, r"`max_pool_size` must be a positive integer; "
+                                    r"received max_pool_size=0"):
+            negatives.InBatchSampler(max_pool_size=0)
+        with self.assertRaisesRegex(TypeError, r"`deduplicate` must be a bool; received "
+                                    r"deduplicate=1"):
+            negatives.InBatchSampler(deduplicate=1)
+        with self.assertRaisesRegex(ValueError, r"`probabilities` must hold probabilities in "
+                                    r"\(0, 1\]; received probabilities with invalid values "
+                                    r"\[0. 2.\]"):
+            negatives.InBatchSampler(probabilities=[0.0, 0.5, 2.0])
+        with self.assertRaisesRegex(TypeError, r"`candidate_ids` must be an integer or string "
+                                    r"tensor of item ids; received candidate_ids with dtype "
+                                    r"float32"):
+            negatives.InBatchSampler()(tf.constant([1]), tf.constant([1.0]))
+        with self.assertRaisesRegex(ValueError, r"`seed` must be an integer or None; received "
+                                    r"seed=1.5"):
+            negatives.InBatchSampler(seed=1.5)
+        with self.assertRaisesRegex(ValueError, r"`probabilities\(ids\)` must hold "
+                                    r"probabilities in \(0, 1\]"):
+            negatives.InBatchSampler(probabilities=lambda i: tf.zeros(tf.shape(i)))(
+                tf.constant([1]), tf.constant([1]))
+
+
+class UniformSamplerTest(tf.test.TestCase):
+
+    def test_draws_ids_in_range_and_log_q(self):
+        sampler = negatives.UniformSampler(num_items=10, num_negatives=500, first_id=1, seed=2)
+        table = tf.random.normal([11, 3])
+        out = sampler(tf.constant([1, 5], tf.int64),
+                      embedding_fn=lambda i: tf.gather(table, i))
+        ids = out.ids.numpy()
+        self.assertTrue(np.all((ids >= 1) & (ids <= 10)))
+        self.assertEqual(set(ids), set(range(1, 11)))
+        self.assertAllClose(out.embeddings, tf.gather(table, ids))
+        self.assertAllClose(out.log_q, np.full(500, -np.log(10.0)))
+        self.assertAllClose(out.positive_log_q, np.full(2, -np.log(10.0)))
+        self.assertAllEqual(out.mask[0], ids != 1)
+
+    def test_serialization_round_trip(self):
+        sampler = negatives.UniformSampler(num_items=1000, num_negatives=64, first_id=1, seed=5)
+        restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(sampler))
+        self.assertEqual(restored.get_config(), sampler.get_config())
+        self.assertEqual((restored.num_items, restored.num_negatives, restored.first_id),
+                         (1000, 64, 1))
+
+    def test_errors(self):
+        with self.assertRaisesRegex(ValueError, r"`num_items` must be a positive integer; "
+                                    r"received num_items=0"):
+            negatives.UniformSampler(0, 3)
+        with self.assertRaisesRegex(ValueError, r"`num_negatives` must be a positive integer; "
+                                    r"received num_negatives=-1"):
+            negatives.UniformSampler(10, -1)
+        with self.assertRaisesRegex(ValueError, r"`first_id` must be a non-negative integer; "
+                                    r"received first_id=-2"):
+            negatives.UniformSampler(10, 3, first_id=-2)
+        with self.assertRaisesRegex(TypeError, r"UniformSampler draws integer ids; received "
+                                    r"positive_ids with dtype string"):
+            negatives.UniformSampler(10, 3)(tf.constant(["a"]))
+
+
+class MixedSamplerTest(tf.test.TestCase):
+
+    def test_exact_mixture_log_q(self):
+        q = np.array([0.1, 0.2, 0.3, 0.4])
+        sampler = negatives.MixedSampler(num_items=4, num_uniform=3, num_in_batch=8,
+                                         probabilities=q, seed=0)
+        batch = tf.constant([3, 1, 3, 2], tf.int64)
+        out = sampler(batch, batch)
+        ids, mask = out.ids.numpy(), out.mask.numpy()
+        self.assertEqual(ids.shape, (7,))
+        self.assertTrue(out.log_q_excludes_positive)
+        for row, p in enumerate(batch.numpy()):
+            n_u, n_b = mask[row, :3].sum(), mask[row, 3:].sum()
+            n = n_u + n_b
+            want = (n_u / n) / 3 + (n_b / n) * q[ids] / (1 - q[p])
+            self.assertAllClose(np.exp(out.log_q[row].numpy())[mask[row]], want[mask[row]],
+                                rtol=1e-5)
+        # The positive's Q on the unexcluded scale: 3/7 uniform + 4/7 in-batch.
+        self.assertAllClose(np.exp(out.positive_log_q), 3 / 7 / 4 + 4 / 7 * q[[3, 1, 3, 2]],
+                            rtol=1e-5)
+
+    def test_paper_mixture_uses_unigram_q(self):
+        q = np.array([0.1, 0.2, 0.3, 0.4])
+        sampler = negatives.MixedSampler(4, 3, 8, mixture="paper", probabilities=q)
+        batch = tf.constant([3, 1], tf.int64)
+        out = sampler(batch, batch)
+        self.assertAllClose(out.log_q, np.log(q[out.ids.numpy()]))
+        self.assertFalse(out.log_q_excludes_positive)
+
+    def test_embeddings_are_concatenated(self):
+        table = tf.random.normal([6, 2])
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        batch = tf.constant([1, 2, 3], tf.int64)
+        out = negatives.MixedSampler(6, 2, 2, probabilities=np.full(6, 1 / 6))(
+            batch, batch, embed(batch), embedding_fn=embed)
+        self.assertAllClose(out.embeddings, embed(out.ids))
+        self.assertEqual(out.mask.shape, (3, 4))
+
+    def test_serialization_round_trip(self):
+        sampler = negatives.MixedSampler(num_items=5, num_uniform=2, num_in_batch=3,
+                                         mixture="paper", first_id=1,
+                                         probabilities=np.full(6, 1 / 6), seed=9)
+        restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(sampler))
+        self.assertIsInstance(restored, negatives.MixedSampler)
+        self.assertEqual(restored.get_config(), sampler.get_config())
+
+    def test_make_sampler_and_errors(self):
+        self.assertIsInstance(negatives.make_sampler("uniform", num_items=3, num_negatives=2),
+                              negatives.UniformSampler)
+        with self.assertRaisesRegex(ValueError, r"`kind` must be one of 'in_batch', 'uniform', "
+                                    r"'mixed'; received kind='random'"):
+            negatives.make_sampler("random")
+        with self.assertRaisesRegex(ValueError, r"`mixture` must be one of 'exact', 'paper'; "
+                                    r"received mixture='yang'"):
+            negatives.MixedSampler(5, 2, 2, mixture="yang")
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,148 @@
+"""Argument checks shared by the library. Every message names the argument and the value."""
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+def _short(value: Any) -> str:
+    """A short printable form of a value for an error message."""
+    if isinstance(value, (tf.Tensor, np.ndarray)):
+        try:
+            arr = np.asarray(value)
+            return np.array2string(arr.ravel()[:6], precision=4) + (
+                " ..." if arr.size > 6 else "")
+        except Exception:  # pylint: disable=broad-except
+            return repr(value)
+    return repr(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """Returns `value` if it is one of `choices`, else raises ValueError."""
+    if value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {', '.join(repr(c) for c in choices)}; "
+            f"received {name}={value!r}.")
+    return value
+
+
+def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Optional[int]:
+    """Returns `value` as int if it is a positive integer, else raises ValueError."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(
+            f"`{name}` must be a positive integer; received {name}={value!r}.")
+    return int(value)
+
+
+def check_positive_float(name: str, value: Any, allow_none: bool = False) -> Optional[float]:
+    """Returns `value` as float if it is a finite positive number, else raises ValueError."""
+    if value is None and allow_none:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
+            or not np.isfinite(value) or value <= 0):
+        raise ValueError(
+            f"`{name}` must be a positive number; received {name}={value!r}.")
+    return float(value)
+
+
+def float_tensor(name: str, value: Any, rank: Optional[int] = None) -> tf.Tensor:
+    """Converts `value` to a float32 tensor; raises TypeError for non-float input.
+
+    Integer inputs are rejected rather than cast: an integer tensor of logits or
+    embeddings is almost always ids passed in the wrong place.
+    """
+    tensor = tf.convert_to_tensor(value)
+    if not tensor.dtype.is_floating:
+        raise TypeError(
+            f"`{name}` must be a floating-point tensor; received {name} with "
+            f"dtype {tensor.dtype.name}.")
+    check_rank(name, tensor, rank)
+    return tf.cast(tensor, tf.float32)
+
+
+def bool_tensor(name: str, value: Any, rank: Optional[int] = None) -> tf.Tensor:
+    """Converts `value` to a bool tensor; raises TypeError for other dtypes."""
+    tensor = tf.convert_to_tensor(value)
+    if tensor.dtype != tf.bool:
+        raise TypeError(
+            f"`{name}` must be a bool tensor (True for a valid entry); received "
+            f"{name} with dtype {tensor.dtype.name}.")
+    check_rank(name, tensor, rank)
+    return tensor
+
+
+def ids_tensor(name: str, ids: Any) -> tf.Tensor:
+    """Converts `ids` to a rank-1 integer or string tensor; raises TypeError otherwise."""
+    ids = tf.convert_to_tensor(ids)
+    if not (ids.dtype.is_integer or ids.dtype == tf.string):
+        raise TypeError(
+            f"`{name}` must be an integer or string tensor of item ids; received {name} "
+            f"with dtype {ids.dtype.name}.")
+    check_rank(name, ids, 1)
+    return ids
+
+
+def check_rank(name: str, tensor: tf.Tensor, rank: Optional[int]) -> None:
+    """Raises ValueError when the static rank of `tensor` is known and differs from `rank`."""
+    if rank is not None and tensor.shape.rank is not None and tensor.shape.rank != rank:
+        raise ValueError(
+            f"`{name}` must have rank {rank}; received {name} with shape "
+            f"{tensor.shape}.")
+
+
+def check_compatible_dim(name_a: str, a: tf.Tensor, axis_a: int,
+                         name_b: str, b: tf.Tensor, axis_b: int) -> None:
+    """Raises ValueError when two statically known dimensions differ."""
+    dim_a = a.shape[axis_a] if a.shape.rank is not None else None
+    dim_b = b.shape[axis_b] if b.shape.rank is not None else None
+    if dim_a is not None and dim_b is not None and dim_a != dim_b:
+        raise ValueError(
+            f"`{name_a}` and `{name_b}` disagree in size: {name_a}.shape="
+            f"{a.shape} (axis {axis_a}) but {name_b}.shape={b.shape} "
+            f"(axis {axis_b}).")
+
+
+def check_log_probabilities(name: str, log_q: tf.Tensor) -> tf.Tensor:
+    """Checks that `log_q` holds logs of probabilities in (0, 1].
+
+    Executing eagerly, a bad value raises ValueError at once. Inside a
+    tf.function the same check runs as a graph assertion (InvalidArgumentError
+    with the same message), so nothing invalid reaches the loss silently.
+
+    Returns:
+      `log_q`, with the graph assertion attached when tracing.
+    """
+    # A small tolerance above 0 absorbs rounding in estimators' normalisation.
+    valid = tf.logical_and(tf.math.is_finite(log_q), log_q <= 1e-6)
+    message = (f"`{name}` must hold log-probabilities of probabilities in (0, 1] "
+               "(finite and <= 0)")
+    if tf.executing_eagerly():
+        if not bool(tf.reduce_all(valid)):
+            bad = tf.boolean_mask(log_q, tf.logical_not(valid))
+            raise ValueError(
+                f"{message}; received {name} with invalid values "
+                f"{_short(bad)} (probabilities {_short(tf.exp(bad))}).")
+        return log_q
+    with tf.control_dependencies(
+            [tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", log_q],
+                                 summarize=6)]):
+        return tf.identity(log_q)
+
+
+def check_probabilities(name: str, probabilities: Any) -> tf.Tensor:
+    """Converts probabilities to float32 and checks them to lie in (0, 1]."""
+    probabilities = float_tensor(name, probabilities)
+    valid = tf.logical_and(probabilities > 0.0, probabilities <= 1.0 + 1e-6)
+    message = f"`{name}` must hold probabilities in (0, 1]"
+    if tf.executing_eagerly():
+        if not bool(tf.reduce_all(valid)):
+            bad = tf.boolean_mask(probabilities, tf.logical_not(valid))
+            raise ValueError(f"{message}; received {name} with invalid values {_short(bad)}.")
+        return probabilities
+    with tf.control_dependencies(
+            [tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", probabilities],
+                                 summarize=6)]):
+        return tf.identity(probabilities)

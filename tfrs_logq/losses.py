@@ -1,0 +1,361 @@
+"""Per-example retrieval losses: sampled softmax with logQ corrections, full softmax, BCE, gBCE.
+
+Every function returns one loss per example, shape [batch], in float32 whatever
+the dtype of its inputs. Reduction (sum, mean, sample weights) happens in one
+place: the task (`tfrs_logq.tasks.LogQRetrieval`) or the caller.
+
+Notation (see DESIGN.md): one query row u, positive item p with logit s_p,
+negatives d_1..d_n with logits s_i and validity mask m_i, log Q(d) the log of
+the per-draw proposal probability of d.
+"""
+
+from typing import Optional
+
+import tensorflow as tf
+
+from tfrs_logq import _ops
+from tfrs_logq import _validation as v
+
+CORRECTIONS = ("none", "standard", "improved")
+
+def _prepare_sampled(positive_logits, negative_logits, negative_mask):
+    """Validates and casts the logits and the mask shared by the sampled losses."""
+    positive_logits = v.float_tensor("positive_logits", positive_logits, rank=1)
+    negative_logits = v.float_tensor("negative_logits", negative_logits, rank=2)
+    v.check_compatible_dim("positive_logits", positive_logits, 0,
+                           "negative_logits", negative_logits, 0)
+    if negative_mask is not None:
+        negative_mask = v.bool_tensor("negative_mask", negative_mask, rank=2)
+        if negative_mask.shape.is_fully_defined() and negative_logits.shape.is_fully_defined():
+            if negative_mask.shape != negative_logits.shape:
+                raise ValueError(
+                    "`negative_mask` must have the shape of `negative_logits`; received "
+                    f"negative_mask.shape={negative_mask.shape}, "
+                    f"negative_logits.shape={negative_logits.shape}.")
+    return positive_logits, negative_logits, negative_mask
+
+
+def _prepare_log_q(name: str, log_q, negative_logits: Optional[tf.Tensor] = None,
+                   positive_logits: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """Validates a log Q tensor: [N] or [B, N] for negatives, [B] for positives."""
+    log_q = v.float_tensor(name, log_q)
+    if negative_logits is not None:
+        rank = log_q.shape.rank
+        if rank not in (None, 1, 2):
+            raise ValueError(
+                f"`{name}` must have shape [N] or [B, N]; received {name} with "
+                f"shape {log_q.shape}.")
+        if rank is not None:
+            v.check_compatible_dim(name, log_q, -1, "negative_logits", negative_logits, 1)
+            if rank == 2:
+                v.check_compatible_dim(name, log_q, 0, "negative_logits", negative_logits, 0)
+    if positive_logits is not None:
+        v.check_rank(name, log_q, 1)
+        v.check_compatible_dim(name, log_q, 0, "positive_logits", positive_logits, 0)
+    return v.check_log_probabilities(name, log_q)
+
+
+def sampled_softmax_loss(
+        positive_logits: tf.Tensor,
+        negative_logits: tf.Tensor,
+        *,
+        correction: str,
+        negative_log_q: Optional[tf.Tensor] = None,
+        positive_log_q: Optional[tf.Tensor] = None,
+        negative_mask: Optional[tf.Tensor] = None,
+        log_q_excludes_positive: bool = False,
+) -> tf.Tensor:
+    r"""Sampled-softmax loss per example, with no, the standard or the improved logQ correction.
+
+    With m_i the validity mask and log Q the per-draw proposal probability:
+
+    .. math::
+        \text{none:}\quad \ell = -s_p + \log\big(e^{s_p} + \sum_i m_i e^{s_i}\big)
+
+        \text{standard:}\quad c = s - \log Q,\quad
+        \ell = -c_p + \log\big(e^{c_p} + \sum_i m_i e^{c_i}\big)
+
+        \text{improved:}\quad c'_i = s_i - \log Q'(d_i),\;
+        \mathrm{LSE} = \log \sum_i m_i e^{c'_i},\; n = \sum_i m_i,\;
+        \hat P = \sigma(s_p - \mathrm{LSE} + \log n),\;
+        \ell = \mathrm{sg}(1 - \hat P)\,(\mathrm{LSE} - s_p)
+
+    where log Q'(d) = log Q(d) - log(1 - Q(p)) (Q with the positive excluded
+    and renormalised) unless `log_q_excludes_positive` says the caller already
+    passes Q'. "standard" equals `tfrs.tasks.Retrieval` with
+    `candidate_sampling_probability=Q` (without its clipping of Q at 1e-6).
+
+    For "improved" the positive is not in the denominator, and the weight
+    w = 1 - P_hat is a constant for the gradient (`tf.stop_gradient`), so
+    d loss / d s = w * (softmax over the corrected valid negatives - onehot(p)).
+    A row with no valid negative has loss 0 and zero gradient for every
+    correction. The loss is not invariant to the scale of Q (P_hat depends on
+    it): pass the per-draw probability, as the samplers in
+    `tfrs_logq.negatives` do.
+
+    Args:
+      positive_logits: [batch] tensor of positive logits s_p (already divided
+        by any temperature).
+      negative_logits: [batch, num_negatives] tensor of negative logits s_i.
+      correction: "none", "standard" or "improved".
+      negative_log_q: [num_negatives] or [batch, num_negatives] tensor of
+        log Q(d_i). Needed by "standard" and "improved"; ignored by "none".
+      positive_log_q: [batch] tensor of log Q(p). Needed by "standard", and by
+        "improved" unless `log_q_excludes_positive`; ignored by "none".
+      negative_mask: Optional [batch, num_negatives] bool tensor, True for a
+        valid negative (False for accidental hits, padding, dropped slots).
+      log_q_excludes_positive: For "improved": `negative_log_q` already is
+        log Q' (the proposal with the positive excluded), so it is used as is.
+
+    Returns:
+      [batch] float32 tensor of per-example losses.
+
+    Raises:
+      ValueError: unknown `correction`, mismatched shapes or ranks, a missing
+        log Q the correction needs, or log-probabilities of values outside
+        (0, 1] (an InvalidArgumentError inside a tf.function).
+      TypeError: non-float logits or log Q, or a non-bool mask.
+    """
+    loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
+                                    negative_log_q, positive_log_q, negative_mask,
+                                    log_q_excludes_positive)
+    return loss
+
+
+def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
+                          positive_log_q=None, negative_mask=None,
+                          log_q_excludes_positive=False):
+    """`sampled_softmax_loss` and, for "improved", its [batch] weight w = 1 - P_hat (else None).
+
+    Arguments as in `sampled_softmax_loss` (here positional). The task uses it
+    to log the mean weight without computing the loss twice.
+    """
+    v.check_choice("correction", correction, CORRECTIONS)
+    positive_logits, negative_logits, negative_mask = _prepare_sampled(
+        positive_logits, negative_logits, negative_mask)
+
+    if correction == "none":
+        return _softmax_with_positive(positive_logits, negative_logits, negative_mask), None
+
+    if negative_log_q is None:
+        raise ValueError(
+            f"correction={correction!r} needs `negative_log_q`; received negative_log_q=None.")
+    negative_log_q = _prepare_log_q("negative_log_q", negative_log_q,
+                                    negative_logits=negative_logits)
+    needs_positive = correction == "standard" or not log_q_excludes_positive
+    if needs_positive:
+        if positive_log_q is None:
+            hint = ("" if correction == "standard" else
+                    " (or pass log_q_excludes_positive=True with Q' in negative_log_q)")
+            raise ValueError(
+                f"correction={correction!r} needs `positive_log_q`{hint}; received "
+                "positive_log_q=None.")
+        positive_log_q = _prepare_log_q("positive_log_q", positive_log_q,
+                                        positive_logits=positive_logits)
+
+    if correction == "standard":
+        return _softmax_with_positive(positive_logits - positive_log_q,
+                                      negative_logits - negative_log_q, negative_mask), None
+
+    if not log_q_excludes_positive:
+        # Q'(d) = Q(d) / (1 - Q(p)); Q(p) is kept below 1 so that a degenerate
+        # one-item proposal gives a large finite shift, never inf.
+        log_one_minus_q_p = _ops.log1mexp(tf.minimum(positive_log_q, -1e-7))
+        negative_log_q = negative_log_q - log_one_minus_q_p[:, tf.newaxis]
+    return _improved(positive_logits, negative_logits - negative_log_q, negative_mask)
+
+
+def _softmax_with_positive(positive: tf.Tensor, negatives: tf.Tensor,
+                           mask: Optional[tf.Tensor]) -> tf.Tensor:
+    """-c_p + log(e^{c_p} + sum_i m_i e^{c_i}), per row."""
+    logits = tf.concat([positive[:, tf.newaxis], _ops.masked(negatives, mask)], axis=1)
+    return tf.reduce_logsumexp(logits, axis=1) - positive
+
+
+def _improved(positive: tf.Tensor, corrected_negatives: tf.Tensor,
+              mask: Optional[tf.Tensor]) -> tf.Tensor:
+    """The improved loss w * (LSE - s_p) and w, from raw s_p and corrected c'_i."""
+    lse = tf.reduce_logsumexp(_ops.masked(corrected_negatives, mask), axis=1)
+    if mask is None:
+        num_valid = tf.cast(tf.fill(tf.shape(positive), tf.shape(corrected_negatives)[1]),
+                            tf.float32)
+    else:
+        num_valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
+    has_negative = num_valid > 0.0
+    # 1 - sigmoid(s_p - (LSE - log n)) = sigmoid(LSE - log n - s_p).
+    log_z_hat = lse - tf.math.log(tf.maximum(num_valid, 1.0))
+    weight = tf.stop_gradient(tf.sigmoid(log_z_hat - positive))
+    loss = weight * (lse - positive)
+    # Rows without a valid negative computed finite garbage above; `where`
+    # passes them neither value nor gradient.
+    zeros = tf.zeros_like(loss)
+    return tf.where(has_negative, loss, zeros), tf.where(has_negative, weight, zeros)
+
+
+def improved_weight(
+        positive_logits: tf.Tensor,
+        negative_logits: tf.Tensor,
+        *,
+        negative_log_q: tf.Tensor,
+        positive_log_q: Optional[tf.Tensor] = None,
+        negative_mask: Optional[tf.Tensor] = None,
+        log_q_excludes_positive: bool = False,
+) -> tf.Tensor:
+    """The improved correction's per-example weight w = 1 - P_hat, shape [batch].
+
+    It is what `sampled_softmax_loss(..., correction="improved")` multiplies the
+    loss by, exposed for logging (mean w, mean P_hat = 1 - w). The arguments are
+    those of `sampled_softmax_loss`. Rows with no valid negative get w = 0.
+    """
+    _, weight = sampled_softmax_terms(positive_logits, negative_logits, "improved",
+                                      negative_log_q, positive_log_q, negative_mask,
+                                      log_q_excludes_positive)
+    return weight
+
+
+def full_softmax_loss(logits: tf.Tensor, labels: tf.Tensor,
+                      mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+    r"""Full softmax cross-entropy over the whole catalog, per example.
+
+    .. math:: \ell = -s_{y} + \log \sum_{d} m_d e^{s_d}
+
+    Args:
+      logits: [batch, num_items] tensor of logits over the catalog.
+      labels: [batch] integer tensor, the index of the positive item.
+      mask: Optional [num_items] or [batch, num_items] bool tensor, False for
+        items that are not candidates (padding ids). The positive must be valid.
+
+    Returns:
+      [batch] float32 tensor of per-example losses.
+    """
+    logits = v.float_tensor("logits", logits, rank=2)
+    labels = tf.convert_to_tensor(labels)
+    if not labels.dtype.is_integer:
+        raise TypeError(
+            f"`labels` must be an integer tensor of item indices; received labels with "
+            f"dtype {labels.dtype.name}.")
+    v.check_rank("labels", labels, 1)
+    v.check_compatible_dim("labels", labels, 0, "logits", logits, 0)
+    if mask is not None:
+        mask = v.bool_tensor("mask", mask)
+        if mask.shape.rank == 1:
+            mask = tf.broadcast_to(mask[tf.newaxis, :], tf.shape(logits))
+    positive = tf.gather(logits, labels, axis=1, batch_dims=1)
+    return tf.reduce_logsumexp(_ops.masked(logits, mask), axis=1) - positive
+
+
+def _binary_cross_entropy(positive_logits, negative_logits, negative_mask,
+                          positive_weight) -> tf.Tensor:
+    """positive_weight * softplus(-s_p) + sum_i m_i softplus(s_i), per row."""
+    positive_logits, negative_logits, negative_mask = _prepare_sampled(
+        positive_logits, negative_logits, negative_mask)
+    negative_terms = tf.math.softplus(negative_logits)
+    if negative_mask is not None:
+        negative_terms = tf.where(negative_mask, negative_terms, tf.zeros_like(negative_terms))
+    return (positive_weight * tf.math.softplus(-positive_logits)
+            + tf.reduce_sum(negative_terms, axis=1))
+
+
+def bce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor,
+             negative_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+    r"""Binary cross-entropy with sampled negatives (SASRec), per example.
+
+    .. math:: \ell = -\log\sigma(s_p) - \sum_i m_i \log(1 - \sigma(s_i))
+
+    Args:
+      positive_logits: [batch] tensor of positive logits.
+      negative_logits: [batch, num_negatives] tensor of negative logits.
+      negative_mask: Optional [batch, num_negatives] bool tensor of valid negatives.
+
+    Returns:
+      [batch] float32 tensor of per-example losses (a sum over the row's
+      1 + n terms; gSASRec's code averages them instead, a constant factor).
+    """
+    return _binary_cross_entropy(positive_logits, negative_logits, negative_mask, 1.0)
+
+
+def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
+    """gBCE's exponent beta = alpha * (t * (1 - 1/alpha) + 1/alpha), alpha = n / (|D| - 1)."""
+    num_negatives = v.check_positive_int("num_negatives", num_negatives)
+    num_items = v.check_positive_int("num_items", num_items)
+    if num_items <= num_negatives:
+        raise ValueError(
+            "`num_items` must exceed the number of negatives per positive "
+            f"({num_negatives}); received num_items={num_items}.")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
+        raise ValueError(f"`t` must be a number in [0, 1]; received t={t!r}.")
+    alpha = num_negatives / (num_items - 1)
+    return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+
+
+def gbce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor, *, num_items: int,
+              t: float, negative_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+    r"""Generalised BCE (gSASRec; Petrov & Macdonald, RecSys 2023), per example.
+
+    .. math:: \ell = -\beta\log\sigma(s_p) - \sum_i m_i \log(1 - \sigma(s_i)),\quad
+              \beta = \alpha\big(t(1 - 1/\alpha) + 1/\alpha\big),\ \alpha = n / (|D| - 1)
+
+    This is gSASRec's transformed positive logit log(1 / (sigmoid(s_p)^-beta - 1))
+    fed to BCE, in closed form. t = 0 gives BCE; t = 1 gives beta = alpha.
+
+    Args:
+      positive_logits: [batch] tensor of positive logits.
+      negative_logits: [batch, num_negatives] tensor of negative logits; n is
+        its static second dimension.
+      num_items: catalog size |D|.
+      t: calibration parameter in [0, 1].
+      negative_mask: Optional [batch, num_negatives] bool tensor of valid negatives.
+
+    Returns:
+      [batch] float32 tensor of per-example losses.
+    """
+    num_negatives = tf.convert_to_tensor(negative_logits).shape[-1]
+    if num_negatives is None:
+        raise ValueError(
+            "gbce_loss needs a static number of negatives; received negative_logits "
+            f"with shape {tf.convert_to_tensor(negative_logits).shape}.")
+    beta = gbce_beta(num_negatives, num_items, t)
+    return _binary_cross_entropy(positive_logits, negative_logits, negative_mask, beta)
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class SampledSoftmaxLoss(tf.keras.layers.Layer):
+    """Keras layer computing `sampled_softmax_loss` per example.
+
+    Example:
+
+    >>> layer = SampledSoftmaxLoss(correction="improved")
+    >>> loss = layer(positive_logits, negative_logits,
+    ...              negative_log_q=log_q_neg, positive_log_q=log_q_pos)
+
+    Args:
+      correction: "none", "standard" or "improved".
+      log_q_excludes_positive: see `sampled_softmax_loss`.
+      **kwargs: standard Keras layer arguments.
+    """
+
+    def __init__(self, correction: str, log_q_excludes_positive: bool = False, **kwargs):
+        # Losses are always computed in float32, also under a mixed-precision policy.
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.correction = v.check_choice("correction", correction, CORRECTIONS)
+        if not isinstance(log_q_excludes_positive, bool):
+            raise TypeError(
+                "`log_q_excludes_positive` must be a bool; received "
+                f"log_q_excludes_positive={log_q_excludes_positive!r}.")
+        self.log_q_excludes_positive = log_q_excludes_positive
+
+    def call(self, positive_logits, negative_logits, negative_log_q=None,
+             positive_log_q=None, negative_mask=None):
+        """Returns the [batch] per-example loss; arguments as in `sampled_softmax_loss`."""
+        return sampled_softmax_loss(
+            positive_logits, negative_logits, correction=self.correction,
+            negative_log_q=negative_log_q, positive_log_q=positive_log_q,
+            negative_mask=negative_mask,
+            log_q_excludes_positive=self.log_q_excludes_positive)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(correction=self.correction,
+                      log_q_excludes_positive=self.log_q_excludes_positive)
+        return config

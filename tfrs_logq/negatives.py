@@ -1,0 +1,382 @@
+"""Negative samplers: in-batch (with or without deduplication), uniform, and mixed.
+
+Each sampler returns `Negatives`: the negative ids, their embeddings, the
+validity mask (accidental hits removed) and the per-draw-equivalent log Q of
+DESIGN.md, chosen so that
+
+    Z_hat = (1/n) sum_i m_i exp(s_i - log Q'(d_i)),   n = sum_i m_i,
+
+is an unbiased (or consistent) estimate of sum_{d != p} exp(s_d), where Q' is
+the proposal with the positive p excluded. This matters because the improved
+correction is not invariant to the scale of Q.
+
+- In-batch, no deduplication: every other row's positive is a draw from the
+  unigram q, so Q = q.
+- In-batch, deduplicated: a unique id d != p is in the pool with probability
+  pi(d) = 1 - (1 - q(d))^(B-1) (the B-1 other rows are the draws), so the
+  Horvitz-Thompson per-draw equivalent is pi(d) / n, already excluding p.
+  Subsampling the pool to k' of its k ids multiplies pi by k'/k.
+- Uniform over |D| items: Q = 1/|D|.
+- Mixed, n_u uniform + n_b in-batch: Q_mix = (n_u/n)/|D| + (n_b/n) q
+  (`mixture="exact"`), or the paper's code's simplification Q = q for every
+  negative (`mixture="paper"`).
+"""
+
+import math
+from typing import Callable, NamedTuple, Optional
+
+import tensorflow as tf
+
+from tfrs_logq import _ops
+from tfrs_logq import _validation as v
+from tfrs_logq import frequency as frequency_lib
+
+EmbeddingFn = Callable[[tf.Tensor], tf.Tensor]
+
+
+class Negatives(NamedTuple):
+    """What a sampler returns.
+
+    Attributes:
+      ids: [num_negatives] negative ids, shared by every row of the batch.
+      embeddings: [num_negatives, dim] their embeddings, or None when the
+        sampler was given no embeddings (ids-only use).
+      mask: [batch, num_negatives] bool, True for a valid negative of that row.
+      log_q: [num_negatives] or [batch, num_negatives] per-draw-equivalent
+        log Q, or None when the sampler has no probabilities.
+      positive_log_q: [batch] log Q of each row's positive on the same scale,
+        or None.
+      log_q_excludes_positive: True when `log_q` already is log Q' (the
+        positive excluded), so the improved loss must not convert it again.
+    """
+    ids: tf.Tensor
+    embeddings: Optional[tf.Tensor]
+    mask: tf.Tensor
+    log_q: Optional[tf.Tensor]
+    positive_log_q: Optional[tf.Tensor]
+    log_q_excludes_positive: bool = False
+
+
+def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.Tensor:
+    """[batch, num_negatives] bool mask, False where a negative equals the row's positive.
+
+    Args:
+      positive_ids: [batch] ids of each row's positive.
+      negative_ids: [num_negatives] shared or [batch, num_negatives] per-row ids.
+    """
+    positive_ids = tf.convert_to_tensor(positive_ids)
+    negative_ids = tf.convert_to_tensor(negative_ids)
+    if negative_ids.shape.rank == 1:
+        negative_ids = negative_ids[tf.newaxis, :]
+    return tf.not_equal(positive_ids[:, tf.newaxis], negative_ids)
+
+
+def _random_subset(size: tf.Tensor, k: int, seed: Optional[int]) -> tf.Tensor:
+    """min(k, size) distinct positions of range(size), uniformly at random."""
+    k = tf.minimum(tf.cast(k, tf.int32), size)
+    _, indices = tf.math.top_k(tf.random.uniform([size], seed=seed), k=k)
+    return indices
+
+
+class NegativeSampler(tf.keras.layers.Layer):
+    """Base class: holds the probability source and the seed.
+
+    Args:
+      probabilities: where per-draw item probabilities come from: a [num_items]
+        tensor of probabilities, a callable mapping ids to probabilities, or a
+        `tfrs_logq.frequency.FrequencyEstimator`. None means no log Q (only
+        correction "none" can then be used).
+      seed: optional op-level seed for the random draws.
+      **kwargs: standard Keras layer arguments.
+    """
+
+    def __init__(self, probabilities: frequency_lib.FrequencyLike = None,
+                 seed: Optional[int] = None, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.frequency = frequency_lib.as_frequency(probabilities)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"`seed` must be an integer or None; received seed={seed!r}.")
+        self.seed = seed
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            probabilities=(None if self.frequency is None
+                           else tf.keras.layers.serialize(self.frequency)),
+            seed=self.seed)
+        return config
+
+    def _log_q(self, ids: tf.Tensor) -> Optional[tf.Tensor]:
+        return None if self.frequency is None else self.frequency.log_q(ids)
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class InBatchSampler(NegativeSampler):
+    """In-batch negatives: the batch's positives serve as every row's negatives.
+
+    Example:
+
+    >>> sampler = InBatchSampler(probabilities=item_probabilities)
+    >>> negatives = sampler(positive_ids, candidate_ids, candidate_embeddings)
+
+    Args:
+      deduplicate: keep each distinct id once. Log Q is then the
+        Horvitz-Thompson per-draw equivalent built from the inclusion
+        probability 1 - (1 - q)^(B-1), and it already excludes the positive.
+      max_pool_size: keep at most this many pool entries, chosen uniformly at
+        random each call (after deduplication); log Q accounts for it.
+      probabilities, seed, **kwargs: see `NegativeSampler`.
+    """
+
+    def __init__(self, deduplicate: bool = False, max_pool_size: Optional[int] = None,
+                 probabilities: frequency_lib.FrequencyLike = None,
+                 seed: Optional[int] = None, **kwargs):
+        super().__init__(probabilities=probabilities, seed=seed, **kwargs)
+        if not isinstance(deduplicate, bool):
+            raise TypeError(f"`deduplicate` must be a bool; received deduplicate={deduplicate!r}.")
+        self.deduplicate = deduplicate
+        self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size,
+                                                  allow_none=True)
+
+    def call(self, positive_ids: tf.Tensor, candidate_ids: tf.Tensor,
+             candidate_embeddings: Optional[tf.Tensor] = None,
+             candidate_mask: Optional[tf.Tensor] = None,
+             embedding_fn: Optional[EmbeddingFn] = None) -> Negatives:
+        """Draws the negatives.
+
+        Args:
+          positive_ids: [batch] ids of each row's positive.
+          candidate_ids: [pool] ids of the batch's positives (the pool; for a
+            two-tower batch it is `positive_ids` itself; for a sequence batch,
+            every valid target of the batch).
+          candidate_embeddings: [pool, dim] their embeddings, or None.
+          candidate_mask: optional [pool] bool, False for padding entries.
+          embedding_fn: unused (in-batch negatives carry their embeddings).
+
+        Returns:
+          `Negatives`.
+        """
+        del embedding_fn
+        positive_ids = v.ids_tensor("positive_ids", positive_ids)
+        ids = v.ids_tensor("candidate_ids", candidate_ids)
+        embeddings = candidate_embeddings
+        if candidate_mask is not None:
+            candidate_mask = v.bool_tensor("candidate_mask", candidate_mask, rank=1)
+            ids = tf.boolean_mask(ids, candidate_mask)
+            if embeddings is not None:
+                embeddings = tf.boolean_mask(embeddings, candidate_mask)
+        # The pool's draws for a row are the other entries of the batch.
+        num_draws = tf.shape(ids)[0] - 1
+
+        if self.deduplicate:
+            ids, unique_index = tf.unique(ids)
+            if embeddings is not None:
+                first = tf.math.unsorted_segment_min(
+                    tf.range(tf.shape(unique_index)[0]), unique_index, tf.shape(ids)[0])
+                embeddings = tf.gather(embeddings, first)
+
+        pool_size = tf.shape(ids)[0]
+        if self.max_pool_size is not None:
+            keep = _random_subset(pool_size, self.max_pool_size, self.seed)
+            ids = tf.gather(ids, keep)
+            if embeddings is not None:
+                embeddings = tf.gather(embeddings, keep)
+
+        mask = accidental_hit_mask(positive_ids, ids)
+        if self.frequency is None:
+            return Negatives(ids, embeddings, mask, None, None, False)
+        if not self.deduplicate:
+            return Negatives(ids, embeddings, mask, self._log_q(ids),
+                             self._log_q(positive_ids), False)
+
+        # Horvitz-Thompson: Q_i = pi(d_i) * (k'/k) / n_row, so that
+        # (1/n) sum m_i e^{s_i} / Q_i = sum_{d in pool, d != p} e^{s_d} / pi'(d).
+        log_subsample = (tf.math.log(tf.cast(tf.shape(ids)[0], tf.float32))
+                         - tf.math.log(tf.cast(pool_size, tf.float32)))
+        num_valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
+        log_scale = log_subsample - tf.math.log(tf.maximum(num_valid, 1.0))  # [batch]
+        num_draws = tf.maximum(num_draws, 1)
+        log_q = (self.frequency.log_inclusion_probability(ids, num_draws)[tf.newaxis, :]
+                 + log_scale[:, tf.newaxis])
+        positive_log_q = (self.frequency.log_inclusion_probability(positive_ids, num_draws)
+                          + log_scale)
+        return Negatives(ids, embeddings, mask, log_q, positive_log_q, True)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size)
+        return config
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class UniformSampler(NegativeSampler):
+    """Negatives drawn uniformly, with replacement, from ids [first_id, first_id + num_items).
+
+    The draws are shared by every row of the batch. Q = 1 / num_items.
+
+    Args:
+      num_items: catalog size |D|.
+      num_negatives: number of draws per call.
+      first_id: smallest id of the catalog (e.g. 1 when id 0 is padding).
+      seed, **kwargs: see `NegativeSampler`. Uniform sampling needs no
+        `probabilities`.
+    """
+
+    def __init__(self, num_items: int, num_negatives: int, first_id: int = 0,
+                 seed: Optional[int] = None, **kwargs):
+        kwargs.pop("probabilities", None)  # Present in configs; uniform needs none.
+        super().__init__(probabilities=None, seed=seed, **kwargs)
+        self.num_items = v.check_positive_int("num_items", num_items)
+        self.num_negatives = v.check_positive_int("num_negatives", num_negatives)
+        if isinstance(first_id, bool) or not isinstance(first_id, int) or first_id < 0:
+            raise ValueError(
+                f"`first_id` must be a non-negative integer; received first_id={first_id!r}.")
+        self.first_id = first_id
+
+    @property
+    def log_uniform_q(self) -> float:
+        return -math.log(self.num_items)
+
+    def call(self, positive_ids: tf.Tensor, candidate_ids: Optional[tf.Tensor] = None,
+             candidate_embeddings: Optional[tf.Tensor] = None,
+             candidate_mask: Optional[tf.Tensor] = None,
+             embedding_fn: Optional[EmbeddingFn] = None) -> Negatives:
+        """Draws the negatives.
+
+        Args:
+          positive_ids: [batch] integer ids of each row's positive.
+          candidate_ids, candidate_embeddings, candidate_mask: unused.
+          embedding_fn: callable mapping [num_negatives] ids to
+            [num_negatives, dim] embeddings, such as the item tower. Without it
+            `embeddings` is None.
+
+        Returns:
+          `Negatives`.
+        """
+        del candidate_ids, candidate_embeddings, candidate_mask
+        positive_ids = v.ids_tensor("positive_ids", positive_ids)
+        if not positive_ids.dtype.is_integer:
+            raise TypeError(
+                "UniformSampler draws integer ids; received positive_ids with dtype "
+                f"{positive_ids.dtype.name}. Map string ids to integers first.")
+        ids = tf.random.uniform([self.num_negatives], minval=self.first_id,
+                                maxval=self.first_id + self.num_items,
+                                dtype=positive_ids.dtype, seed=self.seed)
+        embeddings = None if embedding_fn is None else embedding_fn(ids)
+        mask = accidental_hit_mask(positive_ids, ids)
+        log_q = tf.fill([self.num_negatives], self.log_uniform_q)
+        positive_log_q = tf.fill(tf.shape(positive_ids), self.log_uniform_q)
+        return Negatives(ids, embeddings, mask, log_q, positive_log_q, False)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_items=self.num_items, num_negatives=self.num_negatives,
+                      first_id=self.first_id)
+        return config
+
+
+MIXTURES = ("exact", "paper")
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class MixedSampler(NegativeSampler):
+    """Mixed negative sampling (Yang et al. 2020): uniform draws plus in-batch negatives.
+
+    The paper's setting is 128 uniform + 128 in-batch. The in-batch half is
+    not deduplicated (each column is a draw from q); it is subsampled to
+    `num_in_batch` entries when the pool is larger.
+
+    Args:
+      num_items: catalog size |D| of the uniform half.
+      num_uniform: n_u, uniform draws per call.
+      num_in_batch: n_b, the most in-batch negatives kept.
+      mixture: "exact" uses the mixture proposal Q_mix = (n_u/n)/|D| + (n_b/n) q
+        for every negative, with the positive excluded stratum by stratum and
+        the strata weighted by each row's valid counts, which makes the
+        partition-function estimate exactly unbiased (log Q is then per row and
+        already excludes the positive); "paper" uses the unigram q for every negative, as the paper's released
+        code does (biased for the uniform half; kept to reproduce it).
+      first_id: smallest id of the catalog, as in `UniformSampler`.
+      probabilities, seed, **kwargs: see `NegativeSampler`. Both mixtures need
+        probabilities for any correction.
+    """
+
+    def __init__(self, num_items: int, num_uniform: int, num_in_batch: int,
+                 mixture: str = "exact", first_id: int = 0,
+                 probabilities: frequency_lib.FrequencyLike = None,
+                 seed: Optional[int] = None, **kwargs):
+        super().__init__(probabilities=probabilities, seed=seed, **kwargs)
+        self.mixture = v.check_choice("mixture", mixture, MIXTURES)
+        self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
+                                      name="uniform")
+        self.in_batch = InBatchSampler(max_pool_size=num_in_batch, probabilities=self.frequency,
+                                       seed=None if seed is None else seed + 1, name="in_batch")
+
+    def call(self, positive_ids: tf.Tensor, candidate_ids: tf.Tensor,
+             candidate_embeddings: Optional[tf.Tensor] = None,
+             candidate_mask: Optional[tf.Tensor] = None,
+             embedding_fn: Optional[EmbeddingFn] = None) -> Negatives:
+        """Draws the negatives: the uniform ones first, then the in-batch ones.
+
+        Arguments as in `InBatchSampler.call` and `UniformSampler.call`.
+        """
+        uniform = self.uniform(positive_ids, embedding_fn=embedding_fn)
+        in_batch = self.in_batch(positive_ids, candidate_ids, candidate_embeddings,
+                                 candidate_mask=candidate_mask)
+        ids = tf.concat([uniform.ids, in_batch.ids], axis=0)
+        embeddings = None
+        if uniform.embeddings is not None and in_batch.embeddings is not None:
+            embeddings = tf.concat([uniform.embeddings,
+                                    tf.cast(in_batch.embeddings, uniform.embeddings.dtype)],
+                                   axis=0)
+        mask = tf.concat([uniform.mask, in_batch.mask], axis=1)
+        if self.frequency is None:
+            return Negatives(ids, embeddings, mask, None, None, False)
+
+        log_q_ids = self._log_q(ids)
+        positive_log_q = self._log_q(positive_ids)
+        if self.mixture == "paper":
+            return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q, False)
+
+        # The mixture proposal with the positive excluded, per row. A valid
+        # uniform draw is uniform over D \ {p}; a valid in-batch draw follows
+        # q' = q / (1 - q(p)). Weighting the strata by the row's realised valid
+        # counts (the balance heuristic) makes Z_hat exactly unbiased given the
+        # counts: E[(1/n) sum e^s / Q'_mix] = sum_{d != p} e^{s_d}.
+        def log_share(stratum_mask):
+            count = tf.reduce_sum(tf.cast(stratum_mask, tf.float32), axis=1)
+            total = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
+            return (tf.math.log(count) - tf.math.log(tf.maximum(total, 1.0)))[:, tf.newaxis]
+
+        log_uniform_excluded = -math.log(max(self.uniform.num_items - 1, 1))
+        log_q_excluded = (log_q_ids[tf.newaxis, :]
+                          - _ops.log1mexp(tf.minimum(positive_log_q, -1e-7))[:, tf.newaxis])
+        log_q_mix = tf.reduce_logsumexp(tf.stack([
+            tf.broadcast_to(log_share(uniform.mask) + log_uniform_excluded, tf.shape(mask)),
+            log_share(in_batch.mask) + log_q_excluded]), axis=0)
+        # For "standard", the positive's Q on the same (not excluded) scale.
+        num_uniform = float(self.uniform.num_negatives)
+        num_in_batch = tf.cast(tf.shape(in_batch.ids)[0], tf.float32)
+        share_uniform = num_uniform / (num_uniform + num_in_batch)
+        positive_log_q = tf.reduce_logsumexp(tf.stack([
+            tf.broadcast_to(tf.math.log(share_uniform) + self.uniform.log_uniform_q,
+                            tf.shape(positive_log_q)),
+            tf.math.log(1.0 - share_uniform) + positive_log_q]), axis=0)
+        return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
+                      num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
+                      first_id=self.uniform.first_id)
+        return config
+
+
+SAMPLERS = {"in_batch": InBatchSampler, "uniform": UniformSampler, "mixed": MixedSampler}
+
+
+def make_sampler(kind: str, **kwargs) -> NegativeSampler:
+    """Builds a sampler by name ("in_batch", "uniform" or "mixed"), for configs and flags."""
+    v.check_choice("kind", kind, tuple(SAMPLERS))
+    return SAMPLERS[kind](**kwargs)

@@ -1,0 +1,358 @@
+"""LogQRetrieval: a drop-in for `tfrs.tasks.Retrieval` with the improved logQ correction."""
+
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+from tensorflow_recommenders import metrics as tfrs_metrics
+from tensorflow_recommenders.tasks import base
+
+from tfrs_logq import _validation as v
+from tfrs_logq import losses as losses_lib
+from tfrs_logq import negatives as negatives_lib
+
+# The value tfrs.tasks.Retrieval gives to removed logits, for custom losses
+# and batch metrics, which see a logits matrix.
+MIN_FLOAT = np.finfo(np.float32).min / 100.0
+
+TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
+
+
+def _scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
+    """[batch, num_candidates] dot products; "maxsim" over heads for 3-D queries (as TFRS)."""
+    if query_embeddings.shape.rank == 3:
+        return tf.reduce_max(tf.einsum("qne,ce->qnc", query_embeddings, candidate_embeddings),
+                             axis=1)
+    return tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
+
+
+def _row_scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
+    """[batch] dot product of each query with its own candidate (maxsim for 3-D queries)."""
+    if query_embeddings.shape.rank == 3:
+        return tf.reduce_max(tf.einsum("qne,qe->qn", query_embeddings, candidate_embeddings),
+                             axis=1)
+    return tf.reduce_sum(query_embeddings * candidate_embeddings, axis=1)
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class LogQRetrieval(tf.keras.layers.Layer, base.Task):
+    """Factorized retrieval task with sampled softmax and the none / standard / improved logQ correction.
+
+    A drop-in for `tfrs.tasks.Retrieval` (tensorflow-recommenders 0.7.7): it
+    takes the same constructor and `call` arguments and, for the "none" and
+    "standard" corrections, returns the same loss (a sum over the batch of
+    sample-weighted per-example losses) and the same metric values.
+
+    Differences, all opt-in or fixes:
+
+    - `correction="improved"` (Khrylchenko et al., RecSys 2025): the positive
+      leaves the denominator, negatives are corrected with Q' = Q / (1 - Q(p)),
+      and each example is weighted by stop_gradient(1 - P_hat). Columns that
+      carry the row's positive id are then always accidental hits (when
+      `candidate_ids` are given), since Q' assumes negatives differ from p.
+    - `sampler=`: negatives from an `InBatchSampler` (e.g. deduplicated),
+      `UniformSampler` or `MixedSampler` instead of the raw candidate columns;
+      its probabilities supply log Q.
+    - Q is not clipped at 1e-6 (TFRS clips, which biases catalogs of more than
+      about a million items).
+
+    Args:
+      loss: Optional custom Keras loss called as `loss(labels, logits,
+        sample_weight)` on a [batch, 1 + num_negatives] logits matrix whose
+        first column is the positive. Only for "none" and "standard"; the
+        default is the library's sampled softmax with SUM reduction, which
+        equals TFRS's default `CategoricalCrossentropy(from_logits=True,
+        reduction=SUM)`.
+      metrics: `tfrs.metrics.Factorized` metrics over the whole catalog.
+      batch_metrics: Keras metrics called as `metric(labels, logits,
+        sample_weight)` on the same logits matrix as `loss`.
+      loss_metrics: Keras metrics of the loss value.
+      temperature: divides every logit (before the correction), as in TFRS.
+      num_hard_negatives: keep only this many negatives per row, those with
+        the largest corrected logits. Not with "improved" (the kept set is no
+        longer a draw from Q).
+      remove_accidental_hits: as in TFRS, mask candidate columns that carry the
+        row's positive id (needs `candidate_ids`). Samplers always do this.
+      name: layer name.
+      correction: None (the TFRS behaviour: "standard" when
+        `candidate_sampling_probability` or the sampler's probabilities are
+        available, else "none"), "none", "standard" or "improved".
+      sampler: optional `tfrs_logq.negatives.NegativeSampler`.
+      **kwargs: standard Keras layer arguments.
+    """
+
+    def __init__(self,
+                 loss: Optional[tf.keras.losses.Loss] = None,
+                 metrics: Optional[Union[Sequence[tfrs_metrics.Factorized],
+                                         tfrs_metrics.Factorized]] = None,
+                 batch_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
+                 loss_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
+                 temperature: Optional[float] = None,
+                 num_hard_negatives: Optional[int] = None,
+                 remove_accidental_hits: bool = False,
+                 name: Optional[str] = None,
+                 *,
+                 correction: Optional[str] = None,
+                 sampler: Optional[negatives_lib.NegativeSampler] = None,
+                 **kwargs) -> None:
+        # Logits are always float32, also under a mixed-precision policy.
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(name=name, **kwargs)
+        self.correction = v.check_choice("correction", correction, TASK_CORRECTIONS)
+        self.temperature = v.check_positive_float("temperature", temperature, allow_none=True)
+        self.num_hard_negatives = v.check_positive_int("num_hard_negatives", num_hard_negatives,
+                                                       allow_none=True)
+        if not isinstance(remove_accidental_hits, bool):
+            raise TypeError("`remove_accidental_hits` must be a bool; received "
+                            f"remove_accidental_hits={remove_accidental_hits!r}.")
+        self.remove_accidental_hits = remove_accidental_hits
+        if correction == "improved" and loss is not None:
+            raise ValueError(
+                "correction='improved' computes its own weighted loss and cannot use a custom "
+                f"`loss`; received loss={loss!r}. Drop `loss`, or use correction='standard'.")
+        if correction == "improved" and num_hard_negatives is not None:
+            raise ValueError(
+                "correction='improved' needs negatives drawn from the proposal Q; hard-negative "
+                "mining keeps a score-dependent subset. Received "
+                f"num_hard_negatives={num_hard_negatives!r}; pass None.")
+        if sampler is not None and not isinstance(sampler, negatives_lib.NegativeSampler):
+            raise TypeError(
+                "`sampler` must be a tfrs_logq.negatives.NegativeSampler (InBatchSampler, "
+                f"UniformSampler, MixedSampler); received sampler={sampler!r}.")
+        self._loss = loss
+        if metrics is None:
+            metrics = []
+        if not isinstance(metrics, Sequence):
+            metrics = [metrics]
+        self._factorized_metrics = metrics
+        self._batch_metrics = batch_metrics or []
+        self._loss_metrics = loss_metrics or []
+        self.sampler = sampler
+
+    @property
+    def factorized_metrics(self) -> Optional[Sequence[tfrs_metrics.Factorized]]:
+        """The metrics object used to compute retrieval metrics (as in TFRS)."""
+        return self._factorized_metrics
+
+    @factorized_metrics.setter
+    def factorized_metrics(self, value) -> None:
+        if not isinstance(value, Sequence):
+            value = []
+        self._factorized_metrics = value
+
+    def call(self,
+             query_embeddings: tf.Tensor,
+             candidate_embeddings: tf.Tensor,
+             sample_weight: Optional[tf.Tensor] = None,
+             candidate_sampling_probability: Optional[tf.Tensor] = None,
+             candidate_ids: Optional[tf.Tensor] = None,
+             compute_metrics: bool = True,
+             compute_batch_metrics: bool = True,
+             score_mask: Optional[tf.Tensor] = None,
+             candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None) -> tf.Tensor:
+        """Computes the task loss and updates the metrics.
+
+        Row i of `query_embeddings` chose the candidate in row i of
+        `candidate_embeddings`.
+
+        Args:
+          query_embeddings: [num_queries, dim] query representations, or
+            [num_queries, num_heads, dim] for "maxsim" scoring (as TFRS).
+          candidate_embeddings: [num_candidates, dim], num_candidates >=
+            num_queries; the first num_queries rows are the positives, any
+            extra rows are extra negatives for every query.
+          sample_weight: [num_queries] sample weights.
+          candidate_sampling_probability: [num_candidates] per-draw sampling
+            probability of each candidate column, in (0, 1]. Not with a
+            sampler (give the sampler `probabilities` instead).
+          candidate_ids: [num_candidates] candidate ids: for accidental-hit
+            removal, id-based top-K metrics and samplers.
+          compute_metrics: whether to update the factorized metrics.
+          compute_batch_metrics: whether to update the batch metrics.
+          score_mask: [num_queries, num_candidates] bool, False for candidate
+            columns a query must not see as negatives. Not with a sampler.
+          candidate_embedding_fn: maps ids to candidate embeddings (the item
+            tower), for samplers that draw ids outside the batch (uniform, mixed).
+
+        Returns:
+          Scalar loss: the sum over queries of sample-weighted per-example losses.
+        """
+        query_embeddings = v.float_tensor("query_embeddings", query_embeddings)
+        if query_embeddings.shape.rank not in (None, 2, 3):
+            raise ValueError(
+                "`query_embeddings` must have shape [num_queries, dim] or "
+                "[num_queries, num_heads, dim]; received query_embeddings with shape "
+                f"{query_embeddings.shape}.")
+        candidate_embeddings = v.float_tensor("candidate_embeddings", candidate_embeddings,
+                                              rank=2)
+        v.check_compatible_dim("query_embeddings", query_embeddings, -1,
+                               "candidate_embeddings", candidate_embeddings, -1)
+        if sample_weight is not None:
+            sample_weight = v.float_tensor("sample_weight", sample_weight, rank=1)
+
+        num_queries = tf.shape(query_embeddings)[0]
+        if self.sampler is None:
+            positive_logits, negative_logits, mask, log_q, positive_log_q, excludes = (
+                self._candidate_columns(query_embeddings, candidate_embeddings,
+                                        candidate_sampling_probability, candidate_ids,
+                                        score_mask))
+        else:
+            positive_logits, negative_logits, mask, log_q, positive_log_q, excludes = (
+                self._sampled(query_embeddings, candidate_embeddings,
+                              candidate_sampling_probability, candidate_ids, score_mask,
+                              candidate_embedding_fn))
+        correction = self._resolve_correction(log_q)
+
+        if self.num_hard_negatives is not None:
+            negative_logits, mask, log_q = self._hard_negatives(
+                negative_logits, mask, log_q if correction == "standard" else None, log_q)
+
+        if self._loss is None:
+            per_example, _ = losses_lib.sampled_softmax_terms(
+                positive_logits, negative_logits, correction, log_q, positive_log_q, mask,
+                excludes)
+            if sample_weight is not None:
+                per_example = per_example * sample_weight
+            loss = tf.reduce_sum(per_example)
+        labels = logits = None
+        if self._loss is not None or (compute_batch_metrics and self._batch_metrics):
+            labels, logits = self._logits_matrix(positive_logits, negative_logits, mask, log_q,
+                                                 positive_log_q, correction)
+        if self._loss is not None:
+            loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
+
+        update_ops = [metric.update_state(loss) for metric in self._loss_metrics]
+        if compute_metrics and query_embeddings.shape.rank == 2:
+            for metric in self._factorized_metrics:
+                update_ops.append(metric.update_state(
+                    query_embeddings, candidate_embeddings[:num_queries],
+                    true_candidate_ids=candidate_ids, sample_weight=sample_weight))
+        if compute_batch_metrics:
+            for metric in self._batch_metrics:
+                update_ops.append(metric.update_state(labels, logits, sample_weight=sample_weight))
+        with tf.control_dependencies([op for op in update_ops if op is not None]):
+            return tf.identity(loss)
+
+    def _resolve_correction(self, log_q: Optional[tf.Tensor]) -> str:
+        if self.correction is None:
+            return "none" if log_q is None else "standard"
+        if self.correction != "none" and log_q is None:
+            where = ("the sampler's `probabilities`" if self.sampler is not None
+                     else "`candidate_sampling_probability`")
+            raise ValueError(
+                f"correction={self.correction!r} needs sampling probabilities; pass {where}. "
+                "Received none.")
+        return self.correction
+
+    def _temperature(self, logits: tf.Tensor) -> tf.Tensor:
+        return logits if self.temperature is None else logits / self.temperature
+
+    def _candidate_columns(self, query_embeddings, candidate_embeddings,
+                           candidate_sampling_probability, candidate_ids, score_mask):
+        """TFRS semantics: every candidate column is a negative except the row's own positive."""
+        scores = self._temperature(_scores(query_embeddings, candidate_embeddings))
+        num_queries = tf.shape(scores)[0]
+        num_candidates = tf.shape(scores)[1]
+        positive_logits = tf.linalg.diag_part(scores[:, :num_queries])
+        mask = tf.logical_not(tf.cast(tf.eye(num_queries, num_candidates), tf.bool))
+        if self.remove_accidental_hits and candidate_ids is None:
+            raise ValueError(
+                "remove_accidental_hits=True needs `candidate_ids`; received candidate_ids=None.")
+        if candidate_ids is not None:
+            candidate_ids = v.ids_tensor("candidate_ids", candidate_ids)
+            if self.remove_accidental_hits or self.correction == "improved":
+                mask = tf.logical_and(mask, negatives_lib.accidental_hit_mask(
+                    candidate_ids[:num_queries], candidate_ids))
+        if score_mask is not None:
+            mask = tf.logical_and(mask, v.bool_tensor("score_mask", score_mask, rank=2))
+        log_q = positive_log_q = None
+        if candidate_sampling_probability is not None:
+            probabilities = v.check_probabilities("candidate_sampling_probability",
+                                                  candidate_sampling_probability)
+            v.check_rank("candidate_sampling_probability", probabilities, 1)
+            v.check_compatible_dim("candidate_sampling_probability", probabilities, 0,
+                                   "candidate_embeddings", candidate_embeddings, 0)
+            log_q = tf.math.log(probabilities)
+            positive_log_q = log_q[:num_queries]
+        return positive_logits, scores, mask, log_q, positive_log_q, False
+
+    def _sampled(self, query_embeddings, candidate_embeddings, candidate_sampling_probability,
+                 candidate_ids, score_mask, candidate_embedding_fn):
+        """Negatives from the sampler; the positives are the first num_queries candidates."""
+        for name, value in (("candidate_sampling_probability", candidate_sampling_probability),
+                            ("score_mask", score_mask)):
+            if value is not None:
+                raise ValueError(
+                    f"`{name}` cannot be combined with a sampler (its negatives are not the "
+                    f"candidate columns); give the sampler `probabilities`. Received {name} "
+                    "that is not None.")
+        if candidate_ids is None:
+            raise ValueError(
+                "A sampler needs `candidate_ids` (for accidental hits and log Q); received "
+                "candidate_ids=None.")
+        num_queries = tf.shape(query_embeddings)[0]
+        positive_embeddings = candidate_embeddings[:num_queries]
+        positive_ids = candidate_ids[:num_queries]
+        negatives = self.sampler(positive_ids, candidate_ids, candidate_embeddings,
+                                 embedding_fn=candidate_embedding_fn)
+        if negatives.embeddings is None:
+            raise ValueError(
+                f"{type(self.sampler).__name__} drew ids outside the batch and needs "
+                "`candidate_embedding_fn` (the item tower) to embed them; received "
+                "candidate_embedding_fn=None.")
+        positive_logits = self._temperature(_row_scores(query_embeddings, positive_embeddings))
+        negative_logits = self._temperature(
+            _scores(query_embeddings, v.float_tensor("negative embeddings", negatives.embeddings)))
+        return (positive_logits, negative_logits, negatives.mask, negatives.log_q,
+                negatives.positive_log_q, negatives.log_q_excludes_positive)
+
+    def _hard_negatives(self, negative_logits, mask, ranking_log_q, log_q):
+        """Keeps the num_hard_negatives valid negatives with the largest corrected logits."""
+        ranking = negative_logits if ranking_log_q is None else negative_logits - ranking_log_q
+        ranking = tf.where(mask, ranking, tf.constant(-np.inf, ranking.dtype))
+        k = tf.minimum(self.num_hard_negatives, tf.shape(negative_logits)[1])
+        _, columns = tf.math.top_k(ranking, k=k, sorted=False)
+        negative_logits = tf.gather(negative_logits, columns, batch_dims=1)
+        mask = tf.gather(mask, columns, batch_dims=1)
+        if log_q is not None:
+            if log_q.shape.rank == 1:
+                log_q = tf.broadcast_to(log_q[tf.newaxis, :], tf.shape(ranking))
+            log_q = tf.gather(log_q, columns, batch_dims=1)
+        return negative_logits, mask, log_q
+
+    @staticmethod
+    def _logits_matrix(positive_logits, negative_logits, mask, log_q, positive_log_q,
+                       correction):
+        """[batch, 1 + N] labels and corrected logits, positive first, removed ones at MIN_FLOAT."""
+        if correction == "standard":
+            positive_logits = positive_logits - positive_log_q
+            negative_logits = negative_logits - log_q
+        negative_logits = tf.where(mask, negative_logits, MIN_FLOAT)
+        logits = tf.concat([positive_logits[:, tf.newaxis], negative_logits], axis=1)
+        labels = tf.one_hot(tf.zeros_like(positive_logits, tf.int32), tf.shape(logits)[1])
+        return labels, logits
+
+    def get_config(self):
+        """Config of every argument except `metrics` (factorized metrics hold a candidate index)."""
+        config = super().get_config()
+        config.update(
+            loss=None if self._loss is None else tf.keras.losses.serialize(self._loss),
+            batch_metrics=[tf.keras.metrics.serialize(m) for m in self._batch_metrics],
+            loss_metrics=[tf.keras.metrics.serialize(m) for m in self._loss_metrics],
+            temperature=self.temperature,
+            num_hard_negatives=self.num_hard_negatives,
+            remove_accidental_hits=self.remove_accidental_hits,
+            correction=self.correction,
+            sampler=None if self.sampler is None else tf.keras.layers.serialize(self.sampler))
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if config.get("loss") is not None:
+            config["loss"] = tf.keras.losses.deserialize(config["loss"])
+        for key in ("batch_metrics", "loss_metrics"):
+            config[key] = [tf.keras.metrics.deserialize(m) for m in config.get(key) or []]
+        if config.get("sampler") is not None:
+            config["sampler"] = tf.keras.layers.deserialize(config["sampler"])
+        return cls(**config)
