@@ -55,6 +55,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       its probabilities supply log Q.
     - Q is not clipped at 1e-6 (TFRS clips, which biases catalogs of more than
       about a million items).
+    - With extra candidates (num_candidates > num_queries), the factorized
+      metrics get the positives' ids only (TFRS passes all ids and crashes).
 
     Args:
       loss: Optional custom Keras loss called as `loss(labels, logits,
@@ -224,9 +226,13 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         update_ops = [metric.update_state(loss) for metric in self._loss_metrics]
         if compute_metrics and query_embeddings.shape.rank == 2:
             for metric in self._factorized_metrics:
+                # TFRS slices the embeddings but not the ids, and crashes with
+                # extra candidates; both are sliced here.
                 update_ops.append(metric.update_state(
                     query_embeddings, candidate_embeddings[:num_queries],
-                    true_candidate_ids=candidate_ids, sample_weight=sample_weight))
+                    true_candidate_ids=(None if candidate_ids is None
+                                        else candidate_ids[:num_queries]),
+                    sample_weight=sample_weight))
         if compute_batch_metrics:
             for metric in self._batch_metrics:
                 update_ops.append(metric.update_state(labels, logits, sample_weight=sample_weight))

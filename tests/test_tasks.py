@@ -1,0 +1,264 @@
+"""Tests of LogQRetrieval: parity with tfrs.tasks.Retrieval, the improved path, samplers, config."""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+from absl.testing import parameterized
+
+from tests import reference
+from tfrs_logq import losses
+from tfrs_logq import negatives
+from tfrs_logq.tasks import LogQRetrieval
+
+
+def _batch(seed=0, num_queries=6, num_candidates=8, dim=4):
+    rng = np.random.default_rng(seed)
+    query = rng.normal(size=(num_queries, dim)).astype(np.float32)
+    candidates = rng.normal(size=(num_candidates, dim)).astype(np.float32)
+    ids = np.array([1, 2, 1, 3, 2, 4, 5, 1][:num_candidates], np.int64)  # Repeated ids.
+    probability = rng.uniform(0.01, 0.3, size=num_candidates).astype(np.float32)
+    weight = rng.uniform(0.5, 2.0, size=num_queries).astype(np.float32)
+    return query, candidates, ids, probability, weight
+
+
+def _metrics(candidates, ids):
+    dataset = tf.data.Dataset.from_tensor_slices((ids, candidates)).batch(4)
+    return dict(metrics=tfrs.metrics.FactorizedTopK(candidates=dataset, ks=(1, 3)),
+                batch_metrics=[tf.keras.metrics.TopKCategoricalAccuracy(k=2, name="top2")],
+                loss_metrics=[tf.keras.metrics.Mean(name="loss_mean")])
+
+
+def _results(task):
+    values = [m.result() for m in task._batch_metrics + task._loss_metrics]  # pylint: disable=protected-access
+    for metric in task.factorized_metrics:
+        values.extend(metric.result())
+    return [float(x) for x in values]
+
+
+class ParityWithTfrsTest(tf.test.TestCase, parameterized.TestCase):
+    """correction "none"/"standard" reproduce tfrs.tasks.Retrieval loss and metrics."""
+
+    @parameterized.product(
+        use_probability=[False, True],
+        remove_accidental_hits=[False, True],
+        temperature=[None, 0.5],
+        use_weight=[False, True],
+        num_hard_negatives=[None, 3],
+        extra_candidates=[False, True],
+    )
+    def test_loss_and_metrics_equal_tfrs(self, use_probability, remove_accidental_hits,
+                                         temperature, use_weight, num_hard_negatives,
+                                         extra_candidates):
+        query, candidates, ids, probability, weight = _batch(
+            num_candidates=8 if extra_candidates else 6)
+        candidates[1] = candidates[0]  # A tie, to see that ties are broken as TFRS does.
+        kwargs = dict(temperature=temperature, num_hard_negatives=num_hard_negatives,
+                      remove_accidental_hits=remove_accidental_hits)
+        their_metrics = _metrics(candidates, ids)
+        if extra_candidates:
+            # TFRS passes all candidate ids to the factorized metric and crashes;
+            # its metric is fed the positives' ids by hand below.
+            factorized = their_metrics.pop("metrics")
+            factorized.update_state(query, candidates[:6], true_candidate_ids=ids[:6],
+                                    sample_weight=weight if use_weight else None)
+        theirs = tfrs.tasks.Retrieval(**kwargs, **their_metrics)
+        correction = "standard" if use_probability else "none"
+        ours = LogQRetrieval(**kwargs, correction=correction, **_metrics(candidates, ids))
+        call = dict(candidate_ids=ids, sample_weight=weight if use_weight else None,
+                    candidate_sampling_probability=probability if use_probability else None)
+        want = theirs(query, candidates, **call)
+        got = ours(query, candidates, **call)
+        self.assertAllClose(got, want, rtol=1e-5)
+        their_results = _results(theirs)
+        if extra_candidates:
+            their_results += [float(x) for x in factorized.result()]
+        self.assertAllClose(_results(ours), their_results, rtol=1e-5)
+
+    def test_default_correction_follows_tfrs(self):
+        query, candidates, ids, probability, _ = _batch()
+        for csp in (None, probability):
+            want = tfrs.tasks.Retrieval()(query, candidates, candidate_sampling_probability=csp)
+            got = LogQRetrieval()(query, candidates, candidate_sampling_probability=csp)
+            self.assertAllClose(got, want, rtol=1e-5)
+
+    def test_custom_loss_and_score_mask(self):
+        query, candidates, ids, probability, weight = _batch()
+        score_mask = np.random.default_rng(1).random((6, 8)) > 0.3
+        np.fill_diagonal(score_mask, True)
+        make_loss = lambda: tf.keras.losses.CategoricalCrossentropy(  # noqa: E731
+            from_logits=True, reduction="sum")
+        want = tfrs.tasks.Retrieval(loss=make_loss())(
+            query, candidates, sample_weight=weight, candidate_sampling_probability=probability,
+            score_mask=score_mask)
+        got = LogQRetrieval(loss=make_loss(), correction="standard")(
+            query, candidates, sample_weight=weight, candidate_sampling_probability=probability,
+            score_mask=score_mask)
+        self.assertAllClose(got, want, rtol=1e-5)
+
+    def test_multi_head_queries(self):
+        rng = np.random.default_rng(2)
+        query = rng.normal(size=(6, 3, 4)).astype(np.float32)
+        _, candidates, _, probability, _ = _batch()
+        want = tfrs.tasks.Retrieval()(query, candidates,
+                                      candidate_sampling_probability=probability)
+        got = LogQRetrieval()(query, candidates, candidate_sampling_probability=probability)
+        self.assertAllClose(got, want, rtol=1e-5)
+
+
+class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(None, 0.5)
+    def test_in_batch_improved_equals_loss_function(self, temperature):
+        query, candidates, ids, probability, weight = _batch()
+        task = LogQRetrieval(correction="improved", temperature=temperature)
+        got = task(query, candidates, sample_weight=weight, candidate_ids=ids,
+                   candidate_sampling_probability=probability)
+        scores = query @ candidates.T / (temperature or 1.0)
+        mask = ids[None, :] != ids[:6, None]  # Column i and every copy of id_i removed.
+        want, _ = reference.sampled_softmax(np.diag(scores[:, :6]), scores, "improved",
+                                            np.log(probability), np.log(probability[:6]), mask)
+        self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
+
+    def test_in_batch_improved_without_ids_removes_the_diagonal_only(self):
+        query, candidates, _, probability, _ = _batch(num_candidates=6)
+        got = LogQRetrieval(correction="improved")(
+            query, candidates, candidate_sampling_probability=probability)
+        scores = query @ candidates.T
+        want, _ = reference.sampled_softmax(np.diag(scores), scores, "improved",
+                                            np.log(probability), np.log(probability),
+                                            ~np.eye(6, dtype=bool))
+        self.assertAllClose(got, np.sum(want), rtol=1e-5)
+
+    def test_deduplicating_sampler(self):
+        query, candidates, ids, _, _ = _batch(num_candidates=6)
+        q = np.full(8, 1 / 8, np.float32)
+        sampler = negatives.InBatchSampler(deduplicate=True, probabilities=q)
+        got = LogQRetrieval(correction="improved", sampler=sampler)(
+            query, candidates, candidate_ids=ids)
+        neg = sampler(ids, ids, candidates)
+        want = losses.sampled_softmax_loss(
+            np.sum(query * candidates, axis=1), query @ neg.embeddings.numpy().T,
+            correction="improved", negative_log_q=neg.log_q, negative_mask=neg.mask,
+            log_q_excludes_positive=True)
+        self.assertAllClose(got, tf.reduce_sum(want), rtol=1e-5)
+
+    @parameterized.parameters("none", "standard", "improved")
+    def test_uniform_and_mixed_samplers_train_the_item_tower(self, correction):
+        table = tf.Variable(tf.random.normal([30, 4], seed=1))
+        ids = tf.constant([3, 7, 3, 9], tf.int64)
+        query = tf.random.normal([4, 4], seed=2)
+        for sampler in (negatives.UniformSampler(30, 16, seed=1),
+                        negatives.MixedSampler(30, 8, 4, probabilities=np.full(30, 1 / 30))):
+            task = LogQRetrieval(correction=correction, sampler=sampler)
+            with tf.GradientTape() as tape:
+                loss = task(query, tf.gather(table, ids), candidate_ids=ids,
+                            candidate_embedding_fn=lambda i: tf.gather(table, i))
+            grad = tf.convert_to_tensor(tape.gradient(loss, table))
+            self.assertTrue(np.isfinite(loss.numpy()))
+            touched = np.nonzero(np.abs(grad.numpy()).sum(axis=1))[0]
+            self.assertGreater(len(set(touched) - {3, 7, 9}), 0)  # Sampled negatives got gradient.
+
+    def test_fit_lowers_the_loss(self):
+        num_items, dim = 40, 8
+        rng = np.random.default_rng(0)
+        users = rng.integers(0, 20, size=2048)
+        items = (users * 2 + rng.integers(0, 2, size=2048)) % num_items
+        counts = np.bincount(items, minlength=num_items) + 1.0
+
+        class TwoTower(tfrs.Model):
+
+            def __init__(self):
+                super().__init__()
+                self.user = tf.keras.layers.Embedding(20, dim)
+                self.item = tf.keras.layers.Embedding(num_items, dim)
+                self.task = LogQRetrieval(
+                    correction="improved",
+                    sampler=negatives.MixedSampler(num_items, 16, 64,
+                                                   probabilities=counts / counts.sum()))
+
+            def compute_loss(self, features, training=False):
+                return self.task(self.user(features["user"]), self.item(features["item"]),
+                                 candidate_ids=features["item"],
+                                 candidate_embedding_fn=self.item)
+
+        model = TwoTower()
+        model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
+        data = tf.data.Dataset.from_tensor_slices(
+            {"user": users, "item": items.astype(np.int64)}).batch(128, drop_remainder=True)
+        history = model.fit(data, epochs=4, verbose=0)
+        self.assertLess(history.history["loss"][-1], 0.7 * history.history["loss"][0])
+
+
+class ConfigAndErrorsTest(tf.test.TestCase):
+
+    def test_config_round_trip(self):
+        task = LogQRetrieval(
+            loss_metrics=[tf.keras.metrics.Mean(name="m")],
+            batch_metrics=[tf.keras.metrics.TopKCategoricalAccuracy(k=3)],
+            temperature=0.2, remove_accidental_hits=True, correction="improved",
+            sampler=negatives.MixedSampler(10, 4, 4, mixture="paper",
+                                           probabilities=np.full(10, 0.1)),
+            name="retrieval")
+        restored = LogQRetrieval.from_config(task.get_config())
+        self.assertEqual(restored.get_config(), task.get_config())
+        self.assertEqual(restored.correction, "improved")
+        self.assertEqual(restored.sampler.mixture, "paper")
+        custom = LogQRetrieval(loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
+                               num_hard_negatives=5, correction="standard")
+        self.assertEqual(LogQRetrieval.from_config(custom.get_config()).get_config(),
+                         custom.get_config())
+
+    def test_constructor_errors(self):
+        with self.assertRaisesRegex(ValueError, r"`correction` must be one of None, 'none', "
+                                    r"'standard', 'improved'; received correction='logq'"):
+            LogQRetrieval(correction="logq")
+        with self.assertRaisesRegex(ValueError, r"correction='improved' computes its own "
+                                    r"weighted loss and cannot use a custom `loss`"):
+            LogQRetrieval(loss=tf.keras.losses.MeanSquaredError(), correction="improved")
+        with self.assertRaisesRegex(ValueError, r"hard-negative mining keeps a score-dependent "
+                                    r"subset. Received num_hard_negatives=4"):
+            LogQRetrieval(num_hard_negatives=4, correction="improved")
+        with self.assertRaisesRegex(ValueError, r"`temperature` must be a positive number; "
+                                    r"received temperature=0"):
+            LogQRetrieval(temperature=0)
+        with self.assertRaisesRegex(ValueError, r"`num_hard_negatives` must be a positive "
+                                    r"integer; received num_hard_negatives=0"):
+            LogQRetrieval(num_hard_negatives=0)
+        with self.assertRaisesRegex(TypeError, r"`sampler` must be a tfrs_logq.negatives."
+                                    r"NegativeSampler"):
+            LogQRetrieval(sampler="in_batch")
+
+    def test_call_errors(self):
+        query, candidates, ids, probability, _ = _batch()
+        with self.assertRaisesRegex(ValueError, r"correction='standard' needs sampling "
+                                    r"probabilities; pass `candidate_sampling_probability`"):
+            LogQRetrieval(correction="standard")(query, candidates)
+        with self.assertRaisesRegex(ValueError, r"remove_accidental_hits=True needs "
+                                    r"`candidate_ids`; received candidate_ids=None"):
+            LogQRetrieval(remove_accidental_hits=True)(query, candidates)
+        with self.assertRaisesRegex(ValueError, r"`candidate_sampling_probability` must hold "
+                                    r"probabilities in \(0, 1\]; received "
+                                    r"candidate_sampling_probability with invalid values "
+                                    r"\[1.5\]"):
+            LogQRetrieval()(query, candidates,
+                            candidate_sampling_probability=np.r_[1.5, probability[1:]])
+        with self.assertRaisesRegex(ValueError, r"`query_embeddings` and `candidate_embeddings` "
+                                    r"disagree in size"):
+            LogQRetrieval()(query[:, :3], candidates)
+        with self.assertRaisesRegex(TypeError, r"`query_embeddings` must be a floating-point "
+                                    r"tensor; received query_embeddings with dtype int64"):
+            LogQRetrieval()(ids[:, None], candidates)
+        sampled = LogQRetrieval(sampler=negatives.UniformSampler(10, 3))
+        with self.assertRaisesRegex(ValueError, r"`candidate_sampling_probability` cannot be "
+                                    r"combined with a sampler"):
+            sampled(query, candidates, candidate_ids=ids,
+                    candidate_sampling_probability=probability)
+        with self.assertRaisesRegex(ValueError, r"A sampler needs `candidate_ids`"):
+            sampled(query, candidates)
+        with self.assertRaisesRegex(ValueError, r"UniformSampler drew ids outside the batch and "
+                                    r"needs `candidate_embedding_fn`"):
+            sampled(query, candidates, candidate_ids=ids)
+
+
+if __name__ == "__main__":
+    tf.test.main()
