@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its figures (ratios measured in one run), none is a timed test."""
