@@ -105,44 +105,51 @@ def check_compatible_dim(name_a: str, a: tf.Tensor, axis_a: int,
             f"(axis {axis_b}).")
 
 
+def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
+                  explain=None) -> tf.Tensor:
+    """Raises ValueError eagerly, or attaches a graph assertion, when `valid` is not all True.
+
+    Args:
+      name: the argument's name, for the message.
+      values: the checked tensor.
+      valid: bool tensor of the shape of `values`.
+      message: what the values must be, starting with the argument's name.
+      explain: optional callable mapping the invalid values to a suffix.
+
+    Returns:
+      `values`, with the assertion attached when tracing a graph.
+    """
+    if tf.executing_eagerly():
+        if not bool(tf.reduce_all(valid)):
+            bad = tf.boolean_mask(values, tf.logical_not(valid))
+            suffix = "" if explain is None else explain(bad)
+            raise ValueError(f"{message}; received {name} with invalid values {_short(bad)}"
+                             f"{suffix}.")
+        return values
+    with tf.control_dependencies(
+            [tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", values],
+                                 summarize=6)]):
+        return tf.identity(values)
+
+
 def check_log_probabilities(name: str, log_q: tf.Tensor) -> tf.Tensor:
     """Checks that `log_q` holds logs of probabilities in (0, 1].
 
     Executing eagerly, a bad value raises ValueError at once. Inside a
     tf.function the same check runs as a graph assertion (InvalidArgumentError
     with the same message), so nothing invalid reaches the loss silently.
-
-    Returns:
-      `log_q`, with the graph assertion attached when tracing.
     """
     # A small tolerance above 0 absorbs rounding in estimators' normalisation.
     valid = tf.logical_and(tf.math.is_finite(log_q), log_q <= 1e-6)
-    message = (f"`{name}` must hold log-probabilities of probabilities in (0, 1] "
-               "(finite and <= 0)")
-    if tf.executing_eagerly():
-        if not bool(tf.reduce_all(valid)):
-            bad = tf.boolean_mask(log_q, tf.logical_not(valid))
-            raise ValueError(
-                f"{message}; received {name} with invalid values "
-                f"{_short(bad)} (probabilities {_short(tf.exp(bad))}).")
-        return log_q
-    with tf.control_dependencies(
-            [tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", log_q],
-                                 summarize=6)]):
-        return tf.identity(log_q)
+    return _check_values(
+        name, log_q, valid,
+        f"`{name}` must hold log-probabilities of probabilities in (0, 1] (finite and <= 0)",
+        explain=lambda bad: f" (probabilities {_short(tf.exp(bad))})")
 
 
 def check_probabilities(name: str, probabilities: Any) -> tf.Tensor:
     """Converts probabilities to float32 and checks them to lie in (0, 1]."""
     probabilities = float_tensor(name, probabilities)
     valid = tf.logical_and(probabilities > 0.0, probabilities <= 1.0 + 1e-6)
-    message = f"`{name}` must hold probabilities in (0, 1]"
-    if tf.executing_eagerly():
-        if not bool(tf.reduce_all(valid)):
-            bad = tf.boolean_mask(probabilities, tf.logical_not(valid))
-            raise ValueError(f"{message}; received {name} with invalid values {_short(bad)}.")
-        return probabilities
-    with tf.control_dependencies(
-            [tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", probabilities],
-                                 summarize=6)]):
-        return tf.identity(probabilities)
+    return _check_values(name, probabilities, valid,
+                         f"`{name}` must hold probabilities in (0, 1]")
