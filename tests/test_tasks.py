@@ -189,6 +189,34 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLess(history.history["loss"][-1], 0.7 * history.history["loss"][0])
 
 
+class MixedPrecisionTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters("float16", "bfloat16")
+    def test_low_precision_towers_give_float32_loss(self, dtype):
+        query, candidates, ids, probability, _ = _batch()
+        low = [tf.cast(x, dtype) for x in (query, candidates)]
+        task = LogQRetrieval(correction="improved")
+        got = task(*low, candidate_ids=ids, candidate_sampling_probability=probability)
+        want = task(*[tf.cast(x, tf.float32) for x in low], candidate_ids=ids,
+                    candidate_sampling_probability=probability)
+        self.assertEqual(got.dtype, tf.float32)
+        self.assertAllClose(got, want, rtol=1e-6)
+
+    def test_under_a_mixed_precision_policy(self):
+        query, candidates, ids, probability, _ = _batch()
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        try:
+            task = LogQRetrieval(correction="improved")
+            got = task(query, candidates, candidate_ids=ids,
+                       candidate_sampling_probability=probability)
+        finally:
+            tf.keras.mixed_precision.set_global_policy("float32")
+        want = LogQRetrieval(correction="improved")(
+            query, candidates, candidate_ids=ids, candidate_sampling_probability=probability)
+        self.assertEqual(got.dtype, tf.float32)
+        self.assertAllClose(got, want, rtol=1e-6)  # Inputs were not rounded to bfloat16.
+
+
 class ConfigAndErrorsTest(tf.test.TestCase):
 
     def test_config_round_trip(self):
