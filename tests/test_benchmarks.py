@@ -1,11 +1,13 @@
 """The benchmarks run end to end on small settings and report real numbers."""
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from pipelines.benchmarks import gradient_bias
@@ -46,6 +48,22 @@ class GradientBiasTest(tf.test.TestCase):
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("--samplers must name in_batch, uniform or mixed; received 'random'",
                       result.stderr)
+
+
+@pytest.mark.slow
+class LossOverheadTest(tf.test.TestCase):
+
+    def test_command_line_prints_the_ratios(self):
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.benchmarks.loss_overhead", "--num_items=20000",
+             "--batch_size=256", "--rounds=2", "--steps_per_round=3"],
+            capture_output=True, text=True, timeout=900, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        for variant in ("tfrs Retrieval (logQ)", "LogQRetrieval standard",
+                        "LogQRetrieval improved"):
+            self.assertRegex(result.stdout,
+                             r"\| " + re.escape(variant) + r" \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|")
+        self.assertRegex(result.stdout, r"LogQRetrieval improved / tfrs \(logQ\): +[0-9.]+x")
 
 
 if __name__ == "__main__":
