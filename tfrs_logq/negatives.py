@@ -344,10 +344,12 @@ class MixedSampler(NegativeSampler):
         # q' = q / (1 - q(p)). Weighting the strata by the row's realised valid
         # counts (the balance heuristic) makes Z_hat exactly unbiased given the
         # counts: E[(1/n) sum e^s / Q'_mix] = sum_{d != p} e^{s_d}.
+        log_num_valid = tf.math.log(tf.maximum(
+            tf.reduce_sum(tf.cast(mask, tf.float32), axis=1), 1.0))
+
         def log_share(stratum_mask):
             count = tf.reduce_sum(tf.cast(stratum_mask, tf.float32), axis=1)
-            total = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
-            return (tf.math.log(count) - tf.math.log(tf.maximum(total, 1.0)))[:, tf.newaxis]
+            return (tf.math.log(count) - log_num_valid)[:, tf.newaxis]
 
         log_uniform_excluded = -math.log(max(self.uniform.num_items - 1, 1))
         log_q_excluded = (log_q_ids[tf.newaxis, :]

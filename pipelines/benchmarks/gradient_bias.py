@@ -23,6 +23,7 @@ from absl import app
 from absl import flags
 from tqdm import tqdm
 
+from pipelines.benchmarks import catalog
 from tfrs_logq import losses
 from tfrs_logq import negatives
 
@@ -40,21 +41,14 @@ flags.DEFINE_integer("seed", 0, "Seed of the score vector and of the draws.")
 CORRECTIONS = losses.CORRECTIONS
 
 
-def zipf_probabilities(num_items: int, exponent: float) -> np.ndarray:
-    """q(d) proportional to (rank d + 1)^-exponent, item 0 the most popular."""
-    weights = np.arange(1, num_items + 1, dtype=np.float64) ** -exponent
-    return weights / weights.sum()
-
-
-def make_sampler(kind: str, num_items: int, n: int, q: np.ndarray, seed: int):
-    """The library sampler of `kind` that yields n negatives per row."""
-    if kind == "in_batch":
-        return negatives.InBatchSampler(probabilities=q, seed=seed)
-    if kind == "uniform":
-        return negatives.UniformSampler(num_items, n, seed=seed)
-    if kind == "mixed":
-        return negatives.MixedSampler(num_items, n - n // 2, n // 2, probabilities=q, seed=seed)
-    raise app.UsageError(f"--samplers must name in_batch, uniform or mixed; received {kind!r}.")
+# For each sampler kind, the library sampler that yields n negatives per row.
+SAMPLER_BUILDERS = {
+    "in_batch": lambda num_items, n, q, seed: negatives.InBatchSampler(probabilities=q,
+                                                                       seed=seed),
+    "uniform": lambda num_items, n, q, seed: negatives.UniformSampler(num_items, n, seed=seed),
+    "mixed": lambda num_items, n, q, seed: negatives.MixedSampler(
+        num_items, n - n // 2, n // 2, probabilities=q, seed=seed),
+}
 
 
 def expected_gradient(sampler, kind: str, correction: str, scores: np.ndarray, q: np.ndarray,
@@ -106,7 +100,7 @@ def full_softmax_gradient(scores: np.ndarray, positive: int) -> np.ndarray:
 def run_study(num_items, exponent, num_negatives, trials, tail_quantile, samplers, seed):
     """Returns one dict per (sampler, correction, n, positive) with the relative errors."""
     rng = np.random.default_rng(seed)
-    q = zipf_probabilities(num_items, exponent)
+    q = catalog.zipf_probabilities(num_items, exponent)
     scores = rng.normal(size=num_items).astype(np.float32)
     positives = {"head": 0, "tail": int(round(tail_quantile * (num_items - 1)))}
     tf.random.set_seed(seed)
@@ -115,7 +109,7 @@ def run_study(num_items, exponent, num_negatives, trials, tail_quantile, sampler
     rows = []
     for kind, n, correction, label in tqdm(configs, desc="gradient bias", unit="config"):
         positive = positives[label]
-        sampler = make_sampler(kind, num_items, n, q, seed)
+        sampler = SAMPLER_BUILDERS[kind](num_items, n, q, seed)
         started = time.perf_counter()
         mean, variance = expected_gradient(sampler, kind, correction, scores, q, positive, n,
                                            trials)
@@ -187,7 +181,7 @@ def main(argv):
     if any(n < 2 for n in num_negatives):
         raise app.UsageError(f"--num_negatives must be >= 2; received {FLAGS.num_negatives!r}.")
     for kind in FLAGS.samplers:
-        if kind not in ("in_batch", "uniform", "mixed"):
+        if kind not in SAMPLER_BUILDERS:
             raise app.UsageError(f"--samplers must name in_batch, uniform or mixed; received "
                                  f"{kind!r}.")
     os.makedirs(FLAGS.output_dir, exist_ok=True)

@@ -19,6 +19,7 @@ import tensorflow_recommenders as tfrs
 from absl import app
 from absl import flags
 
+from pipelines.benchmarks import catalog
 from tfrs_logq.tasks import LogQRetrieval
 
 FLAGS = flags.FLAGS
@@ -48,8 +49,7 @@ class TwoTower(tf.keras.Model):
 def zipf_batches(num_items: int, batch_size: int, count: int, seed: int, exponent=1.0):
     """`count` batches of (user ids, item ids, item probabilities), items ~ Zipf(exponent)."""
     rng = np.random.default_rng(seed)
-    q = np.arange(1, num_items + 1, dtype=np.float64) ** -exponent
-    q /= q.sum()
+    q = catalog.zipf_probabilities(num_items, exponent)
     batches = []
     for _ in range(count):
         items = rng.choice(num_items, size=batch_size, p=q).astype(np.int64)
