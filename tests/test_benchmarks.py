@@ -48,6 +48,14 @@ class GradientBiasTest(tf.test.TestCase):
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("--samplers must name in_batch, uniform or mixed; received 'random'",
                       result.stderr)
+        for value, message in (("4,x", "--num_negatives must be integers; received ['4', 'x']"),
+                               ("1", "--num_negatives must be >= 2; received ['1']")):
+            result = subprocess.run(
+                [sys.executable, "-m", "pipelines.benchmarks.gradient_bias",
+                 f"--num_negatives={value}"],
+                capture_output=True, text=True, timeout=600, check=False)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn(message, result.stderr)
 
 
 @pytest.mark.slow

@@ -263,6 +263,11 @@ class OtherLossesTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"`num_items` must exceed the number of "
                                     r"negatives per positive \(3\); received num_items=3"):
             losses.gbce_loss([0.0], [[0.0, 0.0, 0.0]], num_items=3, t=0.5)
+        unknown_n = tf.function(lambda neg: losses.gbce_loss([0.0], neg, num_items=9, t=0.5),
+                                input_signature=[tf.TensorSpec([1, None])])
+        with self.assertRaisesRegex(ValueError, r"gbce_loss needs a static number of negatives; "
+                                    r"received negative_logits with shape \(1, None\)"):
+            unknown_n.get_concrete_function()
 
 
 class SampledSoftmaxLossLayerTest(tf.test.TestCase):

@@ -255,6 +255,9 @@ class ConfigAndErrorsTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, r"`sampler` must be a tfrs_logq.negatives."
                                     r"NegativeSampler"):
             LogQRetrieval(sampler="in_batch")
+        with self.assertRaisesRegex(TypeError, r"`remove_accidental_hits` must be a bool; "
+                                    r"received remove_accidental_hits='yes'"):
+            LogQRetrieval(remove_accidental_hits="yes")
 
     def test_call_errors(self):
         query, candidates, ids, probability, _ = _batch()
@@ -276,6 +279,10 @@ class ConfigAndErrorsTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, r"`query_embeddings` must be a floating-point "
                                     r"tensor; received query_embeddings with dtype int64"):
             LogQRetrieval()(ids[:, None], candidates)
+        with self.assertRaisesRegex(ValueError, r"`query_embeddings` must have shape "
+                                    r"\[num_queries, dim\] or \[num_queries, num_heads, dim\]; "
+                                    r"received query_embeddings with shape \(6,\)"):
+            LogQRetrieval()(query[:, 0], candidates)
         sampled = LogQRetrieval(sampler=negatives.UniformSampler(10, 3))
         with self.assertRaisesRegex(ValueError, r"`candidate_sampling_probability` cannot be "
                                     r"combined with a sampler"):
