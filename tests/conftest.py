@@ -1,7 +1,19 @@
-"""Test setup: import tfrs_logq before TensorFlow so that tf.keras is Keras 2."""
+"""Test setup: import tfrs_logq before TensorFlow so that tf.keras is Keras 2, and split the CPU.
+
+The CPU is split into two logical devices (before TensorFlow initialises its
+runtime) so that MirroredStrategy tests can run two replicas in this process.
+Ops without a strategy still run on /CPU:0.
+"""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tfrs_logq  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position
+import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
+
+NUM_LOGICAL_CPUS = 2
+
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)

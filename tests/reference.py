@@ -63,3 +63,67 @@ def bce(pos, neg, mask=None, beta=1.0):
     mask = np.ones(neg.shape, bool) if mask is None else mask
     softplus = lambda x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)  # noqa: E731
     return beta * softplus(-np.asarray(pos, np.float64)) + np.where(mask, softplus(neg), 0).sum(1)
+
+
+def hashed_frequency(stream, buckets_of, alpha, first_gap=True):
+    """Yi et al. (2019) algorithms 2-3, id by id, in float64.
+
+    Args:
+      stream: list of steps, each a list of ids.
+      buckets_of: maps an id to its list of m flat bucket indices.
+
+    Returns:
+      A function mapping an id to (gap estimate, per-draw q reading).
+    """
+    last, gap = {}, {}
+    step = num_ids = 0
+    for ids in stream:
+        step += 1
+        num_ids += len(ids)
+        new_last, new_gap = {}, {}
+        for item in ids:
+            for bucket in buckets_of(item):
+                seen = last.get(bucket, 0)
+                now = step - seen
+                value = now if (first_gap and seen == 0) else (
+                    (1 - alpha) * gap.get(bucket, 0.0) + alpha * now)
+                new_last[bucket], new_gap[bucket] = step, value
+        last.update(new_last)
+        gap.update(new_gap)
+    draws = max(num_ids / max(step, 1), 1.0)
+
+    def estimate(item):
+        gaps = [max(gap[b], 1.0) if last.get(b, 0) > 0 else step + 1.0 for b in buckets_of(item)]
+        return max(gaps), 1.0 / max(gaps) / draws
+    return estimate
+
+
+def count_min(stream, buckets_of, decay, conservative=False, min_count=0.5):
+    """Decayed count-min sketch, in float64 with the decay applied eagerly.
+
+    The conservative update processes each distinct id of a step once, from the
+    counters as they were before the step, with its number of occurrences.
+
+    Returns:
+      A function mapping an id to its per-draw q.
+    """
+    counts, total = {}, 0.0
+    for ids in stream:
+        counts = {b: c * decay for b, c in counts.items()}
+        total = total * decay + len(ids)
+        if conservative:
+            before = dict(counts)
+            distinct, occurrences = np.unique(np.asarray(ids), return_counts=True)
+            for item, n in zip(distinct.tolist(), occurrences.tolist()):
+                estimate = min(before.get(b, 0.0) for b in buckets_of(item)) + n
+                for b in buckets_of(item):
+                    counts[b] = max(counts.get(b, 0.0), estimate)
+        else:
+            for item in ids:
+                for b in buckets_of(item):
+                    counts[b] = counts.get(b, 0.0) + 1.0
+
+    def estimate(item):
+        count = min(counts.get(b, 0.0) for b in buckets_of(item))
+        return max(count, min_count) / max(total, min_count)
+    return estimate

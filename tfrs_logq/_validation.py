@@ -74,14 +74,14 @@ def bool_tensor(name: str, value: Any, rank: Optional[int] = None) -> tf.Tensor:
     return tensor
 
 
-def ids_tensor(name: str, ids: Any) -> tf.Tensor:
-    """Converts `ids` to a rank-1 integer or string tensor; raises TypeError otherwise."""
+def ids_tensor(name: str, ids: Any, rank: Optional[int] = 1) -> tf.Tensor:
+    """Converts `ids` to an integer or string tensor (of `rank`, if given); else raises."""
     ids = tf.convert_to_tensor(ids)
     if not (ids.dtype.is_integer or ids.dtype == tf.string):
         raise TypeError(
             f"`{name}` must be an integer or string tensor of item ids; received {name} "
             f"with dtype {ids.dtype.name}.")
-    check_rank(name, ids, 1)
+    check_rank(name, ids, rank)
     return ids
 
 
@@ -121,7 +121,8 @@ def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
     """
     if tf.executing_eagerly():
         if not bool(tf.reduce_all(valid)):
-            bad = tf.boolean_mask(values, tf.logical_not(valid))
+            bad = tf.boolean_mask(tf.reshape(values, [-1]),
+                                  tf.logical_not(tf.reshape(valid, [-1])))
             suffix = "" if explain is None else explain(bad)
             raise ValueError(f"{message}; received {name} with invalid values {_short(bad)}"
                              f"{suffix}.")

@@ -8,6 +8,7 @@ from tensorflow_recommenders import metrics as tfrs_metrics
 from tensorflow_recommenders.tasks import base
 
 from tfrs_logq import _validation as v
+from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import losses as losses_lib
 from tfrs_logq import negatives as negatives_lib
 
@@ -53,6 +54,14 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
     - `sampler=`: negatives from an `InBatchSampler` (e.g. deduplicated),
       `UniformSampler` or `MixedSampler` instead of the raw candidate columns;
       its probabilities supply log Q.
+    - `frequency=`: log Q of the candidate columns read from a frequency
+      source (e.g. a streaming `CountMinSketchEstimator`) by `candidate_ids`,
+      instead of `candidate_sampling_probability`.
+    - Streaming estimators (given as `frequency` or as the sampler's
+      `probabilities`) are updated with the step's positives at the start of
+      every training call, before log Q is read (Yi et al. 2019). Pass
+      `training=False` from `compute_loss` so that evaluation does not feed
+      them; a call without `training` counts as a training step.
     - Q is not clipped at 1e-6 (TFRS clips, which biases catalogs of more than
       about a million items).
     - With extra candidates (num_candidates > num_queries), the factorized
@@ -80,6 +89,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         `candidate_sampling_probability` or the sampler's probabilities are
         available, else "none"), "none", "standard" or "improved".
       sampler: optional `tfrs_logq.negatives.NegativeSampler`.
+      frequency: optional source of per-draw probabilities for the candidate
+        columns when no sampler is used: a `tfrs_logq.frequency`
+        estimator, an array of probabilities indexed by id, or a callable.
+        Not with a sampler (give the sampler `probabilities` instead).
       **kwargs: standard Keras layer arguments.
     """
 
@@ -96,6 +109,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                  *,
                  correction: Optional[str] = None,
                  sampler: Optional[negatives_lib.NegativeSampler] = None,
+                 frequency: frequency_lib.FrequencyLike = None,
                  **kwargs) -> None:
         # Logits are always float32, also under a mixed-precision policy.
         kwargs.setdefault("dtype", "float32")
@@ -121,6 +135,12 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             raise TypeError(
                 "`sampler` must be a tfrs_logq.negatives.NegativeSampler (InBatchSampler, "
                 f"UniformSampler, MixedSampler); received sampler={sampler!r}.")
+        self.frequency = frequency_lib.as_frequency(frequency)
+        if sampler is not None and self.frequency is not None:
+            raise ValueError(
+                "Pass the probability source to the sampler (its `probabilities`), not to the "
+                f"task, when a sampler is used; received frequency={frequency!r} and "
+                f"sampler={sampler!r}.")
         self._loss = loss
         if metrics is None:
             metrics = []
@@ -151,7 +171,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
              compute_metrics: bool = True,
              compute_batch_metrics: bool = True,
              score_mask: Optional[tf.Tensor] = None,
-             candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None) -> tf.Tensor:
+             candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None,
+             training: Optional[bool] = None) -> tf.Tensor:
         """Computes the task loss and updates the metrics.
 
         Row i of `query_embeddings` chose the candidate in row i of
@@ -175,6 +196,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             columns a query must not see as negatives. Not with a sampler.
           candidate_embedding_fn: maps ids to candidate embeddings (the item
             tower), for samplers that draw ids outside the batch (uniform, mixed).
+          training: whether this is a training step. Unless it is False, a
+            streaming frequency estimator is first updated with the positives'
+            ids (`candidate_ids[:num_queries]`; rows with a zero sample weight
+            are left out).
 
         Returns:
           Scalar loss: the sum over queries of sample-weighted per-example losses.
@@ -193,6 +218,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             sample_weight = v.float_tensor("sample_weight", sample_weight, rank=1)
 
         num_queries = tf.shape(query_embeddings)[0]
+        self._update_frequency(candidate_ids, num_queries, sample_weight, training)
         if self.sampler is None:
             positive_logits, negative_logits, mask, log_q, positive_log_q, excludes = (
                 self._candidate_columns(query_embeddings, candidate_embeddings,
@@ -239,12 +265,31 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
 
+    def _update_frequency(self, candidate_ids, num_queries, sample_weight, training) -> None:
+        """Feeds the step's positives to a streaming estimator (update, then read)."""
+        source = self.frequency if self.sampler is None else self.sampler.frequency
+        if source is None or not source.streaming or training is False:
+            return
+        if candidate_ids is None:
+            raise ValueError(
+                f"A streaming estimator ({type(source).__name__}) is updated with the "
+                "positives' ids; received candidate_ids=None.")
+        positive_ids = v.ids_tensor("candidate_ids", candidate_ids)[:num_queries]
+        mask = None if sample_weight is None else sample_weight > 0.0
+        if training is None or training is True:
+            source.update(positive_ids, mask=mask)
+        else:  # A boolean tensor.
+            def update():
+                source.update(positive_ids, mask=mask)
+                return tf.constant(True)
+            tf.cond(tf.cast(training, tf.bool), update, lambda: tf.constant(False))
+
     def _resolve_correction(self, log_q: Optional[tf.Tensor]) -> str:
         if self.correction is None:
             return "none" if log_q is None else "standard"
         if self.correction != "none" and log_q is None:
             where = ("the sampler's `probabilities`" if self.sampler is not None
-                     else "`candidate_sampling_probability`")
+                     else "`candidate_sampling_probability` or the task's `frequency`")
             raise ValueError(
                 f"correction={self.correction!r} needs sampling probabilities; pass {where}. "
                 "Received none.")
@@ -272,7 +317,18 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if score_mask is not None:
             mask = tf.logical_and(mask, v.bool_tensor("score_mask", score_mask, rank=2))
         log_q = positive_log_q = None
-        if candidate_sampling_probability is not None:
+        if self.frequency is not None and candidate_sampling_probability is not None:
+            raise ValueError(
+                "The task has a `frequency` source; received candidate_sampling_probability "
+                "as well. Pass one of them.")
+        if self.frequency is not None:
+            if candidate_ids is None:
+                raise ValueError(
+                    "The task's `frequency` reads log Q by id and needs `candidate_ids`; "
+                    "received candidate_ids=None.")
+            log_q = self.frequency.log_q(candidate_ids)
+            positive_log_q = log_q[:num_queries]
+        elif candidate_sampling_probability is not None:
             probabilities = v.check_probabilities("candidate_sampling_probability",
                                                   candidate_sampling_probability)
             v.check_rank("candidate_sampling_probability", probabilities, 1)
@@ -349,7 +405,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             num_hard_negatives=self.num_hard_negatives,
             remove_accidental_hits=self.remove_accidental_hits,
             correction=self.correction,
-            sampler=None if self.sampler is None else tf.keras.layers.serialize(self.sampler))
+            sampler=None if self.sampler is None else tf.keras.layers.serialize(self.sampler),
+            frequency=(None if self.frequency is None
+                       else tf.keras.layers.serialize(self.frequency)))
         return config
 
     @classmethod
