@@ -5,6 +5,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from tfrs_logq import _ops
+from tfrs_logq import frequency
 from tfrs_logq import negatives
 
 NUM_ITEMS = 50
@@ -90,6 +91,33 @@ class UnbiasednessTest(tf.test.TestCase, parameterized.TestCase):
         truth = _truth(0)
         self.assertGreater(z.mean() - truth, 10.0 * z.std() / np.sqrt(len(z)))
         self.assertAllClose(z.mean() / truth, 1 / (1 - ZIPF_Q[0]), rtol=0.04)
+
+
+class _TwoQuantities(frequency.FrequencyEstimator):
+    """A source whose per-draw and inclusion readings are told apart by value."""
+
+    def log_q(self, ids):
+        return tf.fill(tf.shape(ids), np.log(0.01).astype(np.float32))
+
+    def log_inclusion_probability(self, ids, num_draws):
+        return tf.fill(tf.shape(ids), np.log(0.5).astype(np.float32))
+
+
+class MatchingQuantityTest(tf.test.TestCase):
+    """Samplers read per-draw q without deduplication, the inclusion probability with it."""
+
+    def test_each_sampler_reads_its_quantity(self):
+        ids = tf.constant([3, 1, 3, 2], tf.int64)
+        plain = negatives.InBatchSampler(probabilities=_TwoQuantities())(ids, ids)
+        self.assertAllClose(plain.log_q, np.full(4, np.log(0.01)))
+        dedup = negatives.InBatchSampler(deduplicate=True, probabilities=_TwoQuantities())(
+            ids, ids)
+        num_valid = dedup.mask.numpy().sum(axis=1)
+        self.assertAllClose(dedup.log_q, np.log(0.5) - np.log(num_valid)[:, None]
+                            + np.zeros([1, 3]))
+        mixed = negatives.MixedSampler(10, 2, 4, mixture="paper",
+                                       probabilities=_TwoQuantities())(ids, ids)
+        self.assertAllClose(mixed.log_q, np.full(6, np.log(0.01)))
 
 
 class InBatchSamplerTest(tf.test.TestCase):

@@ -1,11 +1,15 @@
 """Tests of LogQRetrieval: parity with tfrs.tasks.Retrieval, the improved path, samplers, config."""
 
+import os
+import tempfile
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 from absl.testing import parameterized
 
 from tests import reference
+from tfrs_logq import frequency
 from tfrs_logq import losses
 from tfrs_logq import negatives
 from tfrs_logq.tasks import LogQRetrieval
@@ -187,6 +191,120 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
             {"user": users, "item": items.astype(np.int64)}).batch(128, drop_remainder=True)
         history = model.fit(data, epochs=4, verbose=0)
         self.assertLess(history.history["loss"][-1], 0.7 * history.history["loss"][0])
+
+
+class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
+    """Streaming estimators: updated with the step's positives, then read, once per step."""
+
+    def _count_min(self):
+        # Exact counts over the ids used here (no collisions among ids 1-5 at this width).
+        return frequency.CountMinSketchEstimator(width=4096, depth=2, decay=1.0)
+
+    def test_task_frequency_is_updated_then_read(self):
+        query, candidates, ids, _, weight = _batch(num_candidates=6)  # ids 1 2 1 3 2 4
+        estimator = self._count_min()
+        task = LogQRetrieval(frequency=estimator, correction="standard")
+        got = task(query, candidates, sample_weight=weight, candidate_ids=ids)
+        self.assertEqual(int(estimator.step.numpy()), 1)
+        # Q read after this step's update: counts 2, 2, 1, 1 of 6 draws.
+        q = np.array([2, 2, 2, 1, 2, 1]) / 6.0
+        scores = query @ candidates.T
+        want, _ = reference.sampled_softmax(np.diag(scores), scores, "standard", np.log(q),
+                                            np.log(q), ~np.eye(6, dtype=bool))
+        self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
+
+    def test_training_flag_and_zero_weights(self):
+        query, candidates, ids, _, _ = _batch(num_candidates=6)
+        estimator = self._count_min()
+        task = LogQRetrieval(frequency=estimator)
+        task(query, candidates, candidate_ids=ids, training=False)
+        self.assertEqual(int(estimator.step.numpy()), 0)
+        graph_call = tf.function(
+            lambda training: task(query, candidates, candidate_ids=ids, training=training))
+        graph_call(tf.constant(False))
+        self.assertEqual(int(estimator.step.numpy()), 0)
+        graph_call(tf.constant(True))
+        self.assertEqual(int(estimator.step.numpy()), 1)
+        # Rows with a zero sample weight (padding) are not fed to the estimator.
+        task(query, candidates, candidate_ids=ids, training=True,
+             sample_weight=np.array([1, 0, 1, 1, 0, 1], np.float32))
+        self.assertAllClose(estimator.effective_draws, 6 + 4)
+
+    @parameterized.parameters("in_batch", "mixed")
+    def test_sampler_estimator_is_updated_once_per_step(self, kind):
+        query, candidates, ids, _, _ = _batch(num_candidates=6)
+        estimator = self._count_min()
+        sampler = (negatives.InBatchSampler(probabilities=estimator) if kind == "in_batch" else
+                   negatives.MixedSampler(10, 4, 6, probabilities=estimator, seed=1))
+        task = LogQRetrieval(correction="improved", sampler=sampler)
+        table = tf.random.normal([10, 4], seed=3)
+        task(query, candidates, candidate_ids=ids,
+             candidate_embedding_fn=lambda i: tf.gather(table, i))
+        self.assertEqual(int(estimator.step.numpy()), 1)
+        self.assertAllClose(estimator.effective_draws, 6.0)
+
+    def test_model_fit_updates_and_checkpoints_the_estimator(self):
+        num_items, dim = 40, 8
+        rng = np.random.default_rng(0)
+        users = rng.integers(0, 20, size=512)
+        items = ((users * 2 + rng.integers(0, 2, size=512)) % num_items).astype(np.int64)
+
+        class TwoTower(tfrs.Model):
+
+            def __init__(self):
+                super().__init__()
+                self.user = tf.keras.layers.Embedding(20, dim)
+                self.item = tf.keras.layers.Embedding(num_items, dim)
+                self.task = LogQRetrieval(
+                    correction="improved",
+                    sampler=negatives.InBatchSampler(
+                        probabilities=frequency.CountMinSketchEstimator(width=256, depth=2)))
+
+            def compute_loss(self, features, training=False):
+                return self.task(self.user(features["user"]), self.item(features["item"]),
+                                 candidate_ids=features["item"], training=training)
+
+        model = TwoTower()
+        model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
+        data = tf.data.Dataset.from_tensor_slices(
+            {"user": users, "item": items}).batch(128, drop_remainder=True)
+        model.fit(data, epochs=2, verbose=0)
+        estimator = model.task.sampler.frequency
+        self.assertEqual(int(estimator.step.numpy()), 8)
+        model.evaluate(data, verbose=0)  # training=False: the estimator is not fed.
+        self.assertEqual(int(estimator.step.numpy()), 8)
+        names = [w.name for w in model.non_trainable_weights]
+        self.assertIn("counts:0", names)
+        path = os.path.join(tempfile.mkdtemp(), "weights")
+        model.save_weights(path)
+        restored = TwoTower()
+        restored.load_weights(path).assert_existing_objects_matched()
+        for a, b in zip(estimator.weights, restored.task.sampler.frequency.weights):
+            self.assertAllEqual(a, b)
+
+    def test_config_round_trip_and_errors(self):
+        task = LogQRetrieval(frequency=frequency.CountMinSketchEstimator(
+            width=32, depth=3, decay=0.9, conservative=True, seed=2), correction="improved")
+        restored = LogQRetrieval.from_config(task.get_config())
+        self.assertEqual(restored.get_config(), task.get_config())
+        self.assertIsInstance(restored.frequency, frequency.CountMinSketchEstimator)
+        self.assertEqual(restored.frequency.decay, 0.9)
+
+        query, candidates, ids, probability, _ = _batch(num_candidates=6)
+        with self.assertRaisesRegex(ValueError, r"Pass the probability source to the sampler"):
+            LogQRetrieval(frequency=np.full(10, 0.1),
+                          sampler=negatives.InBatchSampler(probabilities=np.full(10, 0.1)))
+        with self.assertRaisesRegex(ValueError, r"The task has a `frequency` source; received "
+                                    r"candidate_sampling_probability as well"):
+            LogQRetrieval(frequency=np.full(10, 0.1))(
+                query, candidates, candidate_ids=ids, candidate_sampling_probability=probability)
+        with self.assertRaisesRegex(ValueError, r"The task's `frequency` reads log Q by id and "
+                                    r"needs `candidate_ids`; received candidate_ids=None"):
+            LogQRetrieval(frequency=np.full(10, 0.1))(query, candidates, training=False)
+        with self.assertRaisesRegex(ValueError, r"A streaming estimator \(CountMinSketchEstimator"
+                                    r"\) is updated with the positives' ids; received "
+                                    r"candidate_ids=None"):
+            LogQRetrieval(frequency=self._count_min())(query, candidates)
 
 
 class MixedPrecisionTest(tf.test.TestCase, parameterized.TestCase):
