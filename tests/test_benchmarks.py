@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipelines.benchmarks import estimator_accuracy
 from pipelines.benchmarks import gradient_bias
+from tfrs_logq import frequency
 
 
 class GradientBiasTest(tf.test.TestCase):
@@ -53,6 +55,70 @@ class GradientBiasTest(tf.test.TestCase):
             result = subprocess.run(
                 [sys.executable, "-m", "pipelines.benchmarks.gradient_bias",
                  f"--num_negatives={value}"],
+                capture_output=True, text=True, timeout=600, check=False)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn(message, result.stderr)
+
+
+class EstimatorAccuracyTest(tf.test.TestCase):
+
+    def test_count_min_tracks_q_and_the_drift_and_hashed_saturates(self):
+        def stream():
+            return estimator_accuracy.Stream(num_items=2000, exponent=1.0, batch_size=256,
+                                             drift_step=200, seed=0)
+
+        count_min = estimator_accuracy.run_stream(
+            lambda: frequency.CountMinSketchEstimator(width=8192, depth=4, decay=0.95),
+            stream(), steps=400, eval_every=10, tail_band=(500, 1000))
+        before = count_min["before_drift"]
+        # decay 0.95 averages ~39 steps' draws: the rank-50 item (0.63 draws a step) has
+        # ~25 effective draws, a relative error of ~0.2, so a median of ~0.13 over the top-100.
+        self.assertLess(before["top100"], 0.2)
+        self.assertLess(before["top1000"], 0.45)
+        self.assertBetween(before["tv"], 0.0, 0.2)
+        # The window is ~20 steps: back under 1.5x its pre-drift error within a few windows.
+        self.assertIsNotNone(count_min["recovery_steps"])
+        self.assertLess(count_min["recovery_steps"], 60)
+        self.assertEqual(count_min["state_bytes"], 8192 * 4 * 4 + 20)
+
+        hashed = estimator_accuracy.run_stream(
+            lambda: frequency.HashedFrequencyEstimator(num_buckets=8192, num_hashes=2),
+            stream(), steps=400, eval_every=10, tail_band=(500, 1000))
+        top = hashed["before_drift"]["head"][0]
+        # The top item (q = 0.12, ~31 draws a step) is seen every step: per-draw 1/256.
+        self.assertAllClose(top["q_hat"], 1 / 256, rtol=1e-3)
+        self.assertGreater(np.log(top["q"] / top["q_hat"]), 3.0)
+        self.assertAllClose(top["pi_hat"], 1.0, atol=1e-6)
+
+    def test_command_line_writes_table_and_plot(self):
+        out = tempfile.mkdtemp()
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.benchmarks.estimator_accuracy",
+             f"--output_dir={out}", "--catalogs=3000", "--exponents=1.0", "--batch_size=64",
+             "--steps=120", "--drift_step=60", "--eval_every=20", "--tail_band=500,1000",
+             "--memory_mb=0.05", "--timing_items=2000", "--timing_rounds=1",
+             "--timing_steps=2"],
+            capture_output=True, text=True, timeout=600, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertRegex(result.stdout, r"\| Zipf 1 / 3,000 items \| hashed m=2 alpha=0.01 \| "
+                         r"0.05 \| [0-9.]+ \|")
+        self.assertRegex(result.stdout, r"\| count-min d=4 decay=0.999 \| [0-9,]+ \| [0-9.]+ \| "
+                         r"[0-9.]+% \| [0-9.]+x \|")
+        self.assertRegex(result.stdout, r"Largest update \+ lookup cost: [0-9.]+% of the training "
+                         r"step")
+        for name in ("estimator_accuracy.png", "estimator_accuracy.json",
+                     "estimator_accuracy.md"):
+            self.assertTrue(os.path.getsize(os.path.join(out, name)) > 0, name)
+
+    def test_bad_flags_are_reported(self):
+        for flag, message in (
+                ("--estimators=lossy", "--estimators: unknown estimator 'lossy'; choose from "
+                                       "hashed m=2 alpha=0.01"),
+                ("--drift_step=5000", "--drift_step must be below --steps=4000; received "
+                                      "--drift_step=5000"),
+                ("--catalogs=1", "--exponents must be positive, --catalogs at least 2")):
+            result = subprocess.run(
+                [sys.executable, "-m", "pipelines.benchmarks.estimator_accuracy", flag],
                 capture_output=True, text=True, timeout=600, check=False)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)

@@ -282,6 +282,56 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
         for a, b in zip(estimator.weights, restored.task.sampler.frequency.weights):
             self.assertAllEqual(a, b)
 
+    def test_backup_and_restore_neither_loses_nor_repeats_updates(self):
+        # fit is interrupted after step 6 of 8 in the second epoch, then started again
+        # with the same BackupAndRestore directory: the estimator must end exactly
+        # as after an uninterrupted run (each of the 16 steps applied once).
+        # Keras restores the step count but not the input position (a resumed epoch
+        # re-reads its first batches), so the input is one repeated stream that
+        # skips the restored number of optimizer steps when its iterator is made.
+        rng = np.random.default_rng(1)
+        users = rng.integers(0, 20, size=256)
+        items = rng.integers(0, 40, size=256).astype(np.int64)
+        stream = tf.data.Dataset.from_tensor_slices(
+            {"user": users, "item": items}).batch(32, drop_remainder=True).repeat()
+
+        class TwoTower(tfrs.Model):
+
+            def __init__(self):
+                super().__init__()
+                self.user = tf.keras.layers.Embedding(
+                    20, 4, embeddings_initializer=tf.keras.initializers.RandomNormal(seed=1))
+                self.item = tf.keras.layers.Embedding(
+                    40, 4, embeddings_initializer=tf.keras.initializers.RandomNormal(seed=2))
+                self.task = LogQRetrieval(frequency=frequency.HashedFrequencyEstimator(
+                    num_buckets=64, alpha=0.3))
+
+            def compute_loss(self, features, training=False):
+                return self.task(self.user(features["user"]), self.item(features["item"]),
+                                 candidate_ids=features["item"], training=training)
+
+        class Interrupt(tf.keras.callbacks.Callback):
+
+            def on_train_batch_end(self, batch, logs=None):
+                if self.model.optimizer.iterations.numpy() == 14:
+                    raise KeyboardInterrupt
+
+        def fit(model, callbacks):
+            model.compile(optimizer=tf.keras.optimizers.SGD(0.1))
+            iterations = model.optimizer.iterations
+            data = tf.data.Dataset.range(1).flat_map(lambda _: stream.skip(iterations))
+            model.fit(data, epochs=2, steps_per_epoch=8, verbose=0, callbacks=callbacks)
+            return model.task.frequency
+
+        reference_state = [w.numpy() for w in fit(TwoTower(), []).weights]
+        backup = tf.keras.callbacks.BackupAndRestore(tempfile.mkdtemp(), save_freq=1)
+        with self.assertRaises(KeyboardInterrupt):
+            fit(TwoTower(), [backup, Interrupt()])
+        resumed = fit(TwoTower(), [backup])
+        self.assertEqual(int(resumed.step.numpy()), 16)
+        for want, got in zip(reference_state, resumed.weights):
+            self.assertAllClose(want, got, msg=got.name)
+
     def test_config_round_trip_and_errors(self):
         task = LogQRetrieval(frequency=frequency.CountMinSketchEstimator(
             width=32, depth=3, decay=0.9, conservative=True, seed=2), correction="improved")

@@ -41,6 +41,8 @@ from tfrs_logq import frequency
 from tfrs_logq import losses
 from tfrs_logq import negatives
 from tfrs_logq import tasks
+from tfrs_logq.frequency import CountMinSketchEstimator
+from tfrs_logq.frequency import HashedFrequencyEstimator
 from tfrs_logq.frequency import StaticFrequency
 from tfrs_logq.losses import SampledSoftmaxLoss
 from tfrs_logq.losses import bce_loss
@@ -54,6 +56,8 @@ from tfrs_logq.negatives import UniformSampler
 from tfrs_logq.tasks import LogQRetrieval
 
 __all__ = [
+        "CountMinSketchEstimator",
+        "HashedFrequencyEstimator",
         "InBatchSampler",
         "LogQRetrieval",
         "MixedSampler",
