@@ -270,9 +270,13 @@ def plot(results: Dict, names: List[str], path: str) -> None:
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6), squeeze=False,
+    columns = min(3, len(results))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.8 * columns, 3.4 * rows), squeeze=False,
                              sharey=True)
-    for ax, (stream_name, by_estimator) in zip(axes[0], results.items()):
+    for ax in axes.ravel()[len(results):]:
+        ax.set_visible(False)
+    for ax, (stream_name, by_estimator) in zip(axes.ravel(), results.items()):
         for name in names:
             steps, errors = zip(*by_estimator[name]["curve"])
             ax.plot(steps, errors, label=name)
@@ -281,8 +285,9 @@ def plot(results: Dict, names: List[str], path: str) -> None:
         ax.set_yscale("log")
         ax.set_title(stream_name, fontsize=9)
         ax.set_xlabel("step")
-    axes[0][0].set_ylabel("median |log q_hat - log q|, top-1,000")
-    axes[0][-1].legend(fontsize=7)
+    for row in axes:
+        row[0].set_ylabel("median |log q_hat - log q|, top-1,000", fontsize=8)
+    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
