@@ -1,0 +1,127 @@
+"""tf.data builders: SASRec sequence windows and two-tower examples, per replica, prefetched.
+
+Everything is built from in-memory arrays with `from_tensor_slices` and
+in-graph maps (no Python generator in the training path). Training streams are
+shuffled with a seed, repeated, batched with `drop_remainder=True` and
+prefetched; `input_context` (from `distribute_datasets_from_function`) shards
+them and sets the per-replica batch size.
+"""
+
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+def left_pad(sequences: Sequence[np.ndarray], length: int) -> np.ndarray:
+    """[len(sequences), length] int32: the last `length` items of each, left-padded with 0."""
+    out = np.zeros([len(sequences), length], np.int32)
+    for row, sequence in enumerate(sequences):
+        tail = np.asarray(sequence)[-length:]
+        if len(tail):
+            out[row, length - len(tail):] = tail
+    return out
+
+
+def sequence_windows(sequences: Sequence[np.ndarray], max_length: int) -> Dict[str, np.ndarray]:
+    """SASRec training windows: each user's last max_length + 1 items, shifted by one.
+
+    Every non-padding position is a training example: inputs[t] predicts
+    targets[t] (the next item). Users with fewer than 2 items are skipped.
+    """
+    windows = [np.asarray(s)[-(max_length + 1):] for s in sequences if len(s) >= 2]
+    return {"inputs": left_pad([w[:-1] for w in windows], max_length),
+            "targets": left_pad([w[1:] for w in windows], max_length)}
+
+
+def _finish(dataset: tf.data.Dataset, size: int, batch_size: int, seed: Optional[int],
+            training: bool, input_context: Optional[tf.distribute.InputContext],
+            transform: Optional[Callable] = None) -> tf.data.Dataset:
+    """Shard, shuffle and repeat (training), apply `transform`, batch and prefetch."""
+    if input_context is not None:
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if training:
+        dataset = dataset.shuffle(size, seed=seed, reshuffle_each_iteration=True).repeat()
+    if transform is not None:
+        dataset = dataset.map(transform, num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=True)
+    return dataset.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+
+
+def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size: int,
+                   seed: Optional[int] = None, training: bool = True,
+                   input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+    """Batches of {"inputs": [B, max_length], "targets": [B, max_length]} int32 windows.
+
+    Args:
+      sequences: per-user item sequences (time order).
+      max_length: window length L.
+      batch_size: global batch size (divided per replica with `input_context`).
+      seed: shuffle seed (each epoch is reshuffled, deterministically).
+      training: shuffle, repeat forever and drop the last partial batch.
+      input_context: from `tf.distribute`; shards by input pipeline.
+    """
+    windows = sequence_windows(sequences, max_length)
+    size = len(windows["inputs"])
+    if size == 0:
+        raise ValueError("No user has 2 or more items to train on.")
+    dataset = tf.data.Dataset.from_tensor_slices(windows)
+    return _finish(dataset, size, batch_size, seed, training, input_context)
+
+
+def two_tower_examples(sequences: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
+    """One example per interaction after a user's first: (user, position in the flat array).
+
+    The history is gathered in-graph from the flat array (see `two_tower_dataset`).
+    """
+    lengths = np.array([len(s) for s in sequences])
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    users = np.repeat(np.arange(len(sequences)), lengths)
+    positions = np.arange(lengths.sum())
+    keep = positions > starts[users]  # Skip each user's first item (no history).
+    return {"flat": np.concatenate([np.asarray(s, np.int32) for s in sequences] or
+                                   [np.zeros(0, np.int32)]),
+            "user": users[keep].astype(np.int32), "position": positions[keep].astype(np.int64),
+            "start": starts[users][keep].astype(np.int64)}
+
+
+def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batch_size: int,
+                      seed: Optional[int] = None, training: bool = True,
+                      input_context: Optional[tf.distribute.InputContext] = None
+                      ) -> tf.data.Dataset:
+    """Batches of {"user": [B], "history": [B, history_length], "item": [B]} int32 examples.
+
+    The history of an interaction is the user's previous `history_length` items,
+    left-padded. Arguments as in `sasrec_dataset`; `sequences[u]` is user u's items.
+    """
+    examples = two_tower_examples(sequences)
+    size = len(examples["user"])
+    if size == 0:
+        raise ValueError("No user has 2 or more items to train on.")
+    flat = tf.constant(examples.pop("flat"))
+
+    def gather(example):
+        start = tf.maximum(example["start"], example["position"] - history_length)
+        history = flat[start:example["position"]]
+        history = tf.pad(history, [[history_length - tf.shape(history)[0], 0]])
+        history.set_shape([history_length])
+        return {"user": example["user"], "history": history, "item": flat[example["position"]]}
+
+    # The small index records are shuffled; histories are gathered after.
+    return _finish(tf.data.Dataset.from_tensor_slices(examples), size, batch_size, seed,
+                   training, input_context, transform=gather)
+
+
+def eval_queries(histories: List[np.ndarray], users: np.ndarray, length: int,
+                 batch_size: int = 1024) -> tf.data.Dataset:
+    """Evaluation inputs in order: {"user", "inputs" (= "history")} with the last `length` items."""
+    padded = left_pad(histories, length)
+    return tf.data.Dataset.from_tensor_slices(
+        {"user": users.astype(np.int32), "inputs": padded, "history": padded}).batch(batch_size)
+
+
+def input_fn(builder: Callable[..., tf.data.Dataset], **kwargs):
+    """An input function for `strategy.distribute_datasets_from_function`."""
+    return lambda input_context: builder(input_context=input_context, **kwargs)

@@ -1,0 +1,81 @@
+"""The one in-memory form every loader returns: chronological (user, item, time) interactions."""
+
+from typing import List, NamedTuple, Optional
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """A malformed input file; the message names the file and the line."""
+
+    def __init__(self, path: str, line_number: Optional[int], message: str):
+        where = f"{path}, line {line_number}" if line_number is not None else path
+        super().__init__(f"{where}: {message}")
+        self.path, self.line_number = path, line_number
+
+
+class Interactions(NamedTuple):
+    """Interactions sorted by user, then time (ties keep file order).
+
+    Item ids are dense in [1, num_items] (0 is padding); user ids dense in
+    [1, num_users]. `item_ids` / `user_ids` map dense ids back to the raw ids
+    of the source (index 0 unused).
+
+    Attributes:
+      user: [n] int64 dense user ids.
+      item: [n] int64 dense item ids.
+      timestamp: [n] int64 times (seconds, or positions when the format has none).
+      num_users, num_items: vocabulary sizes (largest dense id).
+      user_ids, item_ids: [num + 1] raw ids of the source, as strings.
+    """
+    user: np.ndarray
+    item: np.ndarray
+    timestamp: np.ndarray
+    num_users: int
+    num_items: int
+    user_ids: np.ndarray
+    item_ids: np.ndarray
+
+    def sequences(self) -> List[np.ndarray]:
+        """Per dense user id (index 0 empty), that user's items in time order."""
+        bounds = np.searchsorted(self.user, np.arange(self.num_users + 2))
+        return [self.item[bounds[u]:bounds[u + 1]] for u in range(self.num_users + 1)]
+
+    def counts(self) -> np.ndarray:
+        """[num_items + 1] interactions per item (index 0: padding, always 0)."""
+        return np.bincount(self.item, minlength=self.num_items + 1)
+
+
+def _dense(raw: np.ndarray, keep_ids: bool):
+    """Dense 1-based ids of raw ids, and the raw id of each dense id (index 0 unused).
+
+    With `keep_ids`, positive integer raw ids are kept as they are (SASRec files are
+    already dense and 1-based); otherwise ids are numbered in sorted order.
+    """
+    if keep_ids:
+        ids = raw.astype(np.int64)
+        vocabulary = np.array([""] + [str(i) for i in range(1, int(ids.max()) + 1)])
+        return ids, vocabulary, int(ids.max())
+    values, dense = np.unique(raw, return_inverse=True)
+    return (dense + 1).astype(np.int64), np.concatenate([[""], values.astype(str)]), len(values)
+
+
+def from_arrays(user, item, timestamp=None, keep_ids: bool = False) -> Interactions:
+    """Builds sorted Interactions from raw parallel arrays (file order breaks time ties).
+
+    Args:
+      user, item: raw ids (ints or strings).
+      timestamp: times; None uses the order within each user.
+      keep_ids: keep positive integer ids as dense ids (see `_dense`).
+    """
+    user, item = np.asarray(user), np.asarray(item)
+    if len(user) == 0:
+        raise ValueError("No interactions.")
+    if timestamp is None:
+        timestamp = np.arange(len(user), dtype=np.int64)
+    user_dense, user_ids, num_users = _dense(user, keep_ids)
+    item_dense, item_ids, num_items = _dense(item, keep_ids)
+    order = np.lexsort((np.arange(len(user)), np.asarray(timestamp), user_dense))
+    return Interactions(user_dense[order], item_dense[order],
+                        np.asarray(timestamp, np.int64)[order], num_users, num_items,
+                        user_ids, item_ids)

@@ -1,0 +1,157 @@
+"""Loaders: MovieLens-1M (GroupLens ratings.dat, SASRec file, tensorflow-datasets) and Steam.
+
+Every loader returns `Interactions`. Malformed input raises `DataError` naming
+the file and the line.
+"""
+
+import ast
+import datetime
+import gzip
+import json
+import os
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+
+from pipelines.data.interactions import DataError, Interactions, from_arrays
+
+# ../shared/data seen from the repository root; override with TFRS_LOGQ_DATA.
+DATA_DIR = os.environ.get(
+    "TFRS_LOGQ_DATA",
+    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                 "..", "shared", "data"))
+ML_1M_RATINGS = os.path.join(DATA_DIR, "ml-1m", "ratings_reconstructed.dat.gz")
+ML_1M_SASREC = os.path.join(DATA_DIR, "ml-1m", "sasrec_ml-1m.txt.gz")
+
+
+def _lines(path: str) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, stripped line) of a plain or .gz text file, blank lines skipped."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No such data file: {path}")
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.strip()
+            if line:
+                yield number, line
+
+
+def _finish(path: str, rows, keep_ids: bool) -> Interactions:
+    if not rows:
+        raise DataError(path, None, "the file holds no interactions.")
+    columns = list(zip(*rows))
+    return from_arrays(columns[0], columns[1], columns[2] if len(columns) > 2 else None,
+                       keep_ids=keep_ids)
+
+
+def load_grouplens(path: str = ML_1M_RATINGS, min_rating: Optional[float] = None) -> Interactions:
+    """MovieLens `ratings.dat`: `UserID::MovieID::Rating::Timestamp` per line (plain or .gz).
+
+    Args:
+      path: the file.
+      min_rating: keep only ratings >= this (None keeps all, as the paper does).
+    """
+    rows = []
+    for number, line in _lines(path):
+        parts = line.split("::")
+        if len(parts) != 4:
+            raise DataError(path, number, "expected UserID::MovieID::Rating::Timestamp; "
+                            f"received {line[:80]!r}.")
+        try:
+            user, movie, rating, timestamp = int(parts[0]), int(parts[1]), float(parts[2]), int(
+                parts[3])
+        except ValueError:
+            raise DataError(path, number, f"expected integer ids, a numeric rating and an "
+                            f"integer timestamp; received {line[:80]!r}.") from None
+        if min_rating is None or rating >= min_rating:
+            rows.append((user, movie, timestamp))
+    return _finish(path, rows, keep_ids=False)
+
+
+def load_sasrec(path: str = ML_1M_SASREC) -> Interactions:
+    """SASRec's `user item` format: 1-based integer ids, chronological within each user.
+
+    Ids are kept as they are, so results compare with SASRec and gSASRec. The
+    timestamp is the line's order.
+    """
+    rows = []
+    for number, line in _lines(path):
+        parts = line.split()
+        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit() or int(
+                parts[0]) < 1 or int(parts[1]) < 1:
+            raise DataError(path, number, "expected two positive integer ids `user item`; "
+                            f"received {line[:80]!r}.")
+        rows.append((int(parts[0]), int(parts[1]), number))
+    return _finish(path, rows, keep_ids=True)
+
+
+def _parse_record(path: str, number: int, line: str) -> dict:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        pass
+    try:  # The Steam reviews dump has Python dict literals, not JSON.
+        record = ast.literal_eval(line)
+    except (ValueError, SyntaxError):
+        raise DataError(path, number, f"expected a JSON or Python dict; received "
+                        f"{line[:80]!r}.") from None
+    if not isinstance(record, dict):
+        raise DataError(path, number, f"expected a dict; received {line[:80]!r}.")
+    return record
+
+
+def _timestamp(value, path: str, number: int) -> int:
+    if isinstance(value, (int, float)):
+        return int(value)
+    try:
+        return int(datetime.datetime.fromisoformat(str(value)).replace(
+            tzinfo=datetime.timezone.utc).timestamp())
+    except ValueError:
+        raise DataError(path, number, f"cannot read the date {value!r} (expected ISO "
+                        "YYYY-MM-DD or seconds).") from None
+
+
+def load_steam_reviews(path: str, user_key: str = "username", item_key: str = "product_id",
+                       time_key: str = "date") -> Interactions:
+    """The raw Steam reviews dump (Kang & McAuley 2018): one record per line, JSON or Python dict.
+
+    Args:
+      path: the file (plain or .gz).
+      user_key, item_key, time_key: the record's fields; dates are ISO
+        `YYYY-MM-DD` (as in the dump) or seconds.
+    """
+    rows = []
+    for number, line in _lines(path):
+        record = _parse_record(path, number, line)
+        missing = [k for k in (user_key, item_key, time_key) if k not in record]
+        if missing:
+            raise DataError(path, number, f"the record lacks {', '.join(missing)}; it has "
+                            f"{', '.join(sorted(record))}.")
+        rows.append((str(record[user_key]), str(record[item_key]),
+                     _timestamp(record[time_key], path, number)))
+    return _finish(path, rows, keep_ids=False)
+
+
+def load_tfds(name: str = "movielens/1m-ratings", data_dir: Optional[str] = None,
+              download: bool = True) -> Interactions:
+    """MovieLens through tensorflow-datasets (`user_id`, `movie_id`, `timestamp` features).
+
+    Needs the TFDS files (downloaded once into `data_dir`; no internet here).
+    """
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    dataset = tfds.load(name, split="train", data_dir=data_dir, download=download)
+    users, items, times = [], [], []
+    columns = ("user_id", "movie_id", "timestamp")
+    dataset = dataset.map(lambda x: {k: x[k] for k in columns})  # Other features vary in shape.
+    for batch in tfds.as_numpy(dataset.batch(65536)):
+        users.append(batch["user_id"].astype(str))
+        items.append(batch["movie_id"].astype(str))
+        times.append(batch["timestamp"].astype(np.int64))
+    if not users:
+        raise DataError(name, None, "the dataset holds no interactions.")
+    users, items = np.concatenate(users), np.concatenate(items)
+    try:  # Raw ids are numeric strings: order them as numbers, as the GroupLens loader does.
+        users, items = users.astype(np.int64), items.astype(np.int64)
+    except ValueError:
+        pass  # Not numbers (e.g. another MovieLens variant): keep them as strings.
+    return from_arrays(users, items, np.concatenate(times))

@@ -1,0 +1,126 @@
+"""Splits: leave-one-out exactly as gSASRec / the logQ paper, and the global temporal split."""
+
+import math
+from typing import List, NamedTuple
+
+import numpy as np
+
+from pipelines.data.interactions import Interactions
+
+# gSASRec's validation users on ML-1M: 512 draws of RandomState(42) over
+# range(6040), compared with the 1-based user ids.
+NUM_VALIDATION_USERS = 512
+VALIDATION_SEED = 42
+
+
+class EvalSet(NamedTuple):
+    """Evaluation queries: each user's history (the query input, and what to filter) and targets."""
+    users: np.ndarray            # [n] dense user ids
+    histories: List[np.ndarray]  # items known before the target, in time order
+    targets: List[np.ndarray]    # the positives (one for leave-one-out)
+
+
+class Split(NamedTuple):
+    """Training sequences per user (index = dense user id), and the evaluation sets."""
+    train: List[np.ndarray]
+    validation: EvalSet
+    test: EvalSet
+    num_items: int
+
+    def train_counts(self) -> np.ndarray:
+        """[num_items + 1] training interactions per item."""
+        counts = np.zeros(self.num_items + 1, np.int64)
+        for sequence in self.train:
+            np.add.at(counts, sequence, 1)
+        return counts
+
+
+def gsasrec_validation_users(num_users: int, count: int = NUM_VALIDATION_USERS,
+                             seed: int = VALIDATION_SEED) -> np.ndarray:
+    """The validation user ids of gSASRec's preprocessing (1-based ids matched against
+    RandomState(seed).choice(num_users, count, replace=False), so user num_users never is)."""
+    return np.sort(np.random.RandomState(seed).choice(num_users, count, replace=False))
+
+
+def leave_one_out(data: Interactions) -> Split:
+    """Each user's last item is the test target (history: all before it). The gSASRec
+    validation users' second-to-last item is the validation target and is left out
+    of their training sequence; every other user trains on all but the last item."""
+    sequences = data.sequences()
+    validation_users = set(gsasrec_validation_users(
+        data.num_users, min(NUM_VALIDATION_USERS, data.num_users)).tolist())
+    train = [np.zeros(0, np.int64)]
+    val_users, val_hist, val_targets = [], [], []
+    test_users, test_hist, test_targets = [], [], []
+    for user in range(1, data.num_users + 1):
+        sequence = sequences[user]
+        if len(sequence) < 3:
+            train.append(sequence[:-1] if len(sequence) == 2 else sequence)
+            if len(sequence) == 2:
+                test_users.append(user)
+                test_hist.append(sequence[:-1])
+                test_targets.append(sequence[-1:])
+            continue
+        test_users.append(user)
+        test_hist.append(sequence[:-1])
+        test_targets.append(sequence[-1:])
+        if user in validation_users:
+            train.append(sequence[:-2])
+            val_users.append(user)
+            val_hist.append(sequence[:-2])
+            val_targets.append(sequence[-2:-1])
+        else:
+            train.append(sequence[:-1])
+    return Split(train, EvalSet(np.array(val_users, np.int64), val_hist, val_targets),
+                 EvalSet(np.array(test_users, np.int64), test_hist, test_targets),
+                 data.num_items)
+
+
+def _window_targets(histories, users, items, first: bool):
+    """One query per user of the window (`users` sorted, as `Interactions` are)."""
+    result_users, result_hist, result_targets = [], [], []
+    distinct, starts = np.unique(users, return_index=True)
+    ends = np.append(starts[1:], len(users))
+    for user, start, end in zip(distinct, starts, ends):
+        if len(histories[user]) == 0:
+            continue  # Cold-start users have no query.
+        targets = items[start:end]
+        result_users.append(user)
+        result_hist.append(histories[user])
+        result_targets.append(targets[:1] if first else np.unique(targets))
+    return EvalSet(np.array(result_users, np.int64), result_hist, result_targets)
+
+
+def temporal(data: Interactions, test_fraction: float = 0.1,
+             validation_fraction: float = 0.1, targets: str = "first") -> Split:
+    """Global temporal split: all interactions sorted by time; the last `test_fraction` are
+    test, the `validation_fraction` before them validation, the rest training.
+
+    A query is a user with interactions in the window; its history is every
+    interaction of that user before the window (training, plus validation for
+    test); its target is the first item in the window (`targets="first"`) or
+    every distinct item there ("all"). Users with no history are skipped.
+    """
+    if not (0 < test_fraction < 1 and 0 < validation_fraction < 1
+            and test_fraction + validation_fraction < 1):
+        raise ValueError("Need 0 < test_fraction, validation_fraction and their sum < 1; "
+                         f"received test_fraction={test_fraction}, "
+                         f"validation_fraction={validation_fraction}.")
+    if targets not in ("first", "all"):
+        raise ValueError(f"`targets` must be 'first' or 'all'; received targets={targets!r}.")
+    n = len(data.user)
+    order = np.lexsort((np.arange(n), data.timestamp))  # Time, then file order.
+    test_start = n - int(math.ceil(test_fraction * n))
+    val_start = test_start - int(math.ceil(validation_fraction * n))
+    part = np.empty(n, np.int8)
+    part[order[:val_start]], part[order[val_start:test_start]], part[order[test_start:]] = 0, 1, 2
+    # `data` is sorted by user then time, so each user's slice keeps its order.
+    bounds = np.searchsorted(data.user, np.arange(data.num_users + 2))
+    slices = [slice(bounds[u], bounds[u + 1]) for u in range(data.num_users + 1)]
+    train_data = [data.item[s][part[s] == 0] for s in slices]
+    before_test = [data.item[s][part[s] < 2] for s in slices]
+    in_val, in_test = part == 1, part == 2
+    first = targets == "first"
+    validation = _window_targets(train_data, data.user[in_val], data.item[in_val], first)
+    test = _window_targets(before_test, data.user[in_test], data.item[in_test], first)
+    return Split(train_data, validation, test, data.num_items)

@@ -1,0 +1,244 @@
+"""Tests of pipelines.data: loaders, the synthetic catalog, splits and tf.data builders."""
+
+import gzip
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from pipelines.data import builders
+from pipelines.data import loaders
+from pipelines.data import splits
+from pipelines.data import synthetic
+from pipelines.data.interactions import DataError, from_arrays
+
+
+def _write(text: str, name: str, compress: bool = False) -> str:
+    path = os.path.join(tempfile.mkdtemp(), name)
+    if compress:
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        with open(path, "w") as f:
+            f.write(text)
+    return path
+
+
+class LoaderTest(tf.test.TestCase):
+
+    def test_grouplens_plain_and_gz(self):
+        text = "2::30::4::300\n1::20::5::200\n1::10::3::100\n\n2::10::1::50\n"
+        for compress in (False, True):
+            data = loaders.load_grouplens(_write(text, "ratings.dat.gz" if compress else
+                                                 "ratings.dat", compress))
+            self.assertEqual((data.num_users, data.num_items), (2, 3))
+            # Sorted by user, then time; movie ids 10, 20, 30 -> 1, 2, 3.
+            self.assertAllEqual(data.user, [1, 1, 2, 2])
+            self.assertAllEqual(data.item, [1, 2, 1, 3])
+            self.assertAllEqual(data.timestamp, [100, 200, 50, 300])
+            self.assertAllEqual(data.item_ids, ["", "10", "20", "30"])
+        filtered = loaders.load_grouplens(_write(text, "r.dat"), min_rating=4)
+        self.assertLen(filtered.user, 2)
+
+    def test_grouplens_errors_name_file_and_line(self):
+        path = _write("1::10::3::100\n1::10::3\n", "ratings.dat")
+        with self.assertRaisesRegex(DataError, rf"{path}, line 2: expected "
+                                    r"UserID::MovieID::Rating::Timestamp; received '1::10::3'"):
+            loaders.load_grouplens(path)
+        path = _write("1::10::3::100\n\nx::10::3::5\n", "ratings.dat")
+        with self.assertRaisesRegex(DataError, r"line 3: expected integer ids"):
+            loaders.load_grouplens(path)
+        with self.assertRaisesRegex(DataError, r"the file holds no interactions"):
+            loaders.load_grouplens(_write("\n", "empty.dat"))
+        with self.assertRaisesRegex(FileNotFoundError, r"No such data file: /nonexistent"):
+            loaders.load_grouplens("/nonexistent/ratings.dat")
+
+    def test_sasrec_format_keeps_ids_and_order(self):
+        data = loaders.load_sasrec(_write("1 5\n1 2\n2 3\n1 4\n", "ml.txt"))
+        self.assertEqual((data.num_users, data.num_items), (2, 5))
+        self.assertAllEqual(data.item, [5, 2, 4, 3])
+        sequences = data.sequences()
+        self.assertAllEqual(sequences[1], [5, 2, 4])
+        with self.assertRaisesRegex(DataError, r"line 2: expected two positive integer ids "
+                                    r"`user item`; received '1 0'"):
+            loaders.load_sasrec(_write("1 5\n1 0\n", "bad.txt"))
+
+    def test_steam_reviews_python_literals_and_json(self):
+        text = ("{'username': 'ann', 'product_id': '725280', 'date': '2017-12-17', 'text': 'x'}\n"
+                '{"username": "bob", "product_id": "10", "date": "2017-12-01"}\n'
+                "{'username': 'ann', 'product_id': '10', 'date': '2017-12-01'}\n")
+        data = loaders.load_steam_reviews(_write(text, "steam.json.gz", compress=True))
+        self.assertEqual((data.num_users, data.num_items), (2, 2))
+        self.assertAllEqual(data.user_ids, ["", "ann", "bob"])
+        self.assertAllEqual(data.sequences()[1], [1, 2])  # ann: "10" (Dec 1) then "725280".
+        with self.assertRaisesRegex(DataError, r"line 2: the record lacks date; it has "
+                                    r"product_id, username"):
+            loaders.load_steam_reviews(_write(text.splitlines()[0] + "\n"
+                                              "{'username': 'x', 'product_id': '1'}\n", "s.json"))
+        with self.assertRaisesRegex(DataError, r"line 1: expected a JSON or Python dict"):
+            loaders.load_steam_reviews(_write("not a record\n", "s.json"))
+        with self.assertRaisesRegex(DataError, r"line 1: cannot read the date 'yesterday'"):
+            loaders.load_steam_reviews(_write(
+                "{'username': 'x', 'product_id': '1', 'date': 'yesterday'}\n", "s.json"))
+
+    def test_tfds_path_with_mock_data(self):
+        with tfds.testing.mock_data(num_examples=40):
+            data = loaders.load_tfds()
+        self.assertLen(data.user, 40)
+        self.assertEqual(data.num_users, len(np.unique(data.user)))
+        self.assertTrue(np.all(np.diff(data.user) >= 0))
+
+
+@pytest.mark.skipif(not os.path.exists(loaders.ML_1M_SASREC),
+                    reason="../shared/data/ml-1m is absent (MovieLens is not redistributed)")
+class MovieLensFilesTest(tf.test.TestCase):
+
+    def test_sasrec_file_and_leave_one_out(self):
+        data = loaders.load_sasrec()
+        self.assertEqual((data.num_users, data.num_items, len(data.user)), (6040, 3416, 999611))
+        split = splits.leave_one_out(data)
+        self.assertLen(split.test.users, 6040)
+        self.assertLen(split.validation.users, 512)
+        # 999,611 - 6,040 test - 512 validation interactions remain for training.
+        self.assertEqual(sum(len(s) for s in split.train), 999611 - 6040 - 512)
+
+    def test_grouplens_file_and_temporal_split(self):
+        data = loaders.load_grouplens()
+        self.assertEqual((data.num_users, len(data.user)), (6040, 1000204))
+        split = splits.temporal(data)
+        self.assertEqual(sum(len(s) for s in split.train), 1000204 - 2 * 100021)
+
+
+class SplitTest(tf.test.TestCase):
+
+    def test_gsasrec_validation_users(self):
+        users = splits.gsasrec_validation_users(6040)
+        self.assertLen(users, 512)
+        self.assertAllEqual(users[:5], [14, 17, 23, 31, 37])  # RandomState(42), 1-based ids.
+        self.assertAllEqual(users, np.sort(np.random.RandomState(42).choice(6040, 512,
+                                                                            replace=False)))
+
+    def test_leave_one_out(self):
+        # 600 users so that some are gSASRec validation users; user u has u % 5 + 2 items.
+        users, items = [], []
+        for u in range(1, 601):
+            n = u % 5 + 2
+            users += [u] * n
+            items += list(range(1, n + 1))
+        data = from_arrays(users, items, keep_ids=True)
+        split = splits.leave_one_out(data)
+        validation = set(splits.gsasrec_validation_users(600).tolist())
+        self.assertAllEqual(split.validation.users, sorted(u for u in validation
+                                                           if u % 5 + 2 >= 3))
+        for index, user in enumerate(split.test.users):
+            n = user % 5 + 2
+            self.assertAllEqual(split.test.targets[index], [n])
+            self.assertAllEqual(split.test.histories[index], np.arange(1, n))
+            want_train = n - 2 if (user in validation and n >= 3) else n - 1
+            self.assertLen(split.train[user], want_train)
+        for index, user in enumerate(split.validation.users):
+            n = user % 5 + 2
+            self.assertAllEqual(split.validation.targets[index], [n - 1])
+            self.assertAllEqual(split.validation.histories[index], np.arange(1, n - 1))
+
+    def test_temporal_split_counts_and_no_leakage(self):
+        data, _ = synthetic.make_synthetic(num_users=300, num_items=400, seed=3)
+        split = splits.temporal(data, test_fraction=0.1, validation_fraction=0.1)
+        n = len(data.user)
+        self.assertEqual(sum(len(s) for s in split.train), n - 2 * int(np.ceil(0.1 * n)))
+        order = np.sort(data.timestamp)
+        val_start, test_start = order[n - 2 * int(np.ceil(0.1 * n))], order[n - int(
+            np.ceil(0.1 * n))]
+        sequences = data.sequences()
+        times = {u: data.timestamp[data.user == u] for u in range(1, 301)}
+        for user, history, target in zip(split.test.users, split.test.histories,
+                                          split.test.targets):
+            # History: every interaction before the test window; target: the first after.
+            self.assertTrue(np.all(times[user][:len(history)] <= test_start))
+            self.assertAllEqual(sequences[user][:len(history)], history)
+            self.assertEqual(target[0], sequences[user][len(history)])
+        for user in range(1, 301):
+            self.assertTrue(np.all(times[user][:len(split.train[user])] <= val_start))
+        with self.assertRaisesRegex(ValueError, r"Need 0 < test_fraction"):
+            splits.temporal(data, test_fraction=0.6, validation_fraction=0.5)
+
+
+class SyntheticTest(tf.test.TestCase):
+
+    def test_deterministic_without_repeats_and_with_known_truth(self):
+        a, catalog = synthetic.make_synthetic(num_users=40, num_items=60, min_length=5,
+                                              max_length=9, seed=1)
+        b, _ = synthetic.make_synthetic(num_users=40, num_items=60, min_length=5, max_length=9,
+                                        seed=1)
+        self.assertAllEqual(a.item, b.item)
+        self.assertAllEqual(a.timestamp, b.timestamp)
+        for sequence in a.sequences()[1:]:
+            self.assertBetween(len(sequence), 5, 9)
+            self.assertLen(set(sequence.tolist()), len(sequence))
+        log_p = catalog.log_probabilities(np.array([1, 2]))
+        self.assertAllClose(np.exp(log_p).sum(axis=1), [1.0, 1.0])
+        self.assertEqual(log_p[0, 0], -np.inf)
+
+    def test_first_draws_follow_the_truth(self):
+        # The first item of each user is one draw from P(. | u): its mean log-likelihood
+        # under the truth beats a uniform guess by a wide margin.
+        data, catalog = synthetic.make_synthetic(num_users=500, num_items=200, min_length=3,
+                                                 max_length=3, seed=2)
+        firsts = np.array([s[0] for s in data.sequences()[1:]])
+        log_p = catalog.log_probabilities(np.arange(1, 501))
+        self.assertGreater(log_p[np.arange(500), firsts].mean(), np.log(1 / 200) + 1.0)
+
+    def test_bad_sizes(self):
+        with self.assertRaisesRegex(ValueError, r"`num_items` must be a positive integer; "
+                                    r"received num_items=0"):
+            synthetic.make_synthetic(num_items=0)
+        with self.assertRaisesRegex(ValueError, r"Need 3 <= min_length <= max_length <= "
+                                    r"num_items"):
+            synthetic.make_synthetic(num_items=10, max_length=20)
+
+
+class BuilderTest(tf.test.TestCase):
+
+    def test_sequence_windows(self):
+        windows = builders.sequence_windows([np.array([]), np.array([1, 2, 3, 4]),
+                                             np.array([5])], max_length=5)
+        self.assertAllEqual(windows["inputs"], [[0, 0, 1, 2, 3]])
+        self.assertAllEqual(windows["targets"], [[0, 0, 2, 3, 4]])
+        windows = builders.sequence_windows([np.arange(1, 10)], max_length=3)
+        self.assertAllEqual(windows["inputs"], [[6, 7, 8]])
+        self.assertAllEqual(windows["targets"], [[7, 8, 9]])
+
+    def test_sasrec_dataset_shapes_and_sharding(self):
+        sequences = [np.arange(1, 8)] * 10
+        dataset = builders.sasrec_dataset(sequences, max_length=4, batch_size=4, seed=0)
+        batch = next(iter(dataset))
+        self.assertEqual(batch["inputs"].shape, (4, 4))
+        self.assertEqual(batch["inputs"].dtype, tf.int32)
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                             num_replicas_in_sync=2)
+        sharded = builders.sasrec_dataset(sequences, 4, batch_size=4, seed=0,
+                                          input_context=context)
+        self.assertEqual(next(iter(sharded))["inputs"].shape, (2, 4))  # Per-replica batch.
+        eval_batches = list(builders.sasrec_dataset(sequences, 4, 4, training=False))
+        self.assertEqual([b["inputs"].shape[0] for b in eval_batches], [4, 4, 2])
+
+    def test_two_tower_dataset_histories(self):
+        sequences = [np.array([], np.int64), np.array([3, 1, 4, 1]), np.array([5, 9])]
+        examples = list(builders.two_tower_dataset(sequences, history_length=2, batch_size=1,
+                                                   training=False))
+        got = [(int(e["user"][0]), e["history"][0].numpy().tolist(), int(e["item"][0]))
+               for e in examples]
+        self.assertEqual(got, [(1, [0, 3], 1), (1, [3, 1], 4), (1, [1, 4], 1), (2, [0, 5], 9)])
+        batch = next(iter(builders.two_tower_dataset(sequences, 2, batch_size=3, seed=1)))
+        self.assertEqual(batch["history"].shape, (3, 2))
+
+    def test_empty_training_data(self):
+        with self.assertRaisesRegex(ValueError, r"No user has 2 or more items to train on"):
+            builders.sasrec_dataset([np.array([1])], 4, 2)
+
+
+if __name__ == "__main__":
+    tf.test.main()
