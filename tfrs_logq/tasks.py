@@ -89,6 +89,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         `candidate_sampling_probability` or the sampler's probabilities are
         available, else "none"), "none", "standard" or "improved".
       sampler: optional `tfrs_logq.negatives.NegativeSampler`.
+      diagnostics: track, as Keras metrics of the task (so `fit` logs them and
+        TensorBoard plots them), the mean weight w = 1 - P_hat ("mean_w",
+        "improved" only), the mean P_hat of the positive under the corrected
+        sampled softmax ("mean_p_hat"), and the share of negative slots
+        masked as accidental hits or padding ("masked_negatives").
       frequency: optional source of per-draw probabilities for the candidate
         columns when no sampler is used: a `tfrs_logq.frequency`
         estimator, an array of probabilities indexed by id, or a callable.
@@ -110,6 +115,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                  correction: Optional[str] = None,
                  sampler: Optional[negatives_lib.NegativeSampler] = None,
                  frequency: frequency_lib.FrequencyLike = None,
+                 diagnostics: bool = False,
                  **kwargs) -> None:
         # Logits are always float32, also under a mixed-precision policy.
         kwargs.setdefault("dtype", "float32")
@@ -141,6 +147,14 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 "Pass the probability source to the sampler (its `probabilities`), not to the "
                 f"task, when a sampler is used; received frequency={frequency!r} and "
                 f"sampler={sampler!r}.")
+        if not isinstance(diagnostics, bool):
+            raise TypeError(f"`diagnostics` must be a bool; received diagnostics={diagnostics!r}.")
+        self.diagnostics = diagnostics
+        if diagnostics and correction == "improved":
+            self.mean_w = tf.keras.metrics.Mean(name="mean_w")
+        if diagnostics:
+            self.mean_p_hat = tf.keras.metrics.Mean(name="mean_p_hat")
+            self.masked_negatives = tf.keras.metrics.Mean(name="masked_negatives")
         self._loss = loss
         if metrics is None:
             metrics = []
@@ -235,10 +249,13 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             negative_logits, mask, log_q = self._hard_negatives(
                 negative_logits, mask, log_q if correction == "standard" else None, log_q)
 
+        update_ops = []
         if self._loss is None:
-            per_example, _ = losses_lib.sampled_softmax_terms(
+            per_example, weight = losses_lib.sampled_softmax_terms(
                 positive_logits, negative_logits, correction, log_q, positive_log_q, mask,
                 excludes)
+            if self.diagnostics:
+                update_ops += self._update_diagnostics(per_example, weight, mask, sample_weight)
             if sample_weight is not None:
                 per_example = per_example * sample_weight
             loss = tf.reduce_sum(per_example)
@@ -249,7 +266,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if self._loss is not None:
             loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
 
-        update_ops = [metric.update_state(loss) for metric in self._loss_metrics]
+        update_ops += [metric.update_state(loss) for metric in self._loss_metrics]
         if compute_metrics and query_embeddings.shape.rank == 2:
             for metric in self._factorized_metrics:
                 # TFRS slices the embeddings but not the ids, and crashes with
@@ -264,6 +281,18 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 update_ops.append(metric.update_state(labels, logits, sample_weight=sample_weight))
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
+
+    def _update_diagnostics(self, per_example, weight, mask, sample_weight):
+        """Updates mean w, mean P_hat and the masked share (see `diagnostics`)."""
+        # P_hat: with "improved", 1 - w (the positive's share with itself in the
+        # denominator); otherwise the positive's probability exp(-loss).
+        p_hat = tf.exp(-per_example) if weight is None else 1.0 - weight
+        masked = 1.0 - tf.reduce_mean(tf.cast(mask, tf.float32), axis=1)
+        ops = [self.mean_p_hat.update_state(p_hat, sample_weight=sample_weight),
+               self.masked_negatives.update_state(masked, sample_weight=sample_weight)]
+        if weight is not None:
+            ops.append(self.mean_w.update_state(weight, sample_weight=sample_weight))
+        return ops
 
     def _update_frequency(self, candidate_ids, num_queries, sample_weight, training) -> None:
         """Feeds the step's positives to a streaming estimator (update, then read)."""
@@ -407,7 +436,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             correction=self.correction,
             sampler=None if self.sampler is None else tf.keras.layers.serialize(self.sampler),
             frequency=(None if self.frequency is None
-                       else tf.keras.layers.serialize(self.frequency)))
+                       else tf.keras.layers.serialize(self.frequency)),
+            diagnostics=self.diagnostics)
         return config
 
     @classmethod

@@ -1,0 +1,131 @@
+"""The training objective of the retrieval models: every loss of the paper's Table 1 in one layer."""
+
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from tfrs_logq import _validation as v
+from tfrs_logq import frequency as frequency_lib
+from tfrs_logq import losses as losses_lib
+from tfrs_logq import negatives as negatives_lib
+from tfrs_logq.tasks import LogQRetrieval
+
+LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
+NEGATIVES = ("in_batch", "uniform", "mixed")
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class RetrievalObjective(tf.keras.layers.Layer):
+    """Loss of query embeddings against item ids, over a catalog with ids [1, num_items].
+
+    - "sampled_softmax": `LogQRetrieval` with in-batch, uniform or mixed
+      negatives (`num_negatives` of them; half uniform, half in-batch when
+      mixed) and correction none / standard / improved.
+    - "full_softmax": softmax over the whole catalog.
+    - "bce": binary cross-entropy against `num_negatives` uniform negatives
+      (SASRec uses 1).
+    - "gbce": gSASRec's generalised BCE with calibration `gbce_t`.
+
+    The loss is the mean over the examples (SASRec's convention).
+
+    Args:
+      num_items: catalog size; ids are in [1, num_items] (0 is padding).
+      loss: one of LOSSES.
+      negatives: one of NEGATIVES (sampled softmax only).
+      correction: "none", "standard" or "improved" (sampled softmax only).
+      num_negatives: negatives per step, shared by the batch's examples.
+      probabilities: per-draw item probabilities for log Q: a [num_items + 1]
+        array (index 0 unused), or a `tfrs_logq.frequency` estimator.
+      gbce_t: gSASRec's t in [0, 1].
+      mixture: "exact" or "paper", for mixed negatives.
+      temperature: divides the logits of the sampled softmax.
+      seed: seed of the samplers.
+    """
+
+    def __init__(self, num_items: int, loss: str = "sampled_softmax",
+                 negatives: str = "in_batch", correction: str = "improved",
+                 num_negatives: int = 256, probabilities: frequency_lib.FrequencyLike = None,
+                 gbce_t: float = 0.75, mixture: str = "exact",
+                 temperature: Optional[float] = None, seed: Optional[int] = None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_items = v.check_positive_int("num_items", num_items)
+        self.loss = v.check_choice("loss", loss, LOSSES)
+        self.negatives = v.check_choice("negatives", negatives, NEGATIVES)
+        self.correction = v.check_choice("correction", correction, losses_lib.CORRECTIONS)
+        self.num_negatives = v.check_positive_int("num_negatives", num_negatives)
+        if not 0.0 <= gbce_t <= 1.0:
+            raise ValueError(f"`gbce_t` must be in [0, 1]; received gbce_t={gbce_t!r}.")
+        self.gbce_t = float(gbce_t)
+        self.mixture = mixture
+        self.temperature = temperature
+        self.seed = seed
+        self.task = None
+        self.uniform = None
+        if loss == "sampled_softmax":
+            if negatives == "in_batch":
+                sampler = negatives_lib.InBatchSampler(
+                    max_pool_size=num_negatives, probabilities=probabilities, seed=seed)
+            elif negatives == "uniform":
+                sampler = negatives_lib.UniformSampler(num_items, num_negatives, first_id=1,
+                                                       seed=seed)
+            else:
+                sampler = negatives_lib.MixedSampler(
+                    num_items, num_negatives - num_negatives // 2, num_negatives // 2,
+                    mixture=mixture, first_id=1, probabilities=probabilities, seed=seed)
+            if negatives != "uniform" and correction != "none" and probabilities is None:
+                raise ValueError(
+                    f"correction={correction!r} with {negatives} negatives needs "
+                    "`probabilities` (item frequencies or an estimator); received None.")
+            self.task = LogQRetrieval(correction=correction, sampler=sampler,
+                                      temperature=temperature, diagnostics=True)
+        elif loss in ("bce", "gbce"):
+            self.uniform = negatives_lib.UniformSampler(num_items, num_negatives, first_id=1,
+                                                        seed=seed)
+
+    def call(self, query_embeddings: tf.Tensor, positive_ids: tf.Tensor,
+             item_embedding_fn: Callable[[tf.Tensor], tf.Tensor],
+             all_item_embeddings: Optional[Callable[[], tf.Tensor]] = None,
+             training: Optional[bool] = None) -> tf.Tensor:
+        """Mean loss over the examples.
+
+        Args:
+          query_embeddings: [n, dim], one row per training example (padding
+            already removed).
+          positive_ids: [n] the positives' ids.
+          item_embedding_fn: maps ids to [.., dim] item embeddings.
+          all_item_embeddings: returns [num_items + 1, dim] (full softmax).
+          training: forwarded to the task (streaming estimators update then).
+        """
+        positive_ids = tf.cast(positive_ids, tf.int64)
+        count = tf.maximum(tf.cast(tf.shape(positive_ids)[0], tf.float32), 1.0)
+        if self.task is not None:
+            loss = self.task(query_embeddings, item_embedding_fn(positive_ids),
+                             candidate_ids=positive_ids, candidate_embedding_fn=item_embedding_fn,
+                             compute_metrics=False, training=training)
+            return loss / count
+        query_embeddings = tf.cast(query_embeddings, tf.float32)
+        if self.loss == "full_softmax":
+            table = tf.cast(all_item_embeddings(), tf.float32)[1:]
+            logits = tf.matmul(query_embeddings, table, transpose_b=True)
+            return tf.reduce_mean(losses_lib.full_softmax_loss(logits, positive_ids - 1))
+        negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
+        positive_logits = tf.reduce_sum(
+            query_embeddings * tf.cast(item_embedding_fn(positive_ids), tf.float32), axis=1)
+        negative_logits = tf.matmul(query_embeddings, tf.cast(negatives.embeddings, tf.float32),
+                                    transpose_b=True)
+        if self.loss == "bce":
+            per_example = losses_lib.bce_loss(positive_logits, negative_logits,
+                                               negative_mask=negatives.mask)
+        else:
+            per_example = losses_lib.gbce_loss(positive_logits, negative_logits,
+                                               num_items=self.num_items, t=self.gbce_t,
+                                               negative_mask=negatives.mask)
+        return tf.reduce_mean(per_example)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_items=self.num_items, loss=self.loss, negatives=self.negatives,
+                      correction=self.correction, num_negatives=self.num_negatives,
+                      gbce_t=self.gbce_t, mixture=self.mixture, temperature=self.temperature,
+                      seed=self.seed)
+        return config

@@ -1,0 +1,58 @@
+"""A two-tower retrieval model: user id and history against item id."""
+
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+from tfrs_logq import _validation as v
+from tfrs_logq.models.objective import RetrievalObjective
+
+
+class TwoTower(tfrs.Model):
+    """Query tower: [user embedding, mean of the history's item embeddings] -> dense;
+    candidate tower: item embedding -> dense.
+
+    `compute_loss` takes {"user": [B], "history": [B, H], "item": [B]} (see
+    `pipelines.data.builders.two_tower_dataset`).
+
+    Args:
+      num_users, num_items: vocabulary sizes (ids from 1; 0 is padding).
+      objective: the `RetrievalObjective`.
+      dim: embedding size.
+    """
+
+    def __init__(self, num_users: int, num_items: int, objective: RetrievalObjective,
+                 dim: int = 64, **kwargs):
+        super().__init__(**kwargs)
+        self.num_items = v.check_positive_int("num_items", num_items)
+        dim = v.check_positive_int("dim", dim)
+        self.user_embedding = tf.keras.layers.Embedding(
+            v.check_positive_int("num_users", num_users) + 1, dim, name="users")
+        self.history_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="history")
+        self.query_tower = tf.keras.layers.Dense(dim, name="query")
+        self.item_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="items")
+        self.candidate_tower = tf.keras.layers.Dense(dim, name="candidate")
+        self.objective = objective
+
+    def query_embeddings(self, features, training=False):
+        """[batch, dim] from {"user", "history"}."""
+        history = features["history"]
+        mask = tf.cast(tf.not_equal(history, 0), tf.float32)[:, :, tf.newaxis]
+        pooled = tf.reduce_sum(self.history_embedding(history) * mask, axis=1) / tf.maximum(
+            tf.reduce_sum(mask, axis=1), 1.0)
+        return self.query_tower(tf.concat([self.user_embedding(features["user"]), pooled], 1))
+
+    def candidate_embeddings(self, ids):
+        """Item ids -> [.., dim] candidate embeddings."""
+        return self.candidate_tower(self.item_embedding(ids))
+
+    def item_embeddings(self):
+        """[num_items + 1, dim] for every id (row 0: padding)."""
+        return self.candidate_embeddings(tf.range(self.num_items + 1))
+
+    def call(self, features, training=None):
+        return self.query_embeddings(features, training=training)
+
+    def compute_loss(self, features, training=False):
+        return self.objective(self.query_embeddings(features, training=training),
+                              features["item"], self.candidate_embeddings,
+                              all_item_embeddings=self.item_embeddings, training=training)
