@@ -1,0 +1,125 @@
+"""Training configurations as data: one dataclass, and presets holding the paper's settings.
+
+`python -m pipelines.train --preset NAME [--field=value ...]` starts from a
+preset and overrides fields one by one.
+"""
+
+import dataclasses
+from typing import Any, Dict
+
+DATASETS = ("synthetic", "ml-1m", "ml-1m-ratings", "ml-1m-tfds", "steam", "steam-reviews")
+SPLITS = ("loo", "temporal")
+MODELS = ("sasrec", "two_tower")
+LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
+NEGATIVES = ("in_batch", "uniform", "mixed")
+CORRECTIONS = ("none", "standard", "improved")
+FREQUENCIES = ("static", "count_min", "hashed")
+MIXTURES = ("exact", "paper")
+
+# Fields that must take one of a fixed set of values.
+CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": LOSSES,
+           "negatives": NEGATIVES, "correction": CORRECTIONS, "frequency": FREQUENCIES,
+           "mixture": MIXTURES}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything a training run depends on (written to OUTPUT/config.json)."""
+    # Data.
+    dataset: str = "synthetic"
+    data_path: str = ""          # The file for ml-1m / steam; empty: ../shared/data.
+    split: str = "loo"
+    test_fraction: float = 0.1   # Temporal split: test share, and the validation share.
+    synthetic_users: int = 3000
+    synthetic_items: int = 3000
+    synthetic_temperature: float = 0.1  # Smaller: more personal, less popularity-driven.
+    # Model.
+    model: str = "sasrec"
+    max_length: int = 200        # SASRec sequence length.
+    history_length: int = 50     # Two-tower history features.
+    dim: int = 128
+    num_blocks: int = 2
+    num_heads: int = 1
+    dropout: float = 0.5
+    # Loss.
+    loss: str = "sampled_softmax"
+    negatives: str = "in_batch"
+    correction: str = "improved"
+    num_negatives: int = 256     # Mixed: half uniform, half in-batch.
+    frequency: str = "static"    # Where log Q comes from: training counts or an estimator.
+    mixture: str = "exact"
+    gbce_t: float = 0.75
+    # Optimisation.
+    batch_size: int = 128
+    learning_rate: float = 0.001
+    epochs: int = 200            # At most; early stopping on validation NDCG@10.
+    steps_per_epoch: int = 0     # 0: one pass over the training examples.
+    patience: int = 20           # Epochs without a better validation NDCG@10.
+    backup_every: int = 50       # Steps between BackupAndRestore backups.
+    seed: int = 0
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def validate(config: Config) -> Config:
+    """Raises ValueError naming the field, the value and the valid values."""
+    for field, choices in CHOICES.items():
+        value = getattr(config, field)
+        if value not in choices:
+            raise ValueError(f"--{field} must be one of {', '.join(choices)}; received "
+                             f"--{field}={value!r}.")
+    for field in ("synthetic_users", "synthetic_items", "max_length", "history_length", "dim",
+                  "num_blocks", "num_heads", "num_negatives", "batch_size", "epochs",
+                  "patience", "backup_every"):
+        if getattr(config, field) < 1:
+            raise ValueError(f"--{field} must be a positive integer; received "
+                             f"--{field}={getattr(config, field)!r}.")
+    if config.steps_per_epoch < 0:
+        raise ValueError("--steps_per_epoch must be >= 0 (0: one pass over the data); "
+                         f"received --steps_per_epoch={config.steps_per_epoch}.")
+    for field, low, high in (("dropout", 0.0, 1.0), ("test_fraction", 0.0, 0.5),
+                             ("gbce_t", 0.0, 1.0)):
+        value = getattr(config, field)
+        if not low <= value <= high or (field == "test_fraction" and value == 0.0):
+            raise ValueError(f"--{field} must be in [{low}, {high}]; received --{field}={value}.")
+    if config.synthetic_temperature <= 0:
+        raise ValueError("--synthetic_temperature must be positive; received "
+                         f"{config.synthetic_temperature}.")
+    if config.learning_rate <= 0:
+        raise ValueError(f"--learning_rate must be positive; received {config.learning_rate}.")
+    if config.dim % config.num_heads:
+        raise ValueError(f"--dim must be a multiple of --num_heads; received --dim={config.dim} "
+                         f"--num_heads={config.num_heads}.")
+    if config.negatives == "mixed" and config.num_negatives < 2:
+        raise ValueError("--negatives=mixed needs --num_negatives >= 2 (half uniform, half "
+                         f"in-batch); received --num_negatives={config.num_negatives}.")
+    return config
+
+
+# The paper's settings (Khrylchenko et al. 2025, after gSASRec): SASRec, sequence 200,
+# dim 128, 2 blocks, 1 head, dropout 0.5, batch 128, 256 negatives (128 + 128 mixed), Adam,
+# early stopping on validation NDCG@10.
+PAPER = Config(dataset="ml-1m", split="loo", model="sasrec", max_length=200, dim=128,
+               num_blocks=2, num_heads=1, dropout=0.5, batch_size=128, num_negatives=256,
+               learning_rate=0.001, epochs=200, patience=20)
+
+PRESETS: Dict[str, Config] = {
+    "paper": PAPER,
+    # One ML-1M run in <= 10 minutes on 2 CPU cores: shorter sequences, smaller model.
+    "cpu": PAPER.replace(max_length=50, dim=64, epochs=60, patience=10),
+    # The README's main job: synthetic catalog, improved correction, mixed negatives.
+    "synthetic": Config(dataset="synthetic", split="loo", model="sasrec", max_length=50,
+                        dim=64, num_blocks=2, num_heads=1, dropout=0.2, batch_size=128,
+                        negatives="mixed", correction="improved", num_negatives=256,
+                        learning_rate=0.002, epochs=20, steps_per_epoch=100, patience=4),
+    # Tests and quick checks: seconds.
+    "smoke": Config(dataset="synthetic", synthetic_users=300, synthetic_items=400,
+                    max_length=20, dim=16, num_blocks=1, dropout=0.1, batch_size=32,
+                    num_negatives=32, negatives="mixed", correction="improved",
+                    learning_rate=0.005, epochs=2, steps_per_epoch=25, patience=2,
+                    backup_every=5),
+}

@@ -1,0 +1,70 @@
+r"""Re-evaluates a finished (or interrupted) training run from its checkpoint.
+
+Usage:
+  python -m pipelines.evaluate OUTPUT_DIR [--split=test|validation]
+
+Rebuilds the data and the model from OUTPUT_DIR/config.json, loads the best
+weights (OUTPUT_DIR/checkpoints/best), evaluates with exact search and prints
+the table; with --split=test it also updates the "test" entry of
+OUTPUT_DIR/metrics.json.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+from absl import app
+from absl import flags
+from absl import logging
+
+from pipelines import configs
+from pipelines import train
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.")
+
+
+def evaluate_run(output_dir: str, split: str = "test"):
+    """Metrics of the run in `output_dir` on `split`, from its best checkpoint."""
+    config_path = os.path.join(output_dir, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
+    with open(config_path) as f:
+        config = configs.validate(configs.Config(**json.load(f)))
+    weights = os.path.join(output_dir, "checkpoints", "best")
+    if not os.path.exists(weights + ".index"):
+        raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({weights}.index).")
+    data = train.load_data(config)
+    data_split = train.make_split(config, data)
+    model = train.build_model(config, data, data_split)
+    model.load_weights(weights).expect_partial()
+    eval_set = data_split.test if split == "test" else data_split.validation
+    return config, train.evaluate(model, config, eval_set)
+
+
+def main(argv):
+    if len(argv) != 2:
+        raise app.UsageError("Usage: python -m pipelines.evaluate OUTPUT_DIR [--split=...]")
+    tf.get_logger().setLevel("ERROR")
+    logging.set_verbosity(logging.WARNING)
+    output_dir = argv[1]
+    config, metrics = evaluate_run(output_dir, FLAGS.split)
+    print(f"{config.model} on {config.dataset} ({config.split}), {FLAGS.split} split, exact "
+          "search, history filtered:\n")
+    print(train.format_metrics({"test": metrics}))
+    path = os.path.join(output_dir, "metrics.json")
+    if FLAGS.split == "test" and os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        saved["test"] = metrics
+        with open(path, "w") as f:
+            json.dump(saved, f, indent=1)
+        print(f"\nUpdated {path}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

@@ -1,0 +1,345 @@
+r"""The training entry point: data -> model -> fit (early stopping) -> exact test evaluation.
+
+Usage:
+  python -m pipelines.train --preset=synthetic --output_dir=runs/synthetic
+  python -m pipelines.train --preset=cpu --dataset=ml-1m --negatives=in_batch \
+      --correction=improved --output_dir=runs/ml1m-inbatch-improved
+
+Writes to OUTPUT: config.json, TensorBoard logs (logs/), the best weights
+(checkpoints/), a BackupAndRestore backup while running (backup/), and
+metrics.json (test Recall/NDCG at 1, 10, 20, 100, the config, the git revision).
+A run killed at any point and started again with the same flags continues
+from its last backup (every --backup_every steps), estimator state included.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+from absl import app
+from absl import flags
+from absl import logging
+
+from pipelines import configs
+from pipelines.data import builders
+from pipelines.data import loaders
+from pipelines.data import splits as splits_lib
+from pipelines.data import synthetic
+from pipelines.data.interactions import Interactions
+from tfrs_logq import frequency as frequency_lib
+from tfrs_logq import retrieval
+from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower
+
+FLAGS = flags.FLAGS
+VALIDATION_METRIC = "val_ndcg@10"
+
+
+def define_flags() -> None:
+    """--preset, --output_dir, and one override flag per `configs.Config` field."""
+    flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.")
+    flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).")
+    definers = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float}
+    for field in configs.Config.__dataclass_fields__.values():
+        choices = configs.CHOICES.get(field.name)
+        help_text = (f"Overrides the preset; one of {', '.join(choices)}." if choices
+                     else "Overrides the preset.")
+        definers[field.type if isinstance(field.type, type) else eval(field.type)](  # pylint: disable=eval-used
+            field.name, None, help_text)
+
+
+def config_from_flags() -> configs.Config:
+    """The preset, with every flag that was given applied, validated."""
+    if FLAGS.preset not in configs.PRESETS:
+        raise ValueError(f"--preset must be one of {', '.join(configs.PRESETS)}; received "
+                         f"--preset={FLAGS.preset!r}.")
+    overrides = {name: FLAGS[name].value for name in configs.Config.__dataclass_fields__
+                 if FLAGS[name].value is not None}
+    return configs.validate(configs.PRESETS[FLAGS.preset].replace(**overrides))
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def load_data(config: configs.Config) -> Interactions:
+    """The interactions of `config.dataset` (files default to ../shared/data)."""
+    if config.dataset == "synthetic":
+        return synthetic_data(config)[0]
+    if config.dataset == "ml-1m":
+        return loaders.load_sasrec(config.data_path or loaders.ML_1M_SASREC)
+    if config.dataset == "ml-1m-ratings":
+        return loaders.load_grouplens(config.data_path or loaders.ML_1M_RATINGS)
+    if config.dataset == "ml-1m-tfds":
+        return loaders.load_tfds(data_dir=config.data_path or None)
+    if not config.data_path:
+        raise ValueError(f"--dataset={config.dataset} needs --data_path (Steam is not bundled).")
+    if config.dataset == "steam":
+        return loaders.load_sasrec(config.data_path)
+    return loaders.load_steam_reviews(config.data_path)
+
+
+def synthetic_data(config: configs.Config):
+    """(Interactions, SyntheticCatalog) of the synthetic dataset of `config`."""
+    return synthetic.make_synthetic(num_users=config.synthetic_users,
+                                    num_items=config.synthetic_items,
+                                    temperature=config.synthetic_temperature, seed=config.seed)
+
+
+def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
+    if config.split == "loo":
+        return splits_lib.leave_one_out(data)
+    return splits_lib.temporal(data, test_fraction=config.test_fraction,
+                               validation_fraction=config.test_fraction)
+
+
+def make_frequency(config: configs.Config, split: splits_lib.Split):
+    """Per-draw item probabilities for log Q: training counts (smoothed), or an estimator."""
+    if config.frequency == "count_min":
+        return frequency_lib.CountMinSketchEstimator(seed=config.seed)
+    if config.frequency == "hashed":
+        return frequency_lib.HashedFrequencyEstimator(seed=config.seed)
+    counts = split.train_counts().astype(np.float64) + 1.0  # Unseen items: one pseudo-count.
+    counts[0] = 0.0
+    probabilities = counts / counts.sum()
+    probabilities[0] = 1.0  # Padding id; never a positive or a negative.
+    return probabilities.astype(np.float32)
+
+
+def build_model(config: configs.Config, data: Interactions, split: splits_lib.Split):
+    objective = RetrievalObjective(
+        data.num_items, loss=config.loss, negatives=config.negatives,
+        correction=config.correction, num_negatives=config.num_negatives,
+        probabilities=make_frequency(config, split), gbce_t=config.gbce_t,
+        mixture=config.mixture, seed=config.seed)
+    if config.model == "sasrec":
+        model = SASRec(data.num_items, objective, max_length=config.max_length, dim=config.dim,
+                       num_blocks=config.num_blocks, num_heads=config.num_heads,
+                       dropout=config.dropout)
+        model(tf.zeros([1, config.max_length], tf.int32))  # Build before restoring a backup.
+    else:
+        model = TwoTower(data.num_users, data.num_items, objective, dim=config.dim)
+        model({"user": tf.zeros([1], tf.int32),
+               "history": tf.zeros([1, config.history_length], tf.int32)})
+        model.item_embeddings()
+    return model
+
+
+def training_stream(config: configs.Config, split: splits_lib.Split) -> Tuple[tf.data.Dataset,
+                                                                             int]:
+    """The repeated, shuffled training batches, and the number of batches in one pass."""
+    if config.model == "sasrec":
+        stream = builders.sasrec_dataset(split.train, config.max_length, config.batch_size,
+                                         seed=config.seed)
+        size = len(builders.sequence_windows(split.train, config.max_length)["inputs"])
+    else:
+        stream = builders.two_tower_dataset(split.train, config.history_length,
+                                            config.batch_size, seed=config.seed)
+        size = int(sum(max(len(s) - 1, 0) for s in split.train))
+    return stream, max(size // config.batch_size, 1)
+
+
+def resumable(stream: tf.data.Dataset, iterations: tf.Variable) -> tf.data.Dataset:
+    """`stream` from the position after `iterations` batches, read when iteration starts.
+
+    Keras's BackupAndRestore restores the step counter but restarts the input
+    at the beginning of the epoch; skipping the restored number of steps of one
+    repeated, deterministically shuffled stream neither repeats nor loses a batch.
+    """
+    return tf.data.Dataset.range(1).flat_map(lambda _: stream.skip(iterations))
+
+
+# ---------------------------------------------------------------------- evaluation
+
+
+def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
+             ks=retrieval.DEFAULT_KS) -> Dict[str, float]:
+    """Exact Recall@k / NDCG@k over the whole catalog, the queries' histories filtered."""
+    if len(eval_set.users) == 0:
+        raise ValueError("The evaluation set has no queries.")
+    length = config.max_length if config.model == "sasrec" else config.history_length
+    queries = []
+    for batch in builders.eval_queries(eval_set.histories, eval_set.users, length):
+        if config.model == "sasrec":
+            queries.append(model.query_embeddings(batch["inputs"]).numpy())
+        else:
+            queries.append(model.query_embeddings(batch).numpy())
+    top = retrieval.exact_top_k(np.concatenate(queries), model.item_embeddings().numpy(),
+                                max(ks), exclude=eval_set.histories)
+    return retrieval.recall_ndcg(top, eval_set.targets, ks)
+
+
+def baselines(config: configs.Config, split: splits_lib.Split,
+              ks=retrieval.DEFAULT_KS) -> Dict[str, Dict[str, float]]:
+    """Test metrics of two reference rankers, on the same queries and filtering:
+    training popularity, and (synthetic data) the oracle that ranks by the true P(d | u)."""
+    test = split.test
+    counts = split.train_counts().astype(np.float32)[:, np.newaxis]
+    top = retrieval.exact_top_k(np.ones([len(test.users), 1], np.float32), counts, max(ks),
+                                exclude=test.histories)
+    result = {"popularity": retrieval.recall_ndcg(top, test.targets, ks)}
+    if config.dataset == "synthetic":
+        catalog = synthetic_data(config)[1]
+        # <[x_u / T, 1], [y_d, popularity_d]> is the true logit.
+        queries = np.hstack([catalog.user_vectors[test.users] / catalog.temperature,
+                             np.ones([len(test.users), 1])])
+        items = np.hstack([catalog.item_vectors,
+                           np.nan_to_num(catalog.popularity, neginf=0.0)[:, np.newaxis]])
+        top = retrieval.exact_top_k(queries, items, max(ks), exclude=test.histories)
+        result["oracle"] = retrieval.recall_ndcg(top, test.targets, ks)
+    return result
+
+
+class ResumePoint(tf.keras.callbacks.Callback):
+    """Records the step training starts from (after BackupAndRestore restored a backup)."""
+
+    step = 0
+
+    def on_train_begin(self, logs=None):
+        self.step = int(self.model.optimizer.iterations.numpy())
+
+
+class ValidationMetrics(tf.keras.callbacks.Callback):
+    """Adds validation Recall@10 and NDCG@10 to the epoch logs (for early stopping and TensorBoard)."""
+
+    def __init__(self, config: configs.Config, eval_set: splits_lib.EvalSet):
+        super().__init__()
+        self.config, self.eval_set = config, eval_set
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = evaluate(self.model, self.config, self.eval_set, ks=(10,))
+        if logs is not None:
+            logs["val_recall@10"] = metrics["recall@10"]
+            logs[VALIDATION_METRIC] = metrics["ndcg@10"]
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def git_revision() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                                  text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+        return revision + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _check_output_dir(config: configs.Config, output_dir: str) -> None:
+    """A directory holds one configuration: reusing it with another is refused."""
+    path = os.path.join(output_dir, "config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            previous = json.load(f)
+        if previous != config.as_dict():
+            changed = sorted(k for k in set(previous) | set(config.as_dict())
+                             if previous.get(k) != config.as_dict().get(k))
+            raise ValueError(f"{output_dir} holds a run with another config (differs in "
+                             f"{', '.join(changed)}); use another --output_dir.")
+    os.makedirs(output_dir, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(config.as_dict(), f, indent=1)
+
+
+def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None) -> Dict:
+    """Trains, evaluates on the test split, writes OUTPUT/metrics.json and returns it."""
+    _check_output_dir(config, output_dir)
+    tf.keras.utils.set_random_seed(config.seed)
+    started = time.time()
+    data = load_data(config)
+    split = make_split(config, data)
+    model = build_model(config, data, split)
+    model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate))
+    stream, pass_steps = training_stream(config, split)
+    steps_per_epoch = config.steps_per_epoch or pass_steps
+    best_path = os.path.join(output_dir, "checkpoints", "best")
+    callbacks = [
+        ValidationMetrics(config, split.validation),
+        tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup"),
+                                            save_freq=config.backup_every),
+        tf.keras.callbacks.ModelCheckpoint(best_path, monitor=VALIDATION_METRIC, mode="max",
+                                           save_best_only=True, save_weights_only=True),
+        tf.keras.callbacks.EarlyStopping(monitor=VALIDATION_METRIC, mode="max",
+                                         patience=config.patience),
+        tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")),
+        ResumePoint(),  # After BackupAndRestore, which restores in on_train_begin.
+    ]
+    if verbose is None:
+        verbose = 1 if sys.stdout.isatty() else 2
+    history = model.fit(resumable(stream, model.optimizer.iterations), epochs=config.epochs,
+                        steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+    train_seconds = time.time() - started
+    steps = int(model.optimizer.iterations.numpy())  # Before the best weights (and step) load.
+    source = model.objective.task.sampler.frequency if model.objective.task else None
+    estimator_steps = (int(source.step.numpy()) if getattr(source, "streaming", False)
+                       else None)
+    if os.path.exists(best_path + ".index"):
+        model.load_weights(best_path).expect_partial()
+    test = evaluate(model, config, split.test)
+    metrics = {
+        "test": test,
+        "baselines": baselines(config, split),
+        "best_validation_ndcg@10": float(max(history.history.get(VALIDATION_METRIC, [np.nan]))),
+        "epochs_run": len(history.history.get("loss", [])),
+        "steps": steps,
+        "resumed_from_step": callbacks[-1].step,
+        "estimator_steps": estimator_steps,  # Updates a streaming estimator received.
+        "steps_per_epoch": steps_per_epoch,
+        "train_seconds": round(train_seconds, 1),
+        "index": "exact",
+        "num_users": data.num_users, "num_items": data.num_items,
+        "num_test_queries": len(split.test.users),
+        "config": config.as_dict(),
+        "git_revision": git_revision(),
+    }
+    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    return metrics
+
+
+def format_metrics(metrics: Dict) -> str:
+    """A short markdown table of the test metrics (and of the baselines, when present)."""
+    ks = sorted({int(k.split("@")[1]) for k in metrics["test"]})
+    lines = ["| ranker | metric | " + " | ".join(f"@{k}" for k in ks) + " |",
+             "|---|---|" + "---|" * len(ks)]
+    rankers = {"model": metrics["test"]}
+    rankers.update({f"{name} (baseline)": values
+                    for name, values in metrics.get("baselines", {}).items()})
+    for ranker, values in rankers.items():
+        for name in ("recall", "ndcg"):
+            lines.append(f"| {ranker} | {name} | " + " | ".join(
+                f"{values[f'{name}@{k}']:.4f}" for k in ks) + " |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required.")
+    try:
+        config = config_from_flags()
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+    tf.get_logger().setLevel("ERROR")
+    logging.set_verbosity(logging.WARNING)  # TF's checkpoint saver logs at INFO every backup.
+    metrics = run(config, FLAGS.output_dir)
+    c = metrics["config"]
+    print(f"\n{c['model']} on {c['dataset']} ({c['split']}), {c['loss']} / {c['negatives']} / "
+          f"{c['correction']}: {metrics['epochs_run']} epochs, {metrics['steps']} steps, "
+          f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users, "
+          f"exact search, history filtered:\n")
+    print(format_metrics(metrics))
+    print(f"\nWrote {os.path.join(FLAGS.output_dir, 'metrics.json')}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

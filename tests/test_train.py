@@ -1,0 +1,118 @@
+"""Tests of the training and evaluation entry points (smoke preset: seconds per run)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import tensorflow as tf
+
+from pipelines import configs
+from pipelines import train
+
+SMOKE = configs.PRESETS["smoke"]
+
+
+def _cli(module, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+class TrainRunTest(tf.test.TestCase):
+
+    def test_run_writes_metrics_and_evaluate_reproduces_them(self):
+        out = tempfile.mkdtemp()
+        metrics = train.run(SMOKE, out, verbose=0)
+        with open(os.path.join(out, "metrics.json")) as f:
+            saved = json.load(f)
+        self.assertEqual(saved["test"], metrics["test"])
+        self.assertEqual(sorted(saved["test"]), sorted(
+            f"{m}@{k}" for m in ("recall", "ndcg") for k in (1, 10, 20, 100)))
+        self.assertEqual(saved["config"], SMOKE.as_dict())
+        self.assertRegex(saved["git_revision"], r"^([0-9a-f]{40}(\+dirty)?|unknown)$")
+        self.assertEqual(saved["steps"], 50)
+        self.assertIn("oracle", saved["baselines"])
+        self.assertTrue(os.path.exists(os.path.join(out, "checkpoints", "best.index")))
+        self.assertNotEmpty(os.listdir(os.path.join(out, "logs", "train")))
+
+        result = _cli("pipelines.evaluate", out)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertIn(f"| model | ndcg | {metrics['test']['ndcg@1']:.4f} | "
+                      f"{metrics['test']['ndcg@10']:.4f} |", result.stdout)
+
+    def test_output_dir_holds_one_config(self):
+        out = tempfile.mkdtemp()
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(SMOKE.replace(dim=8).as_dict(), f)
+        with self.assertRaisesRegex(ValueError, r"holds a run with another config \(differs in "
+                                    r"dim\); use another --output_dir"):
+            train.run(SMOKE, out, verbose=0)
+
+    def test_two_tower_temporal(self):
+        config = SMOKE.replace(model="two_tower", split="temporal", history_length=8,
+                               negatives="in_batch", correction="standard", epochs=1)
+        metrics = train.run(config, tempfile.mkdtemp(), verbose=0)
+        self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
+
+
+class CommandLineTest(tf.test.TestCase):
+
+    def test_main_job_prints_a_table(self):
+        out = tempfile.mkdtemp()
+        result = _cli("pipelines.train", "--preset=smoke", f"--output_dir={out}",
+                      "--correction=standard", "--epochs=1")
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertRegex(result.stdout, r"\| model \| recall \| [0-9.]+ \| [0-9.]+ \|")
+        self.assertIn("| oracle (baseline) | ndcg |", result.stdout)
+        self.assertEqual(json.load(open(os.path.join(out, "config.json")))["correction"],
+                         "standard")
+
+    def test_bad_flags_list_the_valid_values(self):
+        for args, message in (
+                (["--negatives=random"], "--negatives must be one of in_batch, uniform, mixed; "
+                                         "received --negatives='random'"),
+                (["--preset=huge"], "--preset must be one of paper, cpu, synthetic, smoke; "
+                                    "received --preset='huge'"),
+                (["--dropout=1.5"], "--dropout must be in [0.0, 1.0]; received --dropout=1.5"),
+                (["--batch_size=0"], "--batch_size must be a positive integer"),
+                ([], "--output_dir is required")):
+            if args:
+                args = args + ["--output_dir=/tmp/unused"] if args[0] != "" else args
+            result = _cli("pipelines.train", *args)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn(message, result.stderr)
+
+    def test_resume_after_sigkill(self):
+        # Killed mid-run, started again with the same flags: it continues from the last
+        # backup (every 5 steps), so the run ends after exactly 3 x 200 steps and the
+        # streaming estimator received exactly one update per step.
+        out = tempfile.mkdtemp()
+        args = ["--preset=smoke", f"--output_dir={out}", "--epochs=3", "--steps_per_epoch=200",
+                "--frequency=count_min", "--patience=5"]
+        process = subprocess.Popen([sys.executable, "-m", "pipelines.train", *args],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        backup = os.path.join(out, "backup")
+        deadline = time.time() + 300
+        while time.time() < deadline and process.poll() is None:
+            if any(name.endswith(".index") for _, _, names in os.walk(backup)
+                   for name in names):
+                break  # A backup is on disk.
+            time.sleep(0.2)
+        self.assertIsNone(process.poll(), "the run ended before it could be killed")
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
+        result = _cli("pipelines.train", *args)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        metrics = json.load(open(os.path.join(out, "metrics.json")))
+        self.assertBetween(metrics["resumed_from_step"], 5, 595)
+        self.assertEqual(metrics["resumed_from_step"] % 5, 0)
+        self.assertEqual(metrics["steps"], 600)
+        self.assertEqual(metrics["estimator_steps"], 600)
+
+
+if __name__ == "__main__":
+    tf.test.main()
