@@ -36,18 +36,19 @@ def sequence_windows(sequences: Sequence[np.ndarray], max_length: int) -> Dict[s
 
 def _finish(dataset: tf.data.Dataset, size: int, batch_size: int, seed: Optional[int],
             training: bool, input_context: Optional[tf.distribute.InputContext],
-            transform: Optional[Callable] = None) -> tf.data.Dataset:
-    """Shard, shuffle and repeat (training), apply `transform`, batch and prefetch."""
+            batch_transform: Optional[Callable] = None) -> tf.data.Dataset:
+    """Shard, shuffle and repeat (training), batch, apply `batch_transform`, prefetch."""
     if input_context is not None:
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     if training:
         dataset = dataset.shuffle(size, seed=seed, reshuffle_each_iteration=True).repeat()
-    if transform is not None:
-        dataset = dataset.map(transform, num_parallel_calls=tf.data.AUTOTUNE,
+    dataset = dataset.batch(batch_size, drop_remainder=training)
+    if batch_transform is not None:  # Vectorised over the batch: one call per batch.
+        dataset = dataset.map(batch_transform, num_parallel_calls=tf.data.AUTOTUNE,
                               deterministic=True)
-    return dataset.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size: int,
@@ -101,17 +102,19 @@ def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batc
     if size == 0:
         raise ValueError("No user has 2 or more items to train on.")
     flat = tf.constant(examples.pop("flat"))
+    offsets = tf.range(-history_length, 0, dtype=tf.int64)[tf.newaxis, :]
 
-    def gather(example):
-        start = tf.maximum(example["start"], example["position"] - history_length)
-        history = flat[start:example["position"]]
-        history = tf.pad(history, [[history_length - tf.shape(history)[0], 0]])
-        history.set_shape([history_length])
-        return {"user": example["user"], "history": history, "item": flat[example["position"]]}
+    def gather(batch):
+        # indices[b, j] = position - history_length + j; before the user's start is padding.
+        indices = batch["position"][:, tf.newaxis] + offsets
+        valid = indices >= batch["start"][:, tf.newaxis]
+        history = tf.where(valid, tf.gather(flat, tf.maximum(indices, 0)), 0)
+        return {"user": batch["user"], "history": history,
+                "item": tf.gather(flat, batch["position"])}
 
-    # The small index records are shuffled; histories are gathered after.
+    # The small index records are shuffled and batched; histories are gathered per batch.
     return _finish(tf.data.Dataset.from_tensor_slices(examples), size, batch_size, seed,
-                   training, input_context, transform=gather)
+                   training, input_context, batch_transform=gather)
 
 
 def eval_queries(histories: List[np.ndarray], users: np.ndarray, length: int,
