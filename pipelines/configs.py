@@ -15,11 +15,12 @@ NEGATIVES = ("in_batch", "uniform", "mixed")
 CORRECTIONS = ("none", "standard", "improved")
 FREQUENCIES = ("static", "count_min", "hashed")
 MIXTURES = ("exact", "paper")
+INDEXES = ("exact", "scann", "both")
 
 # Fields that must take one of a fixed set of values.
 CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": LOSSES,
            "negatives": NEGATIVES, "correction": CORRECTIONS, "frequency": FREQUENCIES,
-           "mixture": MIXTURES}
+           "mixture": MIXTURES, "index": INDEXES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Config:
     patience: int = 20           # Epochs without a better validation NDCG@10.
     backup_every: int = 50       # Steps between BackupAndRestore backups.
     seed: int = 0
+    # Test evaluation: exact search, a ScaNN index, or both (then the ANN gap is reported).
+    index: str = "both"
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes)

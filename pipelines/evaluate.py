@@ -25,10 +25,11 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.")
+    flags.DEFINE_enum("index", "exact", ["exact", "scann"], "Exact search or a ScaNN index.")
 
 
-def evaluate_run(output_dir: str, split: str = "test"):
-    """Metrics of the run in `output_dir` on `split`, from its best checkpoint."""
+def load_run(output_dir: str):
+    """(config, model with the best weights, data split) of the run in `output_dir`."""
     config_path = os.path.join(output_dir, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
@@ -41,8 +42,14 @@ def evaluate_run(output_dir: str, split: str = "test"):
     data_split = train.make_split(config, data)
     model = train.build_model(config, data, data_split)
     model.load_weights(weights).expect_partial()
+    return config, model, data_split
+
+
+def evaluate_run(output_dir: str, split: str = "test", index: str = "exact"):
+    """Metrics of the run in `output_dir` on `split`, from its best checkpoint."""
+    config, model, data_split = load_run(output_dir)
     eval_set = data_split.test if split == "test" else data_split.validation
-    return config, train.evaluate(model, config, eval_set)
+    return config, train.evaluate(model, config, eval_set, index=index)
 
 
 def main(argv):
@@ -51,15 +58,18 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     output_dir = argv[1]
-    config, metrics = evaluate_run(output_dir, FLAGS.split)
-    print(f"{config.model} on {config.dataset} ({config.split}), {FLAGS.split} split, exact "
-          "search, history filtered:\n")
+    config, metrics = evaluate_run(output_dir, FLAGS.split, FLAGS.index)
+    print(f"{config.model} on {config.dataset} ({config.split}), {FLAGS.split} split, "
+          f"{FLAGS.index} search, history filtered:\n")
     print(train.format_metrics({"test": metrics}))
     path = os.path.join(output_dir, "metrics.json")
     if FLAGS.split == "test" and os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        saved["test"] = metrics
+        saved[f"test_{FLAGS.index}"] = metrics
+        if saved.get("config", {}).get("index") in (FLAGS.index, "both") and (
+                FLAGS.index == "exact" or saved["config"]["index"] == "scann"):
+            saved["test"] = metrics
         with open(path, "w") as f:
             json.dump(saved, f, indent=1)
         print(f"\nUpdated {path}")

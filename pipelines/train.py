@@ -1,4 +1,4 @@
-r"""The training entry point: data -> model -> fit (early stopping) -> exact test evaluation.
+r"""The training entry point: data -> model -> fit (early stopping) -> test evaluation -> export.
 
 Usage:
   python -m pipelines.train --preset=synthetic --output_dir=runs/synthetic
@@ -6,8 +6,10 @@ Usage:
       --correction=improved --output_dir=runs/ml1m-inbatch-improved
 
 Writes to OUTPUT: config.json, TensorBoard logs (logs/), the best weights
-(checkpoints/), a BackupAndRestore backup while running (backup/), and
-metrics.json (test Recall/NDCG at 1, 10, 20, 100, the config, the git revision).
+(checkpoints/), a BackupAndRestore backup while running (backup/),
+metrics.json (test Recall/NDCG at 1, 10, 20, 100 by exact search and ScaNN,
+the config, the git revision), and SavedModels for serving (export/brute_force,
+export/scann).
 A run killed at any point and started again with the same flags continues
 from its last backup (every --backup_every steps), estimator state included.
 """
@@ -155,9 +157,8 @@ def resumable(stream: tf.data.Dataset, iterations: tf.Variable) -> tf.data.Datas
 # ---------------------------------------------------------------------- evaluation
 
 
-def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
-             ks=retrieval.DEFAULT_KS) -> Dict[str, float]:
-    """Exact Recall@k / NDCG@k over the whole catalog, the queries' histories filtered."""
+def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet) -> np.ndarray:
+    """[num_queries, dim] query embeddings of an evaluation set, in its order."""
     if len(eval_set.users) == 0:
         raise ValueError("The evaluation set has no queries.")
     length = config.max_length if config.model == "sasrec" else config.history_length
@@ -167,9 +168,42 @@ def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
             queries.append(model.query_embeddings(batch["inputs"]).numpy())
         else:
             queries.append(model.query_embeddings(batch).numpy())
-    top = retrieval.exact_top_k(np.concatenate(queries), model.item_embeddings().numpy(),
-                                max(ks), exclude=eval_set.histories)
+    return np.concatenate(queries)
+
+
+def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
+             ks=retrieval.DEFAULT_KS, index: str = "exact") -> Dict[str, float]:
+    """Recall@k / NDCG@k over the whole catalog by `index`, the queries' histories filtered."""
+    top = retrieval.top_k(query_embeddings(model, config, eval_set),
+                          model.item_embeddings().numpy(), max(ks), exclude=eval_set.histories,
+                          index=index)
     return retrieval.recall_ndcg(top, eval_set.targets, ks)
+
+
+def test_report(model, config: configs.Config, split: splits_lib.Split,
+                ks=retrieval.DEFAULT_KS) -> Dict:
+    """Test metrics by each index of `config.index`; with both, the ANN overlap with exact
+    search; and Recall@k of head / torso / tail targets (thirds by training frequency)."""
+    queries = query_embeddings(model, config, split.test)
+    items = model.item_embeddings().numpy()
+    indexes = ("exact", "scann") if config.index == "both" else (config.index,)
+    report, retrieved = {}, {}
+    for index in indexes:
+        started = time.time()
+        retrieved[index] = retrieval.top_k(queries, items, max(ks), exclude=split.test.histories,
+                                           index=index)
+        report[f"test_{index}"] = retrieval.recall_ndcg(retrieved[index], split.test.targets, ks)
+        report[f"search_seconds_{index}"] = round(time.time() - started, 2)
+    report["test"] = report[f"test_{indexes[0]}"]
+    if len(indexes) == 2:
+        report[f"ann_overlap@{max(ks)}"] = retrieval.overlap_at_k(
+            retrieved["scann"], retrieved["exact"], max(ks))
+    bands = retrieval.popularity_bands(split.train_counts())
+    report["by_popularity"] = {}
+    for k in (10, max(ks)):
+        report["by_popularity"].update(retrieval.stratified_recall(
+            retrieved[indexes[0]], split.test.targets, bands, k))
+    return report
 
 
 def baselines(config: configs.Config, split: splits_lib.Split,
@@ -282,9 +316,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None) 
                        else None)
     if os.path.exists(best_path + ".index"):
         model.load_weights(best_path).expect_partial()
-    test = evaluate(model, config, split.test)
-    metrics = {
-        "test": test,
+    metrics = dict(test_report(model, config, split))
+    metrics.update({
         "baselines": baselines(config, split),
         "best_validation_ndcg@10": float(max(history.history.get(VALIDATION_METRIC, [np.nan]))),
         "epochs_run": len(history.history.get("loss", [])),
@@ -293,12 +326,13 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None) 
         "estimator_steps": estimator_steps,  # Updates a streaming estimator received.
         "steps_per_epoch": steps_per_epoch,
         "train_seconds": round(train_seconds, 1),
-        "index": "exact",
         "num_users": data.num_users, "num_items": data.num_items,
         "num_test_queries": len(split.test.users),
         "config": config.as_dict(),
         "git_revision": git_revision(),
-    }
+    })
+    from pipelines import export  # pylint: disable=import-outside-toplevel
+    metrics["exports"] = export.export_run(model, output_dir)
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics
@@ -319,6 +353,23 @@ def format_metrics(metrics: Dict) -> str:
     return "\n".join(lines)
 
 
+def describe_indexes(metrics: Dict) -> str:
+    """A line on the ANN gap and the popularity bands, when reported."""
+    lines = []
+    if "test_scann" in metrics and "test_exact" in metrics:
+        e, a = metrics["test_exact"], metrics["test_scann"]
+        overlap = next(v for k, v in metrics.items() if k.startswith("ann_overlap@"))
+        lines.append(f"\nScaNN vs exact: Recall@10 {a['recall@10']:.4f} vs {e['recall@10']:.4f}, "
+                     f"NDCG@10 {a['ndcg@10']:.4f} vs {e['ndcg@10']:.4f}; ScaNN returns "
+                     f"{100 * overlap:.1f}% of the exact top-100.")
+    bands = metrics.get("by_popularity", {})
+    if bands:
+        lines.append("Recall@10 by target popularity (thirds of the catalog by training "
+                     f"count): head {bands['head_recall@10']:.4f}, torso "
+                     f"{bands['torso_recall@10']:.4f}, tail {bands['tail_recall@10']:.4f}.")
+    return "\n".join(lines)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -332,11 +383,13 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint saver logs at INFO every backup.
     metrics = run(config, FLAGS.output_dir)
     c = metrics["config"]
+    index = "exact search" if c["index"] != "scann" else "ScaNN"
     print(f"\n{c['model']} on {c['dataset']} ({c['split']}), {c['loss']} / {c['negatives']} / "
           f"{c['correction']}: {metrics['epochs_run']} epochs, {metrics['steps']} steps, "
           f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users, "
-          f"exact search, history filtered:\n")
+          f"{index}, history filtered:\n")
     print(format_metrics(metrics))
+    print(describe_indexes(metrics))
     print(f"\nWrote {os.path.join(FLAGS.output_dir, 'metrics.json')}")
 
 

@@ -52,3 +52,53 @@ class RecallNdcgTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class ScannTest(tf.test.TestCase):
+
+    def test_exhaustive_configuration_equals_exact_search(self):
+        rng = np.random.default_rng(1)
+        queries, items = rng.normal(size=(20, 8)), rng.normal(size=(501, 8))
+        exclude = [rng.choice(np.arange(1, 501), size=5, replace=False) for _ in range(20)]
+        exact = retrieval.exact_top_k(queries, items, 10, exclude=exclude)
+        # No tree (one leaf) and every candidate re-scored exactly: ScaNN is exact.
+        scann = retrieval.scann_top_k(queries, items, 10, exclude=exclude, num_leaves=1,
+                                      reorder=500)
+        self.assertAllEqual(scann, exact)
+
+    def test_default_index_on_clustered_embeddings(self):
+        rng = np.random.default_rng(2)
+        centers = rng.normal(size=(30, 16))
+        items = np.vstack([np.zeros([1, 16]),
+                           centers[rng.integers(0, 30, 5000)] + 0.3 * rng.normal(size=(5000, 16))])
+        queries = centers[rng.integers(0, 30, 100)] + 0.3 * rng.normal(size=(100, 16))
+        exact = retrieval.top_k(queries, items, 100)
+        approximate = retrieval.top_k(queries, items, 100, index="scann")
+        self.assertGreater(retrieval.overlap_at_k(approximate, exact, 100), 0.9)
+        self.assertFalse(np.isin(0, approximate))
+        with self.assertRaisesRegex(ValueError, r"`index` must be one of exact, scann; "
+                                    r"received index='faiss'"):
+            retrieval.top_k(queries, items, 10, index="faiss")
+
+    def test_defaults_scale_with_the_catalog(self):
+        self.assertEqual(retrieval.scann_defaults(1_000_000, 100),
+                         {"num_leaves": 1000, "num_leaves_to_search": 100, "reorder": 400})
+        self.assertEqual(retrieval.scann_defaults(400, 10),
+                         {"num_leaves": 20, "num_leaves_to_search": 16, "reorder": 100})
+
+
+class PopularityBandTest(tf.test.TestCase):
+
+    def test_bands_and_stratified_recall(self):
+        counts = np.array([0, 5, 1, 9, 3, 3, 7])  # Id 0 is padding.
+        bands = retrieval.popularity_bands(counts)
+        # By count: 3 (9), 6 (7), 1 (5), 4 (3), 5 (3), 2 (1) -> thirds of six ids.
+        self.assertAllEqual(bands, [-1, 1, 2, 0, 1, 2, 0])
+        retrieved = np.array([[3, 1], [2, 6]])
+        targets = [np.array([3, 4]), np.array([5])]
+        got = retrieval.stratified_recall(retrieved, targets, bands, k=2)
+        # Head target 3 found; torso target 4 missed; tail target 5 missed.
+        self.assertEqual(got, {"head_recall@2": 1.0, "torso_recall@2": 0.0,
+                               "tail_recall@2": 0.0})
+        self.assertTrue(np.isnan(retrieval.stratified_recall(
+            retrieved[:1], [np.array([3])], bands, 2)["tail_recall@2"]))

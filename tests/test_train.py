@@ -36,12 +36,27 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(saved["steps"], 50)
         self.assertIn("oracle", saved["baselines"])
         self.assertTrue(os.path.exists(os.path.join(out, "checkpoints", "best.index")))
+        # Both indexes were run: ScaNN on a 400-item catalog returns nearly the exact top-100.
+        self.assertEqual(saved["test"], saved["test_exact"])
+        self.assertGreater(saved["ann_overlap@100"], 0.9)
+        self.assertEqual(sorted(saved["by_popularity"]), sorted(
+            f"{band}_recall@{k}" for band in ("head", "torso", "tail") for k in (10, 100)))
+        for index in ("brute_force", "scann"):
+            self.assertTrue(os.path.exists(os.path.join(out, "export", index,
+                                                        "saved_model.pb")))
         self.assertNotEmpty(os.listdir(os.path.join(out, "logs", "train")))
 
         result = _cli("pipelines.evaluate", out)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn(f"| model | ndcg | {metrics['test']['ndcg@1']:.4f} | "
                       f"{metrics['test']['ndcg@10']:.4f} |", result.stdout)
+        result = _cli("pipelines.evaluate", out, "--index=scann")
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertIn(f"| model | recall | {metrics['test_scann']['recall@1']:.4f} |",
+                      result.stdout)
+        result = _cli("pipelines.export", out, "--index=brute_force", "--k=7")
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertIn("Wrote " + os.path.join(out, "export", "brute_force"), result.stdout)
 
     def test_output_dir_holds_one_config(self):
         out = tempfile.mkdtemp()

@@ -1,4 +1,5 @@
-"""Retrieval evaluation over the whole catalog: exact top-k with filtering, Recall@k and NDCG@k.
+"""Retrieval evaluation over the whole catalog: exact or ScaNN top-k with filtering, Recall@k,
+NDCG@k, and Recall@k by popularity band.
 
 gSASRec's protocol: every item is a candidate except padding and the items the
 user already interacted with (the query's history), which are filtered out.
@@ -6,6 +7,7 @@ A query may have several positives; Recall@k is the fraction of them
 retrieved in the top k, NDCG@k the DCG of the hits over the ideal DCG.
 """
 
+import math
 from typing import Dict, Optional, Sequence
 
 import numpy as np
@@ -70,3 +72,96 @@ def recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
             sums[f"ndcg@{k}"] += (hits[:k] * discounts[:k]).sum() / ideal
     count = max(len(targets), 1)
     return {name: value / count for name, value in sums.items()}
+
+
+INDEXES = ("exact", "scann")
+
+
+def scann_defaults(num_items: int, k: int) -> Dict[str, int]:
+    """ScaNN settings that scale with the catalog: about sqrt(N) leaves, a tenth of them
+    searched (at least 16), and exact re-scoring of 4k candidates (at least 100)."""
+    num_leaves = int(min(max(math.isqrt(max(num_items, 1)), 1), 4000))
+    return {"num_leaves": num_leaves,
+            "num_leaves_to_search": min(num_leaves, max(16, num_leaves // 10)),
+            "reorder": max(4 * k, 100)}
+
+
+def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: int,
+                exclude: Optional[Sequence[np.ndarray]] = None, first_id: int = 1,
+                **overrides) -> np.ndarray:
+    """Like `exact_top_k`, through a ScaNN index (tree + asymmetric hashing + exact reorder).
+
+    Excluded ids are dropped after the search, which asks for k plus the
+    longest exclusion list so that k ids remain.
+
+    Args:
+      overrides: any of `scann_defaults`' keys.
+    """
+    from scann import scann_ops_pybind  # pylint: disable=import-outside-toplevel
+    items = np.ascontiguousarray(np.asarray(item_embeddings, np.float32)[first_id:])
+    queries = np.ascontiguousarray(np.asarray(query_embeddings, np.float32))
+    longest = max((len(ids) for ids in exclude), default=0) if exclude is not None else 0
+    wanted = min(k + longest, len(items))
+    settings = dict(scann_defaults(len(items), wanted), **overrides)
+    builder = scann_ops_pybind.builder(items, wanted, "dot_product")
+    if settings["num_leaves"] > 1 and len(items) >= 2 * settings["num_leaves"]:
+        builder = builder.tree(num_leaves=settings["num_leaves"],
+                               num_leaves_to_search=settings["num_leaves_to_search"],
+                               training_sample_size=min(len(items), 250_000))
+    searcher = (builder.score_ah(2, anisotropic_quantization_threshold=0.2)
+                .reorder(max(settings["reorder"], wanted)).build())
+    found, _ = searcher.search_batched(queries, final_num_neighbors=wanted)
+    found = found.astype(np.int64) + first_id
+    k = min(k, len(items))
+    out = np.zeros([len(queries), k], np.int64)
+    for row, ids in enumerate(found):
+        if exclude is not None and len(exclude[row]):
+            ids = ids[~np.isin(ids, exclude[row])]
+        out[row] = ids[:k]
+    return out
+
+
+def top_k(query_embeddings, item_embeddings, k: int, exclude=None, index: str = "exact",
+          first_id: int = 1) -> np.ndarray:
+    """Top-k ids by `index` ("exact" or "scann"), excluded ids filtered."""
+    if index not in INDEXES:
+        raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received "
+                         f"index={index!r}.")
+    fn = exact_top_k if index == "exact" else scann_top_k
+    return fn(query_embeddings, item_embeddings, k, exclude=exclude, first_id=first_id)
+
+
+def overlap_at_k(approximate: np.ndarray, exact: np.ndarray, k: int) -> float:
+    """Mean fraction of the exact top-k that the approximate top-k also returns (ANN recall)."""
+    return float(np.mean([len(np.intersect1d(a[:k], e[:k])) / max(len(e[:k]), 1)
+                          for a, e in zip(approximate, exact)]))
+
+
+def popularity_bands(counts: np.ndarray, first_id: int = 1) -> np.ndarray:
+    """[num_ids] band of each id by training frequency: 0 head, 1 torso, 2 tail.
+
+    Items are sorted by count (ties by id) and cut into thirds of the catalog.
+    Ids below `first_id` get band -1.
+    """
+    counts = np.asarray(counts)
+    order = np.lexsort((np.arange(len(counts) - first_id), -counts[first_id:]))
+    bands = np.full(len(counts), -1, np.int64)
+    bands[first_id + order] = np.minimum(3 * np.arange(len(order)) // max(len(order), 1), 2)
+    return bands
+
+
+def stratified_recall(retrieved: np.ndarray, targets: Sequence[np.ndarray], bands: np.ndarray,
+                      k: int) -> Dict[str, float]:
+    """Recall@k of the targets in each popularity band (head / torso / tail).
+
+    Each target counts once in its own band: the share of the band's targets
+    retrieved in their query's top k. A band with no target gets NaN.
+    """
+    hits, totals = np.zeros(3), np.zeros(3)
+    for ranked, positives in zip(retrieved, targets):
+        for target in np.unique(np.asarray(positives)):
+            band = bands[target]
+            totals[band] += 1
+            hits[band] += target in ranked[:k]
+    return {f"{name}_recall@{k}": float(hits[b] / totals[b]) if totals[b] else float("nan")
+            for b, name in enumerate(("head", "torso", "tail"))}

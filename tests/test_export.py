@@ -1,0 +1,125 @@
+"""Tests of tfrs_logq.export: SavedModels that a bare TensorFlow process serves with the same top-k."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from tfrs_logq import export
+from tfrs_logq import retrieval
+from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower
+
+NUM_ITEMS, LENGTH = 200, 8
+
+# Runs in a fresh interpreter: TensorFlow only (plus scann for its ops), no tfrs_logq.
+_LOAD = r"""
+import json, sys
+import tensorflow as tf
+if sys.argv[2] == "scann":
+    import scann  # noqa: F401  Registers ScaNN's TensorFlow ops.
+model = tf.saved_model.load(sys.argv[1])
+request = {k: tf.constant(v, tf.int64) for k, v in json.loads(sys.argv[3]).items()}
+out = model.signatures["serving_default"](**request)
+embedded = model.signatures["item_embeddings"](item_ids=tf.constant([1, -3, 10**12], tf.int64))
+loaded = sorted(m for m in sys.modules if m.startswith(("tfrs_logq", "tensorflow_recommenders")))
+print(json.dumps({"ids": out["ids"].numpy().tolist(), "scores": out["scores"].numpy().tolist(),
+                  "embedding_shape": list(embedded["embeddings"].shape), "loaded": loaded}))
+"""
+
+
+def _sasrec():
+    tf.keras.utils.set_random_seed(0)
+    model = SASRec(NUM_ITEMS, RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
+                   max_length=LENGTH, dim=16, dropout=0.0)
+    model(tf.zeros([1, LENGTH], tf.int32))
+    return model
+
+
+def _two_tower():
+    tf.keras.utils.set_random_seed(0)
+    model = TwoTower(50, NUM_ITEMS, RetrievalObjective(NUM_ITEMS, loss="full_softmax"), dim=16)
+    model({"user": tf.zeros([1], tf.int32), "history": tf.zeros([1, LENGTH], tf.int32)})
+    return model
+
+
+def _serve_in_subprocess(path, index, request):
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    result = subprocess.run([sys.executable, "-c", _LOAD, path, index, json.dumps(request)],
+                            capture_output=True, text=True, timeout=600, check=False, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+class ExportTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters("brute_force", "scann")
+    def test_sasrec_reloads_alone_with_the_same_top_k(self, index):
+        model = _sasrec()
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), index), k=10, index=index,
+                             max_length=LENGTH)
+        histories = [[5, 7, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
+        served = _serve_in_subprocess(path, index, {"history": [[0] * 7 + h[:3] if len(h) < 10
+                                                                 else h for h in histories]})
+        self.assertEqual(served["loaded"], [])
+        self.assertEqual(served["embedding_shape"], [3, 16])
+        padded = np.zeros([2, LENGTH], np.int32)
+        padded[0, -3:] = histories[0]
+        padded[1] = histories[1][-LENGTH:]
+        queries = model.query_embeddings(padded).numpy()
+        want = retrieval.exact_top_k(queries, model.item_embeddings().numpy(), 10,
+                                     exclude=[np.array(histories[0]), padded[1]])
+        self.assertAllEqual(served["ids"], want)
+
+    def test_two_tower_and_out_of_vocabulary_ids(self):
+        model = _two_tower()
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), "bf"), k=5,
+                             max_length=LENGTH)
+        # User 10**9 and item ids -1 and 10**9 are unknown: never a crash.
+        served = _serve_in_subprocess(path, "brute_force", {
+            "user": [3, 10**9], "history": [[4, 9, 0, 0], [-1, 10**9, 4, 9]]})
+        self.assertEqual(np.array(served["ids"]).shape, (2, 5))
+        self.assertTrue(np.all((np.array(served["ids"]) >= 1)
+                               & (np.array(served["ids"]) <= NUM_ITEMS)))
+        padded = np.zeros([2, LENGTH], np.int32)
+        padded[:, -2:] = [4, 9]  # Unknown and padding entries dropped, order kept.
+        queries = model.query_embeddings({"user": np.array([3, 0], np.int32),
+                                          "history": padded}).numpy()
+        want = retrieval.exact_top_k(queries, model.item_embeddings().numpy(), 5,
+                                     exclude=[np.array([4, 9])] * 2)
+        self.assertAllEqual(served["ids"], want)
+
+    def test_malformed_requests_and_signatures(self):
+        path = export.export(_sasrec(), os.path.join(tempfile.mkdtemp(), "bf"), k=5)
+        loaded = tf.saved_model.load(path)
+        serve = loaded.signatures["serving_default"]
+        with self.assertRaisesRegex((TypeError, ValueError, tf.errors.InvalidArgumentError),
+                                    r"int64|dtype|float"):
+            serve(history=tf.constant([[1.5, 2.0]]))
+        # A wrong rank fails too (TensorFlow's own message from the signature or the graph).
+        with self.assertRaises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
+            serve(history=tf.constant([1, 2], tf.int64))
+        empty = serve(history=tf.zeros([1, 0], tf.int64))
+        self.assertEqual(empty["ids"].shape, (1, 5))
+        two_tower = tf.saved_model.load(export.export(
+            _two_tower(), os.path.join(tempfile.mkdtemp(), "tt"), k=5))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`user` and `history` must have the same batch size"):
+            two_tower.signatures["serving_default"](user=tf.constant([1, 2], tf.int64),
+                                                    history=tf.constant([[3]], tf.int64))
+        cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+        shown = subprocess.run([cli, "show", "--all", "--dir", path], capture_output=True,
+                               text=True, timeout=300, check=False)
+        self.assertIn("signature_def['serving_default']", shown.stdout)
+        self.assertIn("signature_def['item_embeddings']", shown.stdout)
+        with self.assertRaisesRegex(ValueError, r"`index` must be one of brute_force, scann; "
+                                    r"received index='faiss'"):
+            export.export(_sasrec(), path, index="faiss")
+
+
+if __name__ == "__main__":
+    tf.test.main()
