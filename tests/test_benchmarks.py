@@ -170,3 +170,16 @@ class MainJobTest(tf.test.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn("| oracle (baseline) | ndcg |", result.stdout)
         self.assertTrue(os.path.exists(os.path.join(out, "metrics.json")))
+
+
+@pytest.mark.slow
+class AnnTest(tf.test.TestCase):
+
+    def test_command_line_prints_the_comparison(self):
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.benchmarks.ann", "--catalogs=20000",
+             "--users=200", "--train_steps=5", "--queries=200"],
+            capture_output=True, text=True, timeout=900, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertRegex(result.stdout, r"\| 20,000 \| 141 \(28\) / 600 \| [0-9.]+ / [0-9.]+ \| "
+                         r"[0-9,]+ / [0-9,]+ \| [0-9.]+x \| [0-9.]+ \|")

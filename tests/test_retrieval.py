@@ -82,7 +82,7 @@ class ScannTest(tf.test.TestCase):
 
     def test_defaults_scale_with_the_catalog(self):
         self.assertEqual(retrieval.scann_defaults(1_000_000, 100),
-                         {"num_leaves": 1000, "num_leaves_to_search": 100, "reorder": 400})
+                         {"num_leaves": 1000, "num_leaves_to_search": 200, "reorder": 600})
         self.assertEqual(retrieval.scann_defaults(400, 10),
                          {"num_leaves": 20, "num_leaves_to_search": 16, "reorder": 100})
 

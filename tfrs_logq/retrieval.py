@@ -78,12 +78,16 @@ INDEXES = ("exact", "scann")
 
 
 def scann_defaults(num_items: int, k: int) -> Dict[str, int]:
-    """ScaNN settings that scale with the catalog: about sqrt(N) leaves, a tenth of them
-    searched (at least 16), and exact re-scoring of 4k candidates (at least 100)."""
+    """ScaNN settings that scale with the catalog: about sqrt(N) leaves, a fifth of them
+    searched (at least 16), and exact re-scoring of 6k candidates (at least 100).
+
+    `pipelines.benchmarks.ann` measured a tenth of the leaves and 4k re-scored at
+    recall@100 0.920 (43x BruteForce's speed) on a 1M-item catalog; these
+    settings trade some of that speed for recall."""
     num_leaves = int(min(max(math.isqrt(max(num_items, 1)), 1), 4000))
     return {"num_leaves": num_leaves,
-            "num_leaves_to_search": min(num_leaves, max(16, num_leaves // 10)),
-            "reorder": max(4 * k, 100)}
+            "num_leaves_to_search": min(num_leaves, max(16, num_leaves // 5)),
+            "reorder": max(6 * k, 100)}
 
 
 def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: int,
