@@ -317,6 +317,9 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
                     raise KeyboardInterrupt
 
         def fit(model, callbacks):
+            # BackupAndRestore needs a built model: an unbuilt one restores its variables
+            # later, on creation inside the first traced step, which is not reliable.
+            model.compute_loss(next(iter(stream)), training=False)  # Builds, no update.
             model.compile(optimizer=tf.keras.optimizers.SGD(0.1))
             iterations = model.optimizer.iterations
             data = tf.data.Dataset.range(1).flat_map(lambda _: stream.skip(iterations))
