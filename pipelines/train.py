@@ -14,6 +14,7 @@ A run killed at any point and started again with the same flags continues
 from its last backup (every --backup_every steps), estimator state included.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -84,6 +85,7 @@ def load_data(config: configs.Config) -> Interactions:
     return loaders.load_steam_reviews(config.data_path)
 
 
+@functools.lru_cache(maxsize=2)
 def synthetic_data(config: configs.Config):
     """(Interactions, SyntheticCatalog) of the synthetic dataset of `config`."""
     return synthetic.make_synthetic(num_users=config.synthetic_users,
@@ -198,6 +200,11 @@ def test_report(model, config: configs.Config, split: splits_lib.Split,
     if len(indexes) == 2:
         report[f"ann_overlap@{max(ks)}"] = retrieval.overlap_at_k(
             retrieved["scann"], retrieved["exact"], max(ks))
+    if config.dataset == "synthetic":
+        # The true next-item law P(d | u) / (1 - P(H | u)) over d not in H: KL from the model's.
+        report["kl_to_truth"] = retrieval.kl_to_truth(
+            synthetic_data(config)[1].logits(split.test.users), queries @ items.T,
+            exclude=split.test.histories)
     bands = retrieval.popularity_bands(split.train_counts())
     report["by_popularity"] = {}
     for k in (10, max(ks)):
@@ -362,6 +369,9 @@ def describe_indexes(metrics: Dict) -> str:
         lines.append(f"\nScaNN vs exact: Recall@10 {a['recall@10']:.4f} vs {e['recall@10']:.4f}, "
                      f"NDCG@10 {a['ndcg@10']:.4f} vs {e['ndcg@10']:.4f}; ScaNN returns "
                      f"{100 * overlap:.1f}% of the exact top-100.")
+    if "kl_to_truth" in metrics:
+        lines.append(f"KL(true next-item law || model's softmax) on the test users: "
+                     f"{metrics['kl_to_truth']:.4f} nats.")
     bands = metrics.get("by_popularity", {})
     if bands:
         lines.append("Recall@10 by target popularity (thirds of the catalog by training "

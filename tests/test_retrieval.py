@@ -102,3 +102,30 @@ class PopularityBandTest(tf.test.TestCase):
                                "tail_recall@2": 0.0})
         self.assertTrue(np.isnan(retrieval.stratified_recall(
             retrieved[:1], [np.array([3])], bands, 2)["tail_recall@2"]))
+
+
+class KlToTruthTest(tf.test.TestCase):
+
+    def test_hand_computed(self):
+        # Ids 0 (padding), 1, 2, 3; query 0 has id 3 in its history, so both laws are over
+        # {1, 2}: truth (0.75, 0.25), model uniform.
+        # KL = 0.75 log 1.5 + 0.25 log 0.5.
+        true_logits = np.array([[9.0, np.log(3.0), 0.0, 50.0],
+                                [0.0, 1.0, 2.0, 3.0]])
+        scores = np.array([[-9.0, 4.0, 4.0, -50.0],
+                           [5.0, 2.0, 3.0, 4.0]])  # Row 1: the truth shifted by one.
+        kl = retrieval.kl_to_truth(true_logits, scores, exclude=[np.array([3]), np.array([])])
+        self.assertAllClose(kl, (0.75 * np.log(1.5) + 0.25 * np.log(0.5) + 0.0) / 2)
+
+    def test_matches_numpy_on_random_laws(self):
+        rng = np.random.default_rng(0)
+        true_logits, scores = rng.normal(size=[5, 30]), rng.normal(size=[5, 30]) * 3
+        p = np.exp(true_logits[:, 1:]) / np.exp(true_logits[:, 1:]).sum(1, keepdims=True)
+        m = np.exp(scores[:, 1:]) / np.exp(scores[:, 1:]).sum(1, keepdims=True)
+        self.assertAllClose(retrieval.kl_to_truth(true_logits, scores),
+                            np.mean((p * np.log(p / m)).sum(1)))
+        self.assertAllClose(retrieval.kl_to_truth(true_logits, true_logits + 7.0), 0.0, atol=1e-12)
+
+    def test_shape_error(self):
+        with self.assertRaisesRegex(ValueError, r"must be the same \[num_queries, num_ids\]"):
+            retrieval.kl_to_truth(np.zeros([2, 3]), np.zeros([2, 4]))

@@ -169,3 +169,40 @@ def stratified_recall(retrieved: np.ndarray, targets: Sequence[np.ndarray], band
             hits[band] += target in ranked[:k]
     return {f"{name}_recall@{k}": float(hits[b] / totals[b]) if totals[b] else float("nan")
             for b, name in enumerate(("head", "torso", "tail"))}
+
+
+def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
+                exclude: Optional[Sequence[np.ndarray]] = None, first_id: int = 1) -> float:
+    """Mean KL(P_true || P_model) in nats between per-query softmax laws over the candidates.
+
+    Both laws are softmaxes over the same candidates: every id from `first_id`
+    on, less the query's `exclude` ids (its history). Where the truth is known
+    (the synthetic catalog), this is how far a model's scores are from the
+    true next-item law, popularity included: a model whose logits are off by
+    log Q(d) pays for it here even when its top-k ranking is good.
+
+    Args:
+      true_logits: [num_queries, num_ids] true logits (any per-row offset).
+      model_scores: [num_queries, num_ids] the model's logits.
+      exclude: per query, ids that are not candidates.
+      first_id: ids below it (padding) are not candidates.
+    """
+    true_logits = np.array(true_logits, np.float64)
+    model_scores = np.array(model_scores, np.float64)
+    if true_logits.shape != model_scores.shape or true_logits.ndim != 2:
+        raise ValueError(f"`true_logits` {true_logits.shape} and `model_scores` "
+                         f"{model_scores.shape} must be the same [num_queries, num_ids] shape.")
+    candidate = np.ones(true_logits.shape, bool)
+    candidate[:, :first_id] = False
+    if exclude is not None:
+        for row, ids in enumerate(exclude):
+            candidate[row, np.asarray(ids, np.int64)] = False
+
+    def log_softmax(logits):
+        logits = np.where(candidate, logits, -np.inf)
+        peak = logits.max(axis=1, keepdims=True)
+        return logits - peak - np.log(np.exp(logits - peak).sum(axis=1, keepdims=True))
+
+    log_p, log_m = log_softmax(true_logits), log_softmax(model_scores)
+    terms = np.where(candidate, np.exp(log_p) * (log_p - np.where(candidate, log_m, 0.0)), 0.0)
+    return float(terms.sum(axis=1).mean())

@@ -1,0 +1,428 @@
+r"""Reruns the paper's Table 1 (SASRec on MovieLens-1M) through `pipelines.train`, and the
+same losses on the synthetic catalog whose true P(d | u) is known.
+
+Every (row, seed) is one `python -m pipelines.train` process with its own
+output directory under --output_dir; a directory that already holds
+metrics.json is skipped, and an interrupted run continues from its backup, so
+the runner resumes where it stopped. After each run it rewrites the report:
+a markdown table (mean ± std over seeds; on ML-1M next to the paper's numbers,
+with the difference), the paper's orderings tested against the seed-to-seed
+spread, a JSON of every run, and a PNG.
+
+Usage:
+  python -m pipelines.benchmarks.reproduce --dataset=ml-1m --split=loo --profile=cpu --seeds=3
+  python -m pipelines.benchmarks.reproduce --dataset=ml-1m --split=temporal --seeds=5 \
+      --rows=in_batch-none,in_batch-standard,in_batch-improved
+  python -m pipelines.benchmarks.reproduce --dataset=synthetic --frequencies=static,count_min,hashed
+  python -m pipelines.benchmarks.reproduce ... --report_only   # tables from the runs so far
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from pipelines import configs
+
+FLAGS = flags.FLAGS
+PROFILES = ("cpu", "paper")
+FREQUENCY_LABELS = {"static": "exact counts", "count_min": "count-min sketch",
+                    "hashed": "hashed inter-arrival"}
+
+
+class Row(NamedTuple):
+    """One loss of Table 1: its config overrides and the paper's (NDCG@20, Recall@20)."""
+    name: str
+    label: str
+    overrides: Dict[str, object]
+    paper_loo: Optional[Tuple[float, float]]
+    paper_temporal: Optional[Tuple[float, float]]
+
+
+def _softmax(negatives: str, correction: str) -> Dict[str, object]:
+    return {"loss": "sampled_softmax", "negatives": negatives, "correction": correction}
+
+
+# Khrylchenko et al. 2025, Table 1 (mean of 5 runs); the temporal half has no BCE / uniform rows.
+ROWS = (
+    Row("bce", "BCE (1 uniform negative)", {"loss": "bce", "num_negatives": 1},
+        (.1564, .3468), None),
+    Row("gbce", "gBCE (t = 0.75)", {"loss": "gbce"}, (.1964, .3949), (.1210, .2632)),
+    Row("uniform", "sampled softmax, uniform", _softmax("uniform", "none"),
+        (.1921, .3889), None),
+    Row("in_batch-none", "in-batch, no logQ", _softmax("in_batch", "none"),
+        (.1868, .3838), (.1117, .2481)),
+    Row("in_batch-standard", "in-batch, standard logQ", _softmax("in_batch", "standard"),
+        (.1942, .3889), (.1270, .2762)),
+    Row("in_batch-improved", "in-batch, improved logQ", _softmax("in_batch", "improved"),
+        (.1969, .3947), (.1269, .2766)),
+    Row("mixed-none", "mixed, no logQ", _softmax("mixed", "none"), (.1882, .3853), (.1130, .2514)),
+    Row("mixed-standard", "mixed, standard logQ", _softmax("mixed", "standard"),
+        (.1952, .3893), (.1292, .2800)),
+    Row("mixed-improved", "mixed, improved logQ", _softmax("mixed", "improved"),
+        (.1972, .3937), (.1281, .2792)),
+    Row("full_softmax", "full softmax", {"loss": "full_softmax"}, (.1937, .3911), (.1205, .2640)),
+)
+ROWS_BY_NAME = {row.name: row for row in ROWS}
+SYNTHETIC_ROWS = ("in_batch-none", "in_batch-standard", "in_batch-improved",
+                  "mixed-none", "mixed-standard", "mixed-improved")
+# The orderings the paper reports: (worse-or-equal, better) pairs.
+ORDERINGS = (("in_batch-none", "in_batch-standard"), ("in_batch-standard", "in_batch-improved"),
+             ("mixed-standard", "mixed-improved"))
+
+
+def define_flags() -> None:
+    flags.DEFINE_enum("dataset", "ml-1m", ["ml-1m", "synthetic"],
+                      "ml-1m: the paper's Table 1 (the temporal split reads the GroupLens "
+                      "ratings with timestamps); synthetic: the catalog with a known truth.")
+    flags.DEFINE_enum("split", "loo", list(configs.SPLITS), "Leave-one-out or global temporal.")
+    flags.DEFINE_enum("profile", "cpu", list(PROFILES),
+                      "Preset of pipelines/configs.py (ml-1m); synthetic uses its own preset.")
+    flags.DEFINE_integer("seeds", 3, "Seeds 0 .. N-1 of every row.", lower_bound=1)
+    flags.DEFINE_list("rows", [], f"Rows to run (default: all of the split). Known: "
+                      f"{', '.join(ROWS_BY_NAME)}.")
+    flags.DEFINE_list("frequencies", ["static"], "Where log Q comes from: "
+                      f"{', '.join(configs.FREQUENCIES)} (rows without log Q run once).")
+    flags.DEFINE_string("data_path", "", "Overrides the ML-1M file (default ../shared/data).")
+    flags.DEFINE_string("output_dir", "runs/reproduce", "Where the runs go.")
+    flags.DEFINE_string("results_dir", "docs/results", "Where the table, JSON and PNG go.")
+    flags.DEFINE_bool("report_only", False, "Write the report from finished runs; train nothing.")
+    flags.DEFINE_string("preset", "", "Overrides the preset the profile picks (e.g. smoke, for "
+                        "a quick check of the runner).")
+
+
+# --------------------------------------------------------------------------- plan
+
+
+class Run(NamedTuple):
+    row: Row
+    frequency: str
+    seed: int
+    preset: str
+    overrides: Dict[str, object]   # Flags of pipelines.train on top of the preset.
+    directory: str
+
+
+def experiment_name(dataset: str, split: str, profile: str) -> str:
+    return f"{dataset.replace('-', '')}_{split}_{profile if dataset == 'ml-1m' else 'synthetic'}"
+
+
+def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str],
+         frequencies: Sequence[str], output_dir: str, data_path: str = "",
+         preset: str = "") -> List[Run]:
+    """The runs to make, in the order they are made (seed by seed, so that an interrupted
+    sweep has every row at the same number of seeds)."""
+    if profile not in PROFILES:
+        raise ValueError(f"--profile must be one of {', '.join(PROFILES)}; received {profile!r}.")
+    for frequency in frequencies:
+        if frequency not in configs.FREQUENCIES:
+            raise ValueError(f"--frequencies must be among {', '.join(configs.FREQUENCIES)}; "
+                             f"received {frequency!r}.")
+    if not rows:
+        if dataset == "synthetic":
+            rows = SYNTHETIC_ROWS
+        else:
+            rows = [r.name for r in ROWS if (r.paper_loo if split == "loo" else r.paper_temporal)]
+    unknown = [name for name in rows if name not in ROWS_BY_NAME]
+    if unknown:
+        raise ValueError(f"--rows must be among {', '.join(ROWS_BY_NAME)}; received "
+                         f"{', '.join(unknown)}.")
+    base: Dict[str, object] = {"split": split}
+    if dataset != "synthetic":
+        # The temporal split needs timestamps: the GroupLens ratings, not SASRec's file.
+        base["dataset"] = "ml-1m" if split == "loo" else "ml-1m-ratings"
+        base["index"] = "exact"  # The paper's protocol; ScaNN is evaluated in its own issue.
+        if data_path:
+            base["data_path"] = data_path
+    if preset:
+        if preset not in configs.PRESETS:
+            raise ValueError(f"--preset must be one of {', '.join(configs.PRESETS)}; received "
+                             f"{preset!r}.")
+        if dataset == "synthetic" and configs.PRESETS[preset].dataset != "synthetic":
+            raise ValueError(f"--preset={preset} is not a synthetic-data preset.")
+    preset = preset or ("synthetic" if dataset == "synthetic" else profile)
+    root = os.path.join(output_dir, experiment_name(dataset, split, profile))
+    runs = []
+    for seed in range(seeds):
+        for name in rows:
+            row = ROWS_BY_NAME[name]
+            uses_log_q = row.overrides.get("correction", "none") != "none"
+            for frequency in (frequencies if uses_log_q else frequencies[:1]):
+                overrides = dict(base, **row.overrides, seed=seed)
+                tag = name
+                if uses_log_q:
+                    overrides["frequency"] = frequency
+                    if frequency != "static":
+                        tag += f"-{frequency}"
+                runs.append(Run(row, frequency if uses_log_q else "static", seed, preset,
+                                overrides, os.path.join(root, tag, f"seed{seed}")))
+    return runs
+
+
+def command(run: Run) -> List[str]:
+    return ([sys.executable, "-m", "pipelines.train", f"--preset={run.preset}",
+             f"--output_dir={run.directory}"]
+            + [f"--{key}={value}" for key, value in sorted(run.overrides.items())])
+
+
+def finished(run: Run) -> bool:
+    return os.path.exists(os.path.join(run.directory, "metrics.json"))
+
+
+def execute(run: Run) -> float:
+    """Runs `run` as a pipelines.train process (its output in OUTPUT/train.log); wall seconds."""
+    os.makedirs(run.directory, exist_ok=True)
+    started = time.time()
+    with open(os.path.join(run.directory, "train.log"), "a") as log:
+        log.write(" ".join(command(run)) + "\n")
+        log.flush()
+        process = subprocess.run(command(run), stdout=log, stderr=subprocess.STDOUT,
+                                 env=dict(os.environ, PYTHONUNBUFFERED="1"), check=False)
+    seconds = time.time() - started
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command(run))} exited with {process.returncode}; see "
+                           f"{os.path.join(run.directory, 'train.log')}.")
+    with open(os.path.join(run.directory, "wall_seconds.json"), "w") as f:
+        json.dump({"seconds": seconds}, f)  # This session's share of the run (it may resume).
+    return seconds
+
+
+# ------------------------------------------------------------------------- report
+
+
+def load(run: Run) -> Dict:
+    with open(os.path.join(run.directory, "metrics.json")) as f:
+        metrics = json.load(f)
+    wall = os.path.join(run.directory, "wall_seconds.json")
+    if os.path.exists(wall):
+        with open(wall) as f:
+            metrics["wall_seconds"] = json.load(f)["seconds"]
+    return metrics
+
+
+def summarise(values: Sequence[float]) -> Tuple[float, float, int]:
+    """(mean, sample std (NaN for one value), n)."""
+    values = np.asarray(values, np.float64)
+    return (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan"),
+            len(values))
+
+
+def _pm(mean: float, std: float) -> str:
+    return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
+
+
+def aggregate(runs: Sequence[Run]) -> Dict[str, Dict]:
+    """Per row (and frequency source): the finished runs' metrics, summarised."""
+    groups: Dict[str, Dict] = {}
+    for run in runs:
+        key = run.row.name + ("" if run.frequency == "static" else f"-{run.frequency}")
+        group = groups.setdefault(key, {"row": run.row, "frequency": run.frequency, "runs": []})
+        if finished(run):
+            group["runs"].append(dict(load(run), seed=run.seed))
+    summary = {}
+    for key, group in groups.items():
+        found = group["runs"]
+        entry = {"row": group["row"], "frequency": group["frequency"], "n": len(found),
+                 "planned_seeds": sum(1 for r in runs if r.directory.split(os.sep)[-2] == key)}
+        if found:
+            for metric in ("ndcg@20", "recall@20", "ndcg@10", "recall@10"):
+                entry[metric] = summarise([m["test"][metric] for m in found])
+            entry["epochs"] = summarise([m["epochs_run"] for m in found])
+            entry["train_seconds"] = summarise([m["train_seconds"] for m in found])
+            entry["seeds"] = [m["seed"] for m in found]
+            if "kl_to_truth" in found[0]:
+                entry["kl_to_truth"] = summarise([m["kl_to_truth"] for m in found])
+                entry["oracle_recall@10"] = summarise(
+                    [m["baselines"]["oracle"]["recall@10"] for m in found])
+                for band in ("head", "torso", "tail"):
+                    entry[f"{band}_recall@10"] = summarise(
+                        [m["by_popularity"][f"{band}_recall@10"] for m in found])
+            entry["popularity_ndcg@20"] = summarise(
+                [m["baselines"]["popularity"]["ndcg@20"] for m in found])
+        summary[key] = entry
+    return summary
+
+
+def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List[str]:
+    """One line per ordering of the paper: does it hold, and is the gap beyond the noise?
+
+    The gap is 'beyond the seed-to-seed spread' when it exceeds twice its
+    standard error sqrt(s_a^2 / n_a + s_b^2 / n_b) (about a 95% two-sided test).
+    """
+    lines = []
+    for worse, better in ORDERINGS:
+        a, b = summary.get(worse), summary.get(better)
+        if not a or not b or not a["n"] or not b["n"]:
+            continue
+        (mean_a, std_a, n_a), (mean_b, std_b, n_b) = a[metric], b[metric]
+        gap = mean_b - mean_a
+        relation = ("<" if gap > 0 else ">=") if worse.endswith("none") else (
+            "<=" if gap >= 0 else ">")
+        holds = gap > 0 if worse.endswith("none") else gap >= 0
+        if n_a > 1 and n_b > 1:
+            error = math.sqrt(std_a ** 2 / n_a + std_b ** 2 / n_b)
+            noise = (f"beyond the seed-to-seed spread (|gap| {abs(gap):.4f} > 2 SE "
+                     f"{2 * error:.4f})" if abs(gap) > 2 * error else
+                     f"within the seed-to-seed spread (|gap| {abs(gap):.4f} <= 2 SE "
+                     f"{2 * error:.4f})")
+        else:
+            noise = "spread unknown (one seed)"
+        lines.append(f"- {a['row'].label} {relation} {b['row'].label}: {metric} "
+                     f"{mean_a:.4f} (n={n_a}) vs {mean_b:.4f} (n={n_b}), gap {gap:+.4f}; "
+                     f"the paper's ordering {'holds' if holds else 'does not hold'}, {noise}.")
+    return lines
+
+
+def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
+             command_line: str) -> str:
+    title = ("SASRec on MovieLens-1M, " + ("leave-one-out" if split == "loo" else
+                                           "global temporal split (last 10% test)")
+             + f", `{profile}` profile" if dataset == "ml-1m" else
+             f"SASRec on the synthetic catalog (known P(d|u)), {split} split")
+    lines = [f"# {title}", "", f"Command: `{command_line}`", "",
+             "Mean ± sample std over seeds (n). Test split, exact search over the whole catalog, "
+             "the user's history filtered.", ""]
+    done = {k: v for k, v in summary.items() if v["n"]}
+    if dataset == "ml-1m":
+        column = "paper_loo" if split == "loo" else "paper_temporal"
+        lines += ["| loss | n | NDCG@20 | paper | Δ | Recall@20 | paper | Δ | epochs | "
+                  "train s/run |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for key, entry in summary.items():
+            paper = getattr(entry["row"], column)
+            if not entry["n"]:
+                lines.append(f"| {entry['row'].label} | 0/{entry['planned_seeds']} | not run "
+                             f"| {paper[0]:.4f} | | | {paper[1]:.4f} | | | |" if paper else
+                             f"| {entry['row'].label} | 0 | not run | | | | | | | |")
+                continue
+            ndcg, recall = entry["ndcg@20"], entry["recall@20"]
+            paper_cells = ((f"{paper[0]:.4f}", f"{ndcg[0] - paper[0]:+.4f}",
+                            f"{paper[1]:.4f}", f"{recall[0] - paper[1]:+.4f}") if paper
+                           else ("–", "", "–", ""))
+            lines.append(f"| {entry['row'].label} | {entry['n']} | {_pm(*ndcg[:2])} | "
+                         f"{paper_cells[0]} | {paper_cells[1]} | {_pm(*recall[:2])} | "
+                         f"{paper_cells[2]} | {paper_cells[3]} | {entry['epochs'][0]:.0f} | "
+                         f"{entry['train_seconds'][0]:.0f} |")
+        if done:
+            first = next(iter(done.values()))
+            lines += ["", f"Popularity ranker, same protocol: NDCG@20 "
+                      f"{first['popularity_ndcg@20'][0]:.4f}."]
+    else:
+        lines += ["| loss | log Q from | n | KL to truth (nats) | Recall@10 | oracle Recall@10 | "
+                  "head R@10 | torso R@10 | tail R@10 | NDCG@10 | train s/run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for key, entry in done.items():
+            source = (FREQUENCY_LABELS[entry["frequency"]]
+                      if entry["row"].overrides.get("correction", "none") != "none" else "–")
+            lines.append(
+                f"| {entry['row'].label} | {source} | {entry['n']} | "
+                f"{_pm(*entry['kl_to_truth'][:2])} | {_pm(*entry['recall@10'][:2])} | "
+                f"{entry['oracle_recall@10'][0]:.4f} | {entry['head_recall@10'][0]:.4f} | "
+                f"{entry['torso_recall@10'][0]:.4f} | {entry['tail_recall@10'][0]:.4f} | "
+                f"{_pm(*entry['ndcg@10'][:2])} | {entry['train_seconds'][0]:.0f} |")
+        lines += ["", "KL: mean over test users of KL(true next-item law || softmax of the "
+                  "model's scores), both over the items not in the user's history. Head / torso "
+                  "/ tail: Recall@10 of test targets in each third of the catalog by training "
+                  "count."]
+    verdicts = ordering_verdicts({k: v for k, v in done.items() if v["frequency"] == "static"})
+    if verdicts:
+        lines += ["", "## The paper's orderings (NDCG@20)" if dataset == "ml-1m" else
+                  "## The paper's orderings, here (NDCG@20)", ""] + verdicts
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: Dict[str, Dict], dataset: str, split: str, path: str) -> None:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    done = [(k, v) for k, v in summary.items() if v["n"]]
+    if not done:
+        return
+    metric = "ndcg@20" if dataset == "ml-1m" else "kl_to_truth"
+    figure, axis = plt.subplots(figsize=(8, 0.45 * len(done) + 1.5))
+    labels = [v["row"].label + ("" if v["frequency"] == "static" else f" [{v['frequency']}]")
+              for _, v in done]
+    means = [v[metric][0] for _, v in done]
+    errors = [0.0 if math.isnan(v[metric][1]) else v[metric][1] for _, v in done]
+    positions = np.arange(len(done))
+    axis.barh(positions, means, xerr=errors, color="#4c72b0", alpha=0.8, label="ours (± std)")
+    if dataset == "ml-1m":
+        column = "paper_loo" if split == "loo" else "paper_temporal"
+        paper = [getattr(v["row"], column) for _, v in done]
+        axis.scatter([p[0] if p else np.nan for p in paper], positions, color="#c44e52",
+                     marker="D", zorder=3, label="paper")
+        axis.set_xlabel("test NDCG@20")
+    else:
+        axis.set_xlabel("KL(truth || model), nats (lower is better)")
+    axis.set_yticks(positions)
+    axis.set_yticklabels(labels)
+    axis.invert_yaxis()
+    axis.legend(loc="lower right")
+    axis.set_title(os.path.basename(path).rsplit(".", 1)[0])
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
+                 results_dir: str, command_line: str) -> str:
+    summary = aggregate(runs)
+    os.makedirs(results_dir, exist_ok=True)
+    name = experiment_name(dataset, split, profile)
+    text = markdown(summary, dataset, split, profile, command_line)
+    with open(os.path.join(results_dir, name + ".md"), "w") as f:
+        f.write(text)
+    serialisable = {key: dict({k: v for k, v in entry.items() if k != "row"},
+                              label=entry["row"].label, overrides=entry["row"].overrides)
+                    for key, entry in summary.items()}
+    per_run = [dict(directory=r.directory, seed=r.seed, row=r.row.name, frequency=r.frequency,
+                    **{k: v for k, v in load(r).items()
+                       if k in ("test", "kl_to_truth", "by_popularity", "epochs_run", "steps",
+                                "train_seconds", "wall_seconds", "git_revision")})
+               for r in runs if finished(r)]
+    with open(os.path.join(results_dir, name + ".json"), "w") as f:
+        json.dump({"summary": serialisable, "runs": per_run}, f, indent=1)
+    plot(summary, dataset, split, os.path.join(results_dir, name + ".png"))
+    return text
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        runs = plan(FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.seeds, FLAGS.rows,
+                    FLAGS.frequencies, FLAGS.output_dir, FLAGS.data_path, FLAGS.preset)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+    command_line = "python -m pipelines.benchmarks.reproduce " + " ".join(
+        f"--{name}={','.join(value) if isinstance(value, list) else value}"
+        for name, value in (("dataset", FLAGS.dataset), ("split", FLAGS.split),
+                            ("profile", FLAGS.profile), ("seeds", FLAGS.seeds),
+                            ("rows", FLAGS.rows), ("frequencies", FLAGS.frequencies),
+                            ("preset", FLAGS.preset))
+        if value not in ([], None, ""))
+    pending = [run for run in runs if not finished(run)]
+    print(f"{len(runs)} runs planned, {len(runs) - len(pending)} already finished.", flush=True)
+    if not FLAGS.report_only:
+        for number, run in enumerate(pending, 1):
+            label = f"{run.row.name} [{run.frequency}] seed {run.seed}"
+            print(f"[{number}/{len(pending)}] {label}: {' '.join(command(run))}", flush=True)
+            seconds = execute(run)
+            test = load(run)["test"]
+            print(f"[{number}/{len(pending)}] {label}: NDCG@20 {test['ndcg@20']:.4f} Recall@20 "
+                  f"{test['recall@20']:.4f} ({seconds:.0f} s)", flush=True)
+            write_report(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
+                         command_line)
+    print(write_report(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
+                       command_line))
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
