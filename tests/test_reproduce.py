@@ -1,0 +1,160 @@
+"""The Table 1 runner: its plan, its skipping of finished runs, and its report's numbers."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines.benchmarks import reproduce
+
+
+def _fake_run(run, ndcg, recall=0.3, kl=None):
+    """Writes the metrics.json a finished pipelines.train run would leave."""
+    os.makedirs(run.directory, exist_ok=True)
+    metrics = {"test": {"ndcg@20": ndcg, "recall@20": recall, "ndcg@10": ndcg / 2,
+                        "recall@10": recall / 2},
+               "epochs_run": 40, "train_seconds": 100.0 + run.seed, "steps": 1000,
+               "baselines": {"popularity": {"ndcg@20": 0.05}, "oracle": {"recall@10": 0.5}},
+               "by_popularity": {"head_recall@10": 0.3, "torso_recall@10": 0.2,
+                                 "tail_recall@10": 0.1},
+               "git_revision": "abc"}
+    if kl is not None:
+        metrics["kl_to_truth"] = kl
+    with open(os.path.join(run.directory, "metrics.json"), "w") as f:
+        json.dump(metrics, f)
+
+
+class PlanTest(tf.test.TestCase):
+
+    def test_rows_of_each_split(self):
+        out = tempfile.mkdtemp()
+        loo = reproduce.plan("ml-1m", "loo", "cpu", 2, [], ["static"], out)
+        self.assertLen(loo, 2 * 10)
+        # Seed by seed: an interrupted sweep has every row at the same number of seeds.
+        self.assertEqual([r.seed for r in loo], [0] * 10 + [1] * 10)
+        self.assertEqual(loo[0].overrides, {"split": "loo", "dataset": "ml-1m", "index": "exact",
+                                            "loss": "bce", "num_negatives": 1, "seed": 0})
+        self.assertEqual(loo[0].directory, os.path.join(out, "ml1m_loo_cpu", "bce", "seed0"))
+        temporal = reproduce.plan("ml-1m", "temporal", "paper", 1, [], ["static"], out)
+        self.assertEqual([r.row.name for r in temporal],
+                         ["gbce", "in_batch-none", "in_batch-standard", "in_batch-improved",
+                          "mixed-none", "mixed-standard", "mixed-improved", "full_softmax"])
+        self.assertEqual(temporal[0].overrides["dataset"], "ml-1m-ratings")  # Timestamps.
+        self.assertEqual(temporal[0].preset, "paper")
+
+    def test_estimators_multiply_only_the_rows_that_use_log_q(self):
+        runs = reproduce.plan("synthetic", "loo", "cpu", 1, [], ["static", "hashed"],
+                              tempfile.mkdtemp())
+        self.assertEqual([(r.row.name, r.frequency) for r in runs], [
+            ("in_batch-none", "static"), ("in_batch-standard", "static"),
+            ("in_batch-standard", "hashed"), ("in_batch-improved", "static"),
+            ("in_batch-improved", "hashed"), ("mixed-none", "static"),
+            ("mixed-standard", "static"), ("mixed-standard", "hashed"),
+            ("mixed-improved", "static"), ("mixed-improved", "hashed")])
+        self.assertEqual(runs[2].overrides["frequency"], "hashed")
+        self.assertTrue(runs[2].directory.endswith(os.path.join("in_batch-standard-hashed",
+                                                                "seed0")))
+        self.assertEqual(runs[0].preset, "synthetic")
+        self.assertNotIn("dataset", runs[0].overrides)
+
+    def test_command_runs_pipelines_train(self):
+        run = reproduce.plan("ml-1m", "loo", "cpu", 1, ["mixed-improved"], ["static"], "out")[0]
+        self.assertEqual(reproduce.command(run)[1:], [
+            "-m", "pipelines.train", "--preset=cpu",
+            f"--output_dir={os.path.join('out', 'ml1m_loo_cpu', 'mixed-improved', 'seed0')}",
+            "--correction=improved", "--dataset=ml-1m", "--frequency=static", "--index=exact",
+            "--loss=sampled_softmax", "--negatives=mixed", "--seed=0", "--split=loo"])
+
+    def test_errors(self):
+        with self.assertRaisesRegex(ValueError, r"--rows must be among .*received nope"):
+            reproduce.plan("ml-1m", "loo", "cpu", 1, ["nope"], ["static"], "out")
+        with self.assertRaisesRegex(ValueError, r"--frequencies must be among .*received 'x'"):
+            reproduce.plan("ml-1m", "loo", "cpu", 1, [], ["x"], "out")
+        with self.assertRaisesRegex(ValueError, r"--profile must be one of cpu, paper"):
+            reproduce.plan("ml-1m", "loo", "gpu", 1, [], ["static"], "out")
+        with self.assertRaisesRegex(ValueError, r"--preset=cpu is not a synthetic-data preset"):
+            reproduce.plan("synthetic", "loo", "cpu", 1, [], ["static"], "out", preset="cpu")
+
+
+class ReportTest(tf.test.TestCase):
+
+    def test_table_differences_and_verdicts(self):
+        out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
+        runs = reproduce.plan("ml-1m", "loo", "cpu", 3, ["in_batch-none", "in_batch-standard",
+                                                          "in_batch-improved", "full_softmax"],
+                              ["static"], out)
+        scores = {"in_batch-none": [0.10, 0.11, 0.12], "in_batch-standard": [0.20, 0.21, 0.22],
+                  "in_batch-improved": [0.19, 0.22, 0.25]}
+        for run in runs:
+            if run.row.name in scores:  # full_softmax is planned but not run.
+                _fake_run(run, scores[run.row.name][run.seed])
+        self.assertTrue(reproduce.finished(runs[0]))
+        self.assertFalse(reproduce.finished(runs[3]))
+        text = reproduce.write_report(runs, "ml-1m", "loo", "cpu", results, "CMD")
+        # Mean ± sample std, the paper's value and the difference.
+        self.assertIn("| in-batch, no logQ | 3 | 0.1100 ± 0.0100 | 0.1868 | -0.0768 | "
+                      "0.3000 ± 0.0000 | 0.3838 | -0.0838 | 40 | 101 |", text)
+        self.assertIn("| full softmax | 0/3 | not run | 0.1937 |", text)
+        # none < standard: gap 0.1, 2 SE = 2 sqrt(2 * 0.01^2 / 3) = 0.0163.
+        self.assertIn("in-batch, no logQ < in-batch, standard logQ: ndcg@20 0.1100 (n=3) vs "
+                      "0.2100 (n=3), gap +0.1000; the paper's ordering holds, beyond the "
+                      "seed-to-seed spread (|gap| 0.1000 > 2 SE 0.0163).", text)
+        # standard <= improved: gap 0.01, 2 SE = 2 sqrt(0.01^2/3 + 0.03^2/3) = 0.0365.
+        self.assertIn("gap +0.0100; the paper's ordering holds, within the seed-to-seed spread "
+                      "(|gap| 0.0100 <= 2 SE 0.0365).", text)
+        with open(os.path.join(results, "ml1m_loo_cpu.json")) as f:
+            saved = json.load(f)
+        self.assertLen(saved["runs"], 9)
+        self.assertAllClose(saved["summary"]["in_batch-improved"]["ndcg@20"][:2],
+                            [0.22, np.std([0.19, 0.22, 0.25], ddof=1)])
+        self.assertTrue(os.path.exists(os.path.join(results, "ml1m_loo_cpu.png")))
+
+    def test_ordering_that_fails_is_reported_as_such(self):
+        runs = reproduce.plan("ml-1m", "loo", "cpu", 1, ["mixed-standard", "mixed-improved"],
+                              ["static"], tempfile.mkdtemp())
+        _fake_run(runs[0], 0.2)
+        _fake_run(runs[1], 0.15)
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "cpu", "CMD")
+        self.assertIn("mixed, standard logQ > mixed, improved logQ: ndcg@20 0.2000 (n=1) vs "
+                      "0.1500 (n=1), gap -0.0500; the paper's ordering does not hold, spread "
+                      "unknown (one seed).", text)
+
+    def test_synthetic_table(self):
+        runs = reproduce.plan("synthetic", "loo", "cpu", 2, ["in_batch-improved"],
+                              ["static", "count_min"], tempfile.mkdtemp())
+        for run, kl in zip(runs, (1.0, 1.5, 2.0, 2.5)):
+            _fake_run(run, 0.2, kl=kl)
+        text = reproduce.markdown(reproduce.aggregate(runs), "synthetic", "loo", "cpu", "CMD")
+        self.assertIn("| in-batch, improved logQ | exact counts | 2 | 1.5000 ± 0.7071 | "
+                      "0.1500 ± 0.0000 | 0.5000 | 0.3000 | 0.2000 | 0.1000 |", text)
+        self.assertIn("| in-batch, improved logQ | count-min sketch | 2 | 2.0000 ± 0.7071 |",
+                      text)
+
+
+@pytest.mark.slow
+class RunnerTest(tf.test.TestCase):
+
+    def test_runs_then_skips_finished_runs(self):
+        out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
+        args = [sys.executable, "-m", "pipelines.benchmarks.reproduce", "--dataset=synthetic",
+                "--preset=smoke", "--seeds=1",
+                "--rows=in_batch-none,in_batch-standard,in_batch-improved",
+                f"--output_dir={out}", f"--results_dir={results}"]
+        first = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
+        self.assertEqual(first.returncode, 0, first.stderr[-2000:])
+        self.assertIn("3 runs planned, 0 already finished.", first.stdout)
+        self.assertRegex(first.stdout, r"\| in-batch, improved logQ \| exact counts \| 1 \| "
+                         r"[0-9.]+ \| [0-9.]+ \|")
+        self.assertIn("the paper's ordering", first.stdout)
+        again = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
+        self.assertIn("3 runs planned, 3 already finished.", again.stdout)
+        self.assertNotIn("[1/", again.stdout)
+
+
+if __name__ == "__main__":
+    tf.test.main()
