@@ -5,6 +5,7 @@ runtime) so that MirroredStrategy tests can run two replicas in this process.
 Ops without a strategy still run on /CPU:0.
 """
 
+import functools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -17,3 +18,14 @@ NUM_LOGICAL_CPUS = 2
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+
+
+@functools.lru_cache(maxsize=None)
+def mirrored_strategy() -> tf.distribute.MirroredStrategy:
+    """The process's one MirroredStrategy over the two logical CPUs.
+
+    Tests share it: a second MirroredStrategy in the same process starts its
+    collective keys where the first did, and their collectives then collide.
+    """
+    return tf.distribute.MirroredStrategy(
+        [d.name for d in tf.config.list_logical_devices("CPU")[:NUM_LOGICAL_CPUS]])

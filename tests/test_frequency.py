@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
+from tests import conftest
 from tests import reference
 from tfrs_logq import frequency
 
@@ -453,7 +454,7 @@ class StreamingEstimatorTest(tf.test.TestCase, parameterized.TestCase):
         single = make()
         _feed(single, stream)
 
-        strategy = tf.distribute.MirroredStrategy(devices)
+        strategy = conftest.mirrored_strategy()
         with strategy.scope():
             distributed = make()
         dataset = tf.data.Dataset.from_tensor_slices(tf.constant(stream.ravel(), tf.int64))

@@ -71,6 +71,29 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
     return tf.not_equal(positive_ids[:, tf.newaxis], negative_ids)
 
 
+def cross_replica_concat(tensor: tf.Tensor) -> tf.Tensor:
+    """Every replica's `tensor` concatenated along axis 0, in replica order.
+
+    The identity outside tf.distribute or with one replica. Inside a replica
+    context it is `ReplicaContext.all_gather`, whose gradient sums the
+    upstream gradients over replicas and hands each replica its own slice, so
+    gradients flow back to the replica that produced each row. Replicas may
+    hold different numbers of rows.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tensor
+    gathered = context.all_gather(tensor, axis=0)
+    # all_gather's gradient fails on the IndexedSlices a later tf.gather yields (TF 2.20).
+    return _densify_gradient(gathered) if gathered.dtype.is_floating else gathered
+
+
+@tf.custom_gradient
+def _densify_gradient(tensor: tf.Tensor):
+    """The identity, whose gradient is converted to a dense tensor."""
+    return tf.identity(tensor), tf.convert_to_tensor
+
+
 def _random_subset(size: tf.Tensor, k: int, seed: Optional[int]) -> tf.Tensor:
     """min(k, size) distinct positions of range(size), uniformly at random."""
     k = tf.minimum(tf.cast(k, tf.int32), size)
@@ -126,16 +149,26 @@ class InBatchSampler(NegativeSampler):
         probability 1 - (1 - q)^(B-1), and it already excludes the positive.
       max_pool_size: keep at most this many pool entries, chosen uniformly at
         random each call (after deduplication); log Q accounts for it.
+      global_batch: under tf.distribute, draw from the global batch: the
+        candidates (ids, embeddings, mask) of every replica are all-gathered
+        (`cross_replica_concat`), gradients flow back to the replica that
+        produced them, and accidental hits and log Q (B - 1 draws, B the global
+        pool) refer to the global pool. A step on N replicas then computes the
+        same per-example losses as one replica on the same global batch. No
+        effect without replicas.
       probabilities, seed, **kwargs: see `NegativeSampler`.
     """
 
     def __init__(self, deduplicate: bool = False, max_pool_size: Optional[int] = None,
-                 probabilities: frequency_lib.FrequencyLike = None,
+                 global_batch: bool = False, probabilities: frequency_lib.FrequencyLike = None,
                  seed: Optional[int] = None, **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         if not isinstance(deduplicate, bool):
             raise TypeError(f"`deduplicate` must be a bool; received deduplicate={deduplicate!r}.")
+        if not isinstance(global_batch, bool):
+            raise TypeError(f"`global_batch` must be a bool; received global_batch={global_batch!r}.")
         self.deduplicate = deduplicate
+        self.global_batch = global_batch
         self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size,
                                                   allow_none=True)
 
@@ -163,6 +196,13 @@ class InBatchSampler(NegativeSampler):
         embeddings = candidate_embeddings
         if candidate_mask is not None:
             candidate_mask = v.bool_tensor("candidate_mask", candidate_mask, rank=1)
+        if self.global_batch:
+            ids = cross_replica_concat(ids)
+            if embeddings is not None:
+                embeddings = cross_replica_concat(embeddings)
+            if candidate_mask is not None:
+                candidate_mask = cross_replica_concat(candidate_mask)
+        if candidate_mask is not None:
             ids = tf.boolean_mask(ids, candidate_mask)
             if embeddings is not None:
                 embeddings = tf.boolean_mask(embeddings, candidate_mask)
@@ -205,7 +245,8 @@ class InBatchSampler(NegativeSampler):
 
     def get_config(self):
         config = super().get_config()
-        config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size)
+        config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size,
+                      global_batch=self.global_batch)
         return config
 
 
@@ -298,19 +339,22 @@ class MixedSampler(NegativeSampler):
         already excludes the positive); "paper" uses the unigram q for every negative, as the paper's released
         code does (biased for the uniform half; kept to reproduce it).
       first_id: smallest id of the catalog, as in `UniformSampler`.
+      global_batch: the in-batch half draws from the global batch (see
+        `InBatchSampler`); the uniform half is drawn on each replica.
       probabilities, seed, **kwargs: see `NegativeSampler`. Both mixtures need
         probabilities for any correction.
     """
 
     def __init__(self, num_items: int, num_uniform: int, num_in_batch: int,
-                 mixture: str = "exact", first_id: int = 0,
+                 mixture: str = "exact", first_id: int = 0, global_batch: bool = False,
                  probabilities: frequency_lib.FrequencyLike = None,
                  seed: Optional[int] = None, **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         self.mixture = v.check_choice("mixture", mixture, MIXTURES)
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
                                       name="uniform")
-        self.in_batch = InBatchSampler(max_pool_size=num_in_batch, probabilities=self.frequency,
+        self.in_batch = InBatchSampler(max_pool_size=num_in_batch, global_batch=global_batch,
+                                       probabilities=self.frequency,
                                        seed=None if seed is None else seed + 1, name="in_batch")
 
     def call(self, positive_ids: tf.Tensor, candidate_ids: tf.Tensor,
@@ -371,7 +415,7 @@ class MixedSampler(NegativeSampler):
         config = super().get_config()
         config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
                       num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
-                      first_id=self.uniform.first_id)
+                      first_id=self.uniform.first_id, global_batch=self.in_batch.global_batch)
         return config
 
 

@@ -26,7 +26,10 @@ class RetrievalObjective(tf.keras.layers.Layer):
       (SASRec uses 1).
     - "gbce": gSASRec's generalised BCE with calibration `gbce_t`.
 
-    The loss is the mean over the examples (SASRec's convention).
+    The loss is the mean over the examples (SASRec's convention). Under
+    tf.distribute each replica returns its examples' loss sum divided by the
+    global number of examples (tf.distribute's convention: the replicas'
+    gradients are summed), so the gradient does not depend on the replica count.
 
     Args:
       num_items: catalog size; ids are in [1, num_items] (0 is padding).
@@ -38,6 +41,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
         array (index 0 unused), or a `tfrs_logq.frequency` estimator.
       gbce_t: gSASRec's t in [0, 1].
       mixture: "exact" or "paper", for mixed negatives.
+      global_batch: in-batch negatives (and the in-batch half of mixed ones)
+        come from the global batch under tf.distribute; see
+        `tfrs_logq.negatives.InBatchSampler`.
       temperature: divides the logits of the sampled softmax.
       seed: seed of the samplers.
     """
@@ -45,7 +51,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
     def __init__(self, num_items: int, loss: str = "sampled_softmax",
                  negatives: str = "in_batch", correction: str = "improved",
                  num_negatives: int = 256, probabilities: frequency_lib.FrequencyLike = None,
-                 gbce_t: float = 0.75, mixture: str = "exact",
+                 gbce_t: float = 0.75, mixture: str = "exact", global_batch: bool = False,
                  temperature: Optional[float] = None, seed: Optional[int] = None, **kwargs):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
@@ -57,6 +63,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
             raise ValueError(f"`gbce_t` must be in [0, 1]; received gbce_t={gbce_t!r}.")
         self.gbce_t = float(gbce_t)
         self.mixture = mixture
+        if not isinstance(global_batch, bool):
+            raise TypeError(f"`global_batch` must be a bool; received global_batch={global_batch!r}.")
+        self.global_batch = global_batch
         self.temperature = temperature
         self.seed = seed
         self.task = None
@@ -64,14 +73,16 @@ class RetrievalObjective(tf.keras.layers.Layer):
         if loss == "sampled_softmax":
             if negatives == "in_batch":
                 sampler = negatives_lib.InBatchSampler(
-                    max_pool_size=num_negatives, probabilities=probabilities, seed=seed)
+                    max_pool_size=num_negatives, global_batch=global_batch,
+                    probabilities=probabilities, seed=seed)
             elif negatives == "uniform":
                 sampler = negatives_lib.UniformSampler(num_items, num_negatives, first_id=1,
                                                        seed=seed)
             else:
                 sampler = negatives_lib.MixedSampler(
                     num_items, num_negatives - num_negatives // 2, num_negatives // 2,
-                    mixture=mixture, first_id=1, probabilities=probabilities, seed=seed)
+                    mixture=mixture, first_id=1, global_batch=global_batch,
+                    probabilities=probabilities, seed=seed)
             if negatives != "uniform" and correction != "none" and probabilities is None:
                 raise ValueError(
                     f"correction={correction!r} with {negatives} negatives needs "
@@ -97,7 +108,11 @@ class RetrievalObjective(tf.keras.layers.Layer):
           training: forwarded to the task (streaming estimators update then).
         """
         positive_ids = tf.cast(positive_ids, tf.int64)
-        count = tf.maximum(tf.cast(tf.shape(positive_ids)[0], tf.float32), 1.0)
+        count = tf.cast(tf.shape(positive_ids)[0], tf.float32)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        count = tf.maximum(count, 1.0)  # The global number of examples.
         if self.task is not None:
             loss = self.task(query_embeddings, item_embedding_fn(positive_ids),
                              candidate_ids=positive_ids, candidate_embedding_fn=item_embedding_fn,
@@ -107,7 +122,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
         if self.loss == "full_softmax":
             table = tf.cast(all_item_embeddings(), tf.float32)[1:]
             logits = tf.matmul(query_embeddings, table, transpose_b=True)
-            return tf.reduce_mean(losses_lib.full_softmax_loss(logits, positive_ids - 1))
+            return tf.reduce_sum(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
         negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
         positive_logits = tf.reduce_sum(
             query_embeddings * tf.cast(item_embedding_fn(positive_ids), tf.float32), axis=1)
@@ -120,12 +135,13 @@ class RetrievalObjective(tf.keras.layers.Layer):
             per_example = losses_lib.gbce_loss(positive_logits, negative_logits,
                                                num_items=self.num_items, t=self.gbce_t,
                                                negative_mask=negatives.mask)
-        return tf.reduce_mean(per_example)
+        return tf.reduce_sum(per_example) / count
 
     def get_config(self):
         config = super().get_config()
         config.update(num_items=self.num_items, loss=self.loss, negatives=self.negatives,
                       correction=self.correction, num_negatives=self.num_negatives,
-                      gbce_t=self.gbce_t, mixture=self.mixture, temperature=self.temperature,
+                      gbce_t=self.gbce_t, mixture=self.mixture, global_batch=self.global_batch,
+                      temperature=self.temperature,
                       seed=self.seed)
         return config
