@@ -16,6 +16,7 @@ CORRECTIONS = ("none", "standard", "improved")
 FREQUENCIES = ("static", "count_min", "hashed")
 MIXTURES = ("exact", "paper")
 INDEXES = ("exact", "scann", "both")
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # Fields that must take one of a fixed set of values.
 CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": LOSSES,
@@ -50,6 +51,8 @@ class Config:
     frequency: str = "static"    # Where log Q comes from: training counts or an estimator.
     mixture: str = "exact"
     gbce_t: float = 0.75
+    # Under tf.distribute, in-batch negatives come from the global batch (all replicas).
+    global_negatives: bool = True
     # Optimisation.
     batch_size: int = 128
     learning_rate: float = 0.001

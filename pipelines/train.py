@@ -15,6 +15,7 @@ from its last backup (every --backup_every steps), estimator state included.
 """
 
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -46,7 +47,11 @@ def define_flags() -> None:
     """--preset, --output_dir, and one override flag per `configs.Config` field."""
     flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.")
     flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).")
-    definers = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float}
+    flags.DEFINE_enum("strategy", "default", list(configs.STRATEGIES),
+                      "tf.distribute strategy: default (one device), mirrored (this machine's "
+                      "GPUs), multi_worker (workers from TF_CONFIG), tpu (unverified here).")
+    definers = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+                bool: flags.DEFINE_bool}
     for field in configs.Config.__dataclass_fields__.values():
         choices = configs.CHOICES.get(field.name)
         help_text = (f"Overrides the preset; one of {', '.join(choices)}." if choices
@@ -118,7 +123,7 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
         data.num_items, loss=config.loss, negatives=config.negatives,
         correction=config.correction, num_negatives=config.num_negatives,
         probabilities=make_frequency(config, split), gbce_t=config.gbce_t,
-        mixture=config.mixture, seed=config.seed)
+        mixture=config.mixture, global_batch=config.global_negatives, seed=config.seed)
     if config.model == "sasrec":
         model = SASRec(data.num_items, objective, max_length=config.max_length, dim=config.dim,
                        num_blocks=config.num_blocks, num_heads=config.num_heads,
@@ -132,28 +137,80 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
     return model
 
 
-def training_stream(config: configs.Config, split: splits_lib.Split) -> Tuple[tf.data.Dataset,
-                                                                             int]:
-    """The repeated, shuffled training batches, and the number of batches in one pass."""
+def training_stream(config: configs.Config, split: splits_lib.Split,
+                    input_context: Optional[tf.distribute.InputContext] = None
+                    ) -> Tuple[tf.data.Dataset, int]:
+    """The repeated, shuffled training batches (per replica, sharded by input pipeline, with
+    an `input_context`), and the number of global batches in one pass."""
     if config.model == "sasrec":
         stream = builders.sasrec_dataset(split.train, config.max_length, config.batch_size,
-                                         seed=config.seed)
+                                         seed=config.seed, input_context=input_context)
         size = len(builders.sequence_windows(split.train, config.max_length)["inputs"])
     else:
         stream = builders.two_tower_dataset(split.train, config.history_length,
-                                            config.batch_size, seed=config.seed)
+                                            config.batch_size, seed=config.seed,
+                                            input_context=input_context)
         size = int(sum(max(len(s) - 1, 0) for s in split.train))
     return stream, max(size // config.batch_size, 1)
 
 
-def resumable(stream: tf.data.Dataset, iterations: tf.Variable) -> tf.data.Dataset:
-    """`stream` from the position after `iterations` batches, read when iteration starts.
+def training_input(config: configs.Config, split: splits_lib.Split, model,
+                   strategy: tf.distribute.Strategy):
+    """What `fit` reads: the resumable stream, through `distribute_datasets_from_function`
+    (per-replica batches, one shard per input pipeline) when there are several replicas."""
+    # A plain variable (the first copy of the optimizer's step) for the tf.data function.
+    iterations = strategy.experimental_local_results(model.optimizer.iterations)[0]
+    if strategy.num_replicas_in_sync == 1:
+        return resumable(training_stream(config, split)[0], iterations)
+
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        stream = training_stream(config, split, input_context)[0]
+        # Each step takes one batch per replica this pipeline feeds.
+        return resumable(stream, iterations, input_context.num_replicas_in_sync
+                         // input_context.num_input_pipelines)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def resumable(stream: tf.data.Dataset, iterations: tf.Variable,
+              batches_per_step: int = 1) -> tf.data.Dataset:
+    """`stream` from the position after `iterations` steps, read when iteration starts.
 
     Keras's BackupAndRestore restores the step counter but restarts the input
     at the beginning of the epoch; skipping the restored number of steps of one
     repeated, deterministically shuffled stream neither repeats nor loses a batch.
+    `batches_per_step`: batches of `stream` one step consumes (the replicas an
+    input pipeline feeds under tf.distribute).
     """
-    return tf.data.Dataset.range(1).flat_map(lambda _: stream.skip(iterations))
+    return tf.data.Dataset.range(1).flat_map(
+        lambda _: stream.skip(tf.cast(iterations, tf.int64) * batches_per_step))
+
+
+def make_strategy(name: str) -> tf.distribute.Strategy:
+    """The tf.distribute strategy called `name` (one of configs.STRATEGIES).
+
+    "multi_worker" reads the cluster from TF_CONFIG; "tpu" connects to the TPU
+    named by the environment (TPU_NAME, or the local TPU VM) and has not been
+    run by this project's tests.
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"--strategy must be one of {', '.join(configs.STRATEGIES)}; received "
+                     f"--strategy={name!r}.")
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """True where this process writes the run's files (every process but MWMS's non-chiefs)."""
+    return strategy.extended.should_checkpoint
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -278,7 +335,8 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
     path = os.path.join(output_dir, "config.json")
     if os.path.exists(path):
         with open(path) as f:
-            previous = json.load(f)
+            # Fields added since that run was made take their defaults.
+            previous = dict(configs.Config().as_dict(), **json.load(f))
         if previous != config.as_dict():
             changed = sorted(k for k in set(previous) | set(config.as_dict())
                              if previous.get(k) != config.as_dict().get(k))
@@ -289,16 +347,29 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
         json.dump(config.as_dict(), f, indent=1)
 
 
-def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None) -> Dict:
-    """Trains, evaluates on the test split, writes OUTPUT/metrics.json and returns it."""
-    _check_output_dir(config, output_dir)
+def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
+        strategy: Optional[tf.distribute.Strategy] = None) -> Dict:
+    """Trains, evaluates on the test split, writes OUTPUT/metrics.json and returns it.
+
+    Under `strategy` (default: the current one) the model is built in its scope
+    and the input distributed per replica; `config.batch_size` is the global
+    batch. With several workers, only the chief writes the run's files and
+    evaluates; every worker restores the backup (BackupAndRestore), and each
+    non-chief returns (and writes to OUTPUT/workers/worker-N/) a short report
+    with a digest of its estimator state.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    chief = is_chief(strategy)
+    if chief:
+        _check_output_dir(config, output_dir)
     tf.keras.utils.set_random_seed(config.seed)
     started = time.time()
     data = load_data(config)
     split = make_split(config, data)
-    model = build_model(config, data, split)
-    model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate))
-    stream, pass_steps = training_stream(config, split)
+    with strategy.scope():
+        model = build_model(config, data, split)
+        model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate))
+    pass_steps = training_stream(config, split)[1]
     steps_per_epoch = config.steps_per_epoch or pass_steps
     best_path = os.path.join(output_dir, "checkpoints", "best")
     callbacks = [
@@ -314,14 +385,29 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None) 
     ]
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
-    history = model.fit(resumable(stream, model.optimizer.iterations), epochs=config.epochs,
+    history = model.fit(training_input(config, split, model, strategy), epochs=config.epochs,
                         steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
     train_seconds = time.time() - started
     steps = int(model.optimizer.iterations.numpy())  # Before the best weights (and step) load.
     source = model.objective.task.sampler.frequency if model.objective.task else None
-    estimator_steps = (int(source.step.numpy()) if getattr(source, "streaming", False)
-                       else None)
+    streaming = getattr(source, "streaming", False)
+    estimator_steps = int(source.step.numpy()) if streaming else None
+    replicas = {"strategy": type(strategy).__name__,
+                "num_replicas": strategy.num_replicas_in_sync,
+                "estimator_state_digest": state_digest(source) if streaming else None}
+    if not chief:
+        worker = {"steps": steps, "estimator_steps": estimator_steps, **replicas}
+        worker_dir = os.path.join(output_dir, "workers",
+                                  f"worker-{strategy.cluster_resolver.task_id}")
+        os.makedirs(worker_dir, exist_ok=True)
+        with open(os.path.join(worker_dir, "report.json"), "w") as f:
+            json.dump(worker, f, indent=1)
+        return worker
     if os.path.exists(best_path + ".index"):
+        if strategy.num_replicas_in_sync > 1:
+            # Evaluate and export a plain copy: saving or reading the distributed model's
+            # on-read state (its metrics) would need every worker to take part.
+            model = build_model(config, data, split)
         model.load_weights(best_path).expect_partial()
     metrics = dict(test_report(model, config, split))
     metrics.update({
@@ -331,6 +417,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None) 
         "steps": steps,
         "resumed_from_step": callbacks[-1].step,
         "estimator_steps": estimator_steps,  # Updates a streaming estimator received.
+        **replicas,
         "steps_per_epoch": steps_per_epoch,
         "train_seconds": round(train_seconds, 1),
         "num_users": data.num_users, "num_items": data.num_items,
@@ -343,6 +430,14 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None) 
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics
+
+
+def state_digest(layer: tf.keras.layers.Layer) -> str:
+    """sha256 of a layer's weights: equal on every worker when the state is synchronised."""
+    digest = hashlib.sha256()
+    for weight in layer.weights:
+        digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
+    return digest.hexdigest()
 
 
 def format_metrics(metrics: Dict) -> str:
@@ -391,7 +486,12 @@ def main(argv):
         raise app.UsageError(str(error)) from None
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint saver logs at INFO every backup.
-    metrics = run(config, FLAGS.output_dir)
+    strategy = make_strategy(FLAGS.strategy)
+    metrics = run(config, FLAGS.output_dir, strategy=strategy)
+    if "config" not in metrics:  # A non-chief worker: the chief evaluates and writes.
+        print(f"\nWorker done: {metrics['steps']} steps on {metrics['num_replicas']} replicas "
+              f"({metrics['strategy']}); estimator state {metrics['estimator_state_digest']}.")
+        return
     c = metrics["config"]
     index = "exact search" if c["index"] != "scann" else "ScaNN"
     print(f"\n{c['model']} on {c['dataset']} ({c['split']}), {c['loss']} / {c['negatives']} / "

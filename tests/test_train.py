@@ -3,15 +3,18 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+import pytest
 import tensorflow as tf
 
 from pipelines import configs
 from pipelines import train
+from tests import conftest
 
 SMOKE = configs.PRESETS["smoke"]
 
@@ -71,6 +74,85 @@ class TrainRunTest(tf.test.TestCase):
                                negatives="in_batch", correction="standard", epochs=1)
         metrics = train.run(config, tempfile.mkdtemp(), verbose=0)
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
+
+
+class MirroredRunTest(tf.test.TestCase):
+
+    def test_two_replicas_with_global_negatives_and_an_estimator(self):
+        # The global batch of 32 is split 16 + 16 over the two logical CPUs; the run
+        # takes the same number of steps, and the estimator sees every global batch once.
+        config = SMOKE.replace(frequency="count_min", epochs=1, steps_per_epoch=10,
+                               index="exact")
+        metrics = train.run(config, tempfile.mkdtemp(), verbose=0,
+                            strategy=conftest.mirrored_strategy())
+        self.assertEqual(metrics["num_replicas"], 2)
+        self.assertEqual(metrics["strategy"], "MirroredStrategy")
+        self.assertEqual(metrics["steps"], 10)
+        self.assertEqual(metrics["estimator_steps"], 10)
+        self.assertRegex(metrics["estimator_state_digest"], r"^[0-9a-f]{64}$")
+        self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
+
+    def test_resumable_input_skips_whole_steps(self):
+        stream = tf.data.Dataset.range(100)
+        self.assertEqual(list(train.resumable(stream, tf.Variable(3), batches_per_step=2)
+                              .take(2).as_numpy_iterator()), [6, 7])
+
+    def test_configs_of_older_runs_take_new_fields_by_default(self):
+        out = tempfile.mkdtemp()
+        older = SMOKE.as_dict()
+        del older["global_negatives"]
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(older, f)
+        train._check_output_dir(SMOKE, out)  # pylint: disable=protected-access
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+class MultiWorkerTest(tf.test.TestCase):
+    """`pipelines.train --strategy=multi_worker` as two local worker processes (TF_CONFIG)."""
+
+    def test_two_workers_share_negatives_and_estimator_state(self):
+        out = tempfile.mkdtemp()
+        cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+        args = [sys.executable, "-m", "pipelines.train", "--preset=smoke",
+                "--strategy=multi_worker", "--frequency=count_min", "--epochs=2",
+                "--steps_per_epoch=5", "--backup_every=2", "--index=exact", f"--output_dir={out}"]
+        workers = [subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, TF_CONFIG=json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}})))
+            for index in range(2)]
+        try:
+            outputs = [w.communicate(timeout=600)[0] for w in workers]
+        finally:
+            for w in workers:
+                w.kill()
+        for w, output in zip(workers, outputs):
+            self.assertEqual(w.returncode, 0, output[-3000:])
+        with open(os.path.join(out, "metrics.json")) as f:
+            chief = json.load(f)
+        with open(os.path.join(out, "workers", "worker-1", "report.json")) as f:
+            other = json.load(f)
+        self.assertEqual(chief["strategy"], "CollectiveAllReduceStrategy")  # = MWMS.
+        self.assertEqual(chief["num_replicas"], 2)
+        self.assertEqual(chief["steps"], other["steps"])
+        self.assertEqual(chief["steps"], 10)
+        self.assertEqual(chief["estimator_steps"], 10)
+        # One identical update per step from the gathered ids: the same state on both.
+        self.assertEqual(chief["estimator_state_digest"], other["estimator_state_digest"])
+        # The chief alone wrote the checkpoint; the backup was removed at the end.
+        self.assertTrue(os.path.exists(os.path.join(out, "checkpoints", "best.index")))
+        self.assertEqual(sorted(d for d in os.listdir(out) if "temp" in d), [])
+        self.assertIn("Worker done: 10 steps on 2 replicas", outputs[1])
 
 
 class CommandLineTest(tf.test.TestCase):
