@@ -183,3 +183,20 @@ class AnnTest(tf.test.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| 20,000 \| 141 \(28\) / 600 \| [0-9.]+ / [0-9.]+ \| "
                          r"[0-9,]+ / [0-9,]+ \| [0-9.]+x \| [0-9.]+ \|")
+
+
+@pytest.mark.slow
+class ScalingTest(tf.test.TestCase):
+
+    def test_command_line_prints_the_table(self):
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.benchmarks.scaling", "--num_items=5000",
+             "--batch_size=256", "--rounds=1", "--steps_per_round=2"],
+            capture_output=True, text=True, timeout=900, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertRegex(result.stdout, r"\| 1 replica \(default strategy\) \| [0-9.]+ \| "
+                         r"[0-9.]+ \| [0-9,]+ \| 1.00x \| – \|")
+        for setup in (r"2 replicas, 1 process \(MirroredStrategy\)",
+                      r"2 local workers \(MultiWorkerMirroredStrategy\)"):
+            self.assertRegex(result.stdout, setup + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ \| "
+                             r"[0-9.]+x \| [+-][0-9.]+ ms \([+-][0-9.]+%\) \|")
