@@ -392,7 +392,9 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
     estimator_steps = int(source.step.numpy()) if streaming else None
-    replicas = {"strategy": type(strategy).__name__,
+    # The last epoch's training logs (loss and the task's diagnostics).
+    last_epoch = {k: float(v[-1]) for k, v in history.history.items() if v}
+    replicas = {"strategy": type(strategy).__name__, "last_epoch": last_epoch,
                 "num_replicas": strategy.num_replicas_in_sync,
                 "estimator_state_digest": state_digest(source) if streaming else None}
     if not chief:

@@ -193,6 +193,21 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLess(history.history["loss"][-1], 0.7 * history.history["loss"][0])
 
 
+class DiagnosticsTest(tf.test.TestCase):
+
+    def test_hand_computed_diagnostics(self):
+        # All logits 0. Ids [1, 1, 2, 3]: rows 0-1 keep 2 of the 4 in-batch negatives (P_hat
+        # 1/3, half masked), rows 2-3 keep 3 (P_hat 1/4, a quarter masked).
+        task = LogQRetrieval(sampler=negatives.InBatchSampler(), correction="none",
+                             diagnostics=True)
+        ids = tf.constant([1, 1, 2, 3], tf.int64)
+        task(tf.zeros([4, 2]), tf.ones([4, 2]), candidate_ids=ids, compute_metrics=False)
+        self.assertAllClose(task.mean_p_hat.result(), (1 / 3 + 1 / 4) / 2)
+        self.assertAllClose(task.masked_negatives.result(), 0.375)
+        self.assertAllClose(task.valid_negatives.result(), 2.5)
+        self.assertFalse(hasattr(task, "mean_w"))  # Only with "improved".
+
+
 class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
     """Streaming estimators: updated with the step's positives, then read, once per step."""
 

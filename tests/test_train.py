@@ -120,17 +120,36 @@ def _free_ports(count):
 class MultiWorkerTest(tf.test.TestCase):
     """`pipelines.train --strategy=multi_worker` as two local worker processes (TF_CONFIG)."""
 
-    def test_two_workers_share_negatives_and_estimator_state(self):
+    def test_two_workers_share_negatives_and_estimator_state_and_resume(self):
+        # Two workers (one replica each) train a two-tower model; both are killed once a
+        # backup is on disk, and started again: they resume from it and finish the 200 steps.
         out = tempfile.mkdtemp()
         cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
-        args = [sys.executable, "-m", "pipelines.train", "--preset=smoke",
-                "--strategy=multi_worker", "--frequency=count_min", "--epochs=2",
-                "--steps_per_epoch=5", "--backup_every=2", "--index=exact", f"--output_dir={out}"]
-        workers = [subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(os.environ, TF_CONFIG=json.dumps(
-                {"cluster": cluster, "task": {"type": "worker", "index": index}})))
-            for index in range(2)]
+        args = [sys.executable, "-m", "pipelines.train", "--preset=smoke", "--model=two_tower",
+                "--history_length=8", "--num_negatives=1000", "--strategy=multi_worker",
+                "--frequency=count_min", "--epochs=2", "--steps_per_epoch=100",
+                "--backup_every=5", "--patience=5", "--index=exact", f"--output_dir={out}"]
+
+        def start():
+            return [subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env=dict(os.environ, TF_CONFIG=json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": index}})))
+                for index in range(2)]
+
+        workers = start()
+        backup = os.path.join(out, "backup")
+        deadline = time.time() + 300
+        while time.time() < deadline and all(w.poll() is None for w in workers):
+            if any(name.endswith(".index") for _, _, names in os.walk(backup)
+                   for name in names):
+                break
+            time.sleep(0.2)
+        self.assertTrue(all(w.poll() is None for w in workers), "a worker ended early")
+        for w in workers:
+            w.send_signal(signal.SIGKILL)
+            w.wait()
+        workers = start()
         try:
             outputs = [w.communicate(timeout=600)[0] for w in workers]
         finally:
@@ -144,15 +163,21 @@ class MultiWorkerTest(tf.test.TestCase):
             other = json.load(f)
         self.assertEqual(chief["strategy"], "CollectiveAllReduceStrategy")  # = MWMS.
         self.assertEqual(chief["num_replicas"], 2)
-        self.assertEqual(chief["steps"], other["steps"])
-        self.assertEqual(chief["steps"], 10)
-        self.assertEqual(chief["estimator_steps"], 10)
+        self.assertGreater(chief["resumed_from_step"], 0)
+        self.assertEqual(chief["steps"], 200)
+        self.assertEqual(other["steps"], 200)
+        self.assertEqual(chief["estimator_steps"], 200)  # One update per step, none repeated.
         # One identical update per step from the gathered ids: the same state on both.
         self.assertEqual(chief["estimator_state_digest"], other["estimator_state_digest"])
-        # The chief alone wrote the checkpoint; the backup was removed at the end.
+        # Negatives from the global batch of 32 (each worker holds 16 rows): about 31 valid
+        # negatives per example, accidental hits aside; per-worker pools would give <= 15.
+        self.assertGreater(chief["last_epoch"]["valid_negatives"], 20)
+        # The chief alone wrote the checkpoint, which loads for evaluation.
         self.assertTrue(os.path.exists(os.path.join(out, "checkpoints", "best.index")))
         self.assertEqual(sorted(d for d in os.listdir(out) if "temp" in d), [])
-        self.assertIn("Worker done: 10 steps on 2 replicas", outputs[1])
+        self.assertIn("Worker done: 200 steps on 2 replicas", outputs[1])
+        result = _cli("pipelines.evaluate", out)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
 
 
 class CommandLineTest(tf.test.TestCase):

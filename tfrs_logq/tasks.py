@@ -92,8 +92,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       diagnostics: track, as Keras metrics of the task (so `fit` logs them and
         TensorBoard plots them), the mean weight w = 1 - P_hat ("mean_w",
         "improved" only), the mean P_hat of the positive under the corrected
-        sampled softmax ("mean_p_hat"), and the share of negative slots
-        masked as accidental hits or padding ("masked_negatives").
+        sampled softmax ("mean_p_hat"), the share of negative slots
+        masked as accidental hits or padding ("masked_negatives"), and the
+        number of valid negatives per example ("valid_negatives"; with
+        global-batch negatives under tf.distribute, counted in the global pool).
       frequency: optional source of per-draw probabilities for the candidate
         columns when no sampler is used: a `tfrs_logq.frequency`
         estimator, an array of probabilities indexed by id, or a callable.
@@ -155,6 +157,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if diagnostics:
             self.mean_p_hat = tf.keras.metrics.Mean(name="mean_p_hat")
             self.masked_negatives = tf.keras.metrics.Mean(name="masked_negatives")
+            self.valid_negatives = tf.keras.metrics.Mean(name="valid_negatives")
         self._loss = loss
         if metrics is None:
             metrics = []
@@ -283,13 +286,15 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             return tf.identity(loss)
 
     def _update_diagnostics(self, per_example, weight, mask, sample_weight):
-        """Updates mean w, mean P_hat and the masked share (see `diagnostics`)."""
+        """Updates mean w, mean P_hat, the masked share and the valid count (`diagnostics`)."""
         # P_hat: with "improved", 1 - w (the positive's share with itself in the
         # denominator); otherwise the positive's probability exp(-loss).
         p_hat = tf.exp(-per_example) if weight is None else 1.0 - weight
         masked = 1.0 - tf.reduce_mean(tf.cast(mask, tf.float32), axis=1)
+        valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
         ops = [self.mean_p_hat.update_state(p_hat, sample_weight=sample_weight),
-               self.masked_negatives.update_state(masked, sample_weight=sample_weight)]
+               self.masked_negatives.update_state(masked, sample_weight=sample_weight),
+               self.valid_negatives.update_state(valid, sample_weight=sample_weight)]
         if weight is not None:
             ops.append(self.mean_w.update_state(weight, sample_weight=sample_weight))
         return ops
