@@ -195,8 +195,9 @@ class ScalingTest(tf.test.TestCase):
             capture_output=True, text=True, timeout=900, check=False)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| 1 replica \(default strategy\) \| [0-9.]+ \| "
-                         r"[0-9.]+ \| [0-9,]+ \| 1.00x \| – \|")
+                         r"[0-9.]+ \| [0-9,]+ \| 1.00x \| – \| – \|")
         for setup in (r"2 replicas, 1 process \(MirroredStrategy\)",
                       r"2 local workers \(MultiWorkerMirroredStrategy\)"):
             self.assertRegex(result.stdout, setup + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ \| "
-                             r"[0-9.]+x \| [+-][0-9.]+ ms \([+-][0-9.]+%\) \|")
+                             r"[0-9.]+x \| [0-9.]+ ms \([0-9.]+%\) \| "
+                             r"[+-][0-9.]+ ms \([+-][0-9.]+%\) \|")
