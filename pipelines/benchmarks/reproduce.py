@@ -288,7 +288,9 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
              f"SASRec on the synthetic catalog (known P(d|u)), {split} split")
     lines = [f"# {title}", "", f"Command: `{command_line}`", "",
              "Mean ± sample std over seeds (n). Test split, exact search over the whole catalog, "
-             "the user's history filtered.", ""]
+             "the user's history filtered. Train s/run: the training time of the process that "
+             "finished the run (a run resumed after an interruption counts its last part only).",
+             ""]
     done = {k: v for k, v in summary.items() if v["n"]}
     if dataset == "ml-1m":
         column = "paper_loo" if split == "loo" else "paper_temporal"
@@ -363,7 +365,8 @@ def plot(summary: Dict[str, Dict], dataset: str, split: str, path: str) -> None:
     axis.set_yticks(positions)
     axis.set_yticklabels(labels)
     axis.invert_yaxis()
-    axis.legend(loc="lower right")
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(done) < 5 else -0.12),
+                ncol=2, frameon=False)
     axis.set_title(os.path.basename(path).rsplit(".", 1)[0])
     figure.tight_layout()
     figure.savefig(path, dpi=120)
