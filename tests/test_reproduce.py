@@ -59,8 +59,10 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual(runs[2].overrides["frequency"], "hashed")
         self.assertTrue(runs[2].directory.endswith(os.path.join("in_batch-standard-hashed",
                                                                 "seed0")))
-        self.assertEqual(runs[0].preset, "synthetic")
+        self.assertEqual(runs[0].preset, "synthetic_two_tower")
         self.assertNotIn("dataset", runs[0].overrides)
+        self.assertIn(os.path.join("synthetic_loo_synthetic_two_tower", "in_batch-none"),
+                      runs[0].directory)
 
     def test_command_runs_pipelines_train(self):
         run = reproduce.plan("ml-1m", "loo", "cpu", 1, ["mixed-improved"], ["static"], "out")[0]
@@ -130,6 +132,8 @@ class ReportTest(tf.test.TestCase):
         for run, kl in zip(runs, (1.0, 1.5, 2.0, 2.5)):
             _fake_run(run, 0.2, kl=kl)
         text = reproduce.markdown(reproduce.aggregate(runs), "synthetic", "loo", "cpu", "CMD")
+        self.assertIn("# Two-tower model on the synthetic catalog (known P(d|u)), loo split, "
+                      "`synthetic_two_tower` preset", text)
         self.assertIn("| in-batch, improved logQ | exact counts | 2 | 1.5000 ± 0.7071 | "
                       "0.1500 ± 0.0000 | 0.5000 | 0.3000 | 0.2000 | 0.1000 |", text)
         self.assertIn("| in-batch, improved logQ | count-min sketch | 2 | 2.0000 ± 0.7071 |",

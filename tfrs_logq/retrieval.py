@@ -204,5 +204,7 @@ def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
         return logits - peak - np.log(np.exp(logits - peak).sum(axis=1, keepdims=True))
 
     log_p, log_m = log_softmax(true_logits), log_softmax(model_scores)
-    terms = np.where(candidate, np.exp(log_p) * (log_p - np.where(candidate, log_m, 0.0)), 0.0)
+    # Non-candidates hold -inf in both; zero them before the product (0 * -inf is nan).
+    log_p, log_m = np.where(candidate, log_p, 0.0), np.where(candidate, log_m, 0.0)
+    terms = np.where(candidate, np.exp(log_p) * (log_p - log_m), 0.0)
     return float(terms.sum(axis=1).mean())

@@ -81,7 +81,8 @@ ORDERINGS = (("in_batch-none", "in_batch-standard"), ("in_batch-standard", "in_b
 def define_flags() -> None:
     flags.DEFINE_enum("dataset", "ml-1m", ["ml-1m", "synthetic"],
                       "ml-1m: the paper's Table 1 (the temporal split reads the GroupLens "
-                      "ratings with timestamps); synthetic: the catalog with a known truth.")
+                      "ratings with timestamps); synthetic: the catalog with a known truth "
+                      f"(preset {SYNTHETIC_PRESET} unless --preset says otherwise).")
     flags.DEFINE_enum("split", "loo", list(configs.SPLITS), "Leave-one-out or global temporal.")
     flags.DEFINE_enum("profile", "cpu", list(PROFILES),
                       "Preset of pipelines/configs.py (ml-1m); synthetic uses its own preset.")
@@ -110,8 +111,15 @@ class Run(NamedTuple):
     directory: str
 
 
-def experiment_name(dataset: str, split: str, profile: str) -> str:
-    return f"{dataset.replace('-', '')}_{split}_{profile if dataset == 'ml-1m' else 'synthetic'}"
+SYNTHETIC_PRESET = "synthetic_two_tower"
+MODEL_NAMES = {"sasrec": "SASRec", "two_tower": "Two-tower model"}
+
+
+def experiment_name(dataset: str, split: str, profile: str, preset: str = "") -> str:
+    """ml1m_SPLIT_PROFILE, or synthetic_SPLIT_PRESET."""
+    if dataset == "ml-1m":
+        return f"ml1m_{split}_{profile}"
+    return f"synthetic_{split}_{preset or SYNTHETIC_PRESET}"
 
 
 def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str],
@@ -147,8 +155,8 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
                              f"{preset!r}.")
         if dataset == "synthetic" and configs.PRESETS[preset].dataset != "synthetic":
             raise ValueError(f"--preset={preset} is not a synthetic-data preset.")
-    preset = preset or ("synthetic" if dataset == "synthetic" else profile)
-    root = os.path.join(output_dir, experiment_name(dataset, split, profile))
+    preset = preset or (SYNTHETIC_PRESET if dataset == "synthetic" else profile)
+    root = os.path.join(output_dir, experiment_name(dataset, split, profile, preset))
     runs = []
     for seed in range(seeds):
         for name in rows:
@@ -281,11 +289,15 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List
 
 
 def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
-             command_line: str) -> str:
-    title = ("SASRec on MovieLens-1M, " + ("leave-one-out" if split == "loo" else
-                                           "global temporal split (last 10% test)")
-             + f", `{profile}` profile" if dataset == "ml-1m" else
-             f"SASRec on the synthetic catalog (known P(d|u)), {split} split")
+             command_line: str, preset: str = "") -> str:
+    if dataset == "ml-1m":
+        title = ("SASRec on MovieLens-1M, " + ("leave-one-out" if split == "loo" else
+                                               "global temporal split (last 10% test)")
+                 + f", `{profile}` profile")
+    else:
+        preset = preset or SYNTHETIC_PRESET
+        title = (f"{MODEL_NAMES[configs.PRESETS[preset].model]} on the synthetic catalog "
+                 f"(known P(d|u)), {split} split, `{preset}` preset")
     lines = [f"# {title}", "", f"Command: `{command_line}`", "",
              "Mean ± sample std over seeds (n). Test split, exact search over the whole catalog, "
              "the user's history filtered. Train s/run: the training time of the process that "
@@ -377,8 +389,9 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
                  results_dir: str, command_line: str) -> str:
     summary = aggregate(runs)
     os.makedirs(results_dir, exist_ok=True)
-    name = experiment_name(dataset, split, profile)
-    text = markdown(summary, dataset, split, profile, command_line)
+    preset = runs[0].preset if runs else ""
+    name = experiment_name(dataset, split, profile, preset)
+    text = markdown(summary, dataset, split, profile, command_line, preset)
     with open(os.path.join(results_dir, name + ".md"), "w") as f:
         f.write(text)
     serialisable = {key: dict({k: v for k, v in entry.items() if k != "row"},
