@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,6 +11,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from pipelines import cluster as cluster_lib
 from pipelines import configs
 from pipelines import train
 from tests import conftest
@@ -106,16 +106,6 @@ class MirroredRunTest(tf.test.TestCase):
         train._check_output_dir(SMOKE, out)  # pylint: disable=protected-access
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 @pytest.mark.slow
 class MultiWorkerTest(tf.test.TestCase):
     """`pipelines.train --strategy=multi_worker` as two local worker processes (TF_CONFIG)."""
@@ -124,7 +114,7 @@ class MultiWorkerTest(tf.test.TestCase):
         # Two workers (one replica each) train a two-tower model; both are killed once a
         # backup is on disk, and started again: they resume from it and finish the 200 steps.
         out = tempfile.mkdtemp()
-        cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+        cluster = cluster_lib.local_cluster(2)
         args = [sys.executable, "-m", "pipelines.train", "--preset=smoke", "--model=two_tower",
                 "--history_length=8", "--num_negatives=1000", "--strategy=multi_worker",
                 "--frequency=count_min", "--epochs=2", "--steps_per_epoch=100",
@@ -133,8 +123,7 @@ class MultiWorkerTest(tf.test.TestCase):
         def start():
             return [subprocess.Popen(
                 args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                env=dict(os.environ, TF_CONFIG=json.dumps(
-                    {"cluster": cluster, "task": {"type": "worker", "index": index}})))
+                env=dict(os.environ, TF_CONFIG=cluster_lib.tf_config(cluster, index)))
                 for index in range(2)]
 
         workers = start()

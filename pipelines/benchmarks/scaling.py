@@ -24,13 +24,14 @@ Usage:
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 from absl import app
 from absl import flags
+
+from pipelines import cluster as cluster_lib
 
 FLAGS = flags.FLAGS
 
@@ -44,7 +45,7 @@ def define_flags() -> None:
     flags.DEFINE_bool("workers", True, "Also time 2 local worker processes.")
     # Internal: set on the worker processes this program starts.
     flags.DEFINE_integer("worker_index", -1, "Internal: this process is worker N.")
-    flags.DEFINE_string("worker_ports", "", "Internal: the workers' ports.")
+    flags.DEFINE_list("workers_addresses", [], "Internal: the workers' host:port addresses.")
 
 
 def _setup_devices(count: int):
@@ -145,10 +146,8 @@ def time_variants(tf, variants, rounds: int, steps_per_round: int):
 
 def run_worker() -> None:
     """One of the 2 local workers: times MWMS with global and per-replica negatives."""
-    ports = FLAGS.worker_ports.split(",")
-    os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-        "task": {"type": "worker", "index": FLAGS.worker_index}})
+    cluster = {"worker": FLAGS.workers_addresses}
+    os.environ["TF_CONFIG"] = cluster_lib.tf_config(cluster, FLAGS.worker_index)
     tf = _setup_devices(1)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     args = (FLAGS.batch_size, FLAGS.num_items, FLAGS.dim)
@@ -159,19 +158,10 @@ def run_worker() -> None:
                                                FLAGS.steps_per_round)), flush=True)
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def run_workers():
-    ports = ",".join(str(p) for p in _free_ports(2))
-    args = [sys.executable, "-m", "pipelines.benchmarks.scaling", f"--worker_ports={ports}",
+    addresses = ",".join(cluster_lib.local_cluster(2)["worker"])
+    args = [sys.executable, "-m", "pipelines.benchmarks.scaling",
+            f"--workers_addresses={addresses}",
             f"--batch_size={FLAGS.batch_size}", f"--num_items={FLAGS.num_items}",
             f"--dim={FLAGS.dim}", f"--rounds={FLAGS.rounds}",
             f"--steps_per_round={FLAGS.steps_per_round}"]
