@@ -273,12 +273,24 @@ def test_report(model, config: configs.Config, split: splits_lib.Split,
 def baselines(config: configs.Config, split: splits_lib.Split,
               ks=retrieval.DEFAULT_KS) -> Dict[str, Dict[str, float]]:
     """Test metrics of two reference rankers, on the same queries and filtering:
-    training popularity, and (synthetic data) the oracle that ranks by the true P(d | u)."""
+    training popularity, and (synthetic data) the oracle that ranks by the true P(d | u).
+    Each also has `by_popularity`: Recall@k of head / torso / tail targets, as the model's."""
     test = split.test
-    counts = split.train_counts().astype(np.float32)[:, np.newaxis]
+    train_counts = split.train_counts()
+    bands = retrieval.popularity_bands(train_counts)
+
+    def metrics(top):
+        values = retrieval.recall_ndcg(top, test.targets, ks)
+        values["by_popularity"] = {}
+        for k in (10, max(ks)):
+            values["by_popularity"].update(
+                retrieval.stratified_recall(top, test.targets, bands, k))
+        return values
+
+    counts = train_counts.astype(np.float32)[:, np.newaxis]
     top = retrieval.exact_top_k(np.ones([len(test.users), 1], np.float32), counts, max(ks),
                                 exclude=test.histories)
-    result = {"popularity": retrieval.recall_ndcg(top, test.targets, ks)}
+    result = {"popularity": metrics(top)}
     if config.dataset == "synthetic":
         catalog = synthetic_data(config)[1]
         # <[x_u / T, 1], [y_d, popularity_d]> is the true logit.
@@ -287,7 +299,7 @@ def baselines(config: configs.Config, split: splits_lib.Split,
         items = np.hstack([catalog.item_vectors,
                            np.nan_to_num(catalog.popularity, neginf=0.0)[:, np.newaxis]])
         top = retrieval.exact_top_k(queries, items, max(ks), exclude=test.histories)
-        result["oracle"] = retrieval.recall_ndcg(top, test.targets, ks)
+        result["oracle"] = metrics(top)
     return result
 
 
@@ -469,11 +481,15 @@ def describe_indexes(metrics: Dict) -> str:
     if "kl_to_truth" in metrics:
         lines.append(f"KL(true next-item law || model's softmax) on the test users: "
                      f"{metrics['kl_to_truth']:.4f} nats.")
-    bands = metrics.get("by_popularity", {})
-    if bands:
-        lines.append("Recall@10 by target popularity (thirds of the catalog by training "
-                     f"count): head {bands['head_recall@10']:.4f}, torso "
-                     f"{bands['torso_recall@10']:.4f}, tail {bands['tail_recall@10']:.4f}.")
+    rankers = {"model": metrics.get("by_popularity", {})}
+    rankers.update({name: values.get("by_popularity", {})
+                    for name, values in metrics.get("baselines", {}).items()})
+    rankers = {name: bands for name, bands in rankers.items() if bands}
+    if rankers:
+        lines.append("Recall@10 by target popularity (thirds of the catalog by training count): "
+                     + "; ".join(f"{name} head {b['head_recall@10']:.4f}, torso "
+                                 f"{b['torso_recall@10']:.4f}, tail {b['tail_recall@10']:.4f}"
+                                 for name, b in rankers.items()) + ".")
     return "\n".join(lines)
 
 

@@ -38,6 +38,12 @@ class TrainRunTest(tf.test.TestCase):
         self.assertRegex(saved["git_revision"], r"^([0-9a-f]{40}(\+dirty)?|unknown)$")
         self.assertEqual(saved["steps"], 50)
         self.assertIn("oracle", saved["baselines"])
+        bands = saved["baselines"]["popularity"]["by_popularity"]
+        self.assertEqual(sorted(bands), sorted(saved["by_popularity"]))
+        # The popularity ranker's top 10 (history aside) lie in the head third of 400 items.
+        self.assertEqual((bands["torso_recall@10"], bands["tail_recall@10"]), (0.0, 0.0))
+        self.assertGreater(bands["head_recall@10"], 0.0)
+        self.assertIn("by_popularity", saved["baselines"]["oracle"])
         self.assertTrue(os.path.exists(os.path.join(out, "checkpoints", "best.index")))
         # Both indexes were run: ScaNN on a 400-item catalog returns nearly the exact top-100.
         self.assertEqual(saved["test"], saved["test_exact"])
