@@ -191,7 +191,8 @@ class CommandLineTest(tf.test.TestCase):
         for args, message in (
                 (["--negatives=random"], "--negatives must be one of in_batch, uniform, mixed; "
                                          "received --negatives='random'"),
-                (["--preset=huge"], "--preset must be one of paper, cpu, synthetic, smoke; "
+                (["--preset=huge"], "--preset must be one of paper, cpu, synthetic, "
+                                    "synthetic_two_tower, smoke; "
                                     "received --preset='huge'"),
                 (["--dropout=1.5"], "--dropout must be in [0.0, 1.0]; received --dropout=1.5"),
                 (["--batch_size=0"], "--batch_size must be a positive integer"),
