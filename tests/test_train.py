@@ -126,13 +126,7 @@ class MultiWorkerTest(tf.test.TestCase):
                 "--frequency=count_min", "--epochs=2", "--steps_per_epoch=100",
                 "--backup_every=5", "--patience=5", "--index=exact", f"--output_dir={out}"]
 
-        def start():
-            return [subprocess.Popen(
-                args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                env=dict(os.environ, TF_CONFIG=cluster_lib.tf_config(cluster, index)))
-                for index in range(2)]
-
-        workers = start()
+        workers = cluster_lib.start_workers(args, cluster)
         backup = os.path.join(out, "backup")
         deadline = time.time() + 300
         while time.time() < deadline and all(w.poll() is None for w in workers):
@@ -144,12 +138,8 @@ class MultiWorkerTest(tf.test.TestCase):
         for w in workers:
             w.send_signal(signal.SIGKILL)
             w.wait()
-        workers = start()
-        try:
-            outputs = [w.communicate(timeout=600)[0] for w in workers]
-        finally:
-            for w in workers:
-                w.kill()
+        workers = cluster_lib.start_workers(args, cluster)
+        outputs = cluster_lib.wait_workers(workers, timeout=600)
         for w, output in zip(workers, outputs):
             self.assertEqual(w.returncode, 0, output[-3000:])
         with open(os.path.join(out, "metrics.json")) as f:

@@ -23,8 +23,6 @@ Usage:
 """
 
 import json
-import os
-import subprocess
 import sys
 import time
 
@@ -44,8 +42,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("steps_per_round", 10, "Steps per round.", lower_bound=1)
     flags.DEFINE_bool("workers", True, "Also time 2 local worker processes.")
     # Internal: set on the worker processes this program starts.
-    flags.DEFINE_integer("worker_index", -1, "Internal: this process is worker N.")
-    flags.DEFINE_list("workers_addresses", [], "Internal: the workers' host:port addresses.")
+    flags.DEFINE_bool("worker", False, "Internal: this process is one of the local workers "
+                      "(its cluster in TF_CONFIG).")
 
 
 def _setup_devices(count: int):
@@ -146,9 +144,7 @@ def time_variants(tf, variants, rounds: int, steps_per_round: int):
 
 def run_worker() -> None:
     """One of the 2 local workers: times MWMS with global and per-replica negatives."""
-    cluster = {"worker": FLAGS.workers_addresses}
-    os.environ["TF_CONFIG"] = cluster_lib.tf_config(cluster, FLAGS.worker_index)
-    tf = _setup_devices(1)
+    tf = _setup_devices(1)  # The cluster comes from TF_CONFIG (cluster.start_workers).
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     args = (FLAGS.batch_size, FLAGS.num_items, FLAGS.dim)
     variants = {"global": make_step(tf, strategy, True, *args),
@@ -159,19 +155,12 @@ def run_worker() -> None:
 
 
 def run_workers():
-    addresses = ",".join(cluster_lib.local_cluster(2)["worker"])
-    args = [sys.executable, "-m", "pipelines.benchmarks.scaling",
-            f"--workers_addresses={addresses}",
+    args = [sys.executable, "-m", "pipelines.benchmarks.scaling", "--worker",
             f"--batch_size={FLAGS.batch_size}", f"--num_items={FLAGS.num_items}",
             f"--dim={FLAGS.dim}", f"--rounds={FLAGS.rounds}",
             f"--steps_per_round={FLAGS.steps_per_round}"]
-    processes = [subprocess.Popen(args + [f"--worker_index={i}"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=1800)[0] for p in processes]
-    finally:
-        for p in processes:
-            p.kill()
+    processes = cluster_lib.start_workers(args, cluster_lib.local_cluster(2))
+    outputs = cluster_lib.wait_workers(processes, timeout=1800)
     for p, output in zip(processes, outputs):
         if p.returncode != 0:
             raise RuntimeError(f"A worker failed (exit {p.returncode}):\n{output[-3000:]}")
@@ -182,7 +171,7 @@ def run_workers():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.worker_index >= 0:
+    if FLAGS.worker:
         run_worker()
         return
     if FLAGS.batch_size % 2:
