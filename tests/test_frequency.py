@@ -10,6 +10,8 @@ from absl.testing import parameterized
 from tests import conftest
 from tests import reference
 from tfrs_logq import frequency
+from tfrs_logq import negatives
+from tfrs_logq.tasks import LogQRetrieval
 
 
 class StaticFrequencyTest(tf.test.TestCase):
@@ -377,6 +379,32 @@ class StreamingEstimatorTest(tf.test.TestCase, parameterized.TestCase):
                 self.assertAllClose(x, y, rtol=rtol, atol=0.0, msg=x.name)
             else:
                 self.assertAllEqual(x, y, msg=x.name)
+
+    @parameterized.named_parameters(*_estimators())
+    def test_reads_uniform_before_the_first_update(self, make):
+        estimator = make()
+        buckets = getattr(estimator, "num_buckets", getattr(estimator, "width", None))
+        ids = tf.constant([1, 7, 49], tf.int64)
+        self.assertAllClose(estimator.log_q(ids), np.full(3, -np.log(buckets)))
+        estimator.update(ids, mask=tf.constant([False, False, False]))  # Nothing real fed.
+        if isinstance(estimator, frequency.CountMinSketchEstimator):
+            self.assertAllClose(estimator.log_q(ids), np.full(3, -np.log(buckets)))
+        # So a loss read before training (an evaluation) is the uniform-Q loss, not NaN or a
+        # division by 1 - q = 0.
+        table = tf.random.normal([51, 4], seed=1)
+        query = tf.random.normal([4, 4], seed=2)
+        positives = tf.constant([1, 2, 3, 2], tf.int64)
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        uniform = lambda i: tf.fill(tf.shape(i), 1.0 / buckets)  # noqa: E731
+        losses = []
+        for probabilities in (make(), uniform):
+            tf.random.set_seed(0)
+            task = LogQRetrieval(correction="improved", sampler=negatives.MixedSampler(
+                50, 4, 4, probabilities=probabilities, first_id=1, seed=5))
+            losses.append(task(query, embed(positives), candidate_ids=positives,
+                               candidate_embedding_fn=embed, training=False))
+        self.assertTrue(np.isfinite(losses[0].numpy()))
+        self.assertAllClose(losses[0], losses[1])
 
     @parameterized.named_parameters(*_estimators())
     def test_tf_function_and_xla_match_eager(self, make):

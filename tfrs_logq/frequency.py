@@ -250,7 +250,10 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
     per-draw q.
 
     Ids never seen (some bucket never written) read a gap of t + 1 steps.
-    Before the first update every id reads q = 1.
+    Before the first update every id reads pi = q = 1 / num_buckets: uniform,
+    so a correction read before any data (an evaluation before training) is a
+    constant shift of the logits, not the division by 1 - q = 0 that q = 1
+    would give the improved and mixed corrections.
 
     Args:
       num_buckets: H, buckets per hash function.
@@ -303,7 +306,8 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
         keys = id_keys(ids)
         indices = self._hash(tf.reshape(keys, [-1]))
         last_step = tf.gather(self.last_step, indices)
-        unseen_gap = tf.cast(self.step, tf.float32) + 1.0
+        unseen_gap = tf.where(self.step > 0, tf.cast(self.step, tf.float32) + 1.0,
+                              float(self.num_buckets))  # Before any update: uniform.
         gaps = tf.where(last_step > 0, tf.maximum(tf.gather(self.gap, indices), 1.0),
                         unseen_gap)
         return tf.reshape(tf.reduce_max(gaps, axis=0), tf.shape(keys))
@@ -356,7 +360,9 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
 
     What it measures: the per-draw q, directly; the inclusion probability is
     derived as 1 - (1 - q)^n. Ids seen less than `min_count` decayed times
-    read q = min_count / total. Before the first update every id reads q = 1.
+    read q = min_count / total. Before the first update (or while every id fed
+    was masked) every id reads q = 1 / width: uniform, so a correction read
+    before any data is a constant shift of the logits.
 
     The effective window is about 1 / (1 - decay) steps: a larger decay gives
     less noisy estimates of rare items, a smaller one follows drift faster.
@@ -445,8 +451,9 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
         indices = self._hash(tf.reshape(keys, [-1]))
         count = tf.reduce_min(tf.gather(self.counts, indices), axis=0)
         floor = self.min_count * self._unit(self.steps_since_rescale)
-        log_q = tf.math.log(tf.maximum(count, floor)) - tf.math.log(
-            tf.maximum(self.total, floor))
+        total = tf.where(self.total > 0, tf.maximum(self.total, floor),
+                         floor * self.width)  # Nothing seen yet: uniform over the width.
+        log_q = tf.math.log(tf.maximum(count, floor)) - tf.math.log(total)
         return tf.reshape(log_q, tf.shape(keys))
 
     def get_config(self):
