@@ -225,12 +225,31 @@ class UniformSamplerTest(tf.test.TestCase):
         self.assertAllClose(out.positive_log_q, np.full(2, -np.log(10.0)))
         self.assertAllEqual(out.mask[0], ids != 1)
 
+    def test_per_row_draws_are_each_rows_own(self):
+        sampler = negatives.UniformSampler(num_items=10, num_negatives=2000, first_id=1,
+                                           per_row=True, seed=2)
+        table = tf.random.normal([11, 3])
+        positives = tf.constant([1, 5, 5], tf.int64)
+        out = sampler(positives, embedding_fn=lambda i: tf.gather(table, i))
+        ids = out.ids.numpy()
+        self.assertEqual(ids.shape, (3, 2000))
+        self.assertFalse(np.array_equal(ids[1], ids[2]))  # Same positive, own draws.
+        for row in ids:  # Each row is uniform on [1, 10]: 200 expected per id.
+            counts = np.bincount(row, minlength=11)[1:]
+            self.assertLess(((counts - 200.0) ** 2 / 200.0).sum(), 27.9)  # chi2(9), p = 0.001
+        self.assertEqual(out.embeddings.shape, (3, 2000, 3))
+        self.assertAllClose(out.embeddings, tf.gather(table, ids))
+        self.assertAllEqual(out.mask, ids != positives.numpy()[:, None])
+        self.assertAllClose(out.log_q, np.full((3, 2000), -np.log(10.0)))
+        self.assertAllClose(out.positive_log_q, np.full(3, -np.log(10.0)))
+
     def test_serialization_round_trip(self):
-        sampler = negatives.UniformSampler(num_items=1000, num_negatives=64, first_id=1, seed=5)
+        sampler = negatives.UniformSampler(num_items=1000, num_negatives=64, first_id=1,
+                                           per_row=True, seed=5)
         restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(sampler))
         self.assertEqual(restored.get_config(), sampler.get_config())
-        self.assertEqual((restored.num_items, restored.num_negatives, restored.first_id),
-                         (1000, 64, 1))
+        self.assertEqual((restored.num_items, restored.num_negatives, restored.first_id,
+                          restored.per_row), (1000, 64, 1, True))
 
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, r"`num_items` must be a positive integer; "
@@ -242,6 +261,9 @@ class UniformSamplerTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"`first_id` must be a non-negative integer; "
                                     r"received first_id=-2"):
             negatives.UniformSampler(10, 3, first_id=-2)
+        with self.assertRaisesRegex(TypeError, r"`per_row` must be a bool; received "
+                                    r"per_row='yes'"):
+            negatives.UniformSampler(10, 3, per_row="yes")
         with self.assertRaisesRegex(TypeError, r"UniformSampler draws integer ids; received "
                                     r"positive_ids with dtype string"):
             negatives.UniformSampler(10, 3)(tf.constant(["a"]))

@@ -147,6 +147,25 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(got, tf.reduce_sum(want), rtol=1e-5)
 
     @parameterized.parameters("none", "standard", "improved")
+    def test_per_row_negatives_match_numpy(self, correction):
+        table = tf.random.normal([30, 4], seed=1)
+        ids = tf.constant([3, 7, 3, 9], tf.int64)
+        query = tf.random.normal([4, 4], seed=2)
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        sampler = negatives.UniformSampler(30, 6, per_row=True, seed=3)
+        tf.random.set_seed(0)
+        got = LogQRetrieval(correction=correction, sampler=sampler)(
+            query, embed(ids), candidate_ids=ids, candidate_embedding_fn=embed)
+        tf.random.set_seed(0)  # The same draws again.
+        neg = sampler(ids, embedding_fn=embed)
+        q, t = query.numpy(), table.numpy()
+        want, _ = reference.sampled_softmax(
+            np.sum(q * t[ids.numpy()], axis=1), np.einsum("qd,qkd->qk", q, t[neg.ids.numpy()]),
+            correction, neg.log_q.numpy(), neg.positive_log_q.numpy(), neg.mask.numpy())
+        self.assertEqual(neg.ids.shape, (4, 6))
+        self.assertAllClose(got, want.sum(), rtol=1e-5)
+
+    @parameterized.parameters("none", "standard", "improved")
     def test_uniform_and_mixed_samplers_train_the_item_tower(self, correction):
         table = tf.Variable(tf.random.normal([30, 4], seed=1))
         ids = tf.constant([3, 7, 3, 9], tf.int64)

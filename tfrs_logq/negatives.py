@@ -38,9 +38,10 @@ class Negatives(NamedTuple):
     """What a sampler returns.
 
     Attributes:
-      ids: [num_negatives] negative ids, shared by every row of the batch.
-      embeddings: [num_negatives, dim] their embeddings, or None when the
-        sampler was given no embeddings (ids-only use).
+      ids: [num_negatives] negative ids, shared by every row of the batch, or
+        [batch, num_negatives] ids drawn for each row (`UniformSampler(per_row=True)`).
+      embeddings: [num_negatives, dim] (or [batch, num_negatives, dim]) their
+        embeddings, or None when the sampler was given no embeddings (ids-only use).
       mask: [batch, num_negatives] bool, True for a valid negative of that row.
       log_q: [num_negatives] or [batch, num_negatives] per-draw-equivalent
         log Q, or None when the sampler has no probabilities.
@@ -254,18 +255,23 @@ class InBatchSampler(NegativeSampler):
 class UniformSampler(NegativeSampler):
     """Negatives drawn uniformly, with replacement, from ids [first_id, first_id + num_items).
 
-    The draws are shared by every row of the batch. Q = 1 / num_items.
+    By default the draws are shared by every row of the batch (TFRS's sampled
+    softmax: one [batch, num_negatives] logits matmul). With `per_row=True`
+    each row draws its own `num_negatives` (SASRec's BCE and gSASRec's gBCE
+    draw per position); that costs batch x num_negatives embedding lookups.
+    Q = 1 / num_items either way.
 
     Args:
       num_items: catalog size |D|.
-      num_negatives: number of draws per call.
+      num_negatives: number of draws per call (per row when `per_row`).
       first_id: smallest id of the catalog (e.g. 1 when id 0 is padding).
+      per_row: draw separately for every row of the batch.
       seed, **kwargs: see `NegativeSampler`. Uniform sampling needs no
         `probabilities`.
     """
 
     def __init__(self, num_items: int, num_negatives: int, first_id: int = 0,
-                 seed: Optional[int] = None, **kwargs):
+                 per_row: bool = False, seed: Optional[int] = None, **kwargs):
         kwargs.pop("probabilities", None)  # Present in configs; uniform needs none.
         super().__init__(probabilities=None, seed=seed, **kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
@@ -274,6 +280,9 @@ class UniformSampler(NegativeSampler):
             raise ValueError(
                 f"`first_id` must be a non-negative integer; received first_id={first_id!r}.")
         self.first_id = first_id
+        if not isinstance(per_row, bool):
+            raise TypeError(f"`per_row` must be a bool; received per_row={per_row!r}.")
+        self.per_row = per_row
 
     @property
     def log_uniform_q(self) -> float:
@@ -288,12 +297,13 @@ class UniformSampler(NegativeSampler):
         Args:
           positive_ids: [batch] integer ids of each row's positive.
           candidate_ids, candidate_embeddings, candidate_mask: unused.
-          embedding_fn: callable mapping [num_negatives] ids to
-            [num_negatives, dim] embeddings, such as the item tower. Without it
+          embedding_fn: callable mapping ids of any shape to embeddings with a
+            trailing `dim` axis, such as the item tower. Without it
             `embeddings` is None.
 
         Returns:
-          `Negatives`.
+          `Negatives`; with `per_row`, ids [batch, num_negatives] and embeddings
+          [batch, num_negatives, dim].
         """
         del candidate_ids, candidate_embeddings, candidate_mask
         positive_ids = v.ids_tensor("positive_ids", positive_ids)
@@ -301,19 +311,21 @@ class UniformSampler(NegativeSampler):
             raise TypeError(
                 "UniformSampler draws integer ids; received positive_ids with dtype "
                 f"{positive_ids.dtype.name}. Map string ids to integers first.")
-        ids = tf.random.uniform([self.num_negatives], minval=self.first_id,
+        shape = ([tf.shape(positive_ids)[0], self.num_negatives] if self.per_row
+                 else [self.num_negatives])
+        ids = tf.random.uniform(shape, minval=self.first_id,
                                 maxval=self.first_id + self.num_items,
                                 dtype=positive_ids.dtype, seed=self.seed)
         embeddings = None if embedding_fn is None else embedding_fn(ids)
         mask = accidental_hit_mask(positive_ids, ids)
-        log_q = tf.fill([self.num_negatives], self.log_uniform_q)
+        log_q = tf.fill(tf.shape(ids), self.log_uniform_q)
         positive_log_q = tf.fill(tf.shape(positive_ids), self.log_uniform_q)
         return Negatives(ids, embeddings, mask, log_q, positive_log_q, False)
 
     def get_config(self):
         config = super().get_config()
         config.update(num_items=self.num_items, num_negatives=self.num_negatives,
-                      first_id=self.first_id)
+                      first_id=self.first_id, per_row=self.per_row)
         return config
 
 

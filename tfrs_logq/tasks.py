@@ -20,10 +20,17 @@ TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
 
 
 def _scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
-    """[batch, num_candidates] dot products; "maxsim" over heads for 3-D queries (as TFRS)."""
+    """[batch, num_candidates] dot products; "maxsim" over heads for 3-D queries (as TFRS).
+
+    Candidates are [num_candidates, dim], shared by the rows, or
+    [batch, num_candidates, dim], each row's own.
+    """
+    per_row = candidate_embeddings.shape.rank == 3
     if query_embeddings.shape.rank == 3:
-        return tf.reduce_max(tf.einsum("qne,ce->qnc", query_embeddings, candidate_embeddings),
-                             axis=1)
+        return tf.reduce_max(tf.einsum("qne,qce->qnc" if per_row else "qne,ce->qnc",
+                                       query_embeddings, candidate_embeddings), axis=1)
+    if per_row:
+        return tf.einsum("qe,qce->qc", query_embeddings, candidate_embeddings)
     return tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
 
 

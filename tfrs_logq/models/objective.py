@@ -12,6 +12,9 @@ from tfrs_logq.tasks import LogQRetrieval
 
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
 NEGATIVES = ("in_batch", "uniform", "mixed")
+# bce / gbce score against the whole catalog (then gather) when it holds at most this many
+# items per negative drawn for each example.
+DENSE_SCORING_RATIO = 16
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -23,8 +26,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
       mixed) and correction none / standard / improved.
     - "full_softmax": softmax over the whole catalog.
     - "bce": binary cross-entropy against `num_negatives` uniform negatives
-      (SASRec uses 1).
-    - "gbce": gSASRec's generalised BCE with calibration `gbce_t`.
+      drawn for each example (SASRec uses 1).
+    - "gbce": gSASRec's generalised BCE with calibration `gbce_t`, negatives
+      drawn per example as for "bce".
 
     The loss is the mean over the examples (SASRec's convention). Under
     tf.distribute each replica returns its examples' loss sum divided by the
@@ -36,7 +40,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
       loss: one of LOSSES.
       negatives: one of NEGATIVES (sampled softmax only).
       correction: "none", "standard" or "improved" (sampled softmax only).
-      num_negatives: negatives per step, shared by the batch's examples.
+      num_negatives: sampled softmax: negatives per step, shared by the batch's
+        examples; bce / gbce: negatives per example.
       probabilities: per-draw item probabilities for log Q: a [num_items + 1]
         array (index 0 unused), or a `tfrs_logq.frequency` estimator.
       gbce_t: gSASRec's t in [0, 1].
@@ -90,8 +95,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
             self.task = LogQRetrieval(correction=correction, sampler=sampler,
                                       temperature=temperature, diagnostics=True)
         elif loss in ("bce", "gbce"):
+            # Each example draws its own negatives, as SASRec and gSASRec do per position.
             self.uniform = negatives_lib.UniformSampler(num_items, num_negatives, first_id=1,
-                                                        seed=seed)
+                                                        per_row=True, seed=seed)
 
     def call(self, query_embeddings: tf.Tensor, positive_ids: tf.Tensor,
              item_embedding_fn: Callable[[tf.Tensor], tf.Tensor],
@@ -123,11 +129,20 @@ class RetrievalObjective(tf.keras.layers.Layer):
             table = tf.cast(all_item_embeddings(), tf.float32)[1:]
             logits = tf.matmul(query_embeddings, table, transpose_b=True)
             return tf.reduce_sum(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
-        negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
         positive_logits = tf.reduce_sum(
             query_embeddings * tf.cast(item_embedding_fn(positive_ids), tf.float32), axis=1)
-        negative_logits = tf.matmul(query_embeddings, tf.cast(negatives.embeddings, tf.float32),
-                                    transpose_b=True)
+        whole_table = self.num_items <= DENSE_SCORING_RATIO * self.num_negatives
+        if all_item_embeddings is not None and whole_table:
+            # A small catalog: one matmul against the whole table, then each row's columns.
+            # Cheaper than gathering n x num_negatives embeddings (and their scattered gradient).
+            negatives = self.uniform(positive_ids)
+            table = tf.cast(all_item_embeddings(), tf.float32)
+            negative_logits = tf.gather(tf.matmul(query_embeddings, table, transpose_b=True),
+                                        negatives.ids, batch_dims=1)
+        else:
+            negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
+            negative_logits = tf.einsum("nd,nkd->nk", query_embeddings,
+                                        tf.cast(negatives.embeddings, tf.float32))
         if self.loss == "bce":
             per_example = losses_lib.bce_loss(positive_logits, negative_logits,
                                                negative_mask=negatives.mask)
