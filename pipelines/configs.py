@@ -7,6 +7,8 @@ preset and overrides fields one by one.
 import dataclasses
 from typing import Any, Dict
 
+from pipelines.data.splits import TEMPORAL_TARGETS
+
 DATASETS = ("synthetic", "ml-1m", "ml-1m-ratings", "ml-1m-tfds", "steam", "steam-reviews")
 SPLITS = ("loo", "temporal")
 MODELS = ("sasrec", "two_tower")
@@ -21,7 +23,7 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 # Fields that must take one of a fixed set of values.
 CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": LOSSES,
            "negatives": NEGATIVES, "correction": CORRECTIONS, "frequency": FREQUENCIES,
-           "mixture": MIXTURES, "index": INDEXES}
+           "mixture": MIXTURES, "index": INDEXES, "temporal_targets": TEMPORAL_TARGETS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +34,9 @@ class Config:
     data_path: str = ""          # The file for ml-1m / steam; empty: ../shared/data.
     split: str = "loo"
     test_fraction: float = 0.1   # Temporal split: test share, and the validation share.
+    # Temporal split: which items of a window are targets (pipelines.data.splits.temporal).
+    temporal_targets: str = "first"
+    validation_queries: int = 4096  # At most this many (seeded sample) per validation.
     synthetic_users: int = 3000
     synthetic_items: int = 3000
     synthetic_temperature: float = 0.1  # Smaller: more personal, less popularity-driven.
@@ -80,7 +85,7 @@ def validate(config: Config) -> Config:
                              f"--{field}={value!r}.")
     for field in ("synthetic_users", "synthetic_items", "max_length", "history_length", "dim",
                   "num_blocks", "num_heads", "num_negatives", "batch_size", "epochs",
-                  "patience", "backup_every"):
+                  "patience", "backup_every", "validation_queries"):
         if getattr(config, field) < 1:
             raise ValueError(f"--{field} must be a positive integer; received "
                              f"--{field}={getattr(config, field)!r}.")

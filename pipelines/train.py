@@ -99,10 +99,15 @@ def synthetic_data(config: configs.Config):
 
 
 def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
+    """The split of `config`; its validation set holds at most `validation_queries` queries."""
     if config.split == "loo":
-        return splits_lib.leave_one_out(data)
-    return splits_lib.temporal(data, test_fraction=config.test_fraction,
-                               validation_fraction=config.test_fraction)
+        split = splits_lib.leave_one_out(data)
+    else:
+        split = splits_lib.temporal(data, test_fraction=config.test_fraction,
+                                    validation_fraction=config.test_fraction,
+                                    targets=config.temporal_targets)
+    return split._replace(validation=splits_lib.subsample(split.validation,
+                                                          config.validation_queries))
 
 
 def make_frequency(config: configs.Config, split: splits_lib.Split):

@@ -164,6 +164,47 @@ class SplitTest(tf.test.TestCase):
             self.assertTrue(np.all(times[user][:len(split.train[user])] <= val_start))
         with self.assertRaisesRegex(ValueError, r"Need 0 < test_fraction"):
             splits.temporal(data, test_fraction=0.6, validation_fraction=0.5)
+        with self.assertRaisesRegex(ValueError, r"`targets` must be one of 'first', 'all', "
+                                    r"'last', 'successive'; received targets='next'"):
+            splits.temporal(data, targets="next")
+
+    def test_temporal_last_and_successive_targets(self):
+        # Times 1..10: training is times 1-6, validation 7-8, test 9-10.
+        data = from_arrays(
+            user=[1, 1, 1, 1, 2, 2, 2, 3, 3, 3],
+            item=[11, 12, 13, 14, 21, 22, 23, 31, 32, 33],
+            timestamp=[1, 2, 9, 10, 3, 7, 8, 4, 5, 6], keep_ids=True)
+        want = {  # targets: (test queries, validation queries), each (user, history, target).
+            "first": ([(1, [11, 12], [13])], [(2, [21], [22])]),
+            "all": ([(1, [11, 12], [13, 14])], [(2, [21], [22, 23])]),
+            "last": ([(1, [11, 12, 13], [14])], [(2, [21, 22], [23])]),
+            "successive": ([(1, [11, 12], [13]), (1, [11, 12, 13], [14])],
+                           [(2, [21], [22]), (2, [21, 22], [23])]),
+        }
+        raw = lambda ids: [int(i) for i in ids]  # noqa: E731  (keep_ids: dense = raw)
+        for targets, (test, validation) in want.items():
+            split = splits.temporal(data, test_fraction=0.2, validation_fraction=0.2,
+                                    targets=targets)
+            self.assertEqual([raw(s) for s in split.train[1:]], [[11, 12], [21], [31, 32, 33]])
+            for eval_set, expected in ((split.test, test), (split.validation, validation)):
+                got = [(int(u), raw(h), raw(t)) for u, h, t in zip(
+                    eval_set.users, eval_set.histories, eval_set.targets)]
+                self.assertEqual(got, expected, msg=targets)
+
+    def test_subsample_keeps_order_and_is_seeded(self):
+        eval_set = splits.EvalSet(np.arange(10), [np.array([i]) for i in range(10)],
+                                  [np.array([i + 1]) for i in range(10)])
+        a, b = splits.subsample(eval_set, 4), splits.subsample(eval_set, 4)
+        self.assertAllEqual(a.users, b.users)
+        self.assertLen(a.users, 4)
+        self.assertTrue(np.all(np.diff(a.users) > 0))
+        for user, history, target in zip(a.users, a.histories, a.targets):
+            self.assertAllEqual(history, [user])
+            self.assertAllEqual(target, [user + 1])
+        self.assertIs(splits.subsample(eval_set, 10), eval_set)
+        with self.assertRaisesRegex(ValueError, r"`count` must be a positive integer; "
+                                    r"received count=0"):
+            splits.subsample(eval_set, 0)
 
 
 class SyntheticTest(tf.test.TestCase):

@@ -46,6 +46,12 @@ class PlanTest(tf.test.TestCase):
                           "mixed-none", "mixed-standard", "mixed-improved", "full_softmax"])
         self.assertEqual(temporal[0].overrides["dataset"], "ml-1m-ratings")  # Timestamps.
         self.assertEqual(temporal[0].preset, "paper")
+        self.assertNotIn("temporal_targets", temporal[0].overrides)
+        successive = reproduce.plan("ml-1m", "temporal", "cpu", 1, ["gbce"], ["static"], out,
+                                    temporal_targets="successive")[0]
+        self.assertEqual(successive.overrides["temporal_targets"], "successive")
+        self.assertEqual(successive.directory,
+                         os.path.join(out, "ml1m_temporal_successive_cpu", "gbce", "seed0"))
 
     def test_estimators_multiply_only_the_rows_that_use_log_q(self):
         runs = reproduce.plan("synthetic", "loo", "cpu", 1, [], ["static", "hashed"],

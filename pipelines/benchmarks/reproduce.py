@@ -84,6 +84,10 @@ def define_flags() -> None:
                       "ratings with timestamps); synthetic: the catalog with a known truth "
                       f"(preset {SYNTHETIC_PRESET} unless --preset says otherwise).")
     flags.DEFINE_enum("split", "loo", list(configs.SPLITS), "Leave-one-out or global temporal.")
+    flags.DEFINE_enum("temporal_targets", "first", list(configs.TEMPORAL_TARGETS),
+                      "Temporal split: which items of the test window are targets (see "
+                      "pipelines.data.splits.temporal); other than 'first', the experiment "
+                      "is named after it.")
     flags.DEFINE_enum("profile", "cpu", list(PROFILES),
                       "Preset of pipelines/configs.py (ml-1m); synthetic uses its own preset.")
     flags.DEFINE_integer("seeds", 3, "Seeds 0 .. N-1 of every row.", lower_bound=1)
@@ -115,16 +119,19 @@ SYNTHETIC_PRESET = "synthetic_two_tower"
 MODEL_NAMES = {"sasrec": "SASRec", "two_tower": "Two-tower model"}
 
 
-def experiment_name(dataset: str, split: str, profile: str, preset: str = "") -> str:
-    """ml1m_SPLIT_PROFILE, or synthetic_SPLIT_PRESET."""
+def experiment_name(dataset: str, split: str, profile: str, preset: str = "",
+                    temporal_targets: str = "first") -> str:
+    """ml1m_SPLIT_PROFILE (ml1m_temporal_TARGETS_PROFILE), or synthetic_SPLIT_PRESET."""
     if dataset == "ml-1m":
+        if split == "temporal" and temporal_targets != "first":
+            return f"ml1m_{split}_{temporal_targets}_{profile}"
         return f"ml1m_{split}_{profile}"
     return f"synthetic_{split}_{preset or SYNTHETIC_PRESET}"
 
 
 def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str],
          frequencies: Sequence[str], output_dir: str, data_path: str = "",
-         preset: str = "") -> List[Run]:
+         preset: str = "", temporal_targets: str = "first") -> List[Run]:
     """The runs to make, in the order they are made (seed by seed, so that an interrupted
     sweep has every row at the same number of seeds)."""
     if profile not in PROFILES:
@@ -149,6 +156,8 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
         base["index"] = "exact"  # The paper's protocol; ScaNN is evaluated in its own issue.
         if data_path:
             base["data_path"] = data_path
+    if split == "temporal" and temporal_targets != "first":
+        base["temporal_targets"] = temporal_targets
     if preset:
         if preset not in configs.PRESETS:
             raise ValueError(f"--preset must be one of {', '.join(configs.PRESETS)}; received "
@@ -156,7 +165,8 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
         if dataset == "synthetic" and configs.PRESETS[preset].dataset != "synthetic":
             raise ValueError(f"--preset={preset} is not a synthetic-data preset.")
     preset = preset or (SYNTHETIC_PRESET if dataset == "synthetic" else profile)
-    root = os.path.join(output_dir, experiment_name(dataset, split, profile, preset))
+    root = os.path.join(output_dir, experiment_name(dataset, split, profile, preset,
+                                                    temporal_targets))
     runs = []
     for seed in range(seeds):
         for name in rows:
@@ -289,10 +299,11 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List
 
 
 def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
-             command_line: str, preset: str = "") -> str:
+             command_line: str, preset: str = "", temporal_targets: str = "first") -> str:
     if dataset == "ml-1m":
         title = ("SASRec on MovieLens-1M, " + ("leave-one-out" if split == "loo" else
-                                               "global temporal split (last 10% test)")
+                                               "global temporal split (last 10% test, "
+                                               f"targets: {temporal_targets})")
                  + f", `{profile}` profile")
     else:
         preset = preset or SYNTHETIC_PRESET
@@ -386,12 +397,12 @@ def plot(summary: Dict[str, Dict], dataset: str, split: str, path: str) -> None:
 
 
 def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
-                 results_dir: str, command_line: str) -> str:
+                 results_dir: str, command_line: str, temporal_targets: str = "first") -> str:
     summary = aggregate(runs)
     os.makedirs(results_dir, exist_ok=True)
     preset = runs[0].preset if runs else ""
-    name = experiment_name(dataset, split, profile, preset)
-    text = markdown(summary, dataset, split, profile, command_line, preset)
+    name = experiment_name(dataset, split, profile, preset, temporal_targets)
+    text = markdown(summary, dataset, split, profile, command_line, preset, temporal_targets)
     with open(os.path.join(results_dir, name + ".md"), "w") as f:
         f.write(text)
     serialisable = {key: dict({k: v for k, v in entry.items() if k != "row"},
@@ -413,7 +424,8 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
         runs = plan(FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.seeds, FLAGS.rows,
-                    FLAGS.frequencies, FLAGS.output_dir, FLAGS.data_path, FLAGS.preset)
+                    FLAGS.frequencies, FLAGS.output_dir, FLAGS.data_path, FLAGS.preset,
+                    FLAGS.temporal_targets)
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     command_line = "python -m pipelines.benchmarks.reproduce " + " ".join(
@@ -421,7 +433,9 @@ def main(argv):
         for name, value in (("dataset", FLAGS.dataset), ("split", FLAGS.split),
                             ("profile", FLAGS.profile), ("seeds", FLAGS.seeds),
                             ("rows", FLAGS.rows), ("frequencies", FLAGS.frequencies),
-                            ("preset", FLAGS.preset))
+                            ("preset", FLAGS.preset),
+                            ("temporal_targets", "" if FLAGS.temporal_targets == "first"
+                             else FLAGS.temporal_targets))
         if value not in ([], None, ""))
     pending = [run for run in runs if not finished(run)]
     print(f"{len(runs)} runs planned, {len(runs) - len(pending)} already finished.", flush=True)
@@ -434,9 +448,9 @@ def main(argv):
             print(f"[{number}/{len(pending)}] {label}: NDCG@20 {test['ndcg@20']:.4f} Recall@20 "
                   f"{test['recall@20']:.4f} ({seconds:.0f} s)", flush=True)
             write_report(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
-                         command_line)
+                         command_line, FLAGS.temporal_targets)
     print(write_report(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
-                       command_line))
+                       command_line, FLAGS.temporal_targets))
 
 
 if __name__ == "__main__":

@@ -76,18 +76,48 @@ def leave_one_out(data: Interactions) -> Split:
                  data.num_items)
 
 
-def _window_targets(histories, users, items, first: bool):
-    """One query per user of the window (`users` sorted, as `Interactions` are)."""
+TEMPORAL_TARGETS = ("first", "all", "last", "successive")
+
+
+def subsample(eval_set: EvalSet, count: int, seed: int = 42) -> EvalSet:
+    """At most `count` of the queries, drawn without replacement (seeded), in their order."""
+    if count < 1:
+        raise ValueError(f"`count` must be a positive integer; received count={count!r}.")
+    if len(eval_set.users) <= count:
+        return eval_set
+    keep = np.sort(np.random.RandomState(seed).choice(len(eval_set.users), count,
+                                                      replace=False))
+    return EvalSet(eval_set.users[keep], [eval_set.histories[i] for i in keep],
+                   [eval_set.targets[i] for i in keep])
+
+
+def _window_targets(histories, users, items, targets: str) -> EvalSet:
+    """The queries of one window's interactions (`users` sorted, each user's in time order).
+
+    "first" / "all": one query per user, history = `histories[user]` (before the
+    window), target = the first item of the window / every distinct one.
+    "last": one query per user, target = the user's last item of the window,
+    history = everything before it (the window's earlier items included).
+    "successive": one query per interaction of the window, history = everything
+    before it. Queries with an empty history (cold-start users) are skipped.
+    """
     result_users, result_hist, result_targets = [], [], []
     distinct, starts = np.unique(users, return_index=True)
     ends = np.append(starts[1:], len(users))
     for user, start, end in zip(distinct, starts, ends):
-        if len(histories[user]) == 0:
-            continue  # Cold-start users have no query.
-        targets = items[start:end]
-        result_users.append(user)
-        result_hist.append(histories[user])
-        result_targets.append(targets[:1] if first else np.unique(targets))
+        window = items[start:end]
+        if targets in ("first", "all"):
+            queries = [(histories[user], window[:1] if targets == "first" else np.unique(window))]
+        else:
+            sequence = np.concatenate([histories[user], window])
+            positions = (range(len(histories[user]), len(sequence)) if targets == "successive"
+                         else [len(sequence) - 1])
+            queries = [(sequence[:i], sequence[i:i + 1]) for i in positions]
+        for history, target in queries:
+            if len(history):
+                result_users.append(user)
+                result_hist.append(history)
+                result_targets.append(target)
     return EvalSet(np.array(result_users, np.int64), result_hist, result_targets)
 
 
@@ -96,18 +126,22 @@ def temporal(data: Interactions, test_fraction: float = 0.1,
     """Global temporal split: all interactions sorted by time; the last `test_fraction` are
     test, the `validation_fraction` before them validation, the rest training.
 
-    A query is a user with interactions in the window; its history is every
+    The queries of a window (see `TEMPORAL_TARGETS`): with "first" (default)
+    or "all", one per user with interactions in the window, its history every
     interaction of that user before the window (training, plus validation for
-    test); its target is the first item in the window (`targets="first"`) or
-    every distinct item there ("all"). Users with no history are skipped.
+    test), its target the first item in the window or every distinct item
+    there. "last" asks for each user's last item of the window and "successive"
+    for every item of the window, each from everything the user did before it
+    (the window's earlier items included). Queries with no history are skipped.
     """
     if not (0 < test_fraction < 1 and 0 < validation_fraction < 1
             and test_fraction + validation_fraction < 1):
         raise ValueError("Need 0 < test_fraction, validation_fraction and their sum < 1; "
                          f"received test_fraction={test_fraction}, "
                          f"validation_fraction={validation_fraction}.")
-    if targets not in ("first", "all"):
-        raise ValueError(f"`targets` must be 'first' or 'all'; received targets={targets!r}.")
+    if targets not in TEMPORAL_TARGETS:
+        raise ValueError(f"`targets` must be one of {', '.join(map(repr, TEMPORAL_TARGETS))}; "
+                         f"received targets={targets!r}.")
     n = len(data.user)
     order = np.lexsort((np.arange(n), data.timestamp))  # Time, then file order.
     test_start = n - int(math.ceil(test_fraction * n))
@@ -120,7 +154,6 @@ def temporal(data: Interactions, test_fraction: float = 0.1,
     train_data = [data.item[s][part[s] == 0] for s in slices]
     before_test = [data.item[s][part[s] < 2] for s in slices]
     in_val, in_test = part == 1, part == 2
-    first = targets == "first"
-    validation = _window_targets(train_data, data.user[in_val], data.item[in_val], first)
-    test = _window_targets(before_test, data.user[in_test], data.item[in_test], first)
+    validation = _window_targets(train_data, data.user[in_val], data.item[in_val], targets)
+    test = _window_targets(before_test, data.user[in_test], data.item[in_test], targets)
     return Split(train_data, validation, test, data.num_items)
