@@ -122,6 +122,19 @@ class ReportTest(tf.test.TestCase):
                             [0.22, np.std([0.19, 0.22, 0.25], ddof=1)])
         self.assertTrue(os.path.exists(os.path.join(results, "ml1m_loo_cpu.png")))
 
+    def test_a_sweep_over_some_rows_keeps_the_others_in_the_report(self):
+        out = tempfile.mkdtemp()
+        earlier = reproduce.plan("ml-1m", "loo", "cpu", 2, ["bce", "in_batch-none"],
+                                 ["static"], out)
+        for run in earlier:
+            _fake_run(run, 0.1)
+        now = reproduce.plan("ml-1m", "loo", "cpu", 1, ["in_batch-none", "full_softmax"],
+                             ["static"], out)
+        reported = reproduce.with_finished_runs(now, "ml-1m", "loo", "cpu", ["static"], out)
+        self.assertEqual([(r.row.name, r.seed) for r in reported],
+                         [("bce", 0), ("bce", 1), ("in_batch-none", 0), ("in_batch-none", 1),
+                          ("full_softmax", 0)])
+
     def test_ordering_that_fails_is_reported_as_such(self):
         runs = reproduce.plan("ml-1m", "loo", "cpu", 1, ["mixed-standard", "mixed-improved"],
                               ["static"], tempfile.mkdtemp())

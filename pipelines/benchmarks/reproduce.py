@@ -184,6 +184,28 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
     return runs
 
 
+def with_finished_runs(runs: Sequence[Run], dataset: str, split: str, profile: str,
+                       frequencies: Sequence[str], output_dir: str, data_path: str = "",
+                       preset: str = "", temporal_targets: str = "first",
+                       max_seeds: int = 20) -> List[Run]:
+    """`runs`, plus every finished run of the same experiment they leave out (other rows,
+    more seeds), in table order: a sweep over some rows never drops the others from the
+    report."""
+    names = {run.row.name for run in runs}
+    default = plan(dataset, split, profile, 1, [], frequencies, output_dir, data_path, preset,
+                   temporal_targets)
+    rows = [row.name for row in ROWS if row.name in names | {r.row.name for r in default}]
+    planned = {run.directory for run in runs}
+    extra = [run for run in plan(dataset, split, profile, max_seeds, rows, frequencies,
+                                 output_dir, data_path, preset, temporal_targets)
+             if run.directory not in planned and finished(run)]
+    order = {name: i for i, name in enumerate(rows)}
+    return sorted(list(runs) + extra, key=lambda r: (order[r.row.name],
+                                                      frequencies.index(r.frequency)
+                                                      if r.frequency in frequencies else 0,
+                                                      r.seed))
+
+
 def command(run: Run) -> List[str]:
     return ([sys.executable, "-m", "pipelines.train", f"--preset={run.preset}",
              f"--output_dir={run.directory}"]
@@ -438,6 +460,9 @@ def main(argv):
                              else FLAGS.temporal_targets))
         if value not in ([], None, ""))
     pending = [run for run in runs if not finished(run)]
+    reported = with_finished_runs(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile,
+                                  FLAGS.frequencies, FLAGS.output_dir, FLAGS.data_path,
+                                  FLAGS.preset, FLAGS.temporal_targets)
     print(f"{len(runs)} runs planned, {len(runs) - len(pending)} already finished.", flush=True)
     if not FLAGS.report_only:
         for number, run in enumerate(pending, 1):
@@ -447,9 +472,9 @@ def main(argv):
             test = load(run)["test"]
             print(f"[{number}/{len(pending)}] {label}: NDCG@20 {test['ndcg@20']:.4f} Recall@20 "
                   f"{test['recall@20']:.4f} ({seconds:.0f} s)", flush=True)
-            write_report(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
-                         command_line, FLAGS.temporal_targets)
-    print(write_report(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
+            write_report(reported, FLAGS.dataset, FLAGS.split, FLAGS.profile,
+                         FLAGS.results_dir, command_line, FLAGS.temporal_targets)
+    print(write_report(reported, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
                        command_line, FLAGS.temporal_targets))
 
 
