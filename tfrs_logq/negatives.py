@@ -265,13 +265,13 @@ class UniformSampler(NegativeSampler):
       num_items: catalog size |D|.
       num_negatives: number of draws per call (per row when `per_row`).
       first_id: smallest id of the catalog (e.g. 1 when id 0 is padding).
-      per_row: draw separately for every row of the batch.
       seed, **kwargs: see `NegativeSampler`. Uniform sampling needs no
         `probabilities`.
+      per_row: draw separately for every row of the batch.
     """
 
     def __init__(self, num_items: int, num_negatives: int, first_id: int = 0,
-                 per_row: bool = False, seed: Optional[int] = None, **kwargs):
+                 seed: Optional[int] = None, per_row: bool = False, **kwargs):
         kwargs.pop("probabilities", None)  # Present in configs; uniform needs none.
         super().__init__(probabilities=None, seed=seed, **kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
