@@ -502,3 +502,27 @@ class ConfigAndErrorsTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class ScoringHelpersTest(tf.test.TestCase, parameterized.TestCase):
+    """`_ops.scores` / `_ops.row_scores`, shared by the task and the SASRec objective."""
+
+    @parameterized.parameters((False, False), (False, True), (True, False), (True, True))
+    def test_scores_match_numpy(self, multi_head, per_row):
+        from tfrs_logq import _ops  # pylint: disable=import-outside-toplevel
+        rng = np.random.default_rng(3)
+        queries = rng.normal(size=(4, 2, 5) if multi_head else (4, 5)).astype(np.float32)
+        candidates = rng.normal(size=(4, 3, 5) if per_row else (3, 5)).astype(np.float32)
+        q = queries if multi_head else queries[:, None, :]            # [batch, heads, dim]
+        c = candidates if per_row else np.broadcast_to(candidates, (4, 3, 5))
+        expected = np.einsum("bhd,bcd->bhc", q, c).max(axis=1)
+        queries_t, candidates_t = tf.constant(queries), tf.constant(candidates)
+        self.assertAllClose(_ops.scores(queries_t, candidates_t), expected, atol=1e-5)
+        expected_rows = np.einsum("bhd,bd->bh", q, c[:, 0]).max(axis=1)
+        self.assertAllClose(_ops.row_scores(queries_t, tf.constant(c[:, 0])), expected_rows, atol=1e-5)
+
+    def test_check_bool_names_the_argument(self):
+        from tfrs_logq import _validation  # pylint: disable=import-outside-toplevel
+        self.assertIs(_validation.check_bool("flag", False), False)
+        with self.assertRaisesRegex(TypeError, r"`flag` must be a bool; received flag=1\."):
+            _validation.check_bool("flag", 1)

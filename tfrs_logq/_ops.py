@@ -19,3 +19,26 @@ def masked(logits: tf.Tensor, mask) -> tf.Tensor:
     if mask is None:
         return logits
     return tf.where(mask, logits, tf.constant(MASKED_LOGIT, logits.dtype))
+
+
+def scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
+    """[batch, num_candidates] dot products; "maxsim" over heads for 3-D queries (as TFRS).
+
+    Candidates are [num_candidates, dim], shared by the rows, or
+    [batch, num_candidates, dim], each row's own.
+    """
+    per_row = candidate_embeddings.shape.rank == 3
+    if query_embeddings.shape.rank == 3:
+        return tf.reduce_max(tf.einsum("qne,qce->qnc" if per_row else "qne,ce->qnc",
+                                       query_embeddings, candidate_embeddings), axis=1)
+    if per_row:
+        return tf.einsum("qe,qce->qc", query_embeddings, candidate_embeddings)
+    return tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
+
+
+def row_scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
+    """[batch] dot product of each query with its own candidate (maxsim for 3-D queries)."""
+    if query_embeddings.shape.rank == 3:
+        return tf.reduce_max(tf.einsum("qne,qe->qn", query_embeddings, candidate_embeddings),
+                             axis=1)
+    return tf.reduce_sum(query_embeddings * candidate_embeddings, axis=1)

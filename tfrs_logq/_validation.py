@@ -27,6 +27,13 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Returns `value` if it is a Python bool; else (1, "yes", None) raises TypeError."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool; received {name}={value!r}.")
+    return value
+
+
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Optional[int]:
     """Returns `value` as int if it is a positive integer, else raises ValueError."""
     if value is None and allow_none:

@@ -388,10 +388,7 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
         self.width = v.check_positive_int("width", width)
         self.depth = v.check_positive_int("depth", depth)
         self.decay = _check_unit_interval("decay", decay)
-        if not isinstance(conservative, bool):
-            raise TypeError(
-                f"`conservative` must be a bool; received conservative={conservative!r}.")
-        self.conservative = conservative
+        self.conservative = v.check_bool("conservative", conservative)
         self.min_count = v.check_positive_float("min_count", min_count)
         self._hash = HashFamily(self.depth, self.width, self.seed)
         self._log_growth = -float(np.log(self.decay))

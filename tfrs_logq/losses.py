@@ -339,11 +339,8 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.correction = v.check_choice("correction", correction, CORRECTIONS)
-        if not isinstance(log_q_excludes_positive, bool):
-            raise TypeError(
-                "`log_q_excludes_positive` must be a bool; received "
-                f"log_q_excludes_positive={log_q_excludes_positive!r}.")
-        self.log_q_excludes_positive = log_q_excludes_positive
+        self.log_q_excludes_positive = v.check_bool("log_q_excludes_positive",
+                                                    log_q_excludes_positive)
 
     def call(self, positive_logits, negative_logits, negative_log_q=None,
              positive_log_q=None, negative_mask=None):

@@ -164,12 +164,8 @@ class InBatchSampler(NegativeSampler):
                  global_batch: bool = False, probabilities: frequency_lib.FrequencyLike = None,
                  seed: Optional[int] = None, **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
-        if not isinstance(deduplicate, bool):
-            raise TypeError(f"`deduplicate` must be a bool; received deduplicate={deduplicate!r}.")
-        if not isinstance(global_batch, bool):
-            raise TypeError(f"`global_batch` must be a bool; received global_batch={global_batch!r}.")
-        self.deduplicate = deduplicate
-        self.global_batch = global_batch
+        self.deduplicate = v.check_bool("deduplicate", deduplicate)
+        self.global_batch = v.check_bool("global_batch", global_batch)
         self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size,
                                                   allow_none=True)
 
@@ -280,9 +276,7 @@ class UniformSampler(NegativeSampler):
             raise ValueError(
                 f"`first_id` must be a non-negative integer; received first_id={first_id!r}.")
         self.first_id = first_id
-        if not isinstance(per_row, bool):
-            raise TypeError(f"`per_row` must be a bool; received per_row={per_row!r}.")
-        self.per_row = per_row
+        self.per_row = v.check_bool("per_row", per_row)
 
     @property
     def log_uniform_q(self) -> float:

@@ -7,6 +7,7 @@ import tensorflow as tf
 from tensorflow_recommenders import metrics as tfrs_metrics
 from tensorflow_recommenders.tasks import base
 
+from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import losses as losses_lib
@@ -17,29 +18,6 @@ from tfrs_logq import negatives as negatives_lib
 MIN_FLOAT = np.finfo(np.float32).min / 100.0
 
 TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
-
-
-def _scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
-    """[batch, num_candidates] dot products; "maxsim" over heads for 3-D queries (as TFRS).
-
-    Candidates are [num_candidates, dim], shared by the rows, or
-    [batch, num_candidates, dim], each row's own.
-    """
-    per_row = candidate_embeddings.shape.rank == 3
-    if query_embeddings.shape.rank == 3:
-        return tf.reduce_max(tf.einsum("qne,qce->qnc" if per_row else "qne,ce->qnc",
-                                       query_embeddings, candidate_embeddings), axis=1)
-    if per_row:
-        return tf.einsum("qe,qce->qc", query_embeddings, candidate_embeddings)
-    return tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
-
-
-def _row_scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
-    """[batch] dot product of each query with its own candidate (maxsim for 3-D queries)."""
-    if query_embeddings.shape.rank == 3:
-        return tf.reduce_max(tf.einsum("qne,qe->qn", query_embeddings, candidate_embeddings),
-                             axis=1)
-    return tf.reduce_sum(query_embeddings * candidate_embeddings, axis=1)
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -133,10 +111,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         self.temperature = v.check_positive_float("temperature", temperature, allow_none=True)
         self.num_hard_negatives = v.check_positive_int("num_hard_negatives", num_hard_negatives,
                                                        allow_none=True)
-        if not isinstance(remove_accidental_hits, bool):
-            raise TypeError("`remove_accidental_hits` must be a bool; received "
-                            f"remove_accidental_hits={remove_accidental_hits!r}.")
-        self.remove_accidental_hits = remove_accidental_hits
+        self.remove_accidental_hits = v.check_bool("remove_accidental_hits",
+                                                   remove_accidental_hits)
         if correction == "improved" and loss is not None:
             raise ValueError(
                 "correction='improved' computes its own weighted loss and cannot use a custom "
@@ -156,9 +132,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 "Pass the probability source to the sampler (its `probabilities`), not to the "
                 f"task, when a sampler is used; received frequency={frequency!r} and "
                 f"sampler={sampler!r}.")
-        if not isinstance(diagnostics, bool):
-            raise TypeError(f"`diagnostics` must be a bool; received diagnostics={diagnostics!r}.")
-        self.diagnostics = diagnostics
+        self.diagnostics = v.check_bool("diagnostics", diagnostics)
         if diagnostics and correction == "improved":
             self.mean_w = tf.keras.metrics.Mean(name="mean_w")
         if diagnostics:
@@ -342,7 +316,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
     def _candidate_columns(self, query_embeddings, candidate_embeddings,
                            candidate_sampling_probability, candidate_ids, score_mask):
         """TFRS semantics: every candidate column is a negative except the row's own positive."""
-        scores = self._temperature(_scores(query_embeddings, candidate_embeddings))
+        scores = self._temperature(_ops.scores(query_embeddings, candidate_embeddings))
         num_queries = tf.shape(scores)[0]
         num_candidates = tf.shape(scores)[1]
         positive_logits = tf.linalg.diag_part(scores[:, :num_queries])
@@ -403,9 +377,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 f"{type(self.sampler).__name__} drew ids outside the batch and needs "
                 "`candidate_embedding_fn` (the item tower) to embed them; received "
                 "candidate_embedding_fn=None.")
-        positive_logits = self._temperature(_row_scores(query_embeddings, positive_embeddings))
-        negative_logits = self._temperature(
-            _scores(query_embeddings, v.float_tensor("negative embeddings", negatives.embeddings)))
+        positive_logits = self._temperature(_ops.row_scores(query_embeddings, positive_embeddings))
+        negative_embeddings = v.float_tensor("negative embeddings", negatives.embeddings)
+        negative_logits = self._temperature(_ops.scores(query_embeddings, negative_embeddings))
         return (positive_logits, negative_logits, negatives.mask, negatives.log_q,
                 negatives.positive_log_q, negatives.log_q_excludes_positive)
 

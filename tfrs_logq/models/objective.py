@@ -4,6 +4,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import losses as losses_lib
@@ -68,9 +69,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
             raise ValueError(f"`gbce_t` must be in [0, 1]; received gbce_t={gbce_t!r}.")
         self.gbce_t = float(gbce_t)
         self.mixture = mixture
-        if not isinstance(global_batch, bool):
-            raise TypeError(f"`global_batch` must be a bool; received global_batch={global_batch!r}.")
-        self.global_batch = global_batch
+        self.global_batch = v.check_bool("global_batch", global_batch)
         self.temperature = temperature
         self.seed = seed
         self.task = None
@@ -129,8 +128,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
             table = tf.cast(all_item_embeddings(), tf.float32)[1:]
             logits = tf.matmul(query_embeddings, table, transpose_b=True)
             return tf.reduce_sum(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
-        positive_logits = tf.reduce_sum(
-            query_embeddings * tf.cast(item_embedding_fn(positive_ids), tf.float32), axis=1)
+        positive_logits = _ops.row_scores(query_embeddings,
+                                          tf.cast(item_embedding_fn(positive_ids), tf.float32))
         whole_table = self.num_items <= DENSE_SCORING_RATIO * self.num_negatives
         if all_item_embeddings is not None and whole_table:
             # A small catalog: one matmul against the whole table, then each row's columns.
@@ -141,8 +140,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
                                         negatives.ids, batch_dims=1)
         else:
             negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
-            negative_logits = tf.einsum("nd,nkd->nk", query_embeddings,
-                                        tf.cast(negatives.embeddings, tf.float32))
+            negative_logits = _ops.scores(query_embeddings,
+                                          tf.cast(negatives.embeddings, tf.float32))
         if self.loss == "bce":
             per_example = losses_lib.bce_loss(positive_logits, negative_logits,
                                                negative_mask=negatives.mask)
