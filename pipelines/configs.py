@@ -48,6 +48,7 @@ class Config:
     num_blocks: int = 2
     num_heads: int = 1
     dropout: float = 0.5
+    tie_embeddings: bool = True  # SASRec scores with its input item table; False: its own.
     # Loss.
     loss: str = "sampled_softmax"
     negatives: str = "in_batch"

@@ -132,7 +132,7 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
     if config.model == "sasrec":
         model = SASRec(data.num_items, objective, max_length=config.max_length, dim=config.dim,
                        num_blocks=config.num_blocks, num_heads=config.num_heads,
-                       dropout=config.dropout)
+                       dropout=config.dropout, tie_embeddings=config.tie_embeddings)
         model(tf.zeros([1, config.max_length], tf.int32))  # Build before restoring a backup.
     else:
         model = TwoTower(data.num_users, data.num_items, objective, dim=config.dim)

@@ -40,11 +40,41 @@ class SASRecTest(tf.test.TestCase):
         self.assertEqual(model.query_embeddings(a).shape, (1, 8))
         self.assertEqual(model.item_embeddings().shape, (NUM_ITEMS + 1, 8))
 
+    def test_untied_output_table_scores_and_trains(self):
+        model = SASRec(NUM_ITEMS, RetrievalObjective(NUM_ITEMS, loss="gbce", num_negatives=8,
+                                                     seed=1),
+                       max_length=6, dim=8, dropout=0.0, tie_embeddings=False)
+        inputs = tf.constant([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]])
+        features = {"inputs": inputs, "targets": tf.constant([[0, 0, 4, 5, 6, 7],
+                                                              [2, 3, 4, 5, 6, 7]])}
+        model(inputs)  # As pipelines.train builds it: the output table is built with it,
+        before = model.output_embedding.get_weights()  # so a fit step's optimizer moves it.
+        model.compile(optimizer=tf.keras.optimizers.Adam(0.01))
+        model.fit(tf.data.Dataset.from_tensors(features), epochs=1, verbose=0)
+        table = model.item_embeddings()
+        self.assertNotAllClose(before[0], table)
+        self.assertEqual(table.shape, (NUM_ITEMS + 1, 8))
+        self.assertIn("output_items", table.name)
+        self.assertIsNot(table, model.item_embedding.embeddings)
+        with tf.GradientTape() as tape:
+            loss = model.compute_loss(features, training=True)
+        gradients = tape.gradient(loss, [model.item_embedding.embeddings, table])
+        # The loss reaches the input table through the sequence, the output table directly.
+        for gradient in gradients:
+            self.assertGreater(float(tf.norm(tf.convert_to_tensor(gradient))), 0.0)
+        tied = SASRec(NUM_ITEMS, RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
+                      max_length=6, dim=8)
+        tied(inputs)
+        self.assertIs(tied.item_embeddings(), tied.item_embedding.embeddings)
+
     def test_bad_arguments(self):
         objective = RetrievalObjective(NUM_ITEMS, loss="full_softmax")
         with self.assertRaisesRegex(ValueError, r"`dim` must be a multiple of `num_heads`; "
                                     r"received dim=10, num_heads=4"):
             SASRec(NUM_ITEMS, objective, dim=10, num_heads=4)
+        with self.assertRaisesRegex(TypeError, r"`tie_embeddings` must be a bool; received "
+                                    r"tie_embeddings='no'"):
+            SASRec(NUM_ITEMS, objective, dim=8, tie_embeddings="no")
         with self.assertRaisesRegex(ValueError, r"`loss` must be one of 'sampled_softmax', "
                                     r"'full_softmax', 'bce', 'gbce'; received loss='hinge'"):
             RetrievalObjective(NUM_ITEMS, loss="hinge")

@@ -31,7 +31,7 @@ class SASRecBlock(tf.keras.layers.Layer):
 
 
 class SASRec(tfrs.Model):
-    """SASRec with learned positions, dropout, and item embeddings shared with the output.
+    """SASRec with learned positions, dropout, and (by default) input and output items tied.
 
     Inputs are [batch, max_length] left-padded item ids (0 = padding). Every
     position predicts the next item; `compute_loss` takes {"inputs", "targets"}
@@ -44,11 +44,15 @@ class SASRec(tfrs.Model):
       dim: embedding size (the paper: 128).
       num_blocks, num_heads: transformer blocks and heads (2 and 1).
       dropout: dropout rate (0.5).
+      tie_embeddings: score items with the input item table (SASRec, True), or with a
+        separate output table (False; gSASRec's later `reuse_item_embeddings=False`).
+        BCE and gBCE with many negatives push every item's score down along one
+        direction; with tied tables that direction also swamps the inputs.
     """
 
     def __init__(self, num_items: int, objective: RetrievalObjective, max_length: int = 200,
                  dim: int = 128, num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
-                 **kwargs):
+                 tie_embeddings: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         self.max_length = v.check_positive_int("max_length", max_length)
@@ -57,6 +61,10 @@ class SASRec(tfrs.Model):
             raise ValueError(f"`dim` must be a multiple of `num_heads`; received dim={dim}, "
                              f"num_heads={num_heads}.")
         self.item_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="items")
+        self.tie_embeddings = v.check_bool("tie_embeddings", tie_embeddings)
+        self.output_embedding = (self.item_embedding if tie_embeddings else
+                                 tf.keras.layers.Embedding(num_items + 1, dim,
+                                                           name="output_items"))
         self.position_embedding = tf.keras.layers.Embedding(max_length, dim, name="positions")
         self.input_dropout = tf.keras.layers.Dropout(dropout)
         self.blocks = [SASRecBlock(dim, num_heads, dropout, name=f"block_{i}")
@@ -68,6 +76,9 @@ class SASRec(tfrs.Model):
         """[batch, L] ids -> [batch, L, dim] sequence representations."""
         if isinstance(inputs, dict):
             inputs = inputs["inputs"]
+        if not self.output_embedding.built:
+            # With the model, so that optimizers and checkpoints see it from the first call.
+            self.output_embedding(tf.zeros([1], tf.int32))
         mask = tf.not_equal(inputs, 0)
         x = self.item_embedding(inputs) * (self.dim ** 0.5)
         x = x + self.position_embedding(tf.range(tf.shape(inputs)[1]))[tf.newaxis]
@@ -82,12 +93,12 @@ class SASRec(tfrs.Model):
 
     def item_embeddings(self):
         """[num_items + 1, dim] output item embeddings (row 0: padding)."""
-        return self.item_embedding.embeddings
+        return self.output_embedding.embeddings
 
     def compute_loss(self, features, training=False):
         sequence = self(features["inputs"], training=training)
         targets = features["targets"]
         valid = tf.not_equal(targets, 0)
         return self.objective(tf.boolean_mask(sequence, valid), tf.boolean_mask(targets, valid),
-                              self.item_embedding, all_item_embeddings=self.item_embeddings,
+                              self.output_embedding, all_item_embeddings=self.item_embeddings,
                               training=training)
