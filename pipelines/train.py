@@ -11,7 +11,9 @@ metrics.json (test Recall/NDCG at 1, 10, 20, 100 by exact search and ScaNN,
 the config, the git revision), and SavedModels for serving (export/brute_force,
 export/scann).
 A run killed at any point and started again with the same flags continues
-from its last backup (every --backup_every steps), estimator state included.
+from its last backup (every --backup_every steps), estimator state included;
+early stopping, the best checkpoint and the run's epoch and time totals carry
+over too (OUTPUT/progress.json).
 """
 
 import functools
@@ -308,13 +310,57 @@ def baselines(config: configs.Config, split: splits_lib.Split,
     return result
 
 
-class ResumePoint(tf.keras.callbacks.Callback):
-    """Records the step training starts from (after BackupAndRestore restored a backup)."""
+class TrainingProgress(tf.keras.callbacks.Callback):
+    """Carries early stopping, the best checkpoint and the run's totals across restarts.
 
-    step = 0
+    BackupAndRestore brings back the weights, the optimizer and the epoch, but
+    EarlyStopping and ModelCheckpoint(save_best_only) start afresh: a resumed run
+    would overwrite the best checkpoint with its first epoch and wait `patience`
+    epochs more. After each epoch this writes OUTPUT/progress.json (the chief
+    only): epochs done, the best validation value and its epoch, and the seconds
+    spent, summed over the processes up to each one's last finished epoch. When
+    training starts from a backup, it gives those back to the two callbacks.
+    Place it after them and after BackupAndRestore (callbacks run in list order).
+    """
+
+    def __init__(self, path: str, early_stopping: tf.keras.callbacks.EarlyStopping,
+                 checkpoint: tf.keras.callbacks.ModelCheckpoint, started: float,
+                 write: bool = True):
+        super().__init__()
+        self.path, self.write, self.started = path, write, started
+        self.early_stopping, self.checkpoint = early_stopping, checkpoint
+        self.step = 0                     # The step training (re)started from.
+        self.state = {"epochs": 0, "best": None, "best_epoch": None, "seconds": 0.0}
+        self.prior_seconds = 0.0
 
     def on_train_begin(self, logs=None):
         self.step = int(self.model.optimizer.iterations.numpy())
+        if self.step == 0 or not os.path.exists(self.path):
+            return  # A fresh start (a progress file without a backup is stale).
+        with open(self.path) as f:
+            self.state = json.load(f)
+        self.prior_seconds = self.state["seconds"]
+        if self.state["best"] is not None:
+            self.checkpoint.best = self.state["best"]
+            self.early_stopping.best = self.state["best"]
+            self.early_stopping.best_epoch = self.state["best_epoch"]
+            # As EarlyStopping counts: epochs finished since the best one.
+            self.early_stopping.wait = self.state["epochs"] - 1 - self.state["best_epoch"]
+
+    def seconds(self) -> float:
+        """Seconds of training so far, this process's and the earlier ones'."""
+        return self.prior_seconds + time.time() - self.started
+
+    def on_epoch_end(self, epoch, logs=None):
+        current = (logs or {}).get(VALIDATION_METRIC)
+        if current is not None and (self.state["best"] is None or current > self.state["best"]):
+            self.state.update(best=float(current), best_epoch=epoch)
+        self.state.update(epochs=epoch + 1, seconds=round(self.seconds(), 1))
+        if self.write:
+            temporary = self.path + ".tmp"
+            with open(temporary, "w") as f:
+                json.dump(self.state, f)
+            os.replace(temporary, self.path)  # Atomic: a kill never leaves half a file.
 
 
 class ValidationMetrics(tf.keras.callbacks.Callback):
@@ -389,22 +435,28 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     pass_steps = training_stream(config, split)[1]
     steps_per_epoch = config.steps_per_epoch or pass_steps
     best_path = os.path.join(output_dir, "checkpoints", "best")
+    checkpoint = tf.keras.callbacks.ModelCheckpoint(
+        best_path, monitor=VALIDATION_METRIC, mode="max", save_best_only=True,
+        save_weights_only=True)
+    early_stopping = tf.keras.callbacks.EarlyStopping(monitor=VALIDATION_METRIC, mode="max",
+                                                      patience=config.patience)
+    # Every worker reads the chief's progress (early stopping must agree); the chief writes it.
+    progress = TrainingProgress(os.path.join(output_dir, "progress.json"), early_stopping,
+                                checkpoint, started, write=chief)
     callbacks = [
         ValidationMetrics(config, split.validation),
         tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup"),
                                             save_freq=config.backup_every),
-        tf.keras.callbacks.ModelCheckpoint(best_path, monitor=VALIDATION_METRIC, mode="max",
-                                           save_best_only=True, save_weights_only=True),
-        tf.keras.callbacks.EarlyStopping(monitor=VALIDATION_METRIC, mode="max",
-                                         patience=config.patience),
+        checkpoint,
+        early_stopping,
         tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")),
-        ResumePoint(),  # After BackupAndRestore, which restores in on_train_begin.
+        progress,  # After the callbacks whose state it restores and records.
     ]
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
     history = model.fit(training_input(config, split, model, strategy), epochs=config.epochs,
                         steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
-    train_seconds = time.time() - started
+    train_seconds = progress.seconds()
     steps = int(model.optimizer.iterations.numpy())  # Before the best weights (and step) load.
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
@@ -431,10 +483,12 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     metrics = dict(test_report(model, config, split))
     metrics.update({
         "baselines": baselines(config, split),
-        "best_validation_ndcg@10": float(max(history.history.get(VALIDATION_METRIC, [np.nan]))),
-        "epochs_run": len(history.history.get("loss", [])),
+        # Over the whole run, the epochs before a restart included.
+        "best_validation_ndcg@10": (np.nan if progress.state["best"] is None
+                                    else progress.state["best"]),
+        "epochs_run": progress.state["epochs"],
         "steps": steps,
-        "resumed_from_step": callbacks[-1].step,
+        "resumed_from_step": progress.step,
         "estimator_steps": estimator_steps,  # Updates a streaming estimator received.
         **replicas,
         "steps_per_epoch": steps_per_epoch,

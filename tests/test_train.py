@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -220,6 +221,69 @@ class CommandLineTest(tf.test.TestCase):
         self.assertEqual(metrics["resumed_from_step"] % 5, 0)
         self.assertEqual(metrics["steps"], 600)
         self.assertEqual(metrics["estimator_steps"], 600)
+        # Totals over both processes, not the second one's alone.
+        self.assertEqual(metrics["epochs_run"], 3)
+        progress = json.load(open(os.path.join(out, "progress.json")))
+        self.assertEqual(progress["epochs"], 3)
+        self.assertEqual(metrics["best_validation_ndcg@10"], progress["best"])
+        self.assertGreaterEqual(metrics["train_seconds"], progress["seconds"])
+
+
+class TrainingProgressTest(tf.test.TestCase):
+    """Early stopping and the best checkpoint carry over a restart (BackupAndRestore alone
+    restores the weights and the epoch, not those callbacks' state)."""
+
+    def _callbacks(self, directory, iterations):
+        model = tf.keras.Sequential([tf.keras.Input([2]), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.Adam())
+        model.optimizer.iterations.assign(iterations)
+        early = tf.keras.callbacks.EarlyStopping(monitor=train.VALIDATION_METRIC, mode="max",
+                                                 patience=3)
+        checkpoint = tf.keras.callbacks.ModelCheckpoint(
+            os.path.join(directory, "best"), monitor=train.VALIDATION_METRIC, mode="max",
+            save_best_only=True, save_weights_only=True)
+        progress = train.TrainingProgress(os.path.join(directory, "progress.json"), early,
+                                          checkpoint, started=time.time() - 10.0)
+        for callback in (early, checkpoint, progress):
+            callback.set_model(model)
+        return early, checkpoint, progress
+
+    def test_restart_restores_early_stopping_and_the_best_value(self):
+        directory = tempfile.mkdtemp()
+        early, checkpoint, progress = self._callbacks(directory, iterations=0)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        for epoch, value in enumerate([0.1, 0.3, 0.2, 0.25]):
+            logs = {train.VALIDATION_METRIC: value}
+            for callback in (early, checkpoint, progress):
+                callback.on_epoch_end(epoch, logs)
+        state = json.load(open(os.path.join(directory, "progress.json")))
+        self.assertEqual((state["epochs"], state["best"], state["best_epoch"]), (4, 0.3, 1))
+        self.assertBetween(state["seconds"], 10.0, 60.0)
+        self.assertEqual(early.wait, 2)
+
+        # The process dies; a new one starts from a backup taken after step 40.
+        early, checkpoint, progress = self._callbacks(directory, iterations=40)
+        for callback in (early, progress):  # EarlyStopping first: it resets, then we restore.
+            callback.on_train_begin()
+        self.assertEqual((early.best, early.wait, checkpoint.best), (0.3, 2, 0.3))
+        self.assertEqual(progress.step, 40)
+        self.assertBetween(progress.seconds(), state["seconds"] + 10.0, state["seconds"] + 60)
+        # One more epoch without improvement: patience 3 is used up, as without the restart.
+        logs = {train.VALIDATION_METRIC: 0.29}
+        for callback in (early, checkpoint, progress):
+            callback.on_epoch_end(4, logs)
+        self.assertTrue(early.model.stop_training)
+
+    def test_fresh_start_ignores_a_stale_file(self):
+        directory = tempfile.mkdtemp()
+        with open(os.path.join(directory, "progress.json"), "w") as f:
+            json.dump({"epochs": 9, "best": 0.5, "best_epoch": 2, "seconds": 99.0}, f)
+        early, checkpoint, progress = self._callbacks(directory, iterations=0)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        self.assertEqual((early.best, early.wait, progress.prior_seconds), (-np.inf, 0, 0.0))
+        self.assertEqual(checkpoint.best, -np.inf)
 
 
 if __name__ == "__main__":
