@@ -13,7 +13,8 @@ export/scann).
 A run killed at any point and started again with the same flags continues
 from its last backup (every --backup_every steps), estimator state included;
 early stopping, the best checkpoint and the run's epoch and time totals carry
-over too (OUTPUT/progress.json).
+over too (OUTPUT/progress.json). A run killed after training, in the test
+evaluation or the export, evaluates its best checkpoint without training again.
 """
 
 import functools
@@ -321,6 +322,7 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     spent, summed over the processes up to each one's last finished epoch. When
     training starts from a backup, it gives those back to the two callbacks.
     Place it after them and after BackupAndRestore (callbacks run in list order).
+    `finish` marks the training done, so that a rerun goes straight to evaluation.
     """
 
     def __init__(self, path: str, early_stopping: tf.keras.callbacks.EarlyStopping,
@@ -356,6 +358,29 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         if current is not None and (self.state["best"] is None or current > self.state["best"]):
             self.state.update(best=float(current), best_epoch=epoch)
         self.state.update(epochs=epoch + 1, seconds=round(self.seconds(), 1))
+        self._write()
+
+    def finish(self, **record) -> None:
+        """Marks training finished, with `record` (steps, ...) for a rerun to report.
+
+        A run killed after this (in the test evaluation or the export) and started
+        again evaluates its best checkpoint without training again.
+        """
+        self.state.update(finished=True, seconds=round(self.seconds(), 1), **record)
+        self._write()
+
+    def finished_run(self) -> Optional[Dict]:
+        """What `finish` recorded, when an earlier process finished training; else None."""
+        if not os.path.exists(self.path):
+            return None
+        with open(self.path) as f:
+            state = json.load(f)
+        if not state.get("finished"):
+            return None
+        self.state, self.step = state, state["steps"]
+        return state
+
+    def _write(self) -> None:
         if self.write:
             temporary = self.path + ".tmp"
             with open(temporary, "w") as f:
@@ -454,18 +479,28 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     ]
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
-    history = model.fit(training_input(config, split, model, strategy), epochs=config.epochs,
-                        steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
-    train_seconds = progress.seconds()
-    steps = int(model.optimizer.iterations.numpy())  # Before the best weights (and step) load.
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
-    estimator_steps = int(source.step.numpy()) if streaming else None
-    # The last epoch's training logs (loss and the task's diagnostics).
-    last_epoch = {k: float(v[-1]) for k, v in history.history.items() if v}
-    replicas = {"strategy": type(strategy).__name__, "last_epoch": last_epoch,
+    trained = progress.finished_run() if os.path.exists(best_path + ".index") else None
+    if trained is None:
+        history = model.fit(training_input(config, split, model, strategy),
+                            epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                            callbacks=callbacks, verbose=verbose)
+        progress.finish(
+            steps=int(model.optimizer.iterations.numpy()),  # Before the best weights load.
+            estimator_steps=int(source.step.numpy()) if streaming else None,
+            # The last epoch's training logs (loss and the task's diagnostics).
+            last_epoch={k: float(v[-1]) for k, v in history.history.items() if v},
+            estimator_state_digest=state_digest(source) if streaming else None)
+        trained = progress.state
+    else:
+        print(f"{output_dir} finished training earlier ({trained['epochs']} epochs); "
+              "evaluating its best checkpoint.", flush=True)
+    train_seconds = trained["seconds"]
+    steps, estimator_steps = trained["steps"], trained["estimator_steps"]
+    replicas = {"strategy": type(strategy).__name__, "last_epoch": trained["last_epoch"],
                 "num_replicas": strategy.num_replicas_in_sync,
-                "estimator_state_digest": state_digest(source) if streaming else None}
+                "estimator_state_digest": trained["estimator_state_digest"]}
     if not chief:
         worker = {"steps": steps, "estimator_steps": estimator_steps, **replicas}
         worker_dir = os.path.join(output_dir, "workers",

@@ -229,6 +229,27 @@ class CommandLineTest(tf.test.TestCase):
         self.assertGreaterEqual(metrics["train_seconds"], progress["seconds"])
 
 
+    def test_rerun_after_training_evaluates_without_training_again(self):
+        # Killed in the test evaluation or the export (no metrics.json yet): a rerun loads
+        # the best checkpoint and reports the same run.
+        out = tempfile.mkdtemp()
+        args = ["--preset=smoke", f"--output_dir={out}", "--epochs=2", "--steps_per_epoch=10",
+                "--frequency=hashed", "--index=exact"]
+        self.assertEqual(_cli("pipelines.train", *args).returncode, 0)
+        first = json.load(open(os.path.join(out, "metrics.json")))
+        best = os.path.join(out, "checkpoints", "best.index")
+        written = os.path.getmtime(best)
+        os.remove(os.path.join(out, "metrics.json"))
+        result = _cli("pipelines.train", *args)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertIn("finished training earlier (2 epochs)", result.stdout)
+        second = json.load(open(os.path.join(out, "metrics.json")))
+        self.assertEqual(os.path.getmtime(best), written)  # No epoch ran.
+        for key in ("test", "steps", "estimator_steps", "epochs_run", "train_seconds",
+                    "best_validation_ndcg@10", "last_epoch", "estimator_state_digest"):
+            self.assertEqual(second[key], first[key], key)
+
+
 class TrainingProgressTest(tf.test.TestCase):
     """Early stopping and the best checkpoint carry over a restart (BackupAndRestore alone
     restores the weights and the epoch, not those callbacks' state)."""
