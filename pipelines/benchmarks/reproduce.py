@@ -333,8 +333,8 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                  f"(known P(d|u)), {split} split, `{preset}` preset")
     lines = [f"# {title}", "", f"Command: `{command_line}`", "",
              "Mean ± sample std over seeds (n). Test split, exact search over the whole catalog, "
-             "the user's history filtered. Train s/run: the training time of the process that "
-             "finished the run (a run resumed after an interruption counts its last part only).",
+             "the user's history filtered. Epochs and train s/run: the whole run's, over every "
+             "restart (runs made before `progress.json` existed count their last process only).",
              ""]
     done = {k: v for k, v in summary.items() if v["n"]}
     if dataset == "ml-1m":
