@@ -319,9 +319,10 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     would overwrite the best checkpoint with its first epoch and wait `patience`
     epochs more. After each epoch this writes OUTPUT/progress.json (the chief
     only): epochs done, the best validation value and its epoch, and the seconds
-    spent, summed over the processes up to each one's last finished epoch. When
-    training starts from a backup, it gives those back to the two callbacks.
-    Place it after them and after BackupAndRestore (callbacks run in list order).
+    spent, summed over the processes up to each one's last finished epoch. The
+    best value is EarlyStopping's own. When training starts from a backup, it
+    gives those back to the two callbacks. Place it after them and after
+    BackupAndRestore (callbacks run in list order).
     `finish` marks the training done, so that a rerun goes straight to evaluation.
     """
 
@@ -337,10 +338,10 @@ class TrainingProgress(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.step = int(self.model.optimizer.iterations.numpy())
-        if self.step == 0 or not os.path.exists(self.path):
+        state = self._read()
+        if self.step == 0 or state is None:
             return  # A fresh start (a progress file without a backup is stale).
-        with open(self.path) as f:
-            self.state = json.load(f)
+        self.state = state
         self.prior_seconds = self.state["seconds"]
         if self.state["best"] is not None:
             self.checkpoint.best = self.state["best"]
@@ -354,9 +355,9 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         return self.prior_seconds + time.time() - self.started
 
     def on_epoch_end(self, epoch, logs=None):
-        current = (logs or {}).get(VALIDATION_METRIC)
-        if current is not None and (self.state["best"] is None or current > self.state["best"]):
-            self.state.update(best=float(current), best_epoch=epoch)
+        if np.isfinite(self.early_stopping.best):  # It has seen a validation value.
+            self.state.update(best=float(self.early_stopping.best),
+                              best_epoch=self.early_stopping.best_epoch)
         self.state.update(epochs=epoch + 1, seconds=round(self.seconds(), 1))
         self._write()
 
@@ -371,14 +372,17 @@ class TrainingProgress(tf.keras.callbacks.Callback):
 
     def finished_run(self) -> Optional[Dict]:
         """What `finish` recorded, when an earlier process finished training; else None."""
-        if not os.path.exists(self.path):
-            return None
-        with open(self.path) as f:
-            state = json.load(f)
-        if not state.get("finished"):
+        state = self._read()
+        if state is None or not state.get("finished"):
             return None
         self.state, self.step = state, state["steps"]
         return state
+
+    def _read(self) -> Optional[Dict]:
+        if not os.path.exists(self.path):
+            return None
+        with open(self.path) as f:
+            return json.load(f)
 
     def _write(self) -> None:
         if self.write:
@@ -519,9 +523,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     metrics.update({
         "baselines": baselines(config, split),
         # Over the whole run, the epochs before a restart included.
-        "best_validation_ndcg@10": (np.nan if progress.state["best"] is None
-                                    else progress.state["best"]),
-        "epochs_run": progress.state["epochs"],
+        "best_validation_ndcg@10": np.nan if trained["best"] is None else trained["best"],
+        "epochs_run": trained["epochs"],
         "steps": steps,
         "resumed_from_step": progress.step,
         "estimator_steps": estimator_steps,  # Updates a streaming estimator received.

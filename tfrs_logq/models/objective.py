@@ -126,7 +126,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
         query_embeddings = tf.cast(query_embeddings, tf.float32)
         if self.loss == "full_softmax":
             table = tf.cast(all_item_embeddings(), tf.float32)[1:]
-            logits = tf.matmul(query_embeddings, table, transpose_b=True)
+            logits = _ops.scores(query_embeddings, table)
             return tf.reduce_sum(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
         positive_logits = _ops.row_scores(query_embeddings,
                                           tf.cast(item_embedding_fn(positive_ids), tf.float32))
@@ -136,8 +136,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
             # Cheaper than gathering n x num_negatives embeddings (and their scattered gradient).
             negatives = self.uniform(positive_ids)
             table = tf.cast(all_item_embeddings(), tf.float32)
-            negative_logits = tf.gather(tf.matmul(query_embeddings, table, transpose_b=True),
-                                        negatives.ids, batch_dims=1)
+            negative_logits = tf.gather(_ops.scores(query_embeddings, table), negatives.ids,
+                                        batch_dims=1)
         else:
             negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
             negative_logits = _ops.scores(query_embeddings,
