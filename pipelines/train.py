@@ -341,14 +341,20 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         state = self._read()
         if self.step == 0 or state is None:
             return  # A fresh start (a progress file without a backup is stale).
+        # Backups come every `backup_every` steps, this file at epoch ends: a backup from
+        # the middle of an epoch that the file already counts means that epoch runs again.
+        steps_per_epoch = (self.params or {}).get("steps")
+        if steps_per_epoch:
+            state["epochs"] = min(state["epochs"], self.step // steps_per_epoch)
         self.state = state
         self.prior_seconds = self.state["seconds"]
         if self.state["best"] is not None:
             self.checkpoint.best = self.state["best"]
             self.early_stopping.best = self.state["best"]
             self.early_stopping.best_epoch = self.state["best_epoch"]
-            # As EarlyStopping counts: epochs finished since the best one.
-            self.early_stopping.wait = self.state["epochs"] - 1 - self.state["best_epoch"]
+            # As EarlyStopping counts: epochs finished since the best one (none when the
+            # best is an epoch that runs again).
+            self.early_stopping.wait = max(self.state["epochs"] - 1 - self.state["best_epoch"], 0)
 
     def seconds(self) -> float:
         """Seconds of training so far, this process's and the earlier ones'."""

@@ -267,17 +267,22 @@ class TrainingProgressTest(tf.test.TestCase):
                                           checkpoint, started=time.time() - 10.0)
         for callback in (early, checkpoint, progress):
             callback.set_model(model)
+            callback.set_params({"epochs": 20, "steps": 10})
         return early, checkpoint, progress
 
-    def test_restart_restores_early_stopping_and_the_best_value(self):
-        directory = tempfile.mkdtemp()
+    def _run_epochs(self, directory, values):
+        """A fresh start that runs one epoch (of 10 steps) per validation value."""
         early, checkpoint, progress = self._callbacks(directory, iterations=0)
         for callback in (early, progress):
             callback.on_train_begin()
-        for epoch, value in enumerate([0.1, 0.3, 0.2, 0.25]):
-            logs = {train.VALIDATION_METRIC: value}
+        for epoch, value in enumerate(values):
             for callback in (early, checkpoint, progress):
-                callback.on_epoch_end(epoch, logs)
+                callback.on_epoch_end(epoch, {train.VALIDATION_METRIC: value})
+        return early
+
+    def test_restart_restores_early_stopping_and_the_best_value(self):
+        directory = tempfile.mkdtemp()
+        early = self._run_epochs(directory, [0.1, 0.3, 0.2, 0.25])
         state = json.load(open(os.path.join(directory, "progress.json")))
         self.assertEqual((state["epochs"], state["best"], state["best_epoch"]), (4, 0.3, 1))
         self.assertBetween(state["seconds"], 10.0, 60.0)
@@ -295,6 +300,30 @@ class TrainingProgressTest(tf.test.TestCase):
         for callback in (early, checkpoint, progress):
             callback.on_epoch_end(4, logs)
         self.assertTrue(early.model.stop_training)
+
+    def test_backup_from_inside_a_counted_epoch_runs_that_epoch_again(self):
+        directory = tempfile.mkdtemp()
+        self._run_epochs(directory, [0.1, 0.3, 0.2, 0.25])  # progress.json: 4 epochs.
+        # The last backup came at step 35, halfway through epoch 3 (0-based): epochs 0-2
+        # count, and epoch 3 runs again; EarlyStopping must not count it twice.
+        early, checkpoint, progress = self._callbacks(directory, iterations=35)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        self.assertEqual((progress.state["epochs"], early.best, early.wait), (3, 0.3, 1))
+        for epoch in (3, 4):  # Epochs 2, 3 and 4 without improvement use up patience 3.
+            self.assertFalse(early.model.stop_training)
+            for callback in (early, checkpoint, progress):
+                callback.on_epoch_end(epoch, {train.VALIDATION_METRIC: 0.29})
+        self.assertTrue(early.model.stop_training)
+        self.assertEqual(json.load(open(os.path.join(directory, "progress.json")))["epochs"], 5)
+
+    def test_backup_from_the_best_epoch_waits_from_zero(self):
+        directory = tempfile.mkdtemp()
+        self._run_epochs(directory, [0.1, 0.3, 0.2])  # The best, epoch 1, ended at step 20.
+        early, _, progress = self._callbacks(directory, iterations=15)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        self.assertEqual((progress.state["epochs"], early.best_epoch, early.wait), (1, 1, 0))
 
     def test_fresh_start_ignores_a_stale_file(self):
         directory = tempfile.mkdtemp()
