@@ -15,6 +15,12 @@ from pipelines.benchmarks import gradient_bias
 from tfrs_logq import frequency
 
 
+def run_benchmark(name: str, *flags: str, timeout: int) -> subprocess.CompletedProcess:
+    """Runs `python -m pipelines.benchmarks.NAME FLAGS...`, capturing its output."""
+    return subprocess.run([sys.executable, "-m", f"pipelines.benchmarks.{name}", *flags],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
 class GradientBiasTest(tf.test.TestCase):
 
     def test_improved_removes_the_tail_bias_of_standard(self):
@@ -34,28 +40,22 @@ class GradientBiasTest(tf.test.TestCase):
 
     def test_command_line_writes_table_and_plot(self):
         out = tempfile.mkdtemp()
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.gradient_bias", f"--output_dir={out}",
-             "--num_items=100", "--num_negatives=4", "--trials=50", "--samplers=uniform,mixed"],
-            capture_output=True, text=True, timeout=600, check=False)
+        result = run_benchmark("gradient_bias", f"--output_dir={out}", "--num_items=100",
+                               "--num_negatives=4", "--trials=50", "--samplers=uniform,mixed",
+                               timeout=600)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn("| mixed | 4 |", result.stdout)
         for name in ("gradient_bias.png", "gradient_bias.json", "gradient_bias.md"):
             self.assertTrue(os.path.getsize(os.path.join(out, name)) > 0, name)
 
     def test_bad_flag_is_reported(self):
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.gradient_bias", "--samplers=random"],
-            capture_output=True, text=True, timeout=600, check=False)
+        result = run_benchmark("gradient_bias", "--samplers=random", timeout=600)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("--samplers must name in_batch, uniform or mixed; received 'random'",
                       result.stderr)
         for value, message in (("4,x", "--num_negatives must be integers; received ['4', 'x']"),
                                ("1", "--num_negatives must be >= 2; received ['1']")):
-            result = subprocess.run(
-                [sys.executable, "-m", "pipelines.benchmarks.gradient_bias",
-                 f"--num_negatives={value}"],
-                capture_output=True, text=True, timeout=600, check=False)
+            result = run_benchmark("gradient_bias", f"--num_negatives={value}", timeout=600)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)
 
@@ -92,13 +92,11 @@ class EstimatorAccuracyTest(tf.test.TestCase):
 
     def test_command_line_writes_table_and_plot(self):
         out = tempfile.mkdtemp()
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.estimator_accuracy",
-             f"--output_dir={out}", "--catalogs=3000", "--exponents=1.0", "--batch_size=64",
-             "--steps=120", "--drift_step=60", "--eval_every=20", "--tail_band=500,1000",
-             "--memory_mb=0.05", "--timing_items=2000", "--timing_rounds=1",
-             "--timing_steps=2"],
-            capture_output=True, text=True, timeout=600, check=False)
+        result = run_benchmark("estimator_accuracy", f"--output_dir={out}", "--catalogs=3000",
+                               "--exponents=1.0", "--batch_size=64", "--steps=120",
+                               "--drift_step=60", "--eval_every=20", "--tail_band=500,1000",
+                               "--memory_mb=0.05", "--timing_items=2000", "--timing_rounds=1",
+                               "--timing_steps=2", timeout=600)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| Zipf 1 / 3,000 items \| hashed m=2 alpha=0.01 \| "
                          r"0.05 \| [0-9.]+ \|")
@@ -117,9 +115,7 @@ class EstimatorAccuracyTest(tf.test.TestCase):
                 ("--drift_step=5000", "--drift_step must be below --steps=4000; received "
                                       "--drift_step=5000"),
                 ("--catalogs=1", "--exponents must be positive, --catalogs at least 2")):
-            result = subprocess.run(
-                [sys.executable, "-m", "pipelines.benchmarks.estimator_accuracy", flag],
-                capture_output=True, text=True, timeout=600, check=False)
+            result = run_benchmark("estimator_accuracy", flag, timeout=600)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)
 
@@ -128,10 +124,8 @@ class EstimatorAccuracyTest(tf.test.TestCase):
 class LossOverheadTest(tf.test.TestCase):
 
     def test_command_line_prints_the_ratios(self):
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.loss_overhead", "--num_items=20000",
-             "--batch_size=256", "--rounds=2", "--steps_per_round=3"],
-            capture_output=True, text=True, timeout=900, check=False)
+        result = run_benchmark("loss_overhead", "--num_items=20000", "--batch_size=256",
+                               "--rounds=2", "--steps_per_round=3", timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         for variant in ("tfrs Retrieval (logQ)", "LogQRetrieval standard",
                         "LogQRetrieval improved"):
@@ -144,14 +138,32 @@ if __name__ == "__main__":
     tf.test.main()
 
 
+class DenseScoringTest(tf.test.TestCase):
+
+    def test_command_line_times_both_paths(self):
+        result = run_benchmark("dense_scoring", "--catalogs=500", "--negatives=1,64,600",
+                               "--examples=128", "--rounds=1", "--steps_per_round=1", timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        # k = 600 is not below the catalog's 500 items: skipped.
+        self.assertRegex(result.stdout, r"\| 500 \| 1 \| 500 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x "
+                                        r"\| gather \| (gather|whole table) \|")
+        self.assertRegex(result.stdout, r"\| 500 \| 64 \| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x "
+                                        r"\| whole table \| (gather|whole table) \|")
+        self.assertNotIn("| 600 |", result.stdout)
+        self.assertRegex(result.stdout, r"picks the slower path in [0-2] of 2 settings")
+
+    def test_bad_negatives_name_the_flag(self):
+        result = run_benchmark("dense_scoring", "--negatives=0", timeout=300)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("--negatives must be positive integers; received [0]", result.stderr)
+
+
 @pytest.mark.slow
 class InputPipelineTest(tf.test.TestCase):
 
     def test_command_line_prints_the_ratios(self):
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.input_pipeline", "--batches=20",
-             "--train_steps=5", "--dataset=synthetic"],
-            capture_output=True, text=True, timeout=900, check=False)
+        result = run_benchmark("input_pipeline", "--batches=20", "--train_steps=5",
+                               "--dataset=synthetic", timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         for builder in ("sasrec", "two_tower"):
             self.assertRegex(result.stdout, rf"\| {builder} \| [0-9,]+ \| [0-9,]+ \| [0-9.]+x \|")
@@ -176,10 +188,8 @@ class MainJobTest(tf.test.TestCase):
 class AnnTest(tf.test.TestCase):
 
     def test_command_line_prints_the_comparison(self):
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.ann", "--catalogs=20000",
-             "--users=200", "--train_steps=5", "--queries=200"],
-            capture_output=True, text=True, timeout=900, check=False)
+        result = run_benchmark("ann", "--catalogs=20000", "--users=200", "--train_steps=5",
+                               "--queries=200", timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| 20,000 \| 141 \(28\) / 600 \| [0-9.]+ / [0-9.]+ \| "
                          r"[0-9,]+ / [0-9,]+ \| [0-9.]+x \| [0-9.]+ \|")
@@ -189,10 +199,8 @@ class AnnTest(tf.test.TestCase):
 class ScalingTest(tf.test.TestCase):
 
     def test_command_line_prints_the_table(self):
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.scaling", "--num_items=5000",
-             "--batch_size=256", "--rounds=1", "--steps_per_round=2"],
-            capture_output=True, text=True, timeout=900, check=False)
+        result = run_benchmark("scaling", "--num_items=5000", "--batch_size=256", "--rounds=1",
+                               "--steps_per_round=2", timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| 1 replica \(default strategy\) \| [0-9.]+ \| "
                          r"[0-9.]+ \| [0-9,]+ \| 1.00x \| – \| – \|")
