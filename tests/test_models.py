@@ -109,6 +109,27 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
                              np.einsum("qd,qkd->qk", q, t[ids]), neg.mask.numpy(), beta=beta)
         self.assertAllClose(got, want.mean(), rtol=1e-5)
 
+    @parameterized.parameters("bce", "gbce")
+    def test_both_paths_have_the_same_gradients(self, loss):
+        num_items, k = 40, 8
+        table = tf.Variable(tf.random.normal([num_items + 1, 4], seed=1))
+        query = tf.random.normal([5, 4], seed=2)
+        positives = tf.constant([3, 7, 3, 9, 40], tf.int64)
+        gradients = []
+        for whole_table in (True, False):
+            objective = RetrievalObjective(num_items, loss=loss, num_negatives=k, seed=4)
+            tf.random.set_seed(0)  # The same negatives on both paths.
+            with tf.GradientTape() as tape:
+                tape.watch(query)
+                value = objective(query, positives, lambda i: tf.gather(table, i),
+                                  all_item_embeddings=(lambda: table) if whole_table else None)
+            gradients.append([tf.convert_to_tensor(g) for g in tape.gradient(value,
+                                                                             [query, table])])
+        (query_whole, table_whole), (query_gathered, table_gathered) = gradients
+        self.assertGreater(float(tf.norm(table_whole)), 0.0)
+        self.assertAllClose(query_whole, query_gathered, rtol=1e-5, atol=1e-6)
+        self.assertAllClose(table_whole, table_gathered, rtol=1e-5, atol=1e-6)
+
 
 class TrainingTest(tf.test.TestCase, parameterized.TestCase):
     """About 80 steps of every loss family make the model better at its objective.
