@@ -9,6 +9,9 @@ scattered gradient); `objective.DENSE_SCORING_RATIO` picks it when
 |D| <= ratio * k. This times one training step (loss, gradients for the queries and
 the item table, an Adam update) both ways for each catalog size and k, interleaved
 in one process, and prints the ratio and the switch's choice. Timings from one run only.
+With --rounds=3 --steps_per_round=3 on 2 CPU cores it took about 12 minutes (the whole-table
+steps on 100,000 items, about 10 s each, dominate) and the switch picked the faster path in all
+12 settings (ratio 16; the crossover lay between 13 and 53 items per negative on 3,416 items).
 
 Usage:
   python -m pipelines.benchmarks.dense_scoring
