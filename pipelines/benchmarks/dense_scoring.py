@@ -5,10 +5,11 @@ one of two ways:
 - gather: look up the n x k negatives' embeddings and take n x k dot products;
 - whole table: one [n, dim] x [dim, |D|] matmul, then gather each row's k columns.
 The second does |D| / k times the multiply-adds but no n x k x dim gather (nor its
-scattered gradient); `objective.DENSE_SCORING_RATIO` picks it when
-|D| <= ratio * k. This times one training step (loss, gradients for the queries and
-the item table, an Adam update) both ways for each catalog size and k, interleaved
-in one process, and prints the ratio and the switch's choice. Timings from one run only.
+scattered gradient); `objective.scores_whole_table` picks it when
+|D| <= DENSE_SCORING_RATIO * k. This times one training step (loss, gradients for
+the queries and the item table, an Adam update) both ways for each catalog size and
+k, interleaved in one process, and prints the ratio and the switch's choice. Timings
+from one run only.
 With --rounds=3 --steps_per_round=3 on 2 CPU cores it took about 12 minutes (the whole-table
 steps on 100,000 items, about 10 s each, dominate) and the switch picked the faster path in all
 12 settings (ratio 16; the crossover lay between 13 and 53 items per negative on 3,416 items).
@@ -102,18 +103,18 @@ def main(argv):
                     steps[path] = make_step(num_items, k, FLAGS.dim, FLAGS.seed)
                     steps[path](*batches[0])  # Traced here, under this ratio.
             medians = time_interleaved(steps, batches, FLAGS.rounds, FLAGS.steps_per_round)
-            rows.append((num_items, k, medians["gather"], medians["whole table"]))
+            rows.append((num_items, k, medians["gather"], medians["whole table"],
+                         objective_lib.scores_whole_table(num_items, k)))
 
     print("\n| items | k | items / k | gather ms | whole table ms | whole / gather | "
           "switch picks | faster |\n|---|---|---|---|---|---|---|---|")
-    for num_items, k, gather, whole in rows:
-        picks = ("whole table" if num_items <= objective_lib.DENSE_SCORING_RATIO * k
-                 else "gather")
-        faster = "whole table" if whole < gather else "gather"
+    path = {True: "whole table", False: "gather"}
+    for num_items, k, gather, whole, picks_whole in rows:
         print(f"| {num_items} | {k} | {num_items / k:.0f} | {gather * 1e3:.1f} | "
-              f"{whole * 1e3:.1f} | {whole / gather:.2f}x | {picks} | {faster} |")
-    wrong = [(n, k) for n, k, g, w in rows
-             if (n <= objective_lib.DENSE_SCORING_RATIO * k) != (w < g)]
+              f"{whole * 1e3:.1f} | {whole / gather:.2f}x | {path[picks_whole]} | "
+              f"{path[whole < gather]} |")
+    wrong = [(n, k) for n, k, gather, whole, picks_whole in rows
+             if picks_whole != (whole < gather)]
     print(f"\nThe switch picks the slower path in {len(wrong)} of {len(rows)} settings"
           + (f": {', '.join(f'|D|={n} k={k}' for n, k in wrong)}." if wrong else "."))
 

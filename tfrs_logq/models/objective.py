@@ -18,6 +18,12 @@ NEGATIVES = ("in_batch", "uniform", "mixed")
 DENSE_SCORING_RATIO = 16
 
 
+def scores_whole_table(num_items: int, num_negatives: int) -> bool:
+    """Whether bce / gbce score the whole table and gather columns (given the table), rather
+    than gather the negatives' embeddings: see DENSE_SCORING_RATIO."""
+    return num_items <= DENSE_SCORING_RATIO * num_negatives
+
+
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class RetrievalObjective(tf.keras.layers.Layer):
     """Loss of query embeddings against item ids, over a catalog with ids [1, num_items].
@@ -130,8 +136,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
             return tf.reduce_sum(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
         positive_logits = _ops.row_scores(query_embeddings,
                                           tf.cast(item_embedding_fn(positive_ids), tf.float32))
-        whole_table = self.num_items <= DENSE_SCORING_RATIO * self.num_negatives
-        if all_item_embeddings is not None and whole_table:
+        if (all_item_embeddings is not None
+                and scores_whole_table(self.num_items, self.num_negatives)):
             # A small catalog: one matmul against the whole table, then each row's columns.
             # Cheaper than gathering n x num_negatives embeddings (and their scattered gradient).
             negatives = self.uniform(positive_ids)
