@@ -87,12 +87,17 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
     """bce / gbce draw each example's own negatives (SASRec, gSASRec), scored either against
     the whole table (small catalogs) or by gathering them; both equal numpy."""
 
+    NUM_ITEMS, K = 40, 8  # 40 <= 16 * 8: the whole-table path when the table is given.
+
+    def _fixture(self):
+        """(table, query, positives) for 5 examples over NUM_ITEMS items, dimension 4."""
+        return (tf.random.normal([self.NUM_ITEMS + 1, 4], seed=1),
+                tf.random.normal([5, 4], seed=2), tf.constant([3, 7, 3, 9, 40], tf.int64))
+
     @parameterized.parameters(("bce", True), ("bce", False), ("gbce", True), ("gbce", False))
     def test_loss_matches_numpy(self, loss, whole_table):
-        num_items, k = 40, 8  # 40 <= 16 * 8: the whole-table path when it is given.
-        table = tf.random.normal([num_items + 1, 4], seed=1)
-        query = tf.random.normal([5, 4], seed=2)
-        positives = tf.constant([3, 7, 3, 9, 40], tf.int64)
+        num_items, k = self.NUM_ITEMS, self.K
+        table, query, positives = self._fixture()
         objective = RetrievalObjective(num_items, loss=loss, num_negatives=k, seed=4)
         embed = lambda i: tf.gather(table, i)  # noqa: E731
         tf.random.set_seed(0)
@@ -111,10 +116,9 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.parameters("bce", "gbce")
     def test_both_paths_have_the_same_gradients(self, loss):
-        num_items, k = 40, 8
-        table = tf.Variable(tf.random.normal([num_items + 1, 4], seed=1))
-        query = tf.random.normal([5, 4], seed=2)
-        positives = tf.constant([3, 7, 3, 9, 40], tf.int64)
+        num_items, k = self.NUM_ITEMS, self.K
+        table, query, positives = self._fixture()
+        table = tf.Variable(table)
         gradients = []
         for whole_table in (True, False):
             objective = RetrievalObjective(num_items, loss=loss, num_negatives=k, seed=4)
