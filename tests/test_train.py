@@ -128,14 +128,18 @@ class MultiWorkerTest(tf.test.TestCase):
                 "--backup_every=5", "--patience=5", "--index=exact", f"--output_dir={out}"]
 
         workers = cluster_lib.start_workers(args, cluster)
-        backup = os.path.join(out, "backup")
+        # Every worker restores from backup/chief; the other worker writes its copy under
+        # backup/workertemp_1 and deletes it, so an `.index` anywhere is not a backup yet
+        # (killing then restarted from step 0, 1 CI run in several). A backup is complete
+        # once the chief's checkpoint state file names it, which is written last.
+        backup = os.path.join(out, "backup", "chief")
         deadline = time.time() + 300
         while time.time() < deadline and all(w.poll() is None for w in workers):
-            if any(name.endswith(".index") for _, _, names in os.walk(backup)
-                   for name in names):
+            if tf.train.latest_checkpoint(backup) is not None:
                 break
             time.sleep(0.2)
         self.assertTrue(all(w.poll() is None for w in workers), "a worker ended early")
+        self.assertIsNotNone(tf.train.latest_checkpoint(backup), "no backup in 300 s")
         for w in workers:
             w.send_signal(signal.SIGKILL)
             w.wait()
