@@ -113,6 +113,24 @@ class MirroredRunTest(tf.test.TestCase):
         train._check_output_dir(SMOKE, out)  # pylint: disable=protected-access
 
 
+def _wait_for_backup(test, output_dir, processes, timeout=300):
+    """Waits until a run's BackupAndRestore backup is complete, the processes still running.
+
+    Every worker restores from OUTPUT/backup/chief. An `.index` file is not enough: a save
+    writes temporary shards (`ckpt-N_temp/part-*.index`, and the other workers' copies
+    under backup/workertemp_*) before the checkpoint; killed then, a run restarts from step
+    0 (a CI run failed so). The chief's checkpoint state file names a backup last.
+    """
+    backup = os.path.join(output_dir, "backup", "chief")
+    deadline = time.time() + timeout
+    while time.time() < deadline and all(p.poll() is None for p in processes):
+        if tf.train.latest_checkpoint(backup) is not None:
+            break
+        time.sleep(0.2)
+    test.assertTrue(all(p.poll() is None for p in processes), "a run ended before the kill")
+    test.assertIsNotNone(tf.train.latest_checkpoint(backup), f"no backup in {timeout} s")
+
+
 @pytest.mark.slow
 class MultiWorkerTest(tf.test.TestCase):
     """`pipelines.train --strategy=multi_worker` as two local worker processes (TF_CONFIG)."""
@@ -128,18 +146,7 @@ class MultiWorkerTest(tf.test.TestCase):
                 "--backup_every=5", "--patience=5", "--index=exact", f"--output_dir={out}"]
 
         workers = cluster_lib.start_workers(args, cluster)
-        # Every worker restores from backup/chief; the other worker writes its copy under
-        # backup/workertemp_1 and deletes it, so an `.index` anywhere is not a backup yet
-        # (killing then restarted from step 0, 1 CI run in several). A backup is complete
-        # once the chief's checkpoint state file names it, which is written last.
-        backup = os.path.join(out, "backup", "chief")
-        deadline = time.time() + 300
-        while time.time() < deadline and all(w.poll() is None for w in workers):
-            if tf.train.latest_checkpoint(backup) is not None:
-                break
-            time.sleep(0.2)
-        self.assertTrue(all(w.poll() is None for w in workers), "a worker ended early")
-        self.assertIsNotNone(tf.train.latest_checkpoint(backup), "no backup in 300 s")
+        _wait_for_backup(self, out, workers)
         for w in workers:
             w.send_signal(signal.SIGKILL)
             w.wait()
@@ -207,14 +214,7 @@ class CommandLineTest(tf.test.TestCase):
                 "--frequency=count_min", "--patience=5"]
         process = subprocess.Popen([sys.executable, "-m", "pipelines.train", *args],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        backup = os.path.join(out, "backup")
-        deadline = time.time() + 300
-        while time.time() < deadline and process.poll() is None:
-            if any(name.endswith(".index") for _, _, names in os.walk(backup)
-                   for name in names):
-                break  # A backup is on disk.
-            time.sleep(0.2)
-        self.assertIsNone(process.poll(), "the run ended before it could be killed")
+        _wait_for_backup(self, out, [process])
         process.send_signal(signal.SIGKILL)
         process.wait()
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
