@@ -329,6 +329,7 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
         items = rng.integers(0, 40, size=256).astype(np.int64)
         stream = tf.data.Dataset.from_tensor_slices(
             {"user": users, "item": items}).batch(32, drop_remainder=True).repeat()
+        interrupted_at = 14  # Step 6 of 8 in the second epoch.
 
         class TwoTower(tfrs.Model):
 
@@ -348,7 +349,7 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
         class Interrupt(tf.keras.callbacks.Callback):
 
             def on_train_batch_end(self, batch, logs=None):
-                if self.model.optimizer.iterations.numpy() == 14:
+                if self.model.optimizer.iterations.numpy() == interrupted_at:
                     raise KeyboardInterrupt
 
         def fit(model, callbacks, skip=0):
@@ -356,14 +357,15 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
             # later, on creation inside the first traced step, which is not reliable.
             model.compute_loss(next(iter(stream)), training=False)  # Builds, no update.
             model.compile(optimizer=tf.keras.optimizers.SGD(0.1))
-            model.fit(stream.skip(skip), epochs=2, steps_per_epoch=8, verbose=0, callbacks=callbacks)
+            model.fit(stream.skip(skip), epochs=2, steps_per_epoch=8, verbose=0,
+                      callbacks=callbacks)
             return model.task.frequency
 
         reference_state = [w.numpy() for w in fit(TwoTower(), []).weights]
         backup = tf.keras.callbacks.BackupAndRestore(tempfile.mkdtemp(), save_freq=1)
         with self.assertRaises(KeyboardInterrupt):
             fit(TwoTower(), [backup, Interrupt()])
-        resumed = fit(TwoTower(), [backup], skip=14)  # The backup holds 14 steps.
+        resumed = fit(TwoTower(), [backup], skip=interrupted_at)  # The backup's steps.
         self.assertEqual(int(resumed.step.numpy()), 16)
         for want, got in zip(reference_state, resumed.weights):
             self.assertAllClose(want, got, msg=got.name)
