@@ -1,12 +1,14 @@
 r"""Re-evaluates a finished (or interrupted) training run from its checkpoint.
 
 Usage:
-  python -m pipelines.evaluate OUTPUT_DIR [--split=test|validation]
+  python -m pipelines.evaluate OUTPUT_DIR [--split=test|validation] [--geometry]
 
 Rebuilds the data and the model from OUTPUT_DIR/config.json, loads the best
 weights (OUTPUT_DIR/checkpoints/best), evaluates with exact search and prints
 the table; with --split=test it also updates the "test" entry of
-OUTPUT_DIR/metrics.json.
+OUTPUT_DIR/metrics.json. With --geometry it also prints how spread out the
+item vectors and the split's query scores are
+(`tfrs_logq.retrieval.embedding_geometry`), a check for embedding collapse.
 """
 
 import json
@@ -19,6 +21,7 @@ from absl import logging
 
 from pipelines import configs
 from pipelines import train
+from tfrs_logq import retrieval
 
 FLAGS = flags.FLAGS
 
@@ -26,6 +29,8 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.")
     flags.DEFINE_enum("index", "exact", ["exact", "scann"], "Exact search or a ScaNN index.")
+    flags.DEFINE_bool("geometry", False, "Also print the embedding geometry (collapse check) "
+                      "of the model's items and the split's queries.")
 
 
 def load_run(output_dir: str):
@@ -45,11 +50,18 @@ def load_run(output_dir: str):
     return config, model, data_split
 
 
-def evaluate_run(output_dir: str, split: str = "test", index: str = "exact"):
-    """Metrics of the run in `output_dir` on `split`, from its best checkpoint."""
+def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
+                 geometry: bool = False):
+    """Metrics of the run in `output_dir` on `split`, from its best checkpoint; with
+    `geometry`, also `retrieval.embedding_geometry` of its items and the split's queries
+    (under the key "geometry")."""
     config, model, data_split = load_run(output_dir)
     eval_set = data_split.test if split == "test" else data_split.validation
-    return config, train.evaluate(model, config, eval_set, index=index)
+    metrics = train.evaluate(model, config, eval_set, index=index)
+    if geometry:
+        metrics["geometry"] = retrieval.embedding_geometry(
+            train.query_embeddings(model, config, eval_set), model.item_embeddings().numpy())
+    return config, metrics
 
 
 def main(argv):
@@ -58,10 +70,16 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     output_dir = argv[1]
-    config, metrics = evaluate_run(output_dir, FLAGS.split, FLAGS.index)
+    config, metrics = evaluate_run(output_dir, FLAGS.split, FLAGS.index, FLAGS.geometry)
+    geometry = metrics.pop("geometry", None)
     print(f"{config.model} on {config.dataset} ({config.split}), {FLAGS.split} split, "
           f"{FLAGS.index} search, history filtered:\n")
     print(train.format_metrics({"test": metrics}))
+    if geometry is not None:
+        print(f"\nEmbedding geometry ({FLAGS.split} queries): "
+              f"mean item direction norm {geometry['mean_direction_norm']:.3f}, "
+              f"score std per query {geometry['score_std']:.3f}, "
+              f"mean item norm {geometry['item_norm']:.3f}")
     path = os.path.join(output_dir, "metrics.json")
     if FLAGS.split == "test" and os.path.exists(path):
         with open(path) as f:

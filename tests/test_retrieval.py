@@ -129,3 +129,42 @@ class KlToTruthTest(tf.test.TestCase):
     def test_shape_error(self):
         with self.assertRaisesRegex(ValueError, r"must be the same \[num_queries, num_ids\]"):
             retrieval.kl_to_truth(np.zeros([2, 3]), np.zeros([2, 4]))
+
+
+class EmbeddingGeometryTest(tf.test.TestCase):
+
+    def test_hand_computed(self):
+        # Padding row 0 is left out; items 1 and 2 are e1 and 2 e2: mean direction (0.5, 0.5).
+        items = np.array([[9.0, 9.0], [1.0, 0.0], [0.0, 2.0]])
+        # Query scores (1, 0) and (0, 4): population stds 0.5 and 2.
+        queries = np.array([[1.0, 0.0], [0.0, 2.0]])
+        self.assertAllClose(retrieval.embedding_geometry(queries, items),
+                            {"mean_direction_norm": np.sqrt(0.5), "score_std": 1.25,
+                             "item_norm": 1.5})
+        # Collapsed (one direction) and balanced (opposite pairs) catalogs.
+        one_way = retrieval.embedding_geometry(queries, np.array([[0, 0], [1, 1], [3, 3.0]]))
+        self.assertAllClose(one_way["mean_direction_norm"], 1.0)
+        balanced = np.array([[0, 0], [2, 0], [0, 1], [-1, 0], [0, -3.0]])
+        self.assertAllClose(
+            retrieval.embedding_geometry(queries, balanced)["mean_direction_norm"], 0.0)
+
+    def test_matches_the_mean_pairwise_cosine(self):
+        # |mean of unit vectors|^2 is the mean cosine over all ordered pairs (i = j included).
+        rng = np.random.default_rng(0)
+        items = rng.normal(size=[50, 8]) + 0.7
+        queries = rng.normal(size=[20, 8])
+        cosines = (items @ items.T) / np.outer(np.linalg.norm(items, axis=1),
+                                               np.linalg.norm(items, axis=1))
+        got = retrieval.embedding_geometry(queries, items, first_id=0)
+        self.assertAllClose(got["mean_direction_norm"] ** 2, cosines.mean())
+        self.assertAllClose(got["score_std"],
+                            np.mean([np.std(items @ q) for q in queries]))
+
+    def test_bad_input_names_the_argument(self):
+        with self.assertRaisesRegex(ValueError, r"`query_embeddings` \(2, 3\) and "
+                                    r"`item_embeddings` \(4, 2\)"):
+            retrieval.embedding_geometry(np.zeros([2, 3]), np.ones([4, 2]))
+        with self.assertRaisesRegex(ValueError, r"`first_id` 4; got 2 queries and 4 ids"):
+            retrieval.embedding_geometry(np.zeros([2, 2]), np.ones([4, 2]), first_id=4)
+        with self.assertRaisesRegex(ValueError, r"1 zero rows at or after `first_id` 1"):
+            retrieval.embedding_geometry(np.zeros([2, 2]), np.array([[0, 0], [0, 0], [1, 1.0]]))

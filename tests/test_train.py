@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,10 +57,18 @@ class TrainRunTest(tf.test.TestCase):
                                                         "saved_model.pb")))
         self.assertNotEmpty(os.listdir(os.path.join(out, "logs", "train")))
 
-        result = _cli("pipelines.evaluate", out)
+        result = _cli("pipelines.evaluate", out, "--geometry")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn(f"| model | ndcg | {metrics['test']['ndcg@1']:.4f} | "
                       f"{metrics['test']['ndcg@10']:.4f} |", result.stdout)
+        geometry = re.search(r"Embedding geometry \(test queries\): mean item direction norm "
+                             r"([0-9.]+), score std per query ([0-9.]+), mean item norm "
+                             r"([0-9.]+)", result.stdout)
+        self.assertIsNotNone(geometry, result.stdout)
+        self.assertBetween(float(geometry.group(1)), 0.0, 1.0)
+        self.assertGreater(float(geometry.group(2)), 0.0)
+        with open(os.path.join(out, "metrics.json")) as f:
+            self.assertNotIn("geometry", json.load(f)["test"])
         result = _cli("pipelines.evaluate", out, "--index=scann")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn(f"| model | recall | {metrics['test_scann']['recall@1']:.4f} |",

@@ -208,3 +208,38 @@ def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
     log_p, log_m = np.where(candidate, log_p, 0.0), np.where(candidate, log_m, 0.0)
     terms = np.where(candidate, np.exp(log_p) * (log_p - log_m), 0.0)
     return float(terms.sum(axis=1).mean())
+
+
+def embedding_geometry(query_embeddings: np.ndarray, item_embeddings: np.ndarray,
+                       first_id: int = 1) -> Dict[str, float]:
+    """How spread out a model's item vectors and scores are: a check for embedding collapse.
+
+    - `mean_direction_norm`: the norm of the mean of the unit-normalised item
+      vectors, in [0, 1]. Near 1, every item points one way (collapse); items
+      spread evenly over the sphere give about 1 / sqrt(num_items).
+    - `score_std`: the standard deviation of a query's scores over the
+      catalog, averaged over the queries. Near 0, the model barely tells
+      items apart.
+    - `item_norm`: the mean norm of the item vectors.
+
+    Args:
+      query_embeddings: [num_queries, dim].
+      item_embeddings: [num_ids, dim]; ids below `first_id` (padding) are left out.
+      first_id: the first id that is an item.
+    """
+    queries = np.asarray(query_embeddings, np.float64)
+    items = np.asarray(item_embeddings, np.float64)
+    if queries.ndim != 2 or items.ndim != 2 or queries.shape[1] != items.shape[1]:
+        raise ValueError(f"`query_embeddings` {queries.shape} and `item_embeddings` "
+                         f"{items.shape} must be [num_queries, dim] and [num_ids, dim].")
+    if not 0 <= first_id < items.shape[0] or len(queries) == 0:
+        raise ValueError(f"Need at least one query and one item at or after `first_id` "
+                         f"{first_id}; got {len(queries)} queries and {items.shape[0]} ids.")
+    items = items[first_id:]
+    norms = np.linalg.norm(items, axis=1)
+    if np.any(norms == 0):
+        raise ValueError(f"`item_embeddings` has {int(np.sum(norms == 0))} zero rows at or "
+                         f"after `first_id` {first_id}; their direction is undefined.")
+    return {"mean_direction_norm": float(np.linalg.norm((items / norms[:, None]).mean(axis=0))),
+            "score_std": float((queries @ items.T).std(axis=1).mean()),
+            "item_norm": float(norms.mean())}
