@@ -121,8 +121,9 @@ PAPER = Config(dataset="ml-1m", split="loo", model="sasrec", max_length=200, dim
 
 PRESETS: Dict[str, Config] = {
     "paper": PAPER,
-    # One ML-1M run in <= 10 minutes on 2 CPU cores: shorter sequences, a smaller model, a
-    # larger step, and at most 120 epochs of ~4 s.
+    # ML-1M on 2 CPU cores: shorter sequences, a smaller model, a larger step, at most 120
+    # epochs. Leave-one-out epochs take ~4 s with sampled negatives; runs averaged 6-9 minutes
+    # of training, full softmax 19 and gBCE 25 (docs/results/ml1m_loo_cpu.md).
     "cpu": PAPER.replace(max_length=50, dim=64, learning_rate=0.002, epochs=120, patience=20),
     # The README's main job: synthetic catalog, improved correction, mixed negatives.
     "synthetic": Config(dataset="synthetic", split="loo", model="sasrec", max_length=50,
