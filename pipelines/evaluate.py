@@ -57,10 +57,11 @@ def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
     (under the key "geometry")."""
     config, model, data_split = load_run(output_dir)
     eval_set = data_split.test if split == "test" else data_split.validation
-    metrics = train.evaluate(model, config, eval_set, index=index)
+    queries = train.query_embeddings(model, config, eval_set)
+    metrics = train.evaluate(model, config, eval_set, index=index, queries=queries)
     if geometry:
-        metrics["geometry"] = retrieval.embedding_geometry(
-            train.query_embeddings(model, config, eval_set), model.item_embeddings().numpy())
+        metrics["geometry"] = retrieval.embedding_geometry(queries,
+                                                           model.item_embeddings().numpy())
     return config, metrics
 
 

@@ -239,11 +239,14 @@ def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet
 
 
 def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
-             ks=retrieval.DEFAULT_KS, index: str = "exact") -> Dict[str, float]:
-    """Recall@k / NDCG@k over the whole catalog by `index`, the queries' histories filtered."""
-    top = retrieval.top_k(query_embeddings(model, config, eval_set),
-                          model.item_embeddings().numpy(), max(ks), exclude=eval_set.histories,
-                          index=index)
+             ks=retrieval.DEFAULT_KS, index: str = "exact",
+             queries: Optional[np.ndarray] = None) -> Dict[str, float]:
+    """Recall@k / NDCG@k over the whole catalog by `index`, the queries' histories filtered.
+    `queries`: the set's `query_embeddings`, when the caller already has them."""
+    if queries is None:
+        queries = query_embeddings(model, config, eval_set)
+    top = retrieval.top_k(queries, model.item_embeddings().numpy(), max(ks),
+                          exclude=eval_set.histories, index=index)
     return retrieval.recall_ndcg(top, eval_set.targets, ks)
 
 
