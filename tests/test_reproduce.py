@@ -135,6 +135,54 @@ class ReportTest(tf.test.TestCase):
                          [("bce", 0), ("bce", 1), ("in_batch-none", 0), ("in_batch-none", 1),
                           ("full_softmax", 0)])
 
+    def test_recorded_runs_stand_in_for_missing_directories(self):
+        out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
+        rows = ["in_batch-none", "in_batch-standard"]
+        earlier = reproduce.plan("ml-1m", "loo", "cpu", 2, rows, ["static"], out)
+        for run, ndcg in zip(earlier, (0.10, 0.20, 0.12, 0.22)):
+            _fake_run(run, ndcg)
+        reproduce.write_report(earlier, "ml-1m", "loo", "cpu", results, "CMD")
+        path = os.path.join(results, "ml1m_loo_cpu.json")
+        # A fresh clone: the report is there, the run directories are not.
+        for run in earlier:
+            for name in os.listdir(run.directory):
+                os.remove(os.path.join(run.directory, name))
+        recorded = reproduce.load_recorded(path)
+        self.assertLen(recorded, 4)
+        self.assertEqual(recorded[("in_batch-none", "static", 1)]["directory"],
+                         earlier[2].directory)
+        self.assertEqual(reproduce.load_recorded(os.path.join(results, "missing.json")), {})
+        now = reproduce.plan("ml-1m", "loo", "cpu", 3, rows, ["static"], out)
+        self.assertEqual([reproduce.finished(r, recorded) for r in now],
+                         [True, True, True, True, False, False])
+        self.assertFalse(reproduce.finished(now[0]))
+        _fake_run(now[4], 0.14)  # Seed 2, run now.
+        _fake_run(now[0], 0.30)  # A run on disk wins over its record (seed 0 was 0.10).
+        text = reproduce.write_report(now, "ml-1m", "loo", "cpu", results, "CMD",
+                                      recorded=recorded)
+        # in-batch none: seeds 0 (disk, 0.30), 1 (record, 0.12), 2 (disk, 0.14).
+        self.assertIn(f"| in-batch, no logQ | 3 | 0.1867 ± {np.std([.30, .12, .14], ddof=1):.4f} "
+                      "| 0.1868 |", text)
+        self.assertIn("| in-batch, standard logQ | 2 | 0.2100 ± 0.0141 |", text)
+        self.assertIn("(`--include_recorded`; their run directories were not on disk): "
+                      "in-batch, no logQ seed 1; in-batch, standard logQ seeds 0, 1.", text)
+        with open(path) as f:
+            saved = json.load(f)
+        self.assertLen(saved["runs"], 5)
+        self.assertEqual(saved["runs"][0]["baselines"], {"popularity": {"ndcg@20": 0.05},
+                                                         "oracle": {"recall@10": 0.5}})
+
+    def test_records_without_baselines_take_them_from_the_summary(self):
+        path = os.path.join(tempfile.mkdtemp(), "report.json")
+        with open(path, "w") as f:
+            json.dump({"summary": {"gbce": {"popularity_ndcg@20": [0.0278, 0.0, 2]}},
+                       "runs": [{"row": "gbce", "frequency": "static", "seed": 0,
+                                 "test": {"ndcg@20": 0.1}, "epochs_run": 3,
+                                 "train_seconds": 1.0}]}, f)
+        recorded = reproduce.load_recorded(path)
+        self.assertEqual(recorded[("gbce", "static", 0)]["baselines"],
+                         {"popularity": {"ndcg@20": 0.0278}})
+
     def test_ordering_that_fails_is_reported_as_such(self):
         runs = reproduce.plan("ml-1m", "loo", "cpu", 1, ["mixed-standard", "mixed-improved"],
                               ["static"], tempfile.mkdtemp())
@@ -177,6 +225,16 @@ class RunnerTest(tf.test.TestCase):
         again = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
         self.assertIn("3 runs planned, 3 already finished.", again.stdout)
         self.assertNotIn("[1/", again.stdout)
+        # Without the run directories, --include_recorded takes the runs from the report.
+        for root, _, files in os.walk(out):
+            if "metrics.json" in files:
+                os.remove(os.path.join(root, "metrics.json"))
+        fresh = subprocess.run(args + ["--include_recorded"], capture_output=True, text=True,
+                               timeout=900, check=False)
+        self.assertEqual(fresh.returncode, 0, fresh.stderr[-2000:])
+        self.assertIn("3 runs planned, 3 already finished (3 of them recorded in ", fresh.stdout)
+        self.assertNotIn("[1/", fresh.stdout)
+        self.assertIn("in-batch, improved logQ seed 0.", fresh.stdout)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ Usage:
       --rows=in_batch-none,in_batch-standard,in_batch-improved
   python -m pipelines.benchmarks.reproduce --dataset=synthetic --frequencies=static,count_min,hashed
   python -m pipelines.benchmarks.reproduce ... --report_only   # tables from the runs so far
+  python -m pipelines.benchmarks.reproduce ... --seeds=5 --include_recorded  # adds seeds 3-4 to
+      # the committed report's seeds 0-2 without their run directories (e.g. in a fresh clone)
 """
 
 import json
@@ -99,6 +101,10 @@ def define_flags() -> None:
     flags.DEFINE_string("output_dir", "runs/reproduce", "Where the runs go.")
     flags.DEFINE_string("results_dir", "docs/results", "Where the table, JSON and PNG go.")
     flags.DEFINE_bool("report_only", False, "Write the report from finished runs; train nothing.")
+    flags.DEFINE_bool("include_recorded", False,
+                      "Count the runs that RESULTS_DIR/NAME.json (the report's JSON) records as "
+                      "finished when their directory is gone, e.g. to add seeds in a fresh "
+                      "clone, instead of training them again; the report keeps their numbers.")
     flags.DEFINE_string("preset", "", "Overrides the preset the profile picks (e.g. smoke, for "
                         "a quick check of the runner).")
 
@@ -113,6 +119,10 @@ class Run(NamedTuple):
     preset: str
     overrides: Dict[str, object]   # Flags of pipelines.train on top of the preset.
     directory: str
+
+
+# A report's per-run records, by (row, frequency source, seed).
+Recorded = Dict[Tuple[str, str, int], Dict]
 
 
 SYNTHETIC_PRESET = "synthetic_two_tower"
@@ -187,10 +197,10 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
 def with_finished_runs(runs: Sequence[Run], dataset: str, split: str, profile: str,
                        frequencies: Sequence[str], output_dir: str, data_path: str = "",
                        preset: str = "", temporal_targets: str = "first",
-                       max_seeds: int = 20) -> List[Run]:
-    """`runs`, plus every finished run of the same experiment they leave out (other rows,
-    more seeds), in table order: a sweep over some rows never drops the others from the
-    report."""
+                       max_seeds: int = 20, recorded: Optional[Recorded] = None) -> List[Run]:
+    """`runs`, plus every finished (or `recorded`) run of the same experiment they leave out
+    (other rows, more seeds), in table order: a sweep over some rows never drops the others
+    from the report."""
     names = {run.row.name for run in runs}
     default = plan(dataset, split, profile, 1, [], frequencies, output_dir, data_path, preset,
                    temporal_targets)
@@ -198,7 +208,7 @@ def with_finished_runs(runs: Sequence[Run], dataset: str, split: str, profile: s
     planned = {run.directory for run in runs}
     extra = [run for run in plan(dataset, split, profile, max_seeds, rows, frequencies,
                                  output_dir, data_path, preset, temporal_targets)
-             if run.directory not in planned and finished(run)]
+             if run.directory not in planned and finished(run, recorded)]
     order = {name: i for i, name in enumerate(rows)}
     return sorted(list(runs) + extra, key=lambda r: (order[r.row.name],
                                                       frequencies.index(r.frequency)
@@ -212,8 +222,40 @@ def command(run: Run) -> List[str]:
             + [f"--{key}={value}" for key, value in sorted(run.overrides.items())])
 
 
-def finished(run: Run) -> bool:
-    return os.path.exists(os.path.join(run.directory, "metrics.json"))
+def _key(run: Run) -> Tuple[str, str, int]:
+    return run.row.name, run.frequency, run.seed
+
+
+def finished(run: Run, recorded: Optional[Recorded] = None) -> bool:
+    """Whether the run's directory holds metrics.json, or `recorded` holds the run."""
+    return (os.path.exists(os.path.join(run.directory, "metrics.json"))
+            or (recorded is not None and _key(run) in recorded))
+
+
+def load_recorded(path: str) -> Recorded:
+    """The runs a report's JSON (`write_report`) records, or {} when there is no such file.
+
+    Records written before each run kept its baselines take them from their row's summary:
+    the baselines are computed from the data split alone, not from the model."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        report = json.load(f)
+    recorded = {}
+    for record in report.get("runs", []):
+        record = dict(record)
+        if "baselines" not in record:
+            key = record["row"] + ("" if record["frequency"] == "static"
+                                   else f"-{record['frequency']}")
+            entry = report.get("summary", {}).get(key, {})
+            baselines = {}
+            if "popularity_ndcg@20" in entry:
+                baselines["popularity"] = {"ndcg@20": entry["popularity_ndcg@20"][0]}
+            if "oracle_recall@10" in entry:
+                baselines["oracle"] = {"recall@10": entry["oracle_recall@10"][0]}
+            record["baselines"] = baselines
+        recorded[(record["row"], record["frequency"], int(record["seed"]))] = record
+    return recorded
 
 
 def execute(run: Run) -> float:
@@ -237,8 +279,12 @@ def execute(run: Run) -> float:
 # ------------------------------------------------------------------------- report
 
 
-def load(run: Run) -> Dict:
-    with open(os.path.join(run.directory, "metrics.json")) as f:
+def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
+    """The run's metrics.json (and wall time), or else its record in `recorded`."""
+    path = os.path.join(run.directory, "metrics.json")
+    if not os.path.exists(path) and recorded is not None and _key(run) in recorded:
+        return dict(recorded[_key(run)], recorded=True)
+    with open(path) as f:
         metrics = json.load(f)
     wall = os.path.join(run.directory, "wall_seconds.json")
     if os.path.exists(wall):
@@ -258,14 +304,14 @@ def _pm(mean: float, std: float) -> str:
     return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
 
 
-def aggregate(runs: Sequence[Run]) -> Dict[str, Dict]:
-    """Per row (and frequency source): the finished runs' metrics, summarised."""
+def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[str, Dict]:
+    """Per row (and frequency source): the finished (or `recorded`) runs' metrics, summarised."""
     groups: Dict[str, Dict] = {}
     for run in runs:
         key = run.row.name + ("" if run.frequency == "static" else f"-{run.frequency}")
         group = groups.setdefault(key, {"row": run.row, "frequency": run.frequency, "runs": []})
-        if finished(run):
-            group["runs"].append(dict(load(run), seed=run.seed))
+        if finished(run, recorded):
+            group["runs"].append(dict(load(run, recorded), seed=run.seed))
     summary = {}
     for key, group in groups.items():
         found = group["runs"]
@@ -277,6 +323,7 @@ def aggregate(runs: Sequence[Run]) -> Dict[str, Dict]:
             entry["epochs"] = summarise([m["epochs_run"] for m in found])
             entry["train_seconds"] = summarise([m["train_seconds"] for m in found])
             entry["seeds"] = [m["seed"] for m in found]
+            entry["recorded_seeds"] = [m["seed"] for m in found if m.get("recorded")]
             if "kl_to_truth" in found[0]:
                 entry["kl_to_truth"] = summarise([m["kl_to_truth"] for m in found])
                 entry["oracle_recall@10"] = summarise(
@@ -377,6 +424,14 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                   "model's scores), both over the items not in the user's history. Head / torso "
                   "/ tail: Recall@10 of test targets in each third of the catalog by training "
                   "count."]
+    recorded = [f"{entry['row'].label}" + ("" if entry["frequency"] == "static" else
+                                          f" [{FREQUENCY_LABELS[entry['frequency']]}]")
+                + f" seed{'s' if len(entry['recorded_seeds']) > 1 else ''} "
+                + ", ".join(str(seed) for seed in entry["recorded_seeds"])
+                for entry in done.values() if entry.get("recorded_seeds")]
+    if recorded:
+        lines += ["", "Taken from the JSON of the report this one replaced (`--include_recorded`; "
+                  "their run directories were not on disk): " + "; ".join(recorded) + "."]
     verdicts = ordering_verdicts({k: v for k, v in done.items() if v["frequency"] == "static"})
     if verdicts:
         lines += ["", "## The paper's orderings (NDCG@20)" if dataset == "ml-1m" else
@@ -419,8 +474,11 @@ def plot(summary: Dict[str, Dict], dataset: str, split: str, path: str) -> None:
 
 
 def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
-                 results_dir: str, command_line: str, temporal_targets: str = "first") -> str:
-    summary = aggregate(runs)
+                 results_dir: str, command_line: str, temporal_targets: str = "first",
+                 recorded: Optional[Recorded] = None) -> str:
+    """Writes NAME.md (returned), NAME.json (the summary and every run's numbers) and NAME.png
+    to `results_dir`, from the finished runs among `runs` (and those `recorded` holds)."""
+    summary = aggregate(runs, recorded)
     os.makedirs(results_dir, exist_ok=True)
     preset = runs[0].preset if runs else ""
     name = experiment_name(dataset, split, profile, preset, temporal_targets)
@@ -430,11 +488,13 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
     serialisable = {key: dict({k: v for k, v in entry.items() if k != "row"},
                               label=entry["row"].label, overrides=entry["row"].overrides)
                     for key, entry in summary.items()}
-    per_run = [dict(directory=r.directory, seed=r.seed, row=r.row.name, frequency=r.frequency,
-                    **{k: v for k, v in load(r).items()
-                       if k in ("test", "kl_to_truth", "by_popularity", "epochs_run", "steps",
-                                "train_seconds", "wall_seconds", "git_revision")})
-               for r in runs if finished(r)]
+    per_run = [dict(directory=load(r, recorded).get("directory", r.directory), seed=r.seed,
+                    row=r.row.name, frequency=r.frequency,
+                    **{k: v for k, v in load(r, recorded).items()
+                       if k in ("test", "kl_to_truth", "baselines", "by_popularity",
+                                "epochs_run", "steps", "train_seconds", "wall_seconds",
+                                "git_revision")})
+               for r in runs if finished(r, recorded)]
     with open(os.path.join(results_dir, name + ".json"), "w") as f:
         json.dump({"summary": serialisable, "runs": per_run}, f, indent=1)
     plot(summary, dataset, split, os.path.join(results_dir, name + ".png"))
@@ -458,12 +518,19 @@ def main(argv):
                             ("preset", FLAGS.preset),
                             ("temporal_targets", "" if FLAGS.temporal_targets == "first"
                              else FLAGS.temporal_targets))
-        if value not in ([], None, ""))
-    pending = [run for run in runs if not finished(run)]
+        if value not in ([], None, "")) + (" --include_recorded" if FLAGS.include_recorded else "")
+    name = experiment_name(FLAGS.dataset, FLAGS.split, FLAGS.profile,
+                           runs[0].preset if runs else "", FLAGS.temporal_targets)
+    recorded = (load_recorded(os.path.join(FLAGS.results_dir, name + ".json"))
+                if FLAGS.include_recorded else None)
+    pending = [run for run in runs if not finished(run, recorded)]
     reported = with_finished_runs(runs, FLAGS.dataset, FLAGS.split, FLAGS.profile,
                                   FLAGS.frequencies, FLAGS.output_dir, FLAGS.data_path,
-                                  FLAGS.preset, FLAGS.temporal_targets)
-    print(f"{len(runs)} runs planned, {len(runs) - len(pending)} already finished.", flush=True)
+                                  FLAGS.preset, FLAGS.temporal_targets, recorded=recorded)
+    from_record = sum(1 for run in runs if finished(run, recorded) and not finished(run))
+    print(f"{len(runs)} runs planned, {len(runs) - len(pending)} already finished"
+          + (f" ({from_record} of them recorded in {FLAGS.results_dir}/{name}.json)."
+             if from_record else "."), flush=True)
     if not FLAGS.report_only:
         for number, run in enumerate(pending, 1):
             label = f"{run.row.name} [{run.frequency}] seed {run.seed}"
@@ -473,9 +540,9 @@ def main(argv):
             print(f"[{number}/{len(pending)}] {label}: NDCG@20 {test['ndcg@20']:.4f} Recall@20 "
                   f"{test['recall@20']:.4f} ({seconds:.0f} s)", flush=True)
             write_report(reported, FLAGS.dataset, FLAGS.split, FLAGS.profile,
-                         FLAGS.results_dir, command_line, FLAGS.temporal_targets)
+                         FLAGS.results_dir, command_line, FLAGS.temporal_targets, recorded)
     print(write_report(reported, FLAGS.dataset, FLAGS.split, FLAGS.profile, FLAGS.results_dir,
-                       command_line, FLAGS.temporal_targets))
+                       command_line, FLAGS.temporal_targets, recorded))
 
 
 if __name__ == "__main__":
