@@ -129,6 +129,12 @@ SYNTHETIC_PRESET = "synthetic_two_tower"
 MODEL_NAMES = {"sasrec": "SASRec", "two_tower": "Two-tower model"}
 
 
+def row_key(name: str, frequency: str) -> str:
+    """A row's key in the report and its runs' folder: the row, plus the frequency source
+    when it is not exact counts (e.g. in_batch-improved-count_min)."""
+    return name if frequency == "static" else f"{name}-{frequency}"
+
+
 def experiment_name(dataset: str, split: str, profile: str, preset: str = "",
                     temporal_targets: str = "first") -> str:
     """ml1m_SPLIT_PROFILE (ml1m_temporal_TARGETS_PROFILE), or synthetic_SPLIT_PRESET."""
@@ -184,13 +190,11 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
             uses_log_q = row.overrides.get("correction", "none") != "none"
             for frequency in (frequencies if uses_log_q else frequencies[:1]):
                 overrides = dict(base, **row.overrides, seed=seed)
-                tag = name
                 if uses_log_q:
                     overrides["frequency"] = frequency
-                    if frequency != "static":
-                        tag += f"-{frequency}"
-                runs.append(Run(row, frequency if uses_log_q else "static", seed, preset,
-                                overrides, os.path.join(root, tag, f"seed{seed}")))
+                source = frequency if uses_log_q else "static"
+                runs.append(Run(row, source, seed, preset, overrides,
+                                os.path.join(root, row_key(name, source), f"seed{seed}")))
     return runs
 
 
@@ -245,9 +249,8 @@ def load_recorded(path: str) -> Recorded:
     for record in report.get("runs", []):
         record = dict(record)
         if "baselines" not in record:
-            key = record["row"] + ("" if record["frequency"] == "static"
-                                   else f"-{record['frequency']}")
-            entry = report.get("summary", {}).get(key, {})
+            entry = report.get("summary", {}).get(row_key(record["row"], record["frequency"]),
+                                                  {})
             baselines = {}
             if "popularity_ndcg@20" in entry:
                 baselines["popularity"] = {"ndcg@20": entry["popularity_ndcg@20"][0]}
@@ -308,7 +311,7 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
     """Per row (and frequency source): the finished (or `recorded`) runs' metrics, summarised."""
     groups: Dict[str, Dict] = {}
     for run in runs:
-        key = run.row.name + ("" if run.frequency == "static" else f"-{run.frequency}")
+        key = row_key(run.row.name, run.frequency)
         group = groups.setdefault(key, {"row": run.row, "frequency": run.frequency, "runs": []})
         if finished(run, recorded):
             group["runs"].append(dict(load(run, recorded), seed=run.seed))
@@ -488,13 +491,16 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
     serialisable = {key: dict({k: v for k, v in entry.items() if k != "row"},
                               label=entry["row"].label, overrides=entry["row"].overrides)
                     for key, entry in summary.items()}
-    per_run = [dict(directory=load(r, recorded).get("directory", r.directory), seed=r.seed,
-                    row=r.row.name, frequency=r.frequency,
-                    **{k: v for k, v in load(r, recorded).items()
-                       if k in ("test", "kl_to_truth", "baselines", "by_popularity",
-                                "epochs_run", "steps", "train_seconds", "wall_seconds",
-                                "git_revision")})
-               for r in runs if finished(r, recorded)]
+    per_run = []
+    for r in runs:
+        if finished(r, recorded):
+            metrics = load(r, recorded)
+            per_run.append(dict(directory=metrics.get("directory", r.directory), seed=r.seed,
+                                row=r.row.name, frequency=r.frequency,
+                                **{k: v for k, v in metrics.items()
+                                   if k in ("test", "kl_to_truth", "baselines", "by_popularity",
+                                            "epochs_run", "steps", "train_seconds",
+                                            "wall_seconds", "git_revision")}))
     with open(os.path.join(results_dir, name + ".json"), "w") as f:
         json.dump({"summary": serialisable, "runs": per_run}, f, indent=1)
     plot(summary, dataset, split, os.path.join(results_dir, name + ".png"))
