@@ -162,36 +162,59 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
     return stream, max(size // config.batch_size, 1)
 
 
-def training_input(config: configs.Config, split: splits_lib.Split, model,
+def training_input(config: configs.Config, split: splits_lib.Split, start: tf.Variable,
                    strategy: tf.distribute.Strategy):
-    """What `fit` reads: the resumable stream, through `distribute_datasets_from_function`
-    (per-replica batches, one shard per input pipeline) when there are several replicas."""
-    # A plain variable (the first copy of the optimizer's step) for the tf.data function.
-    iterations = strategy.experimental_local_results(model.optimizer.iterations)[0]
+    """What `fit` reads: the resumable stream from step `start` (`InputStart.step`), through
+    `distribute_datasets_from_function` (per-replica batches, one shard per input pipeline)
+    when there are several replicas."""
     if strategy.num_replicas_in_sync == 1:
-        return resumable(training_stream(config, split)[0], iterations)
+        return resumable(training_stream(config, split)[0], start)
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         stream = training_stream(config, split, input_context)[0]
         # Each step takes one batch per replica this pipeline feeds.
-        return resumable(stream, iterations, input_context.num_replicas_in_sync
+        return resumable(stream, start, input_context.num_replicas_in_sync
                          // input_context.num_input_pipelines)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
-def resumable(stream: tf.data.Dataset, iterations: tf.Variable,
+def resumable(stream: tf.data.Dataset, start: tf.Variable,
               batches_per_step: int = 1) -> tf.data.Dataset:
-    """`stream` from the position after `iterations` steps, read when iteration starts.
+    """`stream` from the position after `start` steps, `start` read when iteration starts.
 
     Keras's BackupAndRestore restores the step counter but restarts the input
     at the beginning of the epoch; skipping the restored number of steps of one
     repeated, deterministically shuffled stream neither repeats nor loses a batch.
+    `start` must not change while training runs (`InputStart.step`, not the
+    optimizer's counter: see `InputStart`).
     `batches_per_step`: batches of `stream` one step consumes (the replicas an
     input pipeline feeds under tf.distribute).
     """
     return tf.data.Dataset.range(1).flat_map(
-        lambda _: stream.skip(tf.cast(iterations, tf.int64) * batches_per_step))
+        lambda _: stream.skip(tf.cast(start, tf.int64) * batches_per_step))
+
+
+class InputStart(tf.keras.callbacks.Callback):
+    """The step the training input starts from: the optimizer's step counter when
+    training begins (0, or the step BackupAndRestore restored), for `resumable`.
+
+    tf.data reads the skip count on the first batch's request, inside the first
+    step; the optimizer's counter is incremented in that step by an op that does
+    not wait for the batch, so skipping by the counter itself would start a fresh
+    run at batch 0 or batch 1 by chance (and a resumed one a batch late by chance):
+    same-seed runs would train on different batches. This copy is set before the
+    first step and not touched again. Place it after BackupAndRestore (callbacks
+    run in list order).
+    """
+
+    def __init__(self):
+        super().__init__()
+        with tf.device("/cpu:0"):  # Read by the tf.data function, on the host.
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_start")
+
+    def on_train_begin(self, logs=None):
+        self.step.assign(int(self.model.optimizer.iterations.numpy()))
 
 
 def make_strategy(name: str) -> tf.distribute.Strategy:
@@ -481,10 +504,12 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     # Every worker reads the chief's progress (early stopping must agree); the chief writes it.
     progress = TrainingProgress(os.path.join(output_dir, "progress.json"), early_stopping,
                                 checkpoint, started, write=chief)
+    input_start = InputStart()
     callbacks = [
         ValidationMetrics(config, split.validation),
         tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup"),
                                             save_freq=config.backup_every),
+        input_start,  # After BackupAndRestore, which restores the step.
         checkpoint,
         early_stopping,
         tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")),
@@ -496,7 +521,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     streaming = getattr(source, "streaming", False)
     trained = progress.finished_run() if os.path.exists(best_path + ".index") else None
     if trained is None:
-        history = model.fit(training_input(config, split, model, strategy),
+        history = model.fit(training_input(config, split, input_start.step, strategy),
                             epochs=config.epochs, steps_per_epoch=steps_per_epoch,
                             callbacks=callbacks, verbose=verbose)
         progress.finish(
