@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -182,6 +183,16 @@ class ReportTest(tf.test.TestCase):
         recorded = reproduce.load_recorded(path)
         self.assertEqual(recorded[("gbce", "static", 0)]["baselines"],
                          {"popularity": {"ndcg@20": 0.0278}})
+
+    def test_a_record_without_its_row_names_the_file(self):
+        path = os.path.join(tempfile.mkdtemp(), "report.json")
+        with open(path, "w") as f:
+            json.dump({"runs": [{"row": "gbce", "frequency": "static", "seed": 0},
+                                {"frequency": "static", "test": {"ndcg@20": 0.1}}]}, f)
+        with self.assertRaisesRegex(ValueError, re.escape(
+                f"{path}: run 1 of its \"runs\" lacks row, seed; it was not written by "
+                "this runner.")):
+            reproduce.load_recorded(path)
 
     def test_ordering_that_fails_is_reported_as_such(self):
         runs = reproduce.plan("ml-1m", "loo", "cpu", 1, ["mixed-standard", "mixed-improved"],

@@ -246,7 +246,11 @@ def load_recorded(path: str) -> Recorded:
     with open(path) as f:
         report = json.load(f)
     recorded = {}
-    for record in report.get("runs", []):
+    for number, record in enumerate(report.get("runs", [])):
+        missing = [key for key in ("row", "frequency", "seed") if key not in record]
+        if missing:
+            raise ValueError(f"{path}: run {number} of its \"runs\" lacks "
+                             f"{', '.join(missing)}; it was not written by this runner.")
         record = dict(record)
         if "baselines" not in record:
             entry = report.get("summary", {}).get(row_key(record["row"], record["frequency"]),
