@@ -91,6 +91,12 @@ class TrainRunTest(tf.test.TestCase):
         metrics = train.run(config, tempfile.mkdtemp(), verbose=0)
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
 
+    def test_same_seed_runs_train_alike(self):
+        config = SMOKE.replace(epochs=1, steps_per_epoch=10, index="exact")
+        first, second = (train.run(config, tempfile.mkdtemp(), verbose=0) for _ in range(2))
+        self.assertEqual(first["last_epoch"], second["last_epoch"])
+        self.assertEqual(first["test"], second["test"])
+
 
 class MirroredRunTest(tf.test.TestCase):
 
@@ -107,6 +113,18 @@ class MirroredRunTest(tf.test.TestCase):
         self.assertEqual(metrics["estimator_steps"], 10)
         self.assertRegex(metrics["estimator_state_digest"], r"^[0-9a-f]{64}$")
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
+
+    def test_configs_of_older_runs_take_new_fields_by_default(self):
+        out = tempfile.mkdtemp()
+        older = SMOKE.as_dict()
+        del older["global_negatives"]
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(older, f)
+        train._check_output_dir(SMOKE, out)  # pylint: disable=protected-access
+
+
+class ResumableInputTest(tf.test.TestCase):
+    """The training input from the step training (re)starts at."""
 
     def test_resumable_input_skips_whole_steps(self):
         stream = tf.data.Dataset.range(100)
@@ -148,20 +166,6 @@ class MirroredRunTest(tf.test.TestCase):
                       steps_per_epoch=2, callbacks=[start], verbose=0)
             self.assertEqual(model.seen.numpy()[restored:restored + 4].tolist(),
                              list(range(restored, restored + 4)))
-
-    def test_same_seed_runs_train_alike(self):
-        config = SMOKE.replace(epochs=1, steps_per_epoch=10, index="exact")
-        first, second = (train.run(config, tempfile.mkdtemp(), verbose=0) for _ in range(2))
-        self.assertEqual(first["last_epoch"], second["last_epoch"])
-        self.assertEqual(first["test"], second["test"])
-
-    def test_configs_of_older_runs_take_new_fields_by_default(self):
-        out = tempfile.mkdtemp()
-        older = SMOKE.as_dict()
-        del older["global_negatives"]
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(older, f)
-        train._check_output_dir(SMOKE, out)  # pylint: disable=protected-access
 
 
 def _wait_for_backup(test, output_dir, processes, timeout=300):
