@@ -77,6 +77,35 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(d_pos, want_pos, atol=1e-6)
         self.assertAllClose(d_neg, want_neg, atol=1e-6)
 
+    @parameterized.parameters(False, True)
+    def test_standard_and_improved_gradients_differ_only_by_the_row_weight(self, per_row):
+        # With the same negatives, d loss / d s is (1 - p_s) * G for "standard" and w * G
+        # for "improved", G = softmax over the corrected valid negatives - onehot(p), and
+        # logit(1 - p_s) - logit(w) = log(n Q(p) / (1 - Q(p))).
+        pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(8, per_row_log_q=per_row)
+        pos_t, neg_t = tf.constant(pos), tf.constant(neg)
+        kwargs = dict(negative_log_q=neg_log_q, positive_log_q=pos_log_q, negative_mask=mask)
+        gradients, per_example = {}, {}
+        for correction in ("standard", "improved"):
+            with tf.GradientTape() as tape:
+                tape.watch([pos_t, neg_t])
+                per_example[correction] = losses.sampled_softmax_loss(
+                    pos_t, neg_t, correction=correction, **kwargs)
+                loss = tf.reduce_sum(per_example[correction])
+            gradients[correction] = tape.gradient(loss, [pos_t, neg_t])
+        standard_weight = -np.expm1(-per_example["standard"].numpy().astype(np.float64))
+        improved_weight = losses.improved_weight(pos, neg, **kwargs).numpy().astype(np.float64)
+        for d_standard, d_improved in zip(gradients["standard"], gradients["improved"]):
+            shape = (-1,) + (1,) * (d_standard.shape.rank - 1)
+            self.assertAllClose(d_standard.numpy() * improved_weight.reshape(shape),
+                                d_improved.numpy() * standard_weight.reshape(shape), atol=1e-6)
+        rows = mask.any(axis=1)  # Row 0 has no valid negative: both weights are 0.
+        logit = lambda p: np.log(p[rows]) - np.log1p(-p[rows])  # noqa: E731
+        q_p = np.exp(pos_log_q.astype(np.float64))[rows]
+        self.assertAllClose(logit(standard_weight) - logit(improved_weight),
+                            np.log(mask.sum(axis=1)[rows] * q_p / (1.0 - q_p)), atol=1e-3)
+        self.assertAllClose(gradients["improved"][0].numpy()[rows], -improved_weight[rows])
+
     def test_no_gradient_flows_through_the_weight(self):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(5)
         pos_t, neg_t = tf.constant(pos), tf.constant(neg)

@@ -88,6 +88,11 @@ def sampled_softmax_loss(
     For "improved" the positive is not in the denominator, and the weight
     w = 1 - P_hat is a constant for the gradient (`tf.stop_gradient`), so
     d loss / d s = w * (softmax over the corrected valid negatives - onehot(p)).
+    With the same negatives, "standard" has that gradient with the weight
+    1 - p_s in place of w (p_s = e^{-loss} of "standard", the positive's share
+    of its softmax), and logit(1 - p_s) = logit(w) + log(n Q(p) / (1 - Q(p))):
+    the two corrections differ only in how they weight rows. "standard"
+    down-weights rows whose positive is rare (n Q(p) < 1) once it scores well.
     A row with no valid negative has loss 0 and zero gradient for every
     correction. The loss is not invariant to the scale of Q (P_hat depends on
     it): pass the per-draw probability, as the samplers in
