@@ -19,8 +19,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from pipelines import configs
-from pipelines import train
+from pipelines import experiment
+from pipelines import report
 from tfrs_logq import retrieval
 
 FLAGS = flags.FLAGS
@@ -33,32 +33,15 @@ def define_flags() -> None:
                       "of the model's items and the split's queries.")
 
 
-def load_run(output_dir: str):
-    """(config, model with the best weights, data split) of the run in `output_dir`."""
-    config_path = os.path.join(output_dir, "config.json")
-    if not os.path.exists(config_path):
-        raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
-    with open(config_path) as f:
-        config = configs.validate(configs.Config(**json.load(f)))
-    weights = os.path.join(output_dir, "checkpoints", "best")
-    if not os.path.exists(weights + ".index"):
-        raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({weights}.index).")
-    data = train.load_data(config)
-    data_split = train.make_split(config, data)
-    model = train.build_model(config, data, data_split)
-    model.load_weights(weights).expect_partial()
-    return config, model, data_split
-
-
 def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
                  geometry: bool = False):
     """Metrics of the run in `output_dir` on `split`, from its best checkpoint; with
     `geometry`, also `retrieval.embedding_geometry` of its items and the split's queries
     (under the key "geometry")."""
-    config, model, data_split = load_run(output_dir)
+    config, model, data_split = experiment.load_run(output_dir)
     eval_set = data_split.test if split == "test" else data_split.validation
-    queries = train.query_embeddings(model, config, eval_set)
-    metrics = train.evaluate(model, config, eval_set, index=index, queries=queries)
+    queries = experiment.query_embeddings(model, config, eval_set)
+    metrics = experiment.evaluate(model, config, eval_set, index=index, queries=queries)
     if geometry:
         metrics["geometry"] = retrieval.embedding_geometry(queries,
                                                            model.item_embeddings().numpy())
@@ -75,7 +58,7 @@ def main(argv):
     geometry = metrics.pop("geometry", None)
     print(f"{config.model} on {config.dataset} ({config.split}), {FLAGS.split} split, "
           f"{FLAGS.index} search, history filtered:\n")
-    print(train.format_metrics({"test": metrics}))
+    print(report.format_metrics({"test": metrics}))
     if geometry is not None:
         print(f"\nEmbedding geometry ({FLAGS.split} queries): "
               f"mean item direction norm {geometry['mean_direction_norm']:.3f}, "

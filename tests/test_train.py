@@ -9,7 +9,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -121,51 +120,6 @@ class MirroredRunTest(tf.test.TestCase):
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(older, f)
         train._check_output_dir(SMOKE, out)  # pylint: disable=protected-access
-
-
-class ResumableInputTest(tf.test.TestCase):
-    """The training input from the step training (re)starts at."""
-
-    def test_resumable_input_skips_whole_steps(self):
-        stream = tf.data.Dataset.range(100)
-        self.assertEqual(list(train.resumable(stream, tf.Variable(3), batches_per_step=2)
-                              .take(2).as_numpy_iterator()), [6, 7])
-
-    def test_fit_reads_the_input_from_the_step_training_starts_at(self):
-        # The skip count is read inside the first step, which also increments the
-        # optimizer's counter: read from the counter itself, a fresh fit started at
-        # batch 1 in 19 of 20 tries (and same-seed ML-1M runs at batch 0 or 1 by chance).
-
-        class Recorder(tf.keras.Model):
-            """Records each step's batch (a number) at its step's index."""
-
-            def __init__(self):
-                super().__init__()
-                self.dense = tf.keras.layers.Dense(1)
-                self.seen = tf.Variable(tf.fill([12], tf.constant(-1, tf.int64)))
-
-            def call(self, x):
-                return self.dense(tf.cast(x, tf.float32))
-
-            def train_step(self, x):
-                self.seen.scatter_nd_update([[self.optimizer.iterations]], x[:, 0])
-                with tf.GradientTape() as tape:
-                    loss = tf.reduce_sum(self(x))
-                self.optimizer.apply_gradients(zip(tape.gradient(loss, self.trainable_variables),
-                                                   self.trainable_variables))
-                return {}
-
-        stream = tf.data.Dataset.range(100).map(lambda v: tf.reshape(v, [1, 1])).repeat()
-        for restored in (0, 0, 0, 0, 0, 7):  # 7: as BackupAndRestore leaves the counter.
-            model = Recorder()
-            model.compile(optimizer="sgd")
-            model(tf.zeros([1, 1], tf.int64))
-            model.optimizer.iterations.assign(restored)
-            start = train.InputStart()
-            model.fit(train.resumable(stream.prefetch(2), start.step), epochs=2,
-                      steps_per_epoch=2, callbacks=[start], verbose=0)
-            self.assertEqual(model.seen.numpy()[restored:restored + 4].tolist(),
-                             list(range(restored, restored + 4)))
 
 
 def _wait_for_backup(test, output_dir, processes, timeout=300):
@@ -307,92 +261,6 @@ class CommandLineTest(tf.test.TestCase):
         for key in ("test", "steps", "estimator_steps", "epochs_run", "train_seconds",
                     "best_validation_ndcg@10", "last_epoch", "estimator_state_digest"):
             self.assertEqual(second[key], first[key], key)
-
-
-class TrainingProgressTest(tf.test.TestCase):
-    """Early stopping and the best checkpoint carry over a restart (BackupAndRestore alone
-    restores the weights and the epoch, not those callbacks' state)."""
-
-    def _callbacks(self, directory, iterations):
-        model = tf.keras.Sequential([tf.keras.Input([2]), tf.keras.layers.Dense(1)])
-        model.compile(optimizer=tf.keras.optimizers.Adam())
-        model.optimizer.iterations.assign(iterations)
-        early = tf.keras.callbacks.EarlyStopping(monitor=train.VALIDATION_METRIC, mode="max",
-                                                 patience=3)
-        checkpoint = tf.keras.callbacks.ModelCheckpoint(
-            os.path.join(directory, "best"), monitor=train.VALIDATION_METRIC, mode="max",
-            save_best_only=True, save_weights_only=True)
-        progress = train.TrainingProgress(os.path.join(directory, "progress.json"), early,
-                                          checkpoint, started=time.time() - 10.0)
-        for callback in (early, checkpoint, progress):
-            callback.set_model(model)
-            callback.set_params({"epochs": 20, "steps": 10})
-        return early, checkpoint, progress
-
-    def _run_epochs(self, directory, values):
-        """A fresh start that runs one epoch (of 10 steps) per validation value."""
-        early, checkpoint, progress = self._callbacks(directory, iterations=0)
-        for callback in (early, progress):
-            callback.on_train_begin()
-        for epoch, value in enumerate(values):
-            for callback in (early, checkpoint, progress):
-                callback.on_epoch_end(epoch, {train.VALIDATION_METRIC: value})
-        return early
-
-    def test_restart_restores_early_stopping_and_the_best_value(self):
-        directory = tempfile.mkdtemp()
-        early = self._run_epochs(directory, [0.1, 0.3, 0.2, 0.25])
-        state = json.load(open(os.path.join(directory, "progress.json")))
-        self.assertEqual((state["epochs"], state["best"], state["best_epoch"]), (4, 0.3, 1))
-        self.assertBetween(state["seconds"], 10.0, 60.0)
-        self.assertEqual(early.wait, 2)
-
-        # The process dies; a new one starts from a backup taken after step 40.
-        early, checkpoint, progress = self._callbacks(directory, iterations=40)
-        for callback in (early, progress):  # EarlyStopping first: it resets, then we restore.
-            callback.on_train_begin()
-        self.assertEqual((early.best, early.wait, checkpoint.best), (0.3, 2, 0.3))
-        self.assertEqual(progress.step, 40)
-        self.assertBetween(progress.seconds(), state["seconds"] + 10.0, state["seconds"] + 60)
-        # One more epoch without improvement: patience 3 is used up, as without the restart.
-        logs = {train.VALIDATION_METRIC: 0.29}
-        for callback in (early, checkpoint, progress):
-            callback.on_epoch_end(4, logs)
-        self.assertTrue(early.model.stop_training)
-
-    def test_backup_from_inside_a_counted_epoch_runs_that_epoch_again(self):
-        directory = tempfile.mkdtemp()
-        self._run_epochs(directory, [0.1, 0.3, 0.2, 0.25])  # progress.json: 4 epochs.
-        # The last backup came at step 35, halfway through epoch 3 (0-based): epochs 0-2
-        # count, and epoch 3 runs again; EarlyStopping must not count it twice.
-        early, checkpoint, progress = self._callbacks(directory, iterations=35)
-        for callback in (early, progress):
-            callback.on_train_begin()
-        self.assertEqual((progress.state["epochs"], early.best, early.wait), (3, 0.3, 1))
-        for epoch in (3, 4):  # Epochs 2, 3 and 4 without improvement use up patience 3.
-            self.assertFalse(early.model.stop_training)
-            for callback in (early, checkpoint, progress):
-                callback.on_epoch_end(epoch, {train.VALIDATION_METRIC: 0.29})
-        self.assertTrue(early.model.stop_training)
-        self.assertEqual(json.load(open(os.path.join(directory, "progress.json")))["epochs"], 5)
-
-    def test_backup_from_the_best_epoch_waits_from_zero(self):
-        directory = tempfile.mkdtemp()
-        self._run_epochs(directory, [0.1, 0.3, 0.2])  # The best, epoch 1, ended at step 20.
-        early, _, progress = self._callbacks(directory, iterations=15)
-        for callback in (early, progress):
-            callback.on_train_begin()
-        self.assertEqual((progress.state["epochs"], early.best_epoch, early.wait), (1, 1, 0))
-
-    def test_fresh_start_ignores_a_stale_file(self):
-        directory = tempfile.mkdtemp()
-        with open(os.path.join(directory, "progress.json"), "w") as f:
-            json.dump({"epochs": 9, "best": 0.5, "best_epoch": 2, "seconds": 99.0}, f)
-        early, checkpoint, progress = self._callbacks(directory, iterations=0)
-        for callback in (early, progress):
-            callback.on_train_begin()
-        self.assertEqual((early.best, early.wait, progress.prior_seconds), (-np.inf, 0, 0.0))
-        self.assertEqual(checkpoint.best, -np.inf)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from absl import app
 from absl import flags
 
 from pipelines import configs
-from pipelines import train
+from pipelines import experiment
 from pipelines.data import loaders
 
 FLAGS = flags.FLAGS
@@ -68,11 +68,11 @@ def main(argv):
     for model_name in ("sasrec", "two_tower"):
         config = configs.PRESETS["cpu"].replace(dataset=dataset, model=model_name,
                                                 history_length=50)
-        data = train.load_data(config)
-        split = train.make_split(config, data)
-        stream, _ = train.training_stream(config, split)
+        data = experiment.load_data(config)
+        split = experiment.make_split(config, data)
+        stream, _ = experiment.training_stream(config, split)
         produced = pipeline_rate(stream, FLAGS.batches)
-        model = train.build_model(config, data, split)
+        model = experiment.build_model(config, data, split)
         model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate))
         consumed = step_rate(model, next(iter(stream)), FLAGS.train_steps)
         print(f"| {model_name} | {produced:,.0f} | {consumed:,.0f} | {produced / consumed:.1f}x |")

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from pipelines import evaluate, train
+from pipelines import experiment
 from tfrs_logq import losses as losses_lib
 
 BINS = ((-9.0, -1.5), (-1.5, -1.0), (-1.0, -0.5), (-0.5, 0.0), (0.0, 9.0))
@@ -31,8 +31,8 @@ def row_weights(run_dir: str, num_batches: int):
         captured.append((pos, neg, log_q, pos_log_q, mask))
         return original(pos, neg, correction, log_q, pos_log_q, mask, excludes)
 
-    config, model, split = evaluate.load_run(run_dir)
-    stream, _ = train.training_stream(config, split)
+    config, model, split = experiment.load_run(run_dir)
+    stream, _ = experiment.training_stream(config, split)
     losses_lib.sampled_softmax_terms = capture
     try:
         for batch in stream.take(num_batches):

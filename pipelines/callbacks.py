@@ -1,0 +1,143 @@
+"""Keras callbacks of a training run: where the input starts, progress over restarts, validation.
+
+Their order in `fit`'s list matters (callbacks run in list order):
+BackupAndRestore, then `InputStart`; `ValidationMetrics` before the callbacks
+that read its value (ModelCheckpoint, EarlyStopping); `TrainingProgress` last.
+"""
+
+import json
+import os
+import time
+from typing import Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines import configs
+from pipelines import experiment
+from pipelines.data import splits as splits_lib
+
+VALIDATION_METRIC = "val_ndcg@10"
+
+
+class InputStart(tf.keras.callbacks.Callback):
+    """The step the training input starts from: the optimizer's step counter when
+    training begins (0, or the step BackupAndRestore restored), for `resumable`.
+
+    tf.data reads the skip count on the first batch's request, inside the first
+    step; the optimizer's counter is incremented in that step by an op that does
+    not wait for the batch, so skipping by the counter itself would start a fresh
+    run at batch 0 or batch 1 by chance (and a resumed one a batch late by chance):
+    same-seed runs would train on different batches. This copy is set before the
+    first step and not touched again. Place it after BackupAndRestore (callbacks
+    run in list order).
+    """
+
+    def __init__(self):
+        super().__init__()
+        with tf.device("/cpu:0"):  # Read by the tf.data function, on the host.
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_start")
+
+    def on_train_begin(self, logs=None):
+        self.step.assign(int(self.model.optimizer.iterations.numpy()))
+
+
+class TrainingProgress(tf.keras.callbacks.Callback):
+    """Carries early stopping, the best checkpoint and the run's totals across restarts.
+
+    BackupAndRestore brings back the weights, the optimizer and the epoch, but
+    EarlyStopping and ModelCheckpoint(save_best_only) start afresh: a resumed run
+    would overwrite the best checkpoint with its first epoch and wait `patience`
+    epochs more. After each epoch this writes OUTPUT/progress.json (the chief
+    only): epochs done, the best validation value and its epoch, and the seconds
+    spent, summed over the processes up to each one's last finished epoch. The
+    best value is EarlyStopping's own. When training starts from a backup, it
+    gives those back to the two callbacks. Place it after them and after
+    BackupAndRestore (callbacks run in list order).
+    `finish` marks the training done, so that a rerun goes straight to evaluation.
+    """
+
+    def __init__(self, path: str, early_stopping: tf.keras.callbacks.EarlyStopping,
+                 checkpoint: tf.keras.callbacks.ModelCheckpoint, started: float,
+                 write: bool = True):
+        super().__init__()
+        self.path, self.write, self.started = path, write, started
+        self.early_stopping, self.checkpoint = early_stopping, checkpoint
+        self.step = 0                     # The step training (re)started from.
+        self.state = {"epochs": 0, "best": None, "best_epoch": None, "seconds": 0.0}
+        self.prior_seconds = 0.0
+
+    def on_train_begin(self, logs=None):
+        self.step = int(self.model.optimizer.iterations.numpy())
+        state = self._read()
+        if self.step == 0 or state is None:
+            return  # A fresh start (a progress file without a backup is stale).
+        # Backups come every `backup_every` steps, this file at epoch ends: a backup from
+        # the middle of an epoch that the file already counts means that epoch runs again.
+        steps_per_epoch = (self.params or {}).get("steps")
+        if steps_per_epoch:
+            state["epochs"] = min(state["epochs"], self.step // steps_per_epoch)
+        self.state = state
+        self.prior_seconds = self.state["seconds"]
+        if self.state["best"] is not None:
+            self.checkpoint.best = self.state["best"]
+            self.early_stopping.best = self.state["best"]
+            self.early_stopping.best_epoch = self.state["best_epoch"]
+            # As EarlyStopping counts: epochs finished since the best one (none when the
+            # best is an epoch that runs again).
+            self.early_stopping.wait = max(self.state["epochs"] - 1 - self.state["best_epoch"], 0)
+
+    def seconds(self) -> float:
+        """Seconds of training so far, this process's and the earlier ones'."""
+        return self.prior_seconds + time.time() - self.started
+
+    def on_epoch_end(self, epoch, logs=None):
+        if np.isfinite(self.early_stopping.best):  # It has seen a validation value.
+            self.state.update(best=float(self.early_stopping.best),
+                              best_epoch=self.early_stopping.best_epoch)
+        self.state.update(epochs=epoch + 1, seconds=round(self.seconds(), 1))
+        self._write()
+
+    def finish(self, **record) -> None:
+        """Marks training finished, with `record` (steps, ...) for a rerun to report.
+
+        A run killed after this (in the test evaluation or the export) and started
+        again evaluates its best checkpoint without training again.
+        """
+        self.state.update(finished=True, seconds=round(self.seconds(), 1), **record)
+        self._write()
+
+    def finished_run(self) -> Optional[Dict]:
+        """What `finish` recorded, when an earlier process finished training; else None."""
+        state = self._read()
+        if state is None or not state.get("finished"):
+            return None
+        self.state, self.step = state, state["steps"]
+        return state
+
+    def _read(self) -> Optional[Dict]:
+        if not os.path.exists(self.path):
+            return None
+        with open(self.path) as f:
+            return json.load(f)
+
+    def _write(self) -> None:
+        if self.write:
+            temporary = self.path + ".tmp"
+            with open(temporary, "w") as f:
+                json.dump(self.state, f)
+            os.replace(temporary, self.path)  # Atomic: a kill never leaves half a file.
+
+
+class ValidationMetrics(tf.keras.callbacks.Callback):
+    """Adds validation Recall@10 and NDCG@10 to the epoch logs (for early stopping and TensorBoard)."""
+
+    def __init__(self, config: configs.Config, eval_set: splits_lib.EvalSet):
+        super().__init__()
+        self.config, self.eval_set = config, eval_set
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = experiment.evaluate(self.model, self.config, self.eval_set, ks=(10,))
+        if logs is not None:
+            logs["val_recall@10"] = metrics["recall@10"]
+            logs[VALIDATION_METRIC] = metrics["ndcg@10"]

@@ -1,0 +1,192 @@
+"""Assembly of an experiment from its config: data, split, frequencies, model, input streams.
+
+Every entry point (`pipelines.train`, `pipelines.evaluate`, `pipelines.export`,
+the benchmarks) builds a run through this module, so that they cannot drift:
+the data of `config.dataset`, its split, the log-Q probabilities, the model,
+the resumable training stream, and the query embeddings and metrics of an
+evaluation set.
+"""
+
+import functools
+import json
+import os
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines import configs
+from pipelines.data import builders
+from pipelines.data import loaders
+from pipelines.data import splits as splits_lib
+from pipelines.data import synthetic
+from pipelines.data.interactions import Interactions
+from tfrs_logq import frequency as frequency_lib
+from tfrs_logq import retrieval
+from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def load_data(config: configs.Config) -> Interactions:
+    """The interactions of `config.dataset` (files default to ../shared/data)."""
+    if config.dataset == "synthetic":
+        return synthetic_data(config)[0]
+    if config.dataset == "ml-1m":
+        return loaders.load_sasrec(config.data_path or loaders.ML_1M_SASREC)
+    if config.dataset == "ml-1m-ratings":
+        return loaders.load_grouplens(config.data_path or loaders.ML_1M_RATINGS)
+    if config.dataset == "ml-1m-tfds":
+        return loaders.load_tfds(data_dir=config.data_path or None)
+    if not config.data_path:
+        raise ValueError(f"--dataset={config.dataset} needs --data_path (Steam is not bundled).")
+    if config.dataset == "steam":
+        return loaders.load_sasrec(config.data_path)
+    return loaders.load_steam_reviews(config.data_path)
+
+
+@functools.lru_cache(maxsize=2)
+def synthetic_data(config: configs.Config):
+    """(Interactions, SyntheticCatalog) of the synthetic dataset of `config`."""
+    return synthetic.make_synthetic(num_users=config.synthetic_users,
+                                    num_items=config.synthetic_items,
+                                    temperature=config.synthetic_temperature, seed=config.seed)
+
+
+def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
+    """The split of `config`; its validation set holds at most `validation_queries` queries."""
+    if config.split == "loo":
+        split = splits_lib.leave_one_out(data)
+    else:
+        split = splits_lib.temporal(data, test_fraction=config.test_fraction,
+                                    validation_fraction=config.test_fraction,
+                                    targets=config.temporal_targets)
+    return split._replace(validation=splits_lib.subsample(split.validation,
+                                                          config.validation_queries))
+
+
+def make_frequency(config: configs.Config, split: splits_lib.Split):
+    """Per-draw item probabilities for log Q: training counts (smoothed), or an estimator."""
+    if config.frequency == "count_min":
+        return frequency_lib.CountMinSketchEstimator(seed=config.seed)
+    if config.frequency == "hashed":
+        return frequency_lib.HashedFrequencyEstimator(seed=config.seed)
+    counts = split.train_counts().astype(np.float64) + 1.0  # Unseen items: one pseudo-count.
+    counts[0] = 0.0
+    probabilities = counts / counts.sum()
+    probabilities[0] = 1.0  # Padding id; never a positive or a negative.
+    return probabilities.astype(np.float32)
+
+
+def build_model(config: configs.Config, data: Interactions, split: splits_lib.Split):
+    objective = RetrievalObjective(
+        data.num_items, loss=config.loss, negatives=config.negatives,
+        correction=config.correction, num_negatives=config.num_negatives,
+        probabilities=make_frequency(config, split), gbce_t=config.gbce_t,
+        mixture=config.mixture, global_batch=config.global_negatives, seed=config.seed)
+    if config.model == "sasrec":
+        model = SASRec(data.num_items, objective, max_length=config.max_length, dim=config.dim,
+                       num_blocks=config.num_blocks, num_heads=config.num_heads,
+                       dropout=config.dropout, tie_embeddings=config.tie_embeddings)
+        model(tf.zeros([1, config.max_length], tf.int32))  # Build before restoring a backup.
+    else:
+        model = TwoTower(data.num_users, data.num_items, objective, dim=config.dim)
+        model({"user": tf.zeros([1], tf.int32),
+               "history": tf.zeros([1, config.history_length], tf.int32)})
+        model.item_embeddings()
+    return model
+
+
+def training_stream(config: configs.Config, split: splits_lib.Split,
+                    input_context: Optional[tf.distribute.InputContext] = None
+                    ) -> Tuple[tf.data.Dataset, int]:
+    """The repeated, shuffled training batches (per replica, sharded by input pipeline, with
+    an `input_context`), and the number of global batches in one pass."""
+    if config.model == "sasrec":
+        stream = builders.sasrec_dataset(split.train, config.max_length, config.batch_size,
+                                         seed=config.seed, input_context=input_context)
+        size = len(builders.sequence_windows(split.train, config.max_length)["inputs"])
+    else:
+        stream = builders.two_tower_dataset(split.train, config.history_length,
+                                            config.batch_size, seed=config.seed,
+                                            input_context=input_context)
+        size = int(sum(max(len(s) - 1, 0) for s in split.train))
+    return stream, max(size // config.batch_size, 1)
+
+
+def training_input(config: configs.Config, split: splits_lib.Split, start: tf.Variable,
+                   strategy: tf.distribute.Strategy):
+    """What `fit` reads: the resumable stream from step `start` (`InputStart.step`), through
+    `distribute_datasets_from_function` (per-replica batches, one shard per input pipeline)
+    when there are several replicas."""
+    if strategy.num_replicas_in_sync == 1:
+        return resumable(training_stream(config, split)[0], start)
+
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        stream = training_stream(config, split, input_context)[0]
+        # Each step takes one batch per replica this pipeline feeds.
+        return resumable(stream, start, input_context.num_replicas_in_sync
+                         // input_context.num_input_pipelines)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def resumable(stream: tf.data.Dataset, start: tf.Variable,
+              batches_per_step: int = 1) -> tf.data.Dataset:
+    """`stream` from the position after `start` steps, `start` read when iteration starts.
+
+    Keras's BackupAndRestore restores the step counter but restarts the input
+    at the beginning of the epoch; skipping the restored number of steps of one
+    repeated, deterministically shuffled stream neither repeats nor loses a batch.
+    `start` must not change while training runs (`InputStart.step`, not the
+    optimizer's counter: see `InputStart`).
+    `batches_per_step`: batches of `stream` one step consumes (the replicas an
+    input pipeline feeds under tf.distribute).
+    """
+    return tf.data.Dataset.range(1).flat_map(
+        lambda _: stream.skip(tf.cast(start, tf.int64) * batches_per_step))
+# ---------------------------------------------------------------------- evaluation
+
+
+def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet) -> np.ndarray:
+    """[num_queries, dim] query embeddings of an evaluation set, in its order."""
+    if len(eval_set.users) == 0:
+        raise ValueError("The evaluation set has no queries.")
+    length = config.max_length if config.model == "sasrec" else config.history_length
+    queries = []
+    for batch in builders.eval_queries(eval_set.histories, eval_set.users, length):
+        if config.model == "sasrec":
+            queries.append(model.query_embeddings(batch["inputs"]).numpy())
+        else:
+            queries.append(model.query_embeddings(batch).numpy())
+    return np.concatenate(queries)
+
+
+def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
+             ks=retrieval.DEFAULT_KS, index: str = "exact",
+             queries: Optional[np.ndarray] = None) -> Dict[str, float]:
+    """Recall@k / NDCG@k over the whole catalog by `index`, the queries' histories filtered.
+    `queries`: the set's `query_embeddings`, when the caller already has them."""
+    if queries is None:
+        queries = query_embeddings(model, config, eval_set)
+    top = retrieval.top_k(queries, model.item_embeddings().numpy(), max(ks),
+                          exclude=eval_set.histories, index=index)
+    return retrieval.recall_ndcg(top, eval_set.targets, ks)
+
+
+def load_run(output_dir: str):
+    """(config, model with the best weights, data split) of the run in `output_dir`."""
+    config_path = os.path.join(output_dir, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
+    with open(config_path) as f:
+        config = configs.validate(configs.Config(**json.load(f)))
+    weights = os.path.join(output_dir, "checkpoints", "best")
+    if not os.path.exists(weights + ".index"):
+        raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({weights}.index).")
+    data = load_data(config)
+    data_split = make_split(config, data)
+    model = build_model(config, data, data_split)
+    model.load_weights(weights).expect_partial()
+    return config, model, data_split
