@@ -26,8 +26,9 @@ def sampled_softmax(pos, neg, correction, neg_log_q=None, pos_log_q=None, mask=N
         if correction == "none":
             losses.append(-pos[b] + logsumexp(np.concatenate([[pos[b]], neg[b][valid]])))
             weights.append(np.nan)
-        elif correction == "standard":
-            c_p = pos[b] - pos_log_q[b]
+        elif correction in ("standard", "standard_negatives"):
+            # standard_negatives (Yang et al. 2020): the positive enters raw.
+            c_p = pos[b] - (pos_log_q[b] if correction == "standard" else 0.0)
             c = neg[b] - neg_log_q[b]
             losses.append(-c_p + logsumexp(np.concatenate([[c_p], c[valid]])))
             weights.append(np.nan)

@@ -26,7 +26,7 @@ def _random_inputs(seed, batch=6, num=9, mask_rate=0.3, per_row_log_q=False):
 
 class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
 
-    @parameterized.product(correction=["none", "standard", "improved"], seed=[0, 1, 2],
+    @parameterized.product(correction=losses.CORRECTIONS, seed=[0, 1, 2],
                            per_row_log_q=[False, True])
     def test_matches_numpy_reference(self, correction, seed, per_row_log_q):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(seed, per_row_log_q=per_row_log_q)
@@ -49,6 +49,7 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
     def test_exact_values(self):
         # s_p = 0, two negatives with s = 0 and Q = 1/2, Q(p) = 1/4:
         # none = log 3; standard = -log 4 + log(4 + 2 + 2) = log 2;
+        # standard_negatives = -0 + log(1 + 2 + 2) = log 5;
         # improved: Q' = (1/2)/(3/4) = 2/3, LSE = log 3, P_hat = sigmoid(-log 1.5) = 0.4,
         # loss = 0.6 * log 3.
         kwargs = dict(negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
@@ -59,6 +60,9 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(
             losses.sampled_softmax_loss(pos, neg, correction="standard", **kwargs),
             [np.log(2.0)])
+        self.assertAllClose(
+            losses.sampled_softmax_loss(pos, neg, correction="standard_negatives", **kwargs),
+            [np.log(5.0)])
         self.assertAllClose(
             losses.sampled_softmax_loss(pos, neg, correction="improved", **kwargs),
             [0.6 * np.log(3.0)])
@@ -77,33 +81,37 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(d_pos, want_pos, atol=1e-6)
         self.assertAllClose(d_neg, want_neg, atol=1e-6)
 
-    @parameterized.parameters(False, True)
-    def test_standard_and_improved_gradients_differ_only_by_the_row_weight(self, per_row):
-        # With the same negatives, d loss / d s is (1 - p_s) * G for "standard" and w * G
-        # for "improved", G = softmax over the corrected valid negatives - onehot(p), and
-        # logit(1 - p_s) - logit(w) = log(n Q(p) / (1 - Q(p))).
+    @parameterized.product(per_row=[False, True], standard=["standard", "standard_negatives"])
+    def test_standard_and_improved_gradients_differ_only_by_the_row_weight(self, per_row,
+                                                                           standard):
+        # With the same negatives, d loss / d s is (1 - p_s) * G for the two standard forms
+        # and w * G for "improved", G = softmax over the corrected valid negatives -
+        # onehot(p), and logit(1 - p_s) - logit(w) = log(n Q(p) / (1 - Q(p))) ("standard")
+        # or log(n / (1 - Q(p))) ("standard_negatives", the positive uncorrected).
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(8, per_row_log_q=per_row)
         pos_t, neg_t = tf.constant(pos), tf.constant(neg)
         kwargs = dict(negative_log_q=neg_log_q, positive_log_q=pos_log_q, negative_mask=mask)
         gradients, per_example = {}, {}
-        for correction in ("standard", "improved"):
+        for correction in (standard, "improved"):
             with tf.GradientTape() as tape:
                 tape.watch([pos_t, neg_t])
                 per_example[correction] = losses.sampled_softmax_loss(
                     pos_t, neg_t, correction=correction, **kwargs)
                 loss = tf.reduce_sum(per_example[correction])
             gradients[correction] = tape.gradient(loss, [pos_t, neg_t])
-        standard_weight = -np.expm1(-per_example["standard"].numpy().astype(np.float64))
+        standard_weight = -np.expm1(-per_example[standard].numpy().astype(np.float64))
         improved_weight = losses.improved_weight(pos, neg, **kwargs).numpy().astype(np.float64)
-        for d_standard, d_improved in zip(gradients["standard"], gradients["improved"]):
+        for d_standard, d_improved in zip(gradients[standard], gradients["improved"]):
             shape = (-1,) + (1,) * (d_standard.shape.rank - 1)
             self.assertAllClose(d_standard.numpy() * improved_weight.reshape(shape),
                                 d_improved.numpy() * standard_weight.reshape(shape), atol=1e-6)
         rows = mask.any(axis=1)  # Row 0 has no valid negative: both weights are 0.
         logit = lambda p: np.log(p[rows]) - np.log1p(-p[rows])  # noqa: E731
         q_p = np.exp(pos_log_q.astype(np.float64))[rows]
-        self.assertAllClose(logit(standard_weight) - logit(improved_weight),
-                            np.log(mask.sum(axis=1)[rows] * q_p / (1.0 - q_p)), atol=1e-3)
+        gap = np.log(mask.sum(axis=1)[rows] / (1.0 - q_p))
+        if standard == "standard":
+            gap += np.log(q_p)
+        self.assertAllClose(logit(standard_weight) - logit(improved_weight), gap, atol=1e-3)
         self.assertAllClose(gradients["improved"][0].numpy()[rows], -improved_weight[rows])
 
     def test_no_gradient_flows_through_the_weight(self):
@@ -115,7 +123,7 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
                                             positive_log_q=pos_log_q, negative_mask=mask)
         self.assertEqual(tape.gradient(weight, [pos_t, neg_t]), [None, None])
 
-    @parameterized.parameters("none", "standard", "improved")
+    @parameterized.parameters(*losses.CORRECTIONS)
     def test_row_without_negatives_has_zero_loss_and_gradient(self, correction):
         pos = tf.constant([3.0, -1.0])
         neg = tf.constant([[1e4, -1e4, np.inf], [0.5, 0.1, 0.2]])
@@ -145,7 +153,7 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
             self.assertTrue(np.all(np.isfinite(loss.numpy())), correction)
 
     @parameterized.product(dtype=["float16", "bfloat16"],
-                           correction=["none", "standard", "improved"])
+                           correction=losses.CORRECTIONS)
     def test_low_precision_inputs_give_float32(self, dtype, correction):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(6)
         cast = lambda x: tf.cast(x, dtype)  # noqa: E731
@@ -186,7 +194,8 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
 
     def test_unknown_correction(self):
         with self.assertRaisesRegex(ValueError, r"`correction` must be one of 'none', "
-                                    r"'standard', 'improved'; received correction='yi'"):
+                                    r"'standard', 'standard_negatives', 'improved'; received "
+                                    r"correction='yi'"):
             self.call(correction="yi")
 
     def test_rank_and_shape_mismatches(self):
@@ -234,6 +243,11 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"correction='improved' needs `negative_log_q`; "
                                     r"received negative_log_q=None"):
             self.call(negative_log_q=None)
+        with self.assertRaisesRegex(ValueError, r"correction='standard_negatives' needs "
+                                    r"`negative_log_q`; received negative_log_q=None"):
+            self.call(correction="standard_negatives", negative_log_q=None)
+        # The positive enters raw: its log Q is not needed.
+        self.call(correction="standard_negatives", positive_log_q=None)
 
     def test_non_float_inputs(self):
         with self.assertRaisesRegex(TypeError, r"`negative_logits` must be a floating-point "

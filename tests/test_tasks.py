@@ -123,6 +123,25 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
                                             np.log(probability), np.log(probability[:6]), mask)
         self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
 
+    @parameterized.parameters(None, 3)
+    def test_standard_negatives_leaves_the_positive_uncorrected(self, num_hard_negatives):
+        # The same value from the library's loss and from a custom Keras loss on the
+        # logits matrix (positive raw, negatives minus log Q), hard negatives ranked by it.
+        query, candidates, ids, probability, weight = _batch()
+        call = dict(sample_weight=weight, candidate_sampling_probability=probability)
+        got = LogQRetrieval(correction="standard_negatives",
+                            num_hard_negatives=num_hard_negatives)(query, candidates, **call)
+        custom = LogQRetrieval(
+            loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True, reduction="sum"),
+            correction="standard_negatives", num_hard_negatives=num_hard_negatives)
+        self.assertAllClose(custom(query, candidates, **call), got, rtol=1e-5)
+        if num_hard_negatives is None:
+            scores = query @ candidates.T
+            want, _ = reference.sampled_softmax(
+                np.diag(scores[:, :6]), scores, "standard_negatives", np.log(probability),
+                None, ~np.eye(6, 8, dtype=bool))
+            self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
+
     def test_in_batch_improved_without_ids_removes_the_diagonal_only(self):
         query, candidates, _, probability, _ = _batch(num_candidates=6)
         got = LogQRetrieval(correction="improved")(
@@ -146,7 +165,7 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
             log_q_excludes_positive=True)
         self.assertAllClose(got, tf.reduce_sum(want), rtol=1e-5)
 
-    @parameterized.parameters("none", "standard", "improved")
+    @parameterized.parameters(*losses.CORRECTIONS)
     def test_per_row_negatives_match_numpy(self, correction):
         table = tf.random.normal([30, 4], seed=1)
         ids = tf.constant([3, 7, 3, 9], tf.int64)
@@ -165,7 +184,7 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(neg.ids.shape, (4, 6))
         self.assertAllClose(got, want.sum(), rtol=1e-5)
 
-    @parameterized.parameters("none", "standard", "improved")
+    @parameterized.parameters(*losses.CORRECTIONS)
     def test_uniform_and_mixed_samplers_train_the_item_tower(self, correction):
         table = tf.Variable(tf.random.normal([30, 4], seed=1))
         ids = tf.constant([3, 7, 3, 9], tf.int64)
@@ -444,7 +463,8 @@ class ConfigAndErrorsTest(tf.test.TestCase):
 
     def test_constructor_errors(self):
         with self.assertRaisesRegex(ValueError, r"`correction` must be one of None, 'none', "
-                                    r"'standard', 'improved'; received correction='logq'"):
+                                    r"'standard', 'standard_negatives', 'improved'; received "
+                                    r"correction='logq'"):
             LogQRetrieval(correction="logq")
         with self.assertRaisesRegex(ValueError, r"correction='improved' computes its own "
                                     r"weighted loss and cannot use a custom `loss`"):

@@ -16,7 +16,8 @@ import tensorflow as tf
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 
-CORRECTIONS = ("none", "standard", "improved")
+CORRECTIONS = ("none", "standard", "standard_negatives", "improved")
+
 
 def _prepare_sampled(positive_logits, negative_logits, negative_mask):
     """Validates and casts the logits and the mask shared by the sampled losses."""
@@ -75,6 +76,9 @@ def sampled_softmax_loss(
         \text{standard:}\quad c = s - \log Q,\quad
         \ell = -c_p + \log\big(e^{c_p} + \sum_i m_i e^{c_i}\big)
 
+        \text{standard\_negatives:}\quad c_i = s_i - \log Q(d_i),\quad
+        \ell = -s_p + \log\big(e^{s_p} + \sum_i m_i e^{c_i}\big)
+
         \text{improved:}\quad c'_i = s_i - \log Q'(d_i),\;
         \mathrm{LSE} = \log \sum_i m_i e^{c'_i},\; n = \sum_i m_i,\;
         \hat P = \sigma(s_p - \mathrm{LSE} + \log n),\;
@@ -82,17 +86,37 @@ def sampled_softmax_loss(
 
     where log Q'(d) = log Q(d) - log(1 - Q(p)) (Q with the positive excluded
     and renormalised) unless `log_q_excludes_positive` says the caller already
-    passes Q'. "standard" equals `tfrs.tasks.Retrieval` with
-    `candidate_sampling_probability=Q` (without its clipping of Q at 1e-6).
+    passes Q'.
 
-    For "improved" the positive is not in the denominator, and the weight
-    w = 1 - P_hat is a constant for the gradient (`tf.stop_gradient`), so
-    d loss / d s = w * (softmax over the corrected valid negatives - onehot(p)).
-    With the same negatives, "standard" has that gradient with the weight
-    1 - p_s in place of w (p_s = e^{-loss} of "standard", the positive's share
-    of its softmax), and logit(1 - p_s) = logit(w) + log(n Q(p) / (1 - Q(p))):
-    the two corrections differ only in how they weight rows. "standard"
-    down-weights rows whose positive is rare (n Q(p) < 1) once it scores well.
+    - "standard" is Yi et al. (RecSys 2019): every logit, the positive's too,
+      is corrected. It equals `tfrs.tasks.Retrieval` with
+      `candidate_sampling_probability=Q` (without its clipping of Q at 1e-6).
+    - "standard_negatives" is the form of Yang et al. (WWW 2020, mixed
+      negative sampling) and the baseline the improved correction's paper
+      released (`NonameUntitled/logq`, train_in_batch_logq_old.py and
+      train_mns_log_old.py: the raw positive score concatenated with
+      `negative_scores - log(count / total)`): only the negatives are
+      corrected, the positive enters raw.
+    - "improved" is Khrylchenko et al. (RecSys 2025): the positive is not in
+      the denominator, and the weight w = 1 - P_hat is a constant for the
+      gradient (`tf.stop_gradient`).
+
+    With the same negatives, all three corrections push a row in the same
+    direction, d loss / d s = w_row * (softmax over the corrected valid
+    negatives - onehot(p)) (Q' only shifts a row's negatives by a constant, so
+    the softmax is the same), and differ only in the row weight w_row:
+
+    - improved: w = 1 - P_hat, logit(w) = LSE_Q + log(1 - Q(p)) - log n - s_p,
+      with LSE_Q the log-sum-exp of the valid negatives corrected by Q;
+    - standard: 1 - p_s (p_s = e^{-loss}, the positive's share of its
+      corrected softmax), logit(1 - p_s) = logit(w) + log(n Q(p) / (1 - Q(p)));
+    - standard_negatives: 1 - p_s with the raw positive,
+      logit(1 - p_s) = logit(w) + log(n / (1 - Q(p))).
+
+    So "standard" down-weights rows whose positive is rare (n Q(p) < 1) once
+    it scores well, and "standard_negatives" weights every row above
+    "improved" by log(n / (1 - Q(p))) >= log n in logit: its rows stay near
+    full weight until the positive outscores the sum of n corrected negatives.
     A row with no valid negative has loss 0 and zero gradient for every
     correction. The loss is not invariant to the scale of Q (P_hat depends on
     it): pass the per-draw probability, as the samplers in
@@ -102,11 +126,12 @@ def sampled_softmax_loss(
       positive_logits: [batch] tensor of positive logits s_p (already divided
         by any temperature).
       negative_logits: [batch, num_negatives] tensor of negative logits s_i.
-      correction: "none", "standard" or "improved".
+      correction: "none", "standard", "standard_negatives" or "improved".
       negative_log_q: [num_negatives] or [batch, num_negatives] tensor of
-        log Q(d_i). Needed by "standard" and "improved"; ignored by "none".
+        log Q(d_i). Needed by every correction but "none".
       positive_log_q: [batch] tensor of log Q(p). Needed by "standard", and by
-        "improved" unless `log_q_excludes_positive`; ignored by "none".
+        "improved" unless `log_q_excludes_positive`; ignored by "none" and
+        "standard_negatives".
       negative_mask: Optional [batch, num_negatives] bool tensor, True for a
         valid negative (False for accidental hits, padding, dropped slots).
       log_q_excludes_positive: For "improved": `negative_log_q` already is
@@ -147,6 +172,9 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
             f"correction={correction!r} needs `negative_log_q`; received negative_log_q=None.")
     negative_log_q = _prepare_log_q("negative_log_q", negative_log_q,
                                     negative_logits=negative_logits)
+    if correction == "standard_negatives":
+        return _softmax_with_positive(positive_logits, negative_logits - negative_log_q,
+                                      negative_mask), None
     needs_positive = correction == "standard" or not log_q_excludes_positive
     if needs_positive:
         if positive_log_q is None:
@@ -334,7 +362,7 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
     ...              negative_log_q=log_q_neg, positive_log_q=log_q_pos)
 
     Args:
-      correction: "none", "standard" or "improved".
+      correction: "none", "standard", "standard_negatives" or "improved".
       log_q_excludes_positive: see `sampled_softmax_loss`.
       **kwargs: standard Keras layer arguments.
     """

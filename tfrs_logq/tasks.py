@@ -22,7 +22,7 @@ TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class LogQRetrieval(tf.keras.layers.Layer, base.Task):
-    """Factorized retrieval task with sampled softmax and the none / standard / improved logQ correction.
+    """Factorized retrieval task with sampled softmax and a logQ correction (none, standard, improved).
 
     A drop-in for `tfrs.tasks.Retrieval` (tensorflow-recommenders 0.7.7): it
     takes the same constructor and `call` arguments and, for the "none" and
@@ -55,7 +55,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
     Args:
       loss: Optional custom Keras loss called as `loss(labels, logits,
         sample_weight)` on a [batch, 1 + num_negatives] logits matrix whose
-        first column is the positive. Only for "none" and "standard"; the
+        first column is the positive. Not with "improved"; the
         default is the library's sampled softmax with SUM reduction, which
         equals TFRS's default `CategoricalCrossentropy(from_logits=True,
         reduction=SUM)`.
@@ -72,7 +72,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       name: layer name.
       correction: None (the TFRS behaviour: "standard" when
         `candidate_sampling_probability` or the sampler's probabilities are
-        available, else "none"), "none", "standard" or "improved".
+        available, else "none"), "none", "standard", "standard_negatives"
+        (log Q subtracted from the negatives only; see
+        `tfrs_logq.losses.sampled_softmax_loss`) or "improved".
       sampler: optional `tfrs_logq.negatives.NegativeSampler`.
       diagnostics: track, as Keras metrics of the task (so `fit` logs them and
         TensorBoard plots them), the mean weight w = 1 - P_hat ("mean_w",
@@ -231,7 +233,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
 
         if self.num_hard_negatives is not None:
             negative_logits, mask, log_q = self._hard_negatives(
-                negative_logits, mask, log_q if correction == "standard" else None, log_q)
+                negative_logits, mask, None if correction == "none" else log_q, log_q)
 
         update_ops = []
         if self._loss is None:
@@ -403,6 +405,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         """[batch, 1 + N] labels and corrected logits, positive first, removed ones at MIN_FLOAT."""
         if correction == "standard":
             positive_logits = positive_logits - positive_log_q
+        if correction in ("standard", "standard_negatives"):
             negative_logits = negative_logits - log_q
         negative_logits = tf.where(mask, negative_logits, MIN_FLOAT)
         logits = tf.concat([positive_logits[:, tf.newaxis], negative_logits], axis=1)

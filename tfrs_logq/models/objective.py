@@ -30,7 +30,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
 
     - "sampled_softmax": `LogQRetrieval` with in-batch, uniform or mixed
       negatives (`num_negatives` of them; half uniform, half in-batch when
-      mixed) and correction none / standard / improved.
+      mixed) and correction none / standard / standard_negatives / improved.
     - "full_softmax": softmax over the whole catalog.
     - "bce": binary cross-entropy against `num_negatives` uniform negatives
       drawn for each example (SASRec uses 1).
@@ -46,7 +46,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
       num_items: catalog size; ids are in [1, num_items] (0 is padding).
       loss: one of LOSSES.
       negatives: one of NEGATIVES (sampled softmax only).
-      correction: "none", "standard" or "improved" (sampled softmax only).
+      correction: one of `tfrs_logq.losses.CORRECTIONS` (sampled softmax only).
       num_negatives: sampled softmax: negatives per step, shared by the batch's
         examples; bce / gbce: negatives per example.
       probabilities: per-draw item probabilities for log Q: a [num_items + 1]
