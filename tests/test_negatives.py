@@ -33,7 +33,8 @@ def _z_hat_draws(sampler, positive, batch_size, trials, seed, to_q_prime=True):
         if to_q_prime and not neg.log_q_excludes_positive:
             log_q = log_q - _ops.log1mexp(neg.positive_log_q[0])
         valid = neg.mask[0]
-        terms = tf.where(valid, tf.exp(tf.gather(scores, neg.ids) - log_q), 0.0)
+        ids = neg.ids if neg.ids.shape.rank == 1 else neg.ids[0]  # Per-row draws: row 0's.
+        terms = tf.where(valid, tf.exp(tf.gather(scores, ids) - log_q), 0.0)
         count = tf.reduce_sum(tf.cast(valid, tf.float32))
         return tf.reduce_sum(terms) / tf.maximum(count, 1.0), count
 
@@ -54,6 +55,8 @@ SAMPLER_CASES = dict(
         deduplicate=True, max_pool_size=4, probabilities=ZIPF_Q),
     uniform=lambda: negatives.UniformSampler(NUM_ITEMS, 8),
     mixed_exact=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, probabilities=ZIPF_Q),
+    mixed_exact_per_row=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, per_row=True,
+                                                       probabilities=ZIPF_Q),
 )
 
 
@@ -80,6 +83,22 @@ class UnbiasednessTest(tf.test.TestCase, parameterized.TestCase):
                          positive=0, batch_size=9, trials=1500, seed=3)
         truth = _truth(0)
         self.assertGreater(z.mean() - truth, 10.0 * z.std() / np.sqrt(len(z)))
+
+    @parameterized.parameters(0, 45)
+    def test_unigram_log_q_of_a_deduplicated_pool_is_biased(self, positive):
+        # The paper's released in-batch pool (distinct targets, k of them drawn) corrected
+        # with the unigram q, as its code does: a head item is in the pool at most once but
+        # weighted as one draw of q, the pool's size is not n draws. The same pool with the
+        # Horvitz-Thompson log Q is unbiased (test_z_hat_is_unbiased, in_batch_dedup_capped).
+        # Measured at batch 64 on this 50-item Zipf catalog: E[Z_hat] / Z = 1.53 (p = 0) and
+        # 1.82 (p = 45) with the unigram q, 1.015 and 0.991 (se 0.02) with Horvitz-Thompson.
+        sampler = negatives.InBatchSampler(deduplicate=True, max_pool_size=4, log_q="unigram",
+                                           probabilities=ZIPF_Q)
+        z = _z_hat_draws(sampler, positive, batch_size=64, trials=1500, seed=positive + 11)
+        truth = _truth(positive)
+        standard_error = z.std() / np.sqrt(len(z))
+        self.assertGreater(abs(z.mean() - truth), 10.0 * standard_error,
+                           f"mean {z.mean():.3f} vs truth {truth:.3f} (se {standard_error:.3f})")
 
     def test_q_instead_of_q_prime_is_biased_for_a_head_positive(self):
         # Without the Q' conversion, valid in-batch draws of a row whose positive
@@ -153,6 +172,44 @@ class InBatchSamplerTest(tf.test.TestCase):
                             np.log(1 - (1 - q[[3, 1, 3, 2, 1]]) ** 4) - np.log(num_valid),
                             rtol=1e-5)
 
+    def test_unigram_log_q_of_a_deduplicated_pool(self):
+        ids = tf.constant([3, 1, 3, 2, 1], tf.int64)
+        q = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+        out = negatives.InBatchSampler(deduplicate=True, log_q="unigram", probabilities=q)(
+            ids, ids)
+        self.assertAllEqual(out.ids, [3, 1, 2])
+        self.assertAllClose(out.log_q, np.log(q[[3, 1, 2]]))
+        self.assertAllClose(out.positive_log_q, np.log(q[[3, 1, 3, 2, 1]]))
+        self.assertFalse(out.log_q_excludes_positive)  # The improved loss converts to Q'.
+
+    def test_released_pool_draws_k_distinct_targets_uniformly(self):
+        # The paper's released pool: k = 3 of the batch's 9 distinct targets, without
+        # replacement, each equally likely whatever its multiplicity (item 1 is 12 of the
+        # batch's 20 targets). A chi-square test of the inclusion counts against k/9 passes;
+        # the same test rejects the pool without deduplication (positions drawn uniformly:
+        # item 1 is in it far more often), so it can fail.
+        targets = tf.constant([1] * 12 + list(range(2, 10)), tf.int64)
+        distinct = np.arange(1, 10)
+
+        def chi_square(sampler, trials=3000):
+            tf.random.set_seed(5)
+            draw = tf.function(lambda: sampler(targets, targets).ids)
+            counts = np.zeros(10)
+            for _ in range(trials):
+                ids = draw().numpy()
+                if sampler.deduplicate:
+                    self.assertLen(ids, 3)
+                    self.assertLen(set(ids.tolist()), 3)
+                    self.assertTrue(set(ids.tolist()) <= set(distinct.tolist()))
+                np.add.at(counts, ids, 1)
+            expected = trials * 3 / 9
+            return float(np.sum((counts[distinct] - expected) ** 2 / expected))
+
+        # 27.88: the 0.999 quantile of chi-square with 8 degrees of freedom.
+        self.assertLess(chi_square(negatives.InBatchSampler(deduplicate=True, max_pool_size=3)),
+                        27.88)
+        self.assertGreater(chi_square(negatives.InBatchSampler(max_pool_size=3)), 27.88)
+
     def test_cap_and_candidate_mask(self):
         ids = tf.range(20, dtype=tf.int64)
         sampler = negatives.InBatchSampler(max_pool_size=6, seed=1)
@@ -179,7 +236,8 @@ class InBatchSamplerTest(tf.test.TestCase):
 
     def test_serialization_round_trip(self):
         sampler = negatives.InBatchSampler(deduplicate=True, max_pool_size=7,
-                                           probabilities=[0.25, 0.75], seed=3, name="ib")
+                                           probabilities=[0.25, 0.75], seed=3, name="ib",
+                                           log_q="unigram")
         restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(sampler))
         self.assertIsInstance(restored, negatives.InBatchSampler)
         self.assertEqual(restored.get_config(), sampler.get_config())
@@ -193,6 +251,9 @@ class InBatchSamplerTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, r"`deduplicate` must be a bool; received "
                                     r"deduplicate=1"):
             negatives.InBatchSampler(deduplicate=1)
+        with self.assertRaisesRegex(ValueError, r"`log_q` must be one of 'horvitz_thompson', "
+                                    r"'unigram'; received log_q='raw'"):
+            negatives.InBatchSampler(log_q="raw")
         with self.assertRaisesRegex(ValueError, r"`probabilities` must hold probabilities in "
                                     r"\(0, 1\]; received probabilities with invalid values "
                                     r"\[0. 2.\]"):
@@ -307,10 +368,48 @@ class MixedSamplerTest(tf.test.TestCase):
         self.assertAllClose(out.embeddings, embed(out.ids))
         self.assertEqual(out.mask.shape, (3, 4))
 
+    def test_released_mixture_per_row_and_deduplicated(self):
+        # As the paper's released mixed scripts: uniform draws per row, the in-batch half
+        # from the batch's distinct targets, every negative corrected with the unigram q.
+        q = np.array([1.0, 0.1, 0.2, 0.3, 0.4], np.float32)  # Row 0: padding.
+        table = tf.random.normal([5, 2])
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        batch = tf.constant([3, 1, 3, 2, 1], tf.int64)
+        sampler = negatives.MixedSampler(4, 6, 2, mixture="paper", first_id=1, per_row=True,
+                                         deduplicate=True, probabilities=q, seed=2)
+        out = sampler(batch, batch, embed(batch), embedding_fn=embed)
+        ids = out.ids.numpy()
+        self.assertEqual(ids.shape, (5, 8))
+        self.assertFalse(np.all(ids[:, :6] == ids[0, :6]))  # Each row draws its own.
+        self.assertTrue(np.all(ids[:, 6:] == ids[0, 6:]))   # The pool is shared.
+        self.assertLen(set(ids[0, 6:].tolist()), 2)          # Distinct targets.
+        self.assertAllEqual(out.mask, ids != batch.numpy()[:, None])
+        self.assertAllClose(out.log_q, np.log(q[ids]))
+        uniform_part, pool_part = out.embeddings
+        self.assertAllClose(uniform_part, embed(ids[:, :6]))
+        self.assertAllClose(pool_part, embed(ids[0, 6:]))
+        query = tf.random.normal([5, 2])
+        self.assertAllClose(_ops.scores(query, out.embeddings),
+                            np.einsum("bd,bnd->bn", query.numpy(), embed(ids).numpy()),
+                            atol=1e-5)
+
+    def test_exact_mixture_per_row_log_q(self):
+        q = np.array([0.1, 0.2, 0.3, 0.4])
+        sampler = negatives.MixedSampler(4, 3, 8, per_row=True, probabilities=q, seed=0)
+        batch = tf.constant([3, 1, 3, 2], tf.int64)
+        out = sampler(batch, batch)
+        ids, mask = out.ids.numpy(), out.mask.numpy()
+        for row, p in enumerate(batch.numpy()):
+            n_u, n_b = mask[row, :3].sum(), mask[row, 3:].sum()
+            want = (n_u / (n_u + n_b)) / 3 + (n_b / (n_u + n_b)) * q[ids[row]] / (1 - q[p])
+            self.assertAllClose(np.exp(out.log_q[row].numpy())[mask[row]], want[mask[row]],
+                                rtol=1e-5)
+
     def test_serialization_round_trip(self):
         sampler = negatives.MixedSampler(num_items=5, num_uniform=2, num_in_batch=3,
                                          mixture="paper", first_id=1,
-                                         probabilities=np.full(6, 1 / 6), seed=9)
+                                         probabilities=np.full(6, 1 / 6), seed=9,
+                                         deduplicate=True, per_row=True)
         restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(sampler))
         self.assertIsInstance(restored, negatives.MixedSampler)
         self.assertEqual(restored.get_config(), sampler.get_config())
@@ -324,6 +423,9 @@ class MixedSamplerTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"`mixture` must be one of 'exact', 'paper'; "
                                     r"received mixture='yang'"):
             negatives.MixedSampler(5, 2, 2, mixture="yang")
+        with self.assertRaisesRegex(ValueError, r"MixedSampler\(deduplicate=True\) needs "
+                                    r"mixture='paper'.*received mixture='exact'"):
+            negatives.MixedSampler(5, 2, 2, deduplicate=True)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,17 @@ def masked(logits: tf.Tensor, mask) -> tf.Tensor:
     return tf.where(mask, logits, tf.constant(MASKED_LOGIT, logits.dtype))
 
 
-def scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
+def scores(query_embeddings: tf.Tensor, candidate_embeddings) -> tf.Tensor:
     """[batch, num_candidates] dot products; "maxsim" over heads for 3-D queries (as TFRS).
 
     Candidates are [num_candidates, dim], shared by the rows, or
-    [batch, num_candidates, dim], each row's own.
+    [batch, num_candidates, dim], each row's own, or a tuple of such tensors
+    whose scores are concatenated along the candidates (a per-row part and a
+    shared part, without copying the shared one per row).
     """
+    if isinstance(candidate_embeddings, (tuple, list)):
+        return tf.concat([scores(query_embeddings, part) for part in candidate_embeddings],
+                         axis=1)
     per_row = candidate_embeddings.shape.rank == 3
     if query_embeddings.shape.rank == 3:
         return tf.reduce_max(tf.einsum("qne,qce->qnc" if per_row else "qne,ce->qnc",

@@ -15,7 +15,12 @@ correction is not invariant to the scale of Q.
 - In-batch, deduplicated: a unique id d != p is in the pool with probability
   pi(d) = 1 - (1 - q(d))^(B-1) (the B-1 other rows are the draws), so the
   Horvitz-Thompson per-draw equivalent is pi(d) / n, already excluding p.
-  Subsampling the pool to k' of its k ids multiplies pi by k'/k.
+  Subsampling the pool to k' of its k ids multiplies pi by k'/k. The paper's
+  released code (`NonameUntitled/logq`, train_in_batch*.py and train_mns*.py:
+  `torch.unique` of the batch's targets, `randperm(...)[:k]`) draws from
+  exactly this pool but corrects with the unigram q (`log_q="unigram"`):
+  biased, since a head item is in the pool at most once while q counts its
+  every occurrence; kept as an option to reproduce it.
 - Uniform over |D| items: Q = 1/|D|.
 - Mixed, n_u uniform + n_b in-batch: Q_mix = (n_u/n)/|D| + (n_b/n) q
   (`mixture="exact"`), or the paper's code's simplification Q = q for every
@@ -39,9 +44,11 @@ class Negatives(NamedTuple):
 
     Attributes:
       ids: [num_negatives] negative ids, shared by every row of the batch, or
-        [batch, num_negatives] ids drawn for each row (`UniformSampler(per_row=True)`).
+        [batch, num_negatives] ids drawn for each row (`per_row=True`).
       embeddings: [num_negatives, dim] (or [batch, num_negatives, dim]) their
         embeddings, or None when the sampler was given no embeddings (ids-only use).
+        `MixedSampler(per_row=True)` gives a pair (per-row part, shared part)
+        whose scores are concatenated in that order (`tfrs_logq._ops.scores`).
       mask: [batch, num_negatives] bool, True for a valid negative of that row.
       log_q: [num_negatives] or [batch, num_negatives] per-draw-equivalent
         log Q, or None when the sampler has no probabilities.
@@ -93,6 +100,11 @@ def cross_replica_concat(tensor: tf.Tensor) -> tf.Tensor:
 def _densify_gradient(tensor: tf.Tensor):
     """The identity, whose gradient is converted to a dense tensor."""
     return tf.identity(tensor), tf.convert_to_tensor
+
+
+# How a deduplicated in-batch pool is corrected: the unbiased per-draw equivalent of the
+# inclusion probability, or the unigram q as the paper's released code does (biased).
+IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
 
 
 def _random_subset(size: tf.Tensor, k: int, seed: Optional[int]) -> tf.Tensor:
@@ -149,7 +161,14 @@ class InBatchSampler(NegativeSampler):
         Horvitz-Thompson per-draw equivalent built from the inclusion
         probability 1 - (1 - q)^(B-1), and it already excludes the positive.
       max_pool_size: keep at most this many pool entries, chosen uniformly at
-        random each call (after deduplication); log Q accounts for it.
+        random without replacement each call (after deduplication); log Q
+        accounts for it. With `deduplicate` this is the paper's released pool:
+        k distinct targets of the batch, drawn uniformly, shared by the rows.
+      log_q: with `deduplicate`, "horvitz_thompson" (default: the unbiased
+        per-draw equivalent above) or "unigram": the per-draw q of each id, as
+        the paper's released code corrects its deduplicated pool (biased:
+        `UnbiasednessTest.test_unigram_log_q_of_a_deduplicated_pool_is_biased`
+        measures it). Without deduplication both are q, which is then exact.
       global_batch: under tf.distribute, draw from the global batch: the
         candidates (ids, embeddings, mask) of every replica are all-gathered
         (`cross_replica_concat`), gradients flow back to the replica that
@@ -162,9 +181,10 @@ class InBatchSampler(NegativeSampler):
 
     def __init__(self, deduplicate: bool = False, max_pool_size: Optional[int] = None,
                  global_batch: bool = False, probabilities: frequency_lib.FrequencyLike = None,
-                 seed: Optional[int] = None, **kwargs):
+                 seed: Optional[int] = None, log_q: str = "horvitz_thompson", **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         self.deduplicate = v.check_bool("deduplicate", deduplicate)
+        self.log_q_mode = v.check_choice("log_q", log_q, IN_BATCH_LOG_Q)
         self.global_batch = v.check_bool("global_batch", global_batch)
         self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size,
                                                   allow_none=True)
@@ -223,7 +243,7 @@ class InBatchSampler(NegativeSampler):
         mask = accidental_hit_mask(positive_ids, ids)
         if self.frequency is None:
             return Negatives(ids, embeddings, mask, None, None, False)
-        if not self.deduplicate:
+        if not self.deduplicate or self.log_q_mode == "unigram":
             return Negatives(ids, embeddings, mask, self._log_q(ids),
                              self._log_q(positive_ids), False)
 
@@ -243,7 +263,7 @@ class InBatchSampler(NegativeSampler):
     def get_config(self):
         config = super().get_config()
         config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size,
-                      global_batch=self.global_batch)
+                      global_batch=self.global_batch, log_q=self.log_q_mode)
         return config
 
 
@@ -330,36 +350,61 @@ MIXTURES = ("exact", "paper")
 class MixedSampler(NegativeSampler):
     """Mixed negative sampling (Yang et al. 2020): uniform draws plus in-batch negatives.
 
-    The paper's setting is 128 uniform + 128 in-batch. The in-batch half is
-    not deduplicated (each column is a draw from q); it is subsampled to
-    `num_in_batch` entries when the pool is larger.
+    The paper's setting is 128 uniform + 128 in-batch. By default the in-batch
+    half is not deduplicated (each column is a draw from q); it is subsampled
+    to `num_in_batch` entries when the pool is larger, and the uniform draws
+    are shared by the batch's rows.
+
+    The paper's released mixed scripts (`NonameUntitled/logq`,
+    train_mns*.py and train_in_batch_logq_new.py) draw the uniform half per
+    position (`per_row=True`: the data loader's `randint(1, pad, [B, L, k])`),
+    the in-batch half from the deduplicated targets of the batch
+    (`deduplicate=True`), and correct every negative, the uniform ones too,
+    with the unigram q (`mixture="paper"`).
 
     Args:
       num_items: catalog size |D| of the uniform half.
-      num_uniform: n_u, uniform draws per call.
+      num_uniform: n_u, uniform draws per call (per row with `per_row`).
       num_in_batch: n_b, the most in-batch negatives kept.
       mixture: "exact" uses the mixture proposal Q_mix = (n_u/n)/|D| + (n_b/n) q
         for every negative, with the positive excluded stratum by stratum and
         the strata weighted by each row's valid counts, which makes the
         partition-function estimate exactly unbiased (log Q is then per row and
-        already excludes the positive); "paper" uses the unigram q for every negative, as the paper's released
-        code does (biased for the uniform half; kept to reproduce it).
+        already excludes the positive); "paper" uses the unigram q for every
+        negative, as the paper's released code does (biased for the uniform
+        half; kept to reproduce it).
       first_id: smallest id of the catalog, as in `UniformSampler`.
       global_batch: the in-batch half draws from the global batch (see
         `InBatchSampler`); the uniform half is drawn on each replica.
       probabilities, seed, **kwargs: see `NegativeSampler`. Both mixtures need
         probabilities for any correction.
+      deduplicate: the in-batch half keeps each distinct id once (see
+        `InBatchSampler`). Only with `mixture="paper"`: the exact mixture
+        would need the deduplicated pool's inclusion probability at the
+        uniform draws too, which is not implemented.
+      per_row: every row draws its own `num_uniform` uniform negatives (see
+        `UniformSampler`). `ids`, `mask` and `log_q` are then
+        [batch, num_uniform + num_in_batch], and `embeddings` the pair
+        (uniform [batch, num_uniform, dim], in-batch [num_in_batch, dim]),
+        whose scores `LogQRetrieval` concatenates (the in-batch half is not
+        copied per row).
     """
 
     def __init__(self, num_items: int, num_uniform: int, num_in_batch: int,
                  mixture: str = "exact", first_id: int = 0, global_batch: bool = False,
                  probabilities: frequency_lib.FrequencyLike = None,
-                 seed: Optional[int] = None, **kwargs):
+                 seed: Optional[int] = None, deduplicate: bool = False, per_row: bool = False,
+                 **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         self.mixture = v.check_choice("mixture", mixture, MIXTURES)
+        if v.check_bool("deduplicate", deduplicate) and mixture == "exact":
+            raise ValueError(
+                "MixedSampler(deduplicate=True) needs mixture='paper' (the exact mixture of a "
+                "deduplicated pool is not implemented); received mixture='exact'.")
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
-                                      name="uniform")
-        self.in_batch = InBatchSampler(max_pool_size=num_in_batch, global_batch=global_batch,
+                                      per_row=per_row, name="uniform")
+        self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
+                                       global_batch=global_batch, log_q="unigram",
                                        probabilities=self.frequency,
                                        seed=None if seed is None else seed + 1, name="in_batch")
 
@@ -374,12 +419,17 @@ class MixedSampler(NegativeSampler):
         uniform = self.uniform(positive_ids, embedding_fn=embedding_fn)
         in_batch = self.in_batch(positive_ids, candidate_ids, candidate_embeddings,
                                  candidate_mask=candidate_mask)
-        ids = tf.concat([uniform.ids, in_batch.ids], axis=0)
+        per_row = self.uniform.per_row
+        in_batch_ids = in_batch.ids
+        if per_row:
+            in_batch_ids = tf.broadcast_to(in_batch_ids[tf.newaxis, :],
+                                           [tf.shape(uniform.ids)[0], tf.shape(in_batch.ids)[0]])
+        ids = tf.concat([uniform.ids, in_batch_ids], axis=-1)
         embeddings = None
         if uniform.embeddings is not None and in_batch.embeddings is not None:
-            embeddings = tf.concat([uniform.embeddings,
-                                    tf.cast(in_batch.embeddings, uniform.embeddings.dtype)],
-                                   axis=0)
+            in_batch_embeddings = tf.cast(in_batch.embeddings, uniform.embeddings.dtype)
+            embeddings = ((uniform.embeddings, in_batch_embeddings) if per_row else
+                          tf.concat([uniform.embeddings, in_batch_embeddings], axis=0))
         mask = tf.concat([uniform.mask, in_batch.mask], axis=1)
         if self.frequency is None:
             return Negatives(ids, embeddings, mask, None, None, False)
@@ -402,11 +452,13 @@ class MixedSampler(NegativeSampler):
             return (tf.math.log(count) - log_num_valid)[:, tf.newaxis]
 
         log_uniform_excluded = -math.log(max(self.uniform.num_items - 1, 1))
-        log_q_excluded = (log_q_ids[tf.newaxis, :]
+        if not per_row:
+            log_q_ids = log_q_ids[tf.newaxis, :]
+        log_q_excluded = (log_q_ids
                           - _ops.log1mexp(tf.minimum(positive_log_q, -1e-7))[:, tf.newaxis])
         log_q_mix = tf.reduce_logsumexp(tf.stack([
             tf.broadcast_to(log_share(uniform.mask) + log_uniform_excluded, tf.shape(mask)),
-            log_share(in_batch.mask) + log_q_excluded]), axis=0)
+            tf.broadcast_to(log_share(in_batch.mask) + log_q_excluded, tf.shape(mask))]), axis=0)
         # For "standard", the positive's Q on the same (not excluded) scale.
         num_uniform = float(self.uniform.num_negatives)
         num_in_batch = tf.cast(tf.shape(in_batch.ids)[0], tf.float32)
@@ -421,7 +473,8 @@ class MixedSampler(NegativeSampler):
         config = super().get_config()
         config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
                       num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
-                      first_id=self.uniform.first_id, global_batch=self.in_batch.global_batch)
+                      first_id=self.uniform.first_id, global_batch=self.in_batch.global_batch,
+                      deduplicate=self.in_batch.deduplicate, per_row=self.uniform.per_row)
         return config
 
 

@@ -380,7 +380,12 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 "`candidate_embedding_fn` (the item tower) to embed them; received "
                 "candidate_embedding_fn=None.")
         positive_logits = self._temperature(_ops.row_scores(query_embeddings, positive_embeddings))
-        negative_embeddings = v.float_tensor("negative embeddings", negatives.embeddings)
+        negative_embeddings = negatives.embeddings
+        if isinstance(negative_embeddings, tuple):  # (per-row part, shared part).
+            negative_embeddings = tuple(v.float_tensor("negative embeddings", part)
+                                        for part in negative_embeddings)
+        else:
+            negative_embeddings = v.float_tensor("negative embeddings", negative_embeddings)
         negative_logits = self._temperature(_ops.scores(query_embeddings, negative_embeddings))
         return (positive_logits, negative_logits, negatives.mask, negatives.log_q,
                 negatives.positive_log_q, negatives.log_q_excludes_positive)
