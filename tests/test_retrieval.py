@@ -66,6 +66,19 @@ class ScannTest(tf.test.TestCase):
                                       reorder=500)
         self.assertAllEqual(scann, exact)
 
+    def test_rows_the_index_returns_too_few_for_are_completed_exactly(self):
+        # One leaf of 20 searched: about 25 candidates come back, and row 0 excludes 450 of
+        # the 500 items; before the fix this raised a broadcasting ValueError.
+        rng = np.random.default_rng(3)
+        queries, items = rng.normal(size=(3, 8)), rng.normal(size=(501, 8))
+        exclude = [rng.choice(np.arange(1, 501), size=450, replace=False),
+                   np.array([1]), np.array([2])]
+        scann = retrieval.scann_top_k(queries, items, 10, exclude=exclude, num_leaves=20,
+                                      num_leaves_to_search=1)
+        exact = retrieval.exact_top_k(queries, items, 10, exclude=exclude)
+        self.assertAllEqual(scann[0], exact[0])
+        self.assertFalse(np.isin(scann[0], exclude[0]).any())
+
     def test_default_index_on_clustered_embeddings(self):
         rng = np.random.default_rng(2)
         centers = rng.normal(size=(30, 16))

@@ -96,7 +96,9 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
     """Like `exact_top_k`, through a ScaNN index (tree + asymmetric hashing + exact reorder).
 
     Excluded ids are dropped after the search, which asks for k plus the
-    longest exclusion list so that k ids remain.
+    longest exclusion list so that k ids remain. A row the index returns too
+    few ids for (the tree can leave partitions empty, e.g. for barely trained
+    embeddings) is completed by exact search.
 
     Args:
       overrides: any of `scann_defaults`' keys.
@@ -118,10 +120,18 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
     found = found.astype(np.int64) + first_id
     k = min(k, len(items))
     out = np.zeros([len(queries), k], np.int64)
+    short = []
     for row, ids in enumerate(found):
         if exclude is not None and len(exclude[row]):
             ids = ids[~np.isin(ids, exclude[row])]
+        if len(ids) < k:
+            short.append(row)
+            continue
         out[row] = ids[:k]
+    if short:
+        out[short] = exact_top_k(queries[short], item_embeddings, k,
+                                 exclude=None if exclude is None else [exclude[r] for r in short],
+                                 first_id=first_id)
     return out
 
 
