@@ -128,3 +128,54 @@ def count_min(stream, buckets_of, decay, conservative=False, min_count=0.5):
         count = min(counts.get(b, 0.0) for b in buckets_of(item))
         return max(count, min_count) / max(total, min_count)
     return estimate
+
+
+def gsasrec_forward(inputs, weights, num_heads, epsilon=1e-5):
+    """gSASRec's forward pass (`NonameUntitled/logq` gsasrec.py `forward`, gSASRec-pytorch
+    transformer_decoder.py), line by line in float64, without dropout. Padding is id 0.
+
+    Args:
+      inputs: [batch, L] ids.
+      weights: {"items", "positions", "final_norm": (gain, bias), "blocks": [{"first_norm",
+        "second_norm": (gain, bias), "query", "key", "value", "dense1", "dense2":
+        (kernel [in, out], bias)}]}.
+    """
+    def layer_norm(x, norm):
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + epsilon) * norm[0] + norm[1]
+
+    def linear(x, layer):
+        return x @ layer[0] + layer[1]
+
+    def heads(x):  # torch.cat(x.chunk(num_heads, dim=2), dim=0)
+        return np.concatenate(np.split(x, num_heads, axis=2), axis=0)
+
+    mask = (inputs != 0).astype(np.float64)[..., None]
+    seq = weights["items"][inputs] + weights["positions"][np.arange(inputs.shape[1])][None]
+    seq = seq * mask
+    for block in weights["blocks"]:
+        x = layer_norm(seq, block["first_norm"])
+        queries, keys = x, seq
+        q, k, v = (heads(linear(queries, block["query"])), heads(linear(keys, block["key"])),
+                   heads(linear(keys, block["value"])))
+        outputs = q @ k.transpose(0, 2, 1) / np.sqrt(k.shape[-1])
+        key_masks = np.tile(np.sign(np.abs(keys).sum(-1)), [num_heads, 1])
+        key_masks = np.repeat(key_masks[:, None, :], queries.shape[1], axis=1)
+        outputs = np.where(key_masks == 0, -np.inf, outputs)
+        tril = np.tril(np.ones(outputs.shape[1:]))
+        outputs = np.where(tril[None] == 0, -np.inf, outputs)
+        with np.errstate(invalid="ignore"):
+            top = outputs.max(-1, keepdims=True)
+            outputs = np.exp(outputs - top)
+            outputs = outputs / outputs.sum(-1, keepdims=True)
+        outputs = np.nan_to_num(outputs, nan=0.0, posinf=0.0, neginf=0.0)
+        query_masks = np.tile(np.sign(np.abs(queries).sum(-1)), [num_heads, 1])
+        outputs = outputs * query_masks[..., None]
+        outputs = outputs @ v
+        x = np.concatenate(np.split(outputs, num_heads, axis=0), axis=2)
+        x = layer_norm(x + queries, block["second_norm"])
+        residual = x
+        x = linear(np.maximum(linear(x, block["dense1"]), 0.0), block["dense2"])
+        seq = (x + residual) * mask
+    return layer_norm(seq, weights["final_norm"])

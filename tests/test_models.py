@@ -29,14 +29,19 @@ def _data():
 class SASRecTest(tf.test.TestCase):
 
     def test_is_causal_and_ignores_padding(self):
+        for architecture in ("sasrec", "gsasrec"):
+            self._check_causal_and_padding(architecture)
+
+    def _check_causal_and_padding(self, architecture):
         model = SASRec(NUM_ITEMS, RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
-                       max_length=6, dim=8, dropout=0.0)
+                       max_length=6, dim=8, dropout=0.0, architecture=architecture)
         a = tf.constant([[0, 0, 3, 4, 5, 6]])
         b = tf.constant([[0, 0, 3, 4, 9, 1]])  # Differs from position 4 on.
         out_a, out_b = model(a).numpy(), model(b).numpy()
         self.assertAllClose(out_a[:, :4], out_b[:, :4], atol=1e-6)
         self.assertNotAllClose(out_a[:, 4:], out_b[:, 4:])
-        self.assertAllEqual(out_a[:, :2], np.zeros([1, 2, 8]))  # Padding positions are zeroed.
+        if architecture == "sasrec":  # gSASRec's final LayerNorm maps padding to its bias.
+            self.assertAllEqual(out_a[:, :2], np.zeros([1, 2, 8]))  # Padding is zeroed.
         self.assertEqual(model.query_embeddings(a).shape, (1, 8))
         self.assertEqual(model.item_embeddings().shape, (NUM_ITEMS + 1, 8))
 
@@ -67,6 +72,58 @@ class SASRecTest(tf.test.TestCase):
         tied(inputs)
         self.assertIs(tied.item_embeddings(), tied.item_embedding.embeddings)
 
+    def test_gsasrec_parameter_count_is_the_released_models(self):
+        # The released ML-1M model (configs/ml1m_other.py: 3,416 items, sequence 200, dim
+        # 128, 2 blocks, 1 head; separate output table), counted from gsasrec.py and
+        # transformer_decoder.py: item and output tables 2 x 3,418 x 128 = 875,008;
+        # positions 200 x 128 = 25,600; per block two LayerNorms (2 x 256), Q/K/V
+        # (3 x 16,512) and two dense layers (2 x 16,512) = 83,072, two blocks 166,144;
+        # the final LayerNorm 256. Total 1,067,008.
+        model = SASRec(3416, RetrievalObjective(3416, loss="full_softmax"), max_length=200,
+                       dim=128, num_blocks=2, num_heads=1, architecture="gsasrec")
+        model(tf.zeros([1, 200], tf.int32))
+        count = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+        self.assertEqual(count, 1_067_008)
+        self.assertEqual(model.item_embeddings().shape, (3417, 128))
+
+    def test_gsasrec_forward_is_the_released_computation(self):
+        model = SASRec(20, RetrievalObjective(20, loss="full_softmax"), max_length=6, dim=8,
+                       num_blocks=2, num_heads=2, dropout=0.3, architecture="gsasrec")
+        inputs = np.array([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 7]])
+        model(inputs)
+        rng = np.random.default_rng(0)
+        for weight in model.weights:  # Away from the initialisation (unit gains, zero biases).
+            weight.assign(weight + 0.3 * rng.normal(size=weight.shape))
+        weights = {"items": model.item_embedding.embeddings.numpy(),
+                   "positions": model.position_embedding.embeddings.numpy(),
+                   "final_norm": [w.numpy() for w in model.final_norm.weights], "blocks": []}
+        for block in model.blocks:
+            layers = dict(first_norm=block.first_norm, second_norm=block.second_norm,
+                          query=block.attention.query, key=block.attention.key,
+                          value=block.attention.value, dense1=block.dense1,
+                          dense2=block.dense2)
+            weights["blocks"].append({name: [w.numpy().astype(np.float64) for w in layer.weights]
+                                      for name, layer in layers.items()})
+        want = reference.gsasrec_forward(inputs, weights, num_heads=2)
+        self.assertAllClose(model(inputs, training=False), want, atol=1e-5)
+
+    def test_gsasrec_initialisation(self):
+        model = SASRec(300, RetrievalObjective(300, loss="full_softmax"), max_length=50, dim=32,
+                       architecture="gsasrec")
+        model(tf.zeros([1, 50], tf.int32))
+        kernels = [w.numpy() for w in model.trainable_weights
+                   if "kernel" in w.name or "embeddings" in w.name]
+        for kernel in kernels:  # trunc_normal_(std=0.02, a=-0.04, b=0.04).
+            self.assertLessEqual(np.abs(kernel).max(), 0.04)
+            self.assertBetween(kernel.std(), 0.015, 0.02)
+        self.assertNotAllClose(kernels[0][:32], kernels[1][:32])  # Each variable its own draw.
+        for weight in model.trainable_weights:
+            if "bias" in weight.name or "beta" in weight.name:
+                self.assertAllEqual(weight, np.zeros(weight.shape))
+            if "gamma" in weight.name:
+                self.assertAllEqual(weight, np.ones(weight.shape))
+        self.assertFalse(model.tie_embeddings)
+
     def test_bad_arguments(self):
         objective = RetrievalObjective(NUM_ITEMS, loss="full_softmax")
         with self.assertRaisesRegex(ValueError, r"`dim` must be a multiple of `num_heads`; "
@@ -75,12 +132,44 @@ class SASRecTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, r"`tie_embeddings` must be a bool; received "
                                     r"tie_embeddings='no'"):
             SASRec(NUM_ITEMS, objective, dim=8, tie_embeddings="no")
+        with self.assertRaisesRegex(ValueError, r"`architecture` must be one of 'sasrec', "
+                                    r"'gsasrec'; received architecture='bert4rec'"):
+            SASRec(NUM_ITEMS, objective, dim=8, architecture="bert4rec")
         with self.assertRaisesRegex(ValueError, r"`loss` must be one of 'sampled_softmax', "
                                     r"'full_softmax', 'bce', 'gbce'; received loss='hinge'"):
             RetrievalObjective(NUM_ITEMS, loss="hinge")
         with self.assertRaisesRegex(ValueError, r"correction='improved' with in_batch negatives "
                                     r"needs `probabilities`"):
             RetrievalObjective(NUM_ITEMS, negatives="in_batch", correction="improved")
+
+
+class ObjectiveOptionsTest(tf.test.TestCase):
+    """The released protocol's options (tests/test_parity.py checks their values)."""
+
+    def test_config_round_trip_with_released_options(self):
+        objective = RetrievalObjective(
+            NUM_ITEMS, negatives="mixed", correction="none", num_negatives=16, mixture="paper",
+            deduplicate=True, per_row=True, binary_reduction="mean",
+            binary_accidental_hits=False, gbce_alpha="released", in_batch_log_q="unigram",
+            seed=2)
+        restored = RetrievalObjective.from_config(objective.get_config())
+        self.assertEqual(restored.get_config(), objective.get_config())
+        sampler = restored.task.sampler
+        self.assertTrue(sampler.in_batch.deduplicate and sampler.uniform.per_row)
+
+    def test_bad_options(self):
+        with self.assertRaisesRegex(ValueError, r"`binary_reduction` must be one of 'sum', "
+                                    r"'mean'; received binary_reduction='max'"):
+            RetrievalObjective(NUM_ITEMS, loss="bce", binary_reduction="max")
+        with self.assertRaisesRegex(ValueError, r"`gbce_alpha` must be one of 'paper', "
+                                    r"'released'; received gbce_alpha='gsasrec'"):
+            RetrievalObjective(NUM_ITEMS, loss="gbce", gbce_alpha="gsasrec")
+        with self.assertRaisesRegex(ValueError, r"`in_batch_log_q` must be one of "
+                                    r"'horvitz_thompson', 'unigram'"):
+            RetrievalObjective(NUM_ITEMS, correction="none", in_batch_log_q="raw")
+        with self.assertRaisesRegex(ValueError, r"MixedSampler\(deduplicate=True\) needs "
+                                    r"mixture='paper'"):
+            RetrievalObjective(NUM_ITEMS, negatives="mixed", correction="none", deduplicate=True)
 
 
 class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):

@@ -1,4 +1,30 @@
-"""SASRec (Kang & McAuley 2018, as in gSASRec): causal self-attention over the item sequence."""
+"""SASRec (Kang & McAuley 2018): causal self-attention over the item sequence, in two layouts.
+
+- `architecture="sasrec"` (default): Keras's MultiHeadAttention (with its
+  output projection), item embeddings scaled by sqrt(dim), Keras's default
+  initialisers, LayerNorm epsilon 1e-8, tied input and output item tables.
+- `architecture="gsasrec"`: the model the logQ paper's numbers came from,
+  `NonameUntitled/logq` gsasrec.py (a fork of `asash/gSASRec-pytorch`) with
+  gSASRec-pytorch's transformer_decoder.py, layer by layer:
+  - no sqrt(dim) scaling of the item embeddings (gsasrec.py `forward`);
+  - attention with Q, K and V projections (with bias) and no output
+    projection; queries are LN(x), keys and values the block input x
+    (transformer_decoder.py `MultiHeadAttention`, `TransformerBlock.forward`);
+  - x = LN2(attention + LN1(x)); x = x + dropout(W2 dropout(relu(W1 x)))
+    (`TransformerBlock.forward`: the residual is the normalised value);
+  - dropout on the embeddings, the attention weights and in the feed-forward;
+  - LayerNorm epsilon 1e-5 (torch's default);
+  - every weight but LayerNorm's drawn from a normal with std 0.02
+    truncated at 2 std, biases zero, LayerNorm gain one (gsasrec.py
+    `_init_weights`);
+  - a separate output item table (`build_model` never passes
+    `reuse_item_embeddings`, so GSASRec's default False holds);
+  - item tables of num_items + 2 rows (ids 1..n, padding n + 1 and an unused
+    row 0 there; here padding is 0 and row n + 1 is the unused one, never
+    looked up), so the parameter count is gSASRec's.
+"""
+
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
@@ -30,6 +56,79 @@ class SASRecBlock(tf.keras.layers.Layer):
         return x * tf.cast(mask, x.dtype)[:, :, tf.newaxis]
 
 
+class GSASRecAttention(tf.keras.layers.Layer):
+    """gSASRec's causal attention: Q, K, V projections with bias, no output projection.
+
+    Heads split the projected vectors along the feature axis. Padding keys are
+    never attended to; a query with no valid key (padding) gets zeros.
+    """
+
+    def __init__(self, dim: int, num_heads: int, dropout: float, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.query = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer(),
+                                           name="query")
+        self.key = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer(),
+                                         name="key")
+        self.value = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer(),
+                                           name="value")
+        self.dropout = tf.keras.layers.Dropout(dropout)
+
+    def _heads(self, x):
+        """[batch, L, dim] -> [batch, heads, L, dim / heads]."""
+        shape = tf.shape(x)
+        x = tf.reshape(x, [shape[0], shape[1], self.num_heads, -1])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def call(self, queries, keys, mask, training=None):
+        q, k, v = (self._heads(self.query(queries)), self._heads(self.key(keys)),
+                   self._heads(self.value(keys)))
+        logits = tf.matmul(q, k, transpose_b=True) / tf.sqrt(tf.cast(tf.shape(q)[-1], q.dtype))
+        length = tf.shape(logits)[-1]
+        causal = tf.linalg.band_part(tf.ones([length, length], tf.bool), -1, 0)
+        allowed = tf.logical_and(causal[tf.newaxis, tf.newaxis], mask[:, tf.newaxis,
+                                                                      tf.newaxis, :])
+        logits = tf.where(allowed, logits, tf.constant(-1e9, logits.dtype))
+        weights = tf.nn.softmax(logits, axis=-1) * tf.cast(
+            tf.reduce_any(allowed, axis=-1, keepdims=True), logits.dtype)
+        out = tf.matmul(self.dropout(weights, training=training), v)
+        out = tf.transpose(out, [0, 2, 1, 3])
+        shape = tf.shape(out)
+        return tf.reshape(out, [shape[0], shape[1], -1])
+
+
+class GSASRecBlock(tf.keras.layers.Layer):
+    """x = LN2(attention(LN1(x), x) + LN1(x)); x = x + FFN(x) (gSASRec's `TransformerBlock`)."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float, **kwargs):
+        super().__init__(**kwargs)
+        self.first_norm = tf.keras.layers.LayerNormalization(epsilon=GSASREC_EPSILON)
+        self.second_norm = tf.keras.layers.LayerNormalization(epsilon=GSASREC_EPSILON)
+        self.attention = GSASRecAttention(dim, num_heads, dropout)
+        self.dense1 = tf.keras.layers.Dense(dim, activation="relu",
+                                            kernel_initializer=gsasrec_initializer())
+        self.dense2 = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer())
+        self.dropout = tf.keras.layers.Dropout(dropout)
+
+    def call(self, x, mask, training=None):
+        queries = self.first_norm(x)
+        x = self.second_norm(self.attention(queries, x, mask, training=training) + queries)
+        ffn = self.dropout(self.dense2(self.dropout(self.dense1(x), training=training)),
+                           training=training)
+        return (x + ffn) * tf.cast(mask, x.dtype)[:, :, tf.newaxis]
+
+
+ARCHITECTURES = ("sasrec", "gsasrec")
+GSASREC_EPSILON = 1e-5  # torch.nn.LayerNorm's default.
+
+
+def gsasrec_initializer() -> tf.keras.initializers.Initializer:
+    """gsasrec.py `_init_weights`: trunc_normal_(std=0.02, a=-0.04, b=0.04); Keras's
+    TruncatedNormal redraws beyond 2 std. A new instance per variable: one unseeded
+    instance called twice returns the same values."""
+    return tf.keras.initializers.TruncatedNormal(stddev=0.02)
+
+
 class SASRec(tfrs.Model):
     """SASRec with learned positions, dropout, and (by default) input and output items tied.
 
@@ -47,12 +146,14 @@ class SASRec(tfrs.Model):
       tie_embeddings: score items with the input item table (SASRec, True), or with a
         separate output table (False; gSASRec's later `reuse_item_embeddings=False`).
         On ML-1M it did not rescue gBCE with 256 negatives in an 8-epoch probe
-        (docs/results/README.md).
+        (docs/results/README.md). Default: True for "sasrec", False for
+        "gsasrec" (as the paper's code runs it).
+      architecture: "sasrec" or "gsasrec" (see the module docstring).
     """
 
     def __init__(self, num_items: int, objective: RetrievalObjective, max_length: int = 200,
                  dim: int = 128, num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
-                 tie_embeddings: bool = True, **kwargs):
+                 tie_embeddings: Optional[bool] = None, architecture: str = "sasrec", **kwargs):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         self.max_length = v.check_positive_int("max_length", max_length)
@@ -60,16 +161,32 @@ class SASRec(tfrs.Model):
         if dim % v.check_positive_int("num_heads", num_heads):
             raise ValueError(f"`dim` must be a multiple of `num_heads`; received dim={dim}, "
                              f"num_heads={num_heads}.")
-        self.item_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="items")
+        self.architecture = v.check_choice("architecture", architecture, ARCHITECTURES)
+        gsasrec = architecture == "gsasrec"
+        if tie_embeddings is None:
+            tie_embeddings = not gsasrec
         self.tie_embeddings = v.check_bool("tie_embeddings", tie_embeddings)
-        self.output_embedding = (self.item_embedding if tie_embeddings else
-                                 tf.keras.layers.Embedding(num_items + 1, dim,
-                                                           name="output_items"))
-        self.position_embedding = tf.keras.layers.Embedding(max_length, dim, name="positions")
+        rows = num_items + (2 if gsasrec else 1)
+
+        def table(size, name):
+            return tf.keras.layers.Embedding(
+                size, dim, embeddings_initializer=gsasrec_initializer() if gsasrec else "uniform",
+                name=name)
+
+        self.item_embedding = table(rows, "items")
+        self.output_embedding = (self.item_embedding if tie_embeddings
+                                 else table(rows, "output_items"))
+        self.position_embedding = table(max_length, "positions")
         self.input_dropout = tf.keras.layers.Dropout(dropout)
-        self.blocks = [SASRecBlock(dim, num_heads, dropout, name=f"block_{i}")
-                       for i in range(v.check_positive_int("num_blocks", num_blocks))]
-        self.final_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
+        num_blocks = v.check_positive_int("num_blocks", num_blocks)
+        if gsasrec:
+            self.blocks = [GSASRecBlock(dim, num_heads, dropout, name=f"block_{i}")
+                           for i in range(num_blocks)]
+        else:
+            self.blocks = [SASRecBlock(dim, num_heads, dropout, name=f"block_{i}")
+                           for i in range(num_blocks)]
+        self.final_norm = tf.keras.layers.LayerNormalization(
+            epsilon=GSASREC_EPSILON if gsasrec else 1e-8)
         self.objective = objective
 
     def call(self, inputs, training=None):
@@ -80,7 +197,9 @@ class SASRec(tfrs.Model):
             # With the model, so that optimizers and checkpoints see it from the first call.
             self.output_embedding(tf.zeros([1], tf.int32))
         mask = tf.not_equal(inputs, 0)
-        x = self.item_embedding(inputs) * (self.dim ** 0.5)
+        x = self.item_embedding(inputs)
+        if self.architecture == "sasrec":
+            x = x * (self.dim ** 0.5)
         x = x + self.position_embedding(tf.range(tf.shape(inputs)[1]))[tf.newaxis]
         x = self.input_dropout(x, training=training) * tf.cast(mask, x.dtype)[:, :, tf.newaxis]
         for block in self.blocks:
@@ -93,6 +212,8 @@ class SASRec(tfrs.Model):
 
     def item_embeddings(self):
         """[num_items + 1, dim] output item embeddings (row 0: padding)."""
+        if self.architecture == "gsasrec":  # Without the unused row num_items + 1.
+            return self.output_embedding.embeddings[:self.num_items + 1]
         return self.output_embedding.embeddings
 
     def compute_loss(self, features, training=False):
