@@ -17,13 +17,19 @@ NEGATIVES = ("in_batch", "uniform", "mixed")
 CORRECTIONS = ("none", "standard", "standard_negatives", "improved")
 FREQUENCIES = ("static", "count_min", "hashed")
 MIXTURES = ("exact", "paper")
+ARCHITECTURES = ("sasrec", "gsasrec")
+IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
+BINARY_REDUCTIONS = ("sum", "mean")
+GBCE_ALPHAS = ("paper", "released")
 INDEXES = ("exact", "scann", "both")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # Fields that must take one of a fixed set of values.
 CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": LOSSES,
            "negatives": NEGATIVES, "correction": CORRECTIONS, "frequency": FREQUENCIES,
-           "mixture": MIXTURES, "index": INDEXES, "temporal_targets": TEMPORAL_TARGETS}
+           "mixture": MIXTURES, "index": INDEXES, "temporal_targets": TEMPORAL_TARGETS,
+           "architecture": ARCHITECTURES, "in_batch_log_q": IN_BATCH_LOG_Q,
+           "binary_reduction": BINARY_REDUCTIONS, "gbce_alpha": GBCE_ALPHAS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +43,9 @@ class Config:
     # Temporal split: which items of a window are targets (pipelines.data.splits.temporal).
     temporal_targets: str = "first"
     validation_queries: int = 4096  # At most this many (seeded sample) per validation.
+    # Leave-one-out: items left out of every training sequence between it and the held-out
+    # targets (gSASRec's preprocess_ml1m.py trains on all but the last 2 items: 1).
+    loo_train_gap: int = 0
     synthetic_users: int = 3000
     synthetic_items: int = 3000
     synthetic_temperature: float = 0.1  # Smaller: more personal, less popularity-driven.
@@ -49,21 +58,35 @@ class Config:
     num_heads: int = 1
     dropout: float = 0.5
     tie_embeddings: bool = True  # SASRec scores with its input item table; False: its own.
+    # The sequential model's layout: ours, or the released code's (tfrs_logq.models.sasrec).
+    architecture: str = "sasrec"
     # Loss.
     loss: str = "sampled_softmax"
     negatives: str = "in_batch"
     correction: str = "improved"
     num_negatives: int = 256     # Mixed: half uniform, half in-batch.
     frequency: str = "static"    # Where log Q comes from: training counts or an estimator.
+    pseudo_count: float = 1.0    # Static counts: added to every item's training count.
     mixture: str = "exact"
+    # The in-batch pool keeps each distinct target once (the released code's pool).
+    deduplicate: bool = False
+    in_batch_log_q: str = "horvitz_thompson"  # With deduplicate: or "unigram" (released).
+    per_row_negatives: bool = False  # Uniform draws per example (released), not per step.
+    binary_reduction: str = "sum"    # bce / gbce: sum or mean (released) of 1 + n terms.
+    binary_accidental_hits: bool = True  # bce / gbce mask uniform draws equal to the positive.
     gbce_t: float = 0.75
+    gbce_alpha: str = "paper"    # n / (|D| - 1); "released": n / (|D| - 2), gSASRec's code.
     # Under tf.distribute, in-batch negatives come from the global batch (all replicas).
     global_negatives: bool = True
     # Optimisation.
     batch_size: int = 128
     learning_rate: float = 0.001
+    adam_epsilon: float = 1e-7   # Keras's default; torch's (the released code) is 1e-8.
     epochs: int = 200            # At most; early stopping on validation NDCG@10.
     steps_per_epoch: int = 0     # 0: one pass over the training examples.
+    # Each pass over the training examples ends with its partial batch (the released code's
+    # DataLoader), rather than batches running on into the next pass.
+    partial_batches: bool = False
     patience: int = 20           # Epochs without a better validation NDCG@10.
     backup_every: int = 50       # Steps between BackupAndRestore backups.
     seed: int = 0
@@ -103,6 +126,17 @@ def validate(config: Config) -> Config:
                          f"{config.synthetic_temperature}.")
     if config.learning_rate <= 0:
         raise ValueError(f"--learning_rate must be positive; received {config.learning_rate}.")
+    if config.pseudo_count < 0:
+        raise ValueError(f"--pseudo_count must be >= 0; received {config.pseudo_count}.")
+    if config.adam_epsilon <= 0:
+        raise ValueError(f"--adam_epsilon must be positive; received {config.adam_epsilon}.")
+    if config.loo_train_gap < 0:
+        raise ValueError("--loo_train_gap must be >= 0; received "
+                         f"--loo_train_gap={config.loo_train_gap}.")
+    if config.deduplicate and config.negatives == "mixed" and config.mixture != "paper":
+        raise ValueError("--deduplicate with --negatives=mixed needs --mixture=paper (the "
+                         "exact mixture of a deduplicated pool is not implemented); received "
+                         f"--mixture={config.mixture}.")
     if config.dim % config.num_heads:
         raise ValueError(f"--dim must be a multiple of --num_heads; received --dim={config.dim} "
                          f"--num_heads={config.num_heads}.")
@@ -119,8 +153,26 @@ PAPER = Config(dataset="ml-1m", split="loo", model="sasrec", max_length=200, dim
                num_blocks=2, num_heads=1, dropout=0.5, batch_size=128, num_negatives=256,
                learning_rate=0.001, epochs=200, patience=20)
 
+# The paper's released protocol for ML-1M (NonameUntitled/logq configs/ml1m_other.py on
+# gSASRec-pytorch; docs/protocol.md lists every difference with file and line): gSASRec's
+# model and split, the released negatives (per-position uniform draws, the deduplicated
+# in-batch pool corrected by unigram q, mixed = 128 + 128), mean bce / gbce over 1 + n
+# terms, torch's Adam epsilon, epochs of one pass (48 batches of 128, the last partial),
+# validation NDCG@10 on 512 users after every epoch, patience 200 epochs of at most 10,000.
+# The reproduce runner maps its rows onto the released scripts (standard = logq_old =
+# "standard_negatives"; the "in-batch improved" script draws mixed negatives).
+OFFICIAL = PAPER.replace(architecture="gsasrec", tie_embeddings=False, loo_train_gap=1,
+                         deduplicate=True, in_batch_log_q="unigram", per_row_negatives=True,
+                         mixture="paper", binary_reduction="mean", binary_accidental_hits=False,
+                         gbce_alpha="released", pseudo_count=0.0,
+                         adam_epsilon=1e-8, partial_batches=True, steps_per_epoch=0,
+                         epochs=10000, patience=200, validation_queries=512, index="exact")
+
 PRESETS: Dict[str, Config] = {
     "paper": PAPER,
+    "official": OFFICIAL,
+    # The same protocol at sequence 50 and dim 64, for 2 CPU cores.
+    "official_cpu": OFFICIAL.replace(max_length=50, dim=64),
     # ML-1M on 2 CPU cores: shorter sequences, a smaller model, a larger step, at most 120
     # epochs. Leave-one-out epochs take ~4 s with sampled negatives; runs averaged 6-9 minutes
     # of training, full softmax 19 and gBCE 25 (docs/results/ml1m_loo_cpu.md).

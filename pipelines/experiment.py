@@ -57,7 +57,7 @@ def synthetic_data(config: configs.Config):
 def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
     """The split of `config`; its validation set holds at most `validation_queries` queries."""
     if config.split == "loo":
-        split = splits_lib.leave_one_out(data)
+        split = splits_lib.leave_one_out(data, train_gap=config.loo_train_gap)
     else:
         split = splits_lib.temporal(data, test_fraction=config.test_fraction,
                                     validation_fraction=config.test_fraction,
@@ -67,14 +67,19 @@ def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
 
 
 def make_frequency(config: configs.Config, split: splits_lib.Split):
-    """Per-draw item probabilities for log Q: training counts (smoothed), or an estimator."""
+    """Per-draw item probabilities for log Q: training counts (smoothed), or an estimator.
+
+    Static counts get `config.pseudo_count` added to every item (so that unseen
+    items have Q > 0); with 0, Q = max(count / total, 1e-10), the released
+    code's `torch.clamp(count / total, min=1e-10)`.
+    """
     if config.frequency == "count_min":
         return frequency_lib.CountMinSketchEstimator(seed=config.seed)
     if config.frequency == "hashed":
         return frequency_lib.HashedFrequencyEstimator(seed=config.seed)
-    counts = split.train_counts().astype(np.float64) + 1.0  # Unseen items: one pseudo-count.
+    counts = split.train_counts().astype(np.float64) + config.pseudo_count
     counts[0] = 0.0
-    probabilities = counts / counts.sum()
+    probabilities = np.maximum(counts / counts.sum(), 1e-10)
     probabilities[0] = 1.0  # Padding id; never a positive or a negative.
     return probabilities.astype(np.float32)
 
@@ -84,11 +89,15 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
         data.num_items, loss=config.loss, negatives=config.negatives,
         correction=config.correction, num_negatives=config.num_negatives,
         probabilities=make_frequency(config, split), gbce_t=config.gbce_t,
-        mixture=config.mixture, global_batch=config.global_negatives, seed=config.seed)
+        mixture=config.mixture, global_batch=config.global_negatives, seed=config.seed,
+        deduplicate=config.deduplicate, in_batch_log_q=config.in_batch_log_q,
+        per_row=config.per_row_negatives, binary_reduction=config.binary_reduction,
+        binary_accidental_hits=config.binary_accidental_hits, gbce_alpha=config.gbce_alpha)
     if config.model == "sasrec":
         model = SASRec(data.num_items, objective, max_length=config.max_length, dim=config.dim,
                        num_blocks=config.num_blocks, num_heads=config.num_heads,
-                       dropout=config.dropout, tie_embeddings=config.tie_embeddings)
+                       dropout=config.dropout, tie_embeddings=config.tie_embeddings,
+                       architecture=config.architecture)
         model(tf.zeros([1, config.max_length], tf.int32))  # Build before restoring a backup.
     else:
         model = TwoTower(data.num_users, data.num_items, objective, dim=config.dim)
@@ -102,16 +111,21 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
                     input_context: Optional[tf.distribute.InputContext] = None
                     ) -> Tuple[tf.data.Dataset, int]:
     """The repeated, shuffled training batches (per replica, sharded by input pipeline, with
-    an `input_context`), and the number of global batches in one pass."""
+    an `input_context`), and the number of global batches in one pass (the last, partial
+    one included with `config.partial_batches`)."""
     if config.model == "sasrec":
         stream = builders.sasrec_dataset(split.train, config.max_length, config.batch_size,
-                                         seed=config.seed, input_context=input_context)
+                                         seed=config.seed, input_context=input_context,
+                                         partial_batches=config.partial_batches)
         size = len(builders.sequence_windows(split.train, config.max_length)["inputs"])
     else:
         stream = builders.two_tower_dataset(split.train, config.history_length,
                                             config.batch_size, seed=config.seed,
-                                            input_context=input_context)
+                                            input_context=input_context,
+                                            partial_batches=config.partial_batches)
         size = int(sum(max(len(s) - 1, 0) for s in split.train))
+    if config.partial_batches:
+        return stream, max(-(-size // config.batch_size), 1)
     return stream, max(size // config.batch_size, 1)
 
 

@@ -106,7 +106,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     split = experiment.make_split(config, data)
     with strategy.scope():
         model = experiment.build_model(config, data, split)
-        model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate))
+        model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate,
+                                                         epsilon=config.adam_epsilon))
     pass_steps = experiment.training_stream(config, split)[1]
     steps_per_epoch = config.steps_per_epoch or pass_steps
     best_path = os.path.join(output_dir, "checkpoints", "best")

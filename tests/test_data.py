@@ -104,6 +104,13 @@ class MovieLensFilesTest(tf.test.TestCase):
         self.assertLen(split.validation.users, 512)
         # 999,611 - 6,040 test - 512 validation interactions remain for training.
         self.assertEqual(sum(len(s) for s in split.train), 999611 - 6040 - 512)
+        # gSASRec's datasets/ml1m/train/input.txt (preprocess_ml1m.py): every user's items
+        # but the last 2, the last 3 for the 512 validation users.
+        gsasrec = splits.leave_one_out(data, train_gap=1)
+        self.assertEqual(sum(len(s) for s in gsasrec.train), 999611 - 2 * 6040 - 512)
+        self.assertEqual(sum(1 for s in gsasrec.train[1:] if len(s)), 6040)
+        self.assertAllEqual(gsasrec.test.targets, split.test.targets)
+        self.assertAllEqual(gsasrec.validation.histories[0], split.validation.histories[0])
 
     def test_grouplens_file_and_temporal_split(self):
         data = loaders.load_grouplens()
@@ -143,6 +150,20 @@ class SplitTest(tf.test.TestCase):
             n = user % 5 + 2
             self.assertAllEqual(split.validation.targets[index], [n - 1])
             self.assertAllEqual(split.validation.histories[index], np.arange(1, n - 1))
+
+    def test_leave_one_out_train_gap(self):
+        data = from_arrays(np.repeat(np.arange(1, 601), 6), np.tile(np.arange(1, 7), 600),
+                           keep_ids=True)
+        split = splits.leave_one_out(data, train_gap=1)
+        validation = set(splits.gsasrec_validation_users(600).tolist())
+        other = min(set(range(1, 601)) - validation)
+        self.assertAllEqual(split.train[other], [1, 2, 3, 4])
+        self.assertAllEqual(split.train[min(validation - {0})], [1, 2, 3])  # 0 is no user.
+        self.assertAllEqual(split.test.histories[0], [1, 2, 3, 4, 5])
+        self.assertAllEqual(split.validation.histories[0], [1, 2, 3, 4])
+        with self.assertRaisesRegex(ValueError, r"`train_gap` must be a non-negative integer; "
+                                    r"received train_gap=-1"):
+            splits.leave_one_out(data, train_gap=-1)
 
     def test_temporal_split_counts_and_no_leakage(self):
         data, _ = synthetic.make_synthetic(num_users=300, num_items=400, seed=3)
@@ -265,6 +286,19 @@ class BuilderTest(tf.test.TestCase):
         self.assertEqual(next(iter(sharded))["inputs"].shape, (2, 4))  # Per-replica batch.
         eval_batches = list(builders.sasrec_dataset(sequences, 4, 4, training=False))
         self.assertEqual([b["inputs"].shape[0] for b in eval_batches], [4, 4, 2])
+
+    def test_partial_batches_end_each_pass(self):
+        # As a DataLoader(shuffle=True): every pass is a new permutation of the 10 windows in
+        # batches of 4, 4 and 2.
+        sequences = [np.array([u, u + 100]) for u in range(1, 11)]
+        dataset = builders.sasrec_dataset(sequences, max_length=1, batch_size=4, seed=0,
+                                          partial_batches=True)
+        batches = [b["inputs"].numpy()[:, 0] for b in dataset.take(6)]
+        self.assertEqual([len(b) for b in batches], [4, 4, 2, 4, 4, 2])
+        passes = [np.concatenate(batches[:3]), np.concatenate(batches[3:])]
+        for one_pass in passes:
+            self.assertAllEqual(np.sort(one_pass), np.arange(1, 11))
+        self.assertNotAllEqual(passes[0], passes[1])
 
     def test_two_tower_dataset_histories(self):
         sequences = [np.array([], np.int64), np.array([3, 1, 4, 1]), np.array([5, 9])]

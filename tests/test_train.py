@@ -97,6 +97,35 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(first["test"], second["test"])
 
 
+class ReleasedProtocolTest(tf.test.TestCase):
+
+    def test_official_presets(self):
+        # The released protocol (docs/protocol.md), and its CPU scale.
+        for name, length, dim in (("official", 200, 128), ("official_cpu", 50, 64)):
+            config = configs.validate(configs.PRESETS[name])
+            self.assertEqual((config.max_length, config.dim), (length, dim))
+            self.assertEqual((config.architecture, config.tie_embeddings, config.loo_train_gap),
+                             ("gsasrec", False, 1))
+            self.assertEqual((config.deduplicate, config.in_batch_log_q,
+                              config.per_row_negatives, config.mixture),
+                             (True, "unigram", True, "paper"))
+            self.assertEqual((config.epochs, config.patience, config.steps_per_epoch,
+                              config.partial_batches, config.validation_queries),
+                             (10000, 200, 0, True, 512))
+
+    def test_official_smoke_run(self):
+        # A synthetic stand-in for ML-1M under the released protocol: gSASRec, mixed
+        # negatives per row with the deduplicated pool, the paper's standard correction.
+        config = configs.PRESETS["official_cpu"].replace(
+            dataset="synthetic", synthetic_users=300, synthetic_items=400, max_length=20,
+            dim=16, batch_size=32, num_negatives=32, negatives="mixed",
+            correction="standard_negatives", epochs=2, patience=2)
+        metrics = train.run(config, tempfile.mkdtemp(), verbose=0)
+        # 300 users in batches of 32: passes of 10 steps, the last of 12 rows.
+        self.assertEqual((metrics["steps_per_epoch"], metrics["steps"]), (10, 20))
+        self.assertBetween(metrics["test"]["ndcg@10"], 0.0, 1.0)
+
+
 class MirroredRunTest(tf.test.TestCase):
 
     def test_two_replicas_with_global_negatives_and_an_estimator(self):
@@ -202,9 +231,13 @@ class CommandLineTest(tf.test.TestCase):
         for args, message in (
                 (["--negatives=random"], "--negatives must be one of in_batch, uniform, mixed; "
                                          "received --negatives='random'"),
-                (["--preset=huge"], "--preset must be one of paper, cpu, synthetic, "
-                                    "synthetic_two_tower, smoke; "
+                (["--preset=huge"], "--preset must be one of paper, official, official_cpu, "
+                                    "cpu, synthetic, synthetic_two_tower, smoke; "
                                     "received --preset='huge'"),
+                (["--deduplicate", "--negatives=mixed", "--mixture=exact"],
+                 "--deduplicate with --negatives=mixed needs --mixture=paper"),
+                (["--architecture=bert4rec"], "--architecture must be one of sasrec, gsasrec; "
+                                              "received --architecture='bert4rec'"),
                 (["--dropout=1.5"], "--dropout must be in [0.0, 1.0]; received --dropout=1.5"),
                 (["--batch_size=0"], "--batch_size must be a positive integer"),
                 ([], "--output_dir is required")):

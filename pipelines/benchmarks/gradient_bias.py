@@ -149,7 +149,7 @@ def plot(rows, path: str) -> None:
 
     samplers = list(dict.fromkeys(r["sampler"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), sharey=True)
-    styles = {"none": ":", "standard": "--", "improved": "-"}
+    styles = {"none": ":", "standard": "--", "standard_negatives": "-.", "improved": "-"}
     for ax, label in zip(axes, ("head", "tail")):
         for color, kind in zip(("C0", "C1", "C2", "C3"), samplers):
             for correction in CORRECTIONS:

@@ -11,6 +11,8 @@ spread, a JSON of every run, and a PNG.
 
 Usage:
   python -m pipelines.benchmarks.reproduce --dataset=ml-1m --split=loo --profile=cpu --seeds=3
+  python -m pipelines.benchmarks.reproduce --profile=official_cpu --seeds=5 \
+      --rows=mixed-standard,mixed-improved,mixed-standard_tfrs,full_softmax
   python -m pipelines.benchmarks.reproduce --dataset=ml-1m --split=temporal --seeds=5 \
       --rows=in_batch-none,in_batch-standard,in_batch-improved
   python -m pipelines.benchmarks.reproduce --dataset=synthetic --frequencies=static,count_min,hashed
@@ -34,18 +36,37 @@ from absl import flags
 from pipelines import configs
 
 FLAGS = flags.FLAGS
-PROFILES = ("cpu", "paper")
+PROFILES = ("cpu", "paper", "official", "official_cpu")
+# The profiles of the paper's released protocol (pipelines/configs.py, docs/protocol.md): each
+# row runs as the released script its `script` names does.
+OFFICIAL_PROFILES = ("official", "official_cpu")
 FREQUENCY_LABELS = {"static": "exact counts", "count_min": "count-min sketch",
                     "hashed": "hashed inter-arrival"}
 
 
 class Row(NamedTuple):
-    """One loss of Table 1: its config overrides and the paper's (NDCG@20, Recall@20)."""
+    """One loss of Table 1: its config overrides and the paper's (NDCG@20, Recall@20).
+
+    Under the official profiles a row runs as the released script `script` does:
+    `released` overrides are applied on top of `overrides` and `released_label`
+    says what the row then is. `official_only` rows (no paper number) compare
+    like with like under the released protocol.
+    """
     name: str
     label: str
     overrides: Dict[str, object]
     paper_loo: Optional[Tuple[float, float]]
     paper_temporal: Optional[Tuple[float, float]]
+    script: str = ""
+    released: Optional[Dict[str, object]] = None
+    released_label: str = ""
+    official_only: bool = False
+
+
+def as_released(row: Row) -> Row:
+    """The row as the official profiles run it (its released script's options and label)."""
+    return row._replace(label=row.released_label or f"{row.label} [{row.script}]",
+                        overrides=dict(row.overrides, **(row.released or {})))
 
 
 def _softmax(negatives: str, correction: str) -> Dict[str, object]:
@@ -55,22 +76,42 @@ def _softmax(negatives: str, correction: str) -> Dict[str, object]:
 # Khrylchenko et al. 2025, Table 1 (mean of 5 runs); the temporal half has no BCE / uniform rows.
 ROWS = (
     Row("bce", "BCE (1 uniform negative)", {"loss": "bce", "num_negatives": 1},
-        (.1564, .3468), None),
-    Row("gbce", "gBCE (t = 0.75)", {"loss": "gbce"}, (.1964, .3949), (.1210, .2632)),
+        (.1564, .3468), None, script="train_sasrec.py"),
+    Row("gbce", "gBCE (t = 0.75)", {"loss": "gbce"}, (.1964, .3949), (.1210, .2632),
+        script="gSASRec-pytorch train_gsasrec.py"),
     Row("uniform", "sampled softmax, uniform", _softmax("uniform", "none"),
-        (.1921, .3889), None),
+        (.1921, .3889), None, script="train_uniform.py"),
     Row("in_batch-none", "in-batch, no logQ", _softmax("in_batch", "none"),
-        (.1868, .3838), (.1117, .2481)),
+        (.1868, .3838), (.1117, .2481), script="train_in_batch.py"),
     Row("in_batch-standard", "in-batch, standard logQ", _softmax("in_batch", "standard"),
-        (.1942, .3889), (.1270, .2762)),
+        (.1942, .3889), (.1270, .2762), script="train_in_batch_logq_old.py",
+        released={"correction": "standard_negatives"},
+        released_label="in-batch, standard logQ on negatives only [train_in_batch_logq_old.py]"),
     Row("in_batch-improved", "in-batch, improved logQ", _softmax("in_batch", "improved"),
-        (.1969, .3947), (.1269, .2766)),
-    Row("mixed-none", "mixed, no logQ", _softmax("mixed", "none"), (.1882, .3853), (.1130, .2514)),
+        (.1969, .3947), (.1269, .2766), script="train_in_batch_logq_new.py",
+        released={"negatives": "mixed"},
+        released_label="\"in-batch\", improved logQ: mixed negatives "
+                       "[train_in_batch_logq_new.py]"),
+    Row("mixed-none", "mixed, no logQ", _softmax("mixed", "none"), (.1882, .3853), (.1130, .2514),
+        script="train_mns.py"),
     Row("mixed-standard", "mixed, standard logQ", _softmax("mixed", "standard"),
-        (.1952, .3893), (.1292, .2800)),
+        (.1952, .3893), (.1292, .2800), script="train_mns_log_old.py",
+        released={"correction": "standard_negatives"},
+        released_label="mixed, standard logQ on negatives only [train_mns_log_old.py]"),
     Row("mixed-improved", "mixed, improved logQ", _softmax("mixed", "improved"),
-        (.1972, .3937), (.1281, .2792)),
-    Row("full_softmax", "full softmax", {"loss": "full_softmax"}, (.1937, .3911), (.1205, .2640)),
+        (.1972, .3937), (.1281, .2792), script="train_mns_log_new.py"),
+    Row("full_softmax", "full softmax", {"loss": "full_softmax"}, (.1937, .3911), (.1205, .2640),
+        script="train_full_softmax.py"),
+    # Like with like under the released protocol; no released script, no paper number.
+    Row("in_batch-improved_pool", "in-batch (released pool), improved logQ",
+        _softmax("in_batch", "improved"), None, None, official_only=True,
+        released_label="in-batch (released pool), improved logQ [no released script]"),
+    Row("in_batch-standard_tfrs", "in-batch, standard logQ (TFRS)",
+        _softmax("in_batch", "standard"), None, None, official_only=True,
+        released_label="in-batch, standard logQ as TFRS (positive corrected too)"),
+    Row("mixed-standard_tfrs", "mixed, standard logQ (TFRS)", _softmax("mixed", "standard"),
+        None, None, official_only=True,
+        released_label="mixed, standard logQ as TFRS (positive corrected too)"),
 )
 ROWS_BY_NAME = {row.name: row for row in ROWS}
 SYNTHETIC_ROWS = ("in_batch-none", "in_batch-standard", "in_batch-improved",
@@ -165,6 +206,11 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
     if unknown:
         raise ValueError(f"--rows must be among {', '.join(ROWS_BY_NAME)}; received "
                          f"{', '.join(unknown)}.")
+    official = profile in OFFICIAL_PROFILES and dataset != "synthetic"
+    only_official = [name for name in rows if ROWS_BY_NAME[name].official_only]
+    if only_official and not official:
+        raise ValueError(f"Rows {', '.join(only_official)} exist under the official profiles "
+                         f"({', '.join(OFFICIAL_PROFILES)}) only; received --profile={profile}.")
     base: Dict[str, object] = {"split": split}
     if dataset != "synthetic":
         # The temporal split needs timestamps: the GroupLens ratings, not SASRec's file.
@@ -187,6 +233,8 @@ def plan(dataset: str, split: str, profile: str, seeds: int, rows: Sequence[str]
     for seed in range(seeds):
         for name in rows:
             row = ROWS_BY_NAME[name]
+            if official:
+                row = as_released(row)
             uses_log_q = row.overrides.get("correction", "none") != "none"
             for frequency in (frequencies if uses_log_q else frequencies[:1]):
                 overrides = dict(base, **row.overrides, seed=seed)

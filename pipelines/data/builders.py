@@ -36,15 +36,25 @@ def sequence_windows(sequences: Sequence[np.ndarray], max_length: int) -> Dict[s
 
 def _finish(dataset: tf.data.Dataset, size: int, batch_size: int, seed: Optional[int],
             training: bool, input_context: Optional[tf.distribute.InputContext],
-            batch_transform: Optional[Callable] = None) -> tf.data.Dataset:
-    """Shard, shuffle and repeat (training), batch, apply `batch_transform`, prefetch."""
+            batch_transform: Optional[Callable] = None,
+            partial_batches: bool = False) -> tf.data.Dataset:
+    """Shard, shuffle and repeat (training), batch, apply `batch_transform`, prefetch.
+
+    With `partial_batches`, training batches each pass (reshuffled) on its own, the
+    last batch of a pass holding the remainder, as a PyTorch DataLoader with
+    `shuffle=True` does; otherwise the passes run on into each other in full batches.
+    """
     if input_context is not None:
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if training:
-        dataset = dataset.shuffle(size, seed=seed, reshuffle_each_iteration=True).repeat()
-    dataset = dataset.batch(batch_size, drop_remainder=training)
+    if training and partial_batches:
+        dataset = dataset.shuffle(size, seed=seed, reshuffle_each_iteration=True).batch(
+            batch_size).repeat()
+    else:
+        if training:
+            dataset = dataset.shuffle(size, seed=seed, reshuffle_each_iteration=True).repeat()
+        dataset = dataset.batch(batch_size, drop_remainder=training)
     if batch_transform is not None:  # Vectorised over the batch: one call per batch.
         dataset = dataset.map(batch_transform, num_parallel_calls=tf.data.AUTOTUNE,
                               deterministic=True)
@@ -53,7 +63,8 @@ def _finish(dataset: tf.data.Dataset, size: int, batch_size: int, seed: Optional
 
 def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size: int,
                    seed: Optional[int] = None, training: bool = True,
-                   input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+                   input_context: Optional[tf.distribute.InputContext] = None,
+                   partial_batches: bool = False) -> tf.data.Dataset:
     """Batches of {"inputs": [B, max_length], "targets": [B, max_length]} int32 windows.
 
     Args:
@@ -63,13 +74,15 @@ def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size:
       seed: shuffle seed (each epoch is reshuffled, deterministically).
       training: shuffle, repeat forever and drop the last partial batch.
       input_context: from `tf.distribute`; shards by input pipeline.
+      partial_batches: training keeps each pass's last partial batch (see `_finish`).
     """
     windows = sequence_windows(sequences, max_length)
     size = len(windows["inputs"])
     if size == 0:
         raise ValueError("No user has 2 or more items to train on.")
     dataset = tf.data.Dataset.from_tensor_slices(windows)
-    return _finish(dataset, size, batch_size, seed, training, input_context)
+    return _finish(dataset, size, batch_size, seed, training, input_context,
+                   partial_batches=partial_batches)
 
 
 def two_tower_examples(sequences: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
@@ -90,8 +103,8 @@ def two_tower_examples(sequences: Sequence[np.ndarray]) -> Dict[str, np.ndarray]
 
 def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batch_size: int,
                       seed: Optional[int] = None, training: bool = True,
-                      input_context: Optional[tf.distribute.InputContext] = None
-                      ) -> tf.data.Dataset:
+                      input_context: Optional[tf.distribute.InputContext] = None,
+                      partial_batches: bool = False) -> tf.data.Dataset:
     """Batches of {"user": [B], "history": [B, history_length], "item": [B]} int32 examples.
 
     The history of an interaction is the user's previous `history_length` items,
@@ -114,7 +127,8 @@ def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batc
 
     # The small index records are shuffled and batched; histories are gathered per batch.
     return _finish(tf.data.Dataset.from_tensor_slices(examples), size, batch_size, seed,
-                   training, input_context, batch_transform=gather)
+                   training, input_context, batch_transform=gather,
+                   partial_batches=partial_batches)
 
 
 def eval_queries(histories: List[np.ndarray], users: np.ndarray, length: int,

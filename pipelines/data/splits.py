@@ -42,10 +42,19 @@ def gsasrec_validation_users(num_users: int, count: int = NUM_VALIDATION_USERS,
     return np.sort(np.random.RandomState(seed).choice(num_users, count, replace=False))
 
 
-def leave_one_out(data: Interactions) -> Split:
+def leave_one_out(data: Interactions, train_gap: int = 0) -> Split:
     """Each user's last item is the test target (history: all before it). The gSASRec
     validation users' second-to-last item is the validation target and is left out
-    of their training sequence; every other user trains on all but the last item."""
+    of their training sequence; every other user trains on all but the last item.
+
+    `train_gap` more items are left out of every training sequence (they stay in
+    the evaluation histories). gSASRec's preprocess_ml1m.py (`asash/gSASRec-pytorch`,
+    used by the logQ paper's code) trains on `user_items[:-2]` and, for validation
+    users, `[:-3]`: `train_gap=1`.
+    """
+    if isinstance(train_gap, bool) or not isinstance(train_gap, int) or train_gap < 0:
+        raise ValueError(f"`train_gap` must be a non-negative integer; received "
+                         f"train_gap={train_gap!r}.")
     sequences = data.sequences()
     validation_users = set(gsasrec_validation_users(
         data.num_users, min(NUM_VALIDATION_USERS, data.num_users)).tolist())
@@ -65,12 +74,12 @@ def leave_one_out(data: Interactions) -> Split:
         test_hist.append(sequence[:-1])
         test_targets.append(sequence[-1:])
         if user in validation_users:
-            train.append(sequence[:-2])
+            train.append(sequence[:len(sequence) - 2 - train_gap])
             val_users.append(user)
             val_hist.append(sequence[:-2])
             val_targets.append(sequence[-2:-1])
         else:
-            train.append(sequence[:-1])
+            train.append(sequence[:len(sequence) - 1 - train_gap])
     return Split(train, EvalSet(np.array(val_users, np.int64), val_hist, val_targets),
                  EvalSet(np.array(test_users, np.int64), test_hist, test_targets),
                  data.num_items)

@@ -13,6 +13,12 @@ from tfrs_logq.tasks import LogQRetrieval
 
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
 NEGATIVES = ("in_batch", "uniform", "mixed")
+# How bce / gbce reduce a row's 1 + n terms: their sum, or their mean (gSASRec's code).
+BINARY_REDUCTIONS = ("sum", "mean")
+# gBCE's alpha = n / (|D| - 1) (the gSASRec paper), or n / (|D| - 2) as gSASRec's code
+# computes it (gbce.py: alpha = negatives / (pool_size - 1), train_gsasrec.py passes
+# pool_size = num_items - 1).
+GBCE_ALPHAS = ("paper", "released")
 # bce / gbce score against the whole catalog (then gather) when it holds at most this many
 # items per negative drawn for each example.
 DENSE_SCORING_RATIO = 16
@@ -58,13 +64,31 @@ class RetrievalObjective(tf.keras.layers.Layer):
         `tfrs_logq.negatives.InBatchSampler`.
       temperature: divides the logits of the sampled softmax.
       seed: seed of the samplers.
+      deduplicate: the in-batch pool (in-batch negatives, and the in-batch half
+        of mixed ones) keeps each distinct target once, k = `num_negatives`
+        (half, when mixed) of them drawn uniformly: the paper's released pool.
+      in_batch_log_q: with `deduplicate` and in-batch negatives,
+        "horvitz_thompson" (unbiased, default) or "unigram" (the released
+        code's q; see `tfrs_logq.negatives.InBatchSampler`).
+      per_row: uniform negatives of the sampled softmax (and the uniform half
+        of mixed ones) are drawn for every example, as the released code's data
+        loader draws them per position; otherwise once per step.
+      binary_reduction: "sum" (default) or "mean" of a bce / gbce row's 1 + n
+        terms (gSASRec's and the released train_sasrec.py's
+        `binary_cross_entropy_with_logits(...).mean(-1)`).
+      binary_accidental_hits: bce / gbce mask uniform negatives equal to the
+        positive (default); False keeps them, as gSASRec's code does.
+      gbce_alpha: "paper" (default) or "released" (see GBCE_ALPHAS).
     """
 
     def __init__(self, num_items: int, loss: str = "sampled_softmax",
                  negatives: str = "in_batch", correction: str = "improved",
                  num_negatives: int = 256, probabilities: frequency_lib.FrequencyLike = None,
                  gbce_t: float = 0.75, mixture: str = "exact", global_batch: bool = False,
-                 temperature: Optional[float] = None, seed: Optional[int] = None, **kwargs):
+                 temperature: Optional[float] = None, seed: Optional[int] = None,
+                 deduplicate: bool = False, in_batch_log_q: str = "horvitz_thompson",
+                 per_row: bool = False, binary_reduction: str = "sum",
+                 binary_accidental_hits: bool = True, gbce_alpha: str = "paper", **kwargs):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         self.loss = v.check_choice("loss", loss, LOSSES)
@@ -78,21 +102,32 @@ class RetrievalObjective(tf.keras.layers.Layer):
         self.global_batch = v.check_bool("global_batch", global_batch)
         self.temperature = temperature
         self.seed = seed
+        self.deduplicate = v.check_bool("deduplicate", deduplicate)
+        self.in_batch_log_q = v.check_choice("in_batch_log_q", in_batch_log_q,
+                                             negatives_lib.IN_BATCH_LOG_Q)
+        self.per_row = v.check_bool("per_row", per_row)
+        self.binary_reduction = v.check_choice("binary_reduction", binary_reduction,
+                                               BINARY_REDUCTIONS)
+        self.binary_accidental_hits = v.check_bool("binary_accidental_hits",
+                                                   binary_accidental_hits)
+        self.gbce_alpha = v.check_choice("gbce_alpha", gbce_alpha, GBCE_ALPHAS)
         self.task = None
         self.uniform = None
         if loss == "sampled_softmax":
             if negatives == "in_batch":
                 sampler = negatives_lib.InBatchSampler(
-                    max_pool_size=num_negatives, global_batch=global_batch,
-                    probabilities=probabilities, seed=seed)
+                    deduplicate=deduplicate, max_pool_size=num_negatives,
+                    global_batch=global_batch, probabilities=probabilities, seed=seed,
+                    log_q=in_batch_log_q)
             elif negatives == "uniform":
                 sampler = negatives_lib.UniformSampler(num_items, num_negatives, first_id=1,
-                                                       seed=seed)
+                                                       seed=seed, per_row=per_row)
             else:
                 sampler = negatives_lib.MixedSampler(
                     num_items, num_negatives - num_negatives // 2, num_negatives // 2,
                     mixture=mixture, first_id=1, global_batch=global_batch,
-                    probabilities=probabilities, seed=seed)
+                    probabilities=probabilities, seed=seed, deduplicate=deduplicate,
+                    per_row=per_row)
             if negatives != "uniform" and correction != "none" and probabilities is None:
                 raise ValueError(
                     f"correction={correction!r} with {negatives} negatives needs "
@@ -148,13 +183,16 @@ class RetrievalObjective(tf.keras.layers.Layer):
             negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
             negative_logits = _ops.scores(query_embeddings,
                                           tf.cast(negatives.embeddings, tf.float32))
+        mask = negatives.mask if self.binary_accidental_hits else None
         if self.loss == "bce":
             per_example = losses_lib.bce_loss(positive_logits, negative_logits,
-                                               negative_mask=negatives.mask)
+                                               negative_mask=mask)
         else:
-            per_example = losses_lib.gbce_loss(positive_logits, negative_logits,
-                                               num_items=self.num_items, t=self.gbce_t,
-                                               negative_mask=negatives.mask)
+            per_example = losses_lib.gbce_loss(
+                positive_logits, negative_logits, t=self.gbce_t, negative_mask=mask,
+                num_items=self.num_items - (self.gbce_alpha == "released"))
+        if self.binary_reduction == "mean":
+            per_example = per_example / (1.0 + self.num_negatives)
         return tf.reduce_sum(per_example) / count
 
     def get_config(self):
@@ -163,5 +201,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
                       correction=self.correction, num_negatives=self.num_negatives,
                       gbce_t=self.gbce_t, mixture=self.mixture, global_batch=self.global_batch,
                       temperature=self.temperature,
-                      seed=self.seed)
+                      seed=self.seed, deduplicate=self.deduplicate,
+                      in_batch_log_q=self.in_batch_log_q, per_row=self.per_row,
+                      binary_reduction=self.binary_reduction,
+                      binary_accidental_hits=self.binary_accidental_hits,
+                      gbce_alpha=self.gbce_alpha)
         return config
