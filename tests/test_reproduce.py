@@ -54,6 +54,38 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual(successive.directory,
                          os.path.join(out, "ml1m_temporal_successive_cpu", "gbce", "seed0"))
 
+    def test_official_profiles_run_the_released_scripts(self):
+        # The paper's "standard" rows correct the negatives only (logq_old), its "in-batch,
+        # improved" script draws mixed negatives (logq_new); the official-only rows compare
+        # like with like.
+        out = tempfile.mkdtemp()
+        runs = {r.row.name: r for r in reproduce.plan(
+            "ml-1m", "loo", "official_cpu", 1,
+            ["in_batch-standard", "in_batch-improved", "mixed-standard", "mixed-improved",
+             "in_batch-improved_pool", "in_batch-standard_tfrs", "mixed-standard_tfrs"],
+            ["static"], out)}
+        want = {"in_batch-standard": ("in_batch", "standard_negatives"),
+                "in_batch-improved": ("mixed", "improved"),
+                "mixed-standard": ("mixed", "standard_negatives"),
+                "mixed-improved": ("mixed", "improved"),
+                "in_batch-improved_pool": ("in_batch", "improved"),
+                "in_batch-standard_tfrs": ("in_batch", "standard"),
+                "mixed-standard_tfrs": ("mixed", "standard")}
+        for name, (negatives, correction) in want.items():
+            self.assertEqual((runs[name].overrides["negatives"],
+                              runs[name].overrides["correction"]), (negatives, correction), name)
+            self.assertEqual(runs[name].preset, "official_cpu")
+        self.assertIn("train_in_batch_logq_new.py", runs["in_batch-improved"].row.label)
+        self.assertIn("mixed negatives", runs["in_batch-improved"].row.label)
+        self.assertEqual(runs["in_batch-improved"].directory,
+                         os.path.join(out, "ml1m_loo_official_cpu", "in_batch-improved", "seed0"))
+        default = reproduce.plan("ml-1m", "loo", "official", 1, [], ["static"], out)
+        self.assertLen(default, 10)  # The paper's rows; the like-for-like ones on request.
+        with self.assertRaisesRegex(ValueError, r"Rows in_batch-improved_pool exist under the "
+                                    r"official profiles \(official, official_cpu\) only; "
+                                    r"received --profile=cpu"):
+            reproduce.plan("ml-1m", "loo", "cpu", 1, ["in_batch-improved_pool"], ["static"], out)
+
     def test_estimators_multiply_only_the_rows_that_use_log_q(self):
         runs = reproduce.plan("synthetic", "loo", "cpu", 1, [], ["static", "hashed"],
                               tempfile.mkdtemp())
