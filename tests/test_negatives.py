@@ -47,6 +47,19 @@ def _truth(positive):
     return float(np.sum(np.exp(SCORES.astype(np.float64))) - np.exp(SCORES[positive]))
 
 
+class _Padded:
+    """Calls `sampler` with 5 padding slots appended to the pool and a candidate mask (the
+    static-shape path of sequence batches)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __call__(self, positive_ids, candidate_ids):
+        ids = tf.concat([candidate_ids, tf.zeros([5], candidate_ids.dtype)], axis=0)
+        mask = tf.concat([tf.ones_like(candidate_ids, tf.bool), tf.zeros([5], tf.bool)], axis=0)
+        return self.sampler(positive_ids, ids, candidate_mask=mask)
+
+
 SAMPLER_CASES = dict(
     in_batch=lambda: negatives.InBatchSampler(probabilities=ZIPF_Q),
     in_batch_capped=lambda: negatives.InBatchSampler(max_pool_size=5, probabilities=ZIPF_Q),
@@ -57,6 +70,10 @@ SAMPLER_CASES = dict(
     mixed_exact=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, probabilities=ZIPF_Q),
     mixed_exact_per_row=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, per_row=True,
                                                        probabilities=ZIPF_Q),
+    in_batch_capped_slots=lambda: _Padded(negatives.InBatchSampler(max_pool_size=5,
+                                                                   probabilities=ZIPF_Q)),
+    in_batch_dedup_capped_slots=lambda: _Padded(negatives.InBatchSampler(
+        deduplicate=True, max_pool_size=4, probabilities=ZIPF_Q)),
 )
 
 
@@ -209,6 +226,34 @@ class InBatchSamplerTest(tf.test.TestCase):
         self.assertLess(chi_square(negatives.InBatchSampler(deduplicate=True, max_pool_size=3)),
                         27.88)
         self.assertGreater(chi_square(negatives.InBatchSampler(max_pool_size=3)), 27.88)
+
+    def test_slots_equal_the_packed_pool(self):
+        # With a candidate mask the pool keeps its padding and duplicates as masked slots;
+        # without a cap it is the packed pool, slot for slot where valid.
+        ids = tf.constant([3, 0, 1, 3, 2, 0, 1], tf.int64)
+        valid = tf.constant([True, False, True, True, True, False, True])
+        emb = tf.reshape(tf.range(14, dtype=tf.float32), [7, 2])
+        q = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+        positives = tf.constant([3, 1, 3, 2, 1], tf.int64)
+        packed = negatives.InBatchSampler(deduplicate=True, probabilities=q)(
+            positives, tf.constant([3, 1, 3, 2, 1], tf.int64),
+            tf.gather(emb, [0, 2, 3, 4, 6]))
+        slots = negatives.InBatchSampler(deduplicate=True, probabilities=q)(
+            positives, ids, emb, candidate_mask=valid)
+        self.assertEqual(slots.ids.shape, (7,))
+        # Slots 0, 2 and 4 hold the first 3, 1 and 2; the others are padding or copies.
+        self.assertAllEqual(tf.gather(slots.ids, [0, 2, 4]), packed.ids)
+        self.assertAllEqual(tf.gather(slots.embeddings, [0, 2, 4]), packed.embeddings)
+        self.assertAllEqual(tf.gather(slots.mask, [0, 2, 4], axis=1), packed.mask)
+        self.assertFalse(slots.mask.numpy()[:, [1, 3, 5, 6]].any())
+        self.assertAllClose(tf.gather(slots.log_q, [0, 2, 4], axis=1), packed.log_q)
+        self.assertAllClose(slots.positive_log_q, packed.positive_log_q)
+        # Under XLA too: the shapes are static.
+        capped = negatives.InBatchSampler(deduplicate=True, max_pool_size=2, probabilities=q,
+                                          seed=1)
+        fn = tf.function(lambda: capped(positives, ids, emb, candidate_mask=valid).log_q,
+                         jit_compile=True)
+        self.assertEqual(fn().shape, (5, 2))
 
     def test_cap_and_candidate_mask(self):
         ids = tf.range(20, dtype=tf.int64)

@@ -91,6 +91,8 @@ def cross_replica_concat(tensor: tf.Tensor) -> tf.Tensor:
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return tensor
+    if tensor.dtype == tf.bool:  # Collectives carry numbers only.
+        return tf.cast(context.all_gather(tf.cast(tensor, tf.int32), axis=0), tf.bool)
     gathered = context.all_gather(tensor, axis=0)
     # all_gather's gradient fails on the IndexedSlices a later tf.gather yields (TF 2.20).
     return _densify_gradient(gathered) if gathered.dtype.is_floating else gathered
@@ -107,11 +109,29 @@ def _densify_gradient(tensor: tf.Tensor):
 IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
 
 
-def _random_subset(size: tf.Tensor, k: int, seed: Optional[int]) -> tf.Tensor:
-    """min(k, size) distinct positions of range(size), uniformly at random."""
-    k = tf.minimum(tf.cast(k, tf.int32), size)
+def _random_subset(size: tf.Tensor, k: int, seed: Optional[int],
+                   static_size: Optional[int] = None) -> tf.Tensor:
+    """min(k, size) distinct positions of range(size), uniformly at random (a static
+    number of them when `static_size` is known, as XLA needs)."""
+    k = min(k, static_size) if static_size is not None else tf.minimum(
+        tf.cast(k, tf.int32), size)
     _, indices = tf.math.top_k(tf.random.uniform([size], seed=seed), k=k)
     return indices
+
+
+def _first_of_each_id(ids: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+    """[n] bool: True at the first valid position of each distinct integer id.
+
+    A stable sort instead of `tf.unique`, so that the shape stays [n] (XLA).
+    """
+    sentinel = tf.constant(ids.dtype.max, ids.dtype)
+    keyed = tf.where(valid, ids, sentinel)
+    order = tf.argsort(keyed, stable=True)
+    ordered = tf.gather(keyed, order)
+    starts = tf.concat([tf.ones([1], tf.int32),
+                        tf.cast(tf.not_equal(ordered[1:], ordered[:-1]), tf.int32)], axis=0)
+    first = tf.scatter_nd(order[:, tf.newaxis], starts, tf.shape(ids, out_type=order.dtype))
+    return tf.logical_and(tf.cast(first, tf.bool), valid)
 
 
 class NegativeSampler(tf.keras.layers.Layer):
@@ -201,7 +221,11 @@ class InBatchSampler(NegativeSampler):
             two-tower batch it is `positive_ids` itself; for a sequence batch,
             every valid target of the batch).
           candidate_embeddings: [pool, dim] their embeddings, or None.
-          candidate_mask: optional [pool] bool, False for padding entries.
+          candidate_mask: optional [pool] bool, False for padding entries. With
+            it (integer ids, or without deduplication) the pool keeps static
+            shapes: padding and duplicates become masked slots, `ids` has
+            min(max_pool_size, pool) entries (all of the pool without a cap),
+            and XLA compiles the sampler once.
           embedding_fn: unused (in-batch negatives carry their embeddings).
 
         Returns:
@@ -219,7 +243,9 @@ class InBatchSampler(NegativeSampler):
                 embeddings = cross_replica_concat(embeddings)
             if candidate_mask is not None:
                 candidate_mask = cross_replica_concat(candidate_mask)
-        if candidate_mask is not None:
+        if candidate_mask is not None and (ids.dtype.is_integer or not self.deduplicate):
+            return self._pool_of_slots(positive_ids, ids, embeddings, candidate_mask)
+        if candidate_mask is not None:  # String ids, deduplicated: tf.unique needs them packed.
             ids = tf.boolean_mask(ids, candidate_mask)
             if embeddings is not None:
                 embeddings = tf.boolean_mask(embeddings, candidate_mask)
@@ -235,12 +261,39 @@ class InBatchSampler(NegativeSampler):
 
         pool_size = tf.shape(ids)[0]
         if self.max_pool_size is not None:
-            keep = _random_subset(pool_size, self.max_pool_size, self.seed)
+            keep = _random_subset(pool_size, self.max_pool_size, self.seed,
+                                  None if self.deduplicate else ids.shape[0])
             ids = tf.gather(ids, keep)
             if embeddings is not None:
                 embeddings = tf.gather(embeddings, keep)
+        return self._finish(positive_ids, ids, embeddings, accidental_hit_mask(positive_ids, ids),
+                            num_draws, tf.shape(ids)[0], pool_size)
 
-        mask = accidental_hit_mask(positive_ids, ids)
+    def _pool_of_slots(self, positive_ids, ids, embeddings, slots):
+        """The pool with static shapes: padding and duplicates stay in place as masked slots.
+
+        The same law as packing the valid entries first: k slots drawn uniformly
+        among the valid ones (the first of each distinct id with `deduplicate`).
+        """
+        num_draws = tf.reduce_sum(tf.cast(slots, tf.int32)) - 1
+        if self.deduplicate:
+            slots = _first_of_each_id(ids, slots)
+        pool_size = tf.reduce_sum(tf.cast(slots, tf.int32))
+        if self.max_pool_size is not None:
+            size = ids.shape[0]
+            k = self.max_pool_size if size is None else min(self.max_pool_size, size)
+            keys = tf.where(slots, tf.random.uniform(tf.shape(slots), seed=self.seed), -1.0)
+            _, keep = tf.math.top_k(keys, k=k)
+            ids, slots = tf.gather(ids, keep), tf.gather(slots, keep)
+            if embeddings is not None:
+                embeddings = tf.gather(embeddings, keep)
+        mask = tf.logical_and(accidental_hit_mask(positive_ids, ids), slots[tf.newaxis, :])
+        return self._finish(positive_ids, ids, embeddings, mask, num_draws,
+                            tf.reduce_sum(tf.cast(slots, tf.int32)), pool_size)
+
+    def _finish(self, positive_ids, ids, embeddings, mask, num_draws, kept, pool_size):
+        """`Negatives` with the log Q of the pool: `kept` of its `pool_size` entries drawn, the
+        pool made of `num_draws` + 1 batch entries."""
         if self.frequency is None:
             return Negatives(ids, embeddings, mask, None, None, False)
         if not self.deduplicate or self.log_q_mode == "unigram":
@@ -249,8 +302,8 @@ class InBatchSampler(NegativeSampler):
 
         # Horvitz-Thompson: Q_i = pi(d_i) * (k'/k) / n_row, so that
         # (1/n) sum m_i e^{s_i} / Q_i = sum_{d in pool, d != p} e^{s_d} / pi'(d).
-        log_subsample = (tf.math.log(tf.cast(tf.shape(ids)[0], tf.float32))
-                         - tf.math.log(tf.cast(pool_size, tf.float32)))
+        log_subsample = (tf.math.log(tf.cast(tf.maximum(kept, 1), tf.float32))
+                         - tf.math.log(tf.cast(tf.maximum(pool_size, 1), tf.float32)))
         num_valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
         log_scale = log_subsample - tf.math.log(tf.maximum(num_valid, 1.0))  # [batch]
         num_draws = tf.maximum(num_draws, 1)
