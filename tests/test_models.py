@@ -143,6 +143,48 @@ class SASRecTest(tf.test.TestCase):
             RetrievalObjective(NUM_ITEMS, negatives="in_batch", correction="improved")
 
 
+class StaticShapesTest(tf.test.TestCase, parameterized.TestCase):
+    """SASRec's loss keeps every position as a row, padding masked (XLA compiles it once);
+    where no draw is random it equals the old computation on the packed valid rows."""
+
+    @parameterized.named_parameters(
+        ("full_softmax", dict(loss="full_softmax")),
+        ("in_batch_none", dict(negatives="in_batch", correction="none")),
+        ("in_batch_standard", dict(negatives="in_batch", correction="standard")),
+        ("in_batch_improved", dict(negatives="in_batch", correction="improved")),
+        ("dedup_horvitz_thompson", dict(negatives="in_batch", correction="improved",
+                                        deduplicate=True)),
+        ("released_pool", dict(negatives="in_batch", correction="standard_negatives",
+                               deduplicate=True, in_batch_log_q="unigram")),
+    )
+    def test_equals_the_packed_computation(self, kwargs):
+        _, split, probabilities = _data()
+        # A pool cap above the batch's positions: every valid target is a negative.
+        objective = RetrievalObjective(NUM_ITEMS, num_negatives=10_000,
+                                       probabilities=probabilities, seed=1, **kwargs)
+        model = SASRec(NUM_ITEMS, objective, max_length=20, dim=16, num_blocks=1, dropout=0.0)
+        batch = next(iter(builders.sasrec_dataset(split.train, 20, 16, seed=0)))
+        model(batch["inputs"])
+        self.assertGreater(int(tf.reduce_sum(tf.cast(batch["targets"] == 0, tf.int32))), 0)
+
+        def packed():
+            sequence = model(batch["inputs"], training=True)
+            valid = tf.not_equal(batch["targets"], 0)
+            return model.objective(tf.boolean_mask(sequence, valid),
+                                   tf.boolean_mask(batch["targets"], valid),
+                                   model.output_embedding,
+                                   all_item_embeddings=model.item_embeddings, training=True)
+
+        results = []
+        for compute in (lambda: model.compute_loss(batch, training=True), packed):
+            with tf.GradientTape() as tape:
+                loss = compute()
+            gradients = tape.gradient(loss, model.trainable_variables)
+            results.append([loss] + [tf.convert_to_tensor(g) for g in gradients])
+        for static, old in zip(*results):
+            self.assertAllClose(static, old, rtol=1e-4, atol=1e-6)
+
+
 class ObjectiveOptionsTest(tf.test.TestCase):
     """The released protocol's options (tests/test_parity.py checks their values)."""
 
@@ -203,6 +245,31 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
                              np.einsum("qd,qkd->qk", q, t[ids]), neg.mask.numpy(), beta=beta)
         self.assertAllClose(got, want.mean(), rtol=1e-5)
 
+    @parameterized.parameters(("uniform", "none"), ("mixed", "improved"),
+                              ("mixed", "standard_negatives"))
+    def test_per_row_sampled_softmax_paths_agree(self, negatives, correction):
+        # Per-row draws scored as columns of one matmul against the table equal the same
+        # draws embedded one by one, in value and in gradients.
+        num_items, k = self.NUM_ITEMS, self.K
+        table, query, positives = self._fixture()
+        table = tf.Variable(table)
+        probabilities = np.full(num_items + 1, 1.0 / num_items, np.float32)
+        results = []
+        for whole_table in (True, False):
+            objective = RetrievalObjective(num_items, negatives=negatives, correction=correction,
+                                           num_negatives=k, probabilities=probabilities,
+                                           per_row=True, mixture="paper", seed=4)
+            tf.random.set_seed(0)  # The same negatives on both paths.
+            with tf.GradientTape() as tape:
+                tape.watch(query)
+                value = objective(query, positives, lambda i: tf.gather(table, i),
+                                  all_item_embeddings=(lambda: table) if whole_table else None)
+            results.append([value] + [tf.convert_to_tensor(g)
+                                      for g in tape.gradient(value, [query, table])])
+        for whole, gathered in zip(*results):
+            self.assertAllClose(whole, gathered, rtol=1e-5, atol=1e-6)
+        self.assertGreater(float(tf.norm(results[0][2])), 0.0)
+
     @parameterized.parameters("bce", "gbce")
     def test_both_paths_have_the_same_gradients(self, loss):
         num_items, k = self.NUM_ITEMS, self.K
@@ -227,11 +294,14 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
 class TrainingTest(tf.test.TestCase, parameterized.TestCase):
     """About 80 steps of every loss family make the model better at its objective.
 
-    Sampled-softmax losses are noisy from epoch to epoch (fresh negatives, and
-    the improved weight), so for them the logged mean P_hat of the positive,
-    which only rises as the model learns, is the measure. BCE's loss flattens
-    within the first epoch (it learns popularity fast), so for the others the
-    measure is held-out Recall@10, against the untrained model's.
+    Losses are noisy from epoch to epoch (fresh negatives, and the improved
+    weight), and BCE's flattens within the first epoch (it learns popularity
+    fast), so the measure is held-out Recall@10 against the untrained model's
+    (2x for bce, gbce and full softmax; 1.5x for sampled softmax, whose 80
+    steps of fresh negatives gave 2.1-2.8x). Uncorrected in-batch negatives
+    learn popularity bias, which can lower held-out recall on this catalog:
+    there the logged mean P_hat of the positive, which rises as the model
+    learns its objective, is the measure.
     """
 
     def _assert_learned(self, history):
@@ -275,11 +345,12 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
         model.compute_loss(next(iter(dataset)), training=False)  # Builds the model.
         untrained = self._recall_at_10(model, split)
         history = model.fit(dataset, steps_per_epoch=20, epochs=4, verbose=0).history
-        if "loss" in kwargs:
-            trained = self._recall_at_10(model, split)
-            self.assertGreater(trained, 2.0 * untrained, msg=f"{untrained} -> {trained}")
+        if kwargs.get("negatives") == "in_batch" and kwargs.get("correction") == "none":
+            self._assert_learned(history)  # Popularity-biased: held-out recall can fall.
         else:
-            self._assert_learned(history)
+            trained = self._recall_at_10(model, split)
+            factor = 2.0 if "loss" in kwargs else 1.5
+            self.assertGreater(trained, factor * untrained, msg=f"{untrained} -> {trained}")
         if kwargs.get("correction") == "improved":
             self.assertAllClose(history["mean_w"], 1.0 - np.array(history["mean_p_hat"]))
 

@@ -172,7 +172,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
              compute_batch_metrics: bool = True,
              score_mask: Optional[tf.Tensor] = None,
              candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None,
-             training: Optional[bool] = None) -> tf.Tensor:
+             training: Optional[bool] = None,
+             candidate_table: Optional[tf.Tensor] = None,
+             candidate_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Computes the task loss and updates the metrics.
 
         Row i of `query_embeddings` chose the candidate in row i of
@@ -196,6 +198,17 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             columns a query must not see as negatives. Not with a sampler.
           candidate_embedding_fn: maps ids to candidate embeddings (the item
             tower), for samplers that draw ids outside the batch (uniform, mixed).
+          candidate_table: with a sampler and integer ids, optional [num_ids,
+            dim] embeddings of every id (row i = id i). The sampler's negatives
+            are then scored by one [num_queries, num_ids] matmul against it and
+            a gather of their columns, instead of embedding each draw: on a small
+            catalog with per-row negatives this costs less (no [num_queries,
+            num_negatives, dim] gather, nor its scattered gradient). Same values
+            and gradients.
+          candidate_mask: with a sampler, optional [num_candidates] bool, False
+            for padding candidates: they never enter the in-batch pool. Give
+            their rows a zero `sample_weight`. Shapes stay static (padding
+            becomes masked slots), so that XLA compiles the step once.
           training: whether this is a training step. Unless it is False, a
             streaming frequency estimator is first updated with the positives'
             ids (`candidate_ids[:num_queries]`; rows with a zero sample weight
@@ -219,6 +232,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
 
         num_queries = tf.shape(query_embeddings)[0]
         self._update_frequency(candidate_ids, num_queries, sample_weight, training)
+        if self.sampler is None and candidate_mask is not None:
+            raise ValueError(
+                "`candidate_mask` masks a sampler's pool; without a sampler, mask candidate "
+                "columns with `score_mask`. Received candidate_mask that is not None.")
         if self.sampler is None:
             positive_logits, negative_logits, mask, log_q, positive_log_q, excludes = (
                 self._candidate_columns(query_embeddings, candidate_embeddings,
@@ -228,7 +245,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             positive_logits, negative_logits, mask, log_q, positive_log_q, excludes = (
                 self._sampled(query_embeddings, candidate_embeddings,
                               candidate_sampling_probability, candidate_ids, score_mask,
-                              candidate_embedding_fn))
+                              candidate_embedding_fn, candidate_table, candidate_mask))
         correction = self._resolve_correction(log_q)
 
         if self.num_hard_negatives is not None:
@@ -356,7 +373,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         return positive_logits, scores, mask, log_q, positive_log_q, False
 
     def _sampled(self, query_embeddings, candidate_embeddings, candidate_sampling_probability,
-                 candidate_ids, score_mask, candidate_embedding_fn):
+                 candidate_ids, score_mask, candidate_embedding_fn, candidate_table=None,
+                 candidate_mask=None):
         """Negatives from the sampler; the positives are the first num_queries candidates."""
         for name, value in (("candidate_sampling_probability", candidate_sampling_probability),
                             ("score_mask", score_mask)):
@@ -372,14 +390,25 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         num_queries = tf.shape(query_embeddings)[0]
         positive_embeddings = candidate_embeddings[:num_queries]
         positive_ids = candidate_ids[:num_queries]
+        positive_logits = self._temperature(_ops.row_scores(query_embeddings, positive_embeddings))
+        if candidate_table is not None:
+            # Ids only from the sampler; their scores are columns of one matmul.
+            negatives = self.sampler(positive_ids, candidate_ids, candidate_mask=candidate_mask)
+            table = v.float_tensor("candidate_table", candidate_table, rank=2)
+            full = _ops.scores(query_embeddings, table)
+            ids = tf.cast(negatives.ids, tf.int32)
+            columns = (tf.gather(full, ids, axis=1) if negatives.ids.shape.rank == 1
+                       else tf.gather(full, ids, batch_dims=1))
+            return (positive_logits, self._temperature(columns), negatives.mask,
+                    negatives.log_q, negatives.positive_log_q, negatives.log_q_excludes_positive)
         negatives = self.sampler(positive_ids, candidate_ids, candidate_embeddings,
+                                 candidate_mask=candidate_mask,
                                  embedding_fn=candidate_embedding_fn)
         if negatives.embeddings is None:
             raise ValueError(
                 f"{type(self.sampler).__name__} drew ids outside the batch and needs "
                 "`candidate_embedding_fn` (the item tower) to embed them; received "
                 "candidate_embedding_fn=None.")
-        positive_logits = self._temperature(_ops.row_scores(query_embeddings, positive_embeddings))
         negative_embeddings = negatives.embeddings
         if isinstance(negative_embeddings, tuple):  # (per-row part, shared part).
             negative_embeddings = tuple(v.float_tensor("negative embeddings", part)

@@ -25,8 +25,9 @@ DENSE_SCORING_RATIO = 16
 
 
 def scores_whole_table(num_items: int, num_negatives: int) -> bool:
-    """Whether bce / gbce score the whole table and gather columns (given the table), rather
-    than gather the negatives' embeddings: see DENSE_SCORING_RATIO."""
+    """Whether negatives drawn per example (bce / gbce, and per-row uniform or mixed
+    sampled softmax) are scored against the whole table, their columns gathered, rather
+    than by gathering their embeddings: see DENSE_SCORING_RATIO."""
     return num_items <= DENSE_SCORING_RATIO * num_negatives
 
 
@@ -142,33 +143,56 @@ class RetrievalObjective(tf.keras.layers.Layer):
     def call(self, query_embeddings: tf.Tensor, positive_ids: tf.Tensor,
              item_embedding_fn: Callable[[tf.Tensor], tf.Tensor],
              all_item_embeddings: Optional[Callable[[], tf.Tensor]] = None,
-             training: Optional[bool] = None) -> tf.Tensor:
+             training: Optional[bool] = None,
+             example_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Mean loss over the examples.
 
         Args:
-          query_embeddings: [n, dim], one row per training example (padding
-            already removed).
+          query_embeddings: [n, dim], one row per training example.
           positive_ids: [n] the positives' ids.
           item_embedding_fn: maps ids to [.., dim] item embeddings.
           all_item_embeddings: returns [num_items + 1, dim] (full softmax).
           training: forwarded to the task (streaming estimators update then).
+          example_mask: optional [n] bool, False for padding rows (their
+            `positive_ids` are ignored): they are no example, no in-batch
+            negative and no estimator update, and the shapes stay static (XLA
+            compiles once). Without it every row is an example.
         """
         positive_ids = tf.cast(positive_ids, tf.int64)
-        count = tf.cast(tf.shape(positive_ids)[0], tf.float32)
+        if example_mask is None:
+            weight = None
+            count = tf.cast(tf.shape(positive_ids)[0], tf.float32)
+        else:
+            example_mask = tf.cast(example_mask, tf.bool)
+            weight = tf.cast(example_mask, tf.float32)
+            count = tf.reduce_sum(weight)
+            positive_ids = tf.where(example_mask, positive_ids, tf.ones_like(positive_ids))
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
             count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
         count = tf.maximum(count, 1.0)  # The global number of examples.
+
+        def total(per_example):
+            return tf.reduce_sum(per_example if weight is None else per_example * weight)
+
         if self.task is not None:
+            table = None
+            if (all_item_embeddings is not None and self.per_row
+                    and self.negatives in ("uniform", "mixed")
+                    and scores_whole_table(self.num_items, self.num_negatives)):
+                # Per-row draws on a small catalog: their scores are columns of one matmul.
+                table = all_item_embeddings()
             loss = self.task(query_embeddings, item_embedding_fn(positive_ids),
-                             candidate_ids=positive_ids, candidate_embedding_fn=item_embedding_fn,
-                             compute_metrics=False, training=training)
+                             sample_weight=weight, candidate_ids=positive_ids,
+                             candidate_embedding_fn=item_embedding_fn, compute_metrics=False,
+                             training=training, candidate_table=table,
+                             candidate_mask=example_mask)
             return loss / count
         query_embeddings = tf.cast(query_embeddings, tf.float32)
         if self.loss == "full_softmax":
             table = tf.cast(all_item_embeddings(), tf.float32)[1:]
             logits = _ops.scores(query_embeddings, table)
-            return tf.reduce_sum(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
+            return total(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
         positive_logits = _ops.row_scores(query_embeddings,
                                           tf.cast(item_embedding_fn(positive_ids), tf.float32))
         if (all_item_embeddings is not None
@@ -193,7 +217,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
                 num_items=self.num_items - (self.gbce_alpha == "released"))
         if self.binary_reduction == "mean":
             per_example = per_example / (1.0 + self.num_negatives)
-        return tf.reduce_sum(per_example) / count
+        return total(per_example) / count
 
     def get_config(self):
         config = super().get_config()

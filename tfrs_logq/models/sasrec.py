@@ -216,10 +216,33 @@ class SASRec(tfrs.Model):
             return self.output_embedding.embeddings[:self.num_items + 1]
         return self.output_embedding.embeddings
 
+    def train_step(self, inputs):
+        """`tfrs.Model.train_step`; under XLA (`compile(jit_compile=True)`) the item tables'
+        sparse gradients are made dense first: Keras's Adam decays and updates every row of
+        a table at each step either way, and XLA's scatter of IndexedSlices cost more than
+        the dense sum (cpu preset, ML-1M: about 25 against 33 ms a step)."""
+        if not getattr(self, "jit_compile", False):
+            return super().train_step(inputs)
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(inputs, training=True)
+            regularization_loss = tf.reduce_sum([tf.reduce_sum(x) for x in self.losses])
+            total_loss = loss + regularization_loss
+        gradients = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                     for g in tape.gradient(total_loss, self.trainable_variables)]
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        metrics = {metric.name: metric.result() for metric in self.metrics}
+        metrics.update(loss=loss, regularization_loss=regularization_loss,
+                       total_loss=total_loss)
+        return metrics
+
     def compute_loss(self, features, training=False):
+        """Mean loss over the windows' non-padding positions.
+
+        Every position stays a row, padding masked (`example_mask`), so that the
+        step's shapes do not depend on the batch and XLA compiles it once.
+        """
         sequence = self(features["inputs"], training=training)
-        targets = features["targets"]
-        valid = tf.not_equal(targets, 0)
-        return self.objective(tf.boolean_mask(sequence, valid), tf.boolean_mask(targets, valid),
+        targets = tf.reshape(features["targets"], [-1])
+        return self.objective(tf.reshape(sequence, [-1, self.dim]), targets,
                               self.output_embedding, all_item_embeddings=self.item_embeddings,
-                              training=training)
+                              training=training, example_mask=tf.not_equal(targets, 0))
