@@ -107,6 +107,14 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
     return model
 
 
+def uses_xla(config: configs.Config, strategy: tf.distribute.Strategy) -> bool:
+    """Whether the training step is compiled with XLA: `config.jit_compile`, for SASRec (whose
+    step has static shapes) on one replica; the two-tower step and tf.distribute runs are
+    not compiled (not measured here)."""
+    return bool(config.jit_compile and config.model == "sasrec"
+                and strategy.num_replicas_in_sync == 1)
+
+
 def training_stream(config: configs.Config, split: splits_lib.Split,
                     input_context: Optional[tf.distribute.InputContext] = None
                     ) -> Tuple[tf.data.Dataset, int]:

@@ -107,7 +107,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     with strategy.scope():
         model = experiment.build_model(config, data, split)
         model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate,
-                                                         epsilon=config.adam_epsilon))
+                                                         epsilon=config.adam_epsilon),
+                      jit_compile=experiment.uses_xla(config, strategy))
     pass_steps = experiment.training_stream(config, split)[1]
     steps_per_epoch = config.steps_per_epoch or pass_steps
     best_path = os.path.join(output_dir, "checkpoints", "best")
