@@ -124,14 +124,29 @@ class EstimatorAccuracyTest(tf.test.TestCase):
 class LossOverheadTest(tf.test.TestCase):
 
     def test_command_line_prints_the_ratios(self):
-        result = run_benchmark("loss_overhead", "--num_items=20000", "--batch_size=256",
-                               "--rounds=2", "--steps_per_round=3", timeout=900)
+        result = run_benchmark("loss_overhead", "--num_items=20000", "--batch_sizes=256",
+                               "--ids=int,string", "--sources=column,count_min",
+                               "--rounds=1", "--steps_per_round=2", timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        for variant in ("tfrs Retrieval (logQ)", "LogQRetrieval standard",
-                        "LogQRetrieval improved"):
-            self.assertRegex(result.stdout,
-                             r"\| " + re.escape(variant) + r" \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|")
-        self.assertRegex(result.stdout, r"LogQRetrieval improved / tfrs \(logQ\): +[0-9.]+x")
+        for variant in ("LogQRetrieval standard, Q: column",
+                        "LogQRetrieval standard_negatives, Q: count_min",
+                        "LogQRetrieval improved, Q: count_min"):
+            self.assertRegex(result.stdout, r"\| " + re.escape(variant) + r" \| [0-9.]+ \| [0-9.]+x \|")
+            for ids in ("int", "string"):
+                self.assertRegex(result.stdout,
+                                 r"\| " + ids + r" \| " + re.escape(variant) + r" \| [0-9.]+x \|")
+        self.assertRegex(result.stdout, r"Worst ratio: [0-9.]+x")
+
+    def test_tutorial_and_memory_modes(self):
+        result = run_benchmark("loss_overhead", "--tutorial", "--rounds=1", "--steps_per_round=1",
+                               timeout=900)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertRegex(result.stdout, r"\| LogQRetrieval improved, StaticFrequency \| [0-9.]+ "
+                                        r"\| [0-9.]+x \|")
+        result = run_benchmark("loss_overhead", "--memory", "--batch_sizes=512",
+                               "--num_items=5000", timeout=900)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertRegex(result.stdout, r"\| LogQRetrieval improved, Q: column \| [0-9]+ \|")
 
 
 if __name__ == "__main__":

@@ -1,72 +1,321 @@
-"""Step time of a two-tower training step: tfrs.tasks.Retrieval against LogQRetrieval.
+r"""Step time of a two-tower training step: tfrs.tasks.Retrieval against LogQRetrieval.
 
 One compiled training step (forward, backward, Adam update) of a two-tower
-model (100k users, 100k items, dim 64, batch 1024, in-batch negatives) is timed
-for each task variant. All variants run interleaved in one process, round after
-round, and the ratios of median step times to tfrs.tasks.Retrieval are printed
-(targets: standard <= 1.05x, improved <= 1.10x). Timings from one run only.
+model (100k users, 100k items, dim 64, in-batch negatives, accidental hits
+removed) is timed for every cell of the grid
+
+  batch size x id kind (int, string) x where Q comes from x correction,
+
+each against the matching TFRS step: `tfrs.tasks.Retrieval` without a
+correction for "none"; with `candidate_sampling_probability` read from the same
+source (the column's given Q; a `StaticFrequency` lookup; a streaming
+estimator updated, then read, in the step) for the corrections. The variants
+of one (batch size, id kind) run interleaved in one process, round after
+round; the ratios of median step times are printed (target: <= 1.05x).
+Timings from one run only: compare within a run.
+
+`--tutorial` times TFRS's basic-retrieval flow instead (string ids, the item
+ids being MovieLens-1M titles when ../shared/data holds them, batch 8192, dim
+32, Adagrad(0.1)); `--memory` reports the peak resident memory of one process
+per variant running steps at the largest batch size.
 
 Usage:
-  python -m pipelines.benchmarks.loss_overhead
+  python -m pipelines.benchmarks.loss_overhead --batch_sizes=8192 --rounds=3 --steps_per_round=5
+  python -m pipelines.benchmarks.loss_overhead          # the whole grid (about an hour)
+  python -m pipelines.benchmarks.loss_overhead --tutorial
+  python -m pipelines.benchmarks.loss_overhead --memory --batch_sizes=16384
 """
 
+import gzip
+import os
+import resource
+import subprocess
+import sys
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 from absl import app
 from absl import flags
 
-from pipelines.benchmarks.steps import TwoTower, make_train_step, time_interleaved, zipf_batches
+from pipelines.benchmarks.steps import time_interleaved, zipf_batches
+from pipelines.data import loaders
+from tfrs_logq import frequency
+from tfrs_logq import losses
 from tfrs_logq.tasks import LogQRetrieval
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_items", 100_000, "Item (and user) vocabulary size.", lower_bound=2)
-flags.DEFINE_integer("batch_size", 1024, "Examples per step.", lower_bound=2)
+flags.DEFINE_list("batch_sizes", ["256", "1024", "4096", "8192", "16384"], "Examples per step.")
+flags.DEFINE_list("ids", ["int", "string"], "Id kinds: int, string.")
+flags.DEFINE_list("sources", ["column", "static", "count_min", "hashed"],
+                  "Where Q comes from: the column's given probability, a StaticFrequency, or a "
+                  "streaming estimator (count_min, hashed).")
+flags.DEFINE_list("corrections", list(losses.CORRECTIONS), "Corrections to time.")
 flags.DEFINE_integer("dim", 64, "Embedding dimension.", lower_bound=1)
-flags.DEFINE_integer("rounds", 7, "Interleaved rounds; the median over rounds is reported.",
+flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median over rounds is reported.",
                      lower_bound=1)
-flags.DEFINE_integer("steps_per_round", 20, "Steps timed per variant and round.", lower_bound=1)
+flags.DEFINE_integer("steps_per_round", 5, "Steps timed per variant and round.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed of the data and the weights.")
+flags.DEFINE_bool("tutorial", False, "Time TFRS's basic-retrieval flow instead of the grid.")
+flags.DEFINE_bool("memory", False, "Peak memory per variant at the largest batch size.")
+flags.DEFINE_string("memory_variant", "", "Internal: run this variant alone and print its "
+                    "peak memory.")
+
+TFRS_NONE = "tfrs Retrieval"
 
 
-VARIANTS = {
-    # name: (task factory, pass probabilities)
-    "tfrs Retrieval (no correction)": (lambda: tfrs.tasks.Retrieval(
-        remove_accidental_hits=True), False),
-    "tfrs Retrieval (logQ)": (lambda: tfrs.tasks.Retrieval(remove_accidental_hits=True), True),
-    "LogQRetrieval none": (lambda: LogQRetrieval(correction="none",
-                                                 remove_accidental_hits=True), False),
-    "LogQRetrieval standard": (lambda: LogQRetrieval(correction="standard",
-                                                     remove_accidental_hits=True), True),
-    "LogQRetrieval improved": (lambda: LogQRetrieval(correction="improved",
-                                                     remove_accidental_hits=True), True),
-}
+class Towers(tf.keras.Model):
+    """User id -> embedding -> dense; item id -> embedding -> dense (string ids: a lookup first)."""
+
+    def __init__(self, num_ids: int, dim: int, seed: int, vocabulary: Optional[List[str]] = None):
+        super().__init__()
+        init = tf.keras.initializers.RandomNormal(stddev=0.05, seed=seed)
+
+        def tower():
+            layers = []
+            if vocabulary is not None:
+                layers.append(tf.keras.layers.StringLookup(vocabulary=vocabulary,
+                                                           mask_token=None))
+                size = len(vocabulary) + 1
+            else:
+                size = num_ids
+            layers.append(tf.keras.layers.Embedding(size, dim, embeddings_initializer=init))
+            layers.append(tf.keras.layers.Dense(dim))
+            return tf.keras.Sequential(layers)
+
+        self.user_tower, self.item_tower = tower(), tower()
+
+
+def make_source(kind: str, q: np.ndarray, vocabulary: Optional[List[str]]):
+    """A fresh probability source of `kind` ("static", "count_min", "hashed")."""
+    if kind == "static":
+        return frequency.StaticFrequency(q.astype(np.float32), vocabulary=vocabulary)
+    if kind == "count_min":
+        return frequency.CountMinSketchEstimator(seed=1)
+    return frequency.HashedFrequencyEstimator(seed=1)
+
+
+def make_step(towers: tf.keras.Model, task, optimizer,
+              probability_fn: Optional[Callable]) -> Callable:
+    """A compiled step: the task's loss on in-batch negatives, gradients, update.
+
+    `probability_fn(items, given)` returns the Q passed to the task as
+    `candidate_sampling_probability` (None: none).
+    """
+
+    @tf.function
+    def step(users, items, given):
+        probability = None if probability_fn is None else probability_fn(items, given)
+        with tf.GradientTape() as tape:
+            loss = task(towers.user_tower(users), towers.item_tower(items),
+                        candidate_sampling_probability=probability, candidate_ids=items,
+                        compute_metrics=False)
+        variables = towers.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    return step
+
+
+def variants(q: np.ndarray, vocabulary: Optional[List[str]], sources, corrections
+             ) -> Dict[str, Tuple[Callable, Optional[str]]]:
+    """name -> (factory of (task, probability_fn), the TFRS variant it is compared with)."""
+    out: Dict[str, Tuple[Callable, Optional[str]]] = {
+        TFRS_NONE: (lambda: (tfrs.tasks.Retrieval(remove_accidental_hits=True), None), None)}
+    for source in sources:
+        def tfrs_factory(source=source):
+            if source == "column":
+                return tfrs.tasks.Retrieval(remove_accidental_hits=True), lambda _, g: g
+            estimator = make_source(source, q, vocabulary)
+
+            def probability(items, _):
+                if estimator.streaming:
+                    estimator.update(items)
+                return tf.exp(estimator.log_q(items))
+            return tfrs.tasks.Retrieval(remove_accidental_hits=True), probability
+        out[f"tfrs Retrieval, Q: {source}"] = (tfrs_factory, None)
+    for correction in corrections:
+        for source in (sources if correction != "none" else [None]):
+            def ours_factory(source=source, correction=correction):
+                if source is None:
+                    return LogQRetrieval(correction="none", remove_accidental_hits=True), None
+                if source == "column":
+                    return (LogQRetrieval(correction=correction, remove_accidental_hits=True),
+                            lambda _, g: g)
+                return (LogQRetrieval(correction=correction, remove_accidental_hits=True,
+                                      frequency=make_source(source, q, vocabulary)), None)
+            name = f"LogQRetrieval {correction}" + ("" if source is None else f", Q: {source}")
+            out[name] = (ours_factory, TFRS_NONE if source is None
+                         else f"tfrs Retrieval, Q: {source}")
+    return out
+
+
+def build(factory, num_ids, vocabulary):
+    """The compiled step of one variant, on fresh towers."""
+    towers = Towers(num_ids, FLAGS.dim, FLAGS.seed, vocabulary)
+    task, probability_fn = factory()
+    return make_step(towers, task, tf.keras.optimizers.Adam(1e-3), probability_fn)
+
+
+def cell_batches(batch_size: int, ids: str):
+    """8 Zipf batches of (users, items, Q of the items), the item probabilities, and the
+    string vocabulary (None for int ids)."""
+    batches, q = zipf_batches(FLAGS.num_items, batch_size, 8, FLAGS.seed)
+    vocabulary = None
+    if ids == "string":
+        vocabulary = [f"item-{i}" for i in range(FLAGS.num_items)]
+        table = tf.constant(vocabulary)
+        batches = [(tf.gather(table, users), tf.gather(table, items), p)
+                   for users, items, p in batches]
+    return batches, q, vocabulary
+
+
+def run_grid() -> None:
+    ratios: Dict[Tuple[str, str], Dict[int, float]] = {}
+    for ids in FLAGS.ids:
+        for batch_size in [int(b) for b in FLAGS.batch_sizes]:
+            batches, q, vocabulary = cell_batches(batch_size, ids)
+            table = variants(q, vocabulary, FLAGS.sources, FLAGS.corrections)
+            steps = {name: build(factory, FLAGS.num_items, vocabulary)
+                     for name, (factory, _) in table.items()}
+            medians = time_interleaved(steps, batches, FLAGS.rounds, FLAGS.steps_per_round)
+            print(f"\n{ids} ids, batch {batch_size}:\n\n| variant | ms/step | vs TFRS |\n|---|---|---|")
+            for name, (_, reference) in table.items():
+                ratio = "" if reference is None else f"{medians[name] / medians[reference]:.3f}x"
+                print(f"| {name} | {medians[name] * 1e3:.1f} | {ratio} |")
+                if reference is not None:
+                    ratios.setdefault((ids, name), {})[batch_size] = (
+                        medians[name] / medians[reference])
+    sizes = [int(b) for b in FLAGS.batch_sizes]
+    print("\nLogQRetrieval / the matching TFRS step (target <= 1.05x):\n")
+    print("| ids | variant | " + " | ".join(f"batch {b}" for b in sizes) + " |")
+    print("|---|---|" + "---|" * len(sizes))
+    for (ids, name), by_size in ratios.items():
+        print(f"| {ids} | {name} | " + " | ".join(
+            f"{by_size[b]:.3f}x" if b in by_size else "" for b in sizes) + " |")
+    worst = max(r for by_size in ratios.values() for r in by_size.values())
+    print(f"\nWorst ratio: {worst:.3f}x")
+
+
+def movielens_titles():
+    """(user ids, titles) of ML-1M's ratings as strings, or None without ../shared/data."""
+    movies = os.path.join(loaders.DATA_DIR, "ml-1m", "movies.dat.gz")
+    if not (os.path.exists(movies) and os.path.exists(loaders.ML_1M_RATINGS)):
+        return None
+    with gzip.open(movies, "rt", encoding="latin-1") as f:
+        titles = dict(line.rstrip("\n").split("::")[:2] for line in f)
+    data = loaders.load_grouplens()
+    return (data.user_ids[data.user].astype(str),
+            np.array([titles.get(i, i) for i in data.item_ids])[data.item])
+
+
+def run_tutorial() -> None:
+    found = movielens_titles()
+    if found is None:
+        rng = np.random.default_rng(FLAGS.seed)
+        q = 1.0 / np.arange(1, 3001)
+        users = rng.integers(0, 6000, size=1_000_000).astype(str)
+        titles = np.array([f"Movie {i} (1999)" for i in range(3000)])[
+            rng.choice(3000, size=1_000_000, p=q / q.sum())]
+        print("MovieLens-1M is not in ../shared/data: a synthetic Zipf catalog of 3,000 titles.")
+    else:
+        users, titles = found
+    user_vocabulary = sorted(set(users.tolist()))
+    title_vocabulary, counts = np.unique(titles, return_counts=True)
+    title_vocabulary = title_vocabulary.tolist()
+    batch_size, dim = 8192, 32
+    order = np.random.default_rng(FLAGS.seed).permutation(len(users))[:8 * batch_size]
+    batches = [(tf.constant(users[order[i:i + batch_size]]),
+                tf.constant(titles[order[i:i + batch_size]]), tf.zeros([batch_size]))
+               for i in range(0, len(order), batch_size)]
+    static = counts / counts.sum()
+
+    def tutorial_model():
+        class Tutorial(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.user_tower = tf.keras.Sequential([
+                    tf.keras.layers.StringLookup(vocabulary=user_vocabulary, mask_token=None),
+                    tf.keras.layers.Embedding(len(user_vocabulary) + 1, dim)])
+                self.item_tower = tf.keras.Sequential([
+                    tf.keras.layers.StringLookup(vocabulary=title_vocabulary, mask_token=None),
+                    tf.keras.layers.Embedding(len(title_vocabulary) + 1, dim)])
+        return Tutorial()
+
+    def ours(correction, source):
+        return lambda: (LogQRetrieval(correction=correction, remove_accidental_hits=True,
+                                      frequency=source() if source else None), None)
+
+    cases = {
+        "tfrs Retrieval (the tutorial's task)": lambda: (tfrs.tasks.Retrieval(), None),
+        "tfrs Retrieval, accidental hits removed": lambda: (
+            tfrs.tasks.Retrieval(remove_accidental_hits=True), None),
+        "LogQRetrieval none": ours("none", None),
+        "LogQRetrieval standard, count-min sketch": ours(
+            "standard", lambda: frequency.CountMinSketchEstimator(seed=1)),
+        "LogQRetrieval improved, count-min sketch": ours(
+            "improved", lambda: frequency.CountMinSketchEstimator(seed=1)),
+        "LogQRetrieval improved, StaticFrequency": ours(
+            "improved", lambda: frequency.StaticFrequency(static.astype(np.float32),
+                                                          vocabulary=title_vocabulary)),
+    }
+    steps = {}
+    for name, factory in cases.items():
+        model = tutorial_model()
+        task, probability_fn = factory()
+        steps[name] = make_step(model, task, tf.keras.optimizers.Adagrad(0.1), probability_fn)
+    print(f"TFRS basic-retrieval flow: {len(user_vocabulary)} users, {len(title_vocabulary)} "
+          f"titles (string ids), batch {batch_size}, dim {dim}, Adagrad(0.1); "
+          f"{FLAGS.rounds} interleaved rounds of {FLAGS.steps_per_round} steps.\n")
+    medians = time_interleaved(steps, batches, FLAGS.rounds, FLAGS.steps_per_round)
+    base = medians["tfrs Retrieval, accidental hits removed"]
+    print("| variant | ms/step | vs tfrs (hits removed) |\n|---|---|---|")
+    for name, seconds in medians.items():
+        print(f"| {name} | {seconds * 1e3:.1f} | {seconds / base:.3f}x |")
+
+
+def run_memory() -> None:
+    batch_size = max(int(b) for b in FLAGS.batch_sizes)
+    names = [TFRS_NONE, "tfrs Retrieval, Q: column", "LogQRetrieval none",
+             "LogQRetrieval standard, Q: column", "LogQRetrieval standard_negatives, Q: column",
+             "LogQRetrieval improved, Q: column"]
+    print(f"Peak resident memory of a process running 3 two-tower steps, batch {batch_size}, "
+          f"int ids ({FLAGS.num_items} items, dim {FLAGS.dim}); one process per variant.\n")
+    print("| variant | peak RSS (MiB) |\n|---|---|")
+    for name in names:
+        output = subprocess.run(
+            [sys.executable, "-m", "pipelines.benchmarks.loss_overhead",
+             f"--memory_variant={name}", f"--batch_sizes={batch_size}", "--ids=int",
+             f"--num_items={FLAGS.num_items}", f"--dim={FLAGS.dim}"],
+            capture_output=True, text=True, check=True).stdout
+        print(f"| {name} | {output.strip().splitlines()[-1]} |")
+
+
+def run_memory_variant() -> None:
+    batch_size = int(FLAGS.batch_sizes[0])
+    batches, q, vocabulary = cell_batches(batch_size, "int")
+    factory, _ = variants(q, vocabulary, ["column"], list(losses.CORRECTIONS))[
+        FLAGS.memory_variant]
+    step = build(factory, FLAGS.num_items, vocabulary)
+    for batch in batches[:3]:
+        float(step(*batch))
+    print(f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
 
 
 def main(argv):
     del argv
     tf.get_logger().setLevel("ERROR")  # One tf.function per variant is expected, not retracing.
     tf.keras.utils.set_random_seed(FLAGS.seed)
-    batches, _ = zipf_batches(FLAGS.num_items, FLAGS.batch_size, 16, FLAGS.seed)
-    steps = {}
-    for name, (make_task, use_probability) in VARIANTS.items():
-        model = TwoTower(FLAGS.num_items, FLAGS.num_items, FLAGS.dim, FLAGS.seed)
-        steps[name] = make_train_step(model, make_task(), use_probability)
-    print(f"Two-tower step: {FLAGS.num_items} items, batch {FLAGS.batch_size}, dim {FLAGS.dim}, "
-          f"in-batch negatives, accidental hits removed; {FLAGS.rounds} interleaved rounds of "
-          f"{FLAGS.steps_per_round} steps.")
-    medians = time_interleaved(steps, batches, FLAGS.rounds, FLAGS.steps_per_round)
-    plain = medians["tfrs Retrieval (no correction)"]
-    corrected = medians["tfrs Retrieval (logQ)"]
-    print(f"\n| variant | ms/step | vs tfrs (no correction) | vs tfrs (logQ) |\n|---|---|---|---|")
-    for name, seconds in medians.items():
-        print(f"| {name} | {seconds * 1e3:.1f} | {seconds / plain:.3f}x | "
-              f"{seconds / corrected:.3f}x |")
-    print(f"\nLogQRetrieval none / tfrs (no correction):   "
-          f"{medians['LogQRetrieval none'] / plain:.3f}x")
-    print(f"LogQRetrieval standard / tfrs (logQ):        "
-          f"{medians['LogQRetrieval standard'] / corrected:.3f}x  (target <= 1.05x)")
-    print(f"LogQRetrieval improved / tfrs (logQ):        "
-          f"{medians['LogQRetrieval improved'] / corrected:.3f}x  (target <= 1.10x)")
+    if FLAGS.memory_variant:
+        run_memory_variant()
+    elif FLAGS.memory:
+        run_memory()
+    elif FLAGS.tutorial:
+        run_tutorial()
+    else:
+        run_grid()
 
 
 if __name__ == "__main__":
