@@ -200,9 +200,14 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
 
 def _softmax_with_positive(positive: tf.Tensor, negatives: tf.Tensor,
                            mask: Optional[tf.Tensor]) -> tf.Tensor:
-    """-c_p + log(e^{c_p} + sum_i m_i e^{c_i}), per row."""
-    logits = tf.concat([positive[:, tf.newaxis], _ops.masked(negatives, mask)], axis=1)
-    return tf.reduce_logsumexp(logits, axis=1) - positive
+    """-c_p + log(e^{c_p} + sum_i m_i e^{c_i}) = softplus(LSE_i(c_i) - c_p), per row.
+
+    The second form never copies the [batch, n] negatives next to the positive
+    (at batch 16384 with in-batch negatives that copy is 1 GiB). A row without
+    a valid negative has LSE = MASKED_LOGIT: loss and gradient 0.
+    """
+    lse = tf.reduce_logsumexp(_ops.masked(negatives, mask), axis=1)
+    return tf.math.softplus(lse - positive)
 
 
 def _improved(positive: tf.Tensor, corrected_negatives: tf.Tensor,
