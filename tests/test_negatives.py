@@ -156,6 +156,20 @@ class MatchingQuantityTest(tf.test.TestCase):
         self.assertAllClose(mixed.log_q, np.full(6, np.log(0.01)))
 
 
+class AccidentalHitMaskTest(tf.test.TestCase):
+
+    def test_string_ids_compare_as_the_strings_do(self):
+        rng = np.random.default_rng(0)
+        vocabulary = np.array([f"title {i}" for i in range(30)])
+        positives = vocabulary[rng.integers(0, 30, 40)]
+        for shape in ((25,), (40, 6)):  # Shared and per-row negatives.
+            negatives_ = vocabulary[rng.integers(0, 30, shape)]
+            got = negatives.accidental_hit_mask(tf.constant(positives), tf.constant(negatives_))
+            want = positives[:, None] != (negatives_ if len(shape) == 2 else negatives_[None])
+            self.assertAllEqual(got, want)
+            self.assertFalse(want.all())  # There are hits to find.
+
+
 class InBatchSamplerTest(tf.test.TestCase):
 
     def test_pool_mask_and_log_q(self):

@@ -74,6 +74,13 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
     """
     positive_ids = tf.convert_to_tensor(positive_ids)
     negative_ids = tf.convert_to_tensor(negative_ids)
+    if positive_ids.dtype == tf.string:
+        # Compare integer codes, not strings: one tf.unique over the ids instead of
+        # [batch, num_negatives] string comparisons (about 1 s at batch 8192 on 2 cores).
+        _, codes = tf.unique(tf.concat([positive_ids, tf.reshape(negative_ids, [-1])], 0))
+        positive_ids, negative_ids = (codes[:tf.size(positive_ids)],
+                                      tf.reshape(codes[tf.size(positive_ids):],
+                                                 tf.shape(negative_ids)))
     if negative_ids.shape.rank == 1:
         negative_ids = negative_ids[tf.newaxis, :]
     return tf.not_equal(positive_ids[:, tf.newaxis], negative_ids)
