@@ -121,6 +121,19 @@ class EstimatorAccuracyTest(tf.test.TestCase):
 
 
 @pytest.mark.slow
+class TrainStepTest(tf.test.TestCase):
+
+    def test_command_line_times_rows_with_and_without_xla(self):
+        result = run_benchmark("train_step", "--presets=smoke", "--dataset=synthetic",
+                               "--rows=in_batch-improved,full_softmax", "--rounds=1",
+                               "--steps_per_round=1", timeout=900)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        for row in ("in_batch-improved", "full_softmax"):
+            self.assertRegex(result.stdout, r"\| " + row + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ "
+                                            r"\| [0-9.]+x \|")
+
+
+@pytest.mark.slow
 class LossOverheadTest(tf.test.TestCase):
 
     def test_command_line_prints_the_ratios(self):
