@@ -485,6 +485,14 @@ class ConfigAndErrorsTest(tf.test.TestCase):
                                     r"received remove_accidental_hits='yes'"):
             LogQRetrieval(remove_accidental_hits="yes")
 
+    def test_candidate_mask_needs_a_sampler(self):
+        query, candidates, ids, _, _ = _batch()
+        with self.assertRaisesRegex(ValueError, r"`candidate_mask` masks a sampler's pool; "
+                                    r"without a sampler, mask candidate columns with "
+                                    r"`score_mask`"):
+            LogQRetrieval(correction="none")(query, candidates, candidate_ids=ids,
+                                             candidate_mask=np.ones(8, bool))
+
     def test_call_errors(self):
         query, candidates, ids, probability, _ = _batch()
         with self.assertRaisesRegex(ValueError, r"correction='standard' needs sampling "

@@ -238,6 +238,10 @@ class CommandLineTest(tf.test.TestCase):
                  "--deduplicate with --negatives=mixed needs --mixture=paper"),
                 (["--architecture=bert4rec"], "--architecture must be one of sasrec, gsasrec; "
                                               "received --architecture='bert4rec'"),
+                (["--pseudo_count=-1"], "--pseudo_count must be >= 0; received -1.0"),
+                (["--loo_train_gap=-2"], "--loo_train_gap must be >= 0; received "
+                                         "--loo_train_gap=-2"),
+                (["--adam_epsilon=0"], "--adam_epsilon must be positive; received 0.0"),
                 (["--dropout=1.5"], "--dropout must be in [0.0, 1.0]; received --dropout=1.5"),
                 (["--batch_size=0"], "--batch_size must be a positive integer"),
                 ([], "--output_dir is required")):
