@@ -8,19 +8,23 @@ import dataclasses
 from typing import Any, Dict
 
 from pipelines.data.splits import TEMPORAL_TARGETS
+from tfrs_logq import losses
+from tfrs_logq import negatives
+from tfrs_logq.models import objective
+from tfrs_logq.models import sasrec
 
 DATASETS = ("synthetic", "ml-1m", "ml-1m-ratings", "ml-1m-tfds", "steam", "steam-reviews")
 SPLITS = ("loo", "temporal")
 MODELS = ("sasrec", "two_tower")
-LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
-NEGATIVES = ("in_batch", "uniform", "mixed")
-CORRECTIONS = ("none", "standard", "standard_negatives", "improved")
+LOSSES = objective.LOSSES
+NEGATIVES = objective.NEGATIVES
+CORRECTIONS = losses.CORRECTIONS
 FREQUENCIES = ("static", "count_min", "hashed")
-MIXTURES = ("exact", "paper")
-ARCHITECTURES = ("sasrec", "gsasrec")
-IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
-BINARY_REDUCTIONS = ("sum", "mean")
-GBCE_ALPHAS = ("paper", "released")
+MIXTURES = negatives.MIXTURES
+ARCHITECTURES = sasrec.ARCHITECTURES
+IN_BATCH_LOG_Q = negatives.IN_BATCH_LOG_Q
+BINARY_REDUCTIONS = objective.BINARY_REDUCTIONS
+GBCE_ALPHAS = objective.GBCE_ALPHAS
 INDEXES = ("exact", "scann", "both")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
