@@ -117,12 +117,18 @@ IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
 
 
 def _random_subset(size: tf.Tensor, k: int, seed: Optional[int],
-                   static_size: Optional[int] = None) -> tf.Tensor:
+                   static_size: Optional[int] = None,
+                   valid: Optional[tf.Tensor] = None) -> tf.Tensor:
     """min(k, size) distinct positions of range(size), uniformly at random (a static
-    number of them when `static_size` is known, as XLA needs)."""
+    number of them when `static_size` is known, as XLA needs). With `valid` ([size]
+    bool), valid positions come first, uniformly among them; invalid ones fill the
+    rest when fewer than k are valid."""
     k = min(k, static_size) if static_size is not None else tf.minimum(
         tf.cast(k, tf.int32), size)
-    _, indices = tf.math.top_k(tf.random.uniform([size], seed=seed), k=k)
+    keys = tf.random.uniform([size], seed=seed)
+    if valid is not None:
+        keys = tf.where(valid, keys, -1.0)
+    _, indices = tf.math.top_k(keys, k=k)
     return indices
 
 
@@ -287,10 +293,8 @@ class InBatchSampler(NegativeSampler):
             slots = _first_of_each_id(ids, slots)
         pool_size = tf.reduce_sum(tf.cast(slots, tf.int32))
         if self.max_pool_size is not None:
-            size = ids.shape[0]
-            k = self.max_pool_size if size is None else min(self.max_pool_size, size)
-            keys = tf.where(slots, tf.random.uniform(tf.shape(slots), seed=self.seed), -1.0)
-            _, keep = tf.math.top_k(keys, k=k)
+            keep = _random_subset(tf.shape(ids)[0], self.max_pool_size, self.seed,
+                                  ids.shape[0], valid=slots)
             ids, slots = tf.gather(ids, keep), tf.gather(slots, keep)
             if embeddings is not None:
                 embeddings = tf.gather(embeddings, keep)
@@ -463,6 +467,8 @@ class MixedSampler(NegativeSampler):
                 "deduplicated pool is not implemented); received mixture='exact'.")
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
                                       per_row=per_row, name="uniform")
+        # log_q="unigram": this sampler reads the in-batch half's ids, not its log Q, so the
+        # Horvitz-Thompson terms of a deduplicated half need not be computed.
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
                                        global_batch=global_batch, log_q="unigram",
                                        probabilities=self.frequency,

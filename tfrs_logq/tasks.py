@@ -22,7 +22,7 @@ TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class LogQRetrieval(tf.keras.layers.Layer, base.Task):
-    """Factorized retrieval task with sampled softmax and a logQ correction (none, standard, improved).
+    """Factorized retrieval task: sampled softmax with a logQ correction (`losses.CORRECTIONS`).
 
     A drop-in for `tfrs.tasks.Retrieval` (tensorflow-recommenders 0.7.7): it
     takes the same constructor and `call` arguments and, for the "none" and
