@@ -171,11 +171,16 @@ def resumable(stream: tf.data.Dataset, start: tf.Variable,
 # ---------------------------------------------------------------------- evaluation
 
 
+def query_length(config: configs.Config) -> int:
+    """How many of a user's latest items the query model reads."""
+    return config.max_length if config.model == "sasrec" else config.history_length
+
+
 def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet) -> np.ndarray:
     """[num_queries, dim] query embeddings of an evaluation set, in its order."""
     if len(eval_set.users) == 0:
         raise ValueError("The evaluation set has no queries.")
-    length = config.max_length if config.model == "sasrec" else config.history_length
+    length = query_length(config)
     queries = []
     for batch in builders.eval_queries(eval_set.histories, eval_set.users, length):
         if config.model == "sasrec":

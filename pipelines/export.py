@@ -4,8 +4,9 @@ Usage:
   python -m pipelines.export OUTPUT_DIR [--index=both|brute_force|scann] [--k=100]
 
 Loads OUTPUT_DIR/config.json and its best checkpoint and writes
-OUTPUT_DIR/export/<index>/ (see tfrs_logq.export). `saved_model_cli show --all
---dir OUTPUT_DIR/export/brute_force` lists the signatures.
+OUTPUT_DIR/export/<index>/<version>/ (see tfrs_logq.export; the next version after those
+already there). `saved_model_cli show --all --dir OUTPUT_DIR/export/brute_force/1` lists the
+signatures.
 """
 
 import tensorflow as tf
@@ -29,8 +30,8 @@ def main(argv):
         raise app.UsageError("Usage: python -m pipelines.export OUTPUT_DIR [--index=...] [--k=...]")
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
-    model = experiment.load_run(argv[1])[1]
-    for path in report.export_run(model, argv[1], FLAGS.index, FLAGS.k):
+    config, model, _ = experiment.load_run(argv[1])
+    for path in report.export_run(model, config, argv[1], FLAGS.index, FLAGS.k):
         print(f"Wrote {path}")
 
 

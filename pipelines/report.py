@@ -133,8 +133,11 @@ def describe_indexes(metrics: Dict) -> str:
     return "\n".join(lines)
 
 
-def export_run(model, output_dir: str, index: str = "both", k: int = 100):
-    """Exports `model` to OUTPUT/export/<index> for each index; returns the paths."""
+def export_run(model, config: configs.Config, output_dir: str, index: str = "both",
+               k: int = 100):
+    """Exports `model` to OUTPUT/export/<index>/<version> for each index (the next version
+    after any already there); returns the version directories."""
     kinds = export_lib.INDEXES if index == "both" else (index,)
-    return [export_lib.export(model, os.path.join(output_dir, "export", kind), k=k, index=kind)
+    return [export_lib.export(model, os.path.join(output_dir, "export", kind), k=k, index=kind,
+                              max_length=experiment.query_length(config))
             for kind in kinds]

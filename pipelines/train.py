@@ -8,8 +8,8 @@ Usage:
 Writes to OUTPUT: config.json, TensorBoard logs (logs/), the best weights
 (checkpoints/), a BackupAndRestore backup while running (backup/),
 metrics.json (test Recall/NDCG at 1, 10, 20, 100 by exact search and ScaNN,
-the config, the git revision), and SavedModels for serving (export/brute_force,
-export/scann).
+the config, the git revision), and SavedModels for serving (export/brute_force/<version>,
+export/scann/<version>).
 A run killed at any point and started again with the same flags continues
 from its last backup (every --backup_every steps), estimator state included;
 early stopping, the best checkpoint and the run's epoch and time totals carry
@@ -186,7 +186,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         "config": config.as_dict(),
         "git_revision": report.git_revision(),
     })
-    metrics["exports"] = report.export_run(model, output_dir)
+    metrics["exports"] = report.export_run(model, config, output_dir)
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics

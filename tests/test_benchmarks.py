@@ -237,3 +237,16 @@ class ScalingTest(tf.test.TestCase):
             self.assertRegex(result.stdout, setup + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ \| "
                              r"[0-9.]+x \| [0-9.]+ ms \([0-9.]+%\) \| "
                              r"[+-][0-9.]+ ms \([+-][0-9.]+%\) \|")
+
+
+@pytest.mark.slow
+class ServingTest(tf.test.TestCase):
+
+    def test_command_line_prints_the_table(self):
+        result = run_benchmark("serving", "--catalogs=500", "--histories=10,40",
+                               "--batch_size=4", "--max_length=8", "--dim=8", "--repeats=2",
+                               timeout=900)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        for history in (10, 40):
+            self.assertRegex(result.stdout, rf"\| 500 \| {history} \| [0-9,]+ \| [0-9,]+ \| "
+                             r"[0-9]+ \|")

@@ -60,20 +60,90 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters("brute_force", "scann")
     def test_sasrec_reloads_alone_with_the_same_top_k(self, index):
         model = _sasrec()
-        path = export.export(model, os.path.join(tempfile.mkdtemp(), index), k=10, index=index,
-                             max_length=LENGTH)
-        histories = [[5, 7, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
-        served = _serve_in_subprocess(path, index, {"history": [[0] * 7 + h[:3] if len(h) < 10
-                                                                 else h for h in histories]})
+        base = os.path.join(tempfile.mkdtemp(), index)
+        path = export.export(model, base, k=10, index=index, max_length=LENGTH)
+        self.assertEqual(path, os.path.join(base, "1"))  # TF Serving's version directory.
+        self.assertEqual(os.listdir(base), ["1"])  # No temporary directory left behind.
+        # Histories longer than max_length: the query reads the last LENGTH items, and the
+        # answer excludes all of them (the 5 oldest of the 13-item history too).
+        histories = [[0] * 10 + [5, 7, 9], list(range(1, 14))]
+        served = _serve_in_subprocess(path, index, {"history": histories})
         self.assertEqual(served["loaded"], [])
         self.assertEqual(served["embedding_shape"], [3, 16])
         padded = np.zeros([2, LENGTH], np.int32)
-        padded[0, -3:] = histories[0]
+        padded[0, -3:] = [5, 7, 9]
         padded[1] = histories[1][-LENGTH:]
         queries = model.query_embeddings(padded).numpy()
         want = retrieval.exact_top_k(queries, model.item_embeddings().numpy(), 10,
-                                     exclude=[np.array(histories[0]), padded[1]])
+                                     exclude=[np.array([5, 7, 9]), np.array(histories[1])])
         self.assertAllEqual(served["ids"], want)
+        self.assertEmpty(np.intersect1d(served["ids"][1], histories[1]))
+
+    @parameterized.parameters("brute_force", "scann")
+    def test_a_history_longer_than_the_search_still_returns_k_unseen_items(self, index):
+        # 150 of 200 items seen: ScaNN's fixed over-fetch could not cover them; the search
+        # asks for k plus the batch's longest history, and falls back to exact search.
+        model = _sasrec()
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), index), k=20, index=index,
+                             max_length=LENGTH)
+        if index == "scann":
+            import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        serve = tf.saved_model.load(path).signatures["serving_default"]
+        seen = np.arange(1, 151)
+        other = np.zeros_like(seen)
+        other[-1] = 3
+        out = serve(history=tf.constant([seen, other], tf.int64))
+        ids = out["ids"].numpy()
+        self.assertEqual(ids.shape, (2, 20))
+        self.assertEmpty(np.intersect1d(ids[0], seen))
+        queries = model.query_embeddings(np.array([seen[-LENGTH:], other[-LENGTH:]],
+                                                  np.int32)).numpy()
+        self.assertAllEqual(ids, retrieval.exact_top_k(
+            queries, model.item_embeddings().numpy(), 20, exclude=[seen, np.array([3])]))
+
+    @parameterized.parameters("brute_force", "scann")
+    def test_static_output_shapes_and_the_empty_batch(self, index):
+        path = export.export(_sasrec(), os.path.join(tempfile.mkdtemp(), index), k=7,
+                             index=index, max_length=LENGTH)
+        if index == "scann":
+            import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        serve = tf.saved_model.load(path).signatures["serving_default"]
+        for name in ("ids", "scores"):
+            self.assertEqual(serve.structured_outputs[name].shape.as_list(), [None, 7])
+        empty = serve(history=tf.zeros([0, 5], tf.int64))
+        self.assertEqual(empty["ids"].shape, (0, 7))
+        self.assertEqual(empty["scores"].shape, (0, 7))
+        # k above the catalog's size returns the whole catalog.
+        whole = export.export(_sasrec(), os.path.join(tempfile.mkdtemp(), "bf"), k=500)
+        out = tf.saved_model.load(whole).signatures["serving_default"](
+            history=tf.constant([[3]], tf.int64))
+        self.assertEqual(out["ids"].shape, (1, NUM_ITEMS))
+
+    def test_versions_and_interrupted_exports(self):
+        base = os.path.join(tempfile.mkdtemp(), "bf")
+        model = _sasrec()
+        self.assertEqual(export.export(model, base, k=5), os.path.join(base, "1"))
+        self.assertEqual(export.export(model, base, k=5), os.path.join(base, "2"))
+        self.assertEqual(export.export(model, base, k=5, version=7), os.path.join(base, "7"))
+        with self.assertRaisesRegex(ValueError, r"bf/7 exists: pass another `version`"):
+            export.export(model, base, k=5, version=7)
+        with self.assertRaisesRegex(ValueError, r"`version` must be a positive integer; "
+                                    r"received version=0"):
+            export.export(model, base, k=5, version=0)
+        # A save that dies midway leaves only its hidden temporary directory, which is removed.
+        original = tf.saved_model.save
+
+        def dies(*args, **kwargs):
+            original(*args, **kwargs)
+            raise KeyboardInterrupt("killed during the export")
+
+        tf.saved_model.save = dies
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                export.export(model, base, k=5)
+        finally:
+            tf.saved_model.save = original
+        self.assertEqual(sorted(os.listdir(base)), ["1", "2", "7"])
 
     def test_two_tower_and_out_of_vocabulary_ids(self):
         model = _two_tower()
@@ -105,6 +175,7 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
             serve(history=tf.constant([1, 2], tf.int64))
         empty = serve(history=tf.zeros([1, 0], tf.int64))
         self.assertEqual(empty["ids"].shape, (1, 5))
+        self.assertEqual(serve(history=tf.zeros([0, 0], tf.int64))["ids"].shape, (0, 5))
         two_tower = tf.saved_model.load(export.export(
             _two_tower(), os.path.join(tempfile.mkdtemp(), "tt"), k=5))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,

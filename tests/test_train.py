@@ -9,12 +9,15 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from pipelines import cluster as cluster_lib
 from pipelines import configs
+from pipelines import experiment
 from pipelines import train
+from tfrs_logq import retrieval
 from tests import conftest
 
 SMOKE = configs.PRESETS["smoke"]
@@ -52,8 +55,24 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(sorted(saved["by_popularity"]), sorted(
             f"{band}_recall@{k}" for band in ("head", "torso", "tail") for k in (10, 100)))
         for index in ("brute_force", "scann"):
-            self.assertTrue(os.path.exists(os.path.join(out, "export", index,
+            self.assertTrue(os.path.exists(os.path.join(out, "export", index, "1",
                                                         "saved_model.pb")))
+        self.assertEqual(saved["exports"], [os.path.join(out, "export", index, "1")
+                                            for index in ("brute_force", "scann")])
+        # Served = evaluated: the exported brute-force model, given each test user's whole
+        # history, returns exactly the offline evaluation's top 100 (history filtered).
+        config, model, data_split = experiment.load_run(out)
+        test_set = data_split.test
+        served = tf.saved_model.load(saved["exports"][0]).signatures["serving_default"]
+        longest = max(len(h) for h in test_set.histories)
+        self.assertGreater(longest, config.max_length)  # Histories the query model cuts.
+        requests = np.zeros([len(test_set.users), longest], np.int64)
+        for row, history in enumerate(test_set.histories):
+            requests[row, longest - len(history):] = history
+        offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),
+                                        model.item_embeddings().numpy(), 100,
+                                        exclude=test_set.histories)
+        self.assertAllEqual(served(history=tf.constant(requests))["ids"].numpy(), offline)
         self.assertNotEmpty(os.listdir(os.path.join(out, "logs", "train")))
 
         result = _cli("pipelines.evaluate", out, "--geometry")
@@ -74,7 +93,7 @@ class TrainRunTest(tf.test.TestCase):
                       result.stdout)
         result = _cli("pipelines.export", out, "--index=brute_force", "--k=7")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertIn("Wrote " + os.path.join(out, "export", "brute_force"), result.stdout)
+        self.assertIn("Wrote " + os.path.join(out, "export", "brute_force", "2"), result.stdout)
 
     def test_output_dir_holds_one_config(self):
         out = tempfile.mkdtemp()

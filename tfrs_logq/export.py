@@ -4,9 +4,14 @@ The exported model stands alone: a process that imports only TensorFlow (and
 `scann`, for the ScaNN index, whose custom ops it needs) loads it with
 `tf.saved_model.load` and serves
 
-- `serving_default`: the query model's inputs -> top-k item ids and scores,
-  the items in the request's history excluded;
+- `serving_default`: the query model's inputs -> top-k item ids and scores
+  ([batch, k] each, for every batch size, 0 included), every item of the
+  request's history excluded (the query model reads its last `max_length`);
 - `item_embeddings`: item ids -> embeddings.
+
+It is written as `path/<version>/` (TensorFlow Serving's layout), through a
+temporary directory renamed into place. Excluding the history costs one
+[batch, catalog] mask, whatever the history's length.
 
 Ids outside [1, num_items] are out of vocabulary: in a history they count as
 padding, in `item_embeddings` they map to row 0 (the padding / OOV row), and
@@ -15,6 +20,9 @@ they never crash. Stock TensorFlow Serving lacks ScaNN's ops: serve the
 with ScaNN (the `google/tf-serving-scann` image) or from Python.
 """
 
+import os
+import shutil
+import tempfile
 from typing import Dict, Optional
 
 import numpy as np
@@ -36,18 +44,20 @@ class _Serving(tf.Module):
         super().__init__()
         self.model = model
         self.num_items = int(item_embeddings.shape[0] - 1)
-        self.k, self.max_length, self.takes_user = k, max_length, takes_user
+        self.k = min(k, self.num_items)  # The static width of every answer.
+        self.max_length, self.takes_user = max_length, takes_user
         self.items = tf.Variable(item_embeddings, trainable=False, name="item_embeddings")
         self.index_kind = index
         if index == "scann":
-            # Ask for k + max_length so that k remain after the history is excluded.
-            wanted = min(k + max_length, self.num_items)
-            settings = retrieval.scann_defaults(self.num_items, wanted)
+            settings = retrieval.scann_defaults(self.num_items, self.k)
+            # The request's history can be longer than any fixed over-fetch: the search asks
+            # for k plus the longest history in the batch (`final_num_neighbors` is a tensor),
+            # and a batch with a row left short after the exclusion is answered exactly.
             self.scann = tfrs.layers.factorized_top_k.ScaNN(
-                k=wanted, num_leaves=min(settings["num_leaves"], max(self.num_items // 2, 1)),
+                k=self.k, num_leaves=min(settings["num_leaves"], max(self.num_items // 2, 1)),
                 num_leaves_to_search=min(settings["num_leaves_to_search"],
                                          max(self.num_items // 2, 1)),
-                num_reordering_candidates=max(settings["reorder"], wanted))
+                num_reordering_candidates=max(settings["reorder"], self.k))
             self.scann.index(tf.constant(item_embeddings[1:]),
                              identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64))
 
@@ -56,7 +66,7 @@ class _Serving(tf.Module):
 
     def _history(self, history):
         """Known ids kept in order and moved right (unknown ids and any padding dropped);
-        the last max_length of them, left-padded with 0."""
+        the last max_length of them, left-padded with 0: what the query model reads."""
         # A leading padding column keeps an empty history well-formed.
         history = tf.concat([tf.zeros_like(history[:, :1]), history], axis=1)
         known = self._in_vocabulary(history)
@@ -67,20 +77,55 @@ class _Serving(tf.Module):
         pad = self.max_length - tf.shape(history)[1]
         return tf.cast(tf.pad(history, [[0, 0], [pad, 0]]), tf.int32)
 
+    def _seen(self, history):
+        """[batch, num_items + 1] bool: the ids anywhere in the request's history (all of it,
+        not only the last max_length). One scatter: memory O(batch x catalog), whatever the
+        history's length."""
+        known = self._in_vocabulary(history)
+        positions = tf.where(known)  # [n, 2]: (row, column) of every known entry.
+        ids = tf.gather_nd(history, positions)
+        indices = tf.stack([positions[:, 0], ids], axis=1)
+        shape = tf.stack([tf.shape(history, out_type=tf.int64)[0],
+                          tf.constant(self.num_items + 1, tf.int64)])
+        return tf.tensor_scatter_nd_update(tf.zeros(shape, tf.bool), indices,
+                                           tf.ones_like(ids, tf.bool))
+
+    def _exact(self, queries, seen):
+        scores = tf.matmul(queries, self.items, transpose_b=True)
+        scores = tf.where(seen, tf.constant(-np.inf, scores.dtype), scores)[:, 1:]
+        scores, columns = tf.math.top_k(scores, k=self.k)
+        return scores, tf.cast(columns, tf.int64) + 1
+
+    def _approximate(self, queries, seen):
+        longest = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(seen, tf.int32), axis=1)), 0)
+        wanted = tf.minimum(self.k + longest, self.num_items)
+        scores, ids = self.scann(queries, k=wanted)
+        batch = tf.shape(queries)[0]
+        scores = tf.reshape(scores, [batch, -1])
+        ids = tf.reshape(tf.cast(ids, tf.int64), [batch, -1])
+        # Ids the index could not fill (empty partitions) count as unusable, like seen ones.
+        valid = self._in_vocabulary(ids)
+        unseen = tf.logical_and(valid, tf.logical_not(tf.gather(
+            seen, tf.where(valid, ids, tf.zeros_like(ids)), batch_dims=1)))
+        enough = tf.logical_and(
+            tf.logical_and(batch > 0, tf.shape(ids)[1] >= self.k),
+            tf.reduce_all(tf.reduce_sum(tf.cast(unseen, tf.int32), axis=1) >= self.k))
+
+        def filtered():
+            kept = tf.where(unseen, scores, tf.constant(-np.inf, scores.dtype))
+            top, columns = tf.math.top_k(kept, k=self.k)
+            return top, tf.gather(ids, columns, batch_dims=1)
+
+        return tf.cond(enough, filtered, lambda: self._exact(queries, seen))
+
     def _top_k(self, queries, history):
-        """Top-k (scores, ids) by the index, the history's ids excluded."""
-        if self.index_kind == "scann":
-            scores, ids = self.scann(queries)
-        else:
-            scores = tf.matmul(queries, self.items, transpose_b=True)[:, 1:]
-            ids = tf.broadcast_to(tf.range(1, self.num_items + 1, dtype=tf.int64),
-                                  tf.shape(scores))
-        seen = tf.reduce_any(tf.equal(ids[:, :, tf.newaxis],
-                                      tf.cast(history, tf.int64)[:, tf.newaxis, :]), axis=2)
-        scores = tf.where(seen, tf.constant(-np.inf, scores.dtype), scores)
-        k = tf.minimum(self.k, tf.shape(scores)[1])
-        scores, columns = tf.math.top_k(scores, k=k)
-        return {"ids": tf.gather(ids, columns, batch_dims=1), "scores": scores}
+        """Top-k (scores, ids) by the index, every id of the history excluded."""
+        seen = self._seen(history)
+        find = self._approximate if self.index_kind == "scann" else self._exact
+        scores, ids = find(queries, seen)
+        # Static width k for every batch size, 0 included.
+        return {"ids": tf.ensure_shape(ids, [None, self.k]),
+                "scores": tf.ensure_shape(scores, [None, self.k])}
 
     def recommend(self, user, history):
         # Dtypes and ranks are enforced by the signature; the batch sizes are checked here.
@@ -98,7 +143,7 @@ class _Serving(tf.Module):
                                                    "history": padded})
         else:
             queries = self.model.query_embeddings(padded)
-        return self._top_k(tf.cast(queries, self.items.dtype), padded)
+        return self._top_k(tf.cast(queries, self.items.dtype), history)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="item_ids")])
     def item_embeddings(self, item_ids):
@@ -106,25 +151,44 @@ class _Serving(tf.Module):
         return {"embeddings": tf.gather(self.items, rows)}
 
 
+def _next_version(path: str) -> int:
+    versions = [int(name) for name in (os.listdir(path) if os.path.isdir(path) else [])
+                if name.isdigit()]
+    return max(versions, default=0) + 1
+
+
 def export(model, path: str, *, k: int = 100, index: str = "brute_force",
-           max_length: Optional[int] = None) -> str:
-    """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to `path`.
+           max_length: Optional[int] = None, version: Optional[int] = None) -> str:
+    """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to
+    `path/<version>/`, the layout TensorFlow Serving reads (`path` is its model base path).
+
+    The SavedModel is written to a temporary directory beside it and renamed into place, so a
+    process killed during the export leaves no partial version for a server to load.
 
     Args:
       model: a trained model with `query_embeddings` and `item_embeddings`.
-      path: the SavedModel directory.
-      k: items returned per request.
+      path: the model's base directory (created if missing).
+      k: items returned per request (at most the catalog's size).
       index: "brute_force" (exact; plain TensorFlow) or "scann" (needs ScaNN's ops).
       max_length: history entries the query model reads (default: the model's
-        `max_length`, else 50).
+        `max_length`, else 50). The whole history a request carries is excluded from the
+        answer, however long.
+      version: the version number (default: one more than the highest in `path`, else 1).
 
     Returns:
-      `path`.
+      The version directory written (`path/<version>`).
     """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"`k` must be a positive integer; received k={k!r}.")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                or version < 1):
+        raise ValueError(f"`version` must be a positive integer; received version={version!r}.")
+    version = version or _next_version(path)
+    target = os.path.join(path, str(version))
+    if os.path.exists(target):
+        raise ValueError(f"{target} exists: pass another `version`, or none for the next one.")
     takes_user = hasattr(model, "user_embedding")
     max_length = max_length or getattr(model, "max_length", 50)
     module = _Serving(model, model.item_embeddings().numpy(), k, index, max_length, takes_user)
@@ -140,6 +204,14 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     signatures: Dict[str, tf.types.experimental.ConcreteFunction] = {
         "serving_default": serve.get_concrete_function(),
         "item_embeddings": module.item_embeddings.get_concrete_function()}
-    tf.saved_model.save(module, path, signatures=signatures,
-                        options=SCANN_SAVE_OPTIONS if index == "scann" else None)
-    return path
+    os.makedirs(path, exist_ok=True)
+    # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
+    temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
+    try:
+        tf.saved_model.save(module, temporary, signatures=signatures,
+                            options=SCANN_SAVE_OPTIONS if index == "scann" else None)
+        os.rename(temporary, target)
+    finally:
+        if os.path.exists(temporary):
+            shutil.rmtree(temporary, ignore_errors=True)
+    return target
