@@ -20,7 +20,7 @@ from pipelines.data import builders
 from pipelines.data import loaders
 from pipelines.data import splits as splits_lib
 from pipelines.data import synthetic
-from pipelines.data.interactions import Interactions
+from pipelines.data.interactions import DataError, Interactions
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import retrieval
 from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower
@@ -62,6 +62,14 @@ def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
         split = splits_lib.temporal(data, test_fraction=config.test_fraction,
                                     validation_fraction=config.test_fraction,
                                     targets=config.temporal_targets)
+    source = config.data_path or config.dataset
+    for name, eval_set in (("validation", split.validation), ("test", split.test)):
+        if len(eval_set.users) == 0:
+            raise DataError(source, None, f"the {config.split} split leaves no {name} queries "
+                            f"({data.num_users} users, {len(data.user)} interactions): "
+                            + ("leave-one-out validates on gSASRec's draw of users, which "
+                               "needs users with at least 3 items." if config.split == "loo"
+                               else "the temporal windows hold no interactions."))
     return split._replace(validation=splits_lib.subsample(split.validation,
                                                           config.validation_queries))
 

@@ -67,8 +67,8 @@ def baselines(config: configs.Config, split: splits_lib.Split,
         return values
 
     counts = train_counts.astype(np.float32)[:, np.newaxis]
-    top = retrieval.exact_top_k(np.ones([len(test.users), 1], np.float32), counts, max(ks),
-                                exclude=test.histories)
+    top = retrieval.top_k(np.ones([len(test.users), 1], np.float32), counts, max(ks),
+                          exclude=test.histories)
     result = {"popularity": metrics(top)}
     if config.dataset == "synthetic":
         catalog = experiment.synthetic_data(config)[1]
@@ -77,7 +77,7 @@ def baselines(config: configs.Config, split: splits_lib.Split,
                              np.ones([len(test.users), 1])])
         items = np.hstack([catalog.item_vectors,
                            np.nan_to_num(catalog.popularity, neginf=0.0)[:, np.newaxis]])
-        top = retrieval.exact_top_k(queries, items, max(ks), exclude=test.histories)
+        top = retrieval.top_k(queries, items, max(ks), exclude=test.histories)
         result["oracle"] = metrics(top)
     return result
 

@@ -68,10 +68,17 @@ def config_from_flags() -> configs.Config:
 # ---------------------------------------------------------------------------- run
 
 
+# What a run that has trained leaves in its directory (config.json alone is not progress).
+_PROGRESS = ("progress.json", "backup", "checkpoints", "metrics.json")
+
+
 def _check_output_dir(config: configs.Config, output_dir: str) -> None:
-    """A directory holds one configuration: reusing it with another is refused."""
+    """A directory holds one configuration: reusing one that has trained with another
+    config is refused. A directory whose run failed before training (bad data, say) is
+    reused: its config.json is replaced."""
     path = os.path.join(output_dir, "config.json")
-    if os.path.exists(path):
+    trained = any(os.path.exists(os.path.join(output_dir, name)) for name in _PROGRESS)
+    if os.path.exists(path) and trained:
         with open(path) as f:
             # Fields added since that run was made take their defaults.
             previous = dict(configs.Config().as_dict(), **json.load(f))
@@ -80,8 +87,12 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
                              if previous.get(k) != config.as_dict().get(k))
             raise ValueError(f"{output_dir} holds a run with another config (differs in "
                              f"{', '.join(changed)}); use another --output_dir.")
+
+
+def _write_config(config: configs.Config, output_dir: str) -> None:
+    """config.json, written once the data has loaded and the model is built."""
     os.makedirs(output_dir, exist_ok=True)
-    with open(path, "w") as f:
+    with open(os.path.join(output_dir, "config.json"), "w") as f:
         json.dump(config.as_dict(), f, indent=1)
 
 
@@ -111,6 +122,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
                       jit_compile=experiment.uses_xla(config, strategy))
     pass_steps = experiment.training_stream(config, split)[1]
     steps_per_epoch = config.steps_per_epoch or pass_steps
+    if chief:
+        _write_config(config, output_dir)
     best_path = os.path.join(output_dir, "checkpoints", "best")
     checkpoint = tf.keras.callbacks.ModelCheckpoint(
         best_path, monitor=callbacks_lib.VALIDATION_METRIC, mode="max", save_best_only=True,

@@ -66,6 +66,39 @@ class LoaderTest(tf.test.TestCase):
                                     r"`user item`; received '1 0'"):
             loaders.load_sasrec(_write("1 5\n1 0\n", "bad.txt"))
 
+    def test_a_huge_id_is_refused_not_grown_into(self):
+        # One stray id would make the catalog (or the user table) 2M rows.
+        text = "".join(f"{u} {i}\n" for u in range(1, 4) for i in range(1, 6))
+        with self.assertRaisesRegex(DataError, r"ml.txt, line 16: item id 2,000,000 is more "
+                                    r"than 2x the file's 6 distinct item ids"):
+            loaders.load_sasrec(_write(text + "3 2000000\n", "ml.txt"))
+        with self.assertRaisesRegex(DataError, r"ml.txt, line 16: user id 999,999,999 is more "
+                                    r"than 2x the file's 4 distinct user ids"):
+            loaders.load_sasrec(_write(text + "999999999 3\n", "ml.txt"))
+        # A few unused ids are fine (each costs an embedding row).
+        data = loaders.load_sasrec(_write(text + "3 9\n", "ml.txt"))
+        self.assertEqual(data.num_items, 9)
+
+    def test_unreadable_files_raise_data_error_naming_the_path(self):
+        directory = tempfile.mkdtemp()
+        with self.assertRaisesRegex(DataError, rf"{directory}: is a directory"):
+            loaders.load_sasrec(directory)
+        fake = _write("1 2\n1 3\n", "plain.txt.gz")  # Plain text named .gz.
+        with self.assertRaisesRegex(DataError, rf"{fake}: unreadable \(BadGzipFile"):
+            loaders.load_sasrec(fake)
+        whole = _write("".join(f"{u} {i}\n" for u in range(1, 300) for i in range(1, 40)),
+                       "ml.txt.gz", compress=True)
+        with open(whole, "rb") as f:
+            payload = f.read()
+        truncated = os.path.join(tempfile.mkdtemp(), "truncated.txt.gz")
+        with open(truncated, "wb") as f:
+            f.write(payload[:len(payload) // 2])
+        with self.assertRaisesRegex(DataError, rf"{truncated}, line [0-9]+: a truncated gzip "
+                                    r"file \(EOFError"):
+            loaders.load_sasrec(truncated)
+        with self.assertRaisesRegex(DataError, r"ratings.dat.gz: unreadable"):
+            loaders.load_grouplens(_write("1::2::3::4\n", "ratings.dat.gz"))
+
     def test_steam_reviews_python_literals_and_json(self):
         text = ("{'username': 'ann', 'product_id': '725280', 'date': '2017-12-17', 'text': 'x'}\n"
                 '{"username": "bob", "product_id": "10", "date": "2017-12-01"}\n'

@@ -1,5 +1,6 @@
 """Tests of tfrs_logq.export: SavedModels that a bare TensorFlow process serves with the same top-k."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -32,9 +33,9 @@ print(json.dumps({"ids": out["ids"].numpy().tolist(), "scores": out["scores"].nu
 """
 
 
-def _sasrec():
+def _sasrec(num_items=NUM_ITEMS):
     tf.keras.utils.set_random_seed(0)
-    model = SASRec(NUM_ITEMS, RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
+    model = SASRec(num_items, RetrievalObjective(num_items, loss="full_softmax"),
                    max_length=LENGTH, dim=16, dropout=0.0)
     model(tf.zeros([1, LENGTH], tf.int32))
     return model
@@ -59,15 +60,21 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.parameters("brute_force", "scann")
     def test_sasrec_reloads_alone_with_the_same_top_k(self, index):
+        # 200 items are fewer than retrieval.SCANN_MIN_ITEMS: the "scann" export searches
+        # exactly, says so, and needs no ScaNN ops to load.
         model = _sasrec()
         base = os.path.join(tempfile.mkdtemp(), index)
-        path = export.export(model, base, k=10, index=index, max_length=LENGTH)
+        with self.assertLogs(level="WARNING") if index == "scann" else contextlib.nullcontext(
+        ) as logs:
+            path = export.export(model, base, k=10, index=index, max_length=LENGTH)
+        if index == "scann":
+            self.assertIn("fewer than 10000, so this export searches exactly", logs.output[0])
         self.assertEqual(path, os.path.join(base, "1"))  # TF Serving's version directory.
         self.assertEqual(os.listdir(base), ["1"])  # No temporary directory left behind.
         # Histories longer than max_length: the query reads the last LENGTH items, and the
         # answer excludes all of them (the 5 oldest of the 13-item history too).
         histories = [[0] * 10 + [5, 7, 9], list(range(1, 14))]
-        served = _serve_in_subprocess(path, index, {"history": histories})
+        served = _serve_in_subprocess(path, "brute_force", {"history": histories})
         self.assertEqual(served["loaded"], [])
         self.assertEqual(served["embedding_shape"], [3, 16])
         padded = np.zeros([2, LENGTH], np.int32)
@@ -79,32 +86,50 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(served["ids"], want)
         self.assertEmpty(np.intersect1d(served["ids"][1], histories[1]))
 
-    @parameterized.parameters("brute_force", "scann")
-    def test_a_history_longer_than_the_search_still_returns_k_unseen_items(self, index):
-        # 150 of 200 items seen: ScaNN's fixed over-fetch could not cover them; the search
-        # asks for k plus the batch's longest history, and falls back to exact search.
+    def test_scann_excludes_the_whole_history(self):
+        import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        num_items = 12_000  # Above retrieval.SCANN_MIN_ITEMS: a real ScaNN index.
+        model = _sasrec(num_items)
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), "scann"), k=20,
+                             index="scann", max_length=LENGTH)
+        serve = tf.saved_model.load(path).signatures["serving_default"]
+        table = model.item_embeddings().numpy()
+        rng = np.random.default_rng(0)
+        short = rng.choice(np.arange(1, num_items + 1), size=(4, 30), replace=False)
+        ids = serve(history=tf.constant(short, tf.int64))["ids"].numpy()
+        exact = retrieval.exact_top_k(model.query_embeddings(short[:, -LENGTH:]).numpy(), table,
+                                      20, exclude=list(short))
+        self.assertEqual(ids.shape, (4, 20))
+        for row in range(4):
+            self.assertEmpty(np.intersect1d(ids[row], short[row]))
+        # Untrained (random) embeddings are ANN's hard case; trained ones reach >= 0.95.
+        self.assertGreater(retrieval.overlap_at_k(ids, exact, 20), 0.75)
+        # All but 20 items seen (far more than the index re-scores): the answer is exactly the
+        # 20 unseen items, found by the search or by the exact fallback.
+        unseen = np.sort(rng.choice(np.arange(1, num_items + 1), 20, replace=False))
+        seen = np.setdiff1d(np.arange(1, num_items + 1), unseen)
+        other = np.zeros_like(seen)
+        other[-20:] = short[0, :20]
+        ids = serve(history=tf.constant([seen, other], tf.int64))["ids"].numpy()
+        self.assertAllEqual(np.sort(ids[0]), unseen)
+        self.assertEmpty(np.intersect1d(ids[1], short[0, :20]))
+
+    def test_brute_force_excludes_a_history_longer_than_the_catalog_half(self):
         model = _sasrec()
-        path = export.export(model, os.path.join(tempfile.mkdtemp(), index), k=20, index=index,
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), "bf"), k=20,
                              max_length=LENGTH)
-        if index == "scann":
-            import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
         serve = tf.saved_model.load(path).signatures["serving_default"]
         seen = np.arange(1, 151)
-        other = np.zeros_like(seen)
-        other[-1] = 3
-        out = serve(history=tf.constant([seen, other], tf.int64))
-        ids = out["ids"].numpy()
-        self.assertEqual(ids.shape, (2, 20))
-        self.assertEmpty(np.intersect1d(ids[0], seen))
-        queries = model.query_embeddings(np.array([seen[-LENGTH:], other[-LENGTH:]],
-                                                  np.int32)).numpy()
-        self.assertAllEqual(ids, retrieval.exact_top_k(
-            queries, model.item_embeddings().numpy(), 20, exclude=[seen, np.array([3])]))
+        ids = serve(history=tf.constant([seen], tf.int64))["ids"].numpy()
+        queries = model.query_embeddings(seen[None, -LENGTH:].astype(np.int32)).numpy()
+        self.assertAllEqual(ids, retrieval.exact_top_k(queries, model.item_embeddings().numpy(),
+                                                       20, exclude=[seen]))
 
     @parameterized.parameters("brute_force", "scann")
     def test_static_output_shapes_and_the_empty_batch(self, index):
-        path = export.export(_sasrec(), os.path.join(tempfile.mkdtemp(), index), k=7,
-                             index=index, max_length=LENGTH)
+        path = export.export(_sasrec(12_000 if index == "scann" else NUM_ITEMS),
+                             os.path.join(tempfile.mkdtemp(), index), k=7, index=index,
+                             max_length=LENGTH)
         if index == "scann":
             import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
         serve = tf.saved_model.load(path).signatures["serving_default"]

@@ -20,6 +20,16 @@ class ExactTopKTest(tf.test.TestCase):
         self.assertAllEqual(top, np.argsort(-scores, axis=1)[:, :10])
         self.assertFalse(np.isin(0, top))
 
+    def test_top_k_pads_a_catalog_smaller_than_k_with_padding_ids(self):
+        rng = np.random.default_rng(0)
+        queries, items = rng.normal(size=(2, 4)), rng.normal(size=(6, 4))  # 5 items.
+        top = retrieval.top_k(queries, items, 8, exclude=[np.array([2]), np.array([], int)])
+        self.assertEqual(top.shape, (2, 8))
+        self.assertAllEqual(top[:, 5:], np.zeros([2, 3]))  # Id 0: never a target.
+        self.assertAllEqual(np.sort(top[1, :5]), [1, 2, 3, 4, 5])
+        self.assertEqual(retrieval.recall_ndcg(top, [np.array([3]), np.array([4])],
+                                               ks=(8,))["recall@8"], 1.0)
+
     def test_k_is_capped_by_the_catalog(self):
         top = retrieval.exact_top_k(np.ones([2, 1]), np.arange(4.0)[:, None], 10)
         self.assertAllEqual(top, [[3, 2, 1], [3, 2, 1]])
@@ -63,7 +73,7 @@ class ScannTest(tf.test.TestCase):
         exact = retrieval.exact_top_k(queries, items, 10, exclude=exclude)
         # No tree (one leaf) and every candidate re-scored exactly: ScaNN is exact.
         scann = retrieval.scann_top_k(queries, items, 10, exclude=exclude, num_leaves=1,
-                                      reorder=500)
+                                      reorder=500, min_items=0)
         self.assertAllEqual(scann, exact)
 
     def test_rows_the_index_returns_too_few_for_are_completed_exactly(self):
@@ -74,7 +84,7 @@ class ScannTest(tf.test.TestCase):
         exclude = [rng.choice(np.arange(1, 501), size=450, replace=False),
                    np.array([1]), np.array([2])]
         scann = retrieval.scann_top_k(queries, items, 10, exclude=exclude, num_leaves=20,
-                                      num_leaves_to_search=1)
+                                      num_leaves_to_search=1, min_items=0)
         exact = retrieval.exact_top_k(queries, items, 10, exclude=exclude)
         self.assertAllEqual(scann[0], exact[0])
         self.assertFalse(np.isin(scann[0], exclude[0]).any())
@@ -82,13 +92,17 @@ class ScannTest(tf.test.TestCase):
     def test_default_index_on_clustered_embeddings(self):
         rng = np.random.default_rng(2)
         centers = rng.normal(size=(30, 16))
-        items = np.vstack([np.zeros([1, 16]),
-                           centers[rng.integers(0, 30, 5000)] + 0.3 * rng.normal(size=(5000, 16))])
+        items = np.vstack([np.zeros([1, 16]), centers[rng.integers(0, 30, 12_000)]
+                           + 0.3 * rng.normal(size=(12_000, 16))])
         queries = centers[rng.integers(0, 30, 100)] + 0.3 * rng.normal(size=(100, 16))
         exact = retrieval.top_k(queries, items, 100)
         approximate = retrieval.top_k(queries, items, 100, index="scann")
-        self.assertGreater(retrieval.overlap_at_k(approximate, exact, 100), 0.9)
+        self.assertGreater(retrieval.overlap_at_k(approximate, exact, 100), 0.95)
         self.assertFalse(np.isin(0, approximate))
+        # Below SCANN_MIN_ITEMS (10,000) the "scann" index is exact search.
+        small = items[:5001]
+        self.assertAllEqual(retrieval.top_k(queries, small, 100, index="scann"),
+                            retrieval.top_k(queries, small, 100))
         with self.assertRaisesRegex(ValueError, r"`index` must be one of exact, scann; "
                                     r"received index='faiss'"):
             retrieval.top_k(queries, items, 10, index="faiss")

@@ -17,6 +17,7 @@ from pipelines import cluster as cluster_lib
 from pipelines import configs
 from pipelines import experiment
 from pipelines import train
+from pipelines.data.interactions import DataError
 from tfrs_logq import retrieval
 from tests import conftest
 
@@ -99,9 +100,28 @@ class TrainRunTest(tf.test.TestCase):
         out = tempfile.mkdtemp()
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(SMOKE.replace(dim=8).as_dict(), f)
+        os.makedirs(os.path.join(out, "backup"))  # That run had trained.
         with self.assertRaisesRegex(ValueError, r"holds a run with another config \(differs in "
                                     r"dim\); use another --output_dir"):
             train.run(SMOKE, out, verbose=0)
+
+    def test_a_run_that_failed_on_its_data_does_not_claim_the_directory(self):
+        out = tempfile.mkdtemp()
+        bad = os.path.join(out, "bad.txt")
+        with open(bad, "w") as f:
+            f.write("1 1\n1 2\n1 3\n")  # One user: no validation query (the draw misses it).
+        config = SMOKE.replace(dataset="ml-1m", data_path=bad)
+        with self.assertRaisesRegex(DataError, r"bad.txt: the loo split leaves no validation "
+                                    r"queries \(1 users, 3 interactions\)"):
+            train.run(config, os.path.join(out, "run"), verbose=0)
+        self.assertFalse(os.path.exists(os.path.join(out, "run", "config.json")))
+        # The corrected command in the same directory is accepted (no "another config").
+        good = os.path.join(out, "good.txt")
+        with open(good, "w") as f:
+            f.writelines(f"{u} {i}\n" for u in range(1, 41) for i in range(1, 8))
+        metrics = train.run(config.replace(data_path=good, epochs=1, steps_per_epoch=2),
+                            os.path.join(out, "run"), verbose=0)
+        self.assertEqual(metrics["num_items"], 7)
 
     def test_two_tower_temporal(self):
         config = SMOKE.replace(model="two_tower", split="temporal", history_length=8,

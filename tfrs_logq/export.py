@@ -28,6 +28,7 @@ from typing import Dict, Optional
 import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
+from absl import logging
 
 from tfrs_logq import retrieval
 
@@ -47,8 +48,10 @@ class _Serving(tf.Module):
         self.k = min(k, self.num_items)  # The static width of every answer.
         self.max_length, self.takes_user = max_length, takes_user
         self.items = tf.Variable(item_embeddings, trainable=False, name="item_embeddings")
-        self.index_kind = index
-        if index == "scann":
+        # A small catalog is served by exact search whatever the index asked for (see
+        # `retrieval.SCANN_MIN_ITEMS`); `export` says so.
+        self.index_kind = index if retrieval.uses_scann(self.num_items) else "brute_force"
+        if self.index_kind == "scann":
             settings = retrieval.scann_defaults(self.num_items, self.k)
             # The request's history can be longer than any fixed over-fetch: the search asks
             # for k plus the longest history in the batch (`final_num_neighbors` is a tensor),
@@ -192,6 +195,10 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     takes_user = hasattr(model, "user_embedding")
     max_length = max_length or getattr(model, "max_length", 50)
     module = _Serving(model, model.item_embeddings().numpy(), k, index, max_length, takes_user)
+    if module.index_kind != index:
+        logging.warning("index=%r: the catalog's %d items are fewer than %d, so this export "
+                        "searches exactly (brute force), which is faster there and exact.",
+                        index, module.num_items, retrieval.SCANN_MIN_ITEMS)
     history_spec = tf.TensorSpec([None, None], tf.int64, name="history")
     if takes_user:
         serve = tf.function(lambda user, history: module.recommend(user, history),
@@ -209,7 +216,7 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
     try:
         tf.saved_model.save(module, temporary, signatures=signatures,
-                            options=SCANN_SAVE_OPTIONS if index == "scann" else None)
+                            options=SCANN_SAVE_OPTIONS if module.index_kind == "scann" else None)
         os.rename(temporary, target)
     finally:
         if os.path.exists(temporary):

@@ -46,11 +46,25 @@ class Interactions(NamedTuple):
         return np.bincount(self.item, minlength=self.num_items + 1)
 
 
+# With `keep_ids`, a file's largest id may exceed its number of distinct ids by this factor
+# (ids with no interaction cost an unused embedding row each); beyond it the file is refused,
+# so that one stray id cannot make the catalog, the run's time and its memory grow with it.
+MAX_ID_SPARSITY = 2.0
+
+
+def sparse_ids(raw: np.ndarray) -> Optional[int]:
+    """The largest of positive integer ids when it exceeds MAX_ID_SPARSITY times the number
+    of distinct ids (else None)."""
+    largest, distinct = int(raw.max()), len(np.unique(raw))
+    return largest if largest > MAX_ID_SPARSITY * distinct else None
+
+
 def _dense(raw: np.ndarray, keep_ids: bool):
     """Dense 1-based ids of raw ids, and the raw id of each dense id (index 0 unused).
 
     With `keep_ids`, positive integer raw ids are kept as they are (SASRec files are
-    already dense and 1-based); otherwise ids are numbered in sorted order.
+    already dense and 1-based; the loader refuses ids that are not, see `sparse_ids`);
+    otherwise ids are numbered in sorted order.
     """
     if keep_ids:
         ids = raw.astype(np.int64)

@@ -9,11 +9,13 @@ import datetime
 import gzip
 import json
 import os
+import zlib
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
-from pipelines.data.interactions import DataError, Interactions, from_arrays
+from pipelines.data.interactions import (MAX_ID_SPARSITY, DataError, Interactions,
+                                         from_arrays, sparse_ids)
 
 # ../shared/data seen from the repository root; override with TFRS_LOGQ_DATA.
 DATA_DIR = os.environ.get(
@@ -25,15 +27,24 @@ ML_1M_SASREC = os.path.join(DATA_DIR, "ml-1m", "sasrec_ml-1m.txt.gz")
 
 
 def _lines(path: str) -> Iterator[Tuple[int, str]]:
-    """(1-based line number, stripped line) of a plain or .gz text file, blank lines skipped."""
+    """(1-based line number, stripped line) of a plain or .gz text file, blank lines skipped.
+    A file that cannot be read (a directory, a truncated or fake gzip) raises DataError."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"No such data file: {path}")
+    if os.path.isdir(path):
+        raise DataError(path, None, "is a directory; expected a data file.")
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.strip()
-            if line:
-                yield number, line
+    number = 0
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, start=1):
+                line = line.strip()
+                if line:
+                    yield number, line
+    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError.
+        kind = "a truncated gzip file" if isinstance(error, EOFError) else "unreadable"
+        raise DataError(path, number + 1 if number else None,
+                        f"{kind} ({type(error).__name__}: {error}).") from None
 
 
 def _finish(path: str, rows, keep_ids: bool) -> Interactions:
@@ -82,6 +93,16 @@ def load_sasrec(path: str = ML_1M_SASREC) -> Interactions:
             raise DataError(path, number, "expected two positive integer ids `user item`; "
                             f"received {line[:80]!r}.")
         rows.append((int(parts[0]), int(parts[1]), number))
+    if rows:
+        for column, name in ((0, "user"), (1, "item")):
+            largest = sparse_ids(np.array([row[column] for row in rows], np.int64))
+            if largest is not None:
+                line = next(row[2] for row in rows if row[column] == largest)
+                distinct = len({row[column] for row in rows})
+                raise DataError(path, line, f"{name} id {largest:,} is more than "
+                                f"{MAX_ID_SPARSITY:g}x the file's {distinct:,} distinct {name} "
+                                "ids. SASRec-format ids are used as they are (embedding rows "
+                                f"1..{largest:,}); renumber the {name}s 1..N.")
     return _finish(path, rows, keep_ids=True)
 
 
