@@ -118,6 +118,10 @@ def describe_indexes(metrics: Dict) -> str:
         lines.append(f"\nScaNN vs exact: Recall@10 {a['recall@10']:.4f} vs {e['recall@10']:.4f}, "
                      f"NDCG@10 {a['ndcg@10']:.4f} vs {e['ndcg@10']:.4f}; ScaNN returns "
                      f"{100 * overlap:.1f}% of the exact top-100.")
+        if not retrieval.uses_scann(metrics.get("num_items", retrieval.SCANN_MIN_ITEMS)):
+            lines.append(f"(The catalog's {metrics['num_items']:,} items are fewer than "
+                         f"{retrieval.SCANN_MIN_ITEMS:,}: the ScaNN index searched exactly, "
+                         "which is faster there.)")
     if "kl_to_truth" in metrics:
         lines.append(f"KL(true next-item law || model's softmax) on the test users: "
                      f"{metrics['kl_to_truth']:.4f} nats.")
