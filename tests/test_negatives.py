@@ -489,3 +489,22 @@ class MixedSamplerTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class NoValidNegativeTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters("improved", "standard", "standard_negatives", "none")
+    def test_exact_mixture_row_without_a_valid_negative_has_loss_zero(self, correction):
+        # A one-item catalog: every uniform and in-batch draw is the row's own positive.
+        from tfrs_logq import LogQRetrieval  # pylint: disable=import-outside-toplevel
+        table = tf.Variable(tf.random.normal([1, 4], seed=0))
+        query = tf.Variable(tf.random.normal([3, 4], seed=1))
+        task = LogQRetrieval(correction=correction, sampler=negatives.MixedSampler(
+            1, 2, 2, probabilities=np.array([1.0], np.float32)))
+        ids = tf.constant([0, 0, 0])
+        with tf.GradientTape() as tape:
+            loss = task(query, tf.gather(table, ids), candidate_ids=ids,
+                        candidate_embedding_fn=lambda i: tf.gather(table, i))
+        self.assertEqual(float(loss), 0.0)
+        for gradient in tape.gradient(loss, [query, table]):
+            self.assertAllEqual(tf.convert_to_tensor(gradient), tf.zeros_like(gradient))

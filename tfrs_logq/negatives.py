@@ -525,6 +525,9 @@ class MixedSampler(NegativeSampler):
         log_q_mix = tf.reduce_logsumexp(tf.stack([
             tf.broadcast_to(log_share(uniform.mask) + log_uniform_excluded, tf.shape(mask)),
             tf.broadcast_to(log_share(in_batch.mask) + log_q_excluded, tf.shape(mask))]), axis=0)
+        # A row with no valid draw has no stratum to weight (log 0 = -inf): its entries are
+        # masked out of the loss, and read log Q = 0 so that they stay finite.
+        log_q_mix = tf.where(mask, log_q_mix, tf.zeros_like(log_q_mix))
         # For "standard", the positive's Q on the same (not excluded) scale.
         num_uniform = float(self.uniform.num_negatives)
         num_in_batch = tf.cast(tf.shape(in_batch.ids)[0], tf.float32)
