@@ -528,6 +528,28 @@ class ConfigAndErrorsTest(tf.test.TestCase):
                                     r"needs `candidate_embedding_fn`"):
             sampled(query, candidates, candidate_ids=ids)
 
+    def test_value_checks_in_graphs_and_under_xla(self):
+        # Eagerly a Q above 1 raises ValueError (above); in a graph an assertion fails; under
+        # XLA, which drops assertions, the loss is NaN instead of silently wrong.
+        query, candidates, _, probability, _ = _batch()
+        task = LogQRetrieval(correction="standard")
+        bad = np.r_[1.5, probability[1:]].astype(np.float32)
+
+        def loss(q):
+            return task(query, candidates, candidate_sampling_probability=q,
+                        compute_metrics=False)
+
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`candidate_sampling_probability` must hold probabilities"):
+            tf.function(loss)(tf.constant(bad))
+        self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(tf.constant(bad)).numpy()))
+        nan_log_q = np.r_[np.nan, probability[1:]].astype(np.float32)
+        self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(
+            tf.constant(nan_log_q)).numpy()))
+        # Valid input: compiled and eager agree.
+        self.assertAllClose(tf.function(loss, jit_compile=True)(
+            tf.constant(probability, tf.float32)), loss(tf.constant(probability, tf.float32)))
+
 
 if __name__ == "__main__":
     tf.test.main()

@@ -116,6 +116,10 @@ def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
                   explain=None) -> tf.Tensor:
     """Raises ValueError eagerly, or attaches a graph assertion, when `valid` is not all True.
 
+    XLA (`jit_compile=True`) drops graph assertions, so in a graph the invalid entries are
+    also replaced by NaN: compiled, a bad input makes the loss NaN instead of silently
+    wrong. Valid entries are returned unchanged.
+
     Args:
       name: the argument's name, for the message.
       values: the checked tensor.
@@ -137,7 +141,7 @@ def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
     with tf.control_dependencies(
             [tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", values],
                                  summarize=6)]):
-        return tf.identity(values)
+        return tf.where(valid, values, tf.constant(float("nan"), values.dtype))
 
 
 def check_log_probabilities(name: str, log_q: tf.Tensor) -> tf.Tensor:
@@ -145,7 +149,8 @@ def check_log_probabilities(name: str, log_q: tf.Tensor) -> tf.Tensor:
 
     Executing eagerly, a bad value raises ValueError at once. Inside a
     tf.function the same check runs as a graph assertion (InvalidArgumentError
-    with the same message), so nothing invalid reaches the loss silently.
+    with the same message); under XLA, which drops assertions, bad values turn
+    into NaN. Nothing invalid reaches the loss silently.
     """
     # A small tolerance above 0 absorbs rounding in estimators' normalisation.
     valid = tf.logical_and(tf.math.is_finite(log_q), log_q <= 1e-6)
