@@ -117,6 +117,15 @@ class LoaderTest(tf.test.TestCase):
             loaders.load_steam_reviews(_write(
                 "{'username': 'x', 'product_id': '1', 'date': 'yesterday'}\n", "s.json"))
 
+    def test_the_real_tfds_builder_reaches_its_download(self):
+        # The real MovieLens builder, no mock: everything download_and_prepare reads before
+        # the network (its code path and checksums file need importlib_resources).
+        builder = tfds.builder("movielens/1m-ratings", data_dir=tempfile.mkdtemp())
+        self.assertIn("movie_id", builder.info.features)
+        self.assertTrue(type(builder).code_path.exists())
+        checksums = type(builder)._checksums_path  # pylint: disable=protected-access
+        self.assertTrue(checksums.exists(), checksums)
+
     def test_tfds_path_with_mock_data(self):
         with tfds.testing.mock_data(num_examples=40):
             data = loaders.load_tfds()
