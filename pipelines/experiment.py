@@ -112,7 +112,27 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
         model({"user": tf.zeros([1], tf.int32),
                "history": tf.zeros([1, config.history_length], tf.int32)})
         model.item_embeddings()
+    track_random_generators(model)
     return model
+
+
+def track_random_generators(model: tf.keras.Model) -> None:
+    """Puts the `tf.random.Generator` of every built Keras random layer (dropout) into the
+    model's checkpoint, as `model.random_generators`.
+
+    Keras keeps those generators out of checkpoints on purpose, so a run resumed from a
+    `BackupAndRestore` backup would restart its dropout masks; with them saved (and the
+    samplers' generators, which are layer variables), a resumed run draws exactly what the
+    uninterrupted run would have. Needs `tf.keras.backend.experimental
+    .enable_tf_random_generator()` before the model is built (else Keras uses legacy
+    stateful ops, which hold no state to save, and nothing is added)."""
+    generators = []
+    for layer in model._flatten_layers():  # pylint: disable=protected-access
+        generator = getattr(getattr(layer, "_random_generator", None), "_generator", None)
+        if isinstance(generator, tf.random.Generator):
+            generators.append(generator)
+    if generators:
+        model.random_generators = generators
 
 
 def uses_xla(config: configs.Config, strategy: tf.distribute.Strategy) -> bool:

@@ -7,6 +7,9 @@ Ops without a strategy still run on /CPU:0.
 
 import functools
 import os
+import random
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -29,3 +32,19 @@ def mirrored_strategy() -> tf.distribute.MirroredStrategy:
     """
     return tf.distribute.MirroredStrategy(
         [d.name for d in tf.config.list_logical_devices("CPU")[:NUM_LOGICAL_CPUS]])
+
+
+def reset_draws(layer: tf.Module) -> None:
+    """Restarts the draws of every negative sampler in `layer` (the same draws again)."""
+    from tfrs_logq import negatives  # pylint: disable=import-outside-toplevel
+    layers = layer._flatten_layers() if hasattr(layer, "_flatten_layers") else [layer]  # pylint: disable=protected-access
+    for sublayer in layers:
+        if isinstance(sublayer, negatives.NegativeSampler):
+            sublayer.reset()
+
+
+@pytest.fixture(autouse=True)
+def _seeded_python_random():
+    """Samplers built without a seed seed their generator from Python's `random`: seed it
+    per test, so that every test draws the same numbers whatever ran before it."""
+    random.seed(0)

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
+from tests import conftest
 from tfrs_logq.models import RetrievalObjective
 
 NUM_ITEMS = 12
@@ -134,10 +135,9 @@ class ReleasedLossParityTest(tf.test.TestCase, parameterized.TestCase):
                                        **dict(RELEASED_OPTIONS, **options))
         embed = lambda ids: tf.gather(table, ids)  # noqa: E731
         labels = tf.constant(LABELS)
-        tf.random.set_seed(0)
         ours = objective(hidden, labels, embed,
                          all_item_embeddings=lambda: tf.constant(table), training=False)
-        tf.random.set_seed(0)  # The same draws again.
+        conftest.reset_draws(objective)  # The same draws again.
         if objective.task is not None:
             ids = objective.task.sampler(labels, labels, embed(labels), embedding_fn=embed).ids
         elif objective.uniform is not None:

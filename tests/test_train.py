@@ -293,19 +293,37 @@ class CommandLineTest(tf.test.TestCase):
     def test_resume_after_sigkill(self):
         # Killed mid-run, started again with the same flags: it continues from the last
         # backup (every 5 steps), so the run ends after exactly 3 x 200 steps and the
-        # streaming estimator received exactly one update per step.
-        out = tempfile.mkdtemp()
-        args = ["--preset=smoke", f"--output_dir={out}", "--epochs=3", "--steps_per_epoch=200",
+        # streaming estimator received exactly one update per step. The random state
+        # (dropout, negative draws) is in the backup too: the resumed run ends with the
+        # uninterrupted run's weights and metrics, to the bit.
+        out, uninterrupted = tempfile.mkdtemp(), tempfile.mkdtemp()
+        args = ["--preset=smoke", "--epochs=3", "--steps_per_epoch=200",
                 "--frequency=count_min", "--patience=5"]
-        process = subprocess.Popen([sys.executable, "-m", "pipelines.train", *args],
+        process = subprocess.Popen([sys.executable, "-m", "pipelines.train", *args,
+                                    f"--output_dir={out}"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _wait_for_backup(self, out, [process])
         process.send_signal(signal.SIGKILL)
         process.wait()
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
-        result = _cli("pipelines.train", *args)
+        result = _cli("pipelines.train", *args, f"--output_dir={out}")
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        result = _cli("pipelines.train", *args, f"--output_dir={uninterrupted}")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         metrics = json.load(open(os.path.join(out, "metrics.json")))
+        reference = json.load(open(os.path.join(uninterrupted, "metrics.json")))
+        self.assertEqual(metrics["test"], reference["test"])
+        self.assertEqual(metrics["last_epoch"], reference["last_epoch"])
+        self.assertEqual(metrics["best_validation_ndcg@10"],
+                         reference["best_validation_ndcg@10"])
+        resumed = tf.train.load_checkpoint(os.path.join(out, "checkpoints", "best"))
+        straight = tf.train.load_checkpoint(os.path.join(uninterrupted, "checkpoints", "best"))
+        names = [name for name, _ in tf.train.list_variables(
+            os.path.join(out, "checkpoints", "best")) if "VARIABLE_VALUE" in name]
+        self.assertTrue(any("random_generators" in name for name in names))
+        for name in names:
+            np.testing.assert_array_equal(resumed.get_tensor(name), straight.get_tensor(name),
+                                          err_msg=name)
         self.assertBetween(metrics["resumed_from_step"], 5, 595)
         self.assertEqual(metrics["resumed_from_step"] % 5, 0)
         self.assertEqual(metrics["steps"], 600)

@@ -28,6 +28,7 @@ correction is not invariant to the scale of Q.
 """
 
 import math
+import random
 from typing import Callable, NamedTuple, Optional
 
 import tensorflow as tf
@@ -116,7 +117,7 @@ def _densify_gradient(tensor: tf.Tensor):
 IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
 
 
-def _random_subset(size: tf.Tensor, k: int, seed: Optional[int],
+def _random_subset(size: tf.Tensor, k: int, rng: tf.random.Generator,
                    static_size: Optional[int] = None,
                    valid: Optional[tf.Tensor] = None) -> tf.Tensor:
     """min(k, size) distinct positions of range(size), uniformly at random (a static
@@ -125,7 +126,7 @@ def _random_subset(size: tf.Tensor, k: int, seed: Optional[int],
     rest when fewer than k are valid."""
     k = min(k, static_size) if static_size is not None else tf.minimum(
         tf.cast(k, tf.int32), size)
-    keys = tf.random.uniform([size], seed=seed)
+    keys = rng.uniform([size])
     if valid is not None:
         keys = tf.where(valid, keys, -1.0)
     _, indices = tf.math.top_k(keys, k=k)
@@ -148,14 +149,21 @@ def _first_of_each_id(ids: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
 
 
 class NegativeSampler(tf.keras.layers.Layer):
-    """Base class: holds the probability source and the seed.
+    """Base class: holds the probability source and the random generator.
+
+    The draws come from a `tf.random.Generator` whose state is a (non-trainable) variable
+    of the layer: `model.save_weights`, `tf.train.Checkpoint` and Keras `BackupAndRestore`
+    save and restore it, so a resumed run draws what the uninterrupted run would have.
+    Create the sampler inside `strategy.scope()` under `tf.distribute` (each replica then
+    draws its own stream).
 
     Args:
       probabilities: where per-draw item probabilities come from: a [num_items]
         tensor of probabilities, a callable mapping ids to probabilities, or a
         `tfrs_logq.frequency.FrequencyEstimator`. None means no log Q (only
         correction "none" can then be used).
-      seed: optional op-level seed for the random draws.
+      seed: the generator's seed (default: drawn from Python's `random`, which
+        `tf.keras.utils.set_random_seed` seeds).
       **kwargs: standard Keras layer arguments.
     """
 
@@ -167,6 +175,13 @@ class NegativeSampler(tf.keras.layers.Layer):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an integer or None; received seed={seed!r}.")
         self.seed = seed
+        self._first_seed = seed if seed is not None else random.randint(0, 2**31 - 1)
+        with tf.init_scope():
+            self.rng = tf.random.Generator.from_seed(self._first_seed)
+
+    def reset(self) -> None:
+        """Restarts the draws: the next calls draw what the first calls did."""
+        self.rng.reset_from_seed(self._first_seed)
 
     def get_config(self):
         config = super().get_config()
@@ -274,7 +289,7 @@ class InBatchSampler(NegativeSampler):
 
         pool_size = tf.shape(ids)[0]
         if self.max_pool_size is not None:
-            keep = _random_subset(pool_size, self.max_pool_size, self.seed,
+            keep = _random_subset(pool_size, self.max_pool_size, self.rng,
                                   None if self.deduplicate else ids.shape[0])
             ids = tf.gather(ids, keep)
             if embeddings is not None:
@@ -293,7 +308,7 @@ class InBatchSampler(NegativeSampler):
             slots = _first_of_each_id(ids, slots)
         pool_size = tf.reduce_sum(tf.cast(slots, tf.int32))
         if self.max_pool_size is not None:
-            keep = _random_subset(tf.shape(ids)[0], self.max_pool_size, self.seed,
+            keep = _random_subset(tf.shape(ids)[0], self.max_pool_size, self.rng,
                                   ids.shape[0], valid=slots)
             ids, slots = tf.gather(ids, keep), tf.gather(slots, keep)
             if embeddings is not None:
@@ -391,9 +406,8 @@ class UniformSampler(NegativeSampler):
                 f"{positive_ids.dtype.name}. Map string ids to integers first.")
         shape = ([tf.shape(positive_ids)[0], self.num_negatives] if self.per_row
                  else [self.num_negatives])
-        ids = tf.random.uniform(shape, minval=self.first_id,
-                                maxval=self.first_id + self.num_items,
-                                dtype=positive_ids.dtype, seed=self.seed)
+        ids = self.rng.uniform(shape, minval=self.first_id,
+                               maxval=self.first_id + self.num_items, dtype=positive_ids.dtype)
         embeddings = None if embedding_fn is None else embedding_fn(ids)
         mask = accidental_hit_mask(positive_ids, ids)
         log_q = tf.fill(tf.shape(ids), self.log_uniform_q)
