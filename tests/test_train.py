@@ -126,8 +126,23 @@ class TrainRunTest(tf.test.TestCase):
     def test_two_tower_temporal(self):
         config = SMOKE.replace(model="two_tower", split="temporal", history_length=8,
                                negatives="in_batch", correction="standard", epochs=1)
-        metrics = train.run(config, tempfile.mkdtemp(), verbose=0)
+        out = tempfile.mkdtemp()
+        metrics = train.run(config, out, verbose=0)
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
+        # The export reads --history_length (8) items, as the evaluation does: same top 100.
+        _, model, data_split = experiment.load_run(out)
+        test_set = data_split.test
+        longest = max(len(h) for h in test_set.histories)
+        self.assertGreater(longest, 8)
+        requests = np.zeros([len(test_set.users), longest], np.int64)
+        for row, history in enumerate(test_set.histories):
+            requests[row, longest - len(history):] = history
+        served = tf.saved_model.load(metrics["exports"][0]).signatures["serving_default"](
+            user=tf.constant(test_set.users, tf.int64), history=tf.constant(requests))
+        offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),
+                                        model.item_embeddings().numpy(), 100,
+                                        exclude=test_set.histories)
+        self.assertAllEqual(served["ids"].numpy(), offline)
 
     def test_same_seed_runs_train_alike(self):
         config = SMOKE.replace(epochs=1, steps_per_epoch=10, index="exact")
