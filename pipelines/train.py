@@ -191,6 +191,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         # Over the whole run, the epochs before a restart included.
         "best_validation_ndcg@10": np.nan if trained["best"] is None else trained["best"],
         "epochs_run": trained["epochs"],
+        "best_epoch": trained.get("best_epoch"),  # 0-based; early stopping's patience ran after.
         "steps": steps,
         "resumed_from_step": progress.step,
         "estimator_steps": estimator_steps,  # Updates a streaming estimator received.

@@ -42,6 +42,7 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(saved["config"], SMOKE.as_dict())
         self.assertRegex(saved["git_revision"], r"^([0-9a-f]{40}(\+dirty)?|unknown)$")
         self.assertEqual(saved["steps"], 50)
+        self.assertIn(saved["best_epoch"], (0, 1))  # Of the smoke preset's 2 epochs.
         self.assertIn("oracle", saved["baselines"])
         bands = saved["baselines"]["popularity"]["by_popularity"]
         self.assertEqual(sorted(bands), sorted(saved["by_popularity"]))

@@ -345,6 +345,10 @@ def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
     if os.path.exists(wall):
         with open(wall) as f:
             metrics["wall_seconds"] = json.load(f)["seconds"]
+    progress = os.path.join(run.directory, "progress.json")
+    if "best_epoch" not in metrics and os.path.exists(progress):
+        with open(progress) as f:  # Runs made before metrics.json recorded it.
+            metrics["best_epoch"] = json.load(f).get("best_epoch")
     return metrics
 
 
@@ -551,8 +555,9 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
                                 row=r.row.name, frequency=r.frequency,
                                 **{k: v for k, v in metrics.items()
                                    if k in ("test", "kl_to_truth", "baselines", "by_popularity",
-                                            "epochs_run", "steps", "train_seconds",
-                                            "wall_seconds", "git_revision")}))
+                                            "epochs_run", "best_epoch", "steps",
+                                            "train_seconds", "wall_seconds",
+                                            "git_revision")}))
     with open(os.path.join(results_dir, name + ".json"), "w") as f:
         json.dump({"summary": serialisable, "runs": per_run}, f, indent=1)
     plot(summary, dataset, split, os.path.join(results_dir, name + ".png"))
