@@ -14,7 +14,7 @@ import tensorflow as tf
 from pipelines.benchmarks import reproduce
 
 
-def _fake_run(run, ndcg, recall=0.3, kl=None):
+def _fake_run(run, ndcg, recall=0.3, kl=None, best_epoch=None):
     """Writes the metrics.json a finished pipelines.train run would leave."""
     os.makedirs(run.directory, exist_ok=True)
     metrics = {"test": {"ndcg@20": ndcg, "recall@20": recall, "ndcg@10": ndcg / 2,
@@ -26,6 +26,8 @@ def _fake_run(run, ndcg, recall=0.3, kl=None):
                "git_revision": "abc"}
     if kl is not None:
         metrics["kl_to_truth"] = kl
+    if best_epoch is not None:
+        metrics["best_epoch"] = best_epoch
     with open(os.path.join(run.directory, "metrics.json"), "w") as f:
         json.dump(metrics, f)
 
@@ -139,7 +141,7 @@ class ReportTest(tf.test.TestCase):
         text = reproduce.write_report(runs, "ml-1m", "loo", "cpu", results, "CMD")
         # Mean ± sample std, the paper's value and the difference.
         self.assertIn("| in-batch, no logQ | 3 | 0.1100 ± 0.0100 | 0.1868 | -0.0768 | "
-                      "0.3000 ± 0.0000 | 0.3838 | -0.0838 | 40 | 101 |", text)
+                      "0.3000 ± 0.0000 | 0.3838 | -0.0838 | 40 | – | 101 |", text)
         self.assertIn("| full softmax | 0/3 | not run | 0.1937 |", text)
         # none < standard: gap 0.1, 2 SE = 2 sqrt(2 * 0.01^2 / 3) = 0.0163.
         self.assertIn("in-batch, no logQ < in-batch, standard logQ: ndcg@20 0.1100 (n=3) vs "
@@ -235,6 +237,27 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("mixed, standard logQ > mixed, improved logQ: ndcg@20 0.2000 (n=1) vs "
                       "0.1500 (n=1), gap -0.0500; the paper's ordering does not hold, spread "
                       "unknown (one seed).", text)
+
+    def test_paired_differences_by_seed(self):
+        runs = reproduce.plan("ml-1m", "loo", "official_cpu", 3,
+                              ["mixed-standard", "mixed-improved", "mixed-standard_tfrs"],
+                              ["static"], tempfile.mkdtemp())
+        scores = {"mixed-standard": [0.170, 0.180, 0.175],
+                  "mixed-improved": [0.172, 0.183, 0.176],  # d = +0.002, +0.003, +0.001.
+                  "mixed-standard_tfrs": [0.160]}  # Seed 0 only.
+        for run in runs:
+            if run.seed < len(scores[run.row.name]):
+                _fake_run(run, scores[run.row.name][run.seed], best_epoch=100 + run.seed)
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
+                                  "CMD")
+        # Mean d 0.002, SE = std(d) / sqrt(3) = 0.001 / 1.732 = 0.0006: beyond 2 SE.
+        self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0020 NDCG@20 "
+                      "over 3 paired seeds (0, 1, 2); SE 0.0006; mixed, improved logQ "
+                      "[train_mns_log_new.py] is higher, beyond 2 SE.", text)
+        self.assertIn("- TFRS's standard vs the paper's standard: d = -0.0100 NDCG@20 over 1 "
+                      "paired seed (0); one pair: SE unknown.", text)
+        self.assertRegex(text, r"\| mixed, improved logQ \[train_mns_log_new.py\] \| 3 \| .* "
+                         r"\| 40 \| 101 \| 101 \|")  # Epochs, mean best epoch, train s.
 
     def test_synthetic_table(self):
         runs = reproduce.plan("synthetic", "loo", "cpu", 2, ["in_batch-improved"],

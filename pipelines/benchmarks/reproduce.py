@@ -382,6 +382,10 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
             entry["epochs"] = summarise([m["epochs_run"] for m in found])
             entry["train_seconds"] = summarise([m["train_seconds"] for m in found])
             entry["seeds"] = [m["seed"] for m in found]
+            entry["by_seed"] = {m["seed"]: m["test"]["ndcg@20"] for m in found}
+            best = [m["best_epoch"] for m in found if m.get("best_epoch") is not None]
+            if best:
+                entry["best_epoch"] = summarise(best)
             entry["recorded_seeds"] = [m["seed"] for m in found if m.get("recorded")]
             if "kl_to_truth" in found[0]:
                 entry["kl_to_truth"] = summarise([m["kl_to_truth"] for m in found])
@@ -426,6 +430,43 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List
     return lines
 
 
+# Paired by seed (same seed: same data order and initialisation): (baseline, row, what it asks).
+PAIRS = (("mixed-standard", "mixed-improved", "improved vs the paper's standard (negatives only)"),
+         ("mixed-standard", "mixed-standard_tfrs", "TFRS's standard vs the paper's standard"),
+         ("mixed-standard_tfrs", "mixed-improved", "improved vs TFRS's standard"),
+         ("in_batch-standard", "in_batch-improved", "improved vs the paper's standard, in-batch"),
+         ("in_batch-standard", "in_batch-improved_pool",
+          "improved (released pool) vs the paper's standard, in-batch"),
+         ("in_batch-standard", "in_batch-standard_tfrs",
+          "TFRS's standard vs the paper's standard, in-batch"))
+
+
+def paired_differences(summary: Dict[str, Dict], pairs=PAIRS) -> List[str]:
+    """One line per pair of rows with common seeds: the mean of the per-seed NDCG@20
+    differences d = row - baseline, its standard error std(d) / sqrt(n), and whether
+    d > 0 beyond two standard errors, within them, or d < 0 beyond them."""
+    lines = []
+    for base, row, question in pairs:
+        a, b = summary.get(row_key(base, "static")), summary.get(row_key(row, "static"))
+        if not a or not b or not a["n"] or not b["n"]:
+            continue
+        seeds = sorted(set(a["by_seed"]) & set(b["by_seed"]))
+        if not seeds:
+            continue
+        d = [b["by_seed"][seed] - a["by_seed"][seed] for seed in seeds]
+        mean = sum(d) / len(d)
+        if len(d) > 1:
+            error = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+            verdict = ("higher, beyond 2 SE" if mean > 2 * error else
+                       "lower, beyond 2 SE" if mean < -2 * error else "within 2 SE of equal")
+            spread = f"SE {error:.4f}; {b['row'].label} is {verdict}"
+        else:
+            spread = "one pair: SE unknown"
+        lines.append(f"- {question}: d = {mean:+.4f} NDCG@20 over {len(d)} paired seed"
+                     f"{'s' if len(d) > 1 else ''} ({', '.join(map(str, seeds))}); {spread}.")
+    return lines
+
+
 def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
              command_line: str, preset: str = "", temporal_targets: str = "first") -> str:
     if dataset == "ml-1m":
@@ -446,13 +487,13 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
     if dataset == "ml-1m":
         column = "paper_loo" if split == "loo" else "paper_temporal"
         lines += ["| loss | n | NDCG@20 | paper | Δ | Recall@20 | paper | Δ | epochs | "
-                  "train s/run |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "best epoch | train s/run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for key, entry in summary.items():
             paper = getattr(entry["row"], column)
             if not entry["n"]:
                 lines.append(f"| {entry['row'].label} | 0/{entry['planned_seeds']} | not run "
-                             f"| {paper[0]:.4f} | | | {paper[1]:.4f} | | | |" if paper else
-                             f"| {entry['row'].label} | 0 | not run | | | | | | | |")
+                             f"| {paper[0]:.4f} | | | {paper[1]:.4f} | | | | |" if paper else
+                             f"| {entry['row'].label} | 0 | not run | | | | | | | | |")
                 continue
             ndcg, recall = entry["ndcg@20"], entry["recall@20"]
             paper_cells = ((f"{paper[0]:.4f}", f"{ndcg[0] - paper[0]:+.4f}",
@@ -461,7 +502,8 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
             lines.append(f"| {entry['row'].label} | {entry['n']} | {_pm(*ndcg[:2])} | "
                          f"{paper_cells[0]} | {paper_cells[1]} | {_pm(*recall[:2])} | "
                          f"{paper_cells[2]} | {paper_cells[3]} | {entry['epochs'][0]:.0f} | "
-                         f"{entry['train_seconds'][0]:.0f} |")
+                         + (f"{entry['best_epoch'][0]:.0f}" if "best_epoch" in entry else "–")
+                         + f" | {entry['train_seconds'][0]:.0f} |")
         if done:
             first = next(iter(done.values()))
             lines += ["", f"Popularity ranker, same protocol: NDCG@20 "
@@ -491,6 +533,13 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
     if recorded:
         lines += ["", "Taken from the JSON of the report this one replaced (`--include_recorded`; "
                   "their run directories were not on disk): " + "; ".join(recorded) + "."]
+    paired = paired_differences(done)
+    if paired:
+        lines += ["", "## Paired by seed (NDCG@20)", "",
+                  "d = row - baseline for each seed both ran (the same data order and "
+                  "initialisation), then its mean and standard error over seeds. Best epoch: "
+                  "mean 0-based epoch of the best validation NDCG@10; early stopping waited "
+                  "`patience` epochs after it.", ""] + paired
     verdicts = ordering_verdicts({k: v for k, v in done.items() if v["frequency"] == "static"})
     if verdicts:
         lines += ["", "## The paper's orderings (NDCG@20)" if dataset == "ml-1m" else
