@@ -101,6 +101,11 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
         deduplicate=config.deduplicate, in_batch_log_q=config.in_batch_log_q,
         per_row=config.per_row_negatives, binary_reduction=config.binary_reduction,
         binary_accidental_hits=config.binary_accidental_hits, gbce_alpha=config.gbce_alpha)
+    # Dropout draws from tf.random.Generator variables, which `track_random_generators` puts
+    # into the backup, as the samplers' generators are: a resumed run draws what the
+    # uninterrupted run would have. (A process-wide Keras setting; every entry point builds
+    # its model here, so training, evaluation and the benchmarks build the same model.)
+    tf.keras.backend.experimental.enable_tf_random_generator()
     if config.model == "sasrec":
         model = SASRec(data.num_items, objective, max_length=config.max_length, dim=config.dim,
                        num_blocks=config.num_blocks, num_heads=config.num_heads,

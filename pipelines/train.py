@@ -111,9 +111,6 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     chief = distribute.is_chief(strategy)
     if chief:
         _check_output_dir(config, output_dir)
-    # Dropout draws from tf.random.Generator variables, which the backup saves, as the
-    # samplers' generators are: a resumed run draws what the uninterrupted run would have.
-    tf.keras.backend.experimental.enable_tf_random_generator()
     tf.keras.utils.set_random_seed(config.seed)
     started = time.time()
     data = experiment.load_data(config)
