@@ -24,6 +24,15 @@ from tests import conftest
 SMOKE = configs.PRESETS["smoke"]
 
 
+def _left_padded(histories):
+    """[users, longest] int64 serving requests: each whole history, left-padded with 0."""
+    longest = max(len(history) for history in histories)
+    requests = np.zeros([len(histories), longest], np.int64)
+    for row, history in enumerate(histories):
+        requests[row, longest - len(history):] = history
+    return requests
+
+
 def _cli(module, *args, timeout=600):
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -66,11 +75,8 @@ class TrainRunTest(tf.test.TestCase):
         config, model, data_split = experiment.load_run(out)
         test_set = data_split.test
         served = tf.saved_model.load(saved["exports"][0]).signatures["serving_default"]
-        longest = max(len(h) for h in test_set.histories)
-        self.assertGreater(longest, config.max_length)  # Histories the query model cuts.
-        requests = np.zeros([len(test_set.users), longest], np.int64)
-        for row, history in enumerate(test_set.histories):
-            requests[row, longest - len(history):] = history
+        requests = _left_padded(test_set.histories)
+        self.assertGreater(requests.shape[1], config.max_length)  # Histories the query cuts.
         offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),
                                         model.item_embeddings().numpy(), 100,
                                         exclude=test_set.histories)
@@ -133,11 +139,8 @@ class TrainRunTest(tf.test.TestCase):
         # The export reads --history_length (8) items, as the evaluation does: same top 100.
         _, model, data_split = experiment.load_run(out)
         test_set = data_split.test
-        longest = max(len(h) for h in test_set.histories)
-        self.assertGreater(longest, 8)
-        requests = np.zeros([len(test_set.users), longest], np.int64)
-        for row, history in enumerate(test_set.histories):
-            requests[row, longest - len(history):] = history
+        requests = _left_padded(test_set.histories)
+        self.assertGreater(requests.shape[1], 8)
         served = tf.saved_model.load(metrics["exports"][0]).signatures["serving_default"](
             user=tf.constant(test_set.users, tf.int64), history=tf.constant(requests))
         offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),

@@ -84,9 +84,9 @@ INDEXES = ("exact", "scann")
 SCANN_MIN_ITEMS = 10_000
 
 
-def uses_scann(num_items: int) -> bool:
+def uses_scann(num_items: int, min_items: int = SCANN_MIN_ITEMS) -> bool:
     """Whether a ScaNN request over `num_items` candidates builds an index (else exact search)."""
-    return num_items >= SCANN_MIN_ITEMS
+    return num_items >= min_items
 
 
 def scann_defaults(num_items: int, k: int) -> Dict[str, int]:
@@ -117,7 +117,7 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
       min_items: fewer candidates than this are searched exactly.
       overrides: any of `scann_defaults`' keys.
     """
-    if len(item_embeddings) - first_id < min_items:
+    if not uses_scann(len(item_embeddings) - first_id, min_items):
         return exact_top_k(query_embeddings, item_embeddings, k, exclude=exclude,
                            first_id=first_id)
     from scann import scann_ops_pybind  # pylint: disable=import-outside-toplevel

@@ -1,6 +1,6 @@
 """The one in-memory form every loader returns: chronological (user, item, time) interactions."""
 
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -52,11 +52,11 @@ class Interactions(NamedTuple):
 MAX_ID_SPARSITY = 2.0
 
 
-def sparse_ids(raw: np.ndarray) -> Optional[int]:
-    """The largest of positive integer ids when it exceeds MAX_ID_SPARSITY times the number
-    of distinct ids (else None)."""
+def sparse_ids(raw: np.ndarray) -> Optional[Tuple[int, int]]:
+    """(largest id, number of distinct ids) of positive integer ids when the largest
+    exceeds MAX_ID_SPARSITY times the number of distinct ids (else None)."""
     largest, distinct = int(raw.max()), len(np.unique(raw))
-    return largest if largest > MAX_ID_SPARSITY * distinct else None
+    return (largest, distinct) if largest > MAX_ID_SPARSITY * distinct else None
 
 
 def _dense(raw: np.ndarray, keep_ids: bool):

@@ -95,10 +95,10 @@ def load_sasrec(path: str = ML_1M_SASREC) -> Interactions:
         rows.append((int(parts[0]), int(parts[1]), number))
     if rows:
         for column, name in ((0, "user"), (1, "item")):
-            largest = sparse_ids(np.array([row[column] for row in rows], np.int64))
-            if largest is not None:
+            sparse = sparse_ids(np.array([row[column] for row in rows], np.int64))
+            if sparse is not None:
+                largest, distinct = sparse
                 line = next(row[2] for row in rows if row[column] == largest)
-                distinct = len({row[column] for row in rows})
                 raise DataError(path, line, f"{name} id {largest:,} is more than "
                                 f"{MAX_ID_SPARSITY:g}x the file's {distinct:,} distinct {name} "
                                 "ids. SASRec-format ids are used as they are (embedding rows "
