@@ -2,6 +2,59 @@
 
 import numpy as np
 
+# ------------------------------------------------------------------ shared test inputs
+# tfrs_logq's tests and keras_logq's (tests_keras3/) run the same inputs and the same
+# exact values against both libraries.
+
+
+def sampled_inputs(seed, batch=6, num=9, mask_rate=0.3, per_row_log_q=False):
+    """Random (positive logits, negative logits, negative log Q, positive log Q, mask);
+    row 0 has no valid negative."""
+    rng = np.random.default_rng(seed)
+    pos = rng.normal(size=batch).astype(np.float32) * 2
+    neg = rng.normal(size=(batch, num)).astype(np.float32) * 2
+    q = rng.dirichlet(np.ones(40))
+    shape = (batch, num) if per_row_log_q else (num,)
+    neg_log_q = np.log(rng.choice(q, size=shape)).astype(np.float32)
+    pos_log_q = np.log(rng.choice(q, size=batch)).astype(np.float32)
+    mask = rng.random((batch, num)) > mask_rate
+    mask[0] = False  # A row with no valid negative.
+    return pos, neg, neg_log_q, pos_log_q, mask
+
+
+# s_p = 0, two negatives with s = 0 and Q = 1/2, Q(p) = 1/4:
+# none = log 3; standard = -log 4 + log(4 + 2 + 2) = log 2;
+# standard_negatives = -0 + log(1 + 2 + 2) = log 5;
+# improved: Q' = (1/2)/(3/4) = 2/3, LSE = log 3, P_hat = sigmoid(-log 1.5) = 0.4,
+# loss = 0.6 * log 3 (weight 0.6).
+EXACT_SAMPLED = dict(
+    inputs=(np.zeros([1], np.float32), np.zeros([1, 2], np.float32)),
+    kwargs=dict(negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
+                positive_log_q=np.log([0.25]).astype(np.float32)),
+    losses=dict(none=np.log(3.0), standard=np.log(2.0), standard_negatives=np.log(5.0),
+                improved=0.6 * np.log(3.0)),
+    improved_weight=0.6,
+)
+
+# A known catalog for the samplers' unbiasedness: Zipf q over 50 items and fixed scores.
+NUM_ITEMS = 50
+ZIPF_Q = (1.0 / np.arange(1, NUM_ITEMS + 1)) / np.sum(1.0 / np.arange(1, NUM_ITEMS + 1))
+SCORES = np.random.default_rng(0).normal(size=NUM_ITEMS).astype(np.float32)
+
+
+def partition_without(positive):
+    """sum_{d != p} e^{s_d} over the catalog: what every sampler's Z_hat must estimate."""
+    return float(np.sum(np.exp(SCORES.astype(np.float64))) - np.exp(SCORES[positive]))
+
+
+def z_hat(ids, mask, log_q_prime):
+    """(1/n) sum_i m_i exp(s_i - log Q'_i) for one row, and n."""
+    terms = np.where(mask, np.exp(SCORES[np.asarray(ids)].astype(np.float64)
+                                  - np.asarray(log_q_prime, np.float64)), 0.0)
+    count = float(np.sum(mask))
+    return terms.sum() / max(count, 1.0), count
+
+
 
 def logsumexp(x):
     x = np.asarray(x, np.float64)

@@ -11,17 +11,7 @@ from tests import reference
 from tfrs_logq import losses
 
 
-def _random_inputs(seed, batch=6, num=9, mask_rate=0.3, per_row_log_q=False):
-    rng = np.random.default_rng(seed)
-    pos = rng.normal(size=batch).astype(np.float32) * 2
-    neg = rng.normal(size=(batch, num)).astype(np.float32) * 2
-    q = rng.dirichlet(np.ones(40))
-    shape = (batch, num) if per_row_log_q else (num,)
-    neg_log_q = np.log(rng.choice(q, size=shape)).astype(np.float32)
-    pos_log_q = np.log(rng.choice(q, size=batch)).astype(np.float32)
-    mask = rng.random((batch, num)) > mask_rate
-    mask[0] = False  # A row with no valid negative.
-    return pos, neg, neg_log_q, pos_log_q, mask
+_random_inputs = reference.sampled_inputs
 
 
 class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
@@ -47,26 +37,12 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
 
     def test_exact_values(self):
-        # s_p = 0, two negatives with s = 0 and Q = 1/2, Q(p) = 1/4:
-        # none = log 3; standard = -log 4 + log(4 + 2 + 2) = log 2;
-        # standard_negatives = -0 + log(1 + 2 + 2) = log 5;
-        # improved: Q' = (1/2)/(3/4) = 2/3, LSE = log 3, P_hat = sigmoid(-log 1.5) = 0.4,
-        # loss = 0.6 * log 3.
-        kwargs = dict(negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
-                      positive_log_q=np.log([0.25]).astype(np.float32))
-        pos, neg = np.zeros([1], np.float32), np.zeros([1, 2], np.float32)
-        self.assertAllClose(losses.sampled_softmax_loss(pos, neg, correction="none", **kwargs),
-                            [np.log(3.0)])
-        self.assertAllClose(
-            losses.sampled_softmax_loss(pos, neg, correction="standard", **kwargs),
-            [np.log(2.0)])
-        self.assertAllClose(
-            losses.sampled_softmax_loss(pos, neg, correction="standard_negatives", **kwargs),
-            [np.log(5.0)])
-        self.assertAllClose(
-            losses.sampled_softmax_loss(pos, neg, correction="improved", **kwargs),
-            [0.6 * np.log(3.0)])
-        self.assertAllClose(losses.improved_weight(pos, neg, **kwargs), [0.6])
+        case = reference.EXACT_SAMPLED
+        for correction, want in case["losses"].items():
+            self.assertAllClose(losses.sampled_softmax_loss(
+                *case["inputs"], correction=correction, **case["kwargs"]), [want])
+        self.assertAllClose(losses.improved_weight(*case["inputs"], **case["kwargs"]),
+                            [case["improved_weight"]])
 
     def test_improved_gradient_is_weighted_softmax_minus_onehot(self):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(4)

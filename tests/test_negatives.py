@@ -4,13 +4,12 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
+from tests import reference
 from tfrs_logq import _ops
 from tfrs_logq import frequency
 from tfrs_logq import negatives
 
-NUM_ITEMS = 50
-ZIPF_Q = (1.0 / np.arange(1, NUM_ITEMS + 1)) / np.sum(1.0 / np.arange(1, NUM_ITEMS + 1))
-SCORES = np.random.default_rng(0).normal(size=NUM_ITEMS).astype(np.float32)
+NUM_ITEMS, ZIPF_Q, SCORES = reference.NUM_ITEMS, reference.ZIPF_Q, reference.SCORES
 
 
 def _z_hat_draws(sampler, positive, batch_size, trials, seed, to_q_prime=True):
@@ -43,8 +42,7 @@ def _z_hat_draws(sampler, positive, batch_size, trials, seed, to_q_prime=True):
     return z
 
 
-def _truth(positive):
-    return float(np.sum(np.exp(SCORES.astype(np.float64))) - np.exp(SCORES[positive]))
+_truth = reference.partition_without
 
 
 class _Padded:

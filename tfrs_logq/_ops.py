@@ -1,24 +1,52 @@
 """Small numerical helpers shared by the library's modules."""
 
+import types
+
 import tensorflow as tf
 
-# Stands in for a masked logit. Finite, so that masked slots carry neither inf
-# nor NaN into the forward pass or the gradient; far below any real logit.
-MASKED_LOGIT = -1e30
+from logq_core import formulas
+
+# The maths lives in logq_core.formulas, written against `keras.ops`'s names; `TF`
+# gives those names TensorFlow's ops, so tfrs_logq runs the very same formulas.
+TF = types.SimpleNamespace(
+    argsort=lambda x: tf.argsort(x, stable=True),
+    cast=tf.cast,
+    concatenate=tf.concat,
+    exp=tf.exp,
+    expm1=tf.math.expm1,
+    log=tf.math.log,
+    log1p=tf.math.log1p,
+    logical_and=tf.logical_and,
+    logsumexp=tf.reduce_logsumexp,
+    maximum=tf.maximum,
+    min=tf.reduce_min,
+    minimum=tf.minimum,
+    not_equal=tf.not_equal,
+    num_columns=lambda x: tf.cast(tf.shape(x)[1], tf.float32),
+    ones=tf.ones,
+    scatter=tf.scatter_nd,
+    sigmoid=tf.sigmoid,
+    softplus=tf.math.softplus,
+    stack=tf.stack,
+    stop_gradient=tf.stop_gradient,
+    sum=tf.reduce_sum,
+    take=lambda x, indices, axis=None: tf.gather(x, indices, axis=axis),
+    top_k=lambda x, k: tf.math.top_k(x, k=k),
+    where=tf.where,
+    zeros_like=tf.zeros_like,
+)
+
+MASKED_LOGIT = formulas.MASKED_LOGIT
 
 
 def log1mexp(x: tf.Tensor) -> tf.Tensor:
-    """log(1 - exp(x)) for x < 0, accurate near 0 and for very negative x (Maechler 2012)."""
-    return tf.where(x > -0.6931472,
-                    tf.math.log(-tf.math.expm1(x)),
-                    tf.math.log1p(-tf.exp(x)))
+    """log(1 - exp(x)) for x < 0 (`logq_core.formulas.log1mexp` in TensorFlow)."""
+    return formulas.log1mexp(TF, x)
 
 
 def masked(logits: tf.Tensor, mask) -> tf.Tensor:
     """Replaces masked-out logits (mask False) by MASKED_LOGIT; `mask=None` keeps all."""
-    if mask is None:
-        return logits
-    return tf.where(mask, logits, tf.constant(MASKED_LOGIT, logits.dtype))
+    return formulas.masked(TF, logits, mask)
 
 
 def scores(query_embeddings: tf.Tensor, candidate_embeddings) -> tf.Tensor:

@@ -1,9 +1,16 @@
 """Argument checks shared by the library. Every message names the argument and the value."""
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
+
+# Checks that need no tensor are shared with keras_logq; re-exported here.
+from logq_core.checks import check_bool  # noqa: F401  pylint: disable=unused-import
+from logq_core.checks import check_choice  # noqa: F401  pylint: disable=unused-import
+from logq_core.checks import check_positive_float  # noqa: F401  pylint: disable=unused-import
+from logq_core.checks import check_positive_int  # noqa: F401  pylint: disable=unused-import
+from logq_core.checks import check_unit_interval  # noqa: F401  pylint: disable=unused-import
 
 
 def _short(value: Any) -> str:
@@ -16,43 +23,6 @@ def _short(value: Any) -> str:
         except Exception:  # pylint: disable=broad-except
             return repr(value)
     return repr(value)
-
-
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    """Returns `value` if it is one of `choices`, else raises ValueError."""
-    if value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {', '.join(repr(c) for c in choices)}; "
-            f"received {name}={value!r}.")
-    return value
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """Returns `value` if it is a Python bool; else (1, "yes", None) raises TypeError."""
-    if not isinstance(value, bool):
-        raise TypeError(f"`{name}` must be a bool; received {name}={value!r}.")
-    return value
-
-
-def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Optional[int]:
-    """Returns `value` as int if it is a positive integer, else raises ValueError."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive integer; received {name}={value!r}.")
-    return int(value)
-
-
-def check_positive_float(name: str, value: Any, allow_none: bool = False) -> Optional[float]:
-    """Returns `value` as float if it is a finite positive number, else raises ValueError."""
-    if value is None and allow_none:
-        return None
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
-            or not np.isfinite(value) or value <= 0):
-        raise ValueError(
-            f"`{name}` must be a positive number; received {name}={value!r}.")
-    return float(value)
 
 
 def float_tensor(name: str, value: Any, rank: Optional[int] = None) -> tf.Tensor:

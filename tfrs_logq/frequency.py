@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
+from logq_core import formulas
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 
@@ -117,9 +118,8 @@ class FrequencyEstimator(tf.keras.layers.Layer):
           ids: item ids.
           num_draws: scalar number of independent draws n >= 1 (int or tensor).
         """
-        num_draws = _num_draws(num_draws)
-        log_not_drawn_once = _ops.log1mexp(tf.minimum(self.log_q(ids), -1e-7))
-        return _ops.log1mexp(tf.minimum(num_draws * log_not_drawn_once, -1e-30))
+        return formulas.log_inclusion_probability(_ops.TF, self.log_q(ids),
+                                                  _num_draws(num_draws))
 
     def call(self, ids: tf.Tensor) -> tf.Tensor:
         """Same as `log_q`."""
@@ -216,13 +216,6 @@ class StreamingFrequencyEstimator(FrequencyEstimator):
         return config
 
 
-def _check_unit_interval(name: str, value: Any) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.floating))
-            or not 0.0 < value <= 1.0):
-        raise ValueError(f"`{name}` must be a number in (0, 1]; received {name}={value!r}.")
-    return float(value)
-
-
 INITIALIZATIONS = ("first_gap", "zero")
 
 
@@ -274,7 +267,7 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
         super().__init__(seed=seed, **kwargs)
         self.num_buckets = v.check_positive_int("num_buckets", num_buckets)
         self.num_hashes = v.check_positive_int("num_hashes", num_hashes)
-        self.alpha = _check_unit_interval("alpha", alpha)
+        self.alpha = v.check_unit_interval("alpha", alpha)
         self.initialization = v.check_choice("initialization", initialization, INITIALIZATIONS)
         self._hash = HashFamily(self.num_hashes, self.num_buckets, self.seed)
         # One extra slot at the end takes the writes of masked ids; it is never read.
@@ -328,11 +321,9 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
 
     def log_inclusion_probability(self, ids: tf.Tensor, num_draws) -> tf.Tensor:
         """log(1 - (1 - pi)^(n / b)), from the measured per-step pi."""
-        num_draws = _num_draws(num_draws)
-        log_not_in_step = _ops.log1mexp(tf.minimum(self.log_step_inclusion_probability(ids),
-                                                   -1e-7))
-        return _ops.log1mexp(tf.minimum(num_draws / self.draws_per_step * log_not_in_step,
-                                        -1e-30))
+        return formulas.log_inclusion_probability(
+            _ops.TF, self.log_step_inclusion_probability(ids),
+            _num_draws(num_draws) / self.draws_per_step)
 
     def get_config(self):
         config = super().get_config()
@@ -387,7 +378,7 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
         super().__init__(seed=seed, **kwargs)
         self.width = v.check_positive_int("width", width)
         self.depth = v.check_positive_int("depth", depth)
-        self.decay = _check_unit_interval("decay", decay)
+        self.decay = v.check_unit_interval("decay", decay)
         self.conservative = v.check_bool("conservative", conservative)
         self.min_count = v.check_positive_float("min_count", min_count)
         self._hash = HashFamily(self.depth, self.width, self.seed)
@@ -445,12 +436,10 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
     def log_q(self, ids: tf.Tensor) -> tf.Tensor:
         """log(min_i count_i(d) / total), the measured per-draw log probability."""
         keys = id_keys(ids)
-        indices = self._hash(tf.reshape(keys, [-1]))
-        count = tf.reduce_min(tf.gather(self.counts, indices), axis=0)
-        floor = self.min_count * self._unit(self.steps_since_rescale)
-        total = tf.where(self.total > 0, tf.maximum(self.total, floor),
-                         floor * self.width)  # Nothing seen yet: uniform over the width.
-        log_q = tf.math.log(tf.maximum(count, floor)) - tf.math.log(total)
+        log_q = formulas.count_min_log_q(_ops.TF, self.counts,
+                                         self._hash(tf.reshape(keys, [-1])), self.total,
+                                         self._unit(self.steps_since_rescale),
+                                         self.min_count, self.width)
         return tf.reshape(log_q, tf.shape(keys))
 
     def get_config(self):

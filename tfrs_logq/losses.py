@@ -13,10 +13,11 @@ from typing import Optional
 
 import tensorflow as tf
 
+from logq_core import formulas
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 
-CORRECTIONS = ("none", "standard", "standard_negatives", "improved")
+CORRECTIONS = formulas.CORRECTIONS
 
 
 def _prepare_sampled(positive_logits, negative_logits, negative_mask):
@@ -160,74 +161,21 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     Arguments as in `sampled_softmax_loss` (here positional). The task uses it
     to log the mean weight without computing the loss twice.
     """
-    v.check_choice("correction", correction, CORRECTIONS)
+    formulas.check_log_q_given(correction, negative_log_q, positive_log_q,
+                               log_q_excludes_positive)
     positive_logits, negative_logits, negative_mask = _prepare_sampled(
         positive_logits, negative_logits, negative_mask)
-
-    if correction == "none":
-        return _softmax_with_positive(positive_logits, negative_logits, negative_mask), None
-
-    if negative_log_q is None:
-        raise ValueError(
-            f"correction={correction!r} needs `negative_log_q`; received negative_log_q=None.")
-    negative_log_q = _prepare_log_q("negative_log_q", negative_log_q,
-                                    negative_logits=negative_logits)
-    if correction == "standard_negatives":
-        return _softmax_with_positive(positive_logits, negative_logits - negative_log_q,
-                                      negative_mask), None
-    needs_positive = correction == "standard" or not log_q_excludes_positive
+    if correction != "none":
+        negative_log_q = _prepare_log_q("negative_log_q", negative_log_q,
+                                        negative_logits=negative_logits)
+    needs_positive = correction == "standard" or (correction == "improved"
+                                                  and not log_q_excludes_positive)
     if needs_positive:
-        if positive_log_q is None:
-            hint = ("" if correction == "standard" else
-                    " (or pass log_q_excludes_positive=True with Q' in negative_log_q)")
-            raise ValueError(
-                f"correction={correction!r} needs `positive_log_q`{hint}; received "
-                "positive_log_q=None.")
         positive_log_q = _prepare_log_q("positive_log_q", positive_log_q,
                                         positive_logits=positive_logits)
-
-    if correction == "standard":
-        return _softmax_with_positive(positive_logits - positive_log_q,
-                                      negative_logits - negative_log_q, negative_mask), None
-
-    if not log_q_excludes_positive:
-        # Q'(d) = Q(d) / (1 - Q(p)); Q(p) is kept below 1 so that a degenerate
-        # one-item proposal gives a large finite shift, never inf.
-        log_one_minus_q_p = _ops.log1mexp(tf.minimum(positive_log_q, -1e-7))
-        negative_log_q = negative_log_q - log_one_minus_q_p[:, tf.newaxis]
-    return _improved(positive_logits, negative_logits - negative_log_q, negative_mask)
-
-
-def _softmax_with_positive(positive: tf.Tensor, negatives: tf.Tensor,
-                           mask: Optional[tf.Tensor]) -> tf.Tensor:
-    """-c_p + log(e^{c_p} + sum_i m_i e^{c_i}) = softplus(LSE_i(c_i) - c_p), per row.
-
-    The second form never copies the [batch, n] negatives next to the positive
-    (at batch 16384 with in-batch negatives that copy is 1 GiB). A row without
-    a valid negative has LSE = MASKED_LOGIT: loss and gradient 0.
-    """
-    lse = tf.reduce_logsumexp(_ops.masked(negatives, mask), axis=1)
-    return tf.math.softplus(lse - positive)
-
-
-def _improved(positive: tf.Tensor, corrected_negatives: tf.Tensor,
-              mask: Optional[tf.Tensor]) -> tf.Tensor:
-    """The improved loss w * (LSE - s_p) and w, from raw s_p and corrected c'_i."""
-    lse = tf.reduce_logsumexp(_ops.masked(corrected_negatives, mask), axis=1)
-    if mask is None:
-        num_valid = tf.cast(tf.fill(tf.shape(positive), tf.shape(corrected_negatives)[1]),
-                            tf.float32)
-    else:
-        num_valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
-    has_negative = num_valid > 0.0
-    # 1 - sigmoid(s_p - (LSE - log n)) = sigmoid(LSE - log n - s_p).
-    log_z_hat = lse - tf.math.log(tf.maximum(num_valid, 1.0))
-    weight = tf.stop_gradient(tf.sigmoid(log_z_hat - positive))
-    loss = weight * (lse - positive)
-    # Rows without a valid negative computed finite garbage above; `where`
-    # passes them neither value nor gradient.
-    zeros = tf.zeros_like(loss)
-    return tf.where(has_negative, loss, zeros), tf.where(has_negative, weight, zeros)
+    return formulas.sampled_softmax_terms(
+        _ops.TF, positive_logits, negative_logits, correction, negative_log_q,
+        positive_log_q, negative_mask, log_q_excludes_positive)
 
 
 def improved_weight(
@@ -279,7 +227,7 @@ def full_softmax_loss(logits: tf.Tensor, labels: tf.Tensor,
         if mask.shape.rank == 1:
             mask = tf.broadcast_to(mask[tf.newaxis, :], tf.shape(logits))
     positive = tf.gather(logits, labels, axis=1, batch_dims=1)
-    return tf.reduce_logsumexp(_ops.masked(logits, mask), axis=1) - positive
+    return formulas.full_softmax(_ops.TF, logits, positive, mask)
 
 
 def _binary_cross_entropy(positive_logits, negative_logits, negative_mask,
@@ -287,11 +235,8 @@ def _binary_cross_entropy(positive_logits, negative_logits, negative_mask,
     """positive_weight * softplus(-s_p) + sum_i m_i softplus(s_i), per row."""
     positive_logits, negative_logits, negative_mask = _prepare_sampled(
         positive_logits, negative_logits, negative_mask)
-    negative_terms = tf.math.softplus(negative_logits)
-    if negative_mask is not None:
-        negative_terms = tf.where(negative_mask, negative_terms, tf.zeros_like(negative_terms))
-    return (positive_weight * tf.math.softplus(-positive_logits)
-            + tf.reduce_sum(negative_terms, axis=1))
+    return formulas.binary_cross_entropy(_ops.TF, positive_logits, negative_logits,
+                                         negative_mask, positive_weight)
 
 
 def bce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor,
@@ -312,18 +257,7 @@ def bce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor,
     return _binary_cross_entropy(positive_logits, negative_logits, negative_mask, 1.0)
 
 
-def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
-    """gBCE's exponent beta = alpha * (t * (1 - 1/alpha) + 1/alpha), alpha = n / (|D| - 1)."""
-    num_negatives = v.check_positive_int("num_negatives", num_negatives)
-    num_items = v.check_positive_int("num_items", num_items)
-    if num_items <= num_negatives:
-        raise ValueError(
-            "`num_items` must exceed the number of negatives per positive "
-            f"({num_negatives}); received num_items={num_items}.")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
-        raise ValueError(f"`t` must be a number in [0, 1]; received t={t!r}.")
-    alpha = num_negatives / (num_items - 1)
-    return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+gbce_beta = formulas.gbce_beta
 
 
 def gbce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor, *, num_items: int,

@@ -27,12 +27,12 @@ correction is not invariant to the scale of Q.
   negative (`mixture="paper"`).
 """
 
-import math
 import random
 from typing import Callable, NamedTuple, Optional
 
 import tensorflow as tf
 
+from logq_core import formulas
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 from tfrs_logq import frequency as frequency_lib
@@ -82,9 +82,7 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
         positive_ids, negative_ids = (codes[:tf.size(positive_ids)],
                                       tf.reshape(codes[tf.size(positive_ids):],
                                                  tf.shape(negative_ids)))
-    if negative_ids.shape.rank == 1:
-        negative_ids = negative_ids[tf.newaxis, :]
-    return tf.not_equal(positive_ids[:, tf.newaxis], negative_ids)
+    return formulas.accidental_hit_mask(_ops.TF, positive_ids, negative_ids)
 
 
 def cross_replica_concat(tensor: tf.Tensor) -> tf.Tensor:
@@ -126,26 +124,7 @@ def _random_subset(size: tf.Tensor, k: int, rng: tf.random.Generator,
     rest when fewer than k are valid."""
     k = min(k, static_size) if static_size is not None else tf.minimum(
         tf.cast(k, tf.int32), size)
-    keys = rng.uniform([size])
-    if valid is not None:
-        keys = tf.where(valid, keys, -1.0)
-    _, indices = tf.math.top_k(keys, k=k)
-    return indices
-
-
-def _first_of_each_id(ids: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-    """[n] bool: True at the first valid position of each distinct integer id.
-
-    A stable sort instead of `tf.unique`, so that the shape stays [n] (XLA).
-    """
-    sentinel = tf.constant(ids.dtype.max, ids.dtype)
-    keyed = tf.where(valid, ids, sentinel)
-    order = tf.argsort(keyed, stable=True)
-    ordered = tf.gather(keyed, order)
-    starts = tf.concat([tf.ones([1], tf.int32),
-                        tf.cast(tf.not_equal(ordered[1:], ordered[:-1]), tf.int32)], axis=0)
-    first = tf.scatter_nd(order[:, tf.newaxis], starts, tf.shape(ids, out_type=order.dtype))
-    return tf.logical_and(tf.cast(first, tf.bool), valid)
+    return formulas.random_subset(_ops.TF, rng.uniform([size]), k, valid)
 
 
 class NegativeSampler(tf.keras.layers.Layer):
@@ -303,41 +282,27 @@ class InBatchSampler(NegativeSampler):
         The same law as packing the valid entries first: k slots drawn uniformly
         among the valid ones (the first of each distinct id with `deduplicate`).
         """
-        num_draws = tf.reduce_sum(tf.cast(slots, tf.int32)) - 1
-        if self.deduplicate:
-            slots = _first_of_each_id(ids, slots)
-        pool_size = tf.reduce_sum(tf.cast(slots, tf.int32))
+        keys = subset_size = None
         if self.max_pool_size is not None:
-            keep = _random_subset(tf.shape(ids)[0], self.max_pool_size, self.rng,
-                                  ids.shape[0], valid=slots)
-            ids, slots = tf.gather(ids, keep), tf.gather(slots, keep)
-            if embeddings is not None:
-                embeddings = tf.gather(embeddings, keep)
-        mask = tf.logical_and(accidental_hit_mask(positive_ids, ids), slots[tf.newaxis, :])
-        return self._finish(positive_ids, ids, embeddings, mask, num_draws,
-                            tf.reduce_sum(tf.cast(slots, tf.int32)), pool_size)
+            subset_size = (min(self.max_pool_size, ids.shape[0]) if ids.shape[0] is not None
+                           else tf.minimum(self.max_pool_size, tf.shape(ids)[0]))
+            keys = self.rng.uniform(tf.shape(ids)[:1])
+        keep, kept_ids, mask, num_draws, kept, pool_size = formulas.pool_of_slots(
+            _ops.TF, positive_ids, ids, slots, deduplicate=self.deduplicate,
+            sentinel=tf.constant(ids.dtype.max, ids.dtype), size=tf.shape(ids)[0], keys=keys,
+            subset_size=subset_size, hit_mask=accidental_hit_mask)
+        if keep is not None and embeddings is not None:
+            embeddings = tf.gather(embeddings, keep)
+        return self._finish(positive_ids, kept_ids, embeddings, mask, num_draws, kept,
+                            pool_size)
 
     def _finish(self, positive_ids, ids, embeddings, mask, num_draws, kept, pool_size):
         """`Negatives` with the log Q of the pool: `kept` of its `pool_size` entries drawn, the
         pool made of `num_draws` + 1 batch entries."""
-        if self.frequency is None:
-            return Negatives(ids, embeddings, mask, None, None, False)
-        if not self.deduplicate or self.log_q_mode == "unigram":
-            return Negatives(ids, embeddings, mask, self._log_q(ids),
-                             self._log_q(positive_ids), False)
-
-        # Horvitz-Thompson: Q_i = pi(d_i) * (k'/k) / n_row, so that
-        # (1/n) sum m_i e^{s_i} / Q_i = sum_{d in pool, d != p} e^{s_d} / pi'(d).
-        log_subsample = (tf.math.log(tf.cast(tf.maximum(kept, 1), tf.float32))
-                         - tf.math.log(tf.cast(tf.maximum(pool_size, 1), tf.float32)))
-        num_valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
-        log_scale = log_subsample - tf.math.log(tf.maximum(num_valid, 1.0))  # [batch]
-        num_draws = tf.maximum(num_draws, 1)
-        log_q = (self.frequency.log_inclusion_probability(ids, num_draws)[tf.newaxis, :]
-                 + log_scale[:, tf.newaxis])
-        positive_log_q = (self.frequency.log_inclusion_probability(positive_ids, num_draws)
-                          + log_scale)
-        return Negatives(ids, embeddings, mask, log_q, positive_log_q, True)
+        log_q, positive_log_q, excludes = formulas.in_batch_log_q(
+            _ops.TF, self.frequency, positive_ids, ids, mask, num_draws, kept, pool_size,
+            horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson")
+        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes)
 
     def get_config(self):
         config = super().get_config()
@@ -379,7 +344,7 @@ class UniformSampler(NegativeSampler):
 
     @property
     def log_uniform_q(self) -> float:
-        return -math.log(self.num_items)
+        return formulas.log_uniform_q(self.num_items)
 
     def call(self, positive_ids: tf.Tensor, candidate_ids: Optional[tf.Tensor] = None,
              candidate_embeddings: Optional[tf.Tensor] = None,
@@ -519,37 +484,9 @@ class MixedSampler(NegativeSampler):
         if self.mixture == "paper":
             return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q, False)
 
-        # The mixture proposal with the positive excluded, per row. A valid
-        # uniform draw is uniform over D \ {p}; a valid in-batch draw follows
-        # q' = q / (1 - q(p)). Weighting the strata by the row's realised valid
-        # counts (the balance heuristic) makes Z_hat exactly unbiased given the
-        # counts: E[(1/n) sum e^s / Q'_mix] = sum_{d != p} e^{s_d}.
-        log_num_valid = tf.math.log(tf.maximum(
-            tf.reduce_sum(tf.cast(mask, tf.float32), axis=1), 1.0))
-
-        def log_share(stratum_mask):
-            count = tf.reduce_sum(tf.cast(stratum_mask, tf.float32), axis=1)
-            return (tf.math.log(count) - log_num_valid)[:, tf.newaxis]
-
-        log_uniform_excluded = -math.log(max(self.uniform.num_items - 1, 1))
-        if not per_row:
-            log_q_ids = log_q_ids[tf.newaxis, :]
-        log_q_excluded = (log_q_ids
-                          - _ops.log1mexp(tf.minimum(positive_log_q, -1e-7))[:, tf.newaxis])
-        log_q_mix = tf.reduce_logsumexp(tf.stack([
-            tf.broadcast_to(log_share(uniform.mask) + log_uniform_excluded, tf.shape(mask)),
-            tf.broadcast_to(log_share(in_batch.mask) + log_q_excluded, tf.shape(mask))]), axis=0)
-        # A row with no valid draw has no stratum to weight (log 0 = -inf): its entries are
-        # masked out of the loss, and read log Q = 0 so that they stay finite.
-        log_q_mix = tf.where(mask, log_q_mix, tf.zeros_like(log_q_mix))
-        # For "standard", the positive's Q on the same (not excluded) scale.
-        num_uniform = float(self.uniform.num_negatives)
-        num_in_batch = tf.cast(tf.shape(in_batch.ids)[0], tf.float32)
-        share_uniform = num_uniform / (num_uniform + num_in_batch)
-        positive_log_q = tf.reduce_logsumexp(tf.stack([
-            tf.broadcast_to(tf.math.log(share_uniform) + self.uniform.log_uniform_q,
-                            tf.shape(positive_log_q)),
-            tf.math.log(1.0 - share_uniform) + positive_log_q]), axis=0)
+        log_q_mix, positive_log_q = formulas.mixture_log_q(
+            _ops.TF, log_q_ids, positive_log_q, uniform.mask, in_batch.mask, mask,
+            self.uniform.num_items, self.uniform.num_negatives, tf.shape(in_batch.ids)[0])
         return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True)
 
     def get_config(self):

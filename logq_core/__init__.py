@@ -1,0 +1,23 @@
+"""logq_core: the maths of tfrs_logq, written once for every framework.
+
+`tfrs_logq` (TensorFlow, Keras 2, for TFRS) and `keras_logq` (Keras 3, for
+keras-rs on JAX, TensorFlow or PyTorch) compute the same losses and the same
+log Q. The formulas live here, once, as functions whose first argument is an
+array namespace with `keras.ops`'s names: `keras.ops` itself for Keras 3, and
+`tfrs_logq._ops.TF` (the same names mapped to TensorFlow ops) for TFRS. So
+the two libraries cannot drift apart, and this package imports neither
+TensorFlow nor Keras.
+
+Modules:
+  formulas: losses (every correction, full softmax, BCE, gBCE), log Q of the
+    samplers (Q' without the positive, inclusion probabilities,
+    Horvitz-Thompson, the mixture), the static-shape pool helpers and the
+    count-min sketch's estimate.
+  checks: pure-Python argument checks whose messages name the argument and
+    the value received.
+"""
+
+from logq_core import checks
+from logq_core import formulas
+
+__all__ = ["checks", "formulas"]

@@ -1,0 +1,419 @@
+"""The losses and the log Q of DESIGN.md, written once for TensorFlow and Keras 3.
+
+Every function takes `ops` first: an array namespace with `keras.ops`'s names
+(`keras.ops`, or `tfrs_logq._ops.TF` for TensorFlow). Inputs are float32
+tensors already validated by the caller (`tfrs_logq` and `keras_logq` check
+dtypes, ranks and values in their own framework); argument errors that need
+no tensor (a missing log Q) are raised here, so both libraries word them alike.
+
+Notation: one query row u, positive item p with logit s_p, negatives d_1..d_n
+with logits s_i and validity mask m_i, log Q(d) the log of the per-draw
+proposal probability of d.
+
+Names `ops` must provide: cast, concatenate, exp, expm1, log, log1p, logical_and,
+logsumexp, maximum, min, minimum, not_equal, num_columns (float32 number of columns of
+a 2-D tensor; `keras_logq` builds it on `keras.ops.shape`), ones, argsort
+(stable), scatter, sigmoid, softplus, stack, stop_gradient, sum, take, top_k,
+where, zeros_like.
+"""
+
+import math
+from typing import Tuple
+
+from logq_core import checks
+
+# Stands in for a masked logit. Finite, so that masked slots carry neither inf
+# nor NaN into the forward pass or the gradient; far below any real logit.
+MASKED_LOGIT = -1e30
+
+CORRECTIONS = ("none", "standard", "standard_negatives", "improved")
+
+# Q(p) is kept below 1 when it is excluded (1 - Q(p)), so that a degenerate
+# one-item proposal gives a large finite shift, never inf.
+_LOG_Q_CEILING = -1e-7
+
+
+def log1mexp(ops, x):
+    """log(1 - exp(x)) for x < 0, accurate near 0 and for very negative x (Maechler 2012)."""
+    return ops.where(x > -0.6931472, ops.log(-ops.expm1(x)), ops.log1p(-ops.exp(x)))
+
+
+def masked(ops, logits, mask):
+    """Replaces masked-out logits (mask False) by MASKED_LOGIT; `mask=None` keeps all."""
+    if mask is None:
+        return logits
+    return ops.where(mask, logits, MASKED_LOGIT)
+
+
+def exclude_positive(ops, log_q, positive_log_q):
+    """[batch, n] log Q'(d) = log Q(d) - log(1 - Q(p)): the proposal without the positive.
+
+    Args:
+      log_q: [n] or [batch, n] log Q of the negatives.
+      positive_log_q: [batch] log Q of each row's positive.
+    """
+    return log_q - log1mexp(ops, ops.minimum(positive_log_q, _LOG_Q_CEILING))[:, None]
+
+
+# ---------------------------------------------------------------------------- losses
+
+
+def check_log_q_given(correction: str, negative_log_q, positive_log_q,
+                      log_q_excludes_positive: bool) -> None:
+    """Raises ValueError when `correction` needs a log Q the caller left out."""
+    checks.check_choice("correction", correction, CORRECTIONS)
+    if correction == "none":
+        return
+    if negative_log_q is None:
+        raise ValueError(
+            f"correction={correction!r} needs `negative_log_q`; received negative_log_q=None.")
+    needs_positive = correction == "standard" or (correction == "improved"
+                                                  and not log_q_excludes_positive)
+    if needs_positive and positive_log_q is None:
+        hint = ("" if correction == "standard" else
+                " (or pass log_q_excludes_positive=True with Q' in negative_log_q)")
+        raise ValueError(
+            f"correction={correction!r} needs `positive_log_q`{hint}; received "
+            "positive_log_q=None.")
+
+
+def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_log_q=None,
+                          positive_log_q=None, mask=None, log_q_excludes_positive=False):
+    """The sampled-softmax loss per row and, for "improved", its weight w = 1 - P_hat.
+
+    none:               -s_p + log(e^{s_p} + sum_i m_i e^{s_i})
+    standard:           c = s - log Q (positive too); -c_p + log(e^{c_p} + sum_i m_i e^{c_i})
+    standard_negatives: c_i = s_i - log Q(d_i); -s_p + log(e^{s_p} + sum_i m_i e^{c_i})
+    improved:           c'_i = s_i - log Q'(d_i); LSE = log sum_i m_i e^{c'_i};
+                        n = sum_i m_i; w = sg(sigmoid(LSE - log n - s_p)); w (LSE - s_p)
+
+    Args:
+      ops: the array namespace.
+      positive: [batch] s_p.
+      negatives: [batch, n] s_i.
+      correction: one of CORRECTIONS.
+      negative_log_q: [n] or [batch, n] log Q(d_i) (log Q' with
+        `log_q_excludes_positive`).
+      positive_log_q: [batch] log Q(p).
+      mask: optional [batch, n] bool, True for a valid negative.
+      log_q_excludes_positive: `negative_log_q` already is log Q'.
+
+    Returns:
+      ([batch] loss, [batch] weight for "improved", else None).
+    """
+    check_log_q_given(correction, negative_log_q, positive_log_q, log_q_excludes_positive)
+    if correction == "none":
+        return softmax_with_positive(ops, positive, negatives, mask), None
+    if correction == "standard_negatives":
+        return softmax_with_positive(ops, positive, negatives - negative_log_q, mask), None
+    if correction == "standard":
+        return softmax_with_positive(ops, positive - positive_log_q,
+                                     negatives - negative_log_q, mask), None
+    if not log_q_excludes_positive:
+        negative_log_q = exclude_positive(ops, negative_log_q, positive_log_q)
+    return improved(ops, positive, negatives - negative_log_q, mask)
+
+
+def softmax_with_positive(ops, positive, negatives, mask):
+    """-c_p + log(e^{c_p} + sum_i m_i e^{c_i}) = softplus(LSE_i(c_i) - c_p), per row.
+
+    The second form never copies the [batch, n] negatives next to the positive
+    (at batch 16384 with in-batch negatives that copy is 1 GiB). A row without
+    a valid negative has LSE = MASKED_LOGIT: loss and gradient 0.
+    """
+    lse = ops.logsumexp(masked(ops, negatives, mask), axis=1)
+    return ops.softplus(lse - positive)
+
+
+def improved(ops, positive, corrected_negatives, mask) -> Tuple:
+    """The improved loss w * (LSE - s_p) and w, from raw s_p and corrected c'_i.
+
+    A row with no valid negative has loss 0, weight 0 and zero gradient.
+    """
+    lse = ops.logsumexp(masked(ops, corrected_negatives, mask), axis=1)
+    if mask is None:
+        num_valid = ops.zeros_like(positive) + ops.num_columns(corrected_negatives)
+    else:
+        num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)
+    has_negative = num_valid > 0.0
+    # 1 - sigmoid(s_p - (LSE - log n)) = sigmoid(LSE - log n - s_p).
+    log_z_hat = lse - ops.log(ops.maximum(num_valid, 1.0))
+    weight = ops.stop_gradient(ops.sigmoid(log_z_hat - positive))
+    loss = weight * (lse - positive)
+    # Rows without a valid negative computed finite garbage above; `where`
+    # passes them neither value nor gradient.
+    zeros = ops.zeros_like(loss)
+    return ops.where(has_negative, loss, zeros), ops.where(has_negative, weight, zeros)
+
+
+def full_softmax(ops, logits, positive, mask=None):
+    """-s_y + log sum_d m_d e^{s_d}: [batch] from [batch, items] logits and [batch] s_y."""
+    return ops.logsumexp(masked(ops, logits, mask), axis=1) - positive
+
+
+def binary_cross_entropy(ops, positive, negatives, mask, positive_weight):
+    """positive_weight * softplus(-s_p) + sum_i m_i softplus(s_i), per row (BCE; gBCE)."""
+    negative_terms = ops.softplus(negatives)
+    if mask is not None:
+        negative_terms = ops.where(mask, negative_terms, ops.zeros_like(negative_terms))
+    return positive_weight * ops.softplus(-positive) + ops.sum(negative_terms, axis=1)
+
+
+def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
+    """gBCE's exponent beta = alpha * (t * (1 - 1/alpha) + 1/alpha), alpha = n / (|D| - 1)."""
+    num_negatives = checks.check_positive_int("num_negatives", num_negatives)
+    num_items = checks.check_positive_int("num_items", num_items)
+    if num_items <= num_negatives:
+        raise ValueError(
+            "`num_items` must exceed the number of negatives per positive "
+            f"({num_negatives}); received num_items={num_items}.")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
+        raise ValueError(f"`t` must be a number in [0, 1]; received t={t!r}.")
+    alpha = num_negatives / (num_items - 1)
+    return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+
+
+# ---------------------------------------------------------------------------- log Q
+
+
+def log_uniform_q(num_items: int) -> float:
+    """log Q of a uniform draw over `num_items` items."""
+    return -math.log(num_items)
+
+
+def log_inclusion_probability(ops, log_q, num_draws):
+    """log(1 - (1 - q)^n): d among n independent draws at least once; (1 - q)^n = e^{n log1p(-q)}.
+
+    Args:
+      log_q: per-draw log q(d), any shape.
+      num_draws: float32 scalar n >= 1 (or per-draw-equivalent draws n / b).
+    """
+    log_not_drawn_once = log1mexp(ops, ops.minimum(log_q, _LOG_Q_CEILING))
+    return log1mexp(ops, ops.minimum(num_draws * log_not_drawn_once, -1e-30))
+
+
+def horvitz_thompson_log_scale(ops, mask, kept, pool_size):
+    """[batch] log((k'/k) / n_row): turns inclusion probabilities into per-draw log Q.
+
+    The deduplicated pool's entries enter with Q_i = pi(d_i) (k'/k) / n_row, so that
+    (1/n) sum_i m_i e^{s_i} / Q_i = sum_{d in pool, d != p} e^{s_d} / pi'(d), an
+    unbiased estimate of sum_{d != p} e^{s_d} (Horvitz-Thompson).
+
+    Args:
+      mask: [batch, n] bool, valid negatives of each row.
+      kept: int scalar k', pool entries kept after subsampling.
+      pool_size: int scalar k, entries of the deduplicated pool.
+    """
+    log_subsample = (ops.log(ops.cast(ops.maximum(kept, 1), "float32"))
+                     - ops.log(ops.cast(ops.maximum(pool_size, 1), "float32")))
+    num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)
+    return log_subsample - ops.log(ops.maximum(num_valid, 1.0))
+
+
+def mixture_log_q(ops, log_q_ids, positive_log_q, uniform_mask, in_batch_mask, mask,
+                  num_items: int, num_uniform: int, num_in_batch):
+    """The exact mixed-sampling log Q per row, with the positive excluded stratum by stratum.
+
+    A valid uniform draw is uniform over D \\ {p}; a valid in-batch draw follows
+    q' = q / (1 - q(p)). Weighting the strata by the row's realised valid counts
+    (the balance heuristic) makes Z_hat exactly unbiased given the counts:
+    E[(1/n) sum e^s / Q'_mix] = sum_{d != p} e^{s_d}.
+
+    Args:
+      log_q_ids: [n] or [batch, n] unigram log q of the negatives (uniform ones first).
+      positive_log_q: [batch] unigram log q of the positives.
+      uniform_mask, in_batch_mask: [batch, n_u] and [batch, n_b] valid draws.
+      mask: [batch, n_u + n_b] both masks concatenated.
+      num_items: catalog size of the uniform stratum.
+      num_uniform: n_u (a Python int).
+      num_in_batch: n_b (int or scalar tensor).
+
+    Returns:
+      ([batch, n] log Q'_mix, already without the positive; 0 on masked entries,
+       [batch] log Q_mix of the positive on the same, not excluded, scale).
+    """
+    log_num_valid = ops.log(ops.maximum(ops.sum(ops.cast(mask, "float32"), axis=1), 1.0))
+
+    def log_share(stratum_mask):
+        count = ops.sum(ops.cast(stratum_mask, "float32"), axis=1)
+        return (ops.log(count) - log_num_valid)[:, None]
+
+    log_uniform_excluded = log_uniform_q(max(num_items - 1, 1))
+    if len(log_q_ids.shape) == 1:
+        log_q_ids = log_q_ids[None, :]
+    log_q_excluded = exclude_positive(ops, log_q_ids, positive_log_q)
+    zeros = ops.zeros_like(ops.cast(mask, "float32"))
+    log_q_mix = logaddexp(ops, zeros + log_share(uniform_mask) + log_uniform_excluded,
+                          zeros + log_share(in_batch_mask) + log_q_excluded)
+    # A row with no valid draw has no stratum to weight (log 0 = -inf): its entries are
+    # masked out of the loss, and read log Q = 0 so that they stay finite.
+    log_q_mix = ops.where(mask, log_q_mix, zeros)
+    # For "standard", the positive's Q on the same (not excluded) scale.
+    num_in_batch = ops.cast(num_in_batch, "float32")
+    share_uniform = num_uniform / (num_uniform + num_in_batch)
+    positive_log_q_mix = logaddexp(
+        ops, ops.zeros_like(positive_log_q) + ops.log(share_uniform) + log_uniform_q(num_items),
+        ops.log(1.0 - share_uniform) + positive_log_q)
+    return log_q_mix, positive_log_q_mix
+
+
+def logaddexp(ops, a, b):
+    """log(e^a + e^b) of two tensors of one shape, -inf safe (one -inf term gives the other)."""
+    return ops.logsumexp(ops.stack([a, b]), axis=0)
+
+
+# ---------------------------------------------------------------- static-shape pools
+
+
+def accidental_hit_mask(ops, positive_ids, negative_ids):
+    """[batch, n] bool, False where a negative equals the row's positive (integer ids).
+
+    Args:
+      positive_ids: [batch] ids.
+      negative_ids: [n] shared or [batch, n] per-row ids.
+    """
+    if len(negative_ids.shape) == 1:
+        negative_ids = negative_ids[None, :]
+    return ops.not_equal(positive_ids[:, None], negative_ids)
+
+
+def pool_of_slots(ops, positive_ids, ids, slots, *, deduplicate: bool, sentinel, size,
+                  keys=None, subset_size=None, hit_mask=None):
+    """The in-batch pool with static shapes: padding and duplicates stay as masked slots.
+
+    Args:
+      positive_ids: [batch] integer ids of the rows' positives.
+      ids: [size] the pool's integer ids (the batch's positives or targets).
+      slots: [size] bool, False for padding.
+      deduplicate: keep only the first slot of each distinct id.
+      sentinel, size: see `first_of_each_id`.
+      keys: [size] uniform random keys, to keep `subset_size` of the valid slots
+        (uniformly, without replacement); None keeps every slot.
+      subset_size: how many slots to keep (at most `size`).
+      hit_mask: callable (positive_ids, ids) -> [batch, n] bool accidental-hit
+        mask; default `accidental_hit_mask` (a framework may pass one that also
+        handles string ids).
+
+    Returns:
+      (keep: the kept positions or None, ids: the kept ids, mask: [batch, kept]
+       valid negatives of each row, num_draws: draws behind the pool (valid
+       slots - 1), kept: valid slots kept, pool_size: valid slots before the
+       subsampling).
+    """
+    num_draws = ops.sum(ops.cast(slots, "int32")) - 1
+    if deduplicate:
+        slots = first_of_each_id(ops, ids, slots, sentinel, size)
+    pool_size = ops.sum(ops.cast(slots, "int32"))
+    keep = None
+    if keys is not None:
+        keep = random_subset(ops, keys, subset_size, valid=slots)
+        ids, slots = ops.take(ids, keep, axis=0), ops.take(slots, keep, axis=0)
+    hits = (hit_mask(positive_ids, ids) if hit_mask is not None
+            else accidental_hit_mask(ops, positive_ids, ids))
+    mask = ops.logical_and(hits, slots[None, :])
+    return keep, ids, mask, num_draws, ops.sum(ops.cast(slots, "int32")), pool_size
+
+
+def in_batch_log_q(ops, frequency, positive_ids, ids, mask, num_draws, kept, pool_size,
+                   horvitz_thompson: bool):
+    """(log Q of the pool's ids, log Q of the positives, whether it is already log Q').
+
+    The unigram q of the frequency source for a pool without deduplication
+    (every entry is a draw) or when the caller asks for it (the paper's
+    released pool); else the Horvitz-Thompson per-draw equivalent.
+
+    Args:
+      frequency: the frequency source (`log_q` and `log_inclusion_probability`),
+        or None, which gives (None, None, False).
+      positive_ids, ids, mask, num_draws, kept, pool_size: as `pool_of_slots` returns.
+      horvitz_thompson: use the Horvitz-Thompson log Q (a deduplicated pool).
+    """
+    if frequency is None:
+        return None, None, False
+    if not horvitz_thompson:
+        return frequency.log_q(ids), frequency.log_q(positive_ids), False
+    log_q, positive_log_q = horvitz_thompson_log_q(
+        ops, frequency.log_inclusion_probability, positive_ids, ids, mask, num_draws, kept,
+        pool_size)
+    return log_q, positive_log_q, True
+
+
+def horvitz_thompson_log_q(ops, log_inclusion_probability, positive_ids, ids, mask,
+                           num_draws, kept, pool_size):
+    """The deduplicated pool's per-draw-equivalent log Q', already without the positive.
+
+    A distinct id d != p is in the pool with probability pi(d) = 1 - (1 - q(d))^(B-1)
+    (the B-1 other entries are the draws); keeping k' of the pool's k ids multiplies
+    pi by k'/k; each row's n valid entries then enter with Q_i = pi(d_i) (k'/k) / n
+    (`horvitz_thompson_log_scale`).
+
+    Args:
+      log_inclusion_probability: callable (ids, num_draws) -> log pi(ids), the
+        frequency source's.
+      positive_ids, ids, mask, num_draws, kept, pool_size: as `pool_of_slots` returns.
+
+    Returns:
+      ([batch, n] log Q', [batch] the positives' log Q on the same scale).
+    """
+    log_scale = horvitz_thompson_log_scale(ops, mask, kept, pool_size)
+    num_draws = ops.maximum(num_draws, 1)
+    log_q = log_inclusion_probability(ids, num_draws)[None, :] + log_scale[:, None]
+    positive_log_q = log_inclusion_probability(positive_ids, num_draws) + log_scale
+    return log_q, positive_log_q
+
+
+def random_subset(ops, keys, k: int, valid=None):
+    """k positions of range(len(keys)) chosen by the largest random `keys` (uniform in
+    [0, 1)): k distinct positions, uniformly at random. With `valid` ([size] bool),
+    valid positions come first, uniformly among them; invalid ones fill the rest."""
+    if valid is not None:
+        keys = ops.where(valid, keys, -1.0)
+    _, indices = ops.top_k(keys, k=k)
+    return indices
+
+
+def first_of_each_id(ops, ids, valid, sentinel, size):
+    """[n] bool: True at the first valid position of each distinct integer id.
+
+    A stable sort instead of a `unique`, so that the shape stays [n] (XLA, JAX).
+
+    Args:
+      ids: [n] integer ids.
+      valid: [n] bool.
+      sentinel: an integer above every valid id (the dtype's largest value).
+      size: n, as the framework's `scatter` takes a shape (a Python int or a
+        scalar tensor).
+    """
+    keyed = ops.where(valid, ids, sentinel)
+    order = ops.argsort(keyed)
+    ordered = ops.take(keyed, order, axis=0)
+    starts = ops.concatenate([ops.ones([1], "int32"),
+                              ops.cast(ops.not_equal(ordered[1:], ordered[:-1]), "int32")],
+                             axis=0)
+    first = ops.scatter(order[:, None], starts, [size])
+    return ops.logical_and(ops.cast(first, "bool"), valid)
+
+
+# --------------------------------------------------------------- count-min sketch
+
+
+def count_min_log_q(ops, counts, indices, total, unit, min_count: float, width: int):
+    """log(max(min_i count_i(d), floor) / total), the sketch's per-draw log q.
+
+    Counts are stored in units of `unit` = decay^-k (lazy decay); an id seen
+    fewer than `min_count` decayed times reads the floor; before any update
+    (total 0) every id reads 1 / width, uniform.
+
+    Args:
+      counts: [depth * width] the sketch's counters (stored units).
+      indices: [depth, n] flat counter indices of n ids (one row per hash).
+      total: scalar stored total of draws.
+      unit: scalar stored value of one draw made now.
+
+    Returns:
+      [n] log q.
+    """
+    count = ops.min(ops.take(counts, indices, axis=0), axis=0)
+    floor = min_count * unit
+    total = ops.where(total > 0, ops.maximum(total, floor), floor * width)
+    return ops.log(ops.maximum(count, floor)) - ops.log(total)
