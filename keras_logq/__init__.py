@@ -1,0 +1,58 @@
+"""keras_logq: the logQ corrections, samplers and frequency estimators for Keras 3 / keras-rs.
+
+The Keras 3 side of tfrs_logq, for users of keras-rs (Keras 3 on JAX,
+TensorFlow or PyTorch). Written with `keras.ops` only, so one code path runs
+on every backend; the maths is `logq_core.formulas`, the same functions
+`tfrs_logq` runs on TensorFlow.
+
+Why a sibling package and not `tfrs_logq.keras3`: importing any submodule of
+`tfrs_logq` runs `tfrs_logq/__init__`, which imports TensorFlow and routes
+`tf.keras` to Keras 2 (TFRS needs it). A Keras 3 user on JAX must get neither.
+`import keras_logq` imports Keras 3 and nothing of TFRS.
+
+One concept, one place: the maths (losses, log Q, the static-shape pool, the
+sketch's estimate) is `logq_core`; here and in tfrs_logq only the glue differs
+(tensor checks, state, random draws, `get_config`), which is why `duplicates`
+still pairs a few short blocks of the two: calls into `logq_core`, then configs.
+The tests share the numpy references and exact values of `tests/reference.py`.
+
+- losses: `sampled_softmax_loss` (none, standard, standard_negatives,
+  improved), `full_softmax_loss`, `bce_loss`, `gbce_loss`, `negatives_loss`,
+  and the `SampledSoftmax` layer for the scores of a `keras_rs.layers.Retrieval`.
+- negatives: `InBatchSampler`, `UniformSampler`, `MixedSampler`.
+- frequency: `StaticFrequency`, `CountMinSketchEstimator`.
+"""
+
+from keras_logq import frequency
+from keras_logq import losses
+from keras_logq import negatives
+from keras_logq.frequency import CountMinSketchEstimator
+from keras_logq.frequency import StaticFrequency
+from keras_logq.losses import SampledSoftmax
+from keras_logq.losses import bce_loss
+from keras_logq.losses import full_softmax_loss
+from keras_logq.losses import gbce_loss
+from keras_logq.losses import negatives_loss
+from keras_logq.losses import sampled_softmax_loss
+from keras_logq.negatives import InBatchSampler
+from keras_logq.negatives import MixedSampler
+from keras_logq.negatives import Negatives
+from keras_logq.negatives import UniformSampler
+
+__all__ = [
+    "CountMinSketchEstimator",
+    "InBatchSampler",
+    "MixedSampler",
+    "Negatives",
+    "SampledSoftmax",
+    "StaticFrequency",
+    "UniformSampler",
+    "bce_loss",
+    "frequency",
+    "full_softmax_loss",
+    "gbce_loss",
+    "losses",
+    "negatives",
+    "negatives_loss",
+    "sampled_softmax_loss",
+]

@@ -1,0 +1,237 @@
+"""Item-frequency sources for Keras 3: `StaticFrequency` and `CountMinSketchEstimator`.
+
+They answer what `tfrs_logq.frequency`'s sources answer, for integer ids:
+`log_q(ids)` (per-draw log q) and `log_inclusion_probability(ids, n)`
+(log(1 - (1 - q)^n), the formula of `logq_core.formulas`), and take
+`update(ids)` once per training step. State lives in non-trainable variables,
+so `model.save` / `keras.saving.load_model` and checkpoints carry it.
+
+Differences from tfrs_logq, and why:
+- Integer ids only: JAX has no string tensors (map strings with
+  `keras.layers.StringLookup`).
+- The sketch hashes with 32-bit multiply-shift (h(x) = top log2(width) bits of
+  a * x + b mod 2^32; Dietzfelbinger et al. 1997), so `width` is a power of
+  two. tfrs_logq's Carter-Wegman hash needs int64 products, which JAX gives
+  only with `jax_enable_x64`. The buckets therefore differ between the two
+  libraries (the estimates agree in law; a sketch does not move across them).
+- The sketch's counts are decayed and updated densely each step (keras.ops has
+  no in-place scatter-add): O(width * depth) per step instead of O(batch).
+- No hashed inter-arrival estimator (Yi et al.): use the sketch.
+"""
+
+from typing import Any, Optional
+
+import numpy as np
+
+import keras
+from keras import ops
+
+from keras_logq import _ops as k
+from logq_core import checks
+from logq_core import formulas
+
+
+class FrequencyEstimator(keras.layers.Layer):
+    """Base class: `log_q`, the derived inclusion probability, and `update` (no-op)."""
+
+    streaming = False
+
+    def update(self, ids, mask=None) -> None:
+        """Feeds one training step's ids. Static sources ignore it."""
+        del ids, mask
+
+    def log_q(self, ids):
+        """log q(d), the per-draw log probability, with the shape of `ids`."""
+        raise NotImplementedError
+
+    def log_inclusion_probability(self, ids, num_draws):
+        """log(1 - (1 - q(d))^num_draws) for `num_draws` >= 1 independent draws."""
+        if isinstance(num_draws, (int, np.integer)) and not isinstance(num_draws, bool):
+            checks.check_positive_int("num_draws", num_draws)
+        return formulas.log_inclusion_probability(k.OPS, self.log_q(ids),
+                                                  ops.cast(num_draws, "float32"))
+
+    def call(self, ids):
+        """Same as `log_q`."""
+        return self.log_q(ids)
+
+
+@keras.saving.register_keras_serializable(package="keras_logq")
+class StaticFrequency(FrequencyEstimator):
+    """Exact, fixed item probabilities Q(d) = #d / N for integer ids in [0, num_items).
+
+    >>> freq = StaticFrequency(probabilities=[0.5, 0.25, 0.25])
+    >>> freq = StaticFrequency.from_counts([2, 1, 1])
+
+    Args:
+      probabilities: [num_items] probabilities, each in (0, 1], used as given.
+      **kwargs: standard Keras layer arguments.
+    """
+
+    def __init__(self, probabilities: Any, **kwargs):
+        super().__init__(**kwargs)
+        values = np.asarray(probabilities, dtype=np.float64)
+        if (values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values))
+                or np.any(values <= 0) or np.any(values > 1)):
+            raise ValueError(
+                "`probabilities` must be a non-empty 1-D array of values in (0, 1]; received "
+                f"probabilities={values.ravel()[:6]!r}{' ...' if values.size > 6 else ''} with "
+                f"shape {values.shape}.")
+        self.num_items = int(values.size)
+        self._initial = np.log(values).astype(np.float32)
+        self.log_probabilities = self.add_weight(
+            name="log_probabilities", shape=(self.num_items,), trainable=False,
+            initializer=keras.initializers.Constant(self._initial), dtype="float32")
+        self.built = True
+
+    @classmethod
+    def from_counts(cls, counts: Any, pseudo_count: float = 0.0,
+                    **kwargs) -> "StaticFrequency":
+        """Q(d) = (counts[d] + pseudo_count) / sum(counts + pseudo_count)."""
+        if (isinstance(pseudo_count, bool) or not isinstance(pseudo_count, (int, float))
+                or not np.isfinite(pseudo_count) or pseudo_count < 0):
+            raise ValueError("`pseudo_count` must be a non-negative number; received "
+                             f"pseudo_count={pseudo_count!r}.")
+        counts = np.asarray(counts, dtype=np.float64)
+        smoothed = counts + pseudo_count
+        if (counts.ndim != 1 or counts.size == 0 or np.any(smoothed <= 0)
+                or not np.all(np.isfinite(counts)) or np.any(counts < 0)):
+            raise ValueError(
+                "`counts` must be a non-empty 1-D array of positive counts (add a smoothing "
+                f"pseudo-count for unseen items); received counts={counts[:6]!r}"
+                f"{' ...' if counts.size > 6 else ''} with shape {counts.shape}.")
+        return cls(probabilities=smoothed / smoothed.sum(), **kwargs)
+
+    def log_q(self, ids):
+        ids = k.ids_tensor("ids", ids, rank=None)
+        return ops.take(self.log_probabilities, ops.cast(ids, "int32"), axis=0)
+
+    def get_config(self):
+        config = super().get_config()
+        # In float64, so that log(exp(.)) gives back the stored float32 log-probabilities.
+        config.update(probabilities=np.exp(keras.ops.convert_to_numpy(
+            self.log_probabilities).astype(np.float64)).tolist())
+        return config
+
+
+# The stored counts are scaled by decay^-k (k: steps since the last rescale); once
+# decay^-k exceeds e^30 the whole sketch is rescaled (as tfrs_logq's sketch does).
+_RESCALE_EXPONENT = 30.0
+
+
+def _as_int32(value: int) -> int:
+    """A uint32 value as the int32 with the same bits."""
+    return value - 2**32 if value >= 2**31 else value
+
+
+@keras.saving.register_keras_serializable(package="keras_logq")
+class CountMinSketchEstimator(FrequencyEstimator):
+    """Exponentially decayed per-draw counts in a count-min sketch (the industrial setup).
+
+    Each step multiplies every count by `decay` and adds one per draw
+    (duplicates in a batch included) in `depth` rows of `width` counters;
+    q(d) = min over rows / the decayed total (`logq_core.formulas.count_min_log_q`).
+    Ids seen less than `min_count` decayed times read min_count / total;
+    before any update every id reads 1 / width.
+
+    Call `update(ids)` once per training step, inside the model's `call` or
+    `compute_loss` (Keras 3 keeps the variables' new values in both, on every
+    backend), before reading `log_q`.
+
+    Args:
+      width: counters per row, a power of two.
+      depth: rows (hash functions).
+      decay: per-step decay in (0, 1]; 1 keeps exact cumulative counts.
+      min_count: floor of a count, in draws.
+      seed: seed of the hash functions.
+      **kwargs: standard Keras layer arguments.
+    """
+
+    streaming = True
+
+    def __init__(self, width: int = 2**18, depth: int = 4, decay: float = 0.999,
+                 min_count: float = 0.5, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.width = checks.check_power_of_two("width", width)
+        self.depth = checks.check_positive_int("depth", depth)
+        self.decay = checks.check_unit_interval("decay", decay)
+        self.min_count = checks.check_positive_float("min_count", min_count)
+        self.seed = checks.check_non_negative_int("seed", seed)
+        rng = np.random.RandomState(self.seed)
+        # Odd multipliers a and offsets b below 2^32, stored as int32 bit patterns.
+        self._a = np.array([_as_int32(int(x) | 1) for x in rng.randint(0, 2**32, self.depth,
+                                                                        dtype=np.uint64)],
+                           np.int32)
+        self._b = np.array([_as_int32(int(x)) for x in rng.randint(0, 2**32, self.depth,
+                                                                    dtype=np.uint64)], np.int32)
+        self._shift = 32 - int(np.log2(self.width))
+        self._log_growth = -float(np.log(self.decay))
+        state = dict(trainable=False, initializer="zeros")
+        self.counts = self.add_weight(name="counts", shape=(self.depth * self.width,),
+                                      dtype="float32", **state)
+        self.total = self.add_weight(name="total", shape=(), dtype="float32", **state)
+        self.step = self.add_weight(name="step", shape=(), dtype="int32", **state)
+        self.steps_since_rescale = self.add_weight(name="steps_since_rescale", shape=(),
+                                                   dtype="int32", **state)
+        self.built = True
+
+    def _indices(self, ids):
+        """[depth, n] flat counter indices of [n] integer ids."""
+        keys = ops.cast(ids, "int32")[None, :]
+        mixed = keys * ops.convert_to_tensor(self._a[:, None]) + ops.convert_to_tensor(
+            self._b[:, None])  # mod 2^32 by int32 wrap-around.
+        buckets = ops.bitwise_and(ops.right_shift(mixed, self._shift), self.width - 1)
+        return buckets + ops.convert_to_tensor(
+            (np.arange(self.depth, dtype=np.int32) * self.width)[:, None])
+
+    def _unit(self, steps):
+        return ops.exp(ops.cast(steps, "float32") * self._log_growth)
+
+    def update(self, ids, mask=None) -> None:
+        """Feeds one training step's ids (any shape); `mask` False entries are ignored."""
+        ids = ops.reshape(k.ids_tensor("ids", ids, rank=None), (-1,))
+        weights = (ops.ones_like(ids, "float32") if mask is None else
+                   ops.reshape(ops.cast(k.bool_tensor("mask", mask), "float32"), (-1,)))
+        steps = self.steps_since_rescale + 1
+        counts, total = self.counts.value, self.total.value
+        if self._log_growth > 0.0:
+            rescale = ops.cast(steps, "float32") * self._log_growth > _RESCALE_EXPONENT
+            factor = ops.where(rescale, 1.0 / self._unit(steps - 1), 1.0)
+            counts, total = counts * factor, total * factor
+            steps = ops.where(rescale, 1, steps)
+        unit = self._unit(steps)
+        indices = ops.reshape(self._indices(ids), (-1, 1))
+        values = ops.reshape(ops.broadcast_to(weights * unit, (self.depth, ops.shape(ids)[0])),
+                             (-1,))
+        self.counts.assign(counts + ops.scatter(indices, values, (self.depth * self.width,)))
+        self.total.assign(total + ops.sum(weights) * unit)
+        self.step.assign(self.step + 1)
+        self.steps_since_rescale.assign(ops.cast(steps, "int32"))
+
+    @property
+    def effective_draws(self):
+        """The decayed total number of draws (the denominator of q)."""
+        return self.total / self._unit(self.steps_since_rescale)
+
+    def log_q(self, ids):
+        ids = k.ids_tensor("ids", ids, rank=None)
+        log_q = formulas.count_min_log_q(k.OPS, self.counts,
+                                         self._indices(ops.reshape(ids, (-1,))), self.total,
+                                         self._unit(self.steps_since_rescale),
+                                         self.min_count, self.width)
+        return ops.reshape(log_q, ops.shape(ids))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(width=self.width, depth=self.depth, decay=self.decay,
+                      min_count=self.min_count, seed=self.seed)
+        return config
+
+
+def as_frequency(probabilities) -> Optional[FrequencyEstimator]:
+    """None, a FrequencyEstimator (as is), a serialized one, or [num_items] probabilities."""
+    if probabilities is None or isinstance(probabilities, FrequencyEstimator):
+        return probabilities
+    if isinstance(probabilities, dict):
+        return keras.saving.deserialize_keras_object(probabilities)
+    return StaticFrequency(probabilities=probabilities)

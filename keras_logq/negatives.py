@@ -1,0 +1,259 @@
+"""Negative samplers for Keras 3: in-batch (plain, deduplicated, the paper's pool), uniform,
+mixed; each returns `Negatives` with the per-draw-equivalent log Q of DESIGN.md.
+
+The pool logic and every log Q (Horvitz-Thompson, the exact mixture) are
+`logq_core.formulas`, which `tfrs_logq.negatives` runs on TensorFlow. Pools
+keep static shapes (padding, duplicates and dropped entries are masked slots,
+never removed), so every backend compiles the sampler once. Draws come from a
+`keras.random.SeedGenerator` held by the layer, whose state is saved with it.
+Integer ids only.
+"""
+
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+import keras
+from keras import ops
+
+from keras_logq import _ops as k
+from keras_logq import frequency as frequency_lib
+from logq_core import checks
+from logq_core import formulas
+
+IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
+MIXTURES = ("exact", "paper")
+
+
+class Negatives(NamedTuple):
+    """What a sampler returns (as `tfrs_logq.negatives.Negatives`).
+
+    Attributes:
+      ids: [n] shared or [batch, n] per-row negative ids.
+      embeddings: [n, dim], [batch, n, dim], a (per-row, shared) pair from
+        `MixedSampler(per_row=True)`, or None.
+      mask: [batch, n] bool, True for a valid negative of that row.
+      log_q: [n] or [batch, n] per-draw-equivalent log Q, or None.
+      positive_log_q: [batch] log Q of the positives on the same scale, or None.
+      log_q_excludes_positive: `log_q` already is log Q'.
+    """
+    ids: object
+    embeddings: object
+    mask: object
+    log_q: object
+    positive_log_q: object
+    log_q_excludes_positive: bool = False
+
+
+class NegativeSampler(keras.layers.Layer):
+    """Base class: the probability source and the seed generator.
+
+    Args:
+      probabilities: a [num_items] array of probabilities, a
+        `keras_logq.frequency` estimator, or None (then only correction "none").
+      seed: seed of the draws (None: Keras's global seed).
+      **kwargs: standard Keras layer arguments.
+    """
+
+    def __init__(self, probabilities=None, seed: Optional[int] = None, **kwargs):
+        super().__init__(**kwargs)
+        self.frequency = frequency_lib.as_frequency(probabilities)
+        self.seed = checks.check_seed("seed", seed)
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.built = True
+
+    def _log_q(self, ids):
+        return None if self.frequency is None else self.frequency.log_q(ids)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(probabilities=(None if self.frequency is None else
+                                     keras.saving.serialize_keras_object(self.frequency)),
+                      seed=self.seed)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_logq")
+class InBatchSampler(NegativeSampler):
+    """In-batch negatives: the batch's positives serve as every row's negatives.
+
+    Args:
+      deduplicate: keep each distinct id once; log Q is then the
+        Horvitz-Thompson per-draw equivalent of the inclusion probability
+        1 - (1 - q)^(B-1), which already excludes the positive.
+      max_pool_size: keep at most this many pool entries, uniformly at random.
+        With `deduplicate` this is the paper's released pool.
+      log_q: with `deduplicate`, "horvitz_thompson" (unbiased) or "unigram"
+        (the paper's released code; biased).
+      probabilities, seed, **kwargs: see `NegativeSampler`.
+    """
+
+    def __init__(self, deduplicate: bool = False, max_pool_size: Optional[int] = None,
+                 log_q: str = "horvitz_thompson", probabilities=None,
+                 seed: Optional[int] = None, **kwargs):
+        super().__init__(probabilities=probabilities, seed=seed, **kwargs)
+        self.deduplicate = checks.check_bool("deduplicate", deduplicate)
+        self.max_pool_size = checks.check_positive_int("max_pool_size", max_pool_size,
+                                                       allow_none=True)
+        self.log_q_mode = checks.check_choice("log_q", log_q, IN_BATCH_LOG_Q)
+
+    def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
+             candidate_mask=None, embedding_fn=None) -> Negatives:
+        """Draws the negatives.
+
+        Args:
+          positive_ids: [batch] integer ids of each row's positive.
+          candidate_ids: [pool] ids of the batch's positives (two-tower: the
+            positive ids themselves; sequences: every target of the batch).
+          candidate_embeddings: optional [pool, dim] their embeddings.
+          candidate_mask: optional [pool] bool, False for padding.
+          embedding_fn: unused.
+        """
+        del embedding_fn
+        positive_ids = k.ids_tensor("positive_ids", positive_ids)
+        ids = k.ids_tensor("candidate_ids", candidate_ids)
+        size = ids.shape[0]
+        if size is None:
+            raise ValueError("InBatchSampler needs a static pool size; received candidate_ids "
+                             f"with shape {tuple(ids.shape)}.")
+        slots = (ops.ones((size,), "bool") if candidate_mask is None
+                 else k.bool_tensor("candidate_mask", candidate_mask, rank=1))
+        keys = subset_size = None
+        if self.max_pool_size is not None:
+            subset_size = min(self.max_pool_size, size)
+            keys = keras.random.uniform((size,), seed=self.seed_generator)
+        keep, ids, mask, num_draws, kept, pool_size = formulas.pool_of_slots(
+            k.OPS, positive_ids, ids, slots, deduplicate=self.deduplicate,
+            sentinel=np.iinfo(keras.backend.standardize_dtype(ids.dtype)).max, size=size,
+            keys=keys, subset_size=subset_size)
+        embeddings = candidate_embeddings
+        if keep is not None and embeddings is not None:
+            embeddings = ops.take(embeddings, keep, axis=0)
+        log_q, positive_log_q, excludes = formulas.in_batch_log_q(
+            k.OPS, self.frequency, positive_ids, ids, mask, num_draws, kept, pool_size,
+            horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson")
+        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size,
+                      log_q=self.log_q_mode)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_logq")
+class UniformSampler(NegativeSampler):
+    """Negatives drawn uniformly, with replacement, from ids [first_id, first_id + num_items).
+
+    Q = 1 / num_items. Shared by the rows by default; `per_row` draws
+    `num_negatives` for every row.
+
+    Args:
+      num_items: catalog size |D|.
+      num_negatives: draws per call (per row with `per_row`).
+      first_id: smallest id (1 when id 0 is padding).
+      per_row: draw separately for every row.
+      seed, **kwargs: see `NegativeSampler`.
+    """
+
+    def __init__(self, num_items: int, num_negatives: int, first_id: int = 0,
+                 per_row: bool = False, seed: Optional[int] = None, **kwargs):
+        kwargs.pop("probabilities", None)
+        super().__init__(probabilities=None, seed=seed, **kwargs)
+        self.num_items = checks.check_positive_int("num_items", num_items)
+        self.num_negatives = checks.check_positive_int("num_negatives", num_negatives)
+        self.first_id = checks.check_non_negative_int("first_id", first_id)
+        self.per_row = checks.check_bool("per_row", per_row)
+
+    def call(self, positive_ids, candidate_ids=None, candidate_embeddings=None,
+             candidate_mask=None, embedding_fn: Optional[Callable] = None) -> Negatives:
+        """Draws the negatives; `embedding_fn` maps ids to embeddings (the item tower)."""
+        del candidate_ids, candidate_embeddings, candidate_mask
+        positive_ids = k.ids_tensor("positive_ids", positive_ids)
+        shape = ((ops.shape(positive_ids)[0], self.num_negatives) if self.per_row
+                 else (self.num_negatives,))
+        ids = keras.random.randint(shape, self.first_id, self.first_id + self.num_items,
+                                   dtype=keras.backend.standardize_dtype(positive_ids.dtype),
+                                   seed=self.seed_generator)
+        embeddings = None if embedding_fn is None else embedding_fn(ids)
+        mask = formulas.accidental_hit_mask(k.OPS, positive_ids, ids)
+        log_q = formulas.log_uniform_q(self.num_items)
+        return Negatives(ids, embeddings, mask, ops.full(shape, log_q),
+                         ops.full((ops.shape(positive_ids)[0],), log_q))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_items=self.num_items, num_negatives=self.num_negatives,
+                      first_id=self.first_id, per_row=self.per_row)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_logq")
+class MixedSampler(NegativeSampler):
+    """Mixed negative sampling (Yang et al. 2020): uniform draws plus in-batch negatives.
+
+    Args:
+      num_items: catalog size of the uniform half.
+      num_uniform: n_u uniform draws (per row with `per_row`).
+      num_in_batch: n_b, the most in-batch negatives kept.
+      mixture: "exact" (the mixture proposal, per row, positive excluded:
+        `logq_core.formulas.mixture_log_q`) or "paper" (unigram q for every
+        negative, as the paper's released code).
+      first_id: smallest id of the uniform draws.
+      deduplicate: the in-batch half keeps each id once (only with "paper").
+      per_row: the uniform half is drawn per row; `embeddings` is then the
+        pair (uniform [batch, n_u, dim], in-batch [n_b, dim]).
+      probabilities, seed, **kwargs: see `NegativeSampler`.
+    """
+
+    def __init__(self, num_items: int, num_uniform: int, num_in_batch: int,
+                 mixture: str = "exact", first_id: int = 0, deduplicate: bool = False,
+                 per_row: bool = False, probabilities=None, seed: Optional[int] = None,
+                 **kwargs):
+        super().__init__(probabilities=probabilities, seed=seed, **kwargs)
+        self.mixture = checks.check_choice("mixture", mixture, MIXTURES)
+        if checks.check_bool("deduplicate", deduplicate) and mixture == "exact":
+            raise ValueError(
+                "MixedSampler(deduplicate=True) needs mixture='paper' (the exact mixture of a "
+                "deduplicated pool is not implemented); received mixture='exact'.")
+        self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id,
+                                      per_row=per_row, seed=seed, name="uniform")
+        self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
+                                       log_q="unigram", probabilities=self.frequency,
+                                       seed=None if seed is None else seed + 1,
+                                       name="in_batch")
+
+    def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
+             candidate_mask=None, embedding_fn=None) -> Negatives:
+        """Uniform negatives first, then in-batch ones; arguments as the two samplers'."""
+        uniform = self.uniform(positive_ids, embedding_fn=embedding_fn)
+        in_batch = self.in_batch(positive_ids, candidate_ids, candidate_embeddings,
+                                 candidate_mask=candidate_mask)
+        per_row = self.uniform.per_row
+        in_batch_ids = in_batch.ids
+        if per_row:
+            in_batch_ids = ops.broadcast_to(in_batch_ids[None, :],
+                                            (ops.shape(uniform.ids)[0], in_batch_ids.shape[0]))
+        ids = ops.concatenate([uniform.ids, in_batch_ids], axis=-1)
+        embeddings = None
+        if uniform.embeddings is not None and in_batch.embeddings is not None:
+            embeddings = ((uniform.embeddings, in_batch.embeddings) if per_row else
+                          ops.concatenate([uniform.embeddings, in_batch.embeddings], axis=0))
+        mask = ops.concatenate([uniform.mask, in_batch.mask], axis=1)
+        if self.frequency is None:
+            return Negatives(ids, embeddings, mask, None, None)
+        log_q_ids, positive_log_q = self._log_q(ids), self._log_q(positive_ids)
+        if self.mixture == "paper":
+            return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q)
+        log_q_mix, positive_log_q = formulas.mixture_log_q(
+            k.OPS, log_q_ids, positive_log_q, uniform.mask, in_batch.mask, mask,
+            self.uniform.num_items, self.uniform.num_negatives, in_batch.ids.shape[0])
+        return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
+                      num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
+                      first_id=self.uniform.first_id, deduplicate=self.in_batch.deduplicate,
+                      per_row=self.uniform.per_row)
+        return config

@@ -1,0 +1,145 @@
+"""keras_logq.frequency: the sketch against tfrs_logq's numpy reference; state saved and fed."""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_logq
+from tests import reference
+from tests_keras3.backend import numpy
+
+
+def _buckets_of(estimator):
+    """Numpy multiply-shift: the top log2(width) bits of a * x + b mod 2^32, per row."""
+    a = estimator._a.astype(np.int64) % 2**32  # pylint: disable=protected-access
+    b = estimator._b.astype(np.int64) % 2**32  # pylint: disable=protected-access
+    bits = int(np.log2(estimator.width))
+
+    def buckets(item):
+        mixed = (a * int(item) + b) % 2**32
+        return ((mixed >> (32 - bits)) + np.arange(estimator.depth) * estimator.width).tolist()
+    return buckets
+
+
+def test_static_frequency():
+    freq = keras_logq.StaticFrequency.from_counts([2, 1, 1], pseudo_count=0.0)
+    np.testing.assert_allclose(numpy(freq.log_q(np.array([[0, 2]], np.int32))),
+                               np.log([[0.5, 0.25]]), rtol=1e-6)
+    np.testing.assert_allclose(numpy(freq.log_inclusion_probability(np.array([1], np.int32), 3)),
+                               np.log([1 - 0.75**3]), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"`counts` must be a non-empty 1-D array of positive "
+                       r"counts"):
+        keras_logq.StaticFrequency.from_counts([1, 0])
+    with pytest.raises(ValueError, match=r"`probabilities` must be a non-empty 1-D array of "
+                       r"values in \(0, 1\]"):
+        keras_logq.StaticFrequency([0.5, 1.5])
+    with pytest.raises(ValueError, match=r"`num_draws` must be a positive integer; received "
+                       r"num_draws=0"):
+        freq.log_inclusion_probability(np.array([1], np.int32), 0)
+
+
+def test_hash_matches_numpy_reference():
+    sketch = keras_logq.CountMinSketchEstimator(width=2**10, depth=3, seed=5)
+    ids = np.array([0, 1, 7, 123456, 2**31 - 1, 99999999], np.int64)
+    got = numpy(sketch._indices(ops.convert_to_tensor(ids.astype(np.int32))))  # pylint: disable=protected-access
+    want = np.array([_buckets_of(sketch)(i) for i in ids]).T
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("decay", [1.0, 0.9, 0.5])
+def test_count_min_matches_reference(decay):
+    rng = np.random.default_rng(1)
+    sketch = keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=decay, seed=3)
+    # 60 steps: with decay 0.5 the stored counts are rescaled after 43 of them.
+    stream = [rng.choice(200, size=16, p=reference.ZIPF_Q[:50].repeat(4) / 4).tolist()
+              for _ in range(60)]
+    for ids in stream:
+        sketch.update(np.array(ids, np.int32))
+    want = reference.count_min(stream, _buckets_of(sketch), decay=decay)
+    items = np.arange(200, dtype=np.int32)
+    np.testing.assert_allclose(numpy(sketch.log_q(items)), np.log([want(i) for i in items]),
+                               rtol=1e-4, atol=1e-5)
+    assert int(numpy(sketch.step)) == 60
+
+
+def test_count_min_before_any_update_is_uniform_and_mask_is_ignored():
+    sketch = keras_logq.CountMinSketchEstimator(width=32, depth=2)
+    np.testing.assert_allclose(numpy(sketch.log_q(np.array([3, 4], np.int32))),
+                               np.full(2, -np.log(32)), rtol=1e-6)
+    sketch.update(np.array([3, 4], np.int32), mask=np.array([False, False]))
+    np.testing.assert_allclose(numpy(sketch.log_q(np.array([3], np.int32))), [-np.log(32)],
+                               rtol=1e-6)
+
+
+def test_count_min_errors_and_config():
+    with pytest.raises(ValueError, match=r"`width` must be a power of two \(2, 4, ..., 2\*\*30\); "
+                       r"received width=1000"):
+        keras_logq.CountMinSketchEstimator(width=1000)
+    with pytest.raises(ValueError, match=r"`decay` must be a number in \(0, 1\]; received "
+                       r"decay=0"):
+        keras_logq.CountMinSketchEstimator(decay=0)
+    with pytest.raises(TypeError, match=r"`ids` must be an integer tensor of item ids"):
+        keras_logq.CountMinSketchEstimator(width=8).update(np.zeros([2], np.float32))
+    sketch = keras_logq.CountMinSketchEstimator(width=2**12, depth=3, decay=0.99,
+                                                min_count=2.0, seed=7, name="cms")
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(sketch))
+    assert restored.get_config() == sketch.get_config()
+    ids = np.arange(50, dtype=np.int32)
+    np.testing.assert_array_equal(numpy(restored._indices(ids)), numpy(sketch._indices(ids)))  # pylint: disable=protected-access
+
+
+class SketchTwoTower(keras.Model):
+    """In-batch two-tower retrieval whose loss reads log Q from a sketch it feeds."""
+
+    def __init__(self, num_items=40, dim=8, **kwargs):
+        super().__init__(**kwargs)
+        self.num_items, self.dim = num_items, dim
+        self.users = keras.layers.Embedding(num_items, dim)
+        self.items = keras.layers.Embedding(num_items, dim)
+        self.frequency = keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=0.9)
+        self.loss_layer = keras_logq.SampledSoftmax(correction="improved")
+
+    def call(self, inputs, training=False):
+        user_ids, item_ids = inputs["user"], inputs["item"]
+        if training:
+            self.frequency.update(item_ids)
+        return self.users(user_ids), self.items(item_ids)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        del y, sample_weight, training
+        query, candidates = y_pred
+        losses = self.loss_layer(query_embeddings=query, candidate_embeddings=candidates,
+                                 candidate_log_q=self.frequency.log_q(x["item"]),
+                                 candidate_ids=x["item"])
+        return ops.mean(losses)
+
+    def get_config(self):
+        return dict(super().get_config(), num_items=self.num_items, dim=self.dim)
+
+
+keras.saving.register_keras_serializable(package="tests_keras3")(SketchTwoTower)
+
+
+def test_fit_feeds_the_sketch_and_save_load_keeps_its_state():
+    rng = np.random.default_rng(0)
+    data = dict(user=rng.integers(0, 40, 256).astype(np.int32),
+                item=rng.choice(40, 256, p=reference.ZIPF_Q[:40] / reference.ZIPF_Q[:40].sum()
+                                ).astype(np.int32))
+    model = SketchTwoTower()
+    model.compile(optimizer=keras.optimizers.Adam(0.05))
+    history = model.fit(data, batch_size=32, epochs=3, verbose=0, shuffle=False)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert int(numpy(model.frequency.step)) == 24
+    assert float(numpy(model.frequency.total)) > 0
+    path = os.path.join(tempfile.mkdtemp(), "two_tower.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    ids = np.arange(40, dtype=np.int32)
+    np.testing.assert_allclose(numpy(restored.frequency.log_q(ids)),
+                               numpy(model.frequency.log_q(ids)), rtol=1e-6)
+    assert int(numpy(restored.frequency.step)) == 24

@@ -1,0 +1,196 @@
+"""keras_logq.negatives: log Q unbiased on the known catalog tfrs_logq's tests use; state."""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_logq
+from keras_logq import negatives
+from logq_core import formulas
+from tests import reference
+from tests_keras3.backend import numpy
+
+NUM_ITEMS, ZIPF_Q = reference.NUM_ITEMS, reference.ZIPF_Q
+
+
+def _padded(sampler):
+    """Calls `sampler` with 5 padding slots appended to the pool and a candidate mask."""
+    def call(positive_ids, candidate_ids):
+        ids = np.concatenate([candidate_ids, np.zeros([5], candidate_ids.dtype)])
+        mask = np.concatenate([np.ones(len(candidate_ids), bool), np.zeros([5], bool)])
+        return sampler(positive_ids, ids, candidate_mask=mask)
+    return call
+
+
+SAMPLER_CASES = dict(
+    in_batch=lambda: negatives.InBatchSampler(probabilities=ZIPF_Q, seed=1),
+    in_batch_capped=lambda: negatives.InBatchSampler(max_pool_size=5, probabilities=ZIPF_Q,
+                                                     seed=2),
+    in_batch_dedup=lambda: negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q,
+                                                    seed=3),
+    in_batch_dedup_capped_slots=lambda: _padded(negatives.InBatchSampler(
+        deduplicate=True, max_pool_size=4, probabilities=ZIPF_Q, seed=4)),
+    uniform=lambda: negatives.UniformSampler(NUM_ITEMS, 8, seed=5),
+    mixed_exact=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, probabilities=ZIPF_Q, seed=6),
+    mixed_exact_per_row=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, per_row=True,
+                                                       probabilities=ZIPF_Q, seed=7),
+)
+
+
+def _z_hats(sampler, positive, batch_size, trials, seed, log_q="q_prime"):
+    """Z_hat of row 0 (positive fixed, the others drawn from q) over `trials` batches."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(trials):
+        batch = np.concatenate([[positive], rng.choice(NUM_ITEMS, batch_size - 1, p=ZIPF_Q)])
+        neg = sampler(batch.astype(np.int32), batch.astype(np.int32))
+        mask = numpy(neg.mask)[0]
+        row_log_q = np.broadcast_to(numpy(neg.log_q), mask.shape if numpy(neg.log_q).ndim == 1
+                                    else numpy(neg.log_q).shape)
+        row_log_q = row_log_q if row_log_q.ndim == 1 else row_log_q[0]
+        if log_q == "q_prime" and not neg.log_q_excludes_positive:
+            row_log_q = row_log_q - np.log1p(-np.exp(numpy(neg.positive_log_q)[0]))
+        ids = numpy(neg.ids)
+        z, count = reference.z_hat(ids if ids.ndim == 1 else ids[0], mask, row_log_q)
+        if count > 0:
+            values.append(z)
+    return np.array(values)
+
+
+@pytest.mark.parametrize("case", sorted(SAMPLER_CASES))
+@pytest.mark.parametrize("positive", [0, 45])
+def test_z_hat_is_unbiased(case, positive):
+    z = _z_hats(SAMPLER_CASES[case](), positive, batch_size=9, trials=600, seed=positive + 7)
+    truth = reference.partition_without(positive)
+    standard_error = z.std() / np.sqrt(len(z))
+    assert standard_error / truth < 0.1
+    assert abs(z.mean() - truth) < 4.0 * standard_error, (
+        f"{case}, p={positive}: mean {z.mean():.3f} vs truth {truth:.3f} (se {standard_error:.3f})")
+
+
+def test_unigram_log_q_of_a_deduplicated_pool_is_biased():
+    sampler = negatives.InBatchSampler(deduplicate=True, max_pool_size=4, log_q="unigram",
+                                       probabilities=ZIPF_Q, seed=8)
+    z = _z_hats(sampler, 0, batch_size=64, trials=400, seed=11)
+    truth = reference.partition_without(0)
+    # tfrs_logq's test measures E[Z_hat] / Z = 1.53 on this catalog (1.47 here, 400 trials).
+    assert z.mean() - truth > 5.0 * z.std() / np.sqrt(len(z))
+    assert z.mean() / truth > 1.3
+
+
+def test_deduplicated_pool_masks_duplicates_and_hits():
+    sampler = negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q)
+    ids = np.array([4, 2, 4, 9], np.int32)
+    neg = sampler(ids, ids)
+    np.testing.assert_array_equal(numpy(neg.ids), ids)
+    # One slot per distinct id; a row's own id masked.
+    mask = numpy(neg.mask)
+    assert mask.sum(axis=1).tolist() == [2, 2, 2, 2]
+    assert not mask[0, 0] and not mask[0, 2] and not mask[1, 1]
+    assert neg.log_q_excludes_positive
+    # Horvitz-Thompson: log pi(d) - log n, pi = 1 - (1 - q)^(B-1).
+    pi = 1.0 - (1.0 - ZIPF_Q[ids]) ** 3
+    want = np.where(mask, np.log(pi)[None, :] - np.log(2.0), 0.0)
+    np.testing.assert_allclose(np.where(mask, numpy(neg.log_q), 0.0), want, rtol=1e-5)
+
+
+def test_uniform_and_exact_mixture_log_q():
+    uniform = negatives.UniformSampler(NUM_ITEMS, 6, first_id=1, per_row=True, seed=3)
+    neg = uniform(np.array([1, 2, 3], np.int32))
+    ids = numpy(neg.ids)
+    assert ids.shape == (3, 6) and ids.min() >= 1 and ids.max() <= NUM_ITEMS
+    np.testing.assert_allclose(numpy(neg.log_q), np.full((3, 6), -np.log(NUM_ITEMS)), rtol=1e-6)
+    mixed = negatives.MixedSampler(NUM_ITEMS, 3, 4, probabilities=ZIPF_Q, seed=4)
+    batch = np.array([0, 5, 9, 5], np.int32)
+    neg = mixed(batch, batch)
+    mask, log_q = numpy(neg.mask), numpy(neg.log_q)
+    for row in range(4):
+        q_p = ZIPF_Q[batch[row]]
+        n_u, n_b = mask[row, :3].sum(), mask[row, 3:].sum()
+        n = n_u + n_b
+        for col in np.flatnonzero(mask[row]):
+            d = numpy(neg.ids)[col]
+            want = (n_u / n) / (NUM_ITEMS - 1) + (n_b / n) * ZIPF_Q[d] / (1 - q_p)
+            np.testing.assert_allclose(log_q[row, col], np.log(want), rtol=1e-5)
+
+
+def test_samplers_serialize_with_non_default_arguments():
+    frequency = keras_logq.StaticFrequency.from_counts([3, 2, 1, 1])
+    for sampler in (
+            negatives.InBatchSampler(deduplicate=True, max_pool_size=7, log_q="unigram",
+                                     probabilities=frequency, seed=3, name="ib"),
+            negatives.UniformSampler(10, 4, first_id=1, per_row=True, seed=9),
+            negatives.MixedSampler(10, 3, 5, mixture="paper", first_id=1, deduplicate=True,
+                                   per_row=True, probabilities=frequency, seed=2)):
+        restored = keras.saving.deserialize_keras_object(
+            keras.saving.serialize_keras_object(sampler))
+        assert type(restored) is type(sampler)
+        assert restored.get_config() == sampler.get_config()
+
+
+class _Drawer(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.sampler = negatives.UniformSampler(1000, 5, seed=17)
+
+    def call(self, ids):
+        return self.sampler(ids).ids
+
+
+def test_draws_resume_from_saved_state():
+    batch = np.arange(4, dtype=np.int32)
+    first = _Drawer()
+    first(batch)
+    path = os.path.join(tempfile.mkdtemp(), "sampler.weights.h5")
+    first.save_weights(path)
+    want = numpy(first(batch))
+    second = _Drawer()
+    second(batch)  # A draw that the restored state must undo.
+    second.load_weights(path)
+    np.testing.assert_array_equal(numpy(second(batch)), want)
+    assert not np.array_equal(numpy(second(batch)), want)  # The draws move on.
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"`max_pool_size` must be a positive integer; received "
+                       r"max_pool_size=0"):
+        negatives.InBatchSampler(max_pool_size=0)
+    with pytest.raises(ValueError, match=r"needs mixture='paper'"):
+        negatives.MixedSampler(10, 2, 2, deduplicate=True)
+    with pytest.raises(TypeError, match=r"`positive_ids` must be an integer tensor of item ids; "
+                       r"received positive_ids with dtype float32"):
+        negatives.InBatchSampler()(np.zeros([2], np.float32), np.zeros([2], np.int32))
+    with pytest.raises(ValueError, match=r"`seed` must be an integer or None; received seed=1.5"):
+        negatives.UniformSampler(10, 2, seed=1.5)
+
+
+def test_negatives_loss_matches_reference():
+    rng = np.random.default_rng(3)
+    item_embeddings = rng.normal(size=(NUM_ITEMS, 4)).astype(np.float32)
+    batch = np.array([0, 3, 3, 7, 11, 20], np.int32)
+    query = rng.normal(size=(6, 4)).astype(np.float32)
+    sampler = negatives.MixedSampler(NUM_ITEMS, 5, 4, per_row=True, probabilities=ZIPF_Q,
+                                     seed=5)
+    neg = sampler(batch, batch, item_embeddings[batch],
+                  embedding_fn=lambda ids: ops.take(item_embeddings, ids, axis=0))
+    got = keras_logq.negatives_loss(query, item_embeddings[batch], neg, correction="improved",
+                                    temperature=0.5)
+    ids = numpy(neg.ids)
+    neg_logits = np.einsum("bd,bnd->bn", query, item_embeddings[ids]) / 0.5
+    pos_logits = np.sum(query * item_embeddings[batch], axis=1) / 0.5
+    want, _ = reference.sampled_softmax(pos_logits, neg_logits, "improved", numpy(neg.log_q),
+                                        None, numpy(neg.mask), excludes=True)
+    np.testing.assert_allclose(numpy(got), want, rtol=1e-4, atol=1e-5)
+
+
+def test_first_of_each_id_keeps_one_slot_per_id():
+    ids = np.array([5, 1, 5, 5, 2, 1, 9], np.int32)
+    valid = np.array([True, True, True, False, True, True, False])
+    first = numpy(formulas.first_of_each_id(keras_logq.losses.k.OPS, ops.convert_to_tensor(ids),
+                                            ops.convert_to_tensor(valid), 2**31 - 1, 7))
+    kept = ids[first]
+    assert sorted(kept.tolist()) == [1, 2, 5] and not first[~valid].any()
