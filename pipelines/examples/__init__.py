@@ -1,0 +1,1 @@
+"""Examples: keras_logq (Keras 3) with keras-rs."""
