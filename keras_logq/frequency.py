@@ -17,6 +17,9 @@ Differences from tfrs_logq, and why:
 - The sketch's counts are decayed and updated densely each step (keras.ops has
   no in-place scatter-add): O(width * depth) per step instead of O(batch).
 - No hashed inter-arrival estimator (Yi et al.): use the sketch.
+
+`duplicates` pairs `CountMinSketchEstimator.log_q` / `get_config` with tfrs_logq's:
+the call into `logq_core.formulas.count_min_log_q` and the config, not the maths.
 """
 
 from typing import Any, Optional

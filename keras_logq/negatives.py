@@ -6,7 +6,8 @@ The pool logic and every log Q (Horvitz-Thompson, the exact mixture) are
 keep static shapes (padding, duplicates and dropped entries are masked slots,
 never removed), so every backend compiles the sampler once. Draws come from a
 `keras.random.SeedGenerator` held by the layer, whose state is saved with it.
-Integer ids only.
+Integer ids only. `duplicates` pairs `InBatchSampler.call`'s tail with tfrs_logq's
+`_pool_of_slots` / `_finish`: both are the calls into `logq_core` and `get_config`.
 """
 
 from typing import Callable, NamedTuple, Optional

@@ -10,6 +10,7 @@ from keras import ops
 
 import keras_logq
 from keras_logq import negatives
+from keras_logq._ops import OPS
 from logq_core import formulas
 from tests import reference
 from tests_keras3.backend import numpy
@@ -190,7 +191,7 @@ def test_negatives_loss_matches_reference():
 def test_first_of_each_id_keeps_one_slot_per_id():
     ids = np.array([5, 1, 5, 5, 2, 1, 9], np.int32)
     valid = np.array([True, True, True, False, True, True, False])
-    first = numpy(formulas.first_of_each_id(keras_logq.losses.k.OPS, ops.convert_to_tensor(ids),
+    first = numpy(formulas.first_of_each_id(OPS, ops.convert_to_tensor(ids),
                                             ops.convert_to_tensor(valid), 2**31 - 1, 7))
     kept = ids[first]
     assert sorted(kept.tolist()) == [1, 2, 5] and not first[~valid].any()
