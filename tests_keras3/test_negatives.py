@@ -195,3 +195,46 @@ def test_first_of_each_id_keeps_one_slot_per_id():
                                             ops.convert_to_tensor(valid), 2**31 - 1, 7))
     kept = ids[first]
     assert sorted(kept.tolist()) == [1, 2, 5] and not first[~valid].any()
+
+
+class SampledTwoTower(keras.Model):
+    """A two-tower model whose loss draws mixed negatives (uniform + deduplicated in-batch)."""
+
+    def __init__(self, sampler_kind="mixed", **kwargs):
+        super().__init__(**kwargs)
+        self.sampler_kind = sampler_kind
+        self.users = keras.layers.Embedding(NUM_ITEMS, 8)
+        self.items = keras.layers.Embedding(NUM_ITEMS, 8)
+        if sampler_kind == "mixed":
+            self.sampler = negatives.MixedSampler(NUM_ITEMS, 6, 8, probabilities=ZIPF_Q, seed=3)
+        else:
+            self.sampler = negatives.InBatchSampler(deduplicate=True, max_pool_size=8,
+                                                    probabilities=ZIPF_Q, seed=3)
+
+    def call(self, inputs):
+        return self.users(inputs["user"]), self.items(inputs["item"])
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        del y, sample_weight, training
+        query, positives = y_pred
+        neg = self.sampler(x["item"], x["item"], positives,
+                           embedding_fn=lambda ids: self.items(ids))
+        return ops.mean(keras_logq.negatives_loss(query, positives, neg, correction="improved"))
+
+
+@pytest.mark.parametrize("sampler_kind", ["mixed", "in_batch_dedup"])
+def test_samplers_train_compiled(sampler_kind):
+    rng = np.random.default_rng(1)
+    data = dict(user=rng.integers(0, NUM_ITEMS, 512).astype(np.int32),
+                item=rng.choice(NUM_ITEMS, 512, p=ZIPF_Q).astype(np.int32))
+    model = SampledTwoTower(sampler_kind)
+    # Compiled: jax.jit and XLA on TensorFlow; torch.compile (60 s here) is left to "auto".
+    model.compile(optimizer=keras.optimizers.Adam(0.05),
+                  jit_compile=keras.backend.backend() != "torch" or "auto")
+    state_before = numpy(model.sampler.seed_generator.state
+                         if sampler_kind != "mixed" else model.sampler.uniform.seed_generator.state)
+    losses = model.fit(data, batch_size=64, epochs=3, verbose=0, shuffle=False).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    state_after = numpy(model.sampler.seed_generator.state
+                        if sampler_kind != "mixed" else model.sampler.uniform.seed_generator.state)
+    assert not np.array_equal(state_before, state_after)  # The draws moved on, compiled.
