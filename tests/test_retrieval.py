@@ -107,6 +107,14 @@ class ScannTest(tf.test.TestCase):
                                     r"received index='faiss'"):
             retrieval.top_k(queries, items, 10, index="faiss")
 
+    def test_min_items_is_checked(self):
+        self.assertTrue(retrieval.uses_scann(10, min_items=0))
+        self.assertFalse(retrieval.uses_scann(9_999))
+        for bad in (-1, 2.5, "10000", True):
+            with self.assertRaisesRegex(ValueError, r"`min_items` must be a non-negative "
+                                        rf"integer; received min_items={bad!r}"):
+                retrieval.scann_top_k(np.zeros([1, 2]), np.zeros([3, 2]), 1, min_items=bad)
+
     def test_defaults_scale_with_the_catalog(self):
         self.assertEqual(retrieval.scann_defaults(1_000_000, 100),
                          {"num_leaves": 1000, "num_leaves_to_search": 200, "reorder": 600})

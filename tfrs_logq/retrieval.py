@@ -13,6 +13,8 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from logq_core import checks
+
 DEFAULT_KS = (1, 10, 20, 100)
 
 
@@ -85,8 +87,12 @@ SCANN_MIN_ITEMS = 10_000
 
 
 def uses_scann(num_items: int, min_items: int = SCANN_MIN_ITEMS) -> bool:
-    """Whether a ScaNN request over `num_items` candidates builds an index (else exact search)."""
-    return num_items >= min_items
+    """Whether a ScaNN request over `num_items` candidates builds an index (else exact search).
+
+    Raises:
+      ValueError: `min_items` is not a non-negative integer (0: always ScaNN).
+    """
+    return num_items >= checks.check_non_negative_int("min_items", min_items)
 
 
 def scann_defaults(num_items: int, k: int) -> Dict[str, int]:
