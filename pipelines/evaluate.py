@@ -38,7 +38,7 @@ def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
     """Metrics of the run in `output_dir` on `split`, from its best checkpoint; with
     `geometry`, also `retrieval.embedding_geometry` of its items and the split's queries
     (under the key "geometry")."""
-    config, model, data_split = experiment.load_run(output_dir)
+    config, model, data_split, _ = experiment.load_run(output_dir)
     eval_set = data_split.test if split == "test" else data_split.validation
     queries = experiment.query_embeddings(model, config, eval_set)
     metrics = experiment.evaluate(model, config, eval_set, index=index, queries=queries)

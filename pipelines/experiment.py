@@ -236,7 +236,7 @@ def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
 
 
 def load_run(output_dir: str):
-    """(config, model with the best weights, data split) of the run in `output_dir`."""
+    """(config, model with the best weights, data split, data) of the run in `output_dir`."""
     config_path = os.path.join(output_dir, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
@@ -249,4 +249,4 @@ def load_run(output_dir: str):
     data_split = make_split(config, data)
     model = build_model(config, data, data_split)
     model.load_weights(weights).expect_partial()
-    return config, model, data_split
+    return config, model, data_split, data

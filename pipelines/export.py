@@ -30,8 +30,8 @@ def main(argv):
         raise app.UsageError("Usage: python -m pipelines.export OUTPUT_DIR [--index=...] [--k=...]")
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
-    config, model, _ = experiment.load_run(argv[1])
-    for path in report.export_run(model, config, argv[1], FLAGS.index, FLAGS.k):
+    config, model, _, data = experiment.load_run(argv[1])
+    for path in report.export_run(model, config, argv[1], FLAGS.index, FLAGS.k, data=data):
         print(f"Wrote {path}")
 
 

@@ -138,10 +138,13 @@ def describe_indexes(metrics: Dict) -> str:
 
 
 def export_run(model, config: configs.Config, output_dir: str, index: str = "both",
-               k: int = 100):
+               k: int = 100, data=None):
     """Exports `model` to OUTPUT/export/<index>/<version> for each index (the next version
-    after any already there); returns the version directories."""
+    after any already there); returns the version directories. With the run's `data`
+    (`Interactions`), the export also serves the source's raw ids (`serving_raw`)."""
     kinds = export_lib.INDEXES if index == "both" else (index,)
+    vocabularies = {} if data is None else dict(item_vocabulary=data.item_ids[1:],
+                                                user_vocabulary=data.user_ids[1:])
     return [export_lib.export(model, os.path.join(output_dir, "export", kind), k=k, index=kind,
-                              max_length=experiment.query_length(config))
+                              max_length=experiment.query_length(config), **vocabularies)
             for kind in kinds]

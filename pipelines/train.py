@@ -200,7 +200,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         "config": config.as_dict(),
         "git_revision": report.git_revision(),
     })
-    metrics["exports"] = report.export_run(model, config, output_dir)
+    metrics["exports"] = report.export_run(model, config, output_dir, data=data)
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics

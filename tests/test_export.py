@@ -188,6 +188,41 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
                                      exclude=[np.array([4, 9])] * 2)
         self.assertAllEqual(served["ids"], want)
 
+    def test_raw_ids_in_and_out(self):
+        # Raw ids as a GroupLens file has them: sparse movie ids, as strings.
+        vocabulary = [str(1000 + 7 * i) for i in range(1, NUM_ITEMS + 1)]
+        model = _sasrec()
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), "bf"), k=5,
+                             item_vocabulary=vocabulary)
+        loaded = tf.saved_model.load(path)
+        dense = np.array([[0, 4, 9, 17], [0, 3, 8, 1]], np.int64)
+        raw = np.where(dense > 0, np.array([""] + vocabulary, object)[dense], "")
+        raw[1, 0] = "unknown-id"  # Out of vocabulary: dropped, as padding is.
+        want = loaded.signatures["serving_default"](history=tf.constant(dense))
+        got = loaded.signatures["serving_raw"](history=tf.constant(raw.astype(str)))
+        raw_of = np.array([""] + vocabulary)
+        self.assertAllEqual(got["ids"].numpy().astype(str), raw_of[want["ids"].numpy()])
+        self.assertAllClose(got["scores"], want["scores"])
+        two_tower = _two_tower()
+        users = [f"u{i}" for i in range(1, 51)]
+        tt_path = export.export(two_tower, os.path.join(tempfile.mkdtemp(), "tt"), k=5,
+                                item_vocabulary=vocabulary, user_vocabulary=users)
+        tt = tf.saved_model.load(tt_path).signatures
+        want = tt["serving_default"](user=tf.constant([3, 0], tf.int64),
+                                     history=tf.constant(dense))
+        got = tt["serving_raw"](user=tf.constant(["u3", "nobody"]),
+                                history=tf.constant(raw.astype(str)))
+        self.assertAllEqual(got["ids"].numpy().astype(str), raw_of[want["ids"].numpy()])
+        with self.assertRaisesRegex(ValueError, r"needs `user_vocabulary` with "
+                                    r"`item_vocabulary`.*received user_vocabulary=None"):
+            export.export(two_tower, os.path.join(tempfile.mkdtemp(), "x"),
+                          item_vocabulary=vocabulary)
+        with self.assertRaisesRegex(ValueError, r"`item_vocabulary` must hold 200 distinct raw "
+                                    r"ids, one per dense id 1..200; received 200 ids "
+                                    r"\(199 distinct\)"):
+            export.export(model, os.path.join(tempfile.mkdtemp(), "x"),
+                          item_vocabulary=vocabulary[:-1] + vocabulary[:1])
+
     def test_malformed_requests_and_signatures(self):
         path = export.export(_sasrec(), os.path.join(tempfile.mkdtemp(), "bf"), k=5)
         loaded = tf.saved_model.load(path)

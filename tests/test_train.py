@@ -72,15 +72,19 @@ class TrainRunTest(tf.test.TestCase):
                                             for index in ("brute_force", "scann")])
         # Served = evaluated: the exported brute-force model, given each test user's whole
         # history, returns exactly the offline evaluation's top 100 (history filtered).
-        config, model, data_split = experiment.load_run(out)
+        config, model, data_split, data = experiment.load_run(out)
         test_set = data_split.test
-        served = tf.saved_model.load(saved["exports"][0]).signatures["serving_default"]
+        signatures = tf.saved_model.load(saved["exports"][0]).signatures
+        served = signatures["serving_default"]
         requests = _left_padded(test_set.histories)
         self.assertGreater(requests.shape[1], config.max_length)  # Histories the query cuts.
         offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),
                                         model.item_embeddings().numpy(), 100,
                                         exclude=test_set.histories)
         self.assertAllEqual(served(history=tf.constant(requests))["ids"].numpy(), offline)
+        # The same answer in the source's raw ids (padding is "", not a raw id).
+        raw = signatures["serving_raw"](history=tf.constant(data.item_ids[requests]))
+        self.assertAllEqual(raw["ids"].numpy().astype(str), data.item_ids[offline])
         self.assertNotEmpty(os.listdir(os.path.join(out, "logs", "train")))
 
         result = _cli("pipelines.evaluate", out, "--geometry")
@@ -137,7 +141,7 @@ class TrainRunTest(tf.test.TestCase):
         metrics = train.run(config, out, verbose=0)
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
         # The export reads --history_length (8) items, as the evaluation does: same top 100.
-        _, model, data_split = experiment.load_run(out)
+        _, model, data_split, _ = experiment.load_run(out)
         test_set = data_split.test
         requests = _left_padded(test_set.histories)
         self.assertGreater(requests.shape[1], 8)

@@ -7,7 +7,11 @@ The exported model stands alone: a process that imports only TensorFlow (and
 - `serving_default`: the query model's inputs -> top-k item ids and scores
   ([batch, k] each, for every batch size, 0 included), every item of the
   request's history excluded (the query model reads its last `max_length`);
-- `item_embeddings`: item ids -> embeddings.
+- `item_embeddings`: item ids -> embeddings;
+- `serving_raw`, when `export` is given the raw ids (`item_vocabulary`, and
+  `user_vocabulary` for a two-tower model): the same answer with the source's
+  ids as strings in and out (a GroupLens movie id "1193", not the dense id the
+  model was trained on); unknown raw ids count as out of vocabulary.
 
 It is written as `path/<version>/` (TensorFlow Serving's layout), through a
 temporary directory renamed into place. Excluding the history costs one
@@ -23,7 +27,7 @@ with ScaNN (the `google/tf-serving-scann` image) or from Python.
 import os
 import shutil
 import tempfile
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -41,8 +45,13 @@ class _Serving(tf.Module):
     """The exported module: the model's variables, the item table, the index, two signatures."""
 
     def __init__(self, model, item_embeddings: np.ndarray, k: int, index: str,
-                 max_length: int, takes_user: bool):
+                 max_length: int, takes_user: bool, item_vocabulary=None, user_vocabulary=None):
         super().__init__()
+        # Raw (source) ids <-> dense ids; unknown raw ids map to 0, out of vocabulary.
+        self.item_dense = _lookup(item_vocabulary)
+        self.user_dense = _lookup(user_vocabulary)
+        if item_vocabulary is not None:
+            self.item_raw = tf.constant([""] + list(item_vocabulary))
         self.model = model
         self.num_items = int(item_embeddings.shape[0] - 1)
         self.k = min(k, self.num_items)  # The static width of every answer.
@@ -148,10 +157,37 @@ class _Serving(tf.Module):
             queries = self.model.query_embeddings(padded)
         return self._top_k(tf.cast(queries, self.items.dtype), history)
 
+    def recommend_raw(self, user, history):
+        """`recommend` with raw string ids in and out."""
+        dense_user = None if user is None else self.user_dense.lookup(user)
+        answer = self.recommend(dense_user, self.item_dense.lookup(history))
+        return {"ids": tf.gather(self.item_raw, answer["ids"]), "scores": answer["scores"]}
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="item_ids")])
     def item_embeddings(self, item_ids):
         rows = tf.where(self._in_vocabulary(item_ids), item_ids, tf.zeros_like(item_ids))
         return {"embeddings": tf.gather(self.items, rows)}
+
+
+def _vocabulary(name: str, values, size: int):
+    """`values` as a list of `size` distinct strings (raw ids of dense ids 1..size), or None."""
+    if values is None:
+        return None
+    values = [v.decode() if isinstance(v, bytes) else str(v) for v in np.asarray(values).ravel()]
+    if len(values) != size or len(set(values)) != size:
+        raise ValueError(
+            f"`{name}` must hold {size} distinct raw ids, one per dense id 1..{size}; received "
+            f"{len(values)} ids ({len(set(values))} distinct).")
+    return values
+
+
+def _lookup(vocabulary):
+    """A table from the raw ids to dense ids 1..N (0 for any other string), or None."""
+    if vocabulary is None:
+        return None
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(vocabulary), tf.range(1, len(vocabulary) + 1, dtype=tf.int64)),
+        default_value=0)
 
 
 def _next_version(path: str) -> int:
@@ -161,7 +197,9 @@ def _next_version(path: str) -> int:
 
 
 def export(model, path: str, *, k: int = 100, index: str = "brute_force",
-           max_length: Optional[int] = None, version: Optional[int] = None) -> str:
+           max_length: Optional[int] = None, version: Optional[int] = None,
+           item_vocabulary: Optional[Sequence[str]] = None,
+           user_vocabulary: Optional[Sequence[str]] = None) -> str:
     """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to
     `path/<version>/`, the layout TensorFlow Serving reads (`path` is its model base path).
 
@@ -177,6 +215,10 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         `max_length`, else 50). The whole history a request carries is excluded from the
         answer, however long.
       version: the version number (default: one more than the highest in `path`, else 1).
+      item_vocabulary: optional [num_items] raw ids of dense item ids 1..num_items (e.g.
+        `Interactions.item_ids[1:]`): adds the `serving_raw` signature.
+      user_vocabulary: optional [num_users] raw user ids of dense ids 1..num_users; needed
+        with `item_vocabulary` by a two-tower model.
 
     Returns:
       The version directory written (`path/<version>`).
@@ -194,7 +236,17 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         raise ValueError(f"{target} exists: pass another `version`, or none for the next one.")
     takes_user = hasattr(model, "user_embedding")
     max_length = max_length or getattr(model, "max_length", 50)
-    module = _Serving(model, model.item_embeddings().numpy(), k, index, max_length, takes_user)
+    item_table = model.item_embeddings().numpy()
+    item_vocabulary = _vocabulary("item_vocabulary", item_vocabulary, item_table.shape[0] - 1)
+    if takes_user and item_vocabulary is not None:
+        if user_vocabulary is None:
+            raise ValueError("A two-tower model needs `user_vocabulary` with `item_vocabulary` "
+                             "(the raw signature takes raw user ids); received "
+                             "user_vocabulary=None.")
+        user_vocabulary = _vocabulary("user_vocabulary", user_vocabulary,
+                                      model.user_embedding.input_dim - 1)
+    module = _Serving(model, item_table, k, index, max_length, takes_user,
+                      item_vocabulary, user_vocabulary if takes_user else None)
     if module.index_kind != index:
         logging.warning("index=%r: the catalog's %d items are fewer than %d, so this export "
                         "searches exactly (brute force), which is faster there and exact.",
@@ -211,6 +263,17 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     signatures: Dict[str, tf.types.experimental.ConcreteFunction] = {
         "serving_default": serve.get_concrete_function(),
         "item_embeddings": module.item_embeddings.get_concrete_function()}
+    if item_vocabulary is not None:
+        raw_history = tf.TensorSpec([None, None], tf.string, name="history")
+        if takes_user:
+            serve_raw = tf.function(lambda user, history: module.recommend_raw(user, history),
+                                    input_signature=[tf.TensorSpec([None], tf.string,
+                                                                   name="user"), raw_history])
+        else:
+            serve_raw = tf.function(lambda history: module.recommend_raw(None, history),
+                                    input_signature=[raw_history])
+        module.serve_raw = serve_raw
+        signatures["serving_raw"] = serve_raw.get_concrete_function()
     os.makedirs(path, exist_ok=True)
     # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
     temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
