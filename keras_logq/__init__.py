@@ -32,6 +32,7 @@ from keras_logq.losses import SampledSoftmax
 from keras_logq.losses import bce_loss
 from keras_logq.losses import full_softmax_loss
 from keras_logq.losses import gbce_loss
+from keras_logq.losses import improved_weight
 from keras_logq.losses import negatives_loss
 from keras_logq.losses import sampled_softmax_loss
 from keras_logq.negatives import InBatchSampler
@@ -51,6 +52,7 @@ __all__ = [
     "frequency",
     "full_softmax_loss",
     "gbce_loss",
+    "improved_weight",
     "losses",
     "negatives",
     "negatives_loss",

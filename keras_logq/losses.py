@@ -103,6 +103,16 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
     return loss
 
 
+def improved_weight(positive_logits, negative_logits, *, negative_log_q, positive_log_q=None,
+                    negative_mask=None, log_q_excludes_positive: bool = False):
+    """The improved correction's [batch] weight w = 1 - P_hat (0 for rows with no valid
+    negative), for logging; arguments as in `sampled_softmax_loss`."""
+    _, weight = sampled_softmax_terms(positive_logits, negative_logits, "improved",
+                                      negative_log_q, positive_log_q, negative_mask,
+                                      log_q_excludes_positive)
+    return weight
+
+
 def full_softmax_loss(logits, labels, mask=None):
     """Full softmax cross-entropy over the catalog, per example.
 
