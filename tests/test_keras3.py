@@ -104,7 +104,7 @@ def test_keras_rs_two_tower_example_runs_on_jax():
     assert result.returncode == 0, result.stderr[-4000:]
     assert "backend jax" in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("| k")]
-    assert len(rows) == 2, result.stdout[-3000:]
+    assert len(rows) == 3, result.stdout[-3000:]
     for row in rows:
         recall, ndcg = (float(x) for x in row.split("|")[2:4])
         assert 0.0 <= ndcg <= recall <= 1.0
