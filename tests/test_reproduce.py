@@ -259,6 +259,38 @@ class ReportTest(tf.test.TestCase):
         self.assertRegex(text, r"\| mixed, improved logQ \[train_mns_log_new.py\] \| 3 \| .* "
                          r"\| 40 \| 101 \| 101 \|")  # Epochs, mean best epoch, train s.
 
+    def test_validation_plateau_from_the_logs_paired_by_seed(self):
+        runs = reproduce.plan("ml-1m", "loo", "official_cpu", 2,
+                              ["mixed-standard", "mixed-improved"], ["static"],
+                              tempfile.mkdtemp())
+        # Curves flat at `level` from epoch 100 on, +-0.004 alternating; logged in two
+        # restarts (two event files), as a resumed run leaves them.
+        levels = {("mixed-standard", 0): 0.150, ("mixed-standard", 1): 0.155,
+                  ("mixed-improved", 0): 0.152, ("mixed-improved", 1): 0.160}
+        for run in runs:
+            _fake_run(run, 0.17)
+            level = levels[(run.row.name, run.seed)]
+            for start, stop in ((0, 90), (90, 140)):
+                writer = tf.summary.create_file_writer(
+                    os.path.join(run.directory, "logs", "validation"),
+                    filename_suffix=f".{start}")
+                with writer.as_default():
+                    for epoch in range(start, stop):
+                        value = (0.05 if epoch < 100 else level) + 0.004 * (-1) ** epoch
+                        tf.summary.scalar("epoch_ndcg@10", value, step=epoch)
+                writer.close()
+        curve = reproduce.validation_curve(runs[0].directory)
+        self.assertEqual(sorted(curve), list(range(140)))
+        self.assertAllClose(reproduce.validation_plateau(curve), levels[("mixed-standard", 0)])
+        self.assertIsNone(reproduce.validation_plateau({epoch: 0.1 for epoch in range(105)}))
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
+                                  "CMD")
+        # d = +0.002 and +0.005: mean 0.0035, SE 0.0015, so d > 2 SE.
+        self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0035 "
+                      "validation NDCG@10 (mean over epochs >= 100) over 2 paired seeds (0, 1); "
+                      "SE 0.0015; mixed, improved logQ [train_mns_log_new.py] is higher, beyond "
+                      "2 SE.", text)
+
     def test_synthetic_table(self):
         runs = reproduce.plan("synthetic", "loo", "cpu", 2, ["in_batch-improved"],
                               ["static", "count_min"], tempfile.mkdtemp())

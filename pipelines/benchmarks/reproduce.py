@@ -334,6 +334,33 @@ def execute(run: Run) -> float:
 # ------------------------------------------------------------------------- report
 
 
+# Validation NDCG@10 averaged over the epochs from this one on: the level a row's curve
+# settles at. The best epoch is the highest of hundreds of noisy evaluations (on the
+# official profiles, 512 validation users), so the plateau is the steadier comparison.
+PLATEAU_FROM = 100
+
+
+def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10") -> Dict[int, float]:
+    """{epoch: value} of a validation metric, from the run's TensorBoard logs (every restart)."""
+    import glob  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
+    curve = {}
+    for path in sorted(glob.glob(os.path.join(run_directory, "logs", "validation", "events*"))):
+        for record in tf.data.TFRecordDataset(path):
+            event = event_pb2.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag == tag:
+                    curve[int(event.step)] = float(tf.make_ndarray(value.tensor))
+    return curve
+
+
+def validation_plateau(curve: Dict[int, float], start: int = PLATEAU_FROM) -> Optional[float]:
+    """Mean of the curve over epochs >= `start`, or None when it has fewer than 10 of them."""
+    late = [value for epoch, value in curve.items() if epoch >= start]
+    return float(np.mean(late)) if len(late) >= 10 else None
+
+
 def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
     """The run's metrics.json (and wall time), or else its record in `recorded`."""
     path = os.path.join(run.directory, "metrics.json")
@@ -349,6 +376,9 @@ def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
     if "best_epoch" not in metrics and os.path.exists(progress):
         with open(progress) as f:  # Runs made before metrics.json recorded it.
             metrics["best_epoch"] = json.load(f).get("best_epoch")
+    plateau = validation_plateau(validation_curve(run.directory))
+    if plateau is not None:
+        metrics["validation_plateau"] = plateau
     return metrics
 
 
@@ -383,6 +413,8 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
             entry["train_seconds"] = summarise([m["train_seconds"] for m in found])
             entry["seeds"] = [m["seed"] for m in found]
             entry["by_seed"] = {m["seed"]: m["test"]["ndcg@20"] for m in found}
+            entry["by_seed_plateau"] = {m["seed"]: m["validation_plateau"] for m in found
+                                        if m.get("validation_plateau") is not None}
             best = [m["best_epoch"] for m in found if m.get("best_epoch") is not None]
             if best:
                 entry["best_epoch"] = summarise(best)
@@ -441,19 +473,21 @@ PAIRS = (("mixed-standard", "mixed-improved", "improved vs the paper's standard 
           "TFRS's standard vs the paper's standard, in-batch"))
 
 
-def paired_differences(summary: Dict[str, Dict], pairs=PAIRS) -> List[str]:
-    """One line per pair of rows with common seeds: the mean of the per-seed NDCG@20
-    differences d = row - baseline, its standard error std(d) / sqrt(n), and whether
-    d > 0 beyond two standard errors, within them, or d < 0 beyond them."""
+def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed",
+                       metric: str = "NDCG@20") -> List[str]:
+    """One line per pair of rows with common seeds: the mean of the per-seed differences
+    d = row - baseline of `by` (test NDCG@20, or "by_seed_plateau": the validation
+    plateau), its standard error std(d) / sqrt(n), and whether d > 0 beyond two standard
+    errors, within them, or d < 0 beyond them."""
     lines = []
     for base, row, question in pairs:
         a, b = summary.get(row_key(base, "static")), summary.get(row_key(row, "static"))
         if not a or not b or not a["n"] or not b["n"]:
             continue
-        seeds = sorted(set(a["by_seed"]) & set(b["by_seed"]))
+        seeds = sorted(set(a.get(by, {})) & set(b.get(by, {})))
         if not seeds:
             continue
-        d = [b["by_seed"][seed] - a["by_seed"][seed] for seed in seeds]
+        d = [b[by][seed] - a[by][seed] for seed in seeds]
         mean = sum(d) / len(d)
         if len(d) > 1:
             error = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
@@ -462,7 +496,7 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS) -> List[str]:
             spread = f"SE {error:.4f}; {b['row'].label} is {verdict}"
         else:
             spread = "one pair: SE unknown"
-        lines.append(f"- {question}: d = {mean:+.4f} NDCG@20 over {len(d)} paired seed"
+        lines.append(f"- {question}: d = {mean:+.4f} {metric} over {len(d)} paired seed"
                      f"{'s' if len(d) > 1 else ''} ({', '.join(map(str, seeds))}); {spread}.")
     return lines
 
@@ -540,6 +574,13 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                   "initialisation), then its mean and standard error over seeds. Best epoch: "
                   "mean 0-based epoch of the best validation NDCG@10; early stopping waited "
                   "`patience` epochs after it.", ""] + paired
+    plateau = paired_differences(done, by="by_seed_plateau",
+                                 metric=f"validation NDCG@10 (mean over epochs >= {PLATEAU_FROM})")
+    if plateau:
+        lines += ["", f"Validation plateau: each run's validation NDCG@10 averaged over its "
+                  f"epochs from {PLATEAU_FROM} on (TensorBoard logs), paired the same way. The "
+                  "best epoch is the highest of hundreds of noisy evaluations; the plateau is "
+                  "the level the curve settles at.", ""] + plateau
     verdicts = ordering_verdicts({k: v for k, v in done.items() if v["frequency"] == "static"})
     if verdicts:
         lines += ["", "## The paper's orderings (NDCG@20)" if dataset == "ml-1m" else
@@ -605,6 +646,7 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
                                 **{k: v for k, v in metrics.items()
                                    if k in ("test", "kl_to_truth", "baselines", "by_popularity",
                                             "epochs_run", "best_epoch", "steps",
+                                            "validation_plateau",
                                             "train_seconds", "wall_seconds",
                                             "git_revision")}))
     with open(os.path.join(results_dir, name + ".json"), "w") as f:
