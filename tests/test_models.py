@@ -367,5 +367,57 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(model.item_embeddings().shape, (NUM_ITEMS + 1, 16))
 
 
+class DropoutTest(tf.test.TestCase):
+    """sasrec.Dropout: 16-bit draws from the layer's generator, Keras's Dropout otherwise."""
+
+    def setUp(self):
+        super().setUp()
+        tf.keras.backend.experimental.enable_tf_random_generator()  # As the pipelines do.
+
+    def test_mask_rate_scale_and_inference(self):
+        from tfrs_logq.models import sasrec  # pylint: disable=import-outside-toplevel
+        layer = sasrec.Dropout(0.3, seed=5)
+        ones = tf.ones([400, 501])  # An odd number of units: the last 32-bit draw is split.
+        out = layer(ones, training=True).numpy()
+        dropped = np.mean(out == 0.0)
+        # Keep probability 1 - ceil(0.3 * 2^16) / 2^16; 200,400 units: se 0.001.
+        self.assertAllClose(dropped, np.ceil(0.3 * 65536) / 65536, atol=0.005)
+        self.assertAllClose(np.unique(out), [0.0, 1.0 / 0.7])
+        self.assertAllClose(out.mean(), 1.0, atol=0.01)
+        self.assertAllEqual(layer(ones, training=False), ones)
+        # Half the generator's draws of Keras's Dropout: its state advances by half as much.
+        keras_layer = tf.keras.layers.Dropout(0.3, seed=5)
+        keras_layer(ones, training=True)
+        ours = layer._random_generator._generator  # pylint: disable=protected-access
+        theirs = keras_layer._random_generator._generator  # pylint: disable=protected-access
+        before = ours.state.numpy().copy()
+        layer(ones, training=True)
+        keras_before = theirs.state.numpy().copy()
+        keras_layer(ones, training=True)
+        ours_step = ours.state.numpy()[0] - before[0]
+        theirs_step = theirs.state.numpy()[0] - keras_before[0]
+        self.assertLess(ours_step, 0.6 * theirs_step)
+
+    def test_same_state_same_mask_compiled_too(self):
+        from tfrs_logq.models import sasrec  # pylint: disable=import-outside-toplevel
+        layer = sasrec.Dropout(0.5, seed=1)
+        x = tf.ones([8, 33])
+        layer(x, training=True)
+        generator = layer._random_generator._generator  # pylint: disable=protected-access
+        state = generator.state.numpy().copy()
+        compiled = tf.function(lambda t: layer(t, training=True), jit_compile=True)
+        first = compiled(x).numpy()
+        generator.state.assign(state)
+        self.assertAllEqual(layer(x, training=True), first)
+        self.assertFalse(np.all(first == first[0, 0]))
+
+    def test_config_round_trip(self):
+        from tfrs_logq.models import sasrec  # pylint: disable=import-outside-toplevel
+        layer = sasrec.Dropout(0.25, seed=3, name="drop")
+        restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(layer))
+        self.assertIsInstance(restored, sasrec.Dropout)
+        self.assertEqual(restored.get_config(), layer.get_config())
+
+
 if __name__ == "__main__":
     tf.test.main()

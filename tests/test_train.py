@@ -344,7 +344,13 @@ class CommandLineTest(tf.test.TestCase):
         names = [name for name, _ in tf.train.list_variables(
             os.path.join(out, "checkpoints", "best")) if "VARIABLE_VALUE" in name]
         self.assertTrue(any("random_generators" in name for name in names))
-        for name in names:
+        # Keras resets the metrics when fit re-enters the interrupted epoch, so that epoch's
+        # running means (the task's mean_w, valid_negatives, ...) cover only its resumed
+        # steps; when it is the best epoch, the best checkpoint holds them. Everything else,
+        # weights, optimizer, estimator and random generators, is equal to the bit.
+        running_means = [name for name in names if name.startswith("objective/task/")
+                         and ("/total/" in name or "/count/" in name)]
+        for name in sorted(set(names) - set(running_means)):
             np.testing.assert_array_equal(resumed.get_tensor(name), straight.get_tensor(name),
                                           err_msg=name)
         self.assertBetween(metrics["resumed_from_step"], 5, 595)
