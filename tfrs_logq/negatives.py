@@ -116,6 +116,12 @@ def _densify_gradient(tensor: tf.Tensor):
 IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
 
 
+def _subset_size(k: int, size: tf.Tensor, static_size: Optional[int] = None):
+    """min(k, size): a Python int when the size is static (as XLA needs), else a tensor."""
+    return min(k, static_size) if static_size is not None else tf.minimum(
+        tf.cast(k, tf.int32), size)
+
+
 def _random_subset(size: tf.Tensor, k: int, rng: tf.random.Generator,
                    static_size: Optional[int] = None,
                    valid: Optional[tf.Tensor] = None) -> tf.Tensor:
@@ -123,9 +129,8 @@ def _random_subset(size: tf.Tensor, k: int, rng: tf.random.Generator,
     number of them when `static_size` is known, as XLA needs). With `valid` ([size]
     bool), valid positions come first, uniformly among them; invalid ones fill the
     rest when fewer than k are valid."""
-    k = min(k, static_size) if static_size is not None else tf.minimum(
-        tf.cast(k, tf.int32), size)
-    return formulas.random_subset(_ops.TF, rng.uniform([size]), k, valid)
+    return formulas.random_subset(_ops.TF, rng.uniform([size]),
+                                  _subset_size(k, size, static_size), valid)
 
 
 class NegativeSampler(tf.keras.layers.Layer):
@@ -285,8 +290,7 @@ class InBatchSampler(NegativeSampler):
         """
         keys = subset_size = None
         if self.max_pool_size is not None:
-            subset_size = (min(self.max_pool_size, ids.shape[0]) if ids.shape[0] is not None
-                           else tf.minimum(self.max_pool_size, tf.shape(ids)[0]))
+            subset_size = _subset_size(self.max_pool_size, tf.shape(ids)[0], ids.shape[0])
             keys = self.rng.uniform(tf.shape(ids)[:1])
         keep, kept_ids, mask, num_draws, kept, pool_size = formulas.pool_of_slots(
             _ops.TF, positive_ids, ids, slots, deduplicate=self.deduplicate,
