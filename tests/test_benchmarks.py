@@ -157,13 +157,13 @@ class LossOverheadTest(tf.test.TestCase):
         self.assertRegex(result.stdout, r"\| LogQRetrieval improved, StaticFrequency \| [0-9.]+ "
                                         r"\| [0-9.]+x \|")
         result = run_benchmark("loss_overhead", "--memory", "--batch_sizes=512",
-                               "--num_items=5000", timeout=900)
+                               "--num_items=5000", "--rounds=1", "--steps_per_round=2",
+                               timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertRegex(result.stdout, r"\| LogQRetrieval improved, Q: column \| [0-9]+ \|")
+        self.assertRegex(result.stdout, r"\| tfrs Retrieval, Q: column \| [0-9]+ \| [0-9.]+ \|  \|")
+        self.assertRegex(result.stdout, r"\| LogQRetrieval improved, Q: column \| [0-9]+ "
+                                        r"\| [0-9.]+ \| [0-9.]+x \|")
 
-
-if __name__ == "__main__":
-    tf.test.main()
 
 
 class DenseScoringTest(tf.test.TestCase):
@@ -250,3 +250,7 @@ class ServingTest(tf.test.TestCase):
         for history in (10, 40):
             self.assertRegex(result.stdout, rf"\| 500 \| {history} \| [0-9,]+ \| [0-9,]+ \| "
                              r"[0-9]+ \|")
+
+
+if __name__ == "__main__":
+    tf.test.main()

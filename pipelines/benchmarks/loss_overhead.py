@@ -16,8 +16,9 @@ Timings from one run only: compare within a run.
 
 `--tutorial` times TFRS's basic-retrieval flow instead (string ids, the item
 ids being MovieLens-1M titles when ../shared/data holds them, batch 8192, dim
-32, Adagrad(0.1)); `--memory` reports the peak resident memory of one process
-per variant running steps at the largest batch size.
+32, Adagrad(0.1)); `--memory` runs one process per variant at the largest batch
+size (where TFRS's step alone needs 17 GB, so the variants cannot share one
+process) and reports its peak resident memory and median step time.
 
 Usage:
   python -m pipelines.benchmarks.loss_overhead --batch_sizes=8192 --rounds=3 --steps_per_round=5
@@ -31,6 +32,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -61,9 +63,10 @@ flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median over rounds is
 flags.DEFINE_integer("steps_per_round", 5, "Steps timed per variant and round.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed of the data and the weights.")
 flags.DEFINE_bool("tutorial", False, "Time TFRS's basic-retrieval flow instead of the grid.")
-flags.DEFINE_bool("memory", False, "Peak memory per variant at the largest batch size.")
+flags.DEFINE_bool("memory", False, "Peak memory and step time per variant at the largest "
+                  "batch size, one process each.")
 flags.DEFINE_string("memory_variant", "", "Internal: run this variant alone and print its "
-                    "peak memory.")
+                    "peak memory and median step time.")
 
 TFRS_NONE = "tfrs Retrieval"
 
@@ -280,30 +283,46 @@ def run_tutorial() -> None:
 
 def run_memory() -> None:
     batch_size = max(int(b) for b in FLAGS.batch_sizes)
-    names = [TFRS_NONE, "tfrs Retrieval, Q: column", "LogQRetrieval none",
-             "LogQRetrieval standard, Q: column", "LogQRetrieval standard_negatives, Q: column",
-             "LogQRetrieval improved, Q: column"]
-    print(f"Peak resident memory of a process running 3 two-tower steps, batch {batch_size}, "
-          f"int ids ({FLAGS.num_items} items, dim {FLAGS.dim}); one process per variant.\n")
-    print("| variant | peak RSS (MiB) |\n|---|---|")
-    for name in names:
+    names = {TFRS_NONE: None, "tfrs Retrieval, Q: column": None,
+             "LogQRetrieval none": TFRS_NONE,
+             "LogQRetrieval standard, Q: column": "tfrs Retrieval, Q: column",
+             "LogQRetrieval standard_negatives, Q: column": "tfrs Retrieval, Q: column",
+             "LogQRetrieval improved, Q: column": "tfrs Retrieval, Q: column"}
+    steps = FLAGS.rounds * FLAGS.steps_per_round
+    print(f"One process per variant, batch {batch_size}, int ids ({FLAGS.num_items} items, "
+          f"dim {FLAGS.dim}): peak resident memory, and the median of {steps} steps after the "
+          "first (processes run one after another, so the times are less comparable than "
+          "the interleaved grid's).\n")
+    print("| variant | peak RSS (MiB) | ms/step | vs TFRS |\n|---|---|---|---|")
+    times = {}
+    for name, reference in names.items():
         output = subprocess.run(
             [sys.executable, "-m", "pipelines.benchmarks.loss_overhead",
              f"--memory_variant={name}", f"--batch_sizes={batch_size}", "--ids=int",
-             f"--num_items={FLAGS.num_items}", f"--dim={FLAGS.dim}"],
+             f"--num_items={FLAGS.num_items}", f"--dim={FLAGS.dim}",
+             f"--rounds={FLAGS.rounds}", f"--steps_per_round={FLAGS.steps_per_round}"],
             capture_output=True, text=True, check=True).stdout
-        print(f"| {name} | {output.strip().splitlines()[-1]} |")
+        peak, seconds = output.strip().splitlines()[-1].split()
+        times[name] = float(seconds)
+        ratio = "" if reference is None else f"{times[name] / times[reference]:.3f}x"
+        print(f"| {name} | {peak} | {times[name] * 1e3:.1f} | {ratio} |", flush=True)
 
 
 def run_memory_variant() -> None:
+    """Prints this variant's peak RSS (MiB) and median step time (s) at the batch size."""
     batch_size = int(FLAGS.batch_sizes[0])
     batches, q, vocabulary = cell_batches(batch_size, "int")
     factory, _ = variants(q, vocabulary, ["column"], list(losses.CORRECTIONS))[
         FLAGS.memory_variant]
     step = build(factory, FLAGS.num_items, vocabulary)
-    for batch in batches[:3]:
-        float(step(*batch))
-    print(f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
+    float(step(*batches[0]))  # Traces and compiles.
+    seconds = []
+    for i in range(FLAGS.rounds * FLAGS.steps_per_round):
+        start = time.perf_counter()
+        float(step(*batches[(i + 1) % len(batches)]))
+        seconds.append(time.perf_counter() - start)
+    print(f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
+          f"{np.median(seconds):.6f}")
 
 
 def main(argv):
