@@ -21,6 +21,7 @@ from absl import logging
 
 from pipelines import experiment
 from pipelines import report
+from pipelines.run_files import RunFiles
 from tfrs_logq import retrieval
 
 FLAGS = flags.FLAGS
@@ -64,7 +65,7 @@ def main(argv):
               f"mean item direction norm {geometry['mean_direction_norm']:.3f}, "
               f"score std per query {geometry['score_std']:.3f}, "
               f"mean item norm {geometry['item_norm']:.3f}")
-    path = os.path.join(output_dir, "metrics.json")
+    path = RunFiles(output_dir).metrics
     if FLAGS.split == "test" and os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)

@@ -21,6 +21,7 @@ from pipelines.data import loaders
 from pipelines.data import splits as splits_lib
 from pipelines.data import synthetic
 from pipelines.data.interactions import DataError, Interactions
+from pipelines.run_files import RunFiles
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import retrieval
 from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower
@@ -237,16 +238,15 @@ def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
 
 def load_run(output_dir: str):
     """(config, model with the best weights, data split, data) of the run in `output_dir`."""
-    config_path = os.path.join(output_dir, "config.json")
-    if not os.path.exists(config_path):
+    files = RunFiles(output_dir)
+    if not os.path.exists(files.config):
         raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
-    with open(config_path) as f:
+    with open(files.config) as f:
         config = configs.validate(configs.Config(**json.load(f)))
-    weights = os.path.join(output_dir, "checkpoints", "best")
-    if not os.path.exists(weights + ".index"):
-        raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({weights}.index).")
+    if not files.has_best():
+        raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({files.best}.index).")
     data = load_data(config)
     data_split = make_split(config, data)
     model = build_model(config, data, data_split)
-    model.load_weights(weights).expect_partial()
+    model.load_weights(files.best).expect_partial()
     return config, model, data_split, data

@@ -14,6 +14,7 @@ import numpy as np
 from pipelines import configs
 from pipelines import experiment
 from pipelines.data import splits as splits_lib
+from pipelines.run_files import RunFiles
 from tfrs_logq import export as export_lib
 from tfrs_logq import retrieval
 
@@ -145,6 +146,6 @@ def export_run(model, config: configs.Config, output_dir: str, index: str = "bot
     kinds = export_lib.INDEXES if index == "both" else (index,)
     vocabularies = {} if data is None else dict(item_vocabulary=data.item_ids[1:],
                                                 user_vocabulary=data.user_ids[1:])
-    return [export_lib.export(model, os.path.join(output_dir, "export", kind), k=k, index=kind,
+    return [export_lib.export(model, RunFiles(output_dir).export(kind), k=k, index=kind,
                               max_length=experiment.query_length(config), **vocabularies)
             for kind in kinds]

@@ -34,6 +34,7 @@ from pipelines import configs
 from pipelines import distribute
 from pipelines import experiment
 from pipelines import report
+from pipelines.run_files import RunFiles
 
 FLAGS = flags.FLAGS
 
@@ -68,18 +69,13 @@ def config_from_flags() -> configs.Config:
 # ---------------------------------------------------------------------------- run
 
 
-# What a run that has trained leaves in its directory (config.json alone is not progress).
-_PROGRESS = ("progress.json", "backup", "checkpoints", "metrics.json")
-
-
 def _check_output_dir(config: configs.Config, output_dir: str) -> None:
     """A directory holds one configuration: reusing one that has trained with another
     config is refused. A directory whose run failed before training (bad data, say) is
     reused: its config.json is replaced."""
-    path = os.path.join(output_dir, "config.json")
-    trained = any(os.path.exists(os.path.join(output_dir, name)) for name in _PROGRESS)
-    if os.path.exists(path) and trained:
-        with open(path) as f:
+    files = RunFiles(output_dir)
+    if os.path.exists(files.config) and files.has_trained():
+        with open(files.config) as f:
             # Fields added since that run was made take their defaults.
             previous = dict(configs.Config().as_dict(), **json.load(f))
         if previous != config.as_dict():
@@ -92,7 +88,7 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
 def _write_config(config: configs.Config, output_dir: str) -> None:
     """config.json, written once the data has loaded and the model is built."""
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "config.json"), "w") as f:
+    with open(RunFiles(output_dir).config, "w") as f:
         json.dump(config.as_dict(), f, indent=1)
 
 
@@ -124,31 +120,31 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     steps_per_epoch = config.steps_per_epoch or pass_steps
     if chief:
         _write_config(config, output_dir)
-    best_path = os.path.join(output_dir, "checkpoints", "best")
+    files = RunFiles(output_dir)
     checkpoint = tf.keras.callbacks.ModelCheckpoint(
-        best_path, monitor=callbacks_lib.VALIDATION_METRIC, mode="max", save_best_only=True,
+        files.best, monitor=callbacks_lib.VALIDATION_METRIC, mode="max", save_best_only=True,
         save_weights_only=True)
     early_stopping = tf.keras.callbacks.EarlyStopping(monitor=callbacks_lib.VALIDATION_METRIC, mode="max",
                                                       patience=config.patience)
     # Every worker reads the chief's progress (early stopping must agree); the chief writes it.
-    progress = callbacks_lib.TrainingProgress(os.path.join(output_dir, "progress.json"), early_stopping,
+    progress = callbacks_lib.TrainingProgress(files.progress, early_stopping,
                                 checkpoint, started, write=chief)
     input_start = callbacks_lib.InputStart()
     callbacks = [
         callbacks_lib.ValidationMetrics(config, split.validation),
-        tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup"),
+        tf.keras.callbacks.BackupAndRestore(files.backup,
                                             save_freq=config.backup_every),
         input_start,  # After BackupAndRestore, which restores the step.
         checkpoint,
         early_stopping,
-        tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")),
+        tf.keras.callbacks.TensorBoard(files.logs),
         progress,  # After the callbacks whose state it restores and records.
     ]
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
-    trained = progress.finished_run() if os.path.exists(best_path + ".index") else None
+    trained = progress.finished_run() if files.has_best() else None
     if trained is None:
         history = model.fit(experiment.training_input(config, split, input_start.step, strategy),
                             epochs=config.epochs, steps_per_epoch=steps_per_epoch,
@@ -170,18 +166,17 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
                 "estimator_state_digest": trained["estimator_state_digest"]}
     if not chief:
         worker = {"steps": steps, "estimator_steps": estimator_steps, **replicas}
-        worker_dir = os.path.join(output_dir, "workers",
-                                  f"worker-{strategy.cluster_resolver.task_id}")
+        worker_dir = files.worker(strategy.cluster_resolver.task_id)
         os.makedirs(worker_dir, exist_ok=True)
         with open(os.path.join(worker_dir, "report.json"), "w") as f:
             json.dump(worker, f, indent=1)
         return worker
-    if os.path.exists(best_path + ".index"):
+    if files.has_best():
         if strategy.num_replicas_in_sync > 1:
             # Evaluate and export a plain copy: saving or reading the distributed model's
             # on-read state (its metrics) would need every worker to take part.
             model = experiment.build_model(config, data, split)
-        model.load_weights(best_path).expect_partial()
+        model.load_weights(files.best).expect_partial()
     metrics = dict(report.test_report(model, config, split))
     metrics.update({
         "baselines": report.baselines(config, split),
@@ -201,7 +196,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         "git_revision": report.git_revision(),
     })
     metrics["exports"] = report.export_run(model, config, output_dir, data=data)
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
+    with open(files.metrics, "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics
 
@@ -231,7 +226,7 @@ def main(argv):
           f"{index}, history filtered:\n")
     print(report.format_metrics(metrics))
     print(report.describe_indexes(metrics))
-    print(f"\nWrote {os.path.join(FLAGS.output_dir, 'metrics.json')}")
+    print(f"\nWrote {RunFiles(FLAGS.output_dir).metrics}")
 
 
 if __name__ == "__main__":

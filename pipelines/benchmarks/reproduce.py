@@ -34,6 +34,7 @@ from absl import app
 from absl import flags
 
 from pipelines import configs
+from pipelines.run_files import RunFiles
 
 FLAGS = flags.FLAGS
 PROFILES = ("cpu", "paper", "official", "official_cpu")
@@ -280,7 +281,7 @@ def _key(run: Run) -> Tuple[str, str, int]:
 
 def finished(run: Run, recorded: Optional[Recorded] = None) -> bool:
     """Whether the run's directory holds metrics.json, or `recorded` holds the run."""
-    return (os.path.exists(os.path.join(run.directory, "metrics.json"))
+    return (os.path.exists(RunFiles(run.directory).metrics)
             or (recorded is not None and _key(run) in recorded))
 
 
@@ -326,7 +327,7 @@ def execute(run: Run) -> float:
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command(run))} exited with {process.returncode}; see "
                            f"{os.path.join(run.directory, 'train.log')}.")
-    with open(os.path.join(run.directory, "wall_seconds.json"), "w") as f:
+    with open(RunFiles(run.directory).wall_seconds, "w") as f:
         json.dump({"seconds": seconds}, f)  # This session's share of the run (it may resume).
     return seconds
 
@@ -346,7 +347,7 @@ def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10") -> Dict[int
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
     curve = {}
-    for path in sorted(glob.glob(os.path.join(run_directory, "logs", "validation", "events*"))):
+    for path in sorted(glob.glob(os.path.join(RunFiles(run_directory).logs, "validation", "events*"))):
         for record in tf.data.TFRecordDataset(path):
             event = event_pb2.Event.FromString(record.numpy())
             for value in event.summary.value:
@@ -363,16 +364,17 @@ def validation_plateau(curve: Dict[int, float], start: int = PLATEAU_FROM) -> Op
 
 def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
     """The run's metrics.json (and wall time), or else its record in `recorded`."""
-    path = os.path.join(run.directory, "metrics.json")
+    files = RunFiles(run.directory)
+    path = files.metrics
     if not os.path.exists(path) and recorded is not None and _key(run) in recorded:
         return dict(recorded[_key(run)], recorded=True)
     with open(path) as f:
         metrics = json.load(f)
-    wall = os.path.join(run.directory, "wall_seconds.json")
+    wall = files.wall_seconds
     if os.path.exists(wall):
         with open(wall) as f:
             metrics["wall_seconds"] = json.load(f)["seconds"]
-    progress = os.path.join(run.directory, "progress.json")
+    progress = files.progress
     if "best_epoch" not in metrics and os.path.exists(progress):
         with open(progress) as f:  # Runs made before metrics.json recorded it.
             metrics["best_epoch"] = json.load(f).get("best_epoch")

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import tensorflow as tf
 from absl import app
 from absl import flags
