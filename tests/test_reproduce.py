@@ -6,6 +6,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -305,6 +308,56 @@ class ReportTest(tf.test.TestCase):
                       text)
 
 
+class ParallelTest(tf.test.TestCase):
+
+    def test_cpu_slots_split_the_cpus_evenly(self):
+        self.assertEqual(reproduce.cpu_slots(1, [0, 1]), [None])
+        self.assertEqual(reproduce.cpu_slots(2, [0, 1]), [[0], [1]])
+        self.assertEqual(reproduce.cpu_slots(2, [0, 1, 2, 3, 4]), [[0, 1, 2], [3, 4]])
+        with self.assertRaisesRegex(ValueError, "--parallel=3 is more than the 2 CPUs"):
+            reproduce.cpu_slots(3, [0, 1])
+
+    def _runs(self, n):
+        out = tempfile.mkdtemp()
+        return reproduce.plan("synthetic", "loo", "cpu", n, ["in_batch-none"], ["static"],
+                              out, "", "smoke")
+
+    def test_runs_share_the_slots_and_never_a_cpu(self):
+        runs = self._runs(5)
+        lock, active, seen = threading.Lock(), set(), []
+
+        def fake_execute(run, cpus=None):
+            with lock:
+                self.assertNotIn(tuple(cpus), active)  # No two running runs share CPUs.
+                active.add(tuple(cpus))
+                seen.append(len(active))
+            time.sleep(0.05)
+            with lock:
+                active.remove(tuple(cpus))
+            return 1.0
+
+        with mock.patch.object(reproduce, "execute", fake_execute):
+            done = list(reproduce.run_all(runs, [[0], [1]]))
+        self.assertCountEqual([number for number, _, _ in done], [1, 2, 3, 4, 5])
+        self.assertEqual(max(seen), 2)
+
+    def test_a_failed_run_stops_the_ones_not_started(self):
+        runs = self._runs(4)
+        started = []
+
+        def fake_execute(run, cpus=None):
+            started.append(run.seed)
+            if run.seed == 0:
+                raise RuntimeError("run 0 failed")
+            time.sleep(0.2)
+            return 1.0
+
+        with mock.patch.object(reproduce, "execute", fake_execute):
+            with self.assertRaisesRegex(RuntimeError, "run 0 failed"):
+                list(reproduce.run_all(runs, [None]))
+        self.assertEqual(started, [0])
+
+
 @pytest.mark.slow
 class RunnerTest(tf.test.TestCase):
 
@@ -314,7 +367,10 @@ class RunnerTest(tf.test.TestCase):
                 "--preset=smoke", "--seeds=1",
                 "--rows=in_batch-none,in_batch-standard,in_batch-improved",
                 f"--output_dir={out}", f"--results_dir={results}"]
-        first = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
+        # Two at a time, one CPU each where there are two (one at a time on one CPU).
+        parallel = min(2, len(os.sched_getaffinity(0)))
+        first = subprocess.run(args + [f"--parallel={parallel}"], capture_output=True, text=True,
+                               timeout=900, check=False)
         self.assertEqual(first.returncode, 0, first.stderr[-2000:])
         self.assertIn("3 runs planned, 0 already finished.", first.stdout)
         self.assertRegex(first.stdout, r"\| in-batch, improved logQ \| exact counts \| 1 \| "

@@ -16,16 +16,21 @@ Usage:
   python -m pipelines.benchmarks.reproduce --dataset=ml-1m --split=temporal --seeds=5 \
       --rows=in_batch-none,in_batch-standard,in_batch-improved
   python -m pipelines.benchmarks.reproduce --dataset=synthetic --frequencies=static,count_min,hashed
+  python -m pipelines.benchmarks.reproduce ... --parallel=2    # two runs at once, one core each
   python -m pipelines.benchmarks.reproduce ... --report_only   # tables from the runs so far
   python -m pipelines.benchmarks.reproduce ... --seeds=5 --include_recorded  # adds seeds 3-4 to
       # the committed report's seeds 0-2 without their run directories (e.g. in a fresh clone)
 """
 
+import concurrent.futures
+import functools
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -149,6 +154,11 @@ def define_flags() -> None:
                       "clone, instead of training them again; the report keeps their numbers.")
     flags.DEFINE_string("preset", "", "Overrides the preset the profile picks (e.g. smoke, for "
                         "a quick check of the runner).")
+    flags.DEFINE_integer("parallel", 1, "Runs trained at once. Above 1, the machine's CPUs are "
+                         "split evenly between them: each run is pinned to its own CPUs and "
+                         "uses that many TensorFlow threads. On 2 cores, two 1-thread runs "
+                         "train about 1.2x as many steps per hour as one 2-thread run.",
+                         lower_bound=1)
 
 
 # --------------------------------------------------------------------------- plan
@@ -314,15 +324,39 @@ def load_recorded(path: str) -> Recorded:
     return recorded
 
 
-def execute(run: Run) -> float:
-    """Runs `run` as a pipelines.train process (its output in OUTPUT/train.log); wall seconds."""
+def cpu_slots(parallel: int, cpus: Optional[Sequence[int]] = None) -> List[Optional[List[int]]]:
+    """The CPUs of each of `parallel` concurrent runs: this process's CPUs split evenly
+    (the remainder to the first slots); [None] (no pinning) for one run at a time."""
+    if parallel == 1:
+        return [None]
+    cpus = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
+    if parallel > len(cpus):
+        raise ValueError(f"--parallel={parallel} is more than the {len(cpus)} CPUs this "
+                         "process may use; each run needs at least one.")
+    size, extra = divmod(len(cpus), parallel)
+    slots, start = [], 0
+    for slot in range(parallel):
+        end = start + size + (1 if slot < extra else 0)
+        slots.append(cpus[start:end])
+        start = end
+    return slots
+
+
+def execute(run: Run, cpus: Optional[Sequence[int]] = None) -> float:
+    """Runs `run` as a pipelines.train process (its output in OUTPUT/train.log); wall seconds.
+    With `cpus`, the process is pinned to them and TensorFlow uses that many threads."""
     os.makedirs(run.directory, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    pin = None
+    if cpus is not None:
+        env.update(TF_NUM_INTRAOP_THREADS=str(len(cpus)), TF_NUM_INTEROP_THREADS=str(len(cpus)))
+        pin = functools.partial(os.sched_setaffinity, 0, list(cpus))
     started = time.time()
     with open(os.path.join(run.directory, "train.log"), "a") as log:
-        log.write(" ".join(command(run)) + "\n")
+        log.write(" ".join(command(run)) + (f"  # CPUs {list(cpus)}" if cpus else "") + "\n")
         log.flush()
         process = subprocess.run(command(run), stdout=log, stderr=subprocess.STDOUT,
-                                 env=dict(os.environ, PYTHONUNBUFFERED="1"), check=False)
+                                 env=env, preexec_fn=pin, check=False)
     seconds = time.time() - started
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command(run))} exited with {process.returncode}; see "
@@ -330,6 +364,39 @@ def execute(run: Run) -> float:
     with open(RunFiles(run.directory).wall_seconds, "w") as f:
         json.dump({"seconds": seconds}, f)  # This session's share of the run (it may resume).
     return seconds
+
+
+def run_all(pending: Sequence[Run], slots: Sequence[Optional[List[int]]]):
+    """Trains `pending` in order, len(slots) at a time, each on its slot's CPUs; yields
+    (number, run, wall seconds) as each finishes (in the driver's thread, so the report is
+    written by one writer). A failed run stops the others from starting; running ones finish."""
+    free, failed = queue.Queue(), threading.Event()
+    for slot in slots:
+        free.put(slot)
+
+    def train(number: int, run: Run):
+        cpus = free.get()
+        try:
+            if failed.is_set():
+                return None  # An earlier run failed: do not start this one.
+            print(f"[{number}/{len(pending)}] {run.row.name} [{run.frequency}] seed {run.seed}: "
+                  f"{' '.join(command(run))}" + (f"  # CPUs {cpus}" if cpus else ""), flush=True)
+            return number, run, execute(run, cpus)
+        except BaseException:
+            failed.set()
+            raise
+        finally:
+            free.put(cpus)
+
+    with concurrent.futures.ThreadPoolExecutor(len(slots)) as pool:
+        futures = [pool.submit(train, number, run) for number, run in enumerate(pending, 1)]
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                if future.result() is not None:
+                    yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()  # Runs not started yet; the running ones finish.
 
 
 # ------------------------------------------------------------------------- report
@@ -688,10 +755,12 @@ def main(argv):
           + (f" ({from_record} of them recorded in {FLAGS.results_dir}/{name}.json)."
              if from_record else "."), flush=True)
     if not FLAGS.report_only:
-        for number, run in enumerate(pending, 1):
+        try:
+            slots = cpu_slots(min(FLAGS.parallel, max(len(pending), 1)))
+        except ValueError as error:
+            raise app.UsageError(str(error)) from None
+        for number, run, seconds in run_all(pending, slots):
             label = f"{run.row.name} [{run.frequency}] seed {run.seed}"
-            print(f"[{number}/{len(pending)}] {label}: {' '.join(command(run))}", flush=True)
-            seconds = execute(run)
             test = load(run)["test"]
             print(f"[{number}/{len(pending)}] {label}: NDCG@20 {test['ndcg@20']:.4f} Recall@20 "
                   f"{test['recall@20']:.4f} ({seconds:.0f} s)", flush=True)
