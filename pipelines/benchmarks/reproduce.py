@@ -157,7 +157,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("parallel", 1, "Runs trained at once. Above 1, the machine's CPUs are "
                          "split evenly between them: each run is pinned to its own CPUs and "
                          "uses that many TensorFlow threads. On 2 cores, two 1-thread runs "
-                         "train about 1.2x as many steps per hour as one 2-thread run.",
+                         "train about 1.15x as many epochs per hour as one 2-thread run.",
                          lower_bound=1)
 
 
