@@ -261,6 +261,9 @@ class ReportTest(tf.test.TestCase):
                       "paired seed (0); one pair: SE unknown.", text)
         self.assertRegex(text, r"\| mixed, improved logQ \[train_mns_log_new.py\] \| 3 \| .* "
                          r"\| 40 \| 101 \| 101 \|")  # Epochs, mean best epoch, train s.
+        # Every run on its own line: seed, scores, best epoch / epochs, steps, train s.
+        self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
+                      "| 102 / 40 | 1000 | 102 |", text)
 
     def test_validation_plateau_from_the_logs_paired_by_seed(self):
         runs = reproduce.plan("ml-1m", "loo", "official_cpu", 2,

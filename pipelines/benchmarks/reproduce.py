@@ -488,6 +488,12 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
             if best:
                 entry["best_epoch"] = summarise(best)
             entry["recorded_seeds"] = [m["seed"] for m in found if m.get("recorded")]
+            entry["per_run"] = [{"seed": m["seed"], "ndcg@20": m["test"]["ndcg@20"],
+                                 "recall@20": m["test"]["recall@20"],
+                                 "plateau": m.get("validation_plateau"),
+                                 "best_epoch": m.get("best_epoch"), "epochs": m["epochs_run"],
+                                 "steps": m.get("steps"), "train_seconds": m["train_seconds"]}
+                                for m in found]
             if "kl_to_truth" in found[0]:
                 entry["kl_to_truth"] = summarise([m["kl_to_truth"] for m in found])
                 entry["oracle_recall@10"] = summarise(
@@ -654,6 +660,21 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
     if verdicts:
         lines += ["", "## The paper's orderings (NDCG@20)" if dataset == "ml-1m" else
                   "## The paper's orderings, here (NDCG@20)", ""] + verdicts
+    if dataset == "ml-1m" and done:
+        lines += ["", "## Every run", "",
+                  "Plateau: validation NDCG@10 averaged over epochs >= "
+                  f"{PLATEAU_FROM} (– where the run has fewer than 10 of them). Best epoch: "
+                  "0-based, of the epochs the run trained; steps: optimizer steps in all.", "",
+                  "| loss | seed | NDCG@20 | Recall@20 | plateau | best epoch / epochs | steps "
+                  "| train s |", "|---|---|---|---|---|---|---|---|"]
+        for entry in done.values():
+            for run in entry["per_run"]:
+                plateau = "–" if run["plateau"] is None else f"{run['plateau']:.4f}"
+                best = "–" if run["best_epoch"] is None else str(run["best_epoch"])
+                steps = "–" if run["steps"] is None else str(run["steps"])
+                lines.append(f"| {entry['row'].label} | {run['seed']} | {run['ndcg@20']:.4f} | "
+                             f"{run['recall@20']:.4f} | {plateau} | {best} / {run['epochs']} | "
+                             f"{steps} | {run['train_seconds']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -703,7 +724,7 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
     text = markdown(summary, dataset, split, profile, command_line, preset, temporal_targets)
     with open(os.path.join(results_dir, name + ".md"), "w") as f:
         f.write(text)
-    serialisable = {key: dict({k: v for k, v in entry.items() if k != "row"},
+    serialisable = {key: dict({k: v for k, v in entry.items() if k not in ("row", "per_run")},
                               label=entry["row"].label, overrides=entry["row"].overrides)
                     for key, entry in summary.items()}
     per_run = []
