@@ -253,10 +253,12 @@ class ReportTest(tf.test.TestCase):
                 _fake_run(run, scores[run.row.name][run.seed], best_epoch=100 + run.seed)
         text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
                                   "CMD")
-        # Mean d 0.002, SE = std(d) / sqrt(3) = 0.001 / 1.732 = 0.0006: beyond 2 SE.
+        # Mean d 0.002, SE = std(d) / sqrt(3) = 0.001 / 1.732 = 0.000577, t = 3.46 with 2 df:
+        # beyond 2 SE, but p = 1 - t / sqrt(2 + t^2) = 0.074 (2 df), not below 0.05.
         self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0020 NDCG@20 "
-                      "over 3 paired seeds (0, 1, 2); SE 0.0006; mixed, improved logQ "
-                      "[train_mns_log_new.py] is higher, beyond 2 SE.", text)
+                      "over 3 paired seeds (0, 1, 2); SE 0.0006, paired t = 3.46 with 2 df, "
+                      "two-sided p = 0.074; mixed, improved logQ [train_mns_log_new.py] is not "
+                      "different from equal at p < 0.05.", text)
         self.assertIn("- TFRS's standard vs the paper's standard: d = -0.0100 NDCG@20 over 1 "
                       "paired seed (0); one pair: SE unknown.", text)
         self.assertRegex(text, r"\| mixed, improved logQ \[train_mns_log_new.py\] \| 3 \| .* "
@@ -264,6 +266,31 @@ class ReportTest(tf.test.TestCase):
         # Every run on its own line: seed, scores, best epoch / epochs, steps, train s.
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)
+
+    def test_student_t_p_values(self):
+        # The 97.5% quantiles of t (tables) give p = 0.05; df 1 and 2 have closed forms.
+        for t, df in ((12.706, 1), (4.303, 2), (3.182, 3), (2.776, 4), (2.571, 5),
+                      (2.228, 10), (2.042, 30)):
+            self.assertAlmostEqual(reproduce.student_t_two_sided_p(t, df), 0.05, places=4)
+            self.assertAlmostEqual(reproduce.student_t_two_sided_p(-t, df), 0.05, places=4)
+        self.assertAlmostEqual(reproduce.student_t_two_sided_p(1.0, 1), 0.5)
+        self.assertAlmostEqual(reproduce.student_t_two_sided_p(2.0, 2), 1 - 2 / np.sqrt(6))
+        self.assertEqual(reproduce.student_t_two_sided_p(0.0, 7), 1.0)
+        with self.assertRaisesRegex(ValueError, "received df=0"):
+            reproduce.student_t_two_sided_p(1.0, 0)
+
+    def test_a_beyond_p_005_difference_is_called(self):
+        runs = reproduce.plan("ml-1m", "loo", "official_cpu", 4, ["mixed-standard", "mixed-improved"],
+                              ["static"], tempfile.mkdtemp())
+        scores = {"mixed-standard": [0.170, 0.180, 0.175, 0.172],
+                  "mixed-improved": [0.175, 0.186, 0.179, 0.177]}  # d = 5, 6, 4, 5 (x 1e-3).
+        for run in runs:
+            _fake_run(run, scores[run.row.name][run.seed])
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu", "CMD")
+        # SE = 0.000816 / 2 = 0.000408, t = 12.25 with 3 df.
+        self.assertRegex(text, r"d = \+0.0050 NDCG@20 over 4 paired seeds \(0, 1, 2, 3\); SE "
+                               r"0.0004, paired t = 12.25 with 3 df, two-sided p = 0.001; .* is "
+                               r"higher at p < 0.05.")
 
     def test_validation_plateau_from_the_logs_paired_by_seed(self):
         runs = reproduce.plan("ml-1m", "loo", "official_cpu", 2,
@@ -291,11 +318,12 @@ class ReportTest(tf.test.TestCase):
         self.assertIsNone(reproduce.validation_plateau({epoch: 0.1 for epoch in range(105)}))
         text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
                                   "CMD")
-        # d = +0.002 and +0.005: mean 0.0035, SE 0.0015, so d > 2 SE.
+        # d = +0.002 and +0.005: mean 0.0035, SE 0.0015, t = 2.33; with 1 df, p = 0.258.
         self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0035 "
                       "validation NDCG@10 (mean over epochs >= 100) over 2 paired seeds (0, 1); "
-                      "SE 0.0015; mixed, improved logQ [train_mns_log_new.py] is higher, beyond "
-                      "2 SE.", text)
+                      "SE 0.0015, paired t = 2.33 with 1 df, two-sided p = 0.258; mixed, "
+                      "improved logQ [train_mns_log_new.py] is not different from equal at "
+                      "p < 0.05.", text)
 
     def test_synthetic_table(self):
         runs = reproduce.plan("synthetic", "loo", "cpu", 2, ["in_batch-improved"],
