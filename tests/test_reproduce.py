@@ -267,6 +267,17 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)
 
+    def test_plateaus_of_a_pair_are_compared_over_their_common_epochs(self):
+        # The base run stops at epoch 149; the other runs on to 299, higher late: only
+        # epochs 100-149 of both count.
+        base = {epoch: 0.150 for epoch in range(150)}
+        row = {epoch: 0.151 if epoch < 150 else 0.170 for epoch in range(300)}
+        self.assertAlmostEqual(reproduce.window_difference(base, row), 0.001)
+        self.assertAlmostEqual(reproduce.window_difference(row, base), -0.001)
+        self.assertIsNone(reproduce.window_difference(base, {e: 0.2 for e in range(105)}))
+        self.assertEqual(reproduce._curve_dict(reproduce._curve_list({0: 0.1, 2: 0.3})),
+                         {0: 0.1, 2: 0.3})
+
     def test_student_t_p_values(self):
         # The 97.5% quantiles of t (tables) give p = 0.05; df 1 and 2 have closed forms.
         for t, df in ((12.706, 1), (4.303, 2), (3.182, 3), (2.776, 4), (2.571, 5),
@@ -320,8 +331,8 @@ class ReportTest(tf.test.TestCase):
                                   "CMD")
         # d = +0.002 and +0.005: mean 0.0035, SE 0.0015, t = 2.33; with 1 df, p = 0.258.
         self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0035 "
-                      "validation NDCG@10 (mean over epochs >= 100) over 2 paired seeds (0, 1); "
-                      "SE 0.0015, paired t = 2.33 with 1 df, two-sided p = 0.258; mixed, "
+                      "validation NDCG@10 (mean over the pair's epochs 100 to the shorter run's "
+                      "last) over 2 paired seeds (0, 1); SE 0.0015, paired t = 2.33 with 1 df, two-sided p = 0.258; mixed, "
                       "improved logQ [train_mns_log_new.py] is not different from equal at "
                       "p < 0.05.", text)
 

@@ -405,7 +405,11 @@ def run_all(pending: Sequence[Run], slots: Sequence[Optional[List[int]]]):
 # Validation NDCG@10 averaged over the epochs from this one on: the level a row's curve
 # settles at. The best epoch is the highest of hundreds of noisy evaluations (on the
 # official profiles, 512 validation users), so the plateau is the steadier comparison.
+# The curves still rise slowly after it, so two runs are compared over the same epochs:
+# from this one to the shorter run's last (`window_difference`).
 PLATEAU_FROM = 100
+# Fewest epochs a plateau (or a pair's common window) must hold to be reported.
+PLATEAU_MIN_EPOCHS = 10
 
 
 def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10") -> Dict[int, float]:
@@ -424,9 +428,31 @@ def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10") -> Dict[int
 
 
 def validation_plateau(curve: Dict[int, float], start: int = PLATEAU_FROM) -> Optional[float]:
-    """Mean of the curve over epochs >= `start`, or None when it has fewer than 10 of them."""
+    """Mean of the curve over epochs >= `start`, or None when it has fewer than
+    PLATEAU_MIN_EPOCHS of them."""
     late = [value for epoch, value in curve.items() if epoch >= start]
-    return float(np.mean(late)) if len(late) >= 10 else None
+    return float(np.mean(late)) if len(late) >= PLATEAU_MIN_EPOCHS else None
+
+
+def window_difference(base: Dict[int, float], row: Dict[int, float],
+                      start: int = PLATEAU_FROM) -> Optional[float]:
+    """mean(row) - mean(base) over the epochs both curves hold from `start` up to the
+    shorter curve's last epoch (so a longer run's later, higher epochs do not count);
+    None when that window holds fewer than PLATEAU_MIN_EPOCHS epochs."""
+    end = min(max(base, default=-1), max(row, default=-1))
+    epochs = [e for e in base if start <= e <= end and e in row]
+    if len(epochs) < PLATEAU_MIN_EPOCHS:
+        return None
+    return float(np.mean([row[e] for e in epochs]) - np.mean([base[e] for e in epochs]))
+
+
+def _curve_list(curve: Dict[int, float]) -> List[Optional[float]]:
+    """A curve as a JSON list indexed by epoch (None where an epoch has no value)."""
+    return [curve.get(epoch) for epoch in range(max(curve) + 1)] if curve else []
+
+
+def _curve_dict(values: Sequence[Optional[float]]) -> Dict[int, float]:
+    return {epoch: value for epoch, value in enumerate(values) if value is not None}
 
 
 def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
@@ -445,9 +471,12 @@ def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
     if "best_epoch" not in metrics and os.path.exists(progress):
         with open(progress) as f:  # Runs made before metrics.json recorded it.
             metrics["best_epoch"] = json.load(f).get("best_epoch")
-    plateau = validation_plateau(validation_curve(run.directory))
+    curve = validation_curve(run.directory)
+    plateau = validation_plateau(curve)
     if plateau is not None:
         metrics["validation_plateau"] = plateau
+    if curve:
+        metrics["validation_curve"] = _curve_list(curve)
     return metrics
 
 
@@ -482,8 +511,8 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
             entry["train_seconds"] = summarise([m["train_seconds"] for m in found])
             entry["seeds"] = [m["seed"] for m in found]
             entry["by_seed"] = {m["seed"]: m["test"]["ndcg@20"] for m in found}
-            entry["by_seed_plateau"] = {m["seed"]: m["validation_plateau"] for m in found
-                                        if m.get("validation_plateau") is not None}
+            entry["by_seed_curve"] = {m["seed"]: _curve_dict(m["validation_curve"])
+                                      for m in found if m.get("validation_curve")}
             best = [m["best_epoch"] for m in found if m.get("best_epoch") is not None]
             if best:
                 entry["best_epoch"] = summarise(best)
@@ -577,19 +606,25 @@ def student_t_two_sided_p(t: float, df: int) -> float:
 def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed",
                        metric: str = "NDCG@20") -> List[str]:
     """One line per pair of rows with common seeds: the mean of the per-seed differences
-    d = row - baseline of `by` (test NDCG@20, or "by_seed_plateau": the validation
-    plateau), its standard error std(d) / sqrt(n), and a paired t-test: t = mean / SE
-    with n - 1 degrees of freedom, its two-sided p, and whether d differs from 0 at
-    p < 0.05. (With n = 4, 2 SE is p = 0.14: the t threshold is 3.18 SE.)"""
+    d = row - baseline of `by` (test NDCG@20; or "by_seed_curve": validation NDCG@10
+    averaged over the pair's common window, `window_difference`), its standard error
+    std(d) / sqrt(n), and a paired t-test: t = mean / SE with n - 1 degrees of freedom,
+    its two-sided p, and whether d differs from 0 at p < 0.05. (With n = 4, 2 SE is
+    p = 0.14: the t threshold is 3.18 SE.)"""
     lines = []
     for base, row, question in pairs:
         a, b = summary.get(row_key(base, "static")), summary.get(row_key(row, "static"))
         if not a or not b or not a["n"] or not b["n"]:
             continue
-        seeds = sorted(set(a.get(by, {})) & set(b.get(by, {})))
-        if not seeds:
+        differences = {}
+        for seed in sorted(set(a.get(by, {})) & set(b.get(by, {}))):
+            value = (window_difference(a[by][seed], b[by][seed]) if by == "by_seed_curve"
+                     else b[by][seed] - a[by][seed])
+            if value is not None:
+                differences[seed] = value
+        if not differences:
             continue
-        d = [b[by][seed] - a[by][seed] for seed in seeds]
+        seeds, d = list(differences), list(differences.values())
         mean = sum(d) / len(d)
         if len(d) > 1:
             error = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
@@ -679,21 +714,27 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                   "initialisation), then its mean and standard error over seeds. Best epoch: "
                   "mean 0-based epoch of the best validation NDCG@10; early stopping waited "
                   "`patience` epochs after it.", ""] + paired
-    plateau = paired_differences(done, by="by_seed_plateau",
-                                 metric=f"validation NDCG@10 (mean over epochs >= {PLATEAU_FROM})")
+    plateau = paired_differences(
+        done, by="by_seed_curve",
+        metric=f"validation NDCG@10 (mean over the pair's epochs {PLATEAU_FROM} to the shorter "
+               "run's last)")
     if plateau:
-        lines += ["", f"Validation plateau: each run's validation NDCG@10 averaged over its "
-                  f"epochs from {PLATEAU_FROM} on (TensorBoard logs), paired the same way. The "
-                  "best epoch is the highest of hundreds of noisy evaluations; the plateau is "
-                  "the level the curve settles at.", ""] + plateau
+        lines += ["", f"Validation plateau: validation NDCG@10 (TensorBoard logs) of the two runs "
+                  f"of a seed, each averaged over the same epochs, from {PLATEAU_FROM} to the "
+                  "shorter run's last, paired the same way. The best epoch is the highest of "
+                  "hundreds of noisy evaluations; the plateau is the level the curve settles at. "
+                  "The curves still rise slowly after epoch "
+                  f"{PLATEAU_FROM}, so each pair is compared over the epochs both ran.", ""]
+        lines += plateau
     verdicts = ordering_verdicts({k: v for k, v in done.items() if v["frequency"] == "static"})
     if verdicts:
         lines += ["", "## The paper's orderings (NDCG@20)" if dataset == "ml-1m" else
                   "## The paper's orderings, here (NDCG@20)", ""] + verdicts
     if dataset == "ml-1m" and done:
         lines += ["", "## Every run", "",
-                  "Plateau: validation NDCG@10 averaged over epochs >= "
-                  f"{PLATEAU_FROM} (– where the run has fewer than 10 of them). Best epoch: "
+                  "Plateau: the run's validation NDCG@10 averaged over its epochs >= "
+                  f"{PLATEAU_FROM} (– where it has fewer than {PLATEAU_MIN_EPOCHS}; the paired "
+                  "plateau above compares each pair over its common epochs). Best epoch: "
                   "0-based, of the epochs the run trained; steps: optimizer steps in all.", "",
                   "| loss | seed | NDCG@20 | Recall@20 | plateau | best epoch / epochs | steps "
                   "| train s |", "|---|---|---|---|---|---|---|---|"]
@@ -754,7 +795,8 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
     text = markdown(summary, dataset, split, profile, command_line, preset, temporal_targets)
     with open(os.path.join(results_dir, name + ".md"), "w") as f:
         f.write(text)
-    serialisable = {key: dict({k: v for k, v in entry.items() if k not in ("row", "per_run")},
+    serialisable = {key: dict({k: v for k, v in entry.items()
+                               if k not in ("row", "per_run", "by_seed_curve")},
                               label=entry["row"].label, overrides=entry["row"].overrides)
                     for key, entry in summary.items()}
     per_run = []
@@ -766,7 +808,7 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
                                 **{k: v for k, v in metrics.items()
                                    if k in ("test", "kl_to_truth", "baselines", "by_popularity",
                                             "epochs_run", "best_epoch", "steps",
-                                            "validation_plateau",
+                                            "validation_plateau", "validation_curve",
                                             "train_seconds", "wall_seconds",
                                             "git_revision")}))
     with open(os.path.join(results_dir, name + ".json"), "w") as f:
