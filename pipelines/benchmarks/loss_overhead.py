@@ -283,11 +283,10 @@ def run_tutorial() -> None:
 
 def run_memory() -> None:
     batch_size = max(int(b) for b in FLAGS.batch_sizes)
-    names = {TFRS_NONE: None, "tfrs Retrieval, Q: column": None,
-             "LogQRetrieval none": TFRS_NONE,
-             "LogQRetrieval standard, Q: column": "tfrs Retrieval, Q: column",
-             "LogQRetrieval standard_negatives, Q: column": "tfrs Retrieval, Q: column",
-             "LogQRetrieval improved, Q: column": "tfrs Retrieval, Q: column"}
+    # Each variant with Q per column, and the TFRS variant it is compared with (the column
+    # source reads no frequencies, so no data is needed to list them).
+    names = {name: reference for name, (_, reference) in
+             variants(None, None, ["column"], list(losses.CORRECTIONS)).items()}
     steps = FLAGS.rounds * FLAGS.steps_per_round
     print(f"One process per variant, batch {batch_size}, int ids ({FLAGS.num_items} items, "
           f"dim {FLAGS.dim}): peak resident memory, and the median of {steps} steps after the "

@@ -285,6 +285,11 @@ def command(run: Run) -> List[str]:
             + [f"--{key}={value}" for key, value in sorted(run.overrides.items())])
 
 
+def label(run: Run) -> str:
+    """How the driver's progress lines name a run."""
+    return f"{run.row.name} [{run.frequency}] seed {run.seed}"
+
+
 def _key(run: Run) -> Tuple[str, str, int]:
     return run.row.name, run.frequency, run.seed
 
@@ -379,8 +384,8 @@ def run_all(pending: Sequence[Run], slots: Sequence[Optional[List[int]]]):
         try:
             if failed.is_set():
                 return None  # An earlier run failed: do not start this one.
-            print(f"[{number}/{len(pending)}] {run.row.name} [{run.frequency}] seed {run.seed}: "
-                  f"{' '.join(command(run))}" + (f"  # CPUs {cpus}" if cpus else ""), flush=True)
+            print(f"[{number}/{len(pending)}] {label(run)}: {' '.join(command(run))}"
+                  + (f"  # CPUs {cpus}" if cpus else ""), flush=True)
             return number, run, execute(run, cpus)
         except BaseException:
             failed.set()
@@ -392,8 +397,9 @@ def run_all(pending: Sequence[Run], slots: Sequence[Optional[List[int]]]):
         futures = [pool.submit(train, number, run) for number, run in enumerate(pending, 1)]
         try:
             for future in concurrent.futures.as_completed(futures):
-                if future.result() is not None:
-                    yield future.result()
+                result = future.result()
+                if result is not None:  # None: not started after a failure.
+                    yield result
         finally:
             for future in futures:
                 future.cancel()  # Runs not started yet; the running ones finish.
@@ -853,9 +859,8 @@ def main(argv):
         except ValueError as error:
             raise app.UsageError(str(error)) from None
         for number, run, seconds in run_all(pending, slots):
-            label = f"{run.row.name} [{run.frequency}] seed {run.seed}"
             test = load(run)["test"]
-            print(f"[{number}/{len(pending)}] {label}: NDCG@20 {test['ndcg@20']:.4f} Recall@20 "
+            print(f"[{number}/{len(pending)}] {label(run)}: NDCG@20 {test['ndcg@20']:.4f} Recall@20 "
                   f"{test['recall@20']:.4f} ({seconds:.0f} s)", flush=True)
             write_report(reported, FLAGS.dataset, FLAGS.split, FLAGS.profile,
                          FLAGS.results_dir, command_line, FLAGS.temporal_targets, recorded)
