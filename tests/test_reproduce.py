@@ -13,6 +13,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import tensorflow as tf
+from scipy import stats
 
 from pipelines.benchmarks import reproduce
 
@@ -146,13 +147,15 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("| in-batch, no logQ | 3 | 0.1100 ± 0.0100 | 0.1868 | -0.0768 | "
                       "0.3000 ± 0.0000 | 0.3838 | -0.0838 | 40 | – | 101 |", text)
         self.assertIn("| full softmax | 0/3 | not run | 0.1937 |", text)
-        # none < standard: gap 0.1, 2 SE = 2 sqrt(2 * 0.01^2 / 3) = 0.0163.
+        # none < standard: gap 0.1, SE = sqrt(2 * 0.01^2 / 3), t = 12.25; Welch df = 4.
         self.assertIn("in-batch, no logQ < in-batch, standard logQ: ndcg@20 0.1100 (n=3) vs "
                       "0.2100 (n=3), gap +0.1000; the paper's ordering holds, beyond the "
-                      "seed-to-seed spread (|gap| 0.1000 > 2 SE 0.0163).", text)
-        # standard <= improved: gap 0.01, 2 SE = 2 sqrt(0.01^2/3 + 0.03^2/3) = 0.0365.
+                      "seed-to-seed spread (Welch t = 12.25 with 4 df, two-sided p = 0.000).",
+                      text)
+        # standard <= improved: gap 0.01, SE = sqrt(0.01^2/3 + 0.03^2/3), t = 0.548; Welch
+        # df = 2.44, rounded down to 2, where p = 1 - t / sqrt(2 + t^2) = 0.639.
         self.assertIn("gap +0.0100; the paper's ordering holds, within the seed-to-seed spread "
-                      "(|gap| 0.0100 <= 2 SE 0.0365).", text)
+                      "(Welch t = 0.55 with 2 df, two-sided p = 0.639).", text)
         with open(os.path.join(results, "ml1m_loo_cpu.json")) as f:
             saved = json.load(f)
         self.assertLen(saved["runs"], 9)
@@ -231,6 +234,23 @@ class ReportTest(tf.test.TestCase):
                 "this runner.")):
             reproduce.load_recorded(path)
 
+    def test_welch_t_against_scipy(self):
+        for gap, std_a, n_a, std_b, n_b in ((0.1, 0.01, 3, 0.01, 3), (0.01, 0.01, 3, 0.03, 3),
+                                            (-0.0007, 0.0014, 5, 0.0036, 5),
+                                            (0.002, 0.004, 2, 0.001, 7)):
+            t, df, p = reproduce.welch_t(gap, std_a, n_a, std_b, n_b)
+            expected = stats.ttest_ind_from_stats(gap, std_b, n_b, 0.0, std_a, n_a,
+                                                  equal_var=False)
+            self.assertAlmostEqual(t, expected.statistic, places=10)
+            # df rounded down: p is at least SciPy's (fractional df), never below.
+            self.assertEqual(df, max(1, int(np.floor(
+                (std_a ** 2 / n_a + std_b ** 2 / n_b) ** 2 /
+                ((std_a ** 2 / n_a) ** 2 / (n_a - 1) + (std_b ** 2 / n_b) ** 2 / (n_b - 1))))))
+            self.assertGreaterEqual(p, expected.pvalue - 1e-12)
+            self.assertAlmostEqual(p, 2 * stats.t.sf(abs(t), df), places=12)
+        self.assertEqual(reproduce.welch_t(0.0, 0.0, 3, 0.0, 3), (0.0, 4, 1.0))
+        self.assertEqual(reproduce.welch_t(0.01, 0.0, 3, 0.0, 3)[2], 0.0)
+
     def test_ordering_that_fails_is_reported_as_such(self):
         runs = reproduce.plan("ml-1m", "loo", "cpu", 1, ["mixed-standard", "mixed-improved"],
                               ["static"], tempfile.mkdtemp())
@@ -266,6 +286,18 @@ class ReportTest(tf.test.TestCase):
         # Every run on its own line: seed, scores, best epoch / epochs, steps, train s.
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)
+
+    def test_pairs_outside_the_official_profiles_are_named_by_their_rows(self):
+        # Under `cpu` the standard row is TFRS's form, not "the paper's standard".
+        runs = reproduce.plan("ml-1m", "loo", "cpu", 2, ["mixed-standard", "mixed-improved"],
+                              ["static"], tempfile.mkdtemp())
+        for run in runs:
+            _fake_run(run, {"mixed-standard": [0.170, 0.180],
+                            "mixed-improved": [0.172, 0.184]}[run.row.name][run.seed])
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "cpu", "CMD")
+        self.assertIn("- mixed, improved logQ vs mixed, standard logQ: d = +0.0030 NDCG@20 over "
+                      "2 paired seeds (0, 1)", text)
+        self.assertNotIn("the paper's standard", text)
 
     def test_plateaus_of_a_pair_are_compared_over_their_common_epochs(self):
         # The base run stops at epoch 149; the other runs on to 299, higher late: only

@@ -545,8 +545,10 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
 def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List[str]:
     """One line per ordering of the paper: does it hold, and is the gap beyond the noise?
 
-    The gap is 'beyond the seed-to-seed spread' when it exceeds twice its
-    standard error sqrt(s_a^2 / n_a + s_b^2 / n_b) (about a 95% two-sided test).
+    The rows are compared unpaired (their seeds may differ): Welch's t-test,
+    t = gap / sqrt(s_a^2 / n_a + s_b^2 / n_b), with the Welch-Satterthwaite degrees
+    of freedom rounded down (conservative, so that `student_t_two_sided_p` stays exact).
+    The gap is 'beyond the seed-to-seed spread' when its two-sided p < 0.05.
     """
     lines = []
     for worse, better in ORDERINGS:
@@ -559,11 +561,9 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List
             "<=" if gap >= 0 else ">")
         holds = gap > 0 if worse.endswith("none") else gap >= 0
         if n_a > 1 and n_b > 1:
-            error = math.sqrt(std_a ** 2 / n_a + std_b ** 2 / n_b)
-            noise = (f"beyond the seed-to-seed spread (|gap| {abs(gap):.4f} > 2 SE "
-                     f"{2 * error:.4f})" if abs(gap) > 2 * error else
-                     f"within the seed-to-seed spread (|gap| {abs(gap):.4f} <= 2 SE "
-                     f"{2 * error:.4f})")
+            t, df, p = welch_t(gap, std_a, n_a, std_b, n_b)
+            noise = (f"{'beyond' if p < 0.05 else 'within'} the seed-to-seed spread "
+                     f"(Welch t = {t:.2f} with {df} df, two-sided p = {p:.3f})")
         else:
             noise = "spread unknown (one seed)"
         lines.append(f"- {a['row'].label} {relation} {b['row'].label}: {metric} "
@@ -572,7 +572,8 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List
     return lines
 
 
-# Paired by seed (same seed: same data order and initialisation): (baseline, row, what it asks).
+# Paired by seed (same seed: same data order and initialisation): (baseline, row, what it asks
+# under the official profiles, where the standard rows correct the negatives only as released).
 PAIRS = (("mixed-standard", "mixed-improved", "improved vs the paper's standard (negatives only)"),
          ("mixed-standard", "mixed-standard_tfrs", "TFRS's standard vs the paper's standard"),
          ("mixed-standard_tfrs", "mixed-improved", "improved vs TFRS's standard"),
@@ -609,14 +610,33 @@ def student_t_two_sided_p(t: float, df: int) -> float:
     return min(max(1.0 - area, 0.0), 1.0)
 
 
+def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
+            ) -> Tuple[float, int, float]:
+    """Welch's unpaired t for a difference of means `gap`: (t, df, two-sided p).
+
+    df is the Welch-Satterthwaite value rounded down, at least 1.
+    """
+    var_a, var_b = std_a ** 2 / n_a, std_b ** 2 / n_b
+    error = math.sqrt(var_a + var_b)
+    if error == 0:
+        return (math.copysign(math.inf, gap) if gap else 0.0), n_a + n_b - 2, (
+            0.0 if gap else 1.0)
+    df = (var_a + var_b) ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
+    df = max(1, int(math.floor(df + 1e-9)))
+    t = gap / error
+    return t, df, student_t_two_sided_p(t, df)
+
+
 def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed",
-                       metric: str = "NDCG@20") -> List[str]:
+                       metric: str = "NDCG@20", official: bool = True) -> List[str]:
     """One line per pair of rows with common seeds: the mean of the per-seed differences
     d = row - baseline of `by` (test NDCG@20; or "by_seed_curve": validation NDCG@10
     averaged over the pair's common window, `window_difference`), its standard error
     std(d) / sqrt(n), and a paired t-test: t = mean / SE with n - 1 degrees of freedom,
     its two-sided p, and whether d differs from 0 at p < 0.05. (With n = 4, 2 SE is
-    p = 0.14: the t threshold is 3.18 SE.)"""
+    p = 0.14: the t threshold is 3.18 SE.) Outside the `official` profiles the standard
+    rows are TFRS's form, so each pair is named by its rows' labels instead of `pairs`'
+    question."""
     lines = []
     for base, row, question in pairs:
         a, b = summary.get(row_key(base, "static")), summary.get(row_key(row, "static"))
@@ -642,6 +662,8 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed
                       f"p = {p:.3f}; {b['row'].label} is {verdict}")
         else:
             spread = "one pair: SE unknown"
+        if not official:
+            question = f"{b['row'].label} vs {a['row'].label}"
         lines.append(f"- {question}: d = {mean:+.4f} {metric} over {len(d)} paired seed"
                      f"{'s' if len(d) > 1 else ''} ({', '.join(map(str, seeds))}); {spread}.")
     return lines
@@ -713,7 +735,8 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
     if recorded:
         lines += ["", "Taken from the JSON of the report this one replaced (`--include_recorded`; "
                   "their run directories were not on disk): " + "; ".join(recorded) + "."]
-    paired = paired_differences(done)
+    official = profile in OFFICIAL_PROFILES and dataset != "synthetic"
+    paired = paired_differences(done, official=official)
     if paired:
         lines += ["", "## Paired by seed (NDCG@20)", "",
                   "d = row - baseline for each seed both ran (the same data order and "
@@ -721,7 +744,7 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                   "mean 0-based epoch of the best validation NDCG@10; early stopping waited "
                   "`patience` epochs after it.", ""] + paired
     plateau = paired_differences(
-        done, by="by_seed_curve",
+        done, by="by_seed_curve", official=official,
         metric=f"validation NDCG@10 (mean over the pair's epochs {PLATEAU_FROM} to the shorter "
                "run's last)")
     if plateau:
