@@ -15,7 +15,8 @@ Differences from tfrs_logq, and why:
   only with `jax_enable_x64`. The buckets therefore differ between the two
   libraries (the estimates agree in law; a sketch does not move across them).
 - The sketch's counts are decayed and updated densely each step (keras.ops has
-  no in-place scatter-add): O(width * depth) per step instead of O(batch).
+  no in-place scatter-add): O(width * depth) per step instead of O(batch); the
+  conservative update takes its per-counter maximum with `ops.segment_max`.
 - No hashed inter-arrival estimator (Yi et al.): use the sketch.
 
 `duplicates` pairs `CountMinSketchEstimator.log_q` / `get_config` with tfrs_logq's:
@@ -145,6 +146,9 @@ class CountMinSketchEstimator(FrequencyEstimator):
       width: counters per row, a power of two.
       depth: rows (hash functions).
       decay: per-step decay in (0, 1]; 1 keeps exact cumulative counts.
+      conservative: conservative update (raise each of an id's counters only
+        up to its current estimate plus the step's draws of it), which reduces
+        the overestimate from collisions; never underestimates.
       min_count: floor of a count, in draws.
       seed: seed of the hash functions.
       **kwargs: standard Keras layer arguments.
@@ -153,11 +157,13 @@ class CountMinSketchEstimator(FrequencyEstimator):
     streaming = True
 
     def __init__(self, width: int = 2**18, depth: int = 4, decay: float = 0.999,
-                 min_count: float = 0.5, seed: int = 0, **kwargs):
+                 conservative: bool = False, min_count: float = 0.5, seed: int = 0,
+                 **kwargs):
         super().__init__(**kwargs)
         self.width = checks.check_power_of_two("width", width)
         self.depth = checks.check_positive_int("depth", depth)
         self.decay = checks.check_unit_interval("decay", decay)
+        self.conservative = checks.check_bool("conservative", conservative)
         self.min_count = checks.check_positive_float("min_count", min_count)
         self.seed = checks.check_non_negative_int("seed", seed)
         rng = np.random.RandomState(self.seed)
@@ -203,10 +209,34 @@ class CountMinSketchEstimator(FrequencyEstimator):
             counts, total = counts * factor, total * factor
             steps = ops.where(rescale, 1, steps)
         unit = self._unit(steps)
-        indices = ops.reshape(self._indices(ids), (-1, 1))
-        values = ops.reshape(ops.broadcast_to(weights * unit, (self.depth, ops.shape(ids)[0])),
-                             (-1,))
-        self.counts.assign(counts + ops.scatter(indices, values, (self.depth * self.width,)))
+        size = self.depth * self.width
+        if self.conservative and ids.shape[0] == 0:
+            self.counts.assign(counts)  # An empty step only decays (torch's segment ops fail).
+        elif self.conservative:
+            # Each occurrence carries its id's total weight c in this step (sorted, then
+            # segment sums); every counter of the id rises to at least min(counters) + c.
+            order = ops.argsort(ids)
+            ids, weights = ops.take(ids, order), ops.take(weights, order)
+            num = ops.shape(ids)[0]
+            starts = ops.logical_or(ops.equal(ops.arange(num), 0),
+                                    ops.not_equal(ids, ops.roll(ids, 1)))
+            segments = ops.cumsum(ops.cast(starts, "int32")) - 1
+            id_weight = ops.take(ops.segment_sum(weights, segments, num_segments=num), segments)
+            indices = self._indices(ids)
+            rows = ops.take(counts, indices)  # Min over the static rows, so empty steps work.
+            smallest = rows[0]
+            for row in range(1, self.depth):
+                smallest = ops.minimum(smallest, rows[row])
+            estimate = smallest + id_weight * unit
+            raised = ops.segment_max(
+                ops.reshape(ops.broadcast_to(estimate, (self.depth, num)), (-1,)),
+                ops.reshape(indices, (-1,)), num_segments=size)
+            self.counts.assign(ops.maximum(counts, raised))
+        else:
+            indices = ops.reshape(self._indices(ids), (-1, 1))
+            values = ops.reshape(ops.broadcast_to(weights * unit,
+                                                  (self.depth, ops.shape(ids)[0])), (-1,))
+            self.counts.assign(counts + ops.scatter(indices, values, (size,)))
         self.total.assign(total + ops.sum(weights) * unit)
         self.step.assign(self.step + 1)
         self.steps_since_rescale.assign(ops.cast(steps, "int32"))
@@ -227,7 +257,8 @@ class CountMinSketchEstimator(FrequencyEstimator):
     def get_config(self):
         config = super().get_config()
         config.update(width=self.width, depth=self.depth, decay=self.decay,
-                      min_count=self.min_count, seed=self.seed)
+                      conservative=self.conservative, min_count=self.min_count,
+                      seed=self.seed)
         return config
 
 

@@ -66,6 +66,39 @@ def test_count_min_matches_reference(decay):
     assert int(numpy(sketch.step)) == 60
 
 
+@pytest.mark.parametrize("decay", [1.0, 0.5])
+def test_conservative_count_min_matches_reference_and_is_tighter(decay):
+    rng = np.random.default_rng(3)
+    # 60 steps of 50 ids from 200, many repeated within a step, in 2 x 32 counters: heavy
+    # collisions, where the conservative update matters. decay 0.5 crosses a rescale.
+    stream = [rng.integers(0, 200, size=50).tolist() for _ in range(60)]
+    plain = keras_logq.CountMinSketchEstimator(width=32, depth=2, decay=decay, seed=3)
+    sketch = keras_logq.CountMinSketchEstimator(width=32, depth=2, decay=decay,
+                                                conservative=True, seed=3)
+    for ids in stream:
+        plain.update(np.array(ids, np.int32))
+        sketch.update(np.array(ids, np.int32))
+    items = np.arange(200, dtype=np.int32)
+    want = reference.count_min(stream, _buckets_of(sketch), decay=decay, conservative=True)
+    np.testing.assert_allclose(numpy(sketch.log_q(items)), np.log([want(i) for i in items]),
+                               rtol=1e-4, atol=1e-5)
+    q_plain, q_conservative = np.exp(numpy(plain.log_q(items))), np.exp(numpy(sketch.log_q(items)))
+    assert np.all(q_conservative <= q_plain * (1 + 1e-5))
+    if decay == 1.0:
+        true = np.bincount(np.ravel(stream), minlength=200) / np.size(stream)
+        assert np.all(q_conservative[true > 0] >= true[true > 0] * (1 - 1e-5))
+        assert np.abs(q_conservative - true).sum() < 0.7 * np.abs(q_plain - true).sum()
+
+
+def test_conservative_update_ignores_masked_ids_and_empty_steps():
+    sketch = keras_logq.CountMinSketchEstimator(width=8, depth=2, decay=1.0, conservative=True)
+    sketch.update(np.array([3, 3, 5], np.int32), mask=np.array([True, False, True]))
+    sketch.update(np.zeros([0], np.int32))
+    want = reference.count_min([[3, 5]], _buckets_of(sketch), decay=1.0, conservative=True)
+    np.testing.assert_allclose(numpy(sketch.log_q(np.array([3, 5], np.int32))),
+                               np.log([want(3), want(5)]), rtol=1e-5)
+
+
 def test_count_min_before_any_update_is_uniform_and_mask_is_ignored():
     sketch = keras_logq.CountMinSketchEstimator(width=32, depth=2)
     np.testing.assert_allclose(numpy(sketch.log_q(np.array([3, 4], np.int32))),
@@ -82,10 +115,13 @@ def test_count_min_errors_and_config():
     with pytest.raises(ValueError, match=r"`decay` must be a number in \(0, 1\]; received "
                        r"decay=0"):
         keras_logq.CountMinSketchEstimator(decay=0)
+    with pytest.raises(TypeError, match=r"`conservative` must be"):
+        keras_logq.CountMinSketchEstimator(conservative="yes")
     with pytest.raises(TypeError, match=r"`ids` must be an integer tensor of item ids"):
         keras_logq.CountMinSketchEstimator(width=8).update(np.zeros([2], np.float32))
     sketch = keras_logq.CountMinSketchEstimator(width=2**12, depth=3, decay=0.99,
-                                                min_count=2.0, seed=7, name="cms")
+                                                conservative=True, min_count=2.0, seed=7,
+                                                name="cms")
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(sketch))
     assert restored.get_config() == sketch.get_config()
     ids = np.arange(50, dtype=np.int32)
@@ -95,12 +131,13 @@ def test_count_min_errors_and_config():
 class SketchTwoTower(keras.Model):
     """In-batch two-tower retrieval whose loss reads log Q from a sketch it feeds."""
 
-    def __init__(self, num_items=40, dim=8, **kwargs):
+    def __init__(self, num_items=40, dim=8, conservative=False, **kwargs):
         super().__init__(**kwargs)
-        self.num_items, self.dim = num_items, dim
+        self.num_items, self.dim, self.conservative = num_items, dim, conservative
         self.users = keras.layers.Embedding(num_items, dim)
         self.items = keras.layers.Embedding(num_items, dim)
-        self.frequency = keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=0.9)
+        self.frequency = keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=0.9,
+                                                                  conservative=conservative)
         self.loss_layer = keras_logq.SampledSoftmax(correction="improved")
 
     def call(self, inputs, training=False):
@@ -118,18 +155,20 @@ class SketchTwoTower(keras.Model):
         return ops.mean(losses)
 
     def get_config(self):
-        return dict(super().get_config(), num_items=self.num_items, dim=self.dim)
+        return dict(super().get_config(), num_items=self.num_items, dim=self.dim,
+                    conservative=self.conservative)
 
 
 keras.saving.register_keras_serializable(package="tests_keras3")(SketchTwoTower)
 
 
-def test_fit_feeds_the_sketch_and_save_load_keeps_its_state():
+@pytest.mark.parametrize("conservative", [False, True])
+def test_fit_feeds_the_sketch_and_save_load_keeps_its_state(conservative):
     rng = np.random.default_rng(0)
     data = dict(user=rng.integers(0, 40, 256).astype(np.int32),
                 item=rng.choice(40, 256, p=reference.ZIPF_Q[:40] / reference.ZIPF_Q[:40].sum()
                                 ).astype(np.int32))
-    model = SketchTwoTower()
+    model = SketchTwoTower(conservative=conservative)
     model.compile(optimizer=keras.optimizers.Adam(0.05))
     history = model.fit(data, batch_size=32, epochs=3, verbose=0, shuffle=False)
     losses = history.history["loss"]
