@@ -22,9 +22,11 @@ def _num_columns(x):
 
 OPS = types.SimpleNamespace(
     **{name: getattr(ops, name) for name in (
-        "argsort", "cast", "concatenate", "exp", "expm1", "log", "log1p", "logical_and",
-        "logsumexp", "maximum", "min", "minimum", "not_equal", "ones", "scatter", "sigmoid",
-        "softplus", "stack", "stop_gradient", "sum", "take", "top_k", "where", "zeros_like")},
+        "arange", "argsort", "broadcast_to", "cast", "concatenate", "cumsum", "equal", "exp",
+        "expm1", "log", "log1p", "logical_and", "logical_or", "logsumexp", "maximum", "min",
+        "minimum", "not_equal", "ones", "reshape", "roll", "scatter", "segment_sum", "shape",
+        "sigmoid", "softplus", "stack", "stop_gradient", "sum", "take", "top_k", "where",
+        "zeros_like")},
     num_columns=_num_columns,
 )
 

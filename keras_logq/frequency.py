@@ -213,25 +213,10 @@ class CountMinSketchEstimator(FrequencyEstimator):
         if self.conservative and ids.shape[0] == 0:
             self.counts.assign(counts)  # An empty step only decays (torch's segment ops fail).
         elif self.conservative:
-            # Each occurrence carries its id's total weight c in this step (sorted, then
-            # segment sums); every counter of the id rises to at least min(counters) + c.
-            order = ops.argsort(ids)
-            ids, weights = ops.take(ids, order), ops.take(weights, order)
-            num = ops.shape(ids)[0]
-            starts = ops.logical_or(ops.equal(ops.arange(num), 0),
-                                    ops.not_equal(ids, ops.roll(ids, 1)))
-            segments = ops.cumsum(ops.cast(starts, "int32")) - 1
-            id_weight = ops.take(ops.segment_sum(weights, segments, num_segments=num), segments)
-            indices = self._indices(ids)
-            rows = ops.take(counts, indices)  # Min over the static rows, so empty steps work.
-            smallest = rows[0]
-            for row in range(1, self.depth):
-                smallest = ops.minimum(smallest, rows[row])
-            estimate = smallest + id_weight * unit
-            raised = ops.segment_max(
-                ops.reshape(ops.broadcast_to(estimate, (self.depth, num)), (-1,)),
-                ops.reshape(indices, (-1,)), num_segments=size)
-            self.counts.assign(ops.maximum(counts, raised))
+            indices, targets = formulas.conservative_targets(k.OPS, counts, self._indices, ids,
+                                                             weights, unit)
+            self.counts.assign(ops.maximum(counts, ops.segment_max(targets, indices,
+                                                                   num_segments=size)))
         else:
             indices = ops.reshape(self._indices(ids), (-1, 1))
             values = ops.reshape(ops.broadcast_to(weights * unit,

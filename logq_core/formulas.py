@@ -417,3 +417,40 @@ def count_min_log_q(ops, counts, indices, total, unit, min_count: float, width: 
     floor = min_count * unit
     total = ops.where(total > 0, ops.maximum(total, floor), floor * width)
     return ops.log(ops.maximum(count, floor)) - ops.log(total)
+
+
+def conservative_targets(ops, counts, indices_of, keys, weights, unit):
+    """The conservative update's targets: every counter of an id rises to at least
+    min(its counters) + c * unit, where c is the id's total weight in this step.
+
+    Each distinct id is processed once, from the counters as they were before the
+    step (`tests/reference.py` `count_min`). The caller raises each counter to the
+    largest of its targets (a scatter-max: `Variable.scatter_max` in TensorFlow,
+    `segment_max` in Keras 3).
+
+    Args:
+      counts: [depth * width] the sketch's counters (stored units, already decayed).
+      indices_of: maps [n] keys to their [depth, n] flat counter indices.
+      keys: [n] integer ids (any order, duplicates allowed).
+      weights: [n] float weights (0 for masked ids).
+      unit: scalar stored value of one draw made now.
+
+    Returns:
+      ([depth * n] flat counter indices, [depth * n] targets).
+    """
+    order = ops.argsort(keys)
+    keys, weights = ops.take(keys, order, axis=0), ops.take(weights, order, axis=0)
+    num = ops.shape(keys)[0]
+    starts = ops.logical_or(ops.equal(ops.arange(num), 0),
+                            ops.not_equal(keys, ops.roll(keys, 1)))
+    segments = ops.cumsum(ops.cast(starts, "int32")) - 1
+    id_weight = ops.take(ops.segment_sum(weights, segments, num_segments=num), segments,
+                         axis=0)
+    indices = indices_of(keys)
+    rows = ops.take(counts, indices, axis=0)
+    smallest = rows[0]  # Min over the static rows: a reduction fails on an empty step.
+    for row in range(1, indices.shape[0]):
+        smallest = ops.minimum(smallest, rows[row])
+    estimate = smallest + id_weight * unit
+    return (ops.reshape(indices, (-1,)),
+            ops.reshape(ops.broadcast_to(estimate, ops.shape(indices)), (-1,)))

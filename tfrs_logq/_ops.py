@@ -9,14 +9,19 @@ from logq_core import formulas
 # The maths lives in logq_core.formulas, written against `keras.ops`'s names; `TF`
 # gives those names TensorFlow's ops, so tfrs_logq runs the very same formulas.
 TF = types.SimpleNamespace(
+    arange=tf.range,
     argsort=lambda x: tf.argsort(x, stable=True),
+    broadcast_to=tf.broadcast_to,
     cast=tf.cast,
     concatenate=tf.concat,
+    cumsum=tf.cumsum,
+    equal=tf.equal,
     exp=tf.exp,
     expm1=tf.math.expm1,
     log=tf.math.log,
     log1p=tf.math.log1p,
     logical_and=tf.logical_and,
+    logical_or=tf.logical_or,
     logsumexp=tf.reduce_logsumexp,
     maximum=tf.maximum,
     min=tf.reduce_min,
@@ -24,7 +29,12 @@ TF = types.SimpleNamespace(
     not_equal=tf.not_equal,
     num_columns=lambda x: tf.cast(tf.shape(x)[1], tf.float32),
     ones=tf.ones,
+    reshape=tf.reshape,
+    roll=lambda x, shift: tf.roll(x, shift, axis=0),
     scatter=tf.scatter_nd,
+    segment_sum=lambda data, segment_ids, num_segments: tf.math.unsorted_segment_sum(
+        data, segment_ids, num_segments),
+    shape=tf.shape,
     sigmoid=tf.sigmoid,
     softplus=tf.math.softplus,
     stack=tf.stack,

@@ -404,19 +404,9 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
                         rescale, lambda: k)
         unit = self._unit(k)
         if self.conservative:
-            # Per distinct key, its total weight c in this step (sort, then segment sums).
-            order = tf.argsort(keys, stable=True)
-            keys = tf.gather(keys, order)
-            weights = tf.gather(weights, order)
-            starts = tf.concat([[True], keys[1:] != keys[:-1]], axis=0)
-            segments = tf.cumsum(tf.cast(starts, tf.int32)) - 1
-            key_weight = tf.gather(
-                tf.math.unsorted_segment_sum(weights, segments, tf.shape(keys)[0]), segments)
-            indices = self._hash(keys)
-            estimate = tf.reduce_min(tf.gather(self.counts, indices), axis=0) + key_weight * unit
-            counts_update = self.counts.scatter_max(tf.IndexedSlices(
-                tf.reshape(tf.broadcast_to(estimate, tf.shape(indices)), [-1]),
-                tf.reshape(indices, [-1])))
+            indices, targets = formulas.conservative_targets(_ops.TF, self.counts, self._hash,
+                                                             keys, weights, unit)
+            counts_update = self.counts.scatter_max(tf.IndexedSlices(targets, indices))
         else:
             indices = self._hash(keys)
             counts_update = self.counts.scatter_add(tf.IndexedSlices(
