@@ -20,13 +20,14 @@ The tests share the numpy references and exact values of `tests/reference.py`.
   improved), `full_softmax_loss`, `bce_loss`, `gbce_loss`, `negatives_loss`,
   and the `SampledSoftmax` layer for the scores of a `keras_rs.layers.Retrieval`.
 - negatives: `InBatchSampler`, `UniformSampler`, `MixedSampler`.
-- frequency: `StaticFrequency`, `CountMinSketchEstimator`.
+- frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
 """
 
 from keras_logq import frequency
 from keras_logq import losses
 from keras_logq import negatives
 from keras_logq.frequency import CountMinSketchEstimator
+from keras_logq.frequency import HashedFrequencyEstimator
 from keras_logq.frequency import StaticFrequency
 from keras_logq.losses import SampledSoftmax
 from keras_logq.losses import bce_loss
@@ -42,6 +43,7 @@ from keras_logq.negatives import UniformSampler
 
 __all__ = [
     "CountMinSketchEstimator",
+    "HashedFrequencyEstimator",
     "InBatchSampler",
     "MixedSampler",
     "Negatives",

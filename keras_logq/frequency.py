@@ -1,4 +1,5 @@
-"""Item-frequency sources for Keras 3: `StaticFrequency` and `CountMinSketchEstimator`.
+"""Item-frequency sources for Keras 3: `StaticFrequency`, `CountMinSketchEstimator` and
+`HashedFrequencyEstimator`.
 
 They answer what `tfrs_logq.frequency`'s sources answer, for integer ids:
 `log_q(ids)` (per-draw log q) and `log_inclusion_probability(ids, n)`
@@ -17,7 +18,8 @@ Differences from tfrs_logq, and why:
 - The sketch's counts are decayed and updated densely each step (keras.ops has
   no in-place scatter-add): O(width * depth) per step instead of O(batch); the
   conservative update takes its per-counter maximum with `ops.segment_max`.
-- No hashed inter-arrival estimator (Yi et al.): use the sketch.
+- `HashedFrequencyEstimator` (Yi et al.'s inter-arrival gaps) hashes the same way
+  and writes its buckets densely too (`ops.scatter_update`).
 
 `duplicates` pairs `CountMinSketchEstimator.log_q` / `get_config` with tfrs_logq's:
 the call into `logq_core.formulas.count_min_log_q` and the config, not the maths.
@@ -35,6 +37,13 @@ from logq_core import checks
 from logq_core import formulas
 
 
+def _num_draws(num_draws):
+    """n as float32, checked to be a positive integer where it is a Python number."""
+    if isinstance(num_draws, (int, np.integer)) and not isinstance(num_draws, bool):
+        checks.check_positive_int("num_draws", num_draws)
+    return ops.cast(num_draws, "float32")
+
+
 class FrequencyEstimator(keras.layers.Layer):
     """Base class: `log_q`, the derived inclusion probability, and `update` (no-op)."""
 
@@ -50,10 +59,7 @@ class FrequencyEstimator(keras.layers.Layer):
 
     def log_inclusion_probability(self, ids, num_draws):
         """log(1 - (1 - q(d))^num_draws) for `num_draws` >= 1 independent draws."""
-        if isinstance(num_draws, (int, np.integer)) and not isinstance(num_draws, bool):
-            checks.check_positive_int("num_draws", num_draws)
-        return formulas.log_inclusion_probability(k.OPS, self.log_q(ids),
-                                                  ops.cast(num_draws, "float32"))
+        return formulas.log_inclusion_probability(k.OPS, self.log_q(ids), _num_draws(num_draws))
 
     def call(self, ids):
         """Same as `log_q`."""
@@ -128,6 +134,35 @@ def _as_int32(value: int) -> int:
     return value - 2**32 if value >= 2**31 else value
 
 
+class MultiplyShiftHash:
+    """`depth` hash functions of integer ids into `width` (a power of two) buckets each.
+
+    h_i(x) = the top log2(width) bits of a_i * x + b_i mod 2^32 (Dietzfelbinger et
+    al. 1997), with odd a_i and any b_i drawn from `seed`: int32 arithmetic, so
+    every backend computes the same buckets. Returns [depth, n] flat indices,
+    row i offset by i * width.
+    """
+
+    def __init__(self, depth: int, width: int, seed: int):
+        self.depth, self.width = depth, width
+        rng = np.random.RandomState(seed)
+        # Odd multipliers a and offsets b below 2^32, stored as int32 bit patterns.
+        self.a = np.array([_as_int32(int(x) | 1) for x in rng.randint(0, 2**32, depth,
+                                                                       dtype=np.uint64)],
+                          np.int32)
+        self.b = np.array([_as_int32(int(x)) for x in rng.randint(0, 2**32, depth,
+                                                                   dtype=np.uint64)], np.int32)
+        self._shift = 32 - int(np.log2(width))
+        self._offsets = (np.arange(depth, dtype=np.int32) * width)[:, None]
+
+    def __call__(self, ids):
+        keys = ops.cast(ids, "int32")[None, :]
+        mixed = keys * ops.convert_to_tensor(self.a[:, None]) + ops.convert_to_tensor(
+            self.b[:, None])  # mod 2^32 by int32 wrap-around.
+        buckets = ops.bitwise_and(ops.right_shift(mixed, self._shift), self.width - 1)
+        return buckets + ops.convert_to_tensor(self._offsets)
+
+
 @keras.saving.register_keras_serializable(package="keras_logq")
 class CountMinSketchEstimator(FrequencyEstimator):
     """Exponentially decayed per-draw counts in a count-min sketch (the industrial setup).
@@ -166,14 +201,7 @@ class CountMinSketchEstimator(FrequencyEstimator):
         self.conservative = checks.check_bool("conservative", conservative)
         self.min_count = checks.check_positive_float("min_count", min_count)
         self.seed = checks.check_non_negative_int("seed", seed)
-        rng = np.random.RandomState(self.seed)
-        # Odd multipliers a and offsets b below 2^32, stored as int32 bit patterns.
-        self._a = np.array([_as_int32(int(x) | 1) for x in rng.randint(0, 2**32, self.depth,
-                                                                        dtype=np.uint64)],
-                           np.int32)
-        self._b = np.array([_as_int32(int(x)) for x in rng.randint(0, 2**32, self.depth,
-                                                                    dtype=np.uint64)], np.int32)
-        self._shift = 32 - int(np.log2(self.width))
+        self._hash = MultiplyShiftHash(self.depth, self.width, self.seed)
         self._log_growth = -float(np.log(self.decay))
         state = dict(trainable=False, initializer="zeros")
         self.counts = self.add_weight(name="counts", shape=(self.depth * self.width,),
@@ -183,15 +211,6 @@ class CountMinSketchEstimator(FrequencyEstimator):
         self.steps_since_rescale = self.add_weight(name="steps_since_rescale", shape=(),
                                                    dtype="int32", **state)
         self.built = True
-
-    def _indices(self, ids):
-        """[depth, n] flat counter indices of [n] integer ids."""
-        keys = ops.cast(ids, "int32")[None, :]
-        mixed = keys * ops.convert_to_tensor(self._a[:, None]) + ops.convert_to_tensor(
-            self._b[:, None])  # mod 2^32 by int32 wrap-around.
-        buckets = ops.bitwise_and(ops.right_shift(mixed, self._shift), self.width - 1)
-        return buckets + ops.convert_to_tensor(
-            (np.arange(self.depth, dtype=np.int32) * self.width)[:, None])
 
     def _unit(self, steps):
         return ops.exp(ops.cast(steps, "float32") * self._log_growth)
@@ -213,12 +232,12 @@ class CountMinSketchEstimator(FrequencyEstimator):
         if self.conservative and ids.shape[0] == 0:
             self.counts.assign(counts)  # An empty step only decays (torch's segment ops fail).
         elif self.conservative:
-            indices, targets = formulas.conservative_targets(k.OPS, counts, self._indices, ids,
+            indices, targets = formulas.conservative_targets(k.OPS, counts, self._hash, ids,
                                                              weights, unit)
             self.counts.assign(ops.maximum(counts, ops.segment_max(targets, indices,
                                                                    num_segments=size)))
         else:
-            indices = ops.reshape(self._indices(ids), (-1, 1))
+            indices = ops.reshape(self._hash(ids), (-1, 1))
             values = ops.reshape(ops.broadcast_to(weights * unit,
                                                   (self.depth, ops.shape(ids)[0])), (-1,))
             self.counts.assign(counts + ops.scatter(indices, values, (size,)))
@@ -234,7 +253,7 @@ class CountMinSketchEstimator(FrequencyEstimator):
     def log_q(self, ids):
         ids = k.ids_tensor("ids", ids, rank=None)
         log_q = formulas.count_min_log_q(k.OPS, self.counts,
-                                         self._indices(ops.reshape(ids, (-1,))), self.total,
+                                         self._hash(ops.reshape(ids, (-1,))), self.total,
                                          self._unit(self.steps_since_rescale),
                                          self.min_count, self.width)
         return ops.reshape(log_q, ops.shape(ids))
@@ -244,6 +263,107 @@ class CountMinSketchEstimator(FrequencyEstimator):
         config.update(width=self.width, depth=self.depth, decay=self.decay,
                       conservative=self.conservative, min_count=self.min_count,
                       seed=self.seed)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_logq")
+class HashedFrequencyEstimator(FrequencyEstimator):
+    """Streaming frequency estimation by inter-arrival gaps (Yi et al. 2019, algorithms 2-3).
+
+    For each of `num_hashes` hash functions it keeps A (the last step a bucket
+    was seen) and B (an EMA of the gaps between sightings); an id's gap is the
+    max over its buckets of B, and 1 / gap its probability to appear in a step
+    (`logq_core.formulas.inter_arrival_update` / `inter_arrival_gap`, as
+    tfrs_logq's estimator of the same name).
+
+    What it measures: the per-step inclusion probability pi(d) = 1 - (1 - q)^b
+    for b draws per step. `log_inclusion_probability(ids, n)` derives
+    1 - (1 - pi)^(n / b), exact for n = b; `log_q` is the first-order per-draw
+    reading pi / b, which saturates at 1 / b for items seen in every step: use
+    it for deduplicated pools, and `CountMinSketchEstimator` for per-draw q.
+
+    Call `update(ids)` once per training step, as for the sketch.
+
+    Args:
+      num_buckets: buckets per hash function, a power of two.
+      num_hashes: the number of hash functions.
+      alpha: EMA learning rate in (0, 1].
+      initialization: "first_gap" (B starts at a bucket's first full gap) or
+        "zero" (the EMA from 0, as the paper writes it).
+      seed: seed of the hash functions.
+      **kwargs: standard Keras layer arguments.
+    """
+
+    streaming = True
+
+    def __init__(self, num_buckets: int = 2**17, num_hashes: int = 2, alpha: float = 0.01,
+                 initialization: str = "first_gap", seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_buckets = checks.check_power_of_two("num_buckets", num_buckets)
+        self.num_hashes = checks.check_positive_int("num_hashes", num_hashes)
+        self.alpha = checks.check_unit_interval("alpha", alpha)
+        self.initialization = checks.check_choice("initialization", initialization,
+                                                  formulas.INTER_ARRIVAL_INITIALIZATIONS)
+        self.seed = checks.check_non_negative_int("seed", seed)
+        self._hash = MultiplyShiftHash(self.num_hashes, self.num_buckets, self.seed)
+        # One extra slot at the end takes the writes of masked ids; it is never read.
+        size = self.num_hashes * self.num_buckets + 1
+        self._sink = size - 1
+        state = dict(trainable=False, initializer="zeros")
+        self.last_step = self.add_weight(name="last_step", shape=(size,), dtype="int32",
+                                         **state)
+        self.gap = self.add_weight(name="gap", shape=(size,), dtype="float32", **state)
+        self.step = self.add_weight(name="step", shape=(), dtype="int32", **state)
+        self.num_ids = self.add_weight(name="num_ids", shape=(), dtype="int32", **state)
+        self.built = True
+
+    def update(self, ids, mask=None) -> None:
+        """Feeds one training step's ids (any shape); `mask` False entries are ignored."""
+        ids = ops.reshape(k.ids_tensor("ids", ids, rank=None), (-1,))
+        valid = (ops.ones_like(ids, "bool") if mask is None else
+                 ops.reshape(k.bool_tensor("mask", mask), (-1,)))
+        step = self.step + 1
+        indices = ops.reshape(ops.where(valid[None, :], self._hash(ids), self._sink), (-1,))
+        last_step, gap = self.last_step.value, self.gap.value
+        updated = formulas.inter_arrival_update(k.OPS, ops.take(last_step, indices),
+                                                ops.take(gap, indices), step, self.alpha,
+                                                self.initialization)
+        # Duplicate and colliding ids of one step write identical values.
+        self.gap.assign(ops.scatter_update(gap, indices[:, None], updated))
+        self.last_step.assign(ops.scatter_update(
+            last_step, indices[:, None], ops.cast(ops.ones_like(indices) * step, "int32")))
+        self.step.assign(step)
+        self.num_ids.assign(self.num_ids + ops.sum(ops.cast(valid, "int32")))
+
+    @property
+    def draws_per_step(self):
+        """b: the mean number of ids per update (at least 1)."""
+        return ops.maximum(ops.cast(self.num_ids, "float32")
+                           / ops.maximum(ops.cast(self.step, "float32"), 1.0), 1.0)
+
+    def log_step_inclusion_probability(self, ids):
+        """log pi(d) = -log(gap): the measured log probability of appearing in a step."""
+        ids = k.ids_tensor("ids", ids, rank=None)
+        indices = self._hash(ops.reshape(ids, (-1,)))
+        gaps = formulas.inter_arrival_gap(k.OPS, ops.take(self.last_step, indices),
+                                          ops.take(self.gap, indices), self.step,
+                                          self.num_buckets)
+        return ops.reshape(-ops.log(gaps), ops.shape(ids))
+
+    def log_q(self, ids):
+        """log(pi / b): the per-draw reading, saturated at 1 / b for head items."""
+        return self.log_step_inclusion_probability(ids) - ops.log(self.draws_per_step)
+
+    def log_inclusion_probability(self, ids, num_draws):
+        """log(1 - (1 - pi)^(n / b)), from the measured per-step pi."""
+        return formulas.log_inclusion_probability(
+            k.OPS, self.log_step_inclusion_probability(ids),
+            _num_draws(num_draws) / self.draws_per_step)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_buckets=self.num_buckets, num_hashes=self.num_hashes,
+                      alpha=self.alpha, initialization=self.initialization, seed=self.seed)
         return config
 
 

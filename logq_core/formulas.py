@@ -454,3 +454,39 @@ def conservative_targets(ops, counts, indices_of, keys, weights, unit):
     estimate = smallest + id_weight * unit
     return (ops.reshape(indices, (-1,)),
             ops.reshape(ops.broadcast_to(estimate, ops.shape(indices)), (-1,)))
+
+
+# --------------------------------------------------------------- inter-arrival gaps (Yi et al.)
+
+# "first_gap": a bucket's first sighting sets its gap to the full t - A (A = 0 before it);
+# "zero": the EMA from 0 as written in the paper.
+INTER_ARRIVAL_INITIALIZATIONS = ("first_gap", "zero")
+
+
+def inter_arrival_update(ops, last_step, gap, step, alpha: float, initialization: str):
+    """The new gaps of the buckets sighted at `step` (Yi et al. 2019, algorithm 2):
+    B <- (1 - alpha) B + alpha (t - A); with "first_gap", B <- t - A where A = 0.
+
+    Args:
+      last_step: [...] integer A of the sighted buckets (0: never sighted).
+      gap: [...] float B of the same buckets.
+      step: scalar integer t, this step (1 for the first).
+    """
+    gap_now = ops.cast(step - last_step, "float32")
+    updated = (1.0 - alpha) * gap + alpha * gap_now
+    if initialization == "first_gap":
+        updated = ops.where(ops.equal(last_step, 0), gap_now, updated)
+    return updated
+
+
+def inter_arrival_gap(ops, last_step, gap, step, num_buckets: int):
+    """[n] estimated gaps: the max over hash rows of the [depth, n] buckets' gaps
+    (collisions only shorten gaps), at least 1. Ids with an unsighted bucket read
+    t + 1; before any update (t = 0) every id reads num_buckets, uniform.
+    """
+    unseen = ops.where(step > 0, ops.cast(step, "float32") + 1.0, float(num_buckets))
+    gaps = ops.where(last_step > 0, ops.maximum(gap, 1.0), unseen)
+    largest = gaps[0]
+    for row in range(1, gaps.shape[0]):
+        largest = ops.maximum(largest, gaps[row])
+    return largest

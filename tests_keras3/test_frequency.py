@@ -15,13 +15,13 @@ from tests_keras3.backend import numpy
 
 def _buckets_of(estimator):
     """Numpy multiply-shift: the top log2(width) bits of a * x + b mod 2^32, per row."""
-    a = estimator._a.astype(np.int64) % 2**32  # pylint: disable=protected-access
-    b = estimator._b.astype(np.int64) % 2**32  # pylint: disable=protected-access
-    bits = int(np.log2(estimator.width))
+    family = estimator._hash  # pylint: disable=protected-access
+    a, b = family.a.astype(np.int64) % 2**32, family.b.astype(np.int64) % 2**32
+    bits = int(np.log2(family.width))
 
     def buckets(item):
         mixed = (a * int(item) + b) % 2**32
-        return ((mixed >> (32 - bits)) + np.arange(estimator.depth) * estimator.width).tolist()
+        return ((mixed >> (32 - bits)) + np.arange(family.depth) * family.width).tolist()
     return buckets
 
 
@@ -45,7 +45,7 @@ def test_static_frequency():
 def test_hash_matches_numpy_reference():
     sketch = keras_logq.CountMinSketchEstimator(width=2**10, depth=3, seed=5)
     ids = np.array([0, 1, 7, 123456, 2**31 - 1, 99999999], np.int64)
-    got = numpy(sketch._indices(ops.convert_to_tensor(ids.astype(np.int32))))  # pylint: disable=protected-access
+    got = numpy(sketch._hash(ops.convert_to_tensor(ids.astype(np.int32))))  # pylint: disable=protected-access
     want = np.array([_buckets_of(sketch)(i) for i in ids]).T
     np.testing.assert_array_equal(got, want)
 
@@ -125,19 +125,70 @@ def test_count_min_errors_and_config():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(sketch))
     assert restored.get_config() == sketch.get_config()
     ids = np.arange(50, dtype=np.int32)
-    np.testing.assert_array_equal(numpy(restored._indices(ids)), numpy(sketch._indices(ids)))  # pylint: disable=protected-access
+    np.testing.assert_array_equal(numpy(restored._hash(ids)), numpy(sketch._hash(ids)))  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("initialization", ["first_gap", "zero"])
+def test_hashed_matches_reference(initialization):
+    rng = np.random.default_rng(0)
+    estimator = keras_logq.HashedFrequencyEstimator(num_buckets=16, num_hashes=2, alpha=0.3,
+                                                    initialization=initialization, seed=3)
+    # 30 steps of 6 ids from 40 in 2 x 16 buckets: repeats and collisions within steps.
+    stream = [rng.integers(0, 40, size=6).tolist() for _ in range(30)]
+    for ids in stream:
+        estimator.update(np.array(ids, np.int32))
+    want = reference.hashed_frequency(stream, _buckets_of(estimator), alpha=0.3,
+                                      first_gap=initialization == "first_gap")
+    items = np.arange(45, dtype=np.int32)
+    np.testing.assert_allclose(numpy(estimator.log_step_inclusion_probability(items)),
+                               -np.log([want(i)[0] for i in items]), rtol=1e-5)
+    np.testing.assert_allclose(numpy(estimator.log_q(items)), np.log([want(i)[1] for i in items]),
+                               rtol=1e-5)
+    pi = np.array([1 / want(i)[0] for i in items])
+    np.testing.assert_allclose(numpy(estimator.log_inclusion_probability(items, 12)),
+                               np.log(1 - (1 - pi) ** (12 / 6)), rtol=1e-4)
+
+
+def test_hashed_masks_before_updates_and_config():
+    masked = keras_logq.HashedFrequencyEstimator(num_buckets=4, num_hashes=2)
+    plain = keras_logq.HashedFrequencyEstimator(num_buckets=4, num_hashes=2)
+    # Before any update every id reads the uniform 1 / num_buckets.
+    np.testing.assert_allclose(numpy(masked.log_step_inclusion_probability(
+        np.array([0, 9], np.int32))), np.full(2, -np.log(4)), rtol=1e-6)
+    for ids, mask in (([1, 0, 2], [True, False, True]), ([0, 3], [False, True])):
+        masked.update(np.array(ids, np.int32), mask=np.array(mask))
+        plain.update(np.array([i for i, m in zip(ids, mask) if m], np.int32))
+    np.testing.assert_array_equal(numpy(masked.last_step)[:-1], numpy(plain.last_step)[:-1])
+    np.testing.assert_array_equal(numpy(masked.gap)[:-1], numpy(plain.gap)[:-1])
+    assert int(numpy(masked.num_ids)) == int(numpy(plain.num_ids)) == 3
+    with pytest.raises(ValueError, match=r"`initialization` must be one of 'first_gap', 'zero'; "
+                       r"received initialization='ones'"):
+        keras_logq.HashedFrequencyEstimator(initialization="ones")
+    with pytest.raises(ValueError, match=r"`num_buckets` must be a power of two"):
+        keras_logq.HashedFrequencyEstimator(num_buckets=100)
+    estimator = keras_logq.HashedFrequencyEstimator(num_buckets=64, num_hashes=3, alpha=0.2,
+                                                    initialization="zero", seed=5, name="yi")
+    restored = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(estimator))
+    assert restored.get_config() == estimator.get_config()
 
 
 class SketchTwoTower(keras.Model):
-    """In-batch two-tower retrieval whose loss reads log Q from a sketch it feeds."""
+    """In-batch two-tower retrieval whose loss reads log Q from an estimator it feeds."""
 
-    def __init__(self, num_items=40, dim=8, conservative=False, **kwargs):
+    ESTIMATORS = {
+        "count_min": lambda: keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=0.9),
+        "conservative": lambda: keras_logq.CountMinSketchEstimator(
+            width=64, depth=2, decay=0.9, conservative=True),
+        "hashed": lambda: keras_logq.HashedFrequencyEstimator(num_buckets=64, alpha=0.1),
+    }
+
+    def __init__(self, num_items=40, dim=8, estimator="count_min", **kwargs):
         super().__init__(**kwargs)
-        self.num_items, self.dim, self.conservative = num_items, dim, conservative
+        self.num_items, self.dim, self.estimator = num_items, dim, estimator
         self.users = keras.layers.Embedding(num_items, dim)
         self.items = keras.layers.Embedding(num_items, dim)
-        self.frequency = keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=0.9,
-                                                                  conservative=conservative)
+        self.frequency = self.ESTIMATORS[estimator]()
         self.loss_layer = keras_logq.SampledSoftmax(correction="improved")
 
     def call(self, inputs, training=False):
@@ -156,25 +207,28 @@ class SketchTwoTower(keras.Model):
 
     def get_config(self):
         return dict(super().get_config(), num_items=self.num_items, dim=self.dim,
-                    conservative=self.conservative)
+                    estimator=self.estimator)
 
 
 keras.saving.register_keras_serializable(package="tests_keras3")(SketchTwoTower)
 
 
-@pytest.mark.parametrize("conservative", [False, True])
-def test_fit_feeds_the_sketch_and_save_load_keeps_its_state(conservative):
+@pytest.mark.parametrize("estimator", list(SketchTwoTower.ESTIMATORS))
+def test_fit_feeds_the_estimator_and_save_load_keeps_its_state(estimator):
     rng = np.random.default_rng(0)
     data = dict(user=rng.integers(0, 40, 256).astype(np.int32),
                 item=rng.choice(40, 256, p=reference.ZIPF_Q[:40] / reference.ZIPF_Q[:40].sum()
                                 ).astype(np.int32))
-    model = SketchTwoTower(conservative=conservative)
+    model = SketchTwoTower(estimator=estimator)
     model.compile(optimizer=keras.optimizers.Adam(0.05))
     history = model.fit(data, batch_size=32, epochs=3, verbose=0, shuffle=False)
     losses = history.history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
     assert int(numpy(model.frequency.step)) == 24
-    assert float(numpy(model.frequency.total)) > 0
+    if estimator == "hashed":
+        assert int(numpy(model.frequency.num_ids)) == 3 * 256
+    else:
+        assert float(numpy(model.frequency.total)) > 0
     path = os.path.join(tempfile.mkdtemp(), "two_tower.keras")
     model.save(path)
     restored = keras.saving.load_model(path)

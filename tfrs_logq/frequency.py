@@ -216,7 +216,7 @@ class StreamingFrequencyEstimator(FrequencyEstimator):
         return config
 
 
-INITIALIZATIONS = ("first_gap", "zero")
+INITIALIZATIONS = formulas.INTER_ARRIVAL_INITIALIZATIONS
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -282,11 +282,9 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
         step = self.step + 1
         indices = self._hash(keys)
         indices = tf.reshape(tf.where(weights[tf.newaxis, :] > 0, indices, self._sink), [-1])
-        last_step = tf.gather(self.last_step, indices)
-        gap_now = tf.cast(step - last_step, tf.float32)
-        gap = (1.0 - self.alpha) * tf.gather(self.gap, indices) + self.alpha * gap_now
-        if self.initialization == "first_gap":
-            gap = tf.where(last_step == 0, gap_now, gap)
+        gap = formulas.inter_arrival_update(_ops.TF, tf.gather(self.last_step, indices),
+                                            tf.gather(self.gap, indices), step, self.alpha,
+                                            self.initialization)
         # Duplicate ids and colliding ids of one step write identical values.
         return tf.group(
             self.gap.scatter_update(tf.IndexedSlices(gap, indices)),
@@ -298,12 +296,10 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
     def _gap(self, ids: tf.Tensor) -> tf.Tensor:
         keys = id_keys(ids)
         indices = self._hash(tf.reshape(keys, [-1]))
-        last_step = tf.gather(self.last_step, indices)
-        unseen_gap = tf.where(self.step > 0, tf.cast(self.step, tf.float32) + 1.0,
-                              float(self.num_buckets))  # Before any update: uniform.
-        gaps = tf.where(last_step > 0, tf.maximum(tf.gather(self.gap, indices), 1.0),
-                        unseen_gap)
-        return tf.reshape(tf.reduce_max(gaps, axis=0), tf.shape(keys))
+        gaps = formulas.inter_arrival_gap(_ops.TF, tf.gather(self.last_step, indices),
+                                          tf.gather(self.gap, indices), self.step,
+                                          self.num_buckets)
+        return tf.reshape(gaps, tf.shape(keys))
 
     @property
     def draws_per_step(self) -> tf.Tensor:
