@@ -18,6 +18,8 @@ from pipelines import experiment
 from pipelines.data import splits as splits_lib
 
 VALIDATION_METRIC = "val_ndcg@10"
+# The diagnostic test curve's epoch logs (`ValidationMetrics`).
+TEST_CURVE_METRICS = ("test_recall@20", "test_ndcg@20")
 
 
 class InputStart(tf.keras.callbacks.Callback):
@@ -130,14 +132,26 @@ class TrainingProgress(tf.keras.callbacks.Callback):
 
 
 class ValidationMetrics(tf.keras.callbacks.Callback):
-    """Adds validation Recall@10 and NDCG@10 to the epoch logs (for early stopping and TensorBoard)."""
+    """Adds validation Recall@10 and NDCG@10 to the epoch logs (for early stopping and TensorBoard).
 
-    def __init__(self, config: configs.Config, eval_set: splits_lib.EvalSet):
+    With `test_set` and `config.test_curve_every` = N > 0 it also adds, after every
+    N-th epoch, the test split's Recall@20 / NDCG@20 of the current weights
+    (`TEST_CURVE_METRICS`; TensorBoard writes them under train/ as epoch_test_*):
+    a diagnostic that nothing in training reads.
+    """
+
+    def __init__(self, config: configs.Config, eval_set: splits_lib.EvalSet,
+                 test_set: Optional[splits_lib.EvalSet] = None):
         super().__init__()
-        self.config, self.eval_set = config, eval_set
+        self.config, self.eval_set, self.test_set = config, eval_set, test_set
 
     def on_epoch_end(self, epoch, logs=None):
         metrics = experiment.evaluate(self.model, self.config, self.eval_set, ks=(10,))
-        if logs is not None:
-            logs["val_recall@10"] = metrics["recall@10"]
-            logs[VALIDATION_METRIC] = metrics["ndcg@10"]
+        if logs is None:
+            return
+        logs["val_recall@10"] = metrics["recall@10"]
+        logs[VALIDATION_METRIC] = metrics["ndcg@10"]
+        every = self.config.test_curve_every
+        if self.test_set is not None and every and (epoch + 1) % every == 0:
+            test = experiment.evaluate(self.model, self.config, self.test_set, ks=(20,))
+            logs.update({name: test[name[len("test_"):]] for name in TEST_CURVE_METRICS})

@@ -99,6 +99,11 @@ class Config:
     seed: int = 0
     # Test evaluation: exact search, a ScaNN index, or both (then the ANN gap is reported).
     index: str = "both"
+    # Diagnostic: every N epochs (0: never) log test NDCG@20 / Recall@20 of the current
+    # weights to TensorBoard (train/, epoch_test_ndcg@20). Never used to pick the checkpoint
+    # or to stop; it lets same-seed runs be compared on the test split over many epochs
+    # rather than at one validation-picked epoch (pipelines.benchmarks.reproduce).
+    test_curve_every: int = 0
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes)
@@ -120,6 +125,9 @@ def validate(config: Config) -> Config:
         if getattr(config, field) < 1:
             raise ValueError(f"--{field} must be a positive integer; received "
                              f"--{field}={getattr(config, field)!r}.")
+    if config.test_curve_every < 0:
+        raise ValueError("--test_curve_every must be >= 0 (0: never); received "
+                         f"--test_curve_every={config.test_curve_every}.")
     if config.steps_per_epoch < 0:
         raise ValueError("--steps_per_epoch must be >= 0 (0: one pass over the data); "
                          f"received --steps_per_epoch={config.steps_per_epoch}.")
@@ -173,7 +181,8 @@ OFFICIAL = PAPER.replace(architecture="gsasrec", tie_embeddings=False, loo_train
                          mixture="paper", binary_reduction="mean", binary_accidental_hits=False,
                          gbce_alpha="released", pseudo_count=0.0,
                          adam_epsilon=1e-8, partial_batches=True, steps_per_epoch=0,
-                         epochs=10000, patience=200, validation_queries=512, index="exact")
+                         epochs=10000, patience=200, validation_queries=512, index="exact",
+                         test_curve_every=10)  # A diagnostic of ours; it changes no training.
 
 PRESETS: Dict[str, Config] = {
     "paper": PAPER,

@@ -131,7 +131,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
                                 checkpoint, started, write=chief)
     input_start = callbacks_lib.InputStart()
     callbacks = [
-        callbacks_lib.ValidationMetrics(config, split.validation),
+        callbacks_lib.ValidationMetrics(config, split.validation,
+                                        split.test if chief else None),
         tf.keras.callbacks.BackupAndRestore(files.backup,
                                             save_freq=config.backup_every),
         input_start,  # After BackupAndRestore, which restores the step.

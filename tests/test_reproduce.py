@@ -368,6 +368,36 @@ class ReportTest(tf.test.TestCase):
                       "improved logQ [train_mns_log_new.py] is not different from equal at "
                       "p < 0.05.", text)
 
+    def test_test_curve_from_the_train_logs_paired_by_seed(self):
+        runs = reproduce.plan("ml-1m", "loo", "official_cpu", 2,
+                              ["mixed-standard", "mixed-improved"], ["static"],
+                              tempfile.mkdtemp())
+        # Test NDCG@20 logged every 10 epochs (epochs 9, 19, ...) under train/; the improved
+        # runs stop at epoch 249, the standard ones run to 399 and rise late: only the logged
+        # epochs 109-249 count.
+        levels = {("mixed-standard", 0): 0.170, ("mixed-standard", 1): 0.175,
+                  ("mixed-improved", 0): 0.172, ("mixed-improved", 1): 0.176}
+        for run in runs:
+            _fake_run(run, 0.17)
+            level = levels[(run.row.name, run.seed)]
+            last = 250 if run.row.name == "mixed-improved" else 400
+            writer = tf.summary.create_file_writer(os.path.join(run.directory, "logs", "train"))
+            with writer.as_default():
+                for epoch in range(9, last, 10):
+                    tf.summary.scalar("epoch_test_ndcg@20", level if epoch < 250 else 0.2,
+                                      step=epoch)
+                    tf.summary.scalar("epoch_loss", 1.0, step=epoch)
+            writer.close()
+        self.assertEqual(sorted(reproduce.test_curve(runs[0].directory)), list(range(9, 400, 10)))
+        self.assertEqual(reproduce.validation_curve(runs[0].directory), {})  # No validation logs.
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
+                                  "CMD")
+        # d = +0.002 and +0.001: mean 0.0015, SE 0.0005, t = 3.00 with 1 df, p = 0.205.
+        self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0015 test "
+                      "NDCG@20 (mean over the pair's logged epochs 100 to the shorter run's "
+                      "last) over 2 paired seeds (0, 1); SE 0.0005, paired t = 3.00 with 1 df, "
+                      "two-sided p = 0.205;", text)
+
     def test_synthetic_table(self):
         runs = reproduce.plan("synthetic", "loo", "cpu", 2, ["in_batch-improved"],
                               ["static", "count_min"], tempfile.mkdtemp())

@@ -159,6 +159,25 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(first["test"], second["test"])
 
 
+    def test_the_test_curve_is_logged_and_changes_no_training(self):
+        from pipelines.benchmarks import reproduce  # pylint: disable=import-outside-toplevel
+        config = SMOKE.replace(epochs=3, steps_per_epoch=10, patience=3, index="exact")
+        plain = train.run(config, tempfile.mkdtemp(), verbose=0)
+        out = tempfile.mkdtemp()
+        logged = train.run(config.replace(test_curve_every=1), out, verbose=0)
+        # Training saw the same batches, draws and weights: the same losses and test scores.
+        self.assertEqual(plain["last_epoch"], {k: v for k, v in logged["last_epoch"].items()
+                                               if not k.startswith("test_")})
+        self.assertEqual(plain["test"], logged["test"])
+        curve = reproduce.test_curve(out)
+        self.assertEqual(sorted(curve), [0, 1, 2])
+        # At the best epoch the curve scored the weights that the final test scores.
+        self.assertAllClose(curve[logged["best_epoch"]], logged["test"]["ndcg@20"])
+        with self.assertRaisesRegex(ValueError, r"--test_curve_every must be >= 0 \(0: never\); "
+                                    r"received --test_curve_every=-1"):
+            configs.validate(SMOKE.replace(test_curve_every=-1))
+
+
 class ReleasedProtocolTest(tf.test.TestCase):
 
     def test_official_presets(self):
@@ -174,6 +193,7 @@ class ReleasedProtocolTest(tf.test.TestCase):
             self.assertEqual((config.epochs, config.patience, config.steps_per_epoch,
                               config.partial_batches, config.validation_queries),
                              (10000, 200, 0, True, 512))
+            self.assertEqual(config.test_curve_every, 10)  # Our diagnostic; no training change.
 
     def test_official_smoke_run(self):
         # A synthetic stand-in for ML-1M under the released protocol: gSASRec, mixed

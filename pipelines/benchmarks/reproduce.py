@@ -418,19 +418,27 @@ PLATEAU_FROM = 100
 PLATEAU_MIN_EPOCHS = 10
 
 
-def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10") -> Dict[int, float]:
-    """{epoch: value} of a validation metric, from the run's TensorBoard logs (every restart)."""
+def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10",
+                     writer: str = "validation") -> Dict[int, float]:
+    """{epoch: value} of a metric from the run's TensorBoard logs (every restart): by
+    default validation NDCG@10; `test_curve` reads the diagnostic test curve."""
     import glob  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
     curve = {}
-    for path in sorted(glob.glob(os.path.join(RunFiles(run_directory).logs, "validation", "events*"))):
+    for path in sorted(glob.glob(os.path.join(RunFiles(run_directory).logs, writer, "events*"))):
         for record in tf.data.TFRecordDataset(path):
             event = event_pb2.Event.FromString(record.numpy())
             for value in event.summary.value:
                 if value.tag == tag:
                     curve[int(event.step)] = float(tf.make_ndarray(value.tensor))
     return curve
+
+
+def test_curve(run_directory: str) -> Dict[int, float]:
+    """{epoch: test NDCG@20} logged every `test_curve_every` epochs (a diagnostic that
+    training never reads; empty for runs made without it)."""
+    return validation_curve(run_directory, tag="epoch_test_ndcg@20", writer="train")
 
 
 def validation_plateau(curve: Dict[int, float], start: int = PLATEAU_FROM) -> Optional[float]:
@@ -483,6 +491,9 @@ def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:
         metrics["validation_plateau"] = plateau
     if curve:
         metrics["validation_curve"] = _curve_list(curve)
+    tested = test_curve(run.directory)
+    if tested:
+        metrics["test_curve"] = _curve_list(tested)
     return metrics
 
 
@@ -519,6 +530,8 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
             entry["by_seed"] = {m["seed"]: m["test"]["ndcg@20"] for m in found}
             entry["by_seed_curve"] = {m["seed"]: _curve_dict(m["validation_curve"])
                                       for m in found if m.get("validation_curve")}
+            entry["by_seed_test_curve"] = {m["seed"]: _curve_dict(m["test_curve"])
+                                           for m in found if m.get("test_curve")}
             best = [m["best_epoch"] for m in found if m.get("best_epoch") is not None]
             if best:
                 entry["best_epoch"] = summarise(best)
@@ -630,8 +643,9 @@ def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
 def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed",
                        metric: str = "NDCG@20", official: bool = True) -> List[str]:
     """One line per pair of rows with common seeds: the mean of the per-seed differences
-    d = row - baseline of `by` (test NDCG@20; or "by_seed_curve": validation NDCG@10
-    averaged over the pair's common window, `window_difference`), its standard error
+    d = row - baseline of `by` (test NDCG@20; or "by_seed_curve" / "by_seed_test_curve":
+    validation NDCG@10 / test NDCG@20 averaged over the pair's common window,
+    `window_difference`), its standard error
     std(d) / sqrt(n), and a paired t-test: t = mean / SE with n - 1 degrees of freedom,
     its two-sided p, and whether d differs from 0 at p < 0.05. (With n = 4, 2 SE is
     p = 0.14: the t threshold is 3.18 SE.) Outside the `official` profiles the standard
@@ -644,7 +658,7 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed
             continue
         differences = {}
         for seed in sorted(set(a.get(by, {})) & set(b.get(by, {}))):
-            value = (window_difference(a[by][seed], b[by][seed]) if by == "by_seed_curve"
+            value = (window_difference(a[by][seed], b[by][seed]) if by.endswith("_curve")
                      else b[by][seed] - a[by][seed])
             if value is not None:
                 differences[seed] = value
@@ -755,6 +769,17 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                   "The curves still rise slowly after epoch "
                   f"{PLATEAU_FROM}, so each pair is compared over the epochs both ran.", ""]
         lines += plateau
+    tested = paired_differences(
+        done, by="by_seed_test_curve", official=official,
+        metric=f"test NDCG@20 (mean over the pair's logged epochs {PLATEAU_FROM} to the "
+               "shorter run's last)")
+    if tested:
+        lines += ["", "Test curve (a diagnostic; nothing in training reads it): test NDCG@20 "
+                  "of the current weights, logged every `test_curve_every` epochs, averaged "
+                  f"over the logged epochs both runs of a seed trained, from {PLATEAU_FROM} to "
+                  "the shorter run's last, paired the same way. It compares the losses on the "
+                  "test split over many epochs, where the line above compares them at one "
+                  "epoch each, the one the validation curve picked.", ""] + tested
     verdicts = ordering_verdicts({k: v for k, v in done.items() if v["frequency"] == "static"})
     if verdicts:
         lines += ["", "## The paper's orderings (NDCG@20)" if dataset == "ml-1m" else
@@ -838,6 +863,7 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
                                    if k in ("test", "kl_to_truth", "baselines", "by_popularity",
                                             "epochs_run", "best_epoch", "steps",
                                             "validation_plateau", "validation_curve",
+                                            "test_curve",
                                             "train_seconds", "wall_seconds",
                                             "git_revision")}))
     with open(os.path.join(results_dir, name + ".json"), "w") as f:
