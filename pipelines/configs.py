@@ -100,9 +100,10 @@ class Config:
     # Test evaluation: exact search, a ScaNN index, or both (then the ANN gap is reported).
     index: str = "both"
     # Diagnostic: every N epochs (0: never) log test NDCG@20 / Recall@20 of the current
-    # weights to TensorBoard (train/, epoch_test_ndcg@20). Never used to pick the checkpoint
-    # or to stop; it lets same-seed runs be compared on the test split over many epochs
-    # rather than at one validation-picked epoch (pipelines.benchmarks.reproduce).
+    # weights, on at most callbacks.TEST_CURVE_QUERIES test queries, to TensorBoard (train/,
+    # epoch_test_ndcg@20). Never used to pick the checkpoint or to stop; it lets same-seed
+    # runs be compared on the test split over many epochs rather than at one
+    # validation-picked epoch (pipelines.benchmarks.reproduce).
     test_curve_every: int = 0
 
     def replace(self, **changes) -> "Config":

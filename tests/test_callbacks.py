@@ -144,5 +144,24 @@ class TrainingProgressTest(tf.test.TestCase):
         self.assertEqual(checkpoint.best, -np.inf)
 
 
+
+class TestCurveTest(tf.test.TestCase):
+
+    def test_the_test_curve_scores_a_fixed_sample_of_at_most_the_cap(self):
+        from pipelines import configs  # pylint: disable=import-outside-toplevel
+        from pipelines.data import splits  # pylint: disable=import-outside-toplevel
+        count = callbacks_lib.TEST_CURVE_QUERIES + 100
+        test = splits.EvalSet(np.arange(count), [[i] for i in range(count)],
+                              [[i + 1] for i in range(count)])
+        config = configs.PRESETS["smoke"].replace(test_curve_every=10)
+        first = callbacks_lib.ValidationMetrics(config, test, test).test_set
+        second = callbacks_lib.ValidationMetrics(config, test, test).test_set
+        self.assertLen(first.users, callbacks_lib.TEST_CURVE_QUERIES)
+        self.assertAllEqual(first.users, second.users)  # The same queries in every run.
+        self.assertAllEqual(first.users, np.sort(first.users))
+        self.assertIsNone(callbacks_lib.ValidationMetrics(
+            config.replace(test_curve_every=0), test, test).test_set)
+
+
 if __name__ == "__main__":
     tf.test.main()
