@@ -397,6 +397,16 @@ def first_of_each_id(ops, ids, valid, sentinel, size):
 # --------------------------------------------------------------- count-min sketch
 
 
+def over_rows(combine, rows):
+    """`combine` (ops.minimum, ops.maximum) folded over the static first axis of [depth, n]
+    `rows`: the sketches' reduction over their hash rows, which also holds for an empty
+    step (n = 0), where Keras's reductions refuse an empty tensor."""
+    result = rows[0]
+    for row in range(1, rows.shape[0]):
+        result = combine(result, rows[row])
+    return result
+
+
 def count_min_log_q(ops, counts, indices, total, unit, min_count: float, width: int):
     """log(max(min_i count_i(d), floor) / total), the sketch's per-draw log q.
 
@@ -413,7 +423,7 @@ def count_min_log_q(ops, counts, indices, total, unit, min_count: float, width: 
     Returns:
       [n] log q.
     """
-    count = ops.min(ops.take(counts, indices, axis=0), axis=0)
+    count = over_rows(ops.minimum, ops.take(counts, indices, axis=0))
     floor = min_count * unit
     total = ops.where(total > 0, ops.maximum(total, floor), floor * width)
     return ops.log(ops.maximum(count, floor)) - ops.log(total)
@@ -447,11 +457,7 @@ def conservative_targets(ops, counts, indices_of, keys, weights, unit):
     id_weight = ops.take(ops.segment_sum(weights, segments, num_segments=num), segments,
                          axis=0)
     indices = indices_of(keys)
-    rows = ops.take(counts, indices, axis=0)
-    smallest = rows[0]  # Min over the static rows: a reduction fails on an empty step.
-    for row in range(1, indices.shape[0]):
-        smallest = ops.minimum(smallest, rows[row])
-    estimate = smallest + id_weight * unit
+    estimate = over_rows(ops.minimum, ops.take(counts, indices, axis=0)) + id_weight * unit
     return (ops.reshape(indices, (-1,)),
             ops.reshape(ops.broadcast_to(estimate, ops.shape(indices)), (-1,)))
 
@@ -485,8 +491,4 @@ def inter_arrival_gap(ops, last_step, gap, step, num_buckets: int):
     t + 1; before any update (t = 0) every id reads num_buckets, uniform.
     """
     unseen = ops.where(step > 0, ops.cast(step, "float32") + 1.0, float(num_buckets))
-    gaps = ops.where(last_step > 0, ops.maximum(gap, 1.0), unseen)
-    largest = gaps[0]
-    for row in range(1, gaps.shape[0]):
-        largest = ops.maximum(largest, gaps[row])
-    return largest
+    return over_rows(ops.maximum, ops.where(last_step > 0, ops.maximum(gap, 1.0), unseen))

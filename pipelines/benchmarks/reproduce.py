@@ -418,10 +418,9 @@ PLATEAU_FROM = 100
 PLATEAU_MIN_EPOCHS = 10
 
 
-def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10",
-                     writer: str = "validation") -> Dict[int, float]:
-    """{epoch: value} of a metric from the run's TensorBoard logs (every restart): by
-    default validation NDCG@10; `test_curve` reads the diagnostic test curve."""
+def logged_curve(run_directory: str, writer: str, tag: str) -> Dict[int, float]:
+    """{epoch: value} of the scalar `tag` in the run's TensorBoard `writer` logs (every
+    restart)."""
     import glob  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
@@ -435,10 +434,15 @@ def validation_curve(run_directory: str, tag: str = "epoch_ndcg@10",
     return curve
 
 
+def validation_curve(run_directory: str) -> Dict[int, float]:
+    """{epoch: validation NDCG@10}, logged after every epoch."""
+    return logged_curve(run_directory, "validation", "epoch_ndcg@10")
+
+
 def test_curve(run_directory: str) -> Dict[int, float]:
     """{epoch: test NDCG@20} logged every `test_curve_every` epochs (a diagnostic that
     training never reads; empty for runs made without it)."""
-    return validation_curve(run_directory, tag="epoch_test_ndcg@20", writer="train")
+    return logged_curve(run_directory, "train", "epoch_test_ndcg@20")
 
 
 def validation_plateau(curve: Dict[int, float], start: int = PLATEAU_FROM) -> Optional[float]:
@@ -623,21 +627,30 @@ def student_t_two_sided_p(t: float, df: int) -> float:
     return min(max(1.0 - area, 0.0), 1.0)
 
 
+def t_test(difference: float, error: float, df: int) -> Tuple[float, float]:
+    """(t, two-sided p) of `difference` with standard error `error` and `df` degrees of
+    freedom. A zero error gives t = +-inf and p = 0, or t = 0 and p = 1 for no difference."""
+    if error > 0:
+        t = difference / error
+        return t, student_t_two_sided_p(t, df)
+    return (math.copysign(math.inf, difference), 0.0) if difference else (0.0, 1.0)
+
+
 def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
             ) -> Tuple[float, int, float]:
     """Welch's unpaired t for a difference of means `gap`: (t, df, two-sided p).
 
-    df is the Welch-Satterthwaite value rounded down, at least 1.
+    df is the Welch-Satterthwaite value rounded down, at least 1 (n_a + n_b - 2 when
+    both spreads are 0, where it is undefined).
     """
     var_a, var_b = std_a ** 2 / n_a, std_b ** 2 / n_b
-    error = math.sqrt(var_a + var_b)
-    if error == 0:
-        return (math.copysign(math.inf, gap) if gap else 0.0), n_a + n_b - 2, (
-            0.0 if gap else 1.0)
-    df = (var_a + var_b) ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
-    df = max(1, int(math.floor(df + 1e-9)))
-    t = gap / error
-    return t, df, student_t_two_sided_p(t, df)
+    if var_a + var_b > 0:
+        df = (var_a + var_b) ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
+        df = max(1, int(math.floor(df + 1e-9)))
+    else:
+        df = n_a + n_b - 2
+    t, p = t_test(gap, math.sqrt(var_a + var_b), df)
+    return t, df, p
 
 
 def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed",
@@ -668,8 +681,7 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed
         mean = sum(d) / len(d)
         if len(d) > 1:
             error = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
-            t = mean / error if error > 0 else math.copysign(math.inf, mean) if mean else 0.0
-            p = student_t_two_sided_p(t, len(d) - 1) if math.isfinite(t) else 0.0
+            t, p = t_test(mean, error, len(d) - 1)
             verdict = ("not different from equal at p < 0.05" if p >= 0.05 else
                        "higher at p < 0.05" if mean > 0 else "lower at p < 0.05")
             spread = (f"SE {error:.4f}, paired t = {t:.2f} with {len(d) - 1} df, two-sided "
