@@ -287,6 +287,17 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)
 
+    def test_rows_not_run_show_their_planned_seeds_with_or_without_a_paper_number(self):
+        runs = reproduce.plan("ml-1m", "temporal", "official_cpu", 2,
+                              ["mixed-standard", "mixed-standard_tfrs"], ["static"],
+                              tempfile.mkdtemp())
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "temporal", "official_cpu",
+                                  "CMD")
+        self.assertIn("| mixed, standard logQ on negatives only [train_mns_log_old.py] | 0/2 | "
+                      "not run | 0.1292 | | | 0.2800 | | | | |", text)
+        self.assertIn("| mixed, standard logQ as TFRS (positive corrected too) | 0/2 | not run | "
+                      "– | | | – | | | | |", text)
+
     def test_pairs_outside_the_official_profiles_are_named_by_their_rows(self):
         # Under `cpu` the standard row is TFRS's form, not "the paper's standard".
         runs = reproduce.plan("ml-1m", "loo", "cpu", 2, ["mixed-standard", "mixed-improved"],

@@ -719,9 +719,9 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
         for key, entry in summary.items():
             paper = getattr(entry["row"], column)
             if not entry["n"]:
+                papers = (f"{paper[0]:.4f}", f"{paper[1]:.4f}") if paper else ("–", "–")
                 lines.append(f"| {entry['row'].label} | 0/{entry['planned_seeds']} | not run "
-                             f"| {paper[0]:.4f} | | | {paper[1]:.4f} | | | | |" if paper else
-                             f"| {entry['row'].label} | 0 | not run | | | | | | | | |")
+                             f"| {papers[0]} | | | {papers[1]} | | | | |")
                 continue
             ndcg, recall = entry["ndcg@20"], entry["recall@20"]
             paper_cells = ((f"{paper[0]:.4f}", f"{ndcg[0] - paper[0]:+.4f}",
