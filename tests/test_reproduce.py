@@ -298,6 +298,26 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("| mixed, standard logQ as TFRS (positive corrected too) | 0/2 | not run | "
                       "– | | | – | | | | |", text)
 
+    def test_test_score_against_the_best_epoch(self):
+        runs = reproduce.plan("ml-1m", "loo", "official_cpu", 3,
+                              ["mixed-standard", "mixed-improved"], ["static"], tempfile.mkdtemp())
+        best = {"mixed-standard": [100, 200, 400], "mixed-improved": [50, 60, 70]}
+        scores = {"mixed-standard": [0.170, 0.178, 0.185], "mixed-improved": [0.17, 0.17, 0.17]}
+        for run in runs:
+            _fake_run(run, scores[run.row.name][run.seed], best_epoch=best[run.row.name][run.seed])
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
+                                  "CMD")
+        # numpy: corrcoef 0.97399, polyfit slope 4.7857e-5 per epoch.
+        self.assertIn("- mixed, standard logQ on negatives only [train_mns_log_old.py]: r = +0.97 "
+                      "over 3 runs, slope +0.0048 NDCG@20 per 100 epochs.", text)
+        # Over all six: corrcoef 0.98366, slope 4.5975e-5 per epoch.
+        self.assertIn("- all runs: r = +0.98 over 6 runs, slope +0.0046 NDCG@20 per 100 epochs.",
+                      text)
+        # No spread in the scores: no fit, no line.
+        self.assertNotIn("- mixed, improved logQ [train_mns_log_new.py]: r =", text)
+        self.assertIsNone(reproduce.best_epoch_fit([{"best_epoch": 1, "ndcg@20": 0.1},
+                                                    {"best_epoch": 2, "ndcg@20": 0.2}]))
+
     def test_pairs_outside_the_official_profiles_are_named_by_their_rows(self):
         # Under `cpu` the standard row is TFRS's form, not "the paper's standard".
         runs = reproduce.plan("ml-1m", "loo", "cpu", 2, ["mixed-standard", "mixed-improved"],

@@ -512,6 +512,20 @@ def _pm(mean: float, std: float) -> str:
     return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
 
 
+def best_epoch_fit(runs: Sequence[Dict]) -> Optional[Tuple[int, float, float]]:
+    """(n, correlation, least-squares slope per 100 epochs) of test NDCG@20 on the best epoch,
+    over the `per_run` records that have one; None below 3 runs or with no spread to fit.
+
+    Descriptive: it shows how much of the test score goes with where early stopping landed."""
+    pairs = np.asarray([(r["best_epoch"], r["ndcg@20"]) for r in runs
+                        if r.get("best_epoch") is not None], np.float64).reshape(-1, 2)
+    if len(pairs) < 3 or not (pairs[:, 0].std() > 0 and pairs[:, 1].std() > 0):
+        return None
+    epochs, scores = pairs[:, 0] - pairs[:, 0].mean(), pairs[:, 1] - pairs[:, 1].mean()
+    return (len(pairs), float(epochs @ scores / np.sqrt((epochs @ epochs) * (scores @ scores))),
+            float(100 * (epochs @ scores) / (epochs @ epochs)))
+
+
 def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[str, Dict]:
     """Per row (and frequency source): the finished (or `recorded`) runs' metrics, summarised."""
     groups: Dict[str, Dict] = {}
@@ -812,6 +826,17 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                 lines.append(f"| {entry['row'].label} | {run['seed']} | {run['ndcg@20']:.4f} | "
                              f"{run['recall@20']:.4f} | {plateau} | {best} / {run['epochs']} | "
                              f"{steps} | {run['train_seconds']:.0f} |")
+        fits = [(label, best_epoch_fit(runs)) for label, runs in
+                 [("all runs", [r for entry in done.values() for r in entry["per_run"]])]
+                 + [(entry["row"].label, entry["per_run"]) for entry in done.values()]]
+        fits = [(label, fit) for label, fit in fits if fit is not None]
+        if fits:
+            lines += ["", "## Test score against the best epoch", "",
+                      "Test NDCG@20 regressed on the best epoch (0-based), run by run: the "
+                      "correlation and the least-squares slope. Descriptive, not causal: how closely "
+                      "the test score follows where early stopping landed.", ""]
+            lines += [f"- {label}: r = {r:+.2f} over {n} runs, slope {slope:+.4f} NDCG@20 per "
+                      "100 epochs." for label, (n, r, slope) in fits]
     return "\n".join(lines) + "\n"
 
 
