@@ -263,11 +263,12 @@ class ReportTest(tf.test.TestCase):
 
     def test_paired_differences_by_seed(self):
         runs = reproduce.plan("ml-1m", "loo", "official_cpu", 3,
-                              ["mixed-standard", "mixed-improved", "mixed-standard_tfrs"],
-                              ["static"], tempfile.mkdtemp())
+                              ["mixed-standard", "mixed-improved", "mixed-standard_tfrs",
+                               "full_softmax"], ["static"], tempfile.mkdtemp())
         scores = {"mixed-standard": [0.170, 0.180, 0.175],
                   "mixed-improved": [0.172, 0.183, 0.176],  # d = +0.002, +0.003, +0.001.
-                  "mixed-standard_tfrs": [0.160]}  # Seed 0 only.
+                  "mixed-standard_tfrs": [0.160],  # Seed 0 only.
+                  "full_softmax": [0.168, 0.179, 0.173]}  # Standard - full: 2, 1, 2 (x 1e-3).
         for run in runs:
             if run.seed < len(scores[run.row.name]):
                 _fake_run(run, scores[run.row.name][run.seed], best_epoch=100 + run.seed)
@@ -281,6 +282,12 @@ class ReportTest(tf.test.TestCase):
                       "different from equal at p < 0.05.", text)
         self.assertIn("- TFRS's standard vs the paper's standard: d = -0.0100 NDCG@20 over 1 "
                       "paired seed (0); one pair: SE unknown.", text)
+        # SE = 0.000577 / sqrt(3) = 0.000333, t = 5.00 with 2 df: p = 1 - 5 / sqrt(27) = 0.038.
+        self.assertIn("- the paper's standard vs full softmax: d = +0.0017 NDCG@20 over 3 paired "
+                      "seeds (0, 1, 2); SE 0.0003, paired t = 5.00 with 2 df, two-sided p = "
+                      "0.038; mixed, standard logQ on negatives only [train_mns_log_old.py] is "
+                      "higher at p < 0.05.", text)
+        self.assertIn("- improved vs full softmax: d = +0.0037 NDCG@20 over 3 paired seeds", text)
         self.assertRegex(text, r"\| mixed, improved logQ \[train_mns_log_new.py\] \| 3 \| .* "
                          r"\| 40 \| 101 \| 101 \|")  # Epochs, mean best epoch, train s.
         # Every run on its own line: seed, scores, best epoch / epochs, steps, train s.

@@ -608,6 +608,8 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20") -> List
 PAIRS = (("mixed-standard", "mixed-improved", "improved vs the paper's standard (negatives only)"),
          ("mixed-standard", "mixed-standard_tfrs", "TFRS's standard vs the paper's standard"),
          ("mixed-standard_tfrs", "mixed-improved", "improved vs TFRS's standard"),
+         ("full_softmax", "mixed-standard", "the paper's standard vs full softmax"),
+         ("full_softmax", "mixed-improved", "improved vs full softmax"),
          ("in_batch-standard", "in_batch-improved", "improved vs the paper's standard, in-batch"),
          ("in_batch-standard", "in_batch-improved_pool",
           "improved (released pool) vs the paper's standard, in-batch"),
