@@ -516,14 +516,14 @@ def best_epoch_fit(runs: Sequence[Dict]) -> Optional[Tuple[int, float, float]]:
     """(n, correlation, least-squares slope per 100 epochs) of test NDCG@20 on the best epoch,
     over the `per_run` records that have one; None below 3 runs or with no spread to fit.
 
-    Descriptive: it shows how much of the test score goes with where early stopping landed."""
-    pairs = np.asarray([(r["best_epoch"], r["ndcg@20"]) for r in runs
-                        if r.get("best_epoch") is not None], np.float64).reshape(-1, 2)
-    if len(pairs) < 3 or not (pairs[:, 0].std() > 0 and pairs[:, 1].std() > 0):
+    Descriptive, not causal: how closely the test score follows where early stopping landed."""
+    epochs, scores = np.asarray([(r["best_epoch"], r["ndcg@20"]) for r in runs
+                                 if r.get("best_epoch") is not None],
+                                np.float64).reshape(-1, 2).T
+    if len(epochs) < 3 or not (epochs.std() > 0 and scores.std() > 0):
         return None
-    epochs, scores = pairs[:, 0] - pairs[:, 0].mean(), pairs[:, 1] - pairs[:, 1].mean()
-    return (len(pairs), float(epochs @ scores / np.sqrt((epochs @ epochs) * (scores @ scores))),
-            float(100 * (epochs @ scores) / (epochs @ epochs)))
+    return (len(epochs), float(np.corrcoef(epochs, scores)[0, 1]),
+            float(100 * np.polyfit(epochs, scores, 1)[0]))
 
 
 def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[str, Dict]:
