@@ -261,6 +261,28 @@ class ReportTest(tf.test.TestCase):
                       "0.1500 (n=1), gap -0.0500; the paper's ordering does not hold, spread "
                       "unknown (one seed).", text)
 
+    def test_orderings_follow_the_papers_numbers_for_the_split(self):
+        # Leave-one-out, the paper has improved above standard (.1972 vs .1952); temporal,
+        # standard above improved (.1292 vs .1281), so the same two runs read differently.
+        for split, expected in (
+                ("loo", "mixed, standard logQ > mixed, improved logQ: ndcg@20 0.2000 (n=1) vs "
+                        "0.1500 (n=1), gap -0.0500; the paper's ordering does not hold, spread "
+                        "unknown (one seed). The paper: 0.1952 vs 0.1972."),
+                ("temporal", "mixed, improved logQ <= mixed, standard logQ: ndcg@20 0.1500 "
+                             "(n=1) vs 0.2000 (n=1), gap +0.0500; the paper's ordering holds, "
+                             "spread unknown (one seed). The paper: 0.1281 vs 0.1292.")):
+            runs = reproduce.plan("ml-1m", split, "cpu", 1, ["mixed-standard", "mixed-improved"],
+                                  ["static"], tempfile.mkdtemp())
+            _fake_run(runs[0], 0.2)
+            _fake_run(runs[1], 0.15)
+            text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", split, "cpu", "CMD")
+            self.assertIn(expected, text)
+            self.assertEqual(text.count("the paper's ordering"), 1)
+        # No paper numbers (the synthetic catalog): Table 1's leave-one-out orderings.
+        summary = reproduce.aggregate(runs)
+        self.assertIn("mixed, standard logQ > mixed, improved logQ", reproduce.ordering_verdicts(
+            summary)[0])
+
     def test_paired_differences_by_seed(self):
         runs = reproduce.plan("ml-1m", "loo", "official_cpu", 3,
                               ["mixed-standard", "mixed-improved", "mixed-standard_tfrs",
