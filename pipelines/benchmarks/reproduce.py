@@ -123,6 +123,8 @@ ROWS_BY_NAME = {row.name: row for row in ROWS}
 SYNTHETIC_ROWS = ("in_batch-none", "in_batch-standard", "in_batch-improved",
                   "mixed-none", "mixed-standard", "mixed-improved")
 # The orderings the paper reports: (worse-or-equal, better) pairs.
+# Paper numbers this close are one unit of the 4 digits Table 1 prints apart: no ordering.
+PAPER_TIE = 1.5e-4
 ORDERINGS = (("in_batch-none", "in_batch-standard"), ("in_batch-standard", "in_batch-improved"),
              ("mixed-standard", "mixed-improved"))
 
@@ -581,7 +583,9 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20",
     ("paper_loo" or "paper_temporal"), a pair is ordered as the paper's own numbers on
     that split order it, and the line quotes them: on the temporal split the paper has
     the standard rows above the improved ones (.1292 vs .1281 mixed, .1270 vs .1269
-    in-batch), so that is the ordering tested there.
+    in-batch), so that is the ordering tested there. Two paper numbers closer than
+    `PAPER_TIE` (one unit of the 4 digits it prints) give no ordering: the line says the
+    paper has them level and only whether ours differ.
 
     The rows are compared unpaired (their seeds may differ): Welch's t-test,
     t = gap / sqrt(s_a^2 / n_a + s_b^2 / n_b), with the Welch-Satterthwaite degrees
@@ -610,6 +614,12 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20",
             noise = "spread unknown (one seed)"
         paper = (f" The paper: {paper_a[0]:.4f} vs {paper_b[0]:.4f}." if paper_a and paper_b
                  else "")
+        if paper_a and paper_b and paper_b[0] - paper_a[0] < PAPER_TIE:
+            lines.append(f"- {a['row'].label} vs {b['row'].label}: {metric} {mean_a:.4f} "
+                         f"(n={n_a}) vs {mean_b:.4f} (n={n_b}), gap {gap:+.4f}; the paper has "
+                         f"them level (one unit of its last digit apart), ours differ {noise}."
+                         + paper)
+            continue
         lines.append(f"- {a['row'].label} {relation} {b['row'].label}: {metric} "
                      f"{mean_a:.4f} (n={n_a}) vs {mean_b:.4f} (n={n_b}), gap {gap:+.4f}; "
                      f"the paper's ordering {'holds' if holds else 'does not hold'}, {noise}."
