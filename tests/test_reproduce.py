@@ -333,6 +333,29 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)
 
+    def test_tier_two_pairs_within_the_in_batch_rows(self):
+        runs = reproduce.plan("ml-1m", "loo", "official_cpu", 2,
+                              ["in_batch-none", "in_batch-standard", "in_batch-improved_pool",
+                               "in_batch-standard_tfrs"], ["static"], tempfile.mkdtemp())
+        scores = {"in_batch-none": [0.150, 0.152], "in_batch-standard": [0.170, 0.174],
+                  "in_batch-improved_pool": [0.171, 0.176],
+                  "in_batch-standard_tfrs": [0.173, 0.174]}
+        for run in runs:
+            _fake_run(run, scores[run.row.name][run.seed])
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
+                                  "CMD")
+        # d = +.020, +.022: SE = .001, t = 21 with 1 df, p = 1 - 2 atan(21) / pi = 0.030.
+        self.assertIn("- the paper's standard vs no correction, in-batch: d = +0.0210 NDCG@20 over "
+                      "2 paired seeds (0, 1); SE 0.0010, paired t = 21.00 with 1 df, two-sided "
+                      "p = 0.030;", text)
+        # d = -.002, +.002: mean 0, t = 0, p = 1.
+        self.assertIn("- improved (released pool) vs TFRS's standard, in-batch: d = +0.0000 "
+                      "NDCG@20 over 2 paired seeds (0, 1); SE 0.0020, paired t = 0.00 with 1 df, "
+                      "two-sided p = 1.000;", text)
+        self.assertIn("- improved (released pool) vs the paper's standard, in-batch: d = +0.0015",
+                      text)
+        self.assertIn("- TFRS's standard vs the paper's standard, in-batch: d = +0.0015", text)
+
     def test_rows_not_run_show_their_planned_seeds_with_or_without_a_paper_number(self):
         runs = reproduce.plan("ml-1m", "temporal", "official_cpu", 2,
                               ["mixed-standard", "mixed-standard_tfrs"], ["static"],

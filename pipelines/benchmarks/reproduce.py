@@ -638,7 +638,10 @@ PAIRS = (("mixed-standard", "mixed-improved", "improved vs the paper's standard 
          ("in_batch-standard", "in_batch-improved_pool",
           "improved (released pool) vs the paper's standard, in-batch"),
          ("in_batch-standard", "in_batch-standard_tfrs",
-          "TFRS's standard vs the paper's standard, in-batch"))
+          "TFRS's standard vs the paper's standard, in-batch"),
+         ("in_batch-standard_tfrs", "in_batch-improved_pool",
+          "improved (released pool) vs TFRS's standard, in-batch"),
+         ("in_batch-none", "in_batch-standard", "the paper's standard vs no correction, in-batch"))
 
 
 def student_t_two_sided_p(t: float, df: int) -> float:
