@@ -145,7 +145,7 @@ class ReportTest(tf.test.TestCase):
         text = reproduce.write_report(runs, "ml-1m", "loo", "cpu", results, "CMD")
         # Mean ± sample std, the paper's value and the difference.
         self.assertIn("| in-batch, no logQ | 3 | 0.1100 ± 0.0100 | 0.1868 | -0.0768 | "
-                      "0.3000 ± 0.0000 | 0.3838 | -0.0838 | 40 | – | 101 |", text)
+                      "0.3000 ± 0.0000 | 0.3838 | -0.0838 | 40 | – | 1000 | 101 |", text)
         self.assertIn("| full softmax | 0/3 | not run | 0.1937 |", text)
         # none < standard: gap 0.1, SE = sqrt(2 * 0.01^2 / 3), t = 12.25; Welch df = 4.
         self.assertIn("in-batch, no logQ < in-batch, standard logQ: ndcg@20 0.1100 (n=3) vs "
@@ -328,7 +328,7 @@ class ReportTest(tf.test.TestCase):
                       "higher at p < 0.05.", text)
         self.assertIn("- improved vs full softmax: d = +0.0037 NDCG@20 over 3 paired seeds", text)
         self.assertRegex(text, r"\| mixed, improved logQ \[train_mns_log_new.py\] \| 3 \| .* "
-                         r"\| 40 \| 101 \| 101 \|")  # Epochs, mean best epoch, train s.
+                         r"\| 40 \| 101 \| 1000 \| 101 \|")  # Epochs, mean best epoch, steps, train s.
         # Every run on its own line: seed, scores, best epoch / epochs, steps, train s.
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)
@@ -363,9 +363,9 @@ class ReportTest(tf.test.TestCase):
         text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "temporal", "official_cpu",
                                   "CMD")
         self.assertIn("| mixed, standard logQ on negatives only [train_mns_log_old.py] | 0/2 | "
-                      "not run | 0.1292 | | | 0.2800 | | | | |", text)
+                      "not run | 0.1292 | | | 0.2800 | | | | | |\n", text)
         self.assertIn("| mixed, standard logQ as TFRS (positive corrected too) | 0/2 | not run | "
-                      "– | | | – | | | | |", text)
+                      "– | | | – | | | | | |\n", text)
 
     def test_test_score_against_the_best_epoch(self):
         runs = reproduce.plan("ml-1m", "loo", "official_cpu", 3,

@@ -546,6 +546,9 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
                 entry[metric] = summarise([m["test"][metric] for m in found])
             entry["epochs"] = summarise([m["epochs_run"] for m in found])
             entry["train_seconds"] = summarise([m["train_seconds"] for m in found])
+            steps = [m["steps"] for m in found if m.get("steps") is not None]
+            if steps:
+                entry["steps"] = summarise(steps)
             entry["seeds"] = [m["seed"] for m in found]
             entry["by_seed"] = {m["seed"]: m["test"]["ndcg@20"] for m in found}
             entry["by_seed_curve"] = {m["seed"]: _curve_dict(m["validation_curve"])
@@ -751,20 +754,22 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                  f"(known P(d|u)), {split} split, `{preset}` preset")
     lines = [f"# {title}", "", f"Command: `{command_line}`", "",
              "Mean ± sample std over seeds (n). Test split, exact search over the whole catalog, "
-             "the user's history filtered. Epochs and train s/run: the whole run's, over every "
-             "restart (runs made before `progress.json` existed count their last process only).",
+             "the user's history filtered. Epochs, steps (optimizer steps) and train s/run: means "
+             "of the whole runs', over every restart (runs made before `progress.json` existed "
+             "count their last process only; – where no run recorded its steps).",
              ""]
     done = {k: v for k, v in summary.items() if v["n"]}
     if dataset == "ml-1m":
         column = "paper_loo" if split == "loo" else "paper_temporal"
         lines += ["| loss | n | NDCG@20 | paper | Δ | Recall@20 | paper | Δ | epochs | "
-                  "best epoch | train s/run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "best epoch | steps | train s/run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for key, entry in summary.items():
             paper = getattr(entry["row"], column)
             if not entry["n"]:
                 papers = (f"{paper[0]:.4f}", f"{paper[1]:.4f}") if paper else ("–", "–")
                 lines.append(f"| {entry['row'].label} | 0/{entry['planned_seeds']} | not run "
-                             f"| {papers[0]} | | | {papers[1]} | | | | |")
+                             f"| {papers[0]} | | | {papers[1]} | | | | | |")
                 continue
             ndcg, recall = entry["ndcg@20"], entry["recall@20"]
             paper_cells = ((f"{paper[0]:.4f}", f"{ndcg[0] - paper[0]:+.4f}",
@@ -774,6 +779,7 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                          f"{paper_cells[0]} | {paper_cells[1]} | {_pm(*recall[:2])} | "
                          f"{paper_cells[2]} | {paper_cells[3]} | {entry['epochs'][0]:.0f} | "
                          + (f"{entry['best_epoch'][0]:.0f}" if "best_epoch" in entry else "–")
+                         + " | " + (f"{entry['steps'][0]:.0f}" if "steps" in entry else "–")
                          + f" | {entry['train_seconds'][0]:.0f} |")
         if done:
             first = next(iter(done.values()))
