@@ -327,8 +327,9 @@ class ReportTest(tf.test.TestCase):
                       "0.038; mixed, standard logQ on negatives only [train_mns_log_old.py] is "
                       "higher at p < 0.05.", text)
         self.assertIn("- improved vs full softmax: d = +0.0037 NDCG@20 over 3 paired seeds", text)
+        # Epochs, mean best epoch, steps, train s.
         self.assertRegex(text, r"\| mixed, improved logQ \[train_mns_log_new.py\] \| 3 \| .* "
-                         r"\| 40 \| 101 \| 1000 \| 101 \|")  # Epochs, mean best epoch, steps, train s.
+                         r"\| 40 \| 101 \| 1000 \| 101 \|")
         # Every run on its own line: seed, scores, best epoch / epochs, steps, train s.
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)

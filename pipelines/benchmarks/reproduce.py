@@ -123,10 +123,15 @@ ROWS_BY_NAME = {row.name: row for row in ROWS}
 SYNTHETIC_ROWS = ("in_batch-none", "in_batch-standard", "in_batch-improved",
                   "mixed-none", "mixed-standard", "mixed-improved")
 # The orderings the paper reports: (worse-or-equal, better) pairs.
-# Paper numbers this close are one unit of the 4 digits Table 1 prints apart: no ordering.
-PAPER_TIE = 1.5e-4
 ORDERINGS = (("in_batch-none", "in_batch-standard"), ("in_batch-standard", "in_batch-improved"),
              ("mixed-standard", "mixed-improved"))
+# Paper numbers this close are one unit of the 4 digits Table 1 prints apart: no ordering.
+PAPER_TIE = 1.5e-4
+
+
+def paper_field(split: str) -> str:
+    """The `Row` field with the paper's (NDCG@20, Recall@20) on `split`."""
+    return "paper_loo" if split == "loo" else "paper_temporal"
 
 
 def define_flags() -> None:
@@ -600,33 +605,32 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20",
         a, b = summary.get(worse), summary.get(better)
         if not a or not b or not a["n"] or not b["n"]:
             continue
-        paper_a, paper_b = ((getattr(a["row"], paper_column), getattr(b["row"], paper_column))
-                            if paper_column else (None, None))
-        if paper_a and paper_b and paper_a[0] > paper_b[0]:
-            worse, better, a, b, paper_a, paper_b = better, worse, b, a, paper_b, paper_a
+        papers = ((getattr(a["row"], paper_column), getattr(b["row"], paper_column))
+                  if paper_column else (None, None))
+        papers = papers if all(papers) else None
+        if papers and papers[0][0] > papers[1][0]:
+            worse, better, a, b, papers = better, worse, b, a, papers[::-1]
         (mean_a, std_a, n_a), (mean_b, std_b, n_b) = a[metric], b[metric]
         gap = mean_b - mean_a
-        relation = ("<" if gap > 0 else ">=") if worse.endswith("none") else (
-            "<=" if gap >= 0 else ">")
-        holds = gap > 0 if worse.endswith("none") else gap >= 0
         if n_a > 1 and n_b > 1:
             t, df, p = welch_t(gap, std_a, n_a, std_b, n_b)
             noise = (f"{'beyond' if p < 0.05 else 'within'} the seed-to-seed spread "
                      f"(Welch t = {t:.2f} with {df} df, two-sided p = {p:.3f})")
         else:
             noise = "spread unknown (one seed)"
-        paper = (f" The paper: {paper_a[0]:.4f} vs {paper_b[0]:.4f}." if paper_a and paper_b
-                 else "")
-        if paper_a and paper_b and paper_b[0] - paper_a[0] < PAPER_TIE:
-            lines.append(f"- {a['row'].label} vs {b['row'].label}: {metric} {mean_a:.4f} "
-                         f"(n={n_a}) vs {mean_b:.4f} (n={n_b}), gap {gap:+.4f}; the paper has "
-                         f"them level (one unit of its last digit apart), ours differ {noise}."
-                         + paper)
-            continue
+        if papers and papers[1][0] - papers[0][0] < PAPER_TIE:
+            relation = "vs"
+            verdict = "the paper has them level (one unit of its last digit apart), ours differ"
+        else:
+            relation = ("<" if gap > 0 else ">=") if worse.endswith("none") else (
+                "<=" if gap >= 0 else ">")
+            holds = gap > 0 if worse.endswith("none") else gap >= 0
+            verdict = f"the paper's ordering {'holds' if holds else 'does not hold'},"
         lines.append(f"- {a['row'].label} {relation} {b['row'].label}: {metric} "
                      f"{mean_a:.4f} (n={n_a}) vs {mean_b:.4f} (n={n_b}), gap {gap:+.4f}; "
-                     f"the paper's ordering {'holds' if holds else 'does not hold'}, {noise}."
-                     + paper)
+                     f"{verdict} {noise}."
+                     + (f" The paper: {papers[0][0]:.4f} vs {papers[1][0]:.4f}." if papers
+                        else ""))
     return lines
 
 
@@ -760,7 +764,7 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
              ""]
     done = {k: v for k, v in summary.items() if v["n"]}
     if dataset == "ml-1m":
-        column = "paper_loo" if split == "loo" else "paper_temporal"
+        column = paper_field(split)
         lines += ["| loss | n | NDCG@20 | paper | Δ | Recall@20 | paper | Δ | epochs | "
                   "best epoch | steps | train s/run |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -843,8 +847,7 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                   "epoch each, the one the validation curve picked.", ""] + tested
     verdicts = ordering_verdicts(
         {k: v for k, v in done.items() if v["frequency"] == "static"},
-        paper_column=(("paper_loo" if split == "loo" else "paper_temporal")
-                      if dataset == "ml-1m" else None))
+        paper_column=paper_field(split) if dataset == "ml-1m" else None)
     if verdicts:
         lines += (["", "## The paper's orderings (NDCG@20)", "",
                    "Each pair ordered as the paper's numbers for this split order it, "
@@ -896,8 +899,7 @@ def plot(summary: Dict[str, Dict], dataset: str, split: str, path: str) -> None:
     positions = np.arange(len(done))
     axis.barh(positions, means, xerr=errors, color="#4c72b0", alpha=0.8, label="ours (± std)")
     if dataset == "ml-1m":
-        column = "paper_loo" if split == "loo" else "paper_temporal"
-        paper = [getattr(v["row"], column) for _, v in done]
+        paper = [getattr(v["row"], paper_field(split)) for _, v in done]
         axis.scatter([p[0] if p else np.nan for p in paper], positions, color="#c44e52",
                      marker="D", zorder=3, label="paper")
         axis.set_xlabel("test NDCG@20")
