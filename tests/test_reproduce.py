@@ -596,5 +596,48 @@ class RunnerTest(tf.test.TestCase):
         self.assertIn("in-batch, improved logQ seed 0.", fresh.stdout)
 
 
+class CampaignScriptTest(tf.test.TestCase):
+    """pipelines/benchmarks/campaign.sh, issue 25's queue: it parses, and every step and report
+    it hands to reproduce names a known profile and known rows."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "pipelines", "benchmarks", "campaign.sh")
+
+    def test_parses_and_refuses_an_unknown_command(self):
+        subprocess.run(["bash", "-n", self.SCRIPT], check=True)
+        unknown = subprocess.run(["bash", self.SCRIPT, "start"], capture_output=True, text=True,
+                                 check=False)
+        self.assertEqual(unknown.returncode, 2)
+        self.assertIn("usage:", unknown.stderr)
+
+    def test_steps_and_reports_name_known_profiles_and_rows(self):
+        with open(self.SCRIPT) as f:
+            text = f.read()
+        tiers = dict(re.findall(r"^(TIER\d)=(\S+)$", text, re.M))
+        text = re.sub(r"\$(TIER\d)", lambda m: tiers[m.group(1)], text)
+        steps = re.findall(r'^  "(--profile=\w+ [^"|]*)\|([^"|]+)\|([^"|]+)"$', text, re.M)
+        reports = re.findall(r'^  "(ml1m_\w+)\|(--profile=\w+ [^"]*)"$', text, re.M)
+        self.assertLen(steps, 5)
+        self.assertLen(reports, 4)
+        names = set()
+        for flags_part, *rows in steps + [(f, r) for _, f in reports
+                                           for r in re.findall(r"--rows=(\S+)", f)]:
+            self.assertIn(re.search(r"--profile=(\w+)", flags_part).group(1),
+                          reproduce.PROFILES)
+            names.update(",".join(rows).split(","))
+        self.assertContainsSubset(names, set(reproduce.ROWS_BY_NAME))
+        self.assertContainsSubset({"mixed-standard", "mixed-improved", "mixed-standard_tfrs",
+                                   "full_softmax", "in_batch-none", "in_batch-standard",
+                                   "in_batch-improved_pool", "in_batch-standard_tfrs",
+                                   "mixed-none", "uniform", "bce", "gbce"}, names)
+        # Each report's file is the one its flags make reproduce write.
+        for name, flags_part in reports:
+            profile = re.search(r"--profile=(\w+)", flags_part).group(1)
+            split = re.search(r"--split=(\w+)", flags_part).group(1)
+            targets = re.search(r"--temporal_targets=(\w+)", flags_part)
+            self.assertEqual(name, reproduce.experiment_name(
+                "ml-1m", split, profile, temporal_targets=targets.group(1) if targets
+                else "first"))
+
 if __name__ == "__main__":
     tf.test.main()

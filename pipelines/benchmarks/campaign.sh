@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Issue 25's campaign: the official-protocol reproduction queue after tier 1, on 2 CPU cores.
+#
+#   bash pipelines/benchmarks/campaign.sh setup   # the worktree at the campaign's commit
+#   bash pipelines/benchmarks/campaign.sh queue   # two drivers, one per core (hours; resumable)
+#   bash pipelines/benchmarks/campaign.sh watch   # rewrites and commits the reports in this tree
+#
+# Every run trains with one code: a git worktree of CAMPAIGN_COMMIT at CAMPAIGN_DIR, with this
+# tree's .venv linked into it, so that editing this tree never changes a run under way. Two
+# drivers, each pinned to one core with one TensorFlow thread and its own scratch results
+# directory (LOG_DIR/scratch_a, scratch_b), work down STEPS, each over half of a step's rows.
+# `reproduce` skips finished runs and resumes the others from their backups, so running `queue`
+# again continues where it stopped. On a new machine the run directories are gone: `setup` copies
+# the committed reports' JSON into the scratch directories, and every call passes
+# --include_recorded, so the runs they record count as finished.
+#
+# `watch` writes each report with this tree's `reproduce --report_only` from the campaign's runs
+# (and the runs the committed report records), and commits it when a run has finished.
+set -euo pipefail
+MAIN_DIR=$(cd "$(dirname "$0")/../.." && pwd)
+CAMPAIGN_COMMIT=${CAMPAIGN_COMMIT:-669357b}
+CAMPAIGN_DIR=${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}
+LOG_DIR=${LOG_DIR:-$MAIN_DIR/../campaign_logs}
+
+# One step: reproduce's flags | core 1's rows | core 0's rows.
+STEPS=(
+  "--profile=official_cpu --split=temporal --temporal_targets=successive --seeds=3|mixed-standard,mixed-improved|mixed-standard_tfrs,full_softmax"
+  "--profile=official_cpu --split=loo --seeds=5|in_batch-none,in_batch-standard|in_batch-improved_pool,in_batch-standard_tfrs"
+  "--profile=official_cpu --split=loo --seeds=3|mixed-none,uniform|bce,gbce"
+  "--profile=official --split=loo --seeds=1|mixed-standard|mixed-improved"
+  "--profile=official_cpu --split=temporal --temporal_targets=first --seeds=3|mixed-standard,mixed-improved|mixed-standard_tfrs,full_softmax"
+)
+# The reports `watch` keeps: the file's name | reproduce's flags. The rows named are listed even
+# before they run ("not run"); the finished runs of any other row join the report as they come.
+TIER1=mixed-standard,mixed-improved,mixed-standard_tfrs,full_softmax
+TIER2=in_batch-none,in_batch-standard,in_batch-improved_pool,in_batch-standard_tfrs
+REPORTS=(
+  "ml1m_loo_official_cpu|--profile=official_cpu --split=loo --seeds=5 --rows=$TIER1,$TIER2"
+  "ml1m_temporal_successive_official_cpu|--profile=official_cpu --split=temporal --temporal_targets=successive --seeds=3 --rows=$TIER1"
+  "ml1m_temporal_official_cpu|--profile=official_cpu --split=temporal --seeds=3 --rows=$TIER1"
+  "ml1m_loo_official|--profile=official --split=loo --seeds=1 --rows=mixed-standard,mixed-improved"
+)
+
+setup() {
+  if [ ! -d "$CAMPAIGN_DIR" ]; then
+    git -C "$MAIN_DIR" worktree add --detach "$CAMPAIGN_DIR" "$CAMPAIGN_COMMIT"
+  fi
+  [ -e "$CAMPAIGN_DIR/.venv" ] || ln -s "$MAIN_DIR/.venv" "$CAMPAIGN_DIR/.venv"
+  shopt -s nullglob
+  for scratch in a b; do
+    mkdir -p "$LOG_DIR/scratch_$scratch"
+    for report in "$MAIN_DIR"/docs/results/ml1m_*official*.json; do
+      [ -e "$LOG_DIR/scratch_$scratch/$(basename "$report")" ] || cp "$report" "$LOG_DIR/scratch_$scratch/"
+    done
+  done
+  echo "campaign code: $(git -C "$CAMPAIGN_DIR" rev-parse --short HEAD) in $CAMPAIGN_DIR; logs in $LOG_DIR"
+}
+
+run() {  # $1 core, $2 scratch name, then reproduce's flags
+  local core=$1 scratch=$2 status=0
+  shift 2
+  echo "$(date) core $core: $*"
+  (cd "$CAMPAIGN_DIR" && TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 taskset -c "$core" \
+    .venv/bin/python -m pipelines.benchmarks.reproduce --results_dir="$LOG_DIR/scratch_$scratch" \
+    --include_recorded "$@" >> "$LOG_DIR/queue_$scratch.log" 2>&1) || status=$?
+  echo "$(date) core $core: rc=$status"
+}
+
+drive() {  # $1 core, $2 scratch name, $3 the field of STEPS that holds this core's rows
+  local step flags rows
+  for step in "${STEPS[@]}"; do
+    flags=${step%%|*}
+    rows=$(echo "$step" | cut -d'|' -f"$3")
+    # shellcheck disable=SC2086
+    run "$1" "$2" $flags --rows="$rows"
+  done
+}
+
+queue() {
+  [ -d "$CAMPAIGN_DIR" ] || { echo "no $CAMPAIGN_DIR: run '$0 setup' first" >&2; exit 1; }
+  mkdir -p "$LOG_DIR/scratch_a" "$LOG_DIR/scratch_b"
+  drive 1 a 2 &
+  drive 0 b 3 &
+  wait
+}
+
+watch() {
+  declare -A last
+  local entry name flags n
+  while true; do
+    for entry in "${REPORTS[@]}"; do
+      name=${entry%%|*} flags=${entry#*|}
+      n=$(find "$CAMPAIGN_DIR/runs/reproduce/$name" -name metrics.json 2>/dev/null | wc -l || true)
+      if [ "$n" -gt 0 ] && [ "$n" != "${last[$name]:-}" ]; then
+        # shellcheck disable=SC2086
+        if (cd "$MAIN_DIR" && timeout 600 .venv/bin/python -m pipelines.benchmarks.reproduce \
+              $flags --include_recorded --report_only \
+              --output_dir="$CAMPAIGN_DIR/runs/reproduce" > "$LOG_DIR/report_$name.log" 2>&1); then
+          commit "$name" "$n"
+        else
+          echo "$(date) report $name failed: $LOG_DIR/report_$name.log"
+        fi
+        last[$name]=$n
+      fi
+    done
+    sleep 120
+  done
+}
+
+commit() {  # $1 report name, $2 finished runs in the campaign's directory
+  local try
+  cd "$MAIN_DIR"
+  git add docs/results/"$1".*
+  if git diff --cached --quiet -- docs/results/"$1".*; then
+    echo "$(date) $1 unchanged ($2 runs)"
+    return
+  fi
+  for try in 1 2 3 4 5; do  # another commit may hold the index lock for a moment
+    git add docs/results/"$1".* && git commit -q -m "results: $1, $2 runs of the campaign finished (issue 25; report by main's reproduce from the runs of the campaign worktree at $(git -C "$CAMPAIGN_DIR" rev-parse --short HEAD))" -- docs/results/"$1".* && break
+    sleep 20
+  done
+  echo "$(date) committed $1 ($2 runs)"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  queue) queue ;;
+  watch) watch ;;
+  *) echo "usage: $0 setup|queue|watch (CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
+     exit 2 ;;
+esac
