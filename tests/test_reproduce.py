@@ -150,8 +150,15 @@ class ReportTest(tf.test.TestCase):
         # none < standard: gap 0.1, SE = sqrt(2 * 0.01^2 / 3), t = 12.25; Welch df = 4.
         self.assertIn("in-batch, no logQ < in-batch, standard logQ: ndcg@20 0.1100 (n=3) vs "
                       "0.2100 (n=3), gap +0.1000; the paper's ordering holds, beyond the "
-                      "seed-to-seed spread (Welch t = 12.25 with 4 df, two-sided p = 0.000).",
+                      "seed-to-seed spread (Welch t = 12.25 with 4 df, two-sided p = 2.6e-04).",
                       text)
+        # Paired, the same d at every seed: no t (its SE is rounding's).
+        self.assertIn("- in-batch, standard logQ vs in-batch, no logQ: d = +0.1000 NDCG@20 over 3 "
+                      "paired seeds (0, 1, 2): +0.1000, +0.1000, +0.1000; the same d at every "
+                      "seed, SE 0.", text)
+        self.assertEqual([reproduce._small(x, 4) for x in (0.0006, 1.8e-5, 0.0, -0.02)],
+                         ["0.0006", "1.8e-05", "0.0000", "-0.0200"])
+        self.assertEqual(stats.t.sf(12.25, 4) * 2 // 1e-5, 25)  # p = 2.6e-04 above.
         # standard <= improved: gap 0.01, SE = sqrt(0.01^2/3 + 0.03^2/3), t = 0.548; Welch
         # df = 2.44, rounded down to 2, where p = 1 - t / sqrt(2 + t^2) = 0.639.
         self.assertIn("gap +0.0100; the paper's ordering holds, within the seed-to-seed spread "
@@ -316,14 +323,16 @@ class ReportTest(tf.test.TestCase):
         # Mean d 0.002, SE = std(d) / sqrt(3) = 0.001 / 1.732 = 0.000577, t = 3.46 with 2 df:
         # beyond 2 SE, but p = 1 - t / sqrt(2 + t^2) = 0.074 (2 df), not below 0.05.
         self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0020 NDCG@20 "
-                      "over 3 paired seeds (0, 1, 2); SE 0.0006, paired t = 3.46 with 2 df, "
+                      "over 3 paired seeds (0, 1, 2): +0.0020, +0.0030, +0.0010; SE 0.0006, "
+                      "paired t = 3.46 with 2 df, "
                       "two-sided p = 0.074; mixed, improved logQ [train_mns_log_new.py] is not "
                       "different from equal at p < 0.05.", text)
         self.assertIn("- TFRS's standard vs the paper's standard: d = -0.0100 NDCG@20 over 1 "
                       "paired seed (0); one pair: SE unknown.", text)
         # SE = 0.000577 / sqrt(3) = 0.000333, t = 5.00 with 2 df: p = 1 - 5 / sqrt(27) = 0.038.
         self.assertIn("- the paper's standard vs full softmax: d = +0.0017 NDCG@20 over 3 paired "
-                      "seeds (0, 1, 2); SE 0.0003, paired t = 5.00 with 2 df, two-sided p = "
+                      "seeds (0, 1, 2): +0.0020, +0.0010, +0.0020; SE 0.0003, paired t = 5.00 "
+                      "with 2 df, two-sided p = "
                       "0.038; mixed, standard logQ on negatives only [train_mns_log_old.py] is "
                       "higher at p < 0.05.", text)
         self.assertIn("- improved vs full softmax: d = +0.0037 NDCG@20 over 3 paired seeds", text)
@@ -347,11 +356,13 @@ class ReportTest(tf.test.TestCase):
                                   "CMD")
         # d = +.020, +.022: SE = .001, t = 21 with 1 df, p = 1 - 2 atan(21) / pi = 0.030.
         self.assertIn("- the paper's standard vs no correction, in-batch: d = +0.0210 NDCG@20 over "
-                      "2 paired seeds (0, 1); SE 0.0010, paired t = 21.00 with 1 df, two-sided "
+                      "2 paired seeds (0, 1): +0.0200, +0.0220; SE 0.0010, paired t = 21.00 with "
+                      "1 df, two-sided "
                       "p = 0.030;", text)
         # d = -.002, +.002: mean 0, t = 0, p = 1.
         self.assertIn("- improved (released pool) vs TFRS's standard, in-batch: d = +0.0000 "
-                      "NDCG@20 over 2 paired seeds (0, 1); SE 0.0020, paired t = 0.00 with 1 df, "
+                      "NDCG@20 over 2 paired seeds (0, 1): -0.0020, +0.0020; SE 0.0020, paired "
+                      "t = 0.00 with 1 df, "
                       "two-sided p = 1.000;", text)
         self.assertIn("- improved (released pool) vs the paper's standard, in-batch: d = +0.0015",
                       text)
@@ -432,7 +443,8 @@ class ReportTest(tf.test.TestCase):
             _fake_run(run, scores[run.row.name][run.seed])
         text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu", "CMD")
         # SE = 0.000816 / 2 = 0.000408, t = 12.25 with 3 df.
-        self.assertRegex(text, r"d = \+0.0050 NDCG@20 over 4 paired seeds \(0, 1, 2, 3\); SE "
+        self.assertRegex(text, r"d = \+0.0050 NDCG@20 over 4 paired seeds \(0, 1, 2, 3\): "
+                               r"\+0.0050, \+0.0060, \+0.0040, \+0.0050; SE "
                                r"0.0004, paired t = 12.25 with 3 df, two-sided p = 0.001; .* is "
                                r"higher at p < 0.05.")
 
@@ -465,7 +477,8 @@ class ReportTest(tf.test.TestCase):
         # d = +0.002 and +0.005: mean 0.0035, SE 0.0015, t = 2.33; with 1 df, p = 0.258.
         self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0035 "
                       "validation NDCG@10 (mean over the pair's epochs 100 to the shorter run's "
-                      "last) over 2 paired seeds (0, 1); SE 0.0015, paired t = 2.33 with 1 df, two-sided p = 0.258; mixed, "
+                      "last) over 2 paired seeds (0, 1): +0.0020, +0.0050; SE 0.0015, paired "
+                      "t = 2.33 with 1 df, two-sided p = 0.258; mixed, "
                       "improved logQ [train_mns_log_new.py] is not different from equal at "
                       "p < 0.05.", text)
 
@@ -496,7 +509,8 @@ class ReportTest(tf.test.TestCase):
         # d = +0.002 and +0.001: mean 0.0015, SE 0.0005, t = 3.00 with 1 df, p = 0.205.
         self.assertIn("- improved vs the paper's standard (negatives only): d = +0.0015 test "
                       "NDCG@20 (mean over the pair's logged epochs 100 to the shorter run's "
-                      "last) over 2 paired seeds (0, 1); SE 0.0005, paired t = 3.00 with 1 df, "
+                      "last) over 2 paired seeds (0, 1): +0.0020, +0.0010; SE 0.0005, paired "
+                      "t = 3.00 with 1 df, "
                       "two-sided p = 0.205;", text)
 
     def test_synthetic_table(self):

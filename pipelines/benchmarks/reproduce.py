@@ -615,7 +615,7 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20",
         if n_a > 1 and n_b > 1:
             t, df, p = welch_t(gap, std_a, n_a, std_b, n_b)
             noise = (f"{'beyond' if p < 0.05 else 'within'} the seed-to-seed spread "
-                     f"(Welch t = {t:.2f} with {df} df, two-sided p = {p:.3f})")
+                     f"(Welch t = {t:.2f} with {df} df, two-sided p = {_small(p, 3)})")
         else:
             noise = "spread unknown (one seed)"
         if papers and papers[1][0] - papers[0][0] < PAPER_TIE:
@@ -703,12 +703,18 @@ def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
     return t, df, p
 
 
+def _small(value: float, places: int) -> str:
+    """`value` to `places` decimals, or to 2 significant digits where those would print 0."""
+    return f"{value:.{places}f}" if value == 0 or abs(value) >= 0.5 * 10 ** -places \
+        else f"{value:.1e}"
+
+
 def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed",
                        metric: str = "NDCG@20", official: bool = True) -> List[str]:
     """One line per pair of rows with common seeds: the mean of the per-seed differences
     d = row - baseline of `by` (test NDCG@20; or "by_seed_curve" / "by_seed_test_curve":
     validation NDCG@10 / test NDCG@20 averaged over the pair's common window,
-    `window_difference`), its standard error
+    `window_difference`), each seed's d, its standard error
     std(d) / sqrt(n), and a paired t-test: t = mean / SE with n - 1 degrees of freedom,
     its two-sided p, and whether d differs from 0 at p < 0.05. (With n = 4, 2 SE is
     p = 0.14: the t threshold is 3.18 SE.) Outside the `official` profiles the standard
@@ -731,17 +737,22 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed
         mean = sum(d) / len(d)
         if len(d) > 1:
             error = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
-            t, p = t_test(mean, error, len(d) - 1)
-            verdict = ("not different from equal at p < 0.05" if p >= 0.05 else
-                       "higher at p < 0.05" if mean > 0 else "lower at p < 0.05")
-            spread = (f"SE {error:.4f}, paired t = {t:.2f} with {len(d) - 1} df, two-sided "
-                      f"p = {p:.3f}; {b['row'].label} is {verdict}")
+            spread = ", ".join(f"{x:+.4f}" for x in d)
+            if error <= 1e-12 * max(abs(mean), 1e-4):  # Rounding's spread: no t to speak of.
+                spread += "; the same d at every seed, SE 0"
+            else:
+                t, p = t_test(mean, error, len(d) - 1)
+                verdict = ("not different from equal at p < 0.05" if p >= 0.05 else
+                           "higher at p < 0.05" if mean > 0 else "lower at p < 0.05")
+                spread += (f"; SE {_small(error, 4)}, paired t = {t:.2f} with {len(d) - 1} "
+                           f"df, two-sided p = {_small(p, 3)}; {b['row'].label} is {verdict}")
         else:
             spread = "one pair: SE unknown"
         if not official:
             question = f"{b['row'].label} vs {a['row'].label}"
         lines.append(f"- {question}: d = {mean:+.4f} {metric} over {len(d)} paired seed"
-                     f"{'s' if len(d) > 1 else ''} ({', '.join(map(str, seeds))}); {spread}.")
+                     f"{'s' if len(d) > 1 else ''} ({', '.join(map(str, seeds))})"
+                     f"{': ' if len(d) > 1 else '; '}{spread}.")
     return lines
 
 
@@ -758,9 +769,12 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                  f"(known P(d|u)), {split} split, `{preset}` preset")
     lines = [f"# {title}", "", f"Command: `{command_line}`", "",
              "Mean ± sample std over seeds (n). Test split, exact search over the whole catalog, "
-             "the user's history filtered. Epochs, steps (optimizer steps) and train s/run: means "
-             "of the whole runs', over every restart (runs made before `progress.json` existed "
-             "count their last process only; – where no run recorded its steps).",
+             "the user's history filtered. "
+             + ("Epochs, steps (optimizer steps) and train s/run: means of the whole runs', "
+                "over every restart (runs made before `progress.json` existed count their last "
+                "process only; – where no run recorded its steps)." if dataset == "ml-1m" else
+                "Train s/run: the mean of the whole runs', over every restart (runs made before "
+                "`progress.json` existed count their last process only)."),
              ""]
     done = {k: v for k, v in summary.items() if v["n"]}
     if dataset == "ml-1m":
