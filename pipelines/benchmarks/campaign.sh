@@ -16,8 +16,10 @@
 #
 # `watch` writes each report with this tree's `reproduce --report_only` from the campaign's runs
 # (and the runs the committed report records), and commits it when a run has finished.
+# bash reads a script as it runs it: to edit this file while `queue` or `watch` runs, start them
+# from a copy, with MAIN_DIR set to this tree.
 set -euo pipefail
-MAIN_DIR=$(cd "$(dirname "$0")/../.." && pwd)
+MAIN_DIR=${MAIN_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 CAMPAIGN_COMMIT=${CAMPAIGN_COMMIT:-669357b}
 CAMPAIGN_DIR=${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}
 LOG_DIR=${LOG_DIR:-$MAIN_DIR/../campaign_logs}
@@ -126,6 +128,6 @@ case "${1:-}" in
   setup) setup ;;
   queue) queue ;;
   watch) watch ;;
-  *) echo "usage: $0 setup|queue|watch (CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
+  *) echo "usage: $0 setup|queue|watch (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
      exit 2 ;;
 esac
