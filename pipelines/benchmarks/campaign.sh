@@ -21,8 +21,8 @@
 set -euo pipefail
 MAIN_DIR=${MAIN_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 CAMPAIGN_COMMIT=${CAMPAIGN_COMMIT:-669357b}
-CAMPAIGN_DIR=${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}
-LOG_DIR=${LOG_DIR:-$MAIN_DIR/../campaign_logs}
+CAMPAIGN_DIR=$(realpath -m "${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}")
+LOG_DIR=$(realpath -m "${LOG_DIR:-$MAIN_DIR/../campaign_logs}")
 
 # One step: reproduce's flags | core 1's rows | core 0's rows.
 STEPS=(
