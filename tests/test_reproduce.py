@@ -18,15 +18,15 @@ from scipy import stats
 from pipelines.benchmarks import reproduce
 
 
-def _fake_run(run, ndcg, recall=0.3, kl=None, best_epoch=None):
+def _fake_run(run, ndcg, recall=0.3, kl=None, best_epoch=None, bands=(0.3, 0.2, 0.1)):
     """Writes the metrics.json a finished pipelines.train run would leave."""
     os.makedirs(run.directory, exist_ok=True)
     metrics = {"test": {"ndcg@20": ndcg, "recall@20": recall, "ndcg@10": ndcg / 2,
                         "recall@10": recall / 2},
                "epochs_run": 40, "train_seconds": 100.0 + run.seed, "steps": 1000,
                "baselines": {"popularity": {"ndcg@20": 0.05}, "oracle": {"recall@10": 0.5}},
-               "by_popularity": {"head_recall@10": 0.3, "torso_recall@10": 0.2,
-                                 "tail_recall@10": 0.1},
+               "by_popularity": ({"head_recall@10": bands[0], "torso_recall@10": bands[1],
+                                  "tail_recall@10": bands[2]} if bands else {}),
                "git_revision": "abc"}
     if kl is not None:
         metrics["kl_to_truth"] = kl
@@ -342,6 +342,23 @@ class ReportTest(tf.test.TestCase):
         # Every run on its own line: seed, scores, best epoch / epochs, steps, train s.
         self.assertIn("| mixed, improved logQ [train_mns_log_new.py] | 2 | 0.1760 | 0.3000 | – "
                       "| 102 / 40 | 1000 | 102 |", text)
+
+    def test_recall_by_popularity_band(self):
+        runs = reproduce.plan("ml-1m", "loo", "official_cpu", 3,
+                              ["in_batch-none", "in_batch-standard"], ["static"],
+                              tempfile.mkdtemp())
+        bands = {"in_batch-none": [(0.26, 0.17, 0.09), (0.28, 0.16, 0.08), None],
+                 "in_batch-standard": [(0.31, 0.12, 0.03), (0.31, 0.13, 0.03), (0.31, 0.11, 0.03)]}
+        for run in runs:
+            _fake_run(run, 0.17, bands=bands[run.row.name][run.seed])
+        text = reproduce.markdown(reproduce.aggregate(runs), "ml-1m", "loo", "official_cpu",
+                                  "CMD")
+        # Seed 2 of no correction recorded no bands: n = 2; std of .26, .28 is .01414.
+        self.assertIn("| in-batch, no logQ [train_in_batch.py] | 2 | 0.2700 ± 0.0141 | "
+                      "0.1650 ± 0.0071 | 0.0850 ± 0.0071 |", text)
+        self.assertIn("| in-batch, standard logQ on negatives only [train_in_batch_logq_old.py] | "
+                      "3 | 0.3100 ± 0.0000 | 0.1200 ± 0.0100 | 0.0300 ± 0.0000 |", text)
+        self.assertIn("each third of the catalog by training count", text)
 
     def test_tier_two_pairs_within_the_in_batch_rows(self):
         runs = reproduce.plan("ml-1m", "loo", "official_cpu", 2,

@@ -574,9 +574,12 @@ def aggregate(runs: Sequence[Run], recorded: Optional[Recorded] = None) -> Dict[
                 entry["kl_to_truth"] = summarise([m["kl_to_truth"] for m in found])
                 entry["oracle_recall@10"] = summarise(
                     [m["baselines"]["oracle"]["recall@10"] for m in found])
+            banded = [m["by_popularity"] for m in found if m.get("by_popularity")]
+            if banded:
+                entry["banded_runs"] = len(banded)
                 for band in ("head", "torso", "tail"):
                     entry[f"{band}_recall@10"] = summarise(
-                        [m["by_popularity"][f"{band}_recall@10"] for m in found])
+                        [bands[f"{band}_recall@10"] for bands in banded])
             entry["popularity_ndcg@20"] = summarise(
                 [m["baselines"]["popularity"]["ndcg@20"] for m in found])
         summary[key] = entry
@@ -803,6 +806,17 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
             first = next(iter(done.values()))
             lines += ["", f"Popularity ranker, same protocol: NDCG@20 "
                       f"{first['popularity_ndcg@20'][0]:.4f}."]
+            banded = [entry for entry in done.values() if "banded_runs" in entry]
+            if banded:
+                lines += ["", "By popularity: Recall@10 of the test targets in each third of "
+                          "the catalog by training count (mean ± std over the runs that "
+                          "recorded it, n).", "",
+                          "| loss | n | head R@10 | torso R@10 | tail R@10 |",
+                          "|---|---|---|---|---|"]
+                lines += [f"| {entry['row'].label} | {entry['banded_runs']} | "
+                          + " | ".join(_pm(*entry[f"{band}_recall@10"][:2])
+                                       for band in ("head", "torso", "tail")) + " |"
+                          for entry in banded]
     else:
         lines += ["| loss | log Q from | n | KL to truth (nats) | Recall@10 | oracle Recall@10 | "
                   "head R@10 | torso R@10 | tail R@10 | NDCG@10 | train s/run |",
