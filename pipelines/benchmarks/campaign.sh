@@ -4,6 +4,7 @@
 #   bash pipelines/benchmarks/campaign.sh setup   # the worktree at the campaign's commit
 #   bash pipelines/benchmarks/campaign.sh queue   # two drivers, one per core (hours; resumable)
 #   bash pipelines/benchmarks/campaign.sh watch   # rewrites and commits the reports in this tree
+#   bash pipelines/benchmarks/campaign.sh park    # commits the runs in progress (before a stop)
 #
 # Every run trains with one code: a git worktree of CAMPAIGN_COMMIT at CAMPAIGN_DIR, with this
 # tree's .venv linked into it, so that editing this tree never changes a run under way. Two
@@ -14,6 +15,12 @@
 # the committed reports' JSON into the scratch directories, and every call passes
 # --include_recorded, so the runs they record count as finished.
 #
+# A run in progress lives in CAMPAIGN_DIR/runs only, and a paper-scale run takes longer than a
+# session. `park` packs each one (pipelines/benchmarks/park.py: its backup, logs and best
+# weights, about 16 MB at `official`) into PARK_DIR in this tree and commits it; `setup` on a
+# new machine unpacks them, so that `queue` resumes them from their backups. Parked runs that
+# have finished are removed from the tree (git keeps them in its history).
+#
 # `watch` writes each report with this tree's `reproduce --report_only` from the campaign's runs
 # (and the runs the committed report records), and commits it when a run has finished.
 # bash reads a script as it runs it: to edit this file while `queue` or `watch` runs, start them
@@ -23,6 +30,8 @@ MAIN_DIR=${MAIN_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 CAMPAIGN_COMMIT=${CAMPAIGN_COMMIT:-669357b}
 CAMPAIGN_DIR=$(realpath -m "${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}")
 LOG_DIR=$(realpath -m "${LOG_DIR:-$MAIN_DIR/../campaign_logs}")
+PARK_DIR=docs/results/in_progress  # In MAIN_DIR: one ARCHIVE per run, REPORT/ROW/seedN.tar.gz.
+RUNS_DIR=$CAMPAIGN_DIR/runs/reproduce
 
 # One step: reproduce's flags | core 1's rows | core 0's rows.
 STEPS=(
@@ -55,7 +64,59 @@ setup() {
       [ -e "$LOG_DIR/scratch_$scratch/$(basename "$report")" ] || cp "$report" "$LOG_DIR/scratch_$scratch/"
     done
   done
+  local archive run
+  for archive in "$MAIN_DIR/$PARK_DIR"/*/*/seed*.tar.gz; do
+    run=$RUNS_DIR/${archive#"$MAIN_DIR/$PARK_DIR/"}
+    run=${run%.tar.gz}
+    if [ -e "$run" ]; then
+      echo "$run exists (this machine ran it): not unpacking $archive"
+    elif is_recorded "${archive#"$MAIN_DIR/$PARK_DIR/"}"; then
+      echo "the report records ${run#"$RUNS_DIR/"}: not unpacking $archive"
+    else
+      mkdir -p "$(dirname "$run")"
+      park_py unpack "$archive" "$run"
+    fi
+  done
   echo "campaign code: $(git -C "$CAMPAIGN_DIR" rev-parse --short HEAD) in $CAMPAIGN_DIR; logs in $LOG_DIR"
+}
+
+is_recorded() {  # $1 REPORT/ROW/seedN[.tar.gz]: whether this tree's report of REPORT records it.
+  (cd "$MAIN_DIR" && .venv/bin/python -c '
+import sys
+from pipelines.benchmarks.reproduce import load_recorded, row_key
+report, row, seed = sys.argv[1].removesuffix(".tar.gz").split("/")
+recorded = load_recorded(f"docs/results/{report}.json")
+sys.exit(0 if any(row_key(r, f) == row and f"seed{s}" == seed for r, f, s in recorded) else 1)
+' "$1")
+}
+
+park_py() {  # park.py from this tree, with the campaign's code first on the import path: the
+  # best weights are rebuilt by the code that trains them.
+  (cd "$CAMPAIGN_DIR" && PYTHONPATH=$CAMPAIGN_DIR TF_CPP_MIN_LOG_LEVEL=2 \
+    .venv/bin/python "$MAIN_DIR/pipelines/benchmarks/park.py" "$@")
+}
+
+park() {  # Packs and commits the runs in progress; removes the parked runs that have finished.
+  shopt -s nullglob
+  local run archive name parked=() done=()
+  cd "$MAIN_DIR"
+  for run in "$RUNS_DIR"/*/*/seed*; do
+    name=${run#"$RUNS_DIR/"}
+    archive=$PARK_DIR/$name.tar.gz
+    if [ -e "$run/metrics.json" ] || is_recorded "$name"; then
+      [ -e "$archive" ] && git rm -q "$archive" && done+=("$name")
+    elif [ -e "$run/config.json" ] && [ -d "$run/backup" ]; then
+      park_py pack "$run" "$archive" && git add "$archive" && parked+=("$name $(cat "$run/progress.json" 2>/dev/null | tr -d '\n')")
+    fi
+  done
+  if git diff --cached --quiet -- "$PARK_DIR"; then
+    echo "$(date) park: nothing to commit"
+    return
+  fi
+  git commit -q -m "campaign: park ${#parked[@]} runs in progress, remove ${#done[@]} finished (issue 25)
+
+$(printf '%s\n' "${parked[@]/#/parked: }" "${done[@]/#/finished: }")" -- "$PARK_DIR"
+  echo "$(date) park: committed ${#parked[@]} parked, ${#done[@]} removed"
 }
 
 run() {  # $1 core, $2 scratch name, then reproduce's flags
@@ -128,6 +189,7 @@ case "${1:-}" in
   setup) setup ;;
   queue) queue ;;
   watch) watch ;;
-  *) echo "usage: $0 setup|queue|watch (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
+  park) park ;;
+  *) echo "usage: $0 setup|queue|watch|park (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
      exit 2 ;;
 esac

@@ -433,11 +433,14 @@ def logged_curve(run_directory: str, writer: str, tag: str) -> Dict[int, float]:
     from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
     curve = {}
     for path in sorted(glob.glob(os.path.join(RunFiles(run_directory).logs, writer, "events*"))):
-        for record in tf.data.TFRecordDataset(path):
-            event = event_pb2.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                if value.tag == tag:
-                    curve[int(event.step)] = float(tf.make_ndarray(value.tensor))
+        try:
+            for record in tf.data.TFRecordDataset(path):
+                event = event_pb2.Event.FromString(record.numpy())
+                for value in event.summary.value:
+                    if value.tag == tag:
+                        curve[int(event.step)] = float(tf.make_ndarray(value.tensor))
+        except tf.errors.DataLossError:
+            pass  # A kill cut the file's last record; the run's restart logs on in a new file.
     return curve
 
 

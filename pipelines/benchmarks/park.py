@@ -1,0 +1,157 @@
+r"""Carries a training run in progress to another machine: `pack` and `unpack`.
+
+A run directory (pipelines/run_files.py) resumes from its BackupAndRestore backup, but only
+on the machine that holds it. `pack` writes the run as one .tar.gz that can travel (in git,
+for the reproduction campaign, whose sessions may each start on a new machine):
+
+- its config, progress, TensorBoard logs and train.log, and the latest backup (weights,
+  optimizer, step), checked by reading every tensor, so that a copy taken while training
+  writes a new backup is refused rather than carried;
+- the best weights without the optimizer's state, which the final evaluation and export do
+  not read: rebuilt from the run's config with the code on the import path, reloaded and
+  compared weight by weight before they replace the full checkpoint (a third of the size
+  here: Adam keeps two slots per weight).
+
+A TensorBoard event file cut in the middle of a record (by a kill, or by copying while it is
+written) keeps its whole records. `unpack` extracts an archive into a run directory that does
+not exist yet; `reproduce` and `pipelines.train` then resume the run from its backup.
+
+Usage (the campaign runs it with its own worktree first on the path, so that the model is
+built by the code that trains it):
+  python pipelines/benchmarks/park.py pack RUN_DIR ARCHIVE.tar.gz
+  python pipelines/benchmarks/park.py unpack ARCHIVE.tar.gz RUN_DIR
+"""
+
+import glob
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+from typing import Dict
+
+import numpy as np
+import tensorflow as tf
+
+import pipelines
+from pipelines import configs
+from pipelines import experiment
+from pipelines.run_files import RunFiles
+
+# What a run in progress holds that it does not need elsewhere: exports and reports come at
+# its end, workers' reports from multi-worker runs.
+_LEFT_BEHIND = ("export", "workers", "metrics.json")
+
+
+def _keep_whole_records(path: str) -> int:
+    """Rewrites the TFRecord file `path` with its whole records if its end is cut; returns
+    how many records it keeps."""
+    records = []
+    try:
+        for record in tf.data.TFRecordDataset(path):
+            records.append(record.numpy())
+    except tf.errors.DataLossError:
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in records:
+                writer.write(record)
+        print(f"{path}: its last record was cut; kept the {len(records)} whole ones.")
+    return len(records)
+
+
+def _check_backup(backup_dir: str) -> str:
+    """The latest checkpoint under `backup_dir`, after reading every tensor of it."""
+    if not os.path.isdir(backup_dir):
+        raise FileNotFoundError(f"no backup in {backup_dir}: the run has not written one yet.")
+    latest = [tf.train.latest_checkpoint(os.path.dirname(state))
+              for state in glob.glob(os.path.join(backup_dir, "**", "checkpoint"), recursive=True)]
+    if not latest or None in latest:
+        raise FileNotFoundError(f"no complete backup in {backup_dir}.")
+    for prefix in latest:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    return latest[0]
+
+
+def _slim_best(run_dir: str) -> Dict[str, int]:
+    """Rewrites the run's best checkpoint with the model's weights only; returns the sizes."""
+    files = RunFiles(run_dir)
+    before = sum(os.path.getsize(p) for p in glob.glob(files.best + ".*"))
+    _, model, split, data = experiment.load_run(run_dir)
+    weights = [w.numpy() for w in model.weights]
+    for path in glob.glob(files.best + ".*"):
+        os.remove(path)
+    model.save_weights(files.best)  # Not compiled: no optimizer to save.
+    with open(files.config) as f:
+        config = configs.validate(configs.Config(**json.load(f)))
+    reloaded = experiment.build_model(config, data, split)
+    reloaded.load_weights(files.best).expect_partial()
+    if len(reloaded.weights) != len(weights) or not all(
+            np.array_equal(a, b.numpy()) for a, b in zip(weights, reloaded.weights)):
+        raise RuntimeError(f"{run_dir}: the slimmed best checkpoint does not give back the "
+                           "best weights; nothing was packed.")
+    after = sum(os.path.getsize(p) for p in glob.glob(files.best + ".*"))
+    return {"best_bytes_before": before, "best_bytes_after": after, "weights": len(weights)}
+
+
+def pack(run_dir: str, archive: str) -> Dict:
+    """Writes the run in progress at `run_dir` to `archive` (.tar.gz); returns what it did."""
+    files = RunFiles(run_dir)
+    if not os.path.exists(files.config):
+        raise FileNotFoundError(f"run_dir={run_dir!r} holds no training run (no config.json).")
+    if os.path.exists(files.metrics):
+        raise ValueError(f"run_dir={run_dir!r} has finished (metrics.json): its results are "
+                         "its report, there is no run in progress to carry.")
+    with tempfile.TemporaryDirectory() as scratch:
+        stage = os.path.join(scratch, os.path.basename(os.path.normpath(run_dir)))
+        shutil.copytree(run_dir, stage, ignore=lambda d, names: [
+            n for n in names if d == run_dir and n in _LEFT_BEHIND])
+        backup = _check_backup(RunFiles(stage).backup)
+        records = sum(_keep_whole_records(p) for p in
+                      glob.glob(os.path.join(RunFiles(stage).logs, "*", "events*")))
+        slim = _slim_best(stage) if RunFiles(stage).has_best() else {}
+        progress = {}
+        if os.path.exists(RunFiles(stage).progress):
+            with open(RunFiles(stage).progress) as f:
+                progress = json.load(f)
+        os.makedirs(os.path.dirname(os.path.abspath(archive)), exist_ok=True)
+        with tarfile.open(archive + ".partial", "w:gz") as tar:
+            tar.add(stage, arcname=os.path.basename(stage))
+        os.replace(archive + ".partial", archive)
+    return {"archive": archive, "bytes": os.path.getsize(archive),
+            "backup": os.path.basename(backup), "event_records": records,
+            "progress": progress, **slim}
+
+
+def unpack(archive: str, run_dir: str) -> str:
+    """Extracts `archive` (written by `pack`) to `run_dir`, which must not exist."""
+    if os.path.exists(run_dir):
+        raise FileExistsError(f"run_dir={run_dir!r} exists: it may hold a newer state of the "
+                              "run than the archive; move it away to unpack.")
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(run_dir))) as scratch:
+        with tarfile.open(archive, "r:gz") as tar:
+            tops = {name.split("/")[0] for name in tar.getnames()}
+            if len(tops) != 1:
+                raise ValueError(f"archive={archive!r} holds {sorted(tops)}, not one run.")
+            tar.extractall(scratch, filter="data")
+        os.rename(os.path.join(scratch, tops.pop()), run_dir)
+    return run_dir
+
+
+def main(argv) -> int:
+    usage = ("usage: park.py pack RUN_DIR ARCHIVE.tar.gz | park.py unpack ARCHIVE.tar.gz "
+             "RUN_DIR")
+    if len(argv) != 4 or argv[1] not in ("pack", "unpack"):
+        print(usage, file=sys.stderr)
+        return 2
+    print(f"model code: {os.path.dirname(pipelines.__file__)}", flush=True)
+    if argv[1] == "pack":
+        print(json.dumps(pack(argv[2], argv[3])), flush=True)
+    else:
+        print(f"unpacked {argv[2]} to {unpack(argv[2], argv[3])}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
