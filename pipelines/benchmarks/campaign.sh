@@ -106,7 +106,8 @@ park() {  # Packs and commits the runs in progress; removes the parked runs that
     if [ -e "$run/metrics.json" ] || is_recorded "$name"; then
       [ -e "$archive" ] && git rm -q "$archive" && done+=("$name")
     elif [ -e "$run/config.json" ] && [ -d "$run/backup" ]; then
-      park_py pack "$run" "$MAIN_DIR/$archive" && git add "$archive" && parked+=("$name $(cat "$run/progress.json" 2>/dev/null | tr -d '\n')")
+      park_py pack "$run" "$MAIN_DIR/$archive" && git add "$archive" \
+        && parked+=("$name $(tar -xzOf "$archive" "${run##*/}/progress.json" 2>/dev/null)")
     fi
   done
   if git diff --cached --quiet -- "$PARK_DIR"; then
