@@ -2,9 +2,11 @@
 
 Their order in `fit`'s list matters (callbacks run in list order):
 BackupAndRestore, then `InputStart`; `ValidationMetrics` before the callbacks
-that read its value (ModelCheckpoint, EarlyStopping); `TrainingProgress` last.
+that read its value (ModelCheckpoint, EarlyStopping); `TrainingProgress.before_checkpoint()`
+just before ModelCheckpoint; `TrainingProgress` last.
 """
 
+import hashlib
 import json
 import os
 import time
@@ -59,8 +61,18 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     spent, summed over the processes up to each one's last finished epoch. The
     best value is EarlyStopping's own. When training starts from a backup, it
     gives those back to the two callbacks. Place it after them and after
-    BackupAndRestore (callbacks run in list order).
+    BackupAndRestore (callbacks run in list order), and `before_checkpoint()`
+    just before ModelCheckpoint.
     `finish` marks the training done, so that a rerun goes straight to evaluation.
+
+    The best checkpoint and this file are written one after the other at an epoch's
+    end. A kill between the two, with a backup from that very epoch's end (when the
+    epoch's steps are a multiple of the backup interval), would resume with a best
+    checkpoint newer than the best value recorded: the next epoch that beats the old
+    value would replace better weights. So before ModelCheckpoint saves an
+    improvement, `before_checkpoint()` records it here as pending, with the digest
+    of the best checkpoint it replaces; a restart that finds the checkpoint changed
+    takes the pending epoch as the best, and one that finds it unchanged drops it.
     """
 
     def __init__(self, path: str, early_stopping: tf.keras.callbacks.EarlyStopping,
@@ -78,9 +90,15 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         state = self._read()
         if self.step == 0 or state is None:
             return  # A fresh start (a progress file without a backup is stale).
+        steps_per_epoch = (self.params or {}).get("steps")
+        pending = state.pop("pending", None)
+        if (pending and steps_per_epoch and self.step >= (pending["epoch"] + 1) * steps_per_epoch
+                and self._best_digest() != pending["replaced"]):
+            # Killed after the best checkpoint of an epoch the backup holds, before this file.
+            state.update(best=pending["value"], best_epoch=pending["epoch"],
+                         epochs=max(state["epochs"], pending["epoch"] + 1))
         # Backups come every `backup_every` steps, this file at epoch ends: a backup from
         # the middle of an epoch that the file already counts means that epoch runs again.
-        steps_per_epoch = (self.params or {}).get("steps")
         if steps_per_epoch:
             state["epochs"] = min(state["epochs"], self.step // steps_per_epoch)
         self.state = state
@@ -92,6 +110,18 @@ class TrainingProgress(tf.keras.callbacks.Callback):
             # As EarlyStopping counts: epochs finished since the best one (none when the
             # best is an epoch that runs again).
             self.early_stopping.wait = max(self.state["epochs"] - 1 - self.state["best_epoch"], 0)
+
+    def before_checkpoint(self) -> tf.keras.callbacks.Callback:
+        """The callback to place just before ModelCheckpoint (see the class docstring)."""
+        return _PendingBest(self)
+
+    def _best_digest(self) -> Optional[str]:
+        """sha256 of the best checkpoint's index (it holds the data's checksums), or None."""
+        index = self.checkpoint.filepath + ".index"
+        if not os.path.exists(index):
+            return None
+        with open(index, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
 
     def seconds(self) -> float:
         """Seconds of training so far, this process's and the earlier ones'."""
@@ -133,6 +163,23 @@ class TrainingProgress(tf.keras.callbacks.Callback):
             with open(temporary, "w") as f:
                 json.dump(self.state, f)
             os.replace(temporary, self.path)  # Atomic: a kill never leaves half a file.
+
+
+class _PendingBest(tf.keras.callbacks.Callback):
+    """Records an epoch's improvement in `progress`'s file before ModelCheckpoint saves it."""
+
+    def __init__(self, progress: TrainingProgress):
+        super().__init__()
+        self.progress = progress
+
+    def on_epoch_end(self, epoch, logs=None):
+        checkpoint = self.progress.checkpoint
+        value = (logs or {}).get(checkpoint.monitor)
+        if value is not None and checkpoint.monitor_op(value, checkpoint.best):
+            self.progress.state["pending"] = {"epoch": epoch, "value": float(value),
+                                              "replaced": self.progress._best_digest()}
+            self.progress._write()  # pylint: disable=protected-access
+            del self.progress.state["pending"]
 
 
 class ValidationMetrics(tf.keras.callbacks.Callback):

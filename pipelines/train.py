@@ -136,6 +136,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         tf.keras.callbacks.BackupAndRestore(files.backup,
                                             save_freq=config.backup_every),
         input_start,  # After BackupAndRestore, which restores the step.
+        progress.before_checkpoint(),
         checkpoint,
         early_stopping,
         tf.keras.callbacks.TensorBoard(files.logs),

@@ -133,6 +133,67 @@ class TrainingProgressTest(tf.test.TestCase):
             callback.on_train_begin()
         self.assertEqual((progress.state["epochs"], early.best_epoch, early.wait), (1, 1, 0))
 
+    def _kill_at_epoch_end(self, directory, values, checkpoint_saved):
+        """Epochs of `values`; the last one improves, and the process dies after its
+        pending record, with or without ModelCheckpoint's save, before progress.json."""
+        early, checkpoint, progress = self._callbacks(directory, iterations=0)
+        pending = progress.before_checkpoint()
+        pending.set_model(early.model)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        last = len(values) - 1
+        for epoch, value in enumerate(values):
+            early.model.layers[0].kernel.assign_add(tf.ones([2, 1]))  # The epoch's training.
+            logs = {callbacks_lib.VALIDATION_METRIC: value}
+            pending.on_epoch_end(epoch, logs)
+            if epoch == last:
+                if checkpoint_saved:
+                    checkpoint.on_epoch_end(epoch, logs)
+                return
+            for callback in (early, checkpoint, progress):
+                callback.on_epoch_end(epoch, logs)
+
+    def test_kill_between_the_best_checkpoint_and_the_progress_file(self):
+        # Epoch 2 (0.4) beats epoch 1 (0.3); its checkpoint is saved, the process dies
+        # before progress.json records it, and the backup comes from the end of epoch 2
+        # (step 30). The restart takes epoch 2 as the best: a later 0.35 must not replace
+        # its weights.
+        directory = tempfile.mkdtemp()
+        self._kill_at_epoch_end(directory, [0.1, 0.3, 0.4], checkpoint_saved=True)
+        state = json.load(open(os.path.join(directory, "progress.json")))
+        self.assertEqual((state["epochs"], state["best"], state["pending"]["epoch"]),
+                         (2, 0.3, 2))
+        early, checkpoint, progress = self._callbacks(directory, iterations=30)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch, early.wait,
+                          checkpoint.best), (3, 0.4, 2, 0, 0.4))
+        self.assertNotIn("pending", progress.state)
+        logs = {callbacks_lib.VALIDATION_METRIC: 0.35}
+        progress.before_checkpoint().on_epoch_end(3, logs)
+        for callback in (early, checkpoint, progress):
+            callback.on_epoch_end(3, logs)
+        state = json.load(open(os.path.join(directory, "progress.json")))
+        self.assertEqual((state["epochs"], state["best"], state["best_epoch"]), (4, 0.4, 2))
+        self.assertNotIn("pending", state)
+
+    def test_kill_before_the_best_checkpoint_drops_the_pending_epoch(self):
+        # The same death, but before ModelCheckpoint saved: the checkpoint on disk is still
+        # epoch 1's, so epoch 1 stays the best (epoch 2's weights are gone with it).
+        directory = tempfile.mkdtemp()
+        self._kill_at_epoch_end(directory, [0.1, 0.3, 0.4], checkpoint_saved=False)
+        early, checkpoint, progress = self._callbacks(directory, iterations=30)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch, early.wait,
+                          checkpoint.best), (2, 0.3, 1, 0, 0.3))
+        # From a backup inside epoch 2, that epoch runs again (and may improve again).
+        early, checkpoint, progress = self._callbacks(directory, iterations=25)
+        for callback in (early, progress):
+            callback.on_train_begin()
+        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch),
+                         (2, 0.3, 1))
+
     def test_fresh_start_ignores_a_stale_file(self):
         directory = tempfile.mkdtemp()
         with open(os.path.join(directory, "progress.json"), "w") as f:

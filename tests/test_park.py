@@ -19,21 +19,24 @@ from tests.test_train import _cli
 class ParkTest(tf.test.TestCase):
 
     def test_packed_run_resumes_elsewhere_to_the_bit(self):
-        # A smoke run is killed after its first epoch (a best checkpoint, a backup and the
-        # epoch's progress on disk), packed, its directory deleted (the machine is gone) and
-        # unpacked under another path. Resumed there, it ends as the uninterrupted run does:
-        # same test metrics and best validation value, 2 x 100 steps. Its best checkpoint
-        # travelled without the optimizer's state, a third of its size.
+        # A smoke run is killed once its first best checkpoint is written, packed, its
+        # directory deleted (the machine is gone) and unpacked under another path. Resumed
+        # there, it ends as the uninterrupted run does: same test metrics, best validation
+        # value and best epoch, 2 x 100 steps. Its best checkpoint travelled without the
+        # optimizer's state, a third of its size.
         root = tempfile.mkdtemp()
         out, moved, uninterrupted = (os.path.join(root, n) for n in ("run", "moved", "ref"))
         args = ["--preset=smoke", "--epochs=2", "--steps_per_epoch=100", "--patience=5"]
         process = subprocess.Popen([sys.executable, "-m", "pipelines.train", *args,
                                     f"--output_dir={out}"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline, progress = time.time() + 300, os.path.join(out, "progress.json")
+        deadline = time.time() + 300
         while time.time() < deadline and process.poll() is None:
-            # progress.json comes last at an epoch's end (after the best checkpoint).
-            if os.path.exists(progress) and json.load(open(progress))["epochs"] >= 1:
+            # As soon as the first best checkpoint is on disk: the kill often lands before
+            # progress.json records epoch 0, with a backup from its end (step 100), which
+            # the restart must read from the pending record (callbacks.TrainingProgress).
+            if (os.path.exists(os.path.join(out, "checkpoints", "best.index"))
+                    and tf.train.latest_checkpoint(os.path.join(out, "backup", "chief"))):
                 break
             time.sleep(0.2)
         self.assertIsNone(process.poll(), "the run ended before the kill")
