@@ -28,6 +28,14 @@ TEST_CURVE_METRICS = ("test_recall@20", "test_ndcg@20")
 TEST_CURVE_QUERIES = 8192
 
 
+def checkpoint_digest(prefix: str) -> Optional[str]:
+    """sha256 of the checkpoint's index (it holds the data's checksums), or None."""
+    if not os.path.exists(prefix + ".index"):
+        return None
+    with open(prefix + ".index", "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 class InputStart(tf.keras.callbacks.Callback):
     """The step the training input starts from: the optimizer's step counter when
     training begins (0, or the step BackupAndRestore restored), for `resumable`.
@@ -116,12 +124,7 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         return _PendingBest(self)
 
     def _best_digest(self) -> Optional[str]:
-        """sha256 of the best checkpoint's index (it holds the data's checksums), or None."""
-        index = self.checkpoint.filepath + ".index"
-        if not os.path.exists(index):
-            return None
-        with open(index, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return checkpoint_digest(self.checkpoint.filepath)
 
     def seconds(self) -> float:
         """Seconds of training so far, this process's and the earlier ones'."""

@@ -12,6 +12,7 @@ import time
 
 import tensorflow as tf
 
+from pipelines import callbacks
 from pipelines.benchmarks import park
 from tests.test_train import _cli
 
@@ -42,6 +43,15 @@ class ParkTest(tf.test.TestCase):
         self.assertIsNone(process.poll(), "the run ended before the kill")
         process.send_signal(signal.SIGKILL)
         process.wait()
+        # An improvement pending when the process died names the checkpoint it would have
+        # replaced by its digest; the slimmed copy must keep that name, or the restart would
+        # take the pending epoch (here a made-up 0.99, if the kill left none) as the best.
+        progress = os.path.join(out, "progress.json")
+        state = json.load(open(progress))  # Written at least by the first pending record.
+        state.setdefault("pending", {"epoch": 0, "value": 0.99, "replaced": (
+            callbacks.checkpoint_digest(os.path.join(out, "checkpoints", "best")))})
+        with open(progress, "w") as f:
+            json.dump(state, f)
         archive = os.path.join(root, "parked", "run.tar.gz")
         packed = park.pack(out, archive)
         self.assertEqual(packed["bytes"], os.path.getsize(archive))
