@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from pipelines import callbacks
 from pipelines.benchmarks import park
-from tests.test_train import _cli
+from tests.test_train import _finish_as_uninterrupted
 
 
 class ParkTest(tf.test.TestCase):
@@ -65,15 +65,7 @@ class ParkTest(tf.test.TestCase):
         with self.assertRaisesRegex(FileExistsError, "run_dir=.*moved.* exists"):
             park.unpack(archive, moved)
 
-        result = _cli("pipelines.train", *args, f"--output_dir={moved}")
-        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        result = _cli("pipelines.train", *args, f"--output_dir={uninterrupted}")
-        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        metrics = json.load(open(os.path.join(moved, "metrics.json")))
-        reference = json.load(open(os.path.join(uninterrupted, "metrics.json")))
-        self.assertEqual(metrics["test"], reference["test"])
-        self.assertEqual(metrics["best_validation_ndcg@10"],
-                         reference["best_validation_ndcg@10"])
+        metrics, reference = _finish_as_uninterrupted(self, args, moved, uninterrupted)
         self.assertEqual(metrics["best_epoch"], reference["best_epoch"])
         self.assertGreater(metrics["resumed_from_step"], 0)
         self.assertEqual(metrics["steps"], 200)

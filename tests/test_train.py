@@ -38,6 +38,20 @@ def _cli(module, *args, timeout=600):
                           timeout=timeout, check=False)
 
 
+def _finish_as_uninterrupted(test, args, resumed, uninterrupted):
+    """Runs `pipelines.train` with `args` in `resumed` (a run to continue) and in
+    `uninterrupted` (a fresh one), checks that both test metrics and best validation
+    values are equal, and returns both metrics.json contents."""
+    for output_dir in (resumed, uninterrupted):
+        result = _cli("pipelines.train", *args, f"--output_dir={output_dir}")
+        test.assertEqual(result.returncode, 0, result.stderr[-2000:])
+    metrics, reference = (json.load(open(os.path.join(d, "metrics.json")))
+                          for d in (resumed, uninterrupted))
+    test.assertEqual(metrics["test"], reference["test"])
+    test.assertEqual(metrics["best_validation_ndcg@10"], reference["best_validation_ndcg@10"])
+    return metrics, reference
+
+
 class TrainRunTest(tf.test.TestCase):
 
     def test_run_writes_metrics_and_evaluate_reproduces_them(self):
@@ -349,16 +363,8 @@ class CommandLineTest(tf.test.TestCase):
         process.send_signal(signal.SIGKILL)
         process.wait()
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
-        result = _cli("pipelines.train", *args, f"--output_dir={out}")
-        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        result = _cli("pipelines.train", *args, f"--output_dir={uninterrupted}")
-        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        metrics = json.load(open(os.path.join(out, "metrics.json")))
-        reference = json.load(open(os.path.join(uninterrupted, "metrics.json")))
-        self.assertEqual(metrics["test"], reference["test"])
+        metrics, reference = _finish_as_uninterrupted(self, args, out, uninterrupted)
         self.assertEqual(metrics["last_epoch"], reference["last_epoch"])
-        self.assertEqual(metrics["best_validation_ndcg@10"],
-                         reference["best_validation_ndcg@10"])
         resumed = tf.train.load_checkpoint(os.path.join(out, "checkpoints", "best"))
         straight = tf.train.load_checkpoint(os.path.join(uninterrupted, "checkpoints", "best"))
         names = [name for name, _ in tf.train.list_variables(

@@ -36,7 +36,6 @@ import tensorflow as tf
 
 import pipelines
 from pipelines import callbacks
-from pipelines import configs
 from pipelines import experiment
 from pipelines.run_files import RunFiles
 
@@ -84,13 +83,11 @@ def _slim_best(run_dir: str) -> Dict[str, int]:
     # before pending records has no `checkpoint_digest`, and nothing to rename.
     digest = getattr(callbacks, "checkpoint_digest", None)
     old_digest = digest(files.best) if digest else None
-    _, model, split, data = experiment.load_run(run_dir)
+    config, model, split, data = experiment.load_run(run_dir)
     weights = [w.numpy() for w in model.weights]
     for path in glob.glob(files.best + ".*"):
         os.remove(path)
     model.save_weights(files.best)  # Not compiled: no optimizer to save.
-    with open(files.config) as f:
-        config = configs.validate(configs.Config(**json.load(f)))
     reloaded = experiment.build_model(config, data, split)
     reloaded.load_weights(files.best).expect_partial()
     if len(reloaded.weights) != len(weights) or not all(
@@ -120,13 +117,14 @@ def pack(run_dir: str, archive: str) -> Dict:
         stage = os.path.join(scratch, os.path.basename(os.path.normpath(run_dir)))
         shutil.copytree(run_dir, stage, ignore=lambda d, names: [
             n for n in names if d == run_dir and n in _LEFT_BEHIND])
-        backup = _check_backup(RunFiles(stage).backup)
+        staged = RunFiles(stage)
+        backup = _check_backup(staged.backup)
         records = sum(_keep_whole_records(p) for p in
-                      glob.glob(os.path.join(RunFiles(stage).logs, "*", "events*")))
-        slim = _slim_best(stage) if RunFiles(stage).has_best() else {}
+                      glob.glob(os.path.join(staged.logs, "*", "events*")))
+        slim = _slim_best(stage) if staged.has_best() else {}
         progress = {}
-        if os.path.exists(RunFiles(stage).progress):
-            with open(RunFiles(stage).progress) as f:
+        if os.path.exists(staged.progress):
+            with open(staged.progress) as f:
                 progress = json.load(f)
         os.makedirs(os.path.dirname(os.path.abspath(archive)), exist_ok=True)
         with tarfile.open(archive + ".partial", "w:gz") as tar:
