@@ -3,6 +3,7 @@
 #
 #   bash pipelines/benchmarks/campaign.sh setup   # the worktree at the campaign's commit
 #   bash pipelines/benchmarks/campaign.sh queue   # two drivers, one per core (hours; resumable)
+#   bash pipelines/benchmarks/campaign.sh queue 0 # core 0's driver alone (or 1), to restart one
 #   bash pipelines/benchmarks/campaign.sh watch   # rewrites and commits the reports in this tree
 #   bash pipelines/benchmarks/campaign.sh park    # commits the runs in progress (before a stop)
 #
@@ -58,12 +59,6 @@ setup() {
   fi
   [ -e "$CAMPAIGN_DIR/.venv" ] || ln -s "$MAIN_DIR/.venv" "$CAMPAIGN_DIR/.venv"
   shopt -s nullglob
-  for scratch in a b; do
-    mkdir -p "$LOG_DIR/scratch_$scratch"
-    for report in "$MAIN_DIR"/docs/results/ml1m_*official*.json; do
-      [ -e "$LOG_DIR/scratch_$scratch/$(basename "$report")" ] || cp "$report" "$LOG_DIR/scratch_$scratch/"
-    done
-  done
   local archive run
   for archive in "$MAIN_DIR/$PARK_DIR"/*/*/seed*.tar.gz; do
     run=$RUNS_DIR/${archive#"$MAIN_DIR/$PARK_DIR/"}
@@ -140,12 +135,29 @@ drive() {  # $1 core, $2 scratch name, $3 the field of STEPS that holds this cor
   done
 }
 
-queue() {
+sync_scratch() {  # $@ scratch names: each driver's results directory gets this tree's reports.
+  # A driver rewrites its report with the rows of its own step only (reproduce's --rows), so a
+  # scratch copy loses the other core's rows after each step; refreshed from the committed
+  # reports (`watch` keeps them whole) before a driver starts, a restarted driver sees every
+  # recorded run as finished instead of training it again.
+  shopt -s nullglob
+  local scratch report
+  for scratch in "$@"; do
+    mkdir -p "$LOG_DIR/scratch_$scratch"
+    for report in "$MAIN_DIR"/docs/results/ml1m_*official*.json; do
+      cp "$report" "$LOG_DIR/scratch_$scratch/"
+    done
+  done
+}
+
+queue() {  # $1 (optional): 0 or 1, to restart one core's driver alone.
   [ -d "$CAMPAIGN_DIR" ] || { echo "no $CAMPAIGN_DIR: run '$0 setup' first" >&2; exit 1; }
-  mkdir -p "$LOG_DIR/scratch_a" "$LOG_DIR/scratch_b"
-  drive 1 a 2 &
-  drive 0 b 3 &
-  wait
+  case ${1:-both} in
+    1) sync_scratch a; drive 1 a 2 ;;
+    0) sync_scratch b; drive 0 b 3 ;;
+    both) sync_scratch a b; drive 1 a 2 & drive 0 b 3 & wait ;;
+    *) echo "queue takes 0, 1 or nothing (both cores); received $1" >&2; exit 2 ;;
+  esac
 }
 
 watch() {
@@ -188,7 +200,7 @@ commit() {  # $1 report name, $2 finished runs in the campaign's directory
 
 case "${1:-}" in
   setup) setup ;;
-  queue) queue ;;
+  queue) queue "${2:-both}" ;;
   watch) watch ;;
   park) park ;;
   *) echo "usage: $0 setup|queue|watch|park (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
