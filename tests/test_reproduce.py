@@ -665,6 +665,12 @@ class CampaignScriptTest(tf.test.TestCase):
                                  check=False)
         self.assertEqual(unknown.returncode, 2)
         self.assertIn("usage:", unknown.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            core = subprocess.run(["bash", self.SCRIPT, "queue", "2"], capture_output=True,
+                                  text=True, check=False,
+                                  env=dict(os.environ, CAMPAIGN_DIR=tmp, LOG_DIR=tmp))
+        self.assertEqual(core.returncode, 2)
+        self.assertIn("queue takes 0, 1 or nothing (both cores); received 2", core.stderr)
 
     def test_steps_and_reports_name_known_profiles_and_rows(self):
         with open(self.SCRIPT) as f:
