@@ -38,8 +38,8 @@ RUNS_DIR=$CAMPAIGN_DIR/runs/reproduce
 STEPS=(
   "--profile=official_cpu --split=temporal --temporal_targets=successive --seeds=3|mixed-standard,mixed-improved|mixed-standard_tfrs,full_softmax"
   "--profile=official_cpu --split=loo --seeds=5|in_batch-none,in_batch-standard|in_batch-improved_pool,in_batch-standard_tfrs"
-  "--profile=official_cpu --split=loo --seeds=3|mixed-none,uniform|bce,gbce"
   "--profile=official --split=loo --seeds=1|mixed-standard|mixed-improved"
+  "--profile=official_cpu --split=loo --seeds=3|mixed-none,uniform|bce,gbce"
   "--profile=official_cpu --split=temporal --temporal_targets=first --seeds=3|mixed-standard,mixed-improved|mixed-standard_tfrs,full_softmax"
 )
 # The reports `watch` keeps: the file's name | reproduce's flags. The rows named are listed even
