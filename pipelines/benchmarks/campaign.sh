@@ -12,8 +12,8 @@
 # drivers, each pinned to one core with one TensorFlow thread and its own scratch results
 # directory (LOG_DIR/scratch_a, scratch_b), work down STEPS, each over half of a step's rows.
 # `reproduce` skips finished runs and resumes the others from their backups, so running `queue`
-# again continues where it stopped. On a new machine the run directories are gone: `setup` copies
-# the committed reports' JSON into the scratch directories, and every call passes
+# again continues where it stopped. The run directories can be gone (a new machine), so `queue`
+# first copies the committed reports' JSON into the scratch directories, and every call passes
 # --include_recorded, so the runs they record count as finished.
 #
 # A run in progress lives in CAMPAIGN_DIR/runs only, and a paper-scale run takes longer than a
