@@ -150,12 +150,18 @@ sync_scratch() {  # $@ scratch names: each driver's results directory gets this 
   done
 }
 
+core_driver() {  # $1 core: core 1 has scratch a and STEPS' field 2, core 0 scratch b and field 3.
+  local scratch=b field=3
+  [ "$1" = 1 ] && scratch=a field=2
+  sync_scratch "$scratch"
+  drive "$1" "$scratch" "$field"
+}
+
 queue() {  # $1 (optional): 0 or 1, to restart one core's driver alone.
   [ -d "$CAMPAIGN_DIR" ] || { echo "no $CAMPAIGN_DIR: run '$0 setup' first" >&2; exit 1; }
   case ${1:-both} in
-    1) sync_scratch a; drive 1 a 2 ;;
-    0) sync_scratch b; drive 0 b 3 ;;
-    both) sync_scratch a b; drive 1 a 2 & drive 0 b 3 & wait ;;
+    0|1) core_driver "$1" ;;
+    both) core_driver 1 & core_driver 0 & wait ;;
     *) echo "queue takes 0, 1 or nothing (both cores); received $1" >&2; exit 2 ;;
   esac
 }
