@@ -701,5 +701,32 @@ class CampaignScriptTest(tf.test.TestCase):
                 "ml-1m", split, profile, temporal_targets=targets.group(1) if targets
                 else "first"))
 
+    def test_status_lists_runs_in_progress_with_the_fewest_epochs_left(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = os.path.join(tmp, "runs", "reproduce", "ml1m_loo_official")
+            for row, progress in [("mixed-improved", {"epochs": 91, "best": 0.1794,
+                                                      "best_epoch": 85, "seconds": 1.0}),
+                                  ("mixed-standard", {"epochs": 1, "best": None,
+                                                      "best_epoch": None, "seconds": 1.0}),
+                                  ("full_softmax", {"epochs": 300, "best": 0.2,
+                                                    "best_epoch": 99, "finished": True})]:
+                run = os.path.join(runs, row, "seed0")
+                os.makedirs(run)
+                for name, content in [("progress.json", progress),
+                                      ("config.json", {"patience": 200})]:
+                    with open(os.path.join(run, name), "w") as f:
+                        json.dump(content, f)
+            with open(os.path.join(runs, "mixed-improved", "seed0", "train.log"), "w") as f:
+                f.write("48/48 - 100s - loss: 1 - 100s/epoch\n48/48 - 200s - 200s/epoch\n")
+            status = subprocess.run(["bash", self.SCRIPT, "status"], capture_output=True,
+                                    text=True, check=True,
+                                    env=dict(os.environ, CAMPAIGN_DIR=tmp, LOG_DIR=tmp))
+        # Best after epoch 86 (1-based), then 200 epochs of patience: 286, 195 after the 91st.
+        self.assertEqual(status.stdout.splitlines(), [
+            "ml1m_loo_official/mixed-improved/seed0: 91 epochs, best validation 0.1794 after 86;"
+            " stops after 286 at the earliest (195 more); 150 s an epoch over the last 2,"
+            " so at least 8.1 h",
+            "ml1m_loo_official/mixed-standard/seed0: 1 epochs, no validation value yet"])
+
 if __name__ == "__main__":
     tf.test.main()

@@ -6,6 +6,7 @@
 #   bash pipelines/benchmarks/campaign.sh queue 0 # core 0's driver alone (or 1), to restart one
 #   bash pipelines/benchmarks/campaign.sh watch   # rewrites and commits the reports in this tree
 #   bash pipelines/benchmarks/campaign.sh park    # commits the runs in progress (before a stop)
+#   bash pipelines/benchmarks/campaign.sh status  # each run in progress: epochs, best, fewest left
 #
 # Every run trains with one code: a git worktree of CAMPAIGN_COMMIT at CAMPAIGN_DIR, with this
 # tree's .venv linked into it, so that editing this tree never changes a run under way. Two
@@ -204,11 +205,47 @@ commit() {  # $1 report name, $2 finished runs in the campaign's directory
   echo "$(date) committed $1 ($2 runs)"
 }
 
+status() {  # Each run in progress, from its progress.json, config.json and train.log.
+  python3 - "$RUNS_DIR" <<'EOF'
+import glob, json, os, re, sys
+runs = sys.argv[1]
+found = False
+for path in sorted(glob.glob(os.path.join(runs, "*", "*", "seed*", "progress.json"))):
+    run = os.path.dirname(path)
+    with open(path) as f:
+        state = json.load(f)
+    if state.get("finished") or os.path.exists(os.path.join(run, "metrics.json")):
+        continue
+    found = True
+    with open(os.path.join(run, "config.json")) as f:
+        patience = json.load(f)["patience"]
+    name, epochs = os.path.relpath(run, runs), state["epochs"]
+    if state.get("best_epoch") is None:
+        print(f"{name}: {epochs} epochs, no validation value yet")
+        continue
+    # EarlyStopping stops once `patience` epochs have followed the best (0-based) epoch.
+    last = state["best_epoch"] + patience + 1
+    line = (f"{name}: {epochs} epochs, best validation {state['best']:.4f} after "
+            f"{state['best_epoch'] + 1}; stops after {last} at the earliest ({last - epochs} more)")
+    log = os.path.join(run, "train.log")
+    times = re.findall(r" - (\d+)s/epoch", open(log).read()) if os.path.exists(log) else []
+    if times:
+        recent = [int(t) for t in times[-10:]]
+        per_epoch = sum(recent) / len(recent)
+        line += (f"; {per_epoch:.0f} s an epoch over the last {len(recent)}, "
+                 f"so at least {(last - epochs) * per_epoch / 3600:.1f} h")
+    print(line)
+if not found:
+    print(f"no run in progress under {runs}")
+EOF
+}
+
 case "${1:-}" in
   setup) setup ;;
   queue) queue "${2:-both}" ;;
   watch) watch ;;
   park) park ;;
-  *) echo "usage: $0 setup|queue|watch|park (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
+  status) status ;;
+  *) echo "usage: $0 setup|queue|watch|park|status (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
      exit 2 ;;
 esac
