@@ -228,7 +228,10 @@ for path in sorted(glob.glob(os.path.join(runs, "*", "*", "seed*", "progress.jso
     line = (f"{name}: {epochs} epochs, best validation {state['best']:.4f} after "
             f"{state['best_epoch'] + 1}; stops after {last} at the earliest ({last - epochs} more)")
     log = os.path.join(run, "train.log")
-    times = re.findall(r" - (\d+)s/epoch", open(log).read()) if os.path.exists(log) else []
+    times = []
+    if os.path.exists(log):
+        with open(log) as f:
+            times = re.findall(r" - (\d+)s/epoch", f.read())
     if times:
         recent = [int(t) for t in times[-10:]]
         per_epoch = sum(recent) / len(recent)
