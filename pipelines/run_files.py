@@ -13,6 +13,7 @@ reproduction's driver reads run directories without one.)
   OUTPUT/export/<index>/<v>/  SavedModels for serving
   OUTPUT/workers/worker-N/    each non-chief worker's report (multi-worker runs)
   OUTPUT/wall_seconds.json    the reproduction driver's wall time of the run
+  OUTPUT/train.log            the reproduction driver's log of the run's training process
 """
 
 import dataclasses
@@ -55,6 +56,10 @@ class RunFiles:
     @property
     def wall_seconds(self) -> str:
         return self._path("wall_seconds.json")
+
+    @property
+    def train_log(self) -> str:
+        return self._path("train.log")
 
     def export(self, index: str) -> str:
         return self._path("export", index)

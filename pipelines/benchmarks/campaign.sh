@@ -206,18 +206,20 @@ commit() {  # $1 report name, $2 finished runs in the campaign's directory
 }
 
 status() {  # Each run in progress, from its progress.json, config.json and train.log.
-  python3 - "$RUNS_DIR" <<'EOF'
+  cd "$MAIN_DIR" && .venv/bin/python - "$RUNS_DIR" <<'EOF'
 import glob, json, os, re, sys
+from pipelines.run_files import RunFiles
 runs = sys.argv[1]
 found = False
-for path in sorted(glob.glob(os.path.join(runs, "*", "*", "seed*", "progress.json"))):
-    run = os.path.dirname(path)
-    with open(path) as f:
+for run in sorted(os.path.dirname(path) for path in
+                  glob.glob(os.path.join(runs, "*", "*", "seed*", "progress.json"))):
+    files = RunFiles(run)
+    with open(files.progress) as f:
         state = json.load(f)
-    if state.get("finished") or os.path.exists(os.path.join(run, "metrics.json")):
+    if state.get("finished") or os.path.exists(files.metrics):
         continue
     found = True
-    with open(os.path.join(run, "config.json")) as f:
+    with open(files.config) as f:
         patience = json.load(f)["patience"]
     name, epochs = os.path.relpath(run, runs), state["epochs"]
     if state.get("best_epoch") is None:
@@ -227,10 +229,9 @@ for path in sorted(glob.glob(os.path.join(runs, "*", "*", "seed*", "progress.jso
     last = state["best_epoch"] + patience + 1
     line = (f"{name}: {epochs} epochs, best validation {state['best']:.4f} after "
             f"{state['best_epoch'] + 1}; stops after {last} at the earliest ({last - epochs} more)")
-    log = os.path.join(run, "train.log")
     times = []
-    if os.path.exists(log):
-        with open(log) as f:
+    if os.path.exists(files.train_log):
+        with open(files.train_log) as f:
             times = re.findall(r" - (\d+)s/epoch", f.read())
     if times:
         recent = [int(t) for t in times[-10:]]

@@ -363,8 +363,8 @@ def execute(run: Run, cpus: Optional[Sequence[int]] = None) -> float:
     if cpus is not None:
         env.update(TF_NUM_INTRAOP_THREADS=str(len(cpus)), TF_NUM_INTEROP_THREADS=str(len(cpus)))
         pin = functools.partial(os.sched_setaffinity, 0, list(cpus))
-    started = time.time()
-    with open(os.path.join(run.directory, "train.log"), "a") as log:
+    started, files = time.time(), RunFiles(run.directory)
+    with open(files.train_log, "a") as log:
         log.write(" ".join(command(run)) + (f"  # CPUs {list(cpus)}" if cpus else "") + "\n")
         log.flush()
         process = subprocess.run(command(run), stdout=log, stderr=subprocess.STDOUT,
@@ -372,8 +372,8 @@ def execute(run: Run, cpus: Optional[Sequence[int]] = None) -> float:
     seconds = time.time() - started
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command(run))} exited with {process.returncode}; see "
-                           f"{os.path.join(run.directory, 'train.log')}.")
-    with open(RunFiles(run.directory).wall_seconds, "w") as f:
+                           f"{files.train_log}.")
+    with open(files.wall_seconds, "w") as f:
         json.dump({"seconds": seconds}, f)  # This session's share of the run (it may resume).
     return seconds
 
