@@ -10,7 +10,7 @@ evaluation set.
 import functools
 import json
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -226,14 +226,17 @@ def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet
 
 def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
              ks=retrieval.DEFAULT_KS, index: str = "exact",
-             queries: Optional[np.ndarray] = None) -> Dict[str, float]:
-    """Recall@k / NDCG@k over the whole catalog by `index`, the queries' histories filtered.
+             queries: Optional[np.ndarray] = None, per_query: bool = False
+             ) -> Dict[str, Union[float, np.ndarray]]:
+    """Recall@k / NDCG@k over the whole catalog by `index`, the queries' histories filtered:
+    their means, or with `per_query` each query's ([num_queries] arrays in the set's order).
     `queries`: the set's `query_embeddings`, when the caller already has them."""
     if queries is None:
         queries = query_embeddings(model, config, eval_set)
     top = retrieval.top_k(queries, model.item_embeddings().numpy(), max(ks),
                           exclude=eval_set.histories, index=index)
-    return retrieval.recall_ndcg(top, eval_set.targets, ks)
+    metrics = retrieval.per_query_recall_ndcg if per_query else retrieval.recall_ndcg
+    return metrics(top, eval_set.targets, ks)
 
 
 def load_run(output_dir: str):

@@ -50,6 +50,22 @@ class RecallNdcgTest(tf.test.TestCase):
         self.assertAllClose(got["ndcg@2"], (1 / np.log2(3) + 1 / ideal_2 + 0) / 3)
         self.assertAllClose(got["ndcg@4"], (1 / np.log2(3) + (1 + 1 / np.log2(5)) / ideal_2) / 3)
 
+    def test_per_query_values_average_to_the_means(self):
+        retrieved = np.array([[5, 3, 9, 1], [2, 4, 6, 8], [7, 1, 2, 3]])
+        targets = [np.array([3]), np.array([8, 2]), np.array([11])]
+        per_query = retrieval.per_query_recall_ndcg(retrieved, targets, ks=(2, 4))
+        ideal_2 = 1 + 1 / np.log2(3)
+        self.assertAllClose(per_query["recall@2"], [1, 0.5, 0])
+        self.assertAllClose(per_query["ndcg@4"], [1 / np.log2(3), (1 + 1 / np.log2(5)) / ideal_2,
+                                                  0])
+        means = retrieval.recall_ndcg(retrieved, targets, ks=(2, 4))
+        self.assertEqual(sorted(means), sorted(per_query))
+        for name, values in per_query.items():
+            self.assertEqual(values.shape, (3,))
+            self.assertAlmostEqual(means[name], values.mean(), places=12)
+        self.assertEqual(retrieval.recall_ndcg(np.zeros([0, 4], int), [], ks=(4,)),
+                         {"recall@4": 0.0, "ndcg@4": 0.0})
+
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, r"`retrieved` has 1 queries but `targets` 2"):
             retrieval.recall_ndcg(np.zeros([1, 100]), [np.array([1]), np.array([2])])
@@ -59,9 +75,6 @@ class RecallNdcgTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"Every query needs at least one target"):
             retrieval.recall_ndcg(np.zeros([1, 5]), [np.array([])], ks=(1,))
 
-
-if __name__ == "__main__":
-    tf.test.main()
 
 
 class ScannTest(tf.test.TestCase):
@@ -203,3 +216,7 @@ class EmbeddingGeometryTest(tf.test.TestCase):
             retrieval.embedding_geometry(np.zeros([2, 2]), np.ones([4, 2]), first_id=4)
         with self.assertRaisesRegex(ValueError, r"1 zero rows at or after `first_id` 1"):
             retrieval.embedding_geometry(np.zeros([2, 2]), np.array([[0, 0], [0, 0], [1, 1.0]]))
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -172,6 +172,39 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(first["last_epoch"], second["last_epoch"])
         self.assertEqual(first["test"], second["test"])
 
+    def test_two_runs_compared_query_by_query(self):
+        from pipelines import evaluate  # pylint: disable=import-outside-toplevel
+        config = SMOKE.replace(epochs=1, steps_per_epoch=10, index="exact")
+        base, other = tempfile.mkdtemp(), tempfile.mkdtemp()
+        a = train.run(config.replace(correction="none"), base, verbose=0)["test"]
+        b = train.run(config, other, verbose=0)["test"]
+        comparison = evaluate.compare_runs(other, base)
+        self.assertEqual(sorted(comparison), sorted(a))
+        for metric, row in comparison.items():
+            self.assertEqual(row["n"], 300)  # The synthetic catalog's 300 test users.
+            self.assertAlmostEqual(row["mean_a"], a[metric], places=12)
+            self.assertAlmostEqual(row["mean_b"], b[metric], places=12)
+            self.assertAlmostEqual(row["difference"], b[metric] - a[metric], places=12)
+        self.assertGreater(comparison["ndcg@100"]["se"], 0.0)
+        self.assertEqual(evaluate.compare_runs(base, base)["ndcg@10"]["p"], 1.0)
+        path = os.path.join(other, "paired.json")
+        result = _cli("pipelines.evaluate", other, f"--against={base}", f"--output_json={path}")
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        row = comparison["ndcg@20"]
+        self.assertIn(f"| ndcg@20 | {row['mean_b']:.4f} | {row['mean_a']:.4f} | "
+                      f"{row['difference']:+.4f} | {row['se']:.4f} | {row['t']:.2f} |",
+                      result.stdout)
+        with open(path) as f:
+            saved = json.load(f)
+        self.assertEqual((saved["b"], saved["a"], saved["split"]), (other, base, "test"))
+        self.assertAlmostEqual(saved["metrics"]["ndcg@20"]["se"], row["se"], places=12)
+        smaller = tempfile.mkdtemp()
+        train.run(config.replace(synthetic_users=200, steps_per_epoch=2), smaller, verbose=0)
+        with self.assertRaisesRegex(ValueError, r"--against=.* evaluates other test queries "
+                                    r"than .* \(synthetic, split loo, 200 queries vs "
+                                    r"synthetic, split loo, 300\); a paired comparison needs "
+                                    r"the same ones"):
+            evaluate.compare_runs(other, smaller)
 
     def test_the_test_curve_is_logged_and_changes_no_training(self):
         from pipelines.benchmarks import reproduce  # pylint: disable=import-outside-toplevel

@@ -46,9 +46,12 @@ def exact_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
     return np.concatenate(results) if results else np.zeros([0, k], np.int64)
 
 
-def recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
-                ks: Sequence[int] = DEFAULT_KS) -> Dict[str, float]:
-    """Mean Recall@k and NDCG@k over queries.
+def per_query_recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
+                          ks: Sequence[int] = DEFAULT_KS) -> Dict[str, np.ndarray]:
+    """Recall@k and NDCG@k of each query: {"recall@k" / "ndcg@k": [num_queries] float64}.
+
+    Their means are `recall_ndcg`; per query they give paired comparisons of two models on
+    the same queries (`pipelines.evaluate --against`).
 
     Args:
       retrieved: [num_queries, >= max(ks)] ranked ids.
@@ -62,18 +65,29 @@ def recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
         raise ValueError(f"`retrieved` holds {retrieved.shape[1]} ids per query; ks={list(ks)} "
                          f"needs {max(ks)}.")
     discounts = 1.0 / np.log2(np.arange(2, max(ks) + 2))
-    sums = {f"{name}@{k}": 0.0 for k in ks for name in ("recall", "ndcg")}
-    for ranked, positives in zip(retrieved, targets):
+    values = {f"{name}@{k}": np.zeros(len(targets)) for k in ks for name in ("recall", "ndcg")}
+    for query, (ranked, positives) in enumerate(zip(retrieved, targets)):
         positives = np.unique(np.asarray(positives))
         if positives.size == 0:
             raise ValueError("Every query needs at least one target.")
         hits = np.isin(ranked[:max(ks)], positives)
         for k in ks:
-            sums[f"recall@{k}"] += hits[:k].sum() / positives.size
+            values[f"recall@{k}"][query] = hits[:k].sum() / positives.size
             ideal = discounts[:min(k, positives.size)].sum()
-            sums[f"ndcg@{k}"] += (hits[:k] * discounts[:k]).sum() / ideal
-    count = max(len(targets), 1)
-    return {name: value / count for name, value in sums.items()}
+            values[f"ndcg@{k}"][query] = (hits[:k] * discounts[:k]).sum() / ideal
+    return values
+
+
+def recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
+                ks: Sequence[int] = DEFAULT_KS) -> Dict[str, float]:
+    """Mean Recall@k and NDCG@k over queries (0 for no queries).
+
+    Args:
+      retrieved: [num_queries, >= max(ks)] ranked ids.
+      targets: per query, its positive ids (at least one).
+    """
+    return {name: float(values.mean()) if values.size else 0.0
+            for name, values in per_query_recall_ndcg(retrieved, targets, ks).items()}
 
 
 INDEXES = ("exact", "scann")

@@ -40,6 +40,7 @@ from absl import flags
 
 from pipelines import configs
 from pipelines.run_files import RunFiles
+from pipelines.significance import t_test, welch_t
 
 FLAGS = flags.FLAGS
 PROFILES = ("cpu", "paper", "official", "official_cpu")
@@ -655,58 +656,6 @@ PAIRS = (("mixed-standard", "mixed-improved", "improved vs the paper's standard 
          ("in_batch-standard_tfrs", "in_batch-improved_pool",
           "improved (released pool) vs TFRS's standard, in-batch"),
          ("in_batch-none", "in_batch-standard", "the paper's standard vs no correction, in-batch"))
-
-
-def student_t_two_sided_p(t: float, df: int) -> float:
-    """P(|T| >= |t|) for Student's t with `df` (a positive integer) degrees of freedom.
-
-    Exact finite sums (Abramowitz & Stegun 26.7.3-4) with theta = atan(|t| / sqrt(df)):
-    A(t | df) = 2 theta / pi + 2 / pi sin cos (1 + 2/3 cos^2 + ...) for odd df, and
-    sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...) for even df; p = 1 - A.
-    """
-    if df < 1 or int(df) != df:
-        raise ValueError(f"`df` must be a positive integer; received df={df!r}.")
-    theta = math.atan(abs(t) / math.sqrt(df))
-    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2:  # Odd: terms 1, 2/3 c^2, (2*4)/(3*5) c^4, ... up to c^(df - 3).
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):
-            term *= 2 * k / (2 * k + 1) * cos2
-            total += term
-        area = 2 / math.pi * (theta + sin * math.cos(theta) * total)
-    else:  # Even: terms 1, 1/2 c^2, (1*3)/(2*4) c^4, ... up to c^(df - 2).
-        term, total = 1.0, 1.0
-        for k in range(1, df // 2):
-            term *= (2 * k - 1) / (2 * k) * cos2
-            total += term
-        area = sin * total
-    return min(max(1.0 - area, 0.0), 1.0)
-
-
-def t_test(difference: float, error: float, df: int) -> Tuple[float, float]:
-    """(t, two-sided p) of `difference` with standard error `error` and `df` degrees of
-    freedom. A zero error gives t = +-inf and p = 0, or t = 0 and p = 1 for no difference."""
-    if error > 0:
-        t = difference / error
-        return t, student_t_two_sided_p(t, df)
-    return (math.copysign(math.inf, difference), 0.0) if difference else (0.0, 1.0)
-
-
-def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
-            ) -> Tuple[float, int, float]:
-    """Welch's unpaired t for a difference of means `gap`: (t, df, two-sided p).
-
-    df is the Welch-Satterthwaite value rounded down, at least 1 (n_a + n_b - 2 when
-    both spreads are 0, where it is undefined).
-    """
-    var_a, var_b = std_a ** 2 / n_a, std_b ** 2 / n_b
-    if var_a + var_b > 0:
-        df = (var_a + var_b) ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
-        df = max(1, int(math.floor(df + 1e-9)))
-    else:
-        df = n_a + n_b - 2
-    t, p = t_test(gap, math.sqrt(var_a + var_b), df)
-    return t, df, p
 
 
 def _small(value: float, places: int) -> str:

@@ -1,0 +1,81 @@
+"""Significance tests for the differences the reports print, in the standard library only.
+
+Student's t p-values by exact finite sums; a t-test of a difference and its standard error;
+Welch's unpaired t (`pipelines.benchmarks.reproduce`'s rows, their seeds unpaired); and a
+paired t over per-query differences (`pipelines.evaluate --against`).
+"""
+
+import math
+from typing import Dict, Sequence, Tuple
+
+import numpy as np
+
+
+def student_t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with `df` (a positive integer) degrees of freedom.
+
+    Exact finite sums (Abramowitz & Stegun 26.7.3-4) with theta = atan(|t| / sqrt(df)):
+    A(t | df) = 2 theta / pi + 2 / pi sin cos (1 + 2/3 cos^2 + ...) for odd df, and
+    sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...) for even df; p = 1 - A.
+    """
+    if df < 1 or int(df) != df:
+        raise ValueError(f"`df` must be a positive integer; received df={df!r}.")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2:  # Odd: terms 1, 2/3 c^2, (2*4)/(3*5) c^4, ... up to c^(df - 3).
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= 2 * k / (2 * k + 1) * cos2
+            total += term
+        area = 2 / math.pi * (theta + sin * math.cos(theta) * total)
+    else:  # Even: terms 1, 1/2 c^2, (1*3)/(2*4) c^4, ... up to c^(df - 2).
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= (2 * k - 1) / (2 * k) * cos2
+            total += term
+        area = sin * total
+    return min(max(1.0 - area, 0.0), 1.0)
+
+
+def t_test(difference: float, error: float, df: int) -> Tuple[float, float]:
+    """(t, two-sided p) of `difference` with standard error `error` and `df` degrees of
+    freedom. A zero error gives t = +-inf and p = 0, or t = 0 and p = 1 for no difference."""
+    if error > 0:
+        t = difference / error
+        return t, student_t_two_sided_p(t, df)
+    return (math.copysign(math.inf, difference), 0.0) if difference else (0.0, 1.0)
+
+
+def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
+            ) -> Tuple[float, int, float]:
+    """Welch's unpaired t for a difference of means `gap`: (t, df, two-sided p).
+
+    df is the Welch-Satterthwaite value rounded down, at least 1 (n_a + n_b - 2 when
+    both spreads are 0, where it is undefined).
+    """
+    var_a, var_b = std_a ** 2 / n_a, std_b ** 2 / n_b
+    if var_a + var_b > 0:
+        df = (var_a + var_b) ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
+        df = max(1, int(math.floor(df + 1e-9)))
+    else:
+        df = n_a + n_b - 2
+    t, p = t_test(gap, math.sqrt(var_a + var_b), df)
+    return t, df, p
+
+
+def paired(values_a: Sequence[float], values_b: Sequence[float]) -> Dict[str, float]:
+    """Paired comparison of b against a over the same units (queries, or seeds):
+    {"n", "mean_a", "mean_b", "difference": mean of d = b - a, "se": std(d) / sqrt(n)
+    (std with n - 1), "t", "p": two-sided, n - 1 degrees of freedom}."""
+    a, b = np.asarray(values_a, np.float64), np.asarray(values_b, np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"Paired values need the same units: received shapes {a.shape} "
+                         f"and {b.shape}.")
+    if a.size < 2:
+        raise ValueError(f"A paired standard error needs at least 2 pairs; received {a.size}.")
+    d = b - a
+    difference = float(d.mean())
+    error = float(d.std(ddof=1) / math.sqrt(d.size))
+    t, p = t_test(difference, error, d.size - 1)
+    return {"n": int(d.size), "mean_a": float(a.mean()), "mean_b": float(b.mean()),
+            "difference": difference, "se": error, "t": t, "p": p}
