@@ -3,6 +3,7 @@ r"""Re-evaluates a finished (or interrupted) training run from its checkpoint.
 Usage:
   python -m pipelines.evaluate OUTPUT_DIR [--split=test|validation] [--geometry]
   python -m pipelines.evaluate OUTPUT_DIR --against=OTHER_DIR [--output_json=PATH]
+  python -m pipelines.evaluate OUTPUT_DIR --per_query_out=PATH.npz
 
 Rebuilds the data and the model from OUTPUT_DIR/config.json, loads the best
 weights (OUTPUT_DIR/checkpoints/best), evaluates with exact search and prints
@@ -14,9 +15,12 @@ item vectors and the split's query scores are
 With --against it compares two runs on the same queries instead: per query, the
 difference d = OUTPUT_DIR's metric - OTHER_DIR's, its mean, its standard error over
 queries and a paired t-test (`pipelines.significance.paired`). That standard error is
-the evaluation set's sampling noise only; two training seeds differ by more.
+the evaluation set's sampling noise only; two training seeds differ by more. Either side
+may be a .npz that --per_query_out wrote: each query's metrics, kept after the run's
+checkpoint is gone.
 """
 
+import hashlib
 import json
 import os
 from typing import Dict
@@ -45,6 +49,8 @@ def define_flags() -> None:
                         "OUTPUT_DIR with it query by query (paired) instead.")
     flags.DEFINE_string("output_json", None, "With --against: also write the comparison "
                         "to this JSON file.")
+    flags.DEFINE_string("per_query_out", None, "Write each query's metrics to this .npz, "
+                        "which --against then reads in place of the run (no checkpoint).")
 
 
 def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
@@ -62,27 +68,66 @@ def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
     return config, metrics
 
 
+PER_QUERY_SUFFIX = ".npz"
+
+
+def _targets_digest(eval_set) -> str:
+    """sha256 of an evaluation set's targets: same digest, same positives per query."""
+    digest = hashlib.sha256()
+    for positives in eval_set.targets:
+        digest.update(np.asarray(positives, np.int64).tobytes() + b"|")
+    return digest.hexdigest()
+
+
+def per_query_values(source: str, split: str = "test", index: str = "exact") -> Dict:
+    """{"users", "targets_digest", "split", "index", "description", "values": {metric:
+    [num_queries]}} of `source`: a run directory (evaluated from its best checkpoint), or a
+    file that `save_per_query` wrote (`--per_query_out`), which holds them without the
+    checkpoint."""
+    if source.endswith(PER_QUERY_SUFFIX):
+        with np.load(source) as saved:
+            header = json.loads(str(saved["header"]))
+            values = {name[len("value:"):]: saved[name] for name in saved.files
+                      if name.startswith("value:")}
+            users = saved["users"]
+        if (header["split"], header["index"]) != (split, index):
+            raise ValueError(f"{source} holds the {header['split']} split by {header['index']} "
+                             f"search; asked for the {split} split by {index} search.")
+        return dict(header, users=users, values=values)
+    config, model, data_split, _ = experiment.load_run(source)
+    eval_set = data_split.test if split == "test" else data_split.validation
+    return {"users": np.asarray(eval_set.users), "targets_digest": _targets_digest(eval_set),
+            "split": split, "index": index,
+            "description": f"{config.dataset}, split {config.split}",
+            "values": experiment.evaluate(model, config, eval_set, index=index,
+                                          per_query=True)}
+
+
+def save_per_query(values: Dict, path: str) -> None:
+    """Writes `per_query_values`' result to `path` (.npz), for `--against` without the run."""
+    if not path.endswith(PER_QUERY_SUFFIX):
+        raise ValueError(f"--per_query_out must end with {PER_QUERY_SUFFIX}; received {path!r}.")
+    header = {key: values[key] for key in ("targets_digest", "split", "index", "description")}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    np.savez_compressed(path, header=json.dumps(header), users=values["users"],
+                        **{f"value:{name}": array.astype(np.float32)
+                           for name, array in values["values"].items()})
+
+
 def compare_runs(output_dir: str, against: str, split: str = "test", index: str = "exact"
                  ) -> Dict[str, Dict[str, float]]:
-    """Paired comparison, query by query, of the run in `output_dir` (b) with the run in
-    `against` (a) on `split`: per metric, `significance.paired` of their per-query values
-    (d = b - a). Both runs must evaluate the same queries with the same targets."""
-    sets, values = [], []
-    for directory in (against, output_dir):
-        config, model, data_split, _ = experiment.load_run(directory)
-        eval_set = data_split.test if split == "test" else data_split.validation
-        sets.append((directory, config, eval_set))
-        values.append(experiment.evaluate(model, config, eval_set, index=index,
-                                          per_query=True))
-    (dir_a, config_a, set_a), (dir_b, config_b, set_b) = sets
-    same = (np.array_equal(set_a.users, set_b.users) and len(set_a.targets) == len(set_b.targets)
-            and all(np.array_equal(x, y) for x, y in zip(set_a.targets, set_b.targets)))
-    if not same:
+    """Paired comparison, query by query, of `output_dir` (b) with `against` (a) on `split`:
+    per metric, `significance.paired` of their per-query values (d = b - a). Each is a run
+    directory or a `--per_query_out` file; both must hold the same queries and targets."""
+    a, b = (per_query_values(source, split, index) for source in (against, output_dir))
+    if not (np.array_equal(a["users"], b["users"])
+            and a["targets_digest"] == b["targets_digest"]):
         raise ValueError(
-            f"--against={dir_a} evaluates other {split} queries than {dir_b} ({config_a.dataset}, "
-            f"split {config_a.split}, {len(set_a.users)} queries vs {config_b.dataset}, split "
-            f"{config_b.split}, {len(set_b.users)}); a paired comparison needs the same ones.")
-    return {name: significance.paired(values[0][name], values[1][name]) for name in values[0]}
+            f"--against={against} evaluates other {split} queries than {output_dir} "
+            f"({a['description']}, {len(a['users'])} queries vs {b['description']}, "
+            f"{len(b['users'])}); a paired comparison needs the same ones.")
+    return {name: significance.paired(a["values"][name], b["values"][name])
+            for name in a["values"]}
 
 
 def format_comparison(comparison: Dict[str, Dict[str, float]], name_b: str, name_a: str) -> str:
@@ -102,6 +147,12 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     output_dir = argv[1]
+    if FLAGS.per_query_out:
+        values = per_query_values(output_dir, FLAGS.split, FLAGS.index)
+        save_per_query(values, FLAGS.per_query_out)
+        print(f"Wrote {FLAGS.per_query_out}: {len(values['users'])} {FLAGS.split} queries, "
+              f"{FLAGS.index} search")
+        return
     if FLAGS.against:
         comparison = compare_runs(output_dir, FLAGS.against, FLAGS.split, FLAGS.index)
         n = next(iter(comparison.values()))["n"]

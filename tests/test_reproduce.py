@@ -699,5 +699,37 @@ class CampaignScriptTest(tf.test.TestCase):
             " so at least 8.1 h",
             "ml1m_loo_official/mixed-standard/seed0: 1 epochs, no validation value yet"])
 
+    def test_per_query_commits_each_finished_runs_metrics_once(self):
+        from pipelines import configs, evaluate, train  # pylint: disable=import-outside-toplevel
+        root = os.path.dirname(os.path.dirname(os.path.dirname(self.SCRIPT)))
+        with tempfile.TemporaryDirectory() as tmp:
+            main, campaign = os.path.join(tmp, "main"), os.path.join(tmp, "campaign")
+            runs = os.path.join(campaign, "runs", "reproduce", "synthetic_loo_smoke")
+            finished = os.path.join(runs, "mixed-improved", "seed0")
+            metrics = train.run(configs.PRESETS["smoke"].replace(
+                epochs=1, steps_per_epoch=5, index="exact"), finished, verbose=0)
+            os.makedirs(os.path.join(runs, "mixed-standard", "seed0"))  # In progress: skipped.
+            os.makedirs(main)
+            os.symlink(os.path.join(root, ".venv"), os.path.join(main, ".venv"))
+            git = ["git", "-C", main, "-c", "user.name=t", "-c", "user.email=t@t"]
+            subprocess.run(git + ["init", "-q"], check=True)
+            subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "start"], check=True)
+            env = dict(os.environ, MAIN_DIR=main, CAMPAIGN_DIR=campaign, LOG_DIR=tmp,
+                       PYTHONPATH=root, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+                       GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+            for _ in range(2):  # The second call finds the file and does nothing.
+                result = subprocess.run(["bash", self.SCRIPT, "per_query"], capture_output=True,
+                                        text=True, check=True, env=env)
+            self.assertEqual(result.stdout, "")
+            log = subprocess.run(git + ["log", "--format=%s", "--name-only"], check=True,
+                                 capture_output=True, text=True).stdout.split("\n")
+            saved = "docs/results/per_query/synthetic_loo_smoke/mixed-improved/seed0.npz"
+            self.assertEqual(log[:3], ["results: per-query test metrics of 1 finished campaign "
+                                       "runs (issue 25)", "", saved])
+            values = evaluate.per_query_values(os.path.join(main, saved))
+            self.assertEqual(len(values["users"]), 300)
+            for name, value in metrics["test"].items():
+                self.assertAlmostEqual(float(values["values"][name].mean()), value, places=5)
+
 if __name__ == "__main__":
     tf.test.main()

@@ -198,6 +198,21 @@ class TrainRunTest(tf.test.TestCase):
             saved = json.load(f)
         self.assertEqual((saved["b"], saved["a"], saved["split"]), (other, base, "test"))
         self.assertAlmostEqual(saved["metrics"]["ndcg@20"]["se"], row["se"], places=12)
+        # A saved per-query file stands in for the run (its checkpoint may be gone).
+        saved_a = os.path.join(base, "per_query.npz")
+        result = _cli("pipelines.evaluate", base, f"--per_query_out={saved_a}")
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertIn(f"Wrote {saved_a}: 300 test queries, exact search", result.stdout)
+        from_file = evaluate.compare_runs(other, saved_a)
+        for metric, row in comparison.items():
+            for key, value in row.items():
+                self.assertAlmostEqual(from_file[metric][key], value, places=5)
+        with self.assertRaisesRegex(ValueError, r"per_query.npz holds the test split by exact "
+                                    r"search; asked for the validation split by exact search"):
+            evaluate.compare_runs(other, saved_a, split="validation")
+        with self.assertRaisesRegex(ValueError, r"--per_query_out must end with \.npz; "
+                                    r"received 'x\.json'"):
+            evaluate.save_per_query(evaluate.per_query_values(saved_a), "x.json")
         smaller = tempfile.mkdtemp()
         train.run(config.replace(synthetic_users=200, steps_per_epoch=2), smaller, verbose=0)
         with self.assertRaisesRegex(ValueError, r"--against=.* evaluates other test queries "

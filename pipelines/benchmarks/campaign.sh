@@ -7,6 +7,7 @@
 #   bash pipelines/benchmarks/campaign.sh watch   # rewrites and commits the reports in this tree
 #   bash pipelines/benchmarks/campaign.sh park    # commits the runs in progress (before a stop)
 #   bash pipelines/benchmarks/campaign.sh status  # each run in progress: epochs, best, fewest left
+#   bash pipelines/benchmarks/campaign.sh per_query  # commits finished runs' per-query metrics
 #
 # Every run trains with one code: a git worktree of CAMPAIGN_COMMIT at CAMPAIGN_DIR, with this
 # tree's .venv linked into it, so that editing this tree never changes a run under way. Two
@@ -24,7 +25,9 @@
 # have finished are removed from the tree (git keeps them in its history).
 #
 # `watch` writes each report with this tree's `reproduce --report_only` from the campaign's runs
-# (and the runs the committed report records), and commits it when a run has finished.
+# (and the runs the committed report records), and commits it when a run has finished; it also
+# commits each finished run's per-query test metrics (PER_QUERY_DIR, about 100 kB a run), which
+# `pipelines.evaluate --against` pairs user by user once the run's checkpoint is gone.
 # bash reads a script as it runs it: to edit this file while `queue` or `watch` runs, start them
 # from a copy, with MAIN_DIR set to this tree.
 set -euo pipefail
@@ -34,6 +37,7 @@ CAMPAIGN_DIR=$(realpath -m "${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}")
 LOG_DIR=$(realpath -m "${LOG_DIR:-$MAIN_DIR/../campaign_logs}")
 PARK_DIR=docs/results/in_progress  # In MAIN_DIR: one ARCHIVE per run, REPORT/ROW/seedN.tar.gz.
 RUNS_DIR=$CAMPAIGN_DIR/runs/reproduce
+PER_QUERY_DIR=docs/results/per_query  # In MAIN_DIR: REPORT/ROW/seedN.npz per finished run.
 
 # One step: reproduce's flags | core 1's rows | core 0's rows.
 STEPS=(
@@ -92,9 +96,11 @@ park_py() {  # park.py from this tree, with the campaign's code first on the imp
     .venv/bin/python "$MAIN_DIR/pipelines/benchmarks/park.py" "$@")
 }
 
-park() {  # Packs and commits the runs in progress; removes the parked runs that have finished.
+park() {  # Packs and commits the runs in progress; removes the parked runs that have finished
+  # (after committing their per-query metrics).
   shopt -s nullglob
   local run archive name parked=() done=()
+  per_query
   cd "$MAIN_DIR"
   for run in "$RUNS_DIR"/*/*/seed*; do
     name=${run#"$RUNS_DIR/"}
@@ -186,23 +192,52 @@ watch() {
         last[$name]=$n
       fi
     done
+    per_query
     sleep 120
   done
 }
 
 commit() {  # $1 report name, $2 finished runs in the campaign's directory
-  local try
   cd "$MAIN_DIR"
   git add docs/results/"$1".*
   if git diff --cached --quiet -- docs/results/"$1".*; then
     echo "$(date) $1 unchanged ($2 runs)"
     return
   fi
+  commit_paths "results: $1, $2 runs of the campaign finished (issue 25; report by main's reproduce from the runs of the campaign worktree at $(git -C "$CAMPAIGN_DIR" rev-parse --short HEAD))" docs/results/"$1".*
+  echo "$(date) committed $1 ($2 runs)"
+}
+
+commit_paths() {  # $1 message, then the paths (in MAIN_DIR) to add and commit
+  local message=$1 try
+  shift
   for try in 1 2 3 4 5; do  # another commit may hold the index lock for a moment
-    git add docs/results/"$1".* && git commit -q -m "results: $1, $2 runs of the campaign finished (issue 25; report by main's reproduce from the runs of the campaign worktree at $(git -C "$CAMPAIGN_DIR" rev-parse --short HEAD))" -- docs/results/"$1".* && break
+    git add "$@" && git commit -q -m "$message" -- "$@" && break
     sleep 20
   done
-  echo "$(date) committed $1 ($2 runs)"
+}
+
+per_query() {  # Each finished run's per-query test metrics (`pipelines.evaluate --per_query_out`),
+  # committed, so that `evaluate --against` pairs runs user by user after their checkpoints go.
+  shopt -s nullglob
+  local metrics run name out added=()
+  cd "$MAIN_DIR"
+  for metrics in "$RUNS_DIR"/*/*/seed*/metrics.json; do
+    run=${metrics%/metrics.json}
+    name=${run#"$RUNS_DIR/"}
+    out=$PER_QUERY_DIR/$name.npz
+    [ -e "$out" ] && continue
+    if TF_CPP_MIN_LOG_LEVEL=2 timeout 900 .venv/bin/python -m pipelines.evaluate "$run" \
+         --per_query_out="$out" >> "$LOG_DIR/per_query.log" 2>&1; then
+      added+=("$out")
+    else
+      echo "$(date) per-query metrics of $name failed: $LOG_DIR/per_query.log"
+    fi
+  done
+  if [ ${#added[@]} -gt 0 ]; then
+    commit_paths "results: per-query test metrics of ${#added[@]} finished campaign runs (issue 25)" "${added[@]}"
+    echo "$(date) committed per-query metrics of ${#added[@]} runs"
+  fi
 }
 
 status() {  # Each run in progress, from its progress.json, config.json and train.log.
@@ -250,6 +285,7 @@ case "${1:-}" in
   watch) watch ;;
   park) park ;;
   status) status ;;
-  *) echo "usage: $0 setup|queue|watch|park|status (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
+  per_query) per_query ;;
+  *) echo "usage: $0 setup|queue|watch|park|status|per_query (MAIN_DIR, CAMPAIGN_DIR, LOG_DIR and CAMPAIGN_COMMIT override the defaults)" >&2
      exit 2 ;;
 esac
