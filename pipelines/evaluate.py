@@ -20,7 +20,6 @@ may be a .npz that --per_query_out wrote: each query's metrics, kept after the r
 checkpoint is gone.
 """
 
-import hashlib
 import json
 import os
 from typing import Dict
@@ -33,7 +32,7 @@ from absl import logging
 
 from pipelines import experiment
 from pipelines import report
-from pipelines import significance
+from pipelines import per_query
 from pipelines.run_files import RunFiles
 from tfrs_logq import retrieval
 
@@ -68,50 +67,24 @@ def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
     return config, metrics
 
 
-PER_QUERY_SUFFIX = ".npz"
-
-
-def _targets_digest(eval_set) -> str:
-    """sha256 of an evaluation set's targets: same digest, same positives per query."""
-    digest = hashlib.sha256()
-    for positives in eval_set.targets:
-        digest.update(np.asarray(positives, np.int64).tobytes() + b"|")
-    return digest.hexdigest()
-
-
 def per_query_values(source: str, split: str = "test", index: str = "exact") -> Dict:
-    """{"users", "targets_digest", "split", "index", "description", "values": {metric:
-    [num_queries]}} of `source`: a run directory (evaluated from its best checkpoint), or a
-    file that `save_per_query` wrote (`--per_query_out`), which holds them without the
-    checkpoint."""
-    if source.endswith(PER_QUERY_SUFFIX):
-        with np.load(source) as saved:
-            header = json.loads(str(saved["header"]))
-            values = {name[len("value:"):]: saved[name] for name in saved.files
-                      if name.startswith("value:")}
-            users = saved["users"]
-        if (header["split"], header["index"]) != (split, index):
-            raise ValueError(f"{source} holds the {header['split']} split by {header['index']} "
+    """`per_query`'s record of `source` on `split` by `index`: a run directory (evaluated from
+    its best checkpoint), or a file that `--per_query_out` wrote, which holds the values
+    without the checkpoint."""
+    if source.endswith(per_query.SUFFIX):
+        record = per_query.load(source)
+        if (record["split"], record["index"]) != (split, index):
+            raise ValueError(f"{source} holds the {record['split']} split by {record['index']} "
                              f"search; asked for the {split} split by {index} search.")
-        return dict(header, users=users, values=values)
+        return record
     config, model, data_split, _ = experiment.load_run(source)
     eval_set = data_split.test if split == "test" else data_split.validation
-    return {"users": np.asarray(eval_set.users), "targets_digest": _targets_digest(eval_set),
+    return {"users": np.asarray(eval_set.users),
+            "targets_digest": per_query.targets_digest(eval_set.targets),
             "split": split, "index": index,
             "description": f"{config.dataset}, split {config.split}",
             "values": experiment.evaluate(model, config, eval_set, index=index,
                                           per_query=True)}
-
-
-def save_per_query(values: Dict, path: str) -> None:
-    """Writes `per_query_values`' result to `path` (.npz), for `--against` without the run."""
-    if not path.endswith(PER_QUERY_SUFFIX):
-        raise ValueError(f"--per_query_out must end with {PER_QUERY_SUFFIX}; received {path!r}.")
-    header = {key: values[key] for key in ("targets_digest", "split", "index", "description")}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    np.savez_compressed(path, header=json.dumps(header), users=values["users"],
-                        **{f"value:{name}": array.astype(np.float32)
-                           for name, array in values["values"].items()})
 
 
 def compare_runs(output_dir: str, against: str, split: str = "test", index: str = "exact"
@@ -120,14 +93,7 @@ def compare_runs(output_dir: str, against: str, split: str = "test", index: str 
     per metric, `significance.paired` of their per-query values (d = b - a). Each is a run
     directory or a `--per_query_out` file; both must hold the same queries and targets."""
     a, b = (per_query_values(source, split, index) for source in (against, output_dir))
-    if not (np.array_equal(a["users"], b["users"])
-            and a["targets_digest"] == b["targets_digest"]):
-        raise ValueError(
-            f"--against={against} evaluates other {split} queries than {output_dir} "
-            f"({a['description']}, {len(a['users'])} queries vs {b['description']}, "
-            f"{len(b['users'])}); a paired comparison needs the same ones.")
-    return {name: significance.paired(a["values"][name], b["values"][name])
-            for name in a["values"]}
+    return per_query.compare(a, b, f"--against={against}", output_dir)
 
 
 def format_comparison(comparison: Dict[str, Dict[str, float]], name_b: str, name_a: str) -> str:
@@ -149,7 +115,7 @@ def main(argv):
     output_dir = argv[1]
     if FLAGS.per_query_out:
         values = per_query_values(output_dir, FLAGS.split, FLAGS.index)
-        save_per_query(values, FLAGS.per_query_out)
+        per_query.save(values, FLAGS.per_query_out)
         print(f"Wrote {FLAGS.per_query_out}: {len(values['users'])} {FLAGS.split} queries, "
               f"{FLAGS.index} search")
         return

@@ -453,6 +453,43 @@ class ReportTest(tf.test.TestCase):
                                r"0.0004, paired t = 12.25 with 3 df, two-sided p = 0.001; .* is "
                                r"higher at p < 0.05.")
 
+    def test_one_seed_pair_is_paired_by_test_user_from_the_saved_per_query_metrics(self):
+        from pipelines import per_query  # pylint: disable=import-outside-toplevel
+        runs = reproduce.plan("ml-1m", "loo", "official", 1, ["mixed-standard", "mixed-improved"],
+                              ["static"], tempfile.mkdtemp())
+        results = tempfile.mkdtemp()
+        name = reproduce.experiment_name("ml-1m", "loo", "official")
+        rng = np.random.default_rng(0)
+        base = rng.uniform(0.0, 0.4, size=1000)
+        values = {"mixed-standard": base, "mixed-improved": base + rng.normal(0.01, 0.05, 1000)}
+        for run in runs:
+            _fake_run(run, float(values[run.row.name].mean()))
+        # Improved's file first only: no pair yet, no section.
+        record = {"users": np.arange(1000), "targets_digest": "t", "split": "test",
+                  "index": "exact", "description": "ml-1m, split loo"}
+        directory = os.path.join(results, reproduce.PER_QUERY_DIR, name)
+        per_query.save(dict(record, values={"ndcg@20": values["mixed-improved"]}),
+                       os.path.join(directory, "mixed-improved", "seed0.npz"))
+        text = reproduce.write_report(runs, "ml-1m", "loo", "official", results, "CMD")
+        self.assertIn("one pair: SE unknown", text)
+        self.assertNotIn("Paired by test user", text)
+        per_query.save(dict(record, values={"ndcg@20": values["mixed-standard"]}),
+                       os.path.join(directory, "mixed-standard", "seed0.npz"))
+        text = reproduce.write_report(runs, "ml-1m", "loo", "official", results, "CMD")
+        d = (values["mixed-improved"].astype(np.float32).astype(float)
+             - values["mixed-standard"].astype(np.float32).astype(float))
+        expected = stats.ttest_rel(values["mixed-improved"], values["mixed-standard"])
+        self.assertIn(f"- improved vs the paper's standard (negatives only), seed 0: d = "
+                      f"{d.mean():+.4f} NDCG@20 over 1000 test users (", text)
+        self.assertIn(f"; SE {d.std(ddof=1) / np.sqrt(1000):.4f}, paired t = "
+                      f"{expected.statistic:.2f}, two-sided p = ", text)
+        self.assertIn("is higher at p < 0.05 on these users.", text)
+        # Files of other queries are refused, not paired.
+        per_query.save(dict(record, targets_digest="other", values={"ndcg@20": base}),
+                       os.path.join(directory, "mixed-standard", "seed0.npz"))
+        with self.assertRaisesRegex(ValueError, "evaluates other test queries than"):
+            reproduce.write_report(runs, "ml-1m", "loo", "official", results, "CMD")
+
     def test_validation_plateau_from_the_logs_paired_by_seed(self):
         runs = reproduce.plan("ml-1m", "loo", "official_cpu", 2,
                               ["mixed-standard", "mixed-improved"], ["static"],
@@ -663,6 +700,8 @@ class CampaignScriptTest(tf.test.TestCase):
                                    "full_softmax", "in_batch-none", "in_batch-standard",
                                    "in_batch-improved_pool", "in_batch-standard_tfrs",
                                    "mixed-none", "uniform", "bce", "gbce"}, names)
+        # The per-query files go where the reports look for them.
+        self.assertIn(f"PER_QUERY_DIR=docs/results/{reproduce.PER_QUERY_DIR} ", text)
         # Each report's file is the one its flags make reproduce write.
         for name, flags_part in reports:
             profile = re.search(r"--profile=(\w+)", flags_part).group(1)

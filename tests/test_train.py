@@ -173,7 +173,7 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(first["test"], second["test"])
 
     def test_two_runs_compared_query_by_query(self):
-        from pipelines import evaluate  # pylint: disable=import-outside-toplevel
+        from pipelines import evaluate, per_query  # pylint: disable=import-outside-toplevel
         config = SMOKE.replace(epochs=1, steps_per_epoch=10, index="exact")
         base, other = tempfile.mkdtemp(), tempfile.mkdtemp()
         a = train.run(config.replace(correction="none"), base, verbose=0)["test"]
@@ -212,7 +212,7 @@ class TrainRunTest(tf.test.TestCase):
             evaluate.compare_runs(other, saved_a, split="validation")
         with self.assertRaisesRegex(ValueError, r"--per_query_out must end with \.npz; "
                                     r"received 'x\.json'"):
-            evaluate.save_per_query(evaluate.per_query_values(saved_a), "x.json")
+            per_query.save(evaluate.per_query_values(saved_a), "x.json")
         smaller = tempfile.mkdtemp()
         train.run(config.replace(synthetic_users=200, steps_per_epoch=2), smaller, verbose=0)
         with self.assertRaisesRegex(ValueError, r"--against=.* evaluates other test queries "

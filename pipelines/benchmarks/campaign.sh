@@ -25,9 +25,10 @@
 # have finished are removed from the tree (git keeps them in its history).
 #
 # `watch` writes each report with this tree's `reproduce --report_only` from the campaign's runs
-# (and the runs the committed report records), and commits it when a run has finished; it also
-# commits each finished run's per-query test metrics (PER_QUERY_DIR, about 100 kB a run), which
-# `pipelines.evaluate --against` pairs user by user once the run's checkpoint is gone.
+# (and the runs the committed report records), and commits it when a run has finished. Before
+# that it commits each finished run's per-query test metrics (PER_QUERY_DIR, about 30 kB a run),
+# which the reports pair by test user, and `pipelines.evaluate --against` too, once the run's
+# checkpoint is gone.
 # bash reads a script as it runs it: to edit this file while `queue` or `watch` runs, start them
 # from a copy, with MAIN_DIR set to this tree.
 set -euo pipefail
@@ -177,10 +178,11 @@ watch() {
   declare -A last
   local entry name flags n
   while true; do
+    per_query  # First, so that the report rewritten for a finished run pairs it by user.
     for entry in "${REPORTS[@]}"; do
       name=${entry%%|*} flags=${entry#*|}
       n=$(find "$CAMPAIGN_DIR/runs/reproduce/$name" -name metrics.json 2>/dev/null | wc -l || true)
-      if [ "$n" -gt 0 ] && [ "$n" != "${last[$name]:-}" ]; then
+      if [ "$n" -gt 0 ] && { [ "$n" != "${last[$name]:-}" ] || [ "$PER_QUERY_ADDED" -gt 0 ]; }; then
         # shellcheck disable=SC2086
         if (cd "$MAIN_DIR" && timeout 600 .venv/bin/python -m pipelines.benchmarks.reproduce \
               $flags --include_recorded --report_only \
@@ -192,7 +194,6 @@ watch() {
         last[$name]=$n
       fi
     done
-    per_query
     sleep 120
   done
 }
@@ -221,6 +222,7 @@ per_query() {  # Each finished run's per-query test metrics (`pipelines.evaluate
   # committed, so that `evaluate --against` pairs runs user by user after their checkpoints go.
   shopt -s nullglob
   local metrics run name out added=()
+  PER_QUERY_ADDED=0
   cd "$MAIN_DIR"
   for metrics in "$RUNS_DIR"/*/*/seed*/metrics.json; do
     run=${metrics%/metrics.json}
@@ -234,6 +236,7 @@ per_query() {  # Each finished run's per-query test metrics (`pipelines.evaluate
       echo "$(date) per-query metrics of $name failed: $LOG_DIR/per_query.log"
     fi
   done
+  PER_QUERY_ADDED=${#added[@]}
   if [ ${#added[@]} -gt 0 ]; then
     commit_paths "results: per-query test metrics of ${#added[@]} finished campaign runs (issue 25)" "${added[@]}"
     echo "$(date) committed per-query metrics of ${#added[@]} runs"

@@ -39,6 +39,7 @@ from absl import app
 from absl import flags
 
 from pipelines import configs
+from pipelines import per_query
 from pipelines.run_files import RunFiles
 from pipelines.significance import t_test, welch_t
 
@@ -641,6 +642,10 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20",
     return lines
 
 
+# Where each finished run's per-query test metrics lie in a results directory:
+# PER_QUERY_DIR/REPORT/ROW/seedN.npz (`campaign.sh per_query`, `pipelines.evaluate`).
+PER_QUERY_DIR = "per_query"
+
 # Paired by seed (same seed: same data order and initialisation): (baseline, row, what it asks
 # under the official profiles, where the standard rows correct the negatives only as released).
 PAIRS = (("mixed-standard", "mixed-improved", "improved vs the paper's standard (negatives only)"),
@@ -711,8 +716,40 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed
     return lines
 
 
+def paired_by_user(summary: Dict[str, Dict], per_query_dir: str, pairs=PAIRS,
+                   official: bool = True, metric: str = "ndcg@20") -> List[str]:
+    """One line per pair of rows and seed whose per-query test metrics are both in
+    `per_query_dir` (ROW/seedN.npz, `campaign.sh per_query`): d = row - baseline averaged over
+    the test users, its standard error over users and a paired t-test
+    (`per_query.compare`). That SE is the test set's sampling noise only; it says nothing of
+    how another seed would land."""
+    lines = []
+    for base, row, question in pairs:
+        a, b = summary.get(row_key(base, "static")), summary.get(row_key(row, "static"))
+        if not a or not b or not a["n"] or not b["n"]:
+            continue
+        for seed in sorted(set(a.get("by_seed", {})) & set(b.get("by_seed", {}))):
+            paths = [os.path.join(per_query_dir, row_key(name, "static"), f"seed{seed}"
+                                  + per_query.SUFFIX) for name in (base, row)]
+            if not all(os.path.exists(path) for path in paths):
+                continue
+            result = per_query.compare(*(per_query.load(path) for path in paths),
+                                       *paths)[metric]
+            verdict = ("not different from equal at p < 0.05" if result["p"] >= 0.05 else
+                       "higher at p < 0.05" if result["difference"] > 0 else "lower at p < 0.05")
+            name = question if official else f"{b['row'].label} vs {a['row'].label}"
+            lines.append(f"- {name}, seed {seed}: d = {result['difference']:+.4f} "
+                         f"{metric.replace('ndcg', 'NDCG')} over {result['n']} test users "
+                         f"({result['mean_b']:.4f} against {result['mean_a']:.4f}); SE "
+                         f"{_small(result['se'], 4)}, paired t = {result['t']:.2f}, two-sided "
+                         f"p = {_small(result['p'], 3)}; {b['row'].label} is {verdict} on these "
+                         "users.")
+    return lines
+
+
 def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
-             command_line: str, preset: str = "", temporal_targets: str = "first") -> str:
+             command_line: str, preset: str = "", temporal_targets: str = "first",
+             per_query_dir: Optional[str] = None) -> str:
     if dataset == "ml-1m":
         title = ("SASRec on MovieLens-1M, " + ("leave-one-out" if split == "loo" else
                                                "global temporal split (last 10% test, "
@@ -802,6 +839,13 @@ def markdown(summary: Dict[str, Dict], dataset: str, split: str, profile: str,
                   "initialisation), then its mean and standard error over seeds. Best epoch: "
                   "mean 0-based epoch of the best validation NDCG@10; early stopping waited "
                   "`patience` epochs after it.", ""] + paired
+    by_user = paired_by_user(done, per_query_dir, official=official) if per_query_dir else []
+    if by_user:
+        lines += ["", "Paired by test user: the same pair and seed, d per test user (each "
+                  "finished run's per-query metrics, `docs/results/per_query/`), its mean and "
+                  "standard error over users. This SE is the test set's noise alone, a floor "
+                  "under the seed-to-seed SE above: a d beyond it is real for this seed's two "
+                  "models, not yet for the two losses.", ""] + by_user
     plateau = paired_differences(
         done, by="by_seed_curve", official=official,
         metric=f"validation NDCG@10 (mean over the pair's epochs {PLATEAU_FROM} to the shorter "
@@ -905,7 +949,8 @@ def write_report(runs: Sequence[Run], dataset: str, split: str, profile: str,
     os.makedirs(results_dir, exist_ok=True)
     preset = runs[0].preset if runs else ""
     name = experiment_name(dataset, split, profile, preset, temporal_targets)
-    text = markdown(summary, dataset, split, profile, command_line, preset, temporal_targets)
+    text = markdown(summary, dataset, split, profile, command_line, preset, temporal_targets,
+                    per_query_dir=os.path.join(results_dir, PER_QUERY_DIR, name))
     with open(os.path.join(results_dir, name + ".md"), "w") as f:
         f.write(text)
     serialisable = {key: dict({k: v for k, v in entry.items()
