@@ -113,6 +113,13 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     output_dir = argv[1]
+    modes = [f"--{name}" for name in ("per_query_out", "against", "geometry")
+             if FLAGS[name].value]
+    if len(modes) > 1:
+        raise app.UsageError(f"{' and '.join(modes)} are separate jobs; give one of them.")
+    if FLAGS.output_json and not FLAGS.against:
+        raise app.UsageError(f"--output_json={FLAGS.output_json} writes --against's comparison; "
+                             "give --against too.")
     if FLAGS.per_query_out:
         values = per_query_values(output_dir, FLAGS.split, FLAGS.index)
         per_query.save(values, FLAGS.per_query_out)

@@ -394,6 +394,14 @@ class CommandLineTest(tf.test.TestCase):
             result = _cli("pipelines.train", *args)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)
+        for args, message in (
+                (["--against=/tmp/b", "--geometry"],
+                 "--against and --geometry are separate jobs; give one of them."),
+                (["--output_json=c.json"],
+                 "--output_json=c.json writes --against's comparison; give --against too.")):
+            result = _cli("pipelines.evaluate", "/tmp/a", *args)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn(message, result.stderr)
 
     def test_resume_after_sigkill(self):
         # Killed mid-run, started again with the same flags: it continues from the last
