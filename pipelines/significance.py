@@ -63,19 +63,24 @@ def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
     return t, df, p
 
 
+def paired_t(differences: Sequence[float]) -> Dict[str, float]:
+    """Paired t-test of per-unit differences d: {"n", "difference": mean of d, "se":
+    std(d) / sqrt(n) (std with n - 1), "t", "p": two-sided, n - 1 degrees of freedom}."""
+    d = np.asarray(differences, np.float64)
+    if d.ndim != 1 or d.size < 2:
+        raise ValueError(f"A paired standard error needs at least 2 pairs; received "
+                         f"{d.size if d.ndim == 1 else d.shape}.")
+    difference = float(d.mean())
+    error = float(d.std(ddof=1) / math.sqrt(d.size))
+    t, p = t_test(difference, error, d.size - 1)
+    return {"n": int(d.size), "difference": difference, "se": error, "t": t, "p": p}
+
+
 def paired(values_a: Sequence[float], values_b: Sequence[float]) -> Dict[str, float]:
     """Paired comparison of b against a over the same units (queries, or seeds):
-    {"n", "mean_a", "mean_b", "difference": mean of d = b - a, "se": std(d) / sqrt(n)
-    (std with n - 1), "t", "p": two-sided, n - 1 degrees of freedom}."""
+    `paired_t` of d = b - a, with "mean_a" and "mean_b"."""
     a, b = np.asarray(values_a, np.float64), np.asarray(values_b, np.float64)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"Paired values need the same units: received shapes {a.shape} "
                          f"and {b.shape}.")
-    if a.size < 2:
-        raise ValueError(f"A paired standard error needs at least 2 pairs; received {a.size}.")
-    d = b - a
-    difference = float(d.mean())
-    error = float(d.std(ddof=1) / math.sqrt(d.size))
-    t, p = t_test(difference, error, d.size - 1)
-    return {"n": int(d.size), "mean_a": float(a.mean()), "mean_b": float(b.mean()),
-            "difference": difference, "se": error, "t": t, "p": p}
+    return dict(paired_t(b - a), mean_a=float(a.mean()), mean_b=float(b.mean()))

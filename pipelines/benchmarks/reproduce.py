@@ -41,7 +41,7 @@ from absl import flags
 from pipelines import configs
 from pipelines import per_query
 from pipelines.run_files import RunFiles
-from pipelines.significance import t_test, welch_t
+from pipelines import significance
 
 FLAGS = flags.FLAGS
 PROFILES = ("cpu", "paper", "official", "official_cpu")
@@ -621,7 +621,7 @@ def ordering_verdicts(summary: Dict[str, Dict], metric: str = "ndcg@20",
         (mean_a, std_a, n_a), (mean_b, std_b, n_b) = a[metric], b[metric]
         gap = mean_b - mean_a
         if n_a > 1 and n_b > 1:
-            t, df, p = welch_t(gap, std_a, n_a, std_b, n_b)
+            t, df, p = significance.welch_t(gap, std_a, n_a, std_b, n_b)
             noise = (f"{'beyond' if p < 0.05 else 'within'} the seed-to-seed spread "
                      f"(Welch t = {t:.2f} with {df} df, two-sided p = {_small(p, 3)})")
         else:
@@ -696,12 +696,12 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed
         seeds, d = list(differences), list(differences.values())
         mean = sum(d) / len(d)
         if len(d) > 1:
-            error = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+            test = significance.paired_t(d)
+            error, t, p = test["se"], test["t"], test["p"]
             spread = ", ".join(f"{x:+.4f}" for x in d)
             if error <= 1e-12 * max(abs(mean), 1e-4):  # Rounding's spread: no t to speak of.
                 spread += "; the same d at every seed, SE 0"
             else:
-                t, p = t_test(mean, error, len(d) - 1)
                 verdict = ("not different from equal at p < 0.05" if p >= 0.05 else
                            "higher at p < 0.05" if mean > 0 else "lower at p < 0.05")
                 spread += (f"; SE {_small(error, 4)}, paired t = {t:.2f} with {len(d) - 1} "
