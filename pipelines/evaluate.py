@@ -87,6 +87,24 @@ def per_query_values(source: str, split: str = "test", index: str = "exact") -> 
                                           per_query=True)}
 
 
+def check_against_report(record: Dict, output_dir: str, tolerance: float = 1e-6) -> None:
+    """Raises if the means of `record` (test split) differ from the test metrics that
+    OUTPUT_DIR/metrics.json reports for the same index: then this code evaluates the run
+    otherwise than the code that trained it did, and its per-query values would not be the
+    run's."""
+    path = RunFiles(output_dir).metrics
+    if record["split"] != "test" or not os.path.exists(path):
+        return
+    with open(path) as f:
+        reported = json.load(f).get(f"test_{record['index']}", {})
+    for name, values in record["values"].items():
+        if name in reported and abs(float(np.mean(values)) - reported[name]) > tolerance:
+            raise ValueError(
+                f"{output_dir}: {name} evaluates to {float(np.mean(values)):.6f} here but "
+                f"{reported[name]:.6f} in its metrics.json; the code evaluating it differs from "
+                "the code that trained it, so its per-query values are not written.")
+
+
 def compare_runs(output_dir: str, against: str, split: str = "test", index: str = "exact"
                  ) -> Dict[str, Dict[str, float]]:
     """Paired comparison, query by query, of `output_dir` (b) with `against` (a) on `split`:
@@ -122,6 +140,7 @@ def main(argv):
                              "give --against too.")
     if FLAGS.per_query_out:
         values = per_query_values(output_dir, FLAGS.split, FLAGS.index)
+        check_against_report(values, output_dir)
         per_query.save(values, FLAGS.per_query_out)
         print(f"Wrote {FLAGS.per_query_out}: {len(values['users'])} {FLAGS.split} queries, "
               f"{FLAGS.index} search")

@@ -207,6 +207,18 @@ class TrainRunTest(tf.test.TestCase):
         for metric, row in comparison.items():
             for key, value in row.items():
                 self.assertAlmostEqual(from_file[metric][key], value, places=5)
+        # Per-query values that do not average to the run's reported metrics are refused.
+        with open(os.path.join(base, "metrics.json")) as f:
+            report = json.load(f)
+        self.assertIn("test_exact", report)
+        report["test_exact"]["ndcg@20"] += 0.01
+        with open(os.path.join(base, "metrics.json"), "w") as f:
+            json.dump(report, f)
+        result = _cli("pipelines.evaluate", base, "--per_query_out=" + os.path.join(base, "x.npz"))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(f"ndcg@20 evaluates to {a['ndcg@20']:.6f} here but "
+                      f"{a['ndcg@20'] + 0.01:.6f} in its metrics.json", result.stderr)
+        self.assertFalse(os.path.exists(os.path.join(base, "x.npz")))
         with self.assertRaisesRegex(ValueError, r"per_query.npz holds the test split by exact "
                                     r"search; asked for the validation split by exact search"):
             evaluate.compare_runs(other, saved_a, split="validation")
