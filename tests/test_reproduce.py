@@ -738,6 +738,44 @@ class CampaignScriptTest(tf.test.TestCase):
             " so at least 8.1 h",
             "ml1m_loo_official/mixed-standard/seed0: 1 epochs, no validation value yet"])
 
+    def test_status_pairs_runs_of_one_seed_over_the_epochs_both_logged(self):
+        from pipelines.benchmarks import campaign_status  # pylint: disable=import-outside-toplevel
+        with tempfile.TemporaryDirectory() as runs:
+            # Improved has logged validation epochs 0-29 and the test curve at 9, 19, 29;
+            # standard (finished) validation 0-19 and the test curve at 9, 19.
+            for row, epochs, level, test_level in [("mixed-improved", 30, 0.150, 0.190),
+                                                   ("mixed-standard", 20, 0.148, 0.1915)]:
+                run = os.path.join(runs, "ml1m_loo_official", row, "seed0")
+                progress = {"epochs": epochs, "best": level, "best_epoch": epochs - 1,
+                            "finished": row == "mixed-standard"}
+                for name, content in [("progress.json", progress),
+                                      ("config.json", {"patience": 200})]:
+                    os.makedirs(run, exist_ok=True)
+                    with open(os.path.join(run, name), "w") as f:
+                        json.dump(content, f)
+                for writer_name, tag, logged, value in [
+                        ("validation", "epoch_ndcg@10", range(epochs), level),
+                        ("train", "epoch_test_ndcg@20", range(9, epochs, 10), test_level)]:
+                    writer = tf.summary.create_file_writer(os.path.join(run, "logs",
+                                                                        writer_name))
+                    with writer.as_default():
+                        for epoch in logged:
+                            # The epochs only one run logged would move the mean by 0.01.
+                            tf.summary.scalar(tag, value + 0.01 * (epoch >= 20), step=epoch)
+                    writer.close()
+            # Another report's improved run, with no standard one to pair and no progress yet.
+            os.makedirs(os.path.join(runs, "ml1m_loo_official_cpu", "mixed-improved", "seed1"))
+            lines = campaign_status.status(runs)
+        self.assertEqual(lines, [
+            "ml1m_loo_official/mixed-improved/seed0: 30 epochs, best validation 0.1500 after 30;"
+            " stops after 230 at the earliest (200 more)",
+            "ml1m_loo_official seed0, improved vs the paper's standard (negatives only) "
+            "(mixed-improved - mixed-standard): validation NDCG@10 +0.0020 over 20 epochs "
+            "(1 to 20); test curve NDCG@20 -0.0015 over 2 epochs (10 to 20)"])
+        with tempfile.TemporaryDirectory() as empty:
+            self.assertEqual(campaign_status.status(empty),
+                             [f"no run in progress under {empty}"])
+
     def test_per_query_commits_each_finished_runs_metrics_once(self):
         from pipelines import configs, evaluate, train  # pylint: disable=import-outside-toplevel
         root = os.path.dirname(os.path.dirname(os.path.dirname(self.SCRIPT)))

@@ -6,7 +6,8 @@
 #   bash pipelines/benchmarks/campaign.sh queue 0 # core 0's driver alone (or 1), to restart one
 #   bash pipelines/benchmarks/campaign.sh watch   # rewrites and commits the reports in this tree
 #   bash pipelines/benchmarks/campaign.sh park    # commits the runs in progress (before a stop)
-#   bash pipelines/benchmarks/campaign.sh status  # each run in progress: epochs, best, fewest left
+#   bash pipelines/benchmarks/campaign.sh status  # each run in progress: epochs, best, fewest
+#                                                 # left; its same-seed pairs so far
 #   bash pipelines/benchmarks/campaign.sh per_query  # commits finished runs' per-query metrics
 #
 # Every run trains with one code: a git worktree of CAMPAIGN_COMMIT at CAMPAIGN_DIR, with this
@@ -243,43 +244,9 @@ per_query() {  # Each finished run's per-query test metrics (`pipelines.evaluate
   fi
 }
 
-status() {  # Each run in progress, from its progress.json, config.json and train.log.
-  cd "$MAIN_DIR" && .venv/bin/python - "$RUNS_DIR" <<'EOF'
-import glob, json, os, re, sys
-from pipelines.run_files import RunFiles
-runs = sys.argv[1]
-found = False
-for run in sorted(os.path.dirname(path) for path in
-                  glob.glob(os.path.join(runs, "*", "*", "seed*", "progress.json"))):
-    files = RunFiles(run)
-    with open(files.progress) as f:
-        state = json.load(f)
-    if state.get("finished") or os.path.exists(files.metrics):
-        continue
-    found = True
-    with open(files.config) as f:
-        patience = json.load(f)["patience"]
-    name, epochs = os.path.relpath(run, runs), state["epochs"]
-    if state.get("best_epoch") is None:
-        print(f"{name}: {epochs} epochs, no validation value yet")
-        continue
-    # EarlyStopping stops once `patience` epochs have followed the best (0-based) epoch.
-    last = state["best_epoch"] + patience + 1
-    line = (f"{name}: {epochs} epochs, best validation {state['best']:.4f} after "
-            f"{state['best_epoch'] + 1}; stops after {last} at the earliest ({last - epochs} more)")
-    times = []
-    if os.path.exists(files.train_log):
-        with open(files.train_log) as f:
-            times = re.findall(r" - (\d+)s/epoch", f.read())
-    if times:
-        recent = [int(t) for t in times[-10:]]
-        per_epoch = sum(recent) / len(recent)
-        line += (f"; {per_epoch:.0f} s an epoch over the last {len(recent)}, "
-                 f"so at least {(last - epochs) * per_epoch / 3600:.1f} h")
-    print(line)
-if not found:
-    print(f"no run in progress under {runs}")
-EOF
+status() {  # Each run in progress (epochs, best, fewest left), then its same-seed pairs so far.
+  cd "$MAIN_DIR" && TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python -m pipelines.benchmarks.campaign_status \
+    "$RUNS_DIR"
 }
 
 case "${1:-}" in
