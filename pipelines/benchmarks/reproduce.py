@@ -669,6 +669,13 @@ def _small(value: float, places: int) -> str:
         else f"{value:.1e}"
 
 
+def _verdict(difference: float, p: float) -> str:
+    """How a paired difference reads at the 5% level."""
+    if p >= 0.05:
+        return "not different from equal at p < 0.05"
+    return "higher at p < 0.05" if difference > 0 else "lower at p < 0.05"
+
+
 def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed",
                        metric: str = "NDCG@20", official: bool = True) -> List[str]:
     """One line per pair of rows with common seeds: the mean of the per-seed differences
@@ -702,8 +709,7 @@ def paired_differences(summary: Dict[str, Dict], pairs=PAIRS, by: str = "by_seed
             if error <= 1e-12 * max(abs(mean), 1e-4):  # Rounding's spread: no t to speak of.
                 spread += "; the same d at every seed, SE 0"
             else:
-                verdict = ("not different from equal at p < 0.05" if p >= 0.05 else
-                           "higher at p < 0.05" if mean > 0 else "lower at p < 0.05")
+                verdict = _verdict(mean, p)
                 spread += (f"; SE {_small(error, 4)}, paired t = {t:.2f} with {len(d) - 1} "
                            f"df, two-sided p = {_small(p, 3)}; {b['row'].label} is {verdict}")
         else:
@@ -735,8 +741,7 @@ def paired_by_user(summary: Dict[str, Dict], per_query_dir: str, pairs=PAIRS,
                 continue
             result = per_query.compare(*(per_query.load(path) for path in paths),
                                        *paths)[metric]
-            verdict = ("not different from equal at p < 0.05" if result["p"] >= 0.05 else
-                       "higher at p < 0.05" if result["difference"] > 0 else "lower at p < 0.05")
+            verdict = _verdict(result["difference"], result["p"])
             name = question if official else f"{b['row'].label} vs {a['row'].label}"
             lines.append(f"- {name}, seed {seed}: d = {result['difference']:+.4f} "
                          f"{metric.replace('ndcg', 'NDCG')} over {result['n']} test users "
