@@ -687,7 +687,7 @@ class CampaignScriptTest(tf.test.TestCase):
         text = re.sub(r"\$(TIER\d)", lambda m: tiers[m.group(1)], text)
         steps = re.findall(r'^  "(--profile=\w+ [^"|]*)\|([^"|]+)\|([^"|]+)"$', text, re.M)
         reports = re.findall(r'^  "(ml1m_\w+)\|(--profile=\w+ [^"]*)"$', text, re.M)
-        self.assertLen(steps, 5)
+        self.assertLen(steps, 6)
         self.assertLen(reports, 4)
         names = set()
         for flags_part, *rows in steps + [(f, r) for _, f in reports
@@ -695,7 +695,17 @@ class CampaignScriptTest(tf.test.TestCase):
             self.assertIn(re.search(r"--profile=(\w+)", flags_part).group(1),
                           reproduce.PROFILES)
             names.update(",".join(rows).split(","))
+        names.discard("-")  # A core with no rows in a step.
         self.assertContainsSubset(names, set(reproduce.ROWS_BY_NAME))
+        # Within one experiment a row stays on one core: on both, the two drivers could train
+        # one seed's directory at once.
+        def experiment(flags_part):
+            return re.sub(r"--seeds=\d+", "", flags_part)
+        for step in steps:
+            for other in steps:
+                if experiment(step[0]) == experiment(other[0]):
+                    self.assertEmpty(set(step[1].split(",")) & set(other[2].split(",")) - {"-"},
+                                     (step, other))
         self.assertContainsSubset({"mixed-standard", "mixed-improved", "mixed-standard_tfrs",
                                    "full_softmax", "in_batch-none", "in_batch-standard",
                                    "in_batch-improved_pool", "in_batch-standard_tfrs",

@@ -41,12 +41,15 @@ PARK_DIR=docs/results/in_progress  # In MAIN_DIR: one ARCHIVE per run, REPORT/RO
 RUNS_DIR=$CAMPAIGN_DIR/runs/reproduce
 PER_QUERY_DIR=docs/results/per_query  # In MAIN_DIR: REPORT/ROW/seedN.npz per finished run.
 
-# One step: reproduce's flags | core 1's rows | core 0's rows.
+# One step: reproduce's flags | core 1's rows | core 0's rows ("-": none). A row stays on one
+# core from step to step: `reproduce --seeds=N` trains seeds 0 .. N-1 in turn, so the same row
+# on both cores would train one seed's directory twice at once.
 STEPS=(
   "--profile=official_cpu --split=temporal --temporal_targets=successive --seeds=3|mixed-standard,mixed-improved|mixed-standard_tfrs,full_softmax"
   "--profile=official_cpu --split=loo --seeds=5|in_batch-none,in_batch-standard|in_batch-improved_pool,in_batch-standard_tfrs"
   "--profile=official --split=loo --seeds=1|mixed-standard|mixed-improved"
-  "--profile=official_cpu --split=loo --seeds=3|mixed-none,uniform|bce,gbce"
+  "--profile=official_cpu --split=loo --seeds=3|-|mixed-none,uniform,bce,gbce"
+  "--profile=official --split=loo --seeds=2|mixed-standard|mixed-improved"
   "--profile=official_cpu --split=temporal --temporal_targets=first --seeds=3|mixed-standard,mixed-improved|mixed-standard_tfrs,full_softmax"
 )
 # The reports `watch` keeps: the file's name | reproduce's flags. The rows named are listed even
@@ -57,7 +60,7 @@ REPORTS=(
   "ml1m_loo_official_cpu|--profile=official_cpu --split=loo --seeds=5 --rows=$TIER1,$TIER2"
   "ml1m_temporal_successive_official_cpu|--profile=official_cpu --split=temporal --temporal_targets=successive --seeds=3 --rows=$TIER1"
   "ml1m_temporal_official_cpu|--profile=official_cpu --split=temporal --seeds=3 --rows=$TIER1"
-  "ml1m_loo_official|--profile=official --split=loo --seeds=1 --rows=mixed-standard,mixed-improved"
+  "ml1m_loo_official|--profile=official --split=loo --seeds=2 --rows=mixed-standard,mixed-improved"
 )
 
 setup() {
@@ -139,6 +142,7 @@ drive() {  # $1 core, $2 scratch name, $3 the field of STEPS that holds this cor
   for step in "${STEPS[@]}"; do
     flags=${step%%|*}
     rows=$(echo "$step" | cut -d'|' -f"$3")
+    [ "$rows" = - ] && continue  # Not `--rows=`, which reproduce reads as every row.
     # shellcheck disable=SC2086
     run "$1" "$2" $flags --rows="$rows"
   done
