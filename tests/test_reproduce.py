@@ -721,6 +721,17 @@ class CampaignScriptTest(tf.test.TestCase):
                 "ml-1m", split, profile, temporal_targets=targets.group(1) if targets
                 else "first"))
 
+    def test_drive_skips_a_core_with_no_rows_in_a_step(self):
+        # `--rows=` empty would make reproduce train every row of the split.
+        script = (f'set -euo pipefail; eval "$(sed -n "/^STEPS=(/,/^)/p" {self.SCRIPT})"; '
+                  f'eval "$(sed -n "/^drive() {{/,/^}}/p" {self.SCRIPT})"; '
+                  'run() { echo "$*"; }; drive 1 a 2')
+        calls = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+        self.assertLen(calls, 5)  # Six steps, one of them "-" on core 1.
+        for call in calls:
+            self.assertRegex(call, r"--rows=[a-z]")
+
     def test_status_lists_runs_in_progress_with_the_fewest_epochs_left(self):
         with tempfile.TemporaryDirectory() as tmp:
             runs = os.path.join(tmp, "runs", "reproduce", "ml1m_loo_official")
