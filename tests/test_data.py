@@ -134,8 +134,17 @@ class LoaderTest(tf.test.TestCase):
         self.assertTrue(np.all(np.diff(data.user) >= 0))
 
 
-@pytest.mark.skipif(not os.path.exists(loaders.ML_1M_SASREC),
-                    reason="../shared/data/ml-1m is absent (MovieLens is not redistributed)")
+def _movielens_files_missing() -> str:
+    """Why the MovieLens-1M file tests cannot run here, or "" when they can."""
+    if not loaders.DATA_DIR:
+        return ("TFRS_LOGQ_DATA is unset: set it to the directory that holds ml-1m/ "
+                "(`make test` points it at ../shared/data; MovieLens is not redistributed)")
+    absent = [path for path in (loaders.ML_1M_SASREC, loaders.ML_1M_RATINGS)
+              if not os.path.exists(path)]
+    return f"TFRS_LOGQ_DATA={loaders.DATA_DIR} lacks {', '.join(absent)}" if absent else ""
+
+
+@pytest.mark.skipif(bool(_movielens_files_missing()), reason=_movielens_files_missing())
 class MovieLensFilesTest(tf.test.TestCase):
 
     def test_sasrec_file_and_leave_one_out(self):

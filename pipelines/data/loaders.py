@@ -17,13 +17,36 @@ import numpy as np
 from pipelines.data.interactions import (MAX_ID_SPARSITY, DataError, Interactions,
                                          from_arrays, sparse_ids)
 
-# ../shared/data seen from the repository root; override with TFRS_LOGQ_DATA.
-DATA_DIR = os.environ.get(
-    "TFRS_LOGQ_DATA",
-    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                 "..", "shared", "data"))
-ML_1M_RATINGS = os.path.join(DATA_DIR, "ml-1m", "ratings_reconstructed.dat.gz")
-ML_1M_SASREC = os.path.join(DATA_DIR, "ml-1m", "sasrec_ml-1m.txt.gz")
+DATA_ENV = "TFRS_LOGQ_DATA"
+# The directory that holds `ml-1m/` (MovieLens is not redistributed, so there is no default):
+# the TFRS_LOGQ_DATA environment variable at import, "" when it is unset. A run names its file
+# with --data_path instead, or reads MovieLens through tensorflow-datasets (--dataset=ml-1m-tfds).
+DATA_DIR = os.environ.get(DATA_ENV, "")
+ML_1M_RATINGS_FILE = os.path.join("ml-1m", "ratings_reconstructed.dat.gz")
+ML_1M_SASREC_FILE = os.path.join("ml-1m", "sasrec_ml-1m.txt.gz")
+# The files under DATA_DIR, or "" (which no path check finds) when TFRS_LOGQ_DATA is unset.
+ML_1M_RATINGS = os.path.join(DATA_DIR, ML_1M_RATINGS_FILE) if DATA_DIR else ""
+ML_1M_SASREC = os.path.join(DATA_DIR, ML_1M_SASREC_FILE) if DATA_DIR else ""
+
+
+def data_file(relative: str) -> str:
+    """`relative` under the directory TFRS_LOGQ_DATA names (read now, not at import).
+
+    Raises:
+      FileNotFoundError: TFRS_LOGQ_DATA is unset, or the file is not there; the
+        message says how to name the file instead.
+    """
+    data_dir = os.environ.get(DATA_ENV, "")
+    how = (f"Pass the file with --data_path (or the `path` argument), set {DATA_ENV} to the "
+           f"directory that holds {relative}, or read MovieLens-1M through tensorflow-datasets "
+           "with --dataset=ml-1m-tfds.")
+    if not data_dir:
+        raise FileNotFoundError(f"No MovieLens file given and {DATA_ENV} is unset "
+                                f"(MovieLens is not bundled). {how}")
+    path = os.path.join(data_dir, relative)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No such data file: {path} ({DATA_ENV}={data_dir}). {how}")
+    return path
 
 
 def _lines(path: str) -> Iterator[Tuple[int, str]]:
@@ -55,13 +78,16 @@ def _finish(path: str, rows, keep_ids: bool) -> Interactions:
                        keep_ids=keep_ids)
 
 
-def load_grouplens(path: str = ML_1M_RATINGS, min_rating: Optional[float] = None) -> Interactions:
+def load_grouplens(path: Optional[str] = None,
+                   min_rating: Optional[float] = None) -> Interactions:
     """MovieLens `ratings.dat`: `UserID::MovieID::Rating::Timestamp` per line (plain or .gz).
 
     Args:
-      path: the file.
+      path: the file; None (or "") reads `ml-1m/ratings_reconstructed.dat.gz` under
+        TFRS_LOGQ_DATA (`data_file`).
       min_rating: keep only ratings >= this (None keeps all, as the paper does).
     """
+    path = path or data_file(ML_1M_RATINGS_FILE)
     rows = []
     for number, line in _lines(path):
         parts = line.split("::")
@@ -79,12 +105,14 @@ def load_grouplens(path: str = ML_1M_RATINGS, min_rating: Optional[float] = None
     return _finish(path, rows, keep_ids=False)
 
 
-def load_sasrec(path: str = ML_1M_SASREC) -> Interactions:
+def load_sasrec(path: Optional[str] = None) -> Interactions:
     """SASRec's `user item` format: 1-based integer ids, chronological within each user.
 
     Ids are kept as they are, so results compare with SASRec and gSASRec. The
-    timestamp is the line's order.
+    timestamp is the line's order. `path` None (or "") reads
+    `ml-1m/sasrec_ml-1m.txt.gz` under TFRS_LOGQ_DATA (`data_file`).
     """
+    path = path or data_file(ML_1M_SASREC_FILE)
     rows = []
     for number, line in _lines(path):
         parts = line.split()
