@@ -19,7 +19,7 @@ The tests share the numpy references and exact values of `tests/reference.py`.
 - losses: `sampled_softmax_loss` (none, standard, standard_negatives,
   improved), `full_softmax_loss`, `bce_loss`, `gbce_loss`, `negatives_loss`,
   and the `SampledSoftmax` layer for the scores of a `keras_rs.layers.Retrieval`.
-- negatives: `InBatchSampler`, `UniformSampler`, `MixedSampler`.
+- negatives: `InBatchSampler`, `UniformSampler`, `MixedSampler`, `make_sampler`.
 - frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
 """
 
@@ -40,6 +40,7 @@ from keras_logq.negatives import InBatchSampler
 from keras_logq.negatives import MixedSampler
 from keras_logq.negatives import Negatives
 from keras_logq.negatives import UniformSampler
+from keras_logq.negatives import make_sampler
 
 __all__ = [
     "CountMinSketchEstimator",
@@ -56,6 +57,7 @@ __all__ = [
     "gbce_loss",
     "improved_weight",
     "losses",
+    "make_sampler",
     "negatives",
     "negatives_loss",
     "sampled_softmax_loss",

@@ -45,7 +45,8 @@ def _prepare_log_q(name, log_q, reference, axes):
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
                           log_q_excludes_positive=False):
-    """(`sampled_softmax_loss`, the improved weight w or None), arguments as there."""
+    """(`sampled_softmax_loss`, the improved weight w or None), arguments as there,
+    `correction` already checked."""
     formulas.check_log_q_given(correction, negative_log_q, positive_log_q,
                                log_q_excludes_positive)
     positive_logits, negative_logits, negative_mask = _prepare_sampled(
@@ -53,7 +54,7 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     if correction != "none":
         negative_log_q = _prepare_log_q("negative_log_q", negative_log_q, negative_logits,
                                         (1, 0))
-    if correction == "standard" or (correction == "improved" and not log_q_excludes_positive):
+    if formulas.needs_positive_log_q(correction, log_q_excludes_positive):
         positive_log_q = _prepare_log_q("positive_log_q", positive_log_q, positive_logits,
                                         (0,))
     return formulas.sampled_softmax_terms(k.OPS, positive_logits, negative_logits, correction,
@@ -66,7 +67,7 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
                          log_q_excludes_positive: bool = False):
     r"""Sampled-softmax loss per example with no, the standard or the improved logQ correction.
 
-    The maths of `tfrs_logq.losses.sampled_softmax_loss` (DESIGN.md), on any
+    The maths of `tfrs_logq.losses.sampled_softmax_loss` (docs/design.md), on any
     Keras 3 backend:
 
     .. math::
@@ -97,6 +98,7 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
       ValueError: unknown `correction`, a missing log Q, mismatched shapes.
       TypeError: non-float logits or log Q, non-bool mask.
     """
+    checks.check_choice("correction", correction, CORRECTIONS)
     loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
                                     negative_log_q, positive_log_q, negative_mask,
                                     log_q_excludes_positive)
@@ -282,10 +284,9 @@ class SampledSoftmax(keras.layers.Layer):
             candidate_log_q = k.float_tensor("candidate_log_q", candidate_log_q)
             full_log_q = ops.broadcast_to(candidate_log_q, ops.shape(scores))
             positive_log_q = ops.sum(ops.where(is_positive, full_log_q, 0.0), axis=1)
-        return sampled_softmax_loss(
-            positive, scores, correction=self.correction, negative_log_q=candidate_log_q,
-            positive_log_q=positive_log_q, negative_mask=mask,
-            log_q_excludes_positive=self.log_q_excludes_positive)
+        loss, _ = sampled_softmax_terms(positive, scores, self.correction, candidate_log_q,
+                                        positive_log_q, mask, self.log_q_excludes_positive)
+        return loss
 
     def compute_output_shape(self, scores_shape=None, *args, **kwargs):
         del args, kwargs

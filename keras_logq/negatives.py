@@ -1,5 +1,5 @@
 """Negative samplers for Keras 3: in-batch (plain, deduplicated, the paper's pool), uniform,
-mixed; each returns `Negatives` with the per-draw-equivalent log Q of DESIGN.md.
+mixed; each returns `Negatives` with the per-draw-equivalent log Q of docs/design.md.
 
 The pool logic and every log Q (Horvitz-Thompson, the exact mixture) are
 `logq_core.formulas`, which `tfrs_logq.negatives` runs on TensorFlow. Pools
@@ -10,7 +10,7 @@ Integer ids only. `duplicates` pairs `InBatchSampler.call`'s tail with tfrs_logq
 `_pool_of_slots` / `_finish`: both are the calls into `logq_core` and `get_config`.
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -21,30 +21,10 @@ from keras_logq import _ops as k
 from keras_logq import frequency as frequency_lib
 from logq_core import checks
 from logq_core import formulas
-
-IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
-MIXTURES = ("exact", "paper")
-
-
-class Negatives(NamedTuple):
-    """What a sampler returns (as `tfrs_logq.negatives.Negatives`).
-
-    Attributes:
-      ids: [n] shared or [batch, n] per-row negative ids.
-      embeddings: [n, dim], [batch, n, dim], a (per-row, shared) pair from
-        `MixedSampler(per_row=True)`, or None.
-      mask: [batch, n] bool, True for a valid negative of that row.
-      log_q: [n] or [batch, n] per-draw-equivalent log Q, or None.
-      positive_log_q: [batch] log Q of the positives on the same scale, or None.
-      log_q_excludes_positive: `log_q` already is log Q'.
-    """
-    ids: object
-    embeddings: object
-    mask: object
-    log_q: object
-    positive_log_q: object
-    log_q_excludes_positive: bool = False
-
+from logq_core import samplers
+from logq_core.samplers import IN_BATCH_LOG_Q
+from logq_core.samplers import MIXTURES
+from logq_core.samplers import Negatives
 
 class NegativeSampler(keras.layers.Layer):
     """Base class: the probability source and the seed generator.
@@ -258,3 +238,18 @@ class MixedSampler(NegativeSampler):
                       first_id=self.uniform.first_id, deduplicate=self.in_batch.deduplicate,
                       per_row=self.uniform.per_row)
         return config
+
+
+SAMPLERS = {"in_batch": InBatchSampler, "uniform": UniformSampler, "mixed": MixedSampler}
+
+
+def make_sampler(negatives: str, **settings) -> NegativeSampler:
+    """The sampler `negatives` ("in_batch", "uniform" or "mixed") that `settings` describe,
+    as `tfrs_logq.negatives.make_sampler` builds it (`logq_core.samplers.sampler_arguments`
+    documents them). keras_logq draws in-batch negatives from the local batch only, so
+    `global_batch=True` is refused."""
+    kind, arguments = samplers.sampler_arguments(negatives, **settings)
+    if arguments.pop("global_batch", False):
+        raise ValueError("keras_logq's samplers draw in-batch negatives from the local batch; "
+                         "received global_batch=True.")
+    return SAMPLERS[kind](**arguments)

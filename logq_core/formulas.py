@@ -1,4 +1,4 @@
-"""The losses and the log Q of DESIGN.md, written once for TensorFlow and Keras 3.
+"""The losses and the log Q of docs/design.md, written once for TensorFlow and Keras 3.
 
 Every function takes `ops` first: an array namespace with `keras.ops`'s names
 (`keras.ops`, or `tfrs_logq._ops.TF` for TensorFlow). Inputs are float32
@@ -58,18 +58,29 @@ def exclude_positive(ops, log_q, positive_log_q):
 # ---------------------------------------------------------------------------- losses
 
 
+def needs_positive_log_q(correction: str, log_q_excludes_positive: bool) -> bool:
+    """Whether `correction` reads the positive's log Q: "standard" corrects the positive's
+    logit; "improved" turns Q into Q' with it unless the negatives' log Q already is Q'."""
+    return correction == "standard" or (correction == "improved"
+                                        and not log_q_excludes_positive)
+
+
+def missing_log_q(correction: str, where: str, received: str) -> ValueError:
+    """The one error for a correction that has no log Q to read: `where` names what to
+    pass, `received` what came instead."""
+    return ValueError(f"correction={correction!r} needs sampling probabilities: pass {where}; "
+                      f"received {received}.")
+
+
 def check_log_q_given(correction: str, negative_log_q, positive_log_q,
                       log_q_excludes_positive: bool) -> None:
-    """Raises ValueError when `correction` needs a log Q the caller left out."""
-    checks.check_choice("correction", correction, CORRECTIONS)
+    """Raises ValueError when `correction` (one of CORRECTIONS, checked by the caller) needs
+    a log Q the caller left out."""
     if correction == "none":
         return
     if negative_log_q is None:
-        raise ValueError(
-            f"correction={correction!r} needs `negative_log_q`; received negative_log_q=None.")
-    needs_positive = correction == "standard" or (correction == "improved"
-                                                  and not log_q_excludes_positive)
-    if needs_positive and positive_log_q is None:
+        raise missing_log_q(correction, "`negative_log_q`", "negative_log_q=None")
+    if needs_positive_log_q(correction, log_q_excludes_positive) and positive_log_q is None:
         hint = ("" if correction == "standard" else
                 " (or pass log_q_excludes_positive=True with Q' in negative_log_q)")
         raise ValueError(

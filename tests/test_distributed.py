@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tests import conftest
 from tfrs_logq import negatives
-from tfrs_logq.models import RetrievalObjective
+from tfrs_logq.models import make_objective
 
 NUM_ITEMS, DIM, BATCH = 30, 4, 16
 
@@ -44,7 +44,7 @@ class GlobalBatchTest(tf.test.TestCase):
         probabilities, users, items, initial = _data()
 
         def objective():
-            return RetrievalObjective(NUM_ITEMS, probabilities=probabilities, seed=1,
+            return make_objective(NUM_ITEMS, probabilities=probabilities, seed=1,
                                       global_batch=global_batch, **objective_args)
 
         single_vars = {k: tf.Variable(v) for k, v in initial.items()}

@@ -216,11 +216,13 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"correction='improved' needs `positive_log_q` "
                                     r"\(or pass log_q_excludes_positive=True"):
             self.call(positive_log_q=None)
-        with self.assertRaisesRegex(ValueError, r"correction='improved' needs `negative_log_q`; "
+        with self.assertRaisesRegex(ValueError, r"correction='improved' needs sampling "
+                                                r"probabilities: pass `negative_log_q`; "
                                     r"received negative_log_q=None"):
             self.call(negative_log_q=None)
         with self.assertRaisesRegex(ValueError, r"correction='standard_negatives' needs "
-                                    r"`negative_log_q`; received negative_log_q=None"):
+                                    r"sampling probabilities: pass `negative_log_q`; "
+                                    r"received negative_log_q=None"):
             self.call(correction="standard_negatives", negative_log_q=None)
         # The positive enters raw: its log Q is not needed.
         self.call(correction="standard_negatives", positive_log_q=None)

@@ -12,7 +12,7 @@ from tests import reference
 from tfrs_logq import frequency
 from tfrs_logq import losses
 from tfrs_logq import retrieval
-from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower
+from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower, make_objective
 
 NUM_ITEMS = 200
 
@@ -47,7 +47,7 @@ class SASRecTest(tf.test.TestCase):
         self.assertEqual(model.item_embeddings().shape, (NUM_ITEMS + 1, 8))
 
     def test_untied_output_table_scores_and_trains(self):
-        model = SASRec(NUM_ITEMS, RetrievalObjective(NUM_ITEMS, loss="gbce", num_negatives=8,
+        model = SASRec(NUM_ITEMS, make_objective(NUM_ITEMS, loss="gbce", num_negatives=8,
                                                      seed=1),
                        max_length=6, dim=8, dropout=0.0, tie_embeddings=False)
         inputs = tf.constant([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]])
@@ -138,10 +138,11 @@ class SASRecTest(tf.test.TestCase):
             SASRec(NUM_ITEMS, objective, dim=8, architecture="bert4rec")
         with self.assertRaisesRegex(ValueError, r"`loss` must be one of 'sampled_softmax', "
                                     r"'full_softmax', 'bce', 'gbce'; received loss='hinge'"):
-            RetrievalObjective(NUM_ITEMS, loss="hinge")
-        with self.assertRaisesRegex(ValueError, r"correction='improved' with in_batch negatives "
-                                    r"needs `probabilities`"):
-            RetrievalObjective(NUM_ITEMS, negatives="in_batch", correction="improved")
+            make_objective(NUM_ITEMS, loss="hinge")
+        with self.assertRaisesRegex(ValueError, r"correction='improved' needs sampling "
+                                    r"probabilities: pass the sampler's `probabilities`; "
+                                    r"received InBatchSampler without them"):
+            make_objective(NUM_ITEMS, negatives="in_batch", correction="improved")
 
 
 class StaticShapesTest(tf.test.TestCase, parameterized.TestCase):
@@ -156,12 +157,12 @@ class StaticShapesTest(tf.test.TestCase, parameterized.TestCase):
         ("dedup_horvitz_thompson", dict(negatives="in_batch", correction="improved",
                                         deduplicate=True)),
         ("released_pool", dict(negatives="in_batch", correction="standard_negatives",
-                               deduplicate=True, in_batch_log_q="unigram")),
+                               deduplicate=True, log_q="unigram")),
     )
     def test_equals_the_packed_computation(self, kwargs):
         _, split, probabilities = _data()
         # A pool cap above the batch's positions: every valid target is a negative.
-        objective = RetrievalObjective(NUM_ITEMS, num_negatives=10_000,
+        objective = make_objective(NUM_ITEMS, num_negatives=10_000,
                                        probabilities=probabilities, seed=1, **kwargs)
         model = SASRec(NUM_ITEMS, objective, max_length=20, dim=16, num_blocks=1, dropout=0.0)
         batch = next(iter(builders.sasrec_dataset(split.train, 20, 16, seed=0)))
@@ -190,10 +191,10 @@ class ObjectiveOptionsTest(tf.test.TestCase):
     """The released protocol's options (tests/test_parity.py checks their values)."""
 
     def test_config_round_trip_with_released_options(self):
-        objective = RetrievalObjective(
+        objective = make_objective(
             NUM_ITEMS, negatives="mixed", correction="none", num_negatives=16, mixture="paper",
             deduplicate=True, per_row=True, binary_reduction="mean",
-            binary_accidental_hits=False, gbce_alpha="released", in_batch_log_q="unigram",
+            binary_accidental_hits=False, gbce_alpha="released", log_q="unigram",
             seed=2)
         restored = RetrievalObjective.from_config(objective.get_config())
         self.assertEqual(restored.get_config(), objective.get_config())
@@ -203,16 +204,16 @@ class ObjectiveOptionsTest(tf.test.TestCase):
     def test_bad_options(self):
         with self.assertRaisesRegex(ValueError, r"`binary_reduction` must be one of 'sum', "
                                     r"'mean'; received binary_reduction='max'"):
-            RetrievalObjective(NUM_ITEMS, loss="bce", binary_reduction="max")
+            make_objective(NUM_ITEMS, loss="bce", binary_reduction="max")
         with self.assertRaisesRegex(ValueError, r"`gbce_alpha` must be one of 'paper', "
                                     r"'released'; received gbce_alpha='gsasrec'"):
-            RetrievalObjective(NUM_ITEMS, loss="gbce", gbce_alpha="gsasrec")
-        with self.assertRaisesRegex(ValueError, r"`in_batch_log_q` must be one of "
+            make_objective(NUM_ITEMS, loss="gbce", gbce_alpha="gsasrec")
+        with self.assertRaisesRegex(ValueError, r"`log_q` must be one of "
                                     r"'horvitz_thompson', 'unigram'"):
-            RetrievalObjective(NUM_ITEMS, correction="none", in_batch_log_q="raw")
+            make_objective(NUM_ITEMS, correction="none", log_q="raw")
         with self.assertRaisesRegex(ValueError, r"MixedSampler\(deduplicate=True\) needs "
                                     r"mixture='paper'"):
-            RetrievalObjective(NUM_ITEMS, negatives="mixed", correction="none", deduplicate=True)
+            make_objective(NUM_ITEMS, negatives="mixed", correction="none", deduplicate=True)
 
 
 class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
@@ -230,7 +231,7 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
     def test_loss_matches_numpy(self, loss, whole_table):
         num_items, k = self.NUM_ITEMS, self.K
         table, query, positives = self._fixture()
-        objective = RetrievalObjective(num_items, loss=loss, num_negatives=k, seed=4)
+        objective = make_objective(num_items, loss=loss, num_negatives=k, seed=4)
         embed = lambda i: tf.gather(table, i)  # noqa: E731
         got = objective(query, positives, embed,
                         all_item_embeddings=(lambda: table) if whole_table else None)
@@ -256,7 +257,7 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
         probabilities = np.full(num_items + 1, 1.0 / num_items, np.float32)
         results = []
         for whole_table in (True, False):
-            objective = RetrievalObjective(num_items, negatives=negatives, correction=correction,
+            objective = make_objective(num_items, negatives=negatives, correction=correction,
                                            num_negatives=k, probabilities=probabilities,
                                            per_row=True, mixture="paper", seed=4)
             tf.random.set_seed(0)  # The same negatives on both paths.
@@ -277,7 +278,7 @@ class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
         table = tf.Variable(table)
         gradients = []
         for whole_table in (True, False):
-            objective = RetrievalObjective(num_items, loss=loss, num_negatives=k, seed=4)
+            objective = make_objective(num_items, loss=loss, num_negatives=k, seed=4)
             tf.random.set_seed(0)  # The same negatives on both paths.
             with tf.GradientTape() as tape:
                 tape.watch(query)
@@ -337,7 +338,7 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
             kwargs["probabilities"] = frequency.CountMinSketchEstimator(width=1024, depth=2)
         kwargs.setdefault("probabilities", probabilities)
         kwargs.setdefault("num_negatives", 32)
-        model = SASRec(data.num_items, RetrievalObjective(data.num_items, seed=1, **kwargs),
+        model = SASRec(data.num_items, make_objective(data.num_items, seed=1, **kwargs),
                        max_length=20, dim=16, num_blocks=1, dropout=0.0)
         model.compile(optimizer=tf.keras.optimizers.Adam(0.003 if kwargs.get("loss") == "gbce"
                                                          else 0.01))
@@ -358,7 +359,7 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
         tf.keras.utils.set_random_seed(0)
         data, split, probabilities = _data()
         model = TwoTower(data.num_users, data.num_items,
-                         RetrievalObjective(data.num_items, negatives="mixed", num_negatives=32,
+                         make_objective(data.num_items, negatives="mixed", num_negatives=32,
                                             probabilities=probabilities, seed=1), dim=16)
         model.compile(optimizer=tf.keras.optimizers.Adam(0.01))
         dataset = builders.two_tower_dataset(split.train, 10, 64, seed=0)

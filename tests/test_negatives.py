@@ -472,11 +472,30 @@ class MixedSamplerTest(tf.test.TestCase):
         self.assertEqual(restored.get_config(), sampler.get_config())
 
     def test_make_sampler_and_errors(self):
-        self.assertIsInstance(negatives.make_sampler("uniform", num_items=3, num_negatives=2),
-                              negatives.UniformSampler)
-        with self.assertRaisesRegex(ValueError, r"`kind` must be one of 'in_batch', 'uniform', "
-                                    r"'mixed'; received kind='random'"):
-            negatives.make_sampler("random")
+        settings = dict(num_negatives=255, num_items=40, first_id=1, probabilities=np.full(41, 1 / 41, np.float32),
+                        seed=3, deduplicate=True, log_q="unigram", per_row=True,
+                        mixture="paper")
+        in_batch = negatives.make_sampler("in_batch", **settings)
+        self.assertEqual((in_batch.max_pool_size, in_batch.deduplicate, in_batch.log_q_mode,
+                          in_batch.per_row, in_batch.seed), (255, True, "unigram", False, 3))
+        uniform = negatives.make_sampler("uniform", **settings)
+        self.assertEqual((uniform.num_items, uniform.num_negatives, uniform.first_id,
+                          uniform.per_row, uniform.frequency), (40, 255, 1, True, None))
+        mixed = negatives.make_sampler("mixed", **settings)
+        self.assertEqual((mixed.uniform.num_negatives, mixed.in_batch.max_pool_size,
+                          mixed.num_negatives, mixed.mixture, mixed.per_row,
+                          mixed.in_batch.deduplicate), (128, 127, 255, "paper", True, True))
+        self.assertTrue(mixed.has_log_q and uniform.has_log_q)
+        self.assertFalse(negatives.make_sampler("in_batch", num_negatives=4).has_log_q)
+        with self.assertRaisesRegex(ValueError, r"`negatives` must be one of 'in_batch', "
+                                    r"'uniform', 'mixed'; received negatives='random'"):
+            negatives.make_sampler("random", num_negatives=4)
+        with self.assertRaisesRegex(ValueError, r"negatives='uniform' draws uniformly from the "
+                                    r"catalog and needs `num_items`; received num_items=None"):
+            negatives.make_sampler("uniform", num_negatives=4)
+        with self.assertRaisesRegex(ValueError, r"negatives='mixed' needs num_negatives >= 2.*"
+                                    r"received num_negatives=1"):
+            negatives.make_sampler("mixed", num_negatives=1, num_items=5)
         with self.assertRaisesRegex(ValueError, r"`mixture` must be one of 'exact', 'paper'; "
                                     r"received mixture='yang'"):
             negatives.MixedSampler(5, 2, 2, mixture="yang")

@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from tests import conftest
-from tfrs_logq.models import RetrievalObjective
+from tfrs_logq.models import make_objective
 
 NUM_ITEMS = 12
 DIM = 4
@@ -122,7 +122,7 @@ SAMPLED = {
                           "new"),
     "train_uniform": (dict(negatives="uniform", correction="none", num_negatives=8), "none"),
 }
-RELEASED_OPTIONS = dict(deduplicate=True, in_batch_log_q="unigram", per_row=True,
+RELEASED_OPTIONS = dict(deduplicate=True, log_q="unigram", per_row=True,
                         mixture="paper", binary_reduction="mean",
                         binary_accidental_hits=False, gbce_alpha="released")
 
@@ -131,7 +131,7 @@ class ReleasedLossParityTest(tf.test.TestCase, parameterized.TestCase):
 
     def _ours_and_draws(self, hidden, table, **options):
         """Our objective's loss, and the negative ids its sampler drew ([n, k])."""
-        objective = RetrievalObjective(NUM_ITEMS, probabilities=Q, seed=3,
+        objective = make_objective(NUM_ITEMS, probabilities=Q, seed=3,
                                        **dict(RELEASED_OPTIONS, **options))
         embed = lambda ids: tf.gather(table, ids)  # noqa: E731
         labels = tf.constant(LABELS)

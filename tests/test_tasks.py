@@ -496,7 +496,7 @@ class ConfigAndErrorsTest(tf.test.TestCase):
     def test_call_errors(self):
         query, candidates, ids, probability, _ = _batch()
         with self.assertRaisesRegex(ValueError, r"correction='standard' needs sampling "
-                                    r"probabilities; pass `candidate_sampling_probability`"):
+                                    r"probabilities: pass `candidate_sampling_probability`"):
             LogQRetrieval(correction="standard")(query, candidates)
         with self.assertRaisesRegex(ValueError, r"remove_accidental_hits=True needs "
                                     r"`candidate_ids`; received candidate_ids=None"):

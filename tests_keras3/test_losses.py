@@ -93,7 +93,8 @@ def test_errors():
     with pytest.raises(ValueError, match=r"`correction` must be one of 'none', 'standard', "
                        r"'standard_negatives', 'improved'; received correction='Improved'"):
         losses.sampled_softmax_loss(pos, neg, correction="Improved")
-    with pytest.raises(ValueError, match=r"correction='improved' needs `negative_log_q`; "
+    with pytest.raises(ValueError, match=r"correction='improved' needs sampling "
+                                         r"probabilities: pass `negative_log_q`; "
                        r"received negative_log_q=None"):
         losses.sampled_softmax_loss(pos, neg, correction="improved")
     with pytest.raises(ValueError, match=r"correction='standard' needs `positive_log_q`; "

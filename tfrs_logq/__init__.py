@@ -53,6 +53,7 @@ from tfrs_logq.negatives import InBatchSampler
 from tfrs_logq.negatives import MixedSampler
 from tfrs_logq.negatives import Negatives
 from tfrs_logq.negatives import UniformSampler
+from tfrs_logq.negatives import make_sampler
 from tfrs_logq.tasks import LogQRetrieval
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
         "full_softmax_loss",
         "gbce_loss",
         "losses",
+        "make_sampler",
         "negatives",
         "sampled_softmax_loss",
         "tasks",

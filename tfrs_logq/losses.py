@@ -4,7 +4,7 @@ Every function returns one loss per example, shape [batch], in float32 whatever
 the dtype of its inputs. Reduction (sum, mean, sample weights) happens in one
 place: the task (`tfrs_logq.tasks.LogQRetrieval`) or the caller.
 
-Notation (see DESIGN.md): one query row u, positive item p with logit s_p,
+Notation (see docs/design.md): one query row u, positive item p with logit s_p,
 negatives d_1..d_n with logits s_i and validity mask m_i, log Q(d) the log of
 the per-draw proposal probability of d.
 """
@@ -147,6 +147,7 @@ def sampled_softmax_loss(
         (0, 1] (an InvalidArgumentError inside a tf.function).
       TypeError: non-float logits or log Q, or a non-bool mask.
     """
+    v.check_choice("correction", correction, CORRECTIONS)
     loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
                                     negative_log_q, positive_log_q, negative_mask,
                                     log_q_excludes_positive)
@@ -158,8 +159,9 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
                           log_q_excludes_positive=False):
     """`sampled_softmax_loss` and, for "improved", its [batch] weight w = 1 - P_hat (else None).
 
-    Arguments as in `sampled_softmax_loss` (here positional). The task uses it
-    to log the mean weight without computing the loss twice.
+    Arguments as in `sampled_softmax_loss` (here positional), `correction` already
+    checked (by the layer that holds it). The task uses it to log the mean weight
+    without computing the loss twice.
     """
     formulas.check_log_q_given(correction, negative_log_q, positive_log_q,
                                log_q_excludes_positive)
@@ -168,9 +170,7 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     if correction != "none":
         negative_log_q = _prepare_log_q("negative_log_q", negative_log_q,
                                         negative_logits=negative_logits)
-    needs_positive = correction == "standard" or (correction == "improved"
-                                                  and not log_q_excludes_positive)
-    if needs_positive:
+    if formulas.needs_positive_log_q(correction, log_q_excludes_positive):
         positive_log_q = _prepare_log_q("positive_log_q", positive_log_q,
                                         positive_logits=positive_logits)
     return formulas.sampled_softmax_terms(
@@ -317,11 +317,10 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
     def call(self, positive_logits, negative_logits, negative_log_q=None,
              positive_log_q=None, negative_mask=None):
         """Returns the [batch] per-example loss; arguments as in `sampled_softmax_loss`."""
-        return sampled_softmax_loss(
-            positive_logits, negative_logits, correction=self.correction,
-            negative_log_q=negative_log_q, positive_log_q=positive_log_q,
-            negative_mask=negative_mask,
-            log_q_excludes_positive=self.log_q_excludes_positive)
+        loss, _ = sampled_softmax_terms(positive_logits, negative_logits, self.correction,
+                                        negative_log_q, positive_log_q, negative_mask,
+                                        self.log_q_excludes_positive)
+        return loss
 
     def get_config(self):
         config = super().get_config()

@@ -2,7 +2,7 @@
 
 Each sampler returns `Negatives`: the negative ids, their embeddings, the
 validity mask (accidental hits removed) and the per-draw-equivalent log Q of
-DESIGN.md, chosen so that
+docs/design.md, chosen so that
 
     Z_hat = (1/n) sum_i m_i exp(s_i - log Q'(d_i)),   n = sum_i m_i,
 
@@ -28,43 +28,21 @@ correction is not invariant to the scale of Q.
 """
 
 import random
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from logq_core import formulas
+from logq_core import samplers
+from logq_core.samplers import IN_BATCH_LOG_Q
+from logq_core.samplers import MIXTURES
+from logq_core.samplers import Negatives
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 from tfrs_logq import frequency as frequency_lib
 
 EmbeddingFn = Callable[[tf.Tensor], tf.Tensor]
-
-
-class Negatives(NamedTuple):
-    """What a sampler returns.
-
-    Attributes:
-      ids: [num_negatives] negative ids, shared by every row of the batch, or
-        [batch, num_negatives] ids drawn for each row (`per_row=True`).
-      embeddings: [num_negatives, dim] (or [batch, num_negatives, dim]) their
-        embeddings, or None when the sampler was given no embeddings (ids-only use).
-        `MixedSampler(per_row=True)` gives a pair (per-row part, shared part)
-        whose scores are concatenated in that order (`tfrs_logq._ops.scores`).
-      mask: [batch, num_negatives] bool, True for a valid negative of that row.
-      log_q: [num_negatives] or [batch, num_negatives] per-draw-equivalent
-        log Q, or None when the sampler has no probabilities.
-      positive_log_q: [batch] log Q of each row's positive on the same scale,
-        or None.
-      log_q_excludes_positive: True when `log_q` already is log Q' (the
-        positive excluded), so the improved loss must not convert it again.
-    """
-    ids: tf.Tensor
-    embeddings: Optional[tf.Tensor]
-    mask: tf.Tensor
-    log_q: Optional[tf.Tensor]
-    positive_log_q: Optional[tf.Tensor]
-    log_q_excludes_positive: bool = False
 
 
 def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.Tensor:
@@ -109,11 +87,6 @@ def cross_replica_concat(tensor: tf.Tensor) -> tf.Tensor:
 def _densify_gradient(tensor: tf.Tensor):
     """The identity, whose gradient is converted to a dense tensor."""
     return tf.identity(tensor), tf.convert_to_tensor
-
-
-# How a deduplicated in-batch pool is corrected: the unbiased per-draw equivalent of the
-# inclusion probability, or the unigram q as the paper's released code does (biased).
-IN_BATCH_LOG_Q = ("horvitz_thompson", "unigram")
 
 
 def _subset_size(k: int, size: tf.Tensor, static_size: Optional[int] = None):
@@ -163,6 +136,16 @@ class NegativeSampler(tf.keras.layers.Layer):
         self._first_seed = seed if seed is not None else random.randint(0, 2**31 - 1)
         with tf.init_scope():
             self.rng = tf.random.Generator.from_seed(self._first_seed)
+
+    # Whether each row draws its own negatives, and how many negatives a call gives a row
+    # at most (None: as many as the batch holds): set by the samplers that know them.
+    per_row = False
+    num_negatives = None
+
+    @property
+    def has_log_q(self) -> bool:
+        """Whether the negatives carry a log Q (any correction but "none" needs one)."""
+        return self.frequency is not None
 
     def reset(self) -> None:
         """Restarts the draws: the next calls draw what the first calls did."""
@@ -221,6 +204,10 @@ class InBatchSampler(NegativeSampler):
         self.global_batch = v.check_bool("global_batch", global_batch)
         self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size,
                                                   allow_none=True)
+
+    @property
+    def num_negatives(self) -> Optional[int]:
+        return self.max_pool_size
 
     def call(self, positive_ids: tf.Tensor, candidate_ids: tf.Tensor,
              candidate_embeddings: Optional[tf.Tensor] = None,
@@ -348,6 +335,10 @@ class UniformSampler(NegativeSampler):
         self.per_row = v.check_bool("per_row", per_row)
 
     @property
+    def has_log_q(self) -> bool:
+        return True  # 1 / num_items, with or without probabilities.
+
+    @property
     def log_uniform_q(self) -> float:
         return formulas.log_uniform_q(self.num_items)
 
@@ -394,9 +385,6 @@ class UniformSampler(NegativeSampler):
         config.update(num_items=self.num_items, num_negatives=self.num_negatives,
                       first_id=self.first_id, per_row=self.per_row)
         return config
-
-
-MIXTURES = ("exact", "paper")
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -463,6 +451,14 @@ class MixedSampler(NegativeSampler):
                                        probabilities=self.frequency,
                                        seed=None if seed is None else seed + 1, name="in_batch")
 
+    @property
+    def per_row(self) -> bool:
+        return self.uniform.per_row
+
+    @property
+    def num_negatives(self) -> int:
+        return self.uniform.num_negatives + self.in_batch.max_pool_size
+
     def call(self, positive_ids: tf.Tensor, candidate_ids: tf.Tensor,
              candidate_embeddings: Optional[tf.Tensor] = None,
              candidate_mask: Optional[tf.Tensor] = None,
@@ -511,7 +507,17 @@ class MixedSampler(NegativeSampler):
 SAMPLERS = {"in_batch": InBatchSampler, "uniform": UniformSampler, "mixed": MixedSampler}
 
 
-def make_sampler(kind: str, **kwargs) -> NegativeSampler:
-    """Builds a sampler by name ("in_batch", "uniform" or "mixed"), for configs and flags."""
-    v.check_choice("kind", kind, tuple(SAMPLERS))
-    return SAMPLERS[kind](**kwargs)
+def make_sampler(negatives: str, **settings) -> NegativeSampler:
+    """The sampler `negatives` ("in_batch", "uniform" or "mixed") that `settings` describe.
+
+    The one factory of the library and the pipelines: one set of settings
+    serves every kind, each kind taking what it uses
+    (`logq_core.samplers.sampler_arguments` documents them).
+
+    Example:
+
+    >>> sampler = make_sampler("mixed", num_negatives=256, num_items=10_000, first_id=1,
+    ...                        probabilities=frequency)   # 128 uniform + 128 in-batch
+    """
+    kind, arguments = samplers.sampler_arguments(negatives, **settings)
+    return SAMPLERS[kind](**arguments)

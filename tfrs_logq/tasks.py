@@ -1,12 +1,13 @@
 """LogQRetrieval: a drop-in for `tfrs.tasks.Retrieval` with the improved logQ correction."""
 
-from typing import List, Optional, Sequence, Union
+from typing import List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 from tensorflow_recommenders import metrics as tfrs_metrics
 from tensorflow_recommenders.tasks import base
 
+from logq_core import formulas
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 from tfrs_logq import frequency as frequency_lib
@@ -18,6 +19,25 @@ from tfrs_logq import negatives as negatives_lib
 MIN_FLOAT = np.finfo(np.float32).min / 100.0
 
 TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
+
+
+class Scored(NamedTuple):
+    """One step's logits and what the loss needs of them, whichever path made them.
+
+    Attributes:
+      positive_logits: [batch] s_p (temperature applied).
+      negative_logits: [batch, n] s_i.
+      mask: [batch, n] bool, True for a valid negative.
+      log_q: [n] or [batch, n] log Q of the negatives, or None.
+      positive_log_q: [batch] log Q of the positives, or None.
+      log_q_excludes_positive: `log_q` already is log Q'.
+    """
+    positive_logits: tf.Tensor
+    negative_logits: tf.Tensor
+    mask: tf.Tensor
+    log_q: Optional[tf.Tensor]
+    positive_log_q: Optional[tf.Tensor]
+    log_q_excludes_positive: bool = False
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -134,6 +154,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 "Pass the probability source to the sampler (its `probabilities`), not to the "
                 f"task, when a sampler is used; received frequency={frequency!r} and "
                 f"sampler={sampler!r}.")
+        if (sampler is not None and self.correction not in (None, "none")
+                and not sampler.has_log_q):
+            raise formulas.missing_log_q(self.correction, "the sampler's `probabilities`",
+                                         f"{type(sampler).__name__} without them")
         self.diagnostics = v.check_bool("diagnostics", diagnostics)
         if diagnostics and correction == "improved":
             self.mean_w = tf.keras.metrics.Mean(name="mean_w")
@@ -237,35 +261,31 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 "`candidate_mask` masks a sampler's pool; without a sampler, mask candidate "
                 "columns with `score_mask`. Received candidate_mask that is not None.")
         if self.sampler is None:
-            positive_logits, negative_logits, mask, log_q, positive_log_q, excludes = (
-                self._candidate_columns(query_embeddings, candidate_embeddings,
-                                        candidate_sampling_probability, candidate_ids,
-                                        score_mask))
+            scored = self._candidate_columns(query_embeddings, candidate_embeddings,
+                                             candidate_sampling_probability, candidate_ids,
+                                             score_mask)
         else:
-            positive_logits, negative_logits, mask, log_q, positive_log_q, excludes = (
-                self._sampled(query_embeddings, candidate_embeddings,
-                              candidate_sampling_probability, candidate_ids, score_mask,
-                              candidate_embedding_fn, candidate_table, candidate_mask))
-        correction = self._resolve_correction(log_q)
-
+            scored = self._sampled(query_embeddings, candidate_embeddings,
+                                   candidate_sampling_probability, candidate_ids, score_mask,
+                                   candidate_embedding_fn, candidate_table, candidate_mask)
+        correction = self._resolve_correction(scored.log_q)
         if self.num_hard_negatives is not None:
-            negative_logits, mask, log_q = self._hard_negatives(
-                negative_logits, mask, None if correction == "none" else log_q, log_q)
+            scored = self._hard_negatives(scored, correction)
 
         update_ops = []
         if self._loss is None:
             per_example, weight = losses_lib.sampled_softmax_terms(
-                positive_logits, negative_logits, correction, log_q, positive_log_q, mask,
-                excludes)
+                scored.positive_logits, scored.negative_logits, correction, scored.log_q,
+                scored.positive_log_q, scored.mask, scored.log_q_excludes_positive)
             if self.diagnostics:
-                update_ops += self._update_diagnostics(per_example, weight, mask, sample_weight)
+                update_ops += self._update_diagnostics(per_example, weight, scored.mask,
+                                                       sample_weight)
             if sample_weight is not None:
                 per_example = per_example * sample_weight
             loss = tf.reduce_sum(per_example)
         labels = logits = None
         if self._loss is not None or (compute_batch_metrics and self._batch_metrics):
-            labels, logits = self._logits_matrix(positive_logits, negative_logits, mask, log_q,
-                                                 positive_log_q, correction)
+            labels, logits = self._logits_matrix(scored, correction)
         if self._loss is not None:
             loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
 
@@ -322,11 +342,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if self.correction is None:
             return "none" if log_q is None else "standard"
         if self.correction != "none" and log_q is None:
-            where = ("the sampler's `probabilities`" if self.sampler is not None
-                     else "`candidate_sampling_probability` or the task's `frequency`")
-            raise ValueError(
-                f"correction={self.correction!r} needs sampling probabilities; pass {where}. "
-                "Received none.")
+            raise formulas.missing_log_q(
+                self.correction, "`candidate_sampling_probability` or the task's `frequency`",
+                "neither")
         return self.correction
 
     def _temperature(self, logits: tf.Tensor) -> tf.Tensor:
@@ -370,7 +388,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                                    "candidate_embeddings", candidate_embeddings, 0)
             log_q = tf.math.log(probabilities)
             positive_log_q = log_q[:num_queries]
-        return positive_logits, scores, mask, log_q, positive_log_q, False
+        return Scored(positive_logits, scores, mask, log_q, positive_log_q)
 
     def _sampled(self, query_embeddings, candidate_embeddings, candidate_sampling_probability,
                  candidate_ids, score_mask, candidate_embedding_fn, candidate_table=None,
@@ -399,8 +417,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             ids = tf.cast(negatives.ids, tf.int32)
             columns = (tf.gather(full, ids, axis=1) if negatives.ids.shape.rank == 1
                        else tf.gather(full, ids, batch_dims=1))
-            return (positive_logits, self._temperature(columns), negatives.mask,
-                    negatives.log_q, negatives.positive_log_q, negatives.log_q_excludes_positive)
+            return Scored(positive_logits, self._temperature(columns), negatives.mask,
+                          negatives.log_q, negatives.positive_log_q,
+                          negatives.log_q_excludes_positive)
         negatives = self.sampler(positive_ids, candidate_ids, candidate_embeddings,
                                  candidate_mask=candidate_mask,
                                  embedding_fn=candidate_embedding_fn)
@@ -416,32 +435,35 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         else:
             negative_embeddings = v.float_tensor("negative embeddings", negative_embeddings)
         negative_logits = self._temperature(_ops.scores(query_embeddings, negative_embeddings))
-        return (positive_logits, negative_logits, negatives.mask, negatives.log_q,
-                negatives.positive_log_q, negatives.log_q_excludes_positive)
+        return Scored(positive_logits, negative_logits, negatives.mask, negatives.log_q,
+                      negatives.positive_log_q, negatives.log_q_excludes_positive)
 
-    def _hard_negatives(self, negative_logits, mask, ranking_log_q, log_q):
+    def _hard_negatives(self, scored: Scored, correction: str) -> Scored:
         """Keeps the num_hard_negatives valid negatives with the largest corrected logits."""
-        ranking = negative_logits if ranking_log_q is None else negative_logits - ranking_log_q
-        ranking = tf.where(mask, ranking, tf.constant(-np.inf, ranking.dtype))
-        k = tf.minimum(self.num_hard_negatives, tf.shape(negative_logits)[1])
+        ranking = scored.negative_logits
+        log_q = scored.log_q
+        if correction != "none":
+            ranking = ranking - log_q
+        ranking = tf.where(scored.mask, ranking, tf.constant(-np.inf, ranking.dtype))
+        k = tf.minimum(self.num_hard_negatives, tf.shape(ranking)[1])
         _, columns = tf.math.top_k(ranking, k=k, sorted=False)
-        negative_logits = tf.gather(negative_logits, columns, batch_dims=1)
-        mask = tf.gather(mask, columns, batch_dims=1)
         if log_q is not None:
             if log_q.shape.rank == 1:
                 log_q = tf.broadcast_to(log_q[tf.newaxis, :], tf.shape(ranking))
             log_q = tf.gather(log_q, columns, batch_dims=1)
-        return negative_logits, mask, log_q
+        return scored._replace(
+            negative_logits=tf.gather(scored.negative_logits, columns, batch_dims=1),
+            mask=tf.gather(scored.mask, columns, batch_dims=1), log_q=log_q)
 
     @staticmethod
-    def _logits_matrix(positive_logits, negative_logits, mask, log_q, positive_log_q,
-                       correction):
+    def _logits_matrix(scored: Scored, correction: str):
         """[batch, 1 + N] labels and corrected logits, positive first, removed ones at MIN_FLOAT."""
+        positive_logits, negative_logits = scored.positive_logits, scored.negative_logits
         if correction == "standard":
-            positive_logits = positive_logits - positive_log_q
+            positive_logits = positive_logits - scored.positive_log_q
         if correction in ("standard", "standard_negatives"):
-            negative_logits = negative_logits - log_q
-        negative_logits = tf.where(mask, negative_logits, MIN_FLOAT)
+            negative_logits = negative_logits - scored.log_q
+        negative_logits = tf.where(scored.mask, negative_logits, MIN_FLOAT)
         logits = tf.concat([positive_logits[:, tf.newaxis], negative_logits], axis=1)
         labels = tf.one_hot(tf.zeros_like(positive_logits, tf.int32), tf.shape(logits)[1])
         return labels, logits

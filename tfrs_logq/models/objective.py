@@ -1,18 +1,19 @@
 """The training objective of the retrieval models: every loss of the paper's Table 1 in one layer."""
 
+import inspect
 from typing import Callable, Optional
 
 import tensorflow as tf
 
+from logq_core import samplers
+
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
-from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import losses as losses_lib
 from tfrs_logq import negatives as negatives_lib
 from tfrs_logq.tasks import LogQRetrieval
 
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
-NEGATIVES = ("in_batch", "uniform", "mixed")
 # How bce / gbce reduce a row's 1 + n terms: their sum, or their mean (gSASRec's code).
 BINARY_REDUCTIONS = ("sum", "mean")
 # gBCE's alpha = n / (|D| - 1) (the gSASRec paper), or n / (|D| - 2) as gSASRec's code
@@ -35,45 +36,35 @@ def scores_whole_table(num_items: int, num_negatives: int) -> bool:
 class RetrievalObjective(tf.keras.layers.Layer):
     """Loss of query embeddings against item ids, over a catalog with ids [1, num_items].
 
-    - "sampled_softmax": `LogQRetrieval` with in-batch, uniform or mixed
-      negatives (`num_negatives` of them; half uniform, half in-batch when
-      mixed) and correction none / standard / standard_negatives / improved.
-    - "full_softmax": softmax over the whole catalog.
-    - "bce": binary cross-entropy against `num_negatives` uniform negatives
-      drawn for each example (SASRec uses 1).
-    - "gbce": gSASRec's generalised BCE with calibration `gbce_t`, negatives
-      drawn per example as for "bce".
+    - "sampled_softmax": `LogQRetrieval` with the negatives of `sampler` (any
+      `tfrs_logq.negatives` sampler; `make_sampler` builds one from settings)
+      and correction none / standard / standard_negatives / improved.
+    - "full_softmax": softmax over the whole catalog (no sampler).
+    - "bce": binary cross-entropy against the negatives of `sampler`, a
+      `UniformSampler(per_row=True)`: each example draws its own (SASRec draws 1).
+    - "gbce": gSASRec's generalised BCE with calibration `gbce_t`, negatives as
+      for "bce".
 
     The loss is the mean over the examples (SASRec's convention). Under
     tf.distribute each replica returns its examples' loss sum divided by the
     global number of examples (tf.distribute's convention: the replicas'
     gradients are summed), so the gradient does not depend on the replica count.
 
+    Example:
+
+    >>> sampler = negatives.make_sampler("mixed", num_negatives=256, num_items=3416,
+    ...                                  first_id=1, probabilities=item_probabilities)
+    >>> objective = RetrievalObjective(3416, correction="improved", sampler=sampler)
+
     Args:
       num_items: catalog size; ids are in [1, num_items] (0 is padding).
       loss: one of LOSSES.
-      negatives: one of NEGATIVES (sampled softmax only).
-      correction: one of `tfrs_logq.losses.CORRECTIONS` (sampled softmax only).
-      num_negatives: sampled softmax: negatives per step, shared by the batch's
-        examples; bce / gbce: negatives per example.
-      probabilities: per-draw item probabilities for log Q: a [num_items + 1]
-        array (index 0 unused), or a `tfrs_logq.frequency` estimator.
+      correction: sampled softmax only: the `LogQRetrieval` correction (checked there).
+      sampler: the negatives: for "sampled_softmax" any sampler over ids
+        [1, num_items] (its `probabilities` give log Q); for "bce" / "gbce" a
+        `UniformSampler(per_row=True)`; None for "full_softmax".
       gbce_t: gSASRec's t in [0, 1].
-      mixture: "exact" or "paper", for mixed negatives.
-      global_batch: in-batch negatives (and the in-batch half of mixed ones)
-        come from the global batch under tf.distribute; see
-        `tfrs_logq.negatives.InBatchSampler`.
       temperature: divides the logits of the sampled softmax.
-      seed: seed of the samplers.
-      deduplicate: the in-batch pool (in-batch negatives, and the in-batch half
-        of mixed ones) keeps each distinct target once, k = `num_negatives`
-        (half, when mixed) of them drawn uniformly: the paper's released pool.
-      in_batch_log_q: with `deduplicate` and in-batch negatives,
-        "horvitz_thompson" (unbiased, default) or "unigram" (the released
-        code's q; see `tfrs_logq.negatives.InBatchSampler`).
-      per_row: uniform negatives of the sampled softmax (and the uniform half
-        of mixed ones) are drawn for every example, as the released code's data
-        loader draws them per position; otherwise once per step.
       binary_reduction: "sum" (default) or "mean" of a bce / gbce row's 1 + n
         terms (gSASRec's and the released train_sasrec.py's
         `binary_cross_entropy_with_logits(...).mean(-1)`).
@@ -83,62 +74,38 @@ class RetrievalObjective(tf.keras.layers.Layer):
     """
 
     def __init__(self, num_items: int, loss: str = "sampled_softmax",
-                 negatives: str = "in_batch", correction: str = "improved",
-                 num_negatives: int = 256, probabilities: frequency_lib.FrequencyLike = None,
-                 gbce_t: float = 0.75, mixture: str = "exact", global_batch: bool = False,
-                 temperature: Optional[float] = None, seed: Optional[int] = None,
-                 deduplicate: bool = False, in_batch_log_q: str = "horvitz_thompson",
-                 per_row: bool = False, binary_reduction: str = "sum",
-                 binary_accidental_hits: bool = True, gbce_alpha: str = "paper", **kwargs):
+                 correction: str = "improved",
+                 sampler: Optional[negatives_lib.NegativeSampler] = None,
+                 gbce_t: float = 0.75, temperature: Optional[float] = None,
+                 binary_reduction: str = "sum", binary_accidental_hits: bool = True,
+                 gbce_alpha: str = "paper", **kwargs):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         self.loss = v.check_choice("loss", loss, LOSSES)
-        self.negatives = v.check_choice("negatives", negatives, NEGATIVES)
-        self.correction = v.check_choice("correction", correction, losses_lib.CORRECTIONS)
-        self.num_negatives = v.check_positive_int("num_negatives", num_negatives)
+        self.correction = correction
         if not 0.0 <= gbce_t <= 1.0:
             raise ValueError(f"`gbce_t` must be in [0, 1]; received gbce_t={gbce_t!r}.")
         self.gbce_t = float(gbce_t)
-        self.mixture = mixture
-        self.global_batch = v.check_bool("global_batch", global_batch)
         self.temperature = temperature
-        self.seed = seed
-        self.deduplicate = v.check_bool("deduplicate", deduplicate)
-        self.in_batch_log_q = v.check_choice("in_batch_log_q", in_batch_log_q,
-                                             negatives_lib.IN_BATCH_LOG_Q)
-        self.per_row = v.check_bool("per_row", per_row)
         self.binary_reduction = v.check_choice("binary_reduction", binary_reduction,
                                                BINARY_REDUCTIONS)
         self.binary_accidental_hits = v.check_bool("binary_accidental_hits",
                                                    binary_accidental_hits)
         self.gbce_alpha = v.check_choice("gbce_alpha", gbce_alpha, GBCE_ALPHAS)
+        _check_sampler(loss, sampler)
+        # Attribute names as the checkpoints of earlier runs have them.
         self.task = None
         self.uniform = None
         if loss == "sampled_softmax":
-            if negatives == "in_batch":
-                sampler = negatives_lib.InBatchSampler(
-                    deduplicate=deduplicate, max_pool_size=num_negatives,
-                    global_batch=global_batch, probabilities=probabilities, seed=seed,
-                    log_q=in_batch_log_q)
-            elif negatives == "uniform":
-                sampler = negatives_lib.UniformSampler(num_items, num_negatives, first_id=1,
-                                                       seed=seed, per_row=per_row)
-            else:
-                sampler = negatives_lib.MixedSampler(
-                    num_items, num_negatives - num_negatives // 2, num_negatives // 2,
-                    mixture=mixture, first_id=1, global_batch=global_batch,
-                    probabilities=probabilities, seed=seed, deduplicate=deduplicate,
-                    per_row=per_row)
-            if negatives != "uniform" and correction != "none" and probabilities is None:
-                raise ValueError(
-                    f"correction={correction!r} with {negatives} negatives needs "
-                    "`probabilities` (item frequencies or an estimator); received None.")
             self.task = LogQRetrieval(correction=correction, sampler=sampler,
                                       temperature=temperature, diagnostics=True)
         elif loss in ("bce", "gbce"):
-            # Each example draws its own negatives, as SASRec and gSASRec do per position.
-            self.uniform = negatives_lib.UniformSampler(num_items, num_negatives, first_id=1,
-                                                        per_row=True, seed=seed)
+            self.uniform = sampler
+
+    @property
+    def sampler(self) -> Optional[negatives_lib.NegativeSampler]:
+        """The sampler of the negatives (None for full softmax)."""
+        return self.task.sampler if self.task is not None else self.uniform
 
     def call(self, query_embeddings: tf.Tensor, positive_ids: tf.Tensor,
              item_embedding_fn: Callable[[tf.Tensor], tf.Tensor],
@@ -177,9 +144,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
 
         if self.task is not None:
             table = None
-            if (all_item_embeddings is not None and self.per_row
-                    and self.negatives in ("uniform", "mixed")
-                    and scores_whole_table(self.num_items, self.num_negatives)):
+            sampler = self.task.sampler
+            if (all_item_embeddings is not None and sampler.per_row
+                    and scores_whole_table(self.num_items, sampler.num_negatives)):
                 # Per-row draws on a small catalog: their scores are columns of one matmul.
                 table = all_item_embeddings()
             loss = self.task(query_embeddings, item_embedding_fn(positive_ids),
@@ -196,7 +163,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
         positive_logits = _ops.row_scores(query_embeddings,
                                           tf.cast(item_embedding_fn(positive_ids), tf.float32))
         if (all_item_embeddings is not None
-                and scores_whole_table(self.num_items, self.num_negatives)):
+                and scores_whole_table(self.num_items, self.uniform.num_negatives)):
             # A small catalog: one matmul against the whole table, then each row's columns.
             # Cheaper than gathering n x num_negatives embeddings (and their scattered gradient).
             negatives = self.uniform(positive_ids)
@@ -216,18 +183,74 @@ class RetrievalObjective(tf.keras.layers.Layer):
                 positive_logits, negative_logits, t=self.gbce_t, negative_mask=mask,
                 num_items=self.num_items - (self.gbce_alpha == "released"))
         if self.binary_reduction == "mean":
-            per_example = per_example / (1.0 + self.num_negatives)
+            per_example = per_example / (1.0 + self.uniform.num_negatives)
         return total(per_example) / count
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_items=self.num_items, loss=self.loss, negatives=self.negatives,
-                      correction=self.correction, num_negatives=self.num_negatives,
-                      gbce_t=self.gbce_t, mixture=self.mixture, global_batch=self.global_batch,
-                      temperature=self.temperature,
-                      seed=self.seed, deduplicate=self.deduplicate,
-                      in_batch_log_q=self.in_batch_log_q, per_row=self.per_row,
+        config.update(num_items=self.num_items, loss=self.loss, correction=self.correction,
+                      sampler=(None if self.sampler is None
+                               else tf.keras.layers.serialize(self.sampler)),
+                      gbce_t=self.gbce_t, temperature=self.temperature,
                       binary_reduction=self.binary_reduction,
                       binary_accidental_hits=self.binary_accidental_hits,
                       gbce_alpha=self.gbce_alpha)
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if config.get("sampler") is not None:
+            config["sampler"] = tf.keras.layers.deserialize(config["sampler"])
+        return cls(**config)
+
+
+def _check_sampler(loss: str, sampler) -> None:
+    """Raises when `sampler` cannot give `loss` its negatives."""
+    if loss == "full_softmax":
+        if sampler is not None:
+            raise ValueError("loss='full_softmax' scores the whole catalog and takes no "
+                             f"sampler; received sampler={sampler!r}.")
+        return
+    if not isinstance(sampler, negatives_lib.NegativeSampler):
+        raise TypeError(f"loss={loss!r} draws its negatives from `sampler`, a "
+                        "tfrs_logq.negatives sampler (see negatives.make_sampler); received "
+                        f"sampler={sampler!r}.")
+    if loss in ("bce", "gbce") and not (isinstance(sampler, negatives_lib.UniformSampler)
+                                        and sampler.per_row):
+        raise ValueError(f"loss={loss!r} scores each example against its own uniform "
+                         "negatives: pass UniformSampler(..., per_row=True) (make_sampler("
+                         f"'uniform', per_row=True, ...)); received sampler={sampler!r}.")
+
+
+_SAMPLER_SETTINGS = tuple(inspect.signature(samplers.sampler_arguments).parameters)[1:]
+
+
+def make_objective(num_items: int, *, loss: str = "sampled_softmax",
+                   negatives: str = "in_batch", **settings) -> RetrievalObjective:
+    """A `RetrievalObjective` and its sampler from flat settings (a config's loss group).
+
+    The sampler comes from `negatives.make_sampler(negatives, ...)` over ids
+    [1, num_items]; bce and gbce draw `num_negatives` uniform negatives per
+    example whatever `negatives` says (as SASRec and gSASRec do per position);
+    full softmax has none.
+
+    Args:
+      num_items: catalog size; ids are in [1, num_items].
+      loss: one of LOSSES.
+      negatives: the sampler of the sampled softmax (`logq_core.samplers.KINDS`).
+      **settings: the sampler's settings (`logq_core.samplers.sampler_arguments`:
+        num_negatives, probabilities, seed, deduplicate, log_q, per_row,
+        global_batch, mixture) and the objective's other arguments.
+    """
+    sampler_settings = {name: settings.pop(name) for name in _SAMPLER_SETTINGS
+                        if name in settings}
+    sampler_settings.setdefault("num_negatives", 256)
+    sampler_settings.update(num_items=num_items, first_id=1)
+    sampler = None
+    if loss in ("bce", "gbce"):
+        sampler = negatives_lib.make_sampler(
+            "uniform", **dict(sampler_settings, per_row=True, probabilities=None))
+    elif loss == "sampled_softmax":
+        sampler = negatives_lib.make_sampler(negatives, **sampler_settings)
+    return RetrievalObjective(num_items, loss=loss, sampler=sampler, **settings)
