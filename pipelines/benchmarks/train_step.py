@@ -1,8 +1,8 @@
 r"""Milliseconds per SASRec training step for every row of the reproduction, with and without XLA.
 
-For each preset and each row of `pipelines.benchmarks.reproduce` (as that
-preset's profile runs it: under `official` / `official_cpu` the rows are the
-released scripts'), it builds the model and the training stream exactly as
+For each preset and each row of the paper's Table 1 (`pipelines.benchmarks.rows`,
+as that preset's profile runs it: under `official` / `official_cpu` the rows are
+the released scripts'), it builds the model and the training stream exactly as
 `pipelines.train` does, and times compiled training steps (forward, loss,
 gradients, Adam update) on batches of the real stream, the variants
 interleaved round by round. It prints ms per step, training examples (valid
@@ -26,7 +26,7 @@ from absl import flags
 
 from pipelines import configs
 from pipelines import experiment
-from pipelines.benchmarks import reproduce
+from pipelines.benchmarks import rows as table
 from pipelines.data import loaders
 
 FLAGS = flags.FLAGS
@@ -34,17 +34,18 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     flags.DEFINE_list("presets", ["cpu", "official_cpu"], "Presets to time (their profiles' rows).")
-    flags.DEFINE_list("rows", [], "Rows of the reproduction (default: the paper's ML-1M rows).")
+    flags.DEFINE_list("rows", [], "Rows of pipelines.benchmarks.rows (default: Table 1's, not "
+                      "the official-only ones).")
     flags.DEFINE_list("xla", ["false", "true"], "jit_compile settings to time.")
     flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is reported.", lower_bound=1)
     flags.DEFINE_integer("steps_per_round", 5, "Steps per variant and round.", lower_bound=1)
     flags.DEFINE_string("dataset", None, "Dataset (default: ml-1m if present, else synthetic).")
 
 
-def row_config(preset: str, row: reproduce.Row, dataset: str) -> configs.Config:
-    """The config `pipelines.train` runs for `row` under `preset` (the reproduce runner's)."""
-    if preset in reproduce.OFFICIAL_PROFILES:
-        row = reproduce.as_released(row)
+def row_config(preset: str, row: table.Row, dataset: str) -> configs.Config:
+    """The config `pipelines.train` runs for `row` under `preset` (as the paper campaign's)."""
+    if preset in table.OFFICIAL_PROFILES:
+        row = table.as_released(row)
     return configs.validate(configs.PRESETS[preset].replace(dataset=dataset, **row.overrides))
 
 
@@ -91,15 +92,15 @@ def main(argv):
     del argv
     tf.get_logger().setLevel("ERROR")
     dataset = FLAGS.dataset or ("ml-1m" if os.path.exists(loaders.ML_1M_SASREC) else "synthetic")
-    rows: List[str] = FLAGS.rows or [r.name for r in reproduce.ROWS if r.paper_loo]
+    rows: List[str] = FLAGS.rows or [r.name for r in table.ROWS if not r.official_only]
     xla_settings = [value.lower() in ("true", "1", "yes") for value in FLAGS.xla]
     print(f"SASRec training step on {dataset}; {FLAGS.rounds} interleaved rounds of "
           f"{FLAGS.steps_per_round} steps per variant, one run.\n")
     for preset in FLAGS.presets:
         steps, positions = {}, {}
         for name in rows:
-            row = reproduce.ROWS_BY_NAME[name]
-            if row.official_only and preset not in reproduce.OFFICIAL_PROFILES:
+            row = table.ROWS_BY_NAME[name]
+            if row.official_only and preset not in table.OFFICIAL_PROFILES:
                 continue
             config = row_config(preset, row, dataset)
             for xla in xla_settings:

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Issue 25's campaign: the official-protocol reproduction queue after tier 1, on 2 CPU cores.
 #
-#   bash pipelines/benchmarks/campaign.sh setup   # the worktree at the campaign's commit
-#   bash pipelines/benchmarks/campaign.sh queue   # two drivers, one per core (hours; resumable)
-#   bash pipelines/benchmarks/campaign.sh queue 0 # core 0's driver alone (or 1), to restart one
-#   bash pipelines/benchmarks/campaign.sh watch   # rewrites and commits the reports in this tree
-#   bash pipelines/benchmarks/campaign.sh park    # commits the runs in progress (before a stop)
-#   bash pipelines/benchmarks/campaign.sh status  # each run in progress: epochs, best, fewest
+#   bash paper/campaign.sh setup   # the worktree at the campaign's commit
+#   bash paper/campaign.sh queue   # two drivers, one per core (hours; resumable)
+#   bash paper/campaign.sh queue 0 # core 0's driver alone (or 1), to restart one
+#   bash paper/campaign.sh watch   # rewrites and commits the reports in this tree
+#   bash paper/campaign.sh park    # commits the runs in progress (before a stop)
+#   bash paper/campaign.sh status  # each run in progress: epochs, best, fewest
 #                                                 # left; its same-seed pairs so far
-#   bash pipelines/benchmarks/campaign.sh per_query  # commits finished runs' per-query metrics
+#   bash paper/campaign.sh per_query  # commits finished runs' per-query metrics
 #
 # Every run trains with one code: a git worktree of CAMPAIGN_COMMIT at CAMPAIGN_DIR, with this
 # tree's .venv linked into it, so that editing this tree never changes a run under way. Two
@@ -20,7 +20,7 @@
 # --include_recorded, so the runs they record count as finished.
 #
 # A run in progress lives in CAMPAIGN_DIR/runs only, and a paper-scale run takes longer than a
-# session. `park` packs each one (pipelines/benchmarks/park.py: its backup, logs and best
+# session. `park` packs each one (paper/park.py: its backup, logs and best
 # weights, about 16 MB at `official`) into PARK_DIR in this tree and commits it; `setup` on a
 # new machine unpacks them, so that `queue` resumes them from their backups. Parked runs that
 # have finished are removed from the tree (git keeps them in its history).
@@ -33,7 +33,7 @@
 # bash reads a script as it runs it: to edit this file while `queue` or `watch` runs, start them
 # from a copy, with MAIN_DIR set to this tree.
 set -euo pipefail
-MAIN_DIR=${MAIN_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+MAIN_DIR=${MAIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 CAMPAIGN_COMMIT=${CAMPAIGN_COMMIT:-669357b}
 CAMPAIGN_DIR=$(realpath -m "${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}")
 LOG_DIR=$(realpath -m "${LOG_DIR:-$MAIN_DIR/../campaign_logs}")
@@ -88,7 +88,8 @@ setup() {
 is_recorded() {  # $1 REPORT/ROW/seedN[.tar.gz]: whether this tree's report of REPORT records it.
   (cd "$MAIN_DIR" && .venv/bin/python -c '
 import sys
-from pipelines.benchmarks.reproduce import load_recorded, row_key
+from paper.plan import row_key
+from paper.records import load_recorded
 report, row, seed = sys.argv[1].removesuffix(".tar.gz").split("/")
 recorded = load_recorded(f"docs/results/{report}.json")
 sys.exit(0 if any(row_key(r, f) == row and f"seed{s}" == seed for r, f, s in recorded) else 1)
@@ -98,7 +99,7 @@ sys.exit(0 if any(row_key(r, f) == row and f"seed{s}" == seed for r, f, s in rec
 park_py() {  # park.py from this tree, with the campaign's code first on the import path: the
   # best weights are rebuilt by the code that trains them.
   (cd "$CAMPAIGN_DIR" && PYTHONPATH=$CAMPAIGN_DIR TF_CPP_MIN_LOG_LEVEL=2 \
-    .venv/bin/python "$MAIN_DIR/pipelines/benchmarks/park.py" "$@")
+    .venv/bin/python "$MAIN_DIR/paper/park.py" "$@")
 }
 
 park() {  # Packs and commits the runs in progress; removes the parked runs that have finished
@@ -132,7 +133,7 @@ run() {  # $1 core, $2 scratch name, then reproduce's flags
   shift 2
   echo "$(date) core $core: $*"
   (cd "$CAMPAIGN_DIR" && TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 taskset -c "$core" \
-    .venv/bin/python -m pipelines.benchmarks.reproduce --results_dir="$LOG_DIR/scratch_$scratch" \
+    .venv/bin/python -m paper.reproduce --results_dir="$LOG_DIR/scratch_$scratch" \
     --include_recorded "$@" >> "$LOG_DIR/queue_$scratch.log" 2>&1) || status=$?
   echo "$(date) core $core: rc=$status"
 }
@@ -189,7 +190,7 @@ watch() {
       n=$(find "$CAMPAIGN_DIR/runs/reproduce/$name" -name metrics.json 2>/dev/null | wc -l || true)
       if [ "$n" -gt 0 ] && { [ "$n" != "${last[$name]:-}" ] || [ "$PER_QUERY_ADDED" -gt 0 ]; }; then
         # shellcheck disable=SC2086
-        if (cd "$MAIN_DIR" && timeout 600 .venv/bin/python -m pipelines.benchmarks.reproduce \
+        if (cd "$MAIN_DIR" && timeout 600 .venv/bin/python -m paper.reproduce \
               $flags --include_recorded --report_only \
               --output_dir="$CAMPAIGN_DIR/runs/reproduce" > "$LOG_DIR/report_$name.log" 2>&1); then
           commit "$name" "$n"
@@ -249,7 +250,7 @@ per_query() {  # Each finished run's per-query test metrics (`pipelines.evaluate
 }
 
 status() {  # Each run in progress (epochs, best, fewest left), then its same-seed pairs so far.
-  cd "$MAIN_DIR" && TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python -m pipelines.benchmarks.campaign_status \
+  cd "$MAIN_DIR" && TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python -m paper.campaign_status \
     "$RUNS_DIR"
 }
 

@@ -1,4 +1,4 @@
-"""Tests of pipelines/benchmarks/park.py: a run in progress carried to another directory."""
+"""Tests of paper/park.py: a run in progress carried to another directory."""
 
 import json
 import os
@@ -12,8 +12,8 @@ import time
 
 import tensorflow as tf
 
+from paper import park
 from pipelines import callbacks
-from pipelines.benchmarks import park
 from tests.test_train import _finish_as_uninterrupted
 
 

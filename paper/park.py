@@ -18,8 +18,8 @@ not exist yet; `reproduce` and `pipelines.train` then resume the run from its ba
 
 Usage (the campaign runs it with its own worktree first on the path, so that the model is
 built by the code that trains it):
-  python pipelines/benchmarks/park.py pack RUN_DIR ARCHIVE.tar.gz
-  python pipelines/benchmarks/park.py unpack ARCHIVE.tar.gz RUN_DIR
+  python paper/park.py pack RUN_DIR ARCHIVE.tar.gz
+  python paper/park.py unpack ARCHIVE.tar.gz RUN_DIR
 """
 
 import glob

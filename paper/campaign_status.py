@@ -1,16 +1,16 @@
 r"""The state of the reproduction's runs in progress (`campaign.sh status`).
 
 Usage:
-  python -m pipelines.benchmarks.campaign_status RUNS_DIR
+  python -m paper.campaign_status RUNS_DIR
 
-RUNS_DIR holds REPORT/ROW/seedN run directories (`reproduce`'s layout). For each run in
+RUNS_DIR holds REPORT/ROW/seedN run directories (`paper.reproduce`'s layout). For each run in
 progress: its epochs, its best validation NDCG@10 and after which epoch, the epoch after which
 patience stops it at the earliest, and the hours that takes at its last 10 epochs' pace. Then,
-for each of `reproduce.PAIRS` whose two runs of one report and seed have both logged and one of
+for each of `comparisons.PAIRS` whose two runs of one report and seed have both logged and one of
 them is still in progress, the pair so far: validation NDCG@10 and test NDCG@20 (the test
 curve, a diagnostic) averaged over the epochs both runs have logged, row - baseline. Same seed,
 same batches, so those are the paired differences the finished report will give over its common
-window (`reproduce.window_difference`, which starts at epoch 100 and needs 10 epochs).
+window (`curves.window_difference`, which starts at epoch 100 and needs 10 epochs).
 """
 
 import glob
@@ -22,7 +22,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from pipelines.benchmarks import reproduce
+from paper import comparisons
+from paper import curves
+from paper.plan import config_value
 from pipelines.run_files import RunFiles
 
 LAST_EPOCHS = 10  # The pace is the mean epoch time over the last this many epochs.
@@ -42,7 +44,7 @@ def run_line(run: str, name: str) -> str:
     with open(files.progress) as f:
         state = json.load(f)
     with open(files.config) as f:
-        patience = json.load(f)["patience"]
+        patience = config_value(json.load(f), "patience")
     epochs = state["epochs"]
     if state.get("best_epoch") is None:
         return f"{name}: {epochs} epochs, no validation value yet"
@@ -73,19 +75,19 @@ def common_difference(base: Dict[int, float], row: Dict[int, float]) -> Optional
 
 
 def pair_lines(runs_dir: str) -> List[str]:
-    """One line per `reproduce.PAIRS` pair of one report and seed under `runs_dir` with a
+    """One line per `comparisons.PAIRS` pair of one report and seed under `runs_dir` with a
     run in progress and curves logged by both."""
     lines = []
     for report in sorted(os.listdir(runs_dir)):
-        for base, row, question in reproduce.PAIRS:
+        for base, row, question in comparisons.PAIRS:
             for run_b in sorted(glob.glob(os.path.join(runs_dir, report, row, "seed*"))):
                 seed = os.path.basename(run_b)
                 run_a = os.path.join(runs_dir, report, base, seed)
                 if not os.path.isdir(run_a) or not (_in_progress(run_a) or _in_progress(run_b)):
                     continue
                 parts = []
-                for what, curve in (("validation NDCG@10", reproduce.validation_curve),
-                                    ("test curve NDCG@20", reproduce.test_curve)):
+                for what, curve in (("validation NDCG@10", curves.validation_curve),
+                                    ("test curve NDCG@20", curves.test_curve)):
                     text = common_difference(curve(run_a), curve(run_b))
                     if text:
                         parts.append(f"{what} {text}")
@@ -108,5 +110,5 @@ def status(runs_dir: str) -> List[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("Usage: python -m pipelines.benchmarks.campaign_status RUNS_DIR")
+        sys.exit("Usage: python -m paper.campaign_status RUNS_DIR")
     print("\n".join(status(sys.argv[1])))
