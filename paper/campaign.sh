@@ -5,7 +5,7 @@
 #   bash paper/campaign.sh queue   # two drivers, one per core (hours; resumable)
 #   bash paper/campaign.sh queue 0 # core 0's driver alone (or 1), to restart one
 #   bash paper/campaign.sh watch   # rewrites and commits the reports in this tree
-#   bash paper/campaign.sh park    # commits the runs in progress (before a stop)
+#   bash paper/campaign.sh park    # packs the runs in progress into PARK_DIR (before a stop)
 #   bash paper/campaign.sh status  # each run in progress: epochs, best, fewest
 #                                                 # left; its same-seed pairs so far
 #   bash paper/campaign.sh per_query  # commits finished runs' per-query metrics
@@ -20,10 +20,11 @@
 # --include_recorded, so the runs they record count as finished.
 #
 # A run in progress lives in CAMPAIGN_DIR/runs only, and a paper-scale run takes longer than a
-# session. `park` packs each one (paper/park.py: its backup, logs and best
-# weights, about 16 MB at `official`) into PARK_DIR in this tree and commits it; `setup` on a
-# new machine unpacks them, so that `queue` resumes them from their backups. Parked runs that
-# have finished are removed from the tree (git keeps them in its history).
+# session. `park` packs each one (paper/park.py: its backup, logs and best weights, about 16 MB
+# at `official`) into PARK_DIR, outside the repository ($TFRS_LOGQ_PARK_DIR, by default
+# ~/.cache/tfrs_logq/parked; carry that folder to the next machine); `setup` there unpacks them,
+# so that `queue` resumes them from their backups. `park` removes the archives of parked runs
+# that have finished.
 #
 # `watch` writes each report with this tree's `reproduce --report_only` from the campaign's runs
 # (and the runs the committed report records), and commits it when a run has finished. Before
@@ -37,7 +38,8 @@ MAIN_DIR=${MAIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 CAMPAIGN_COMMIT=${CAMPAIGN_COMMIT:-669357b}
 CAMPAIGN_DIR=$(realpath -m "${CAMPAIGN_DIR:-$MAIN_DIR/../campaign}")
 LOG_DIR=$(realpath -m "${LOG_DIR:-$MAIN_DIR/../campaign_logs}")
-PARK_DIR=docs/results/in_progress  # In MAIN_DIR: one ARCHIVE per run, REPORT/ROW/seedN.tar.gz.
+# One ARCHIVE per run, REPORT/ROW/seedN.tar.gz; the default of paper/park.py's park_dir().
+PARK_DIR=$(realpath -m "${TFRS_LOGQ_PARK_DIR:-$HOME/.cache/tfrs_logq/parked}")
 RUNS_DIR=$CAMPAIGN_DIR/runs/reproduce
 PER_QUERY_DIR=docs/results/per_query  # In MAIN_DIR: REPORT/ROW/seedN.npz per finished run.
 
@@ -70,19 +72,19 @@ setup() {
   [ -e "$CAMPAIGN_DIR/.venv" ] || ln -s "$MAIN_DIR/.venv" "$CAMPAIGN_DIR/.venv"
   shopt -s nullglob
   local archive run
-  for archive in "$MAIN_DIR/$PARK_DIR"/*/*/seed*.tar.gz; do
-    run=$RUNS_DIR/${archive#"$MAIN_DIR/$PARK_DIR/"}
+  for archive in "$PARK_DIR"/*/*/seed*.tar.gz; do
+    run=$RUNS_DIR/${archive#"$PARK_DIR/"}
     run=${run%.tar.gz}
     if [ -e "$run" ]; then
       echo "$run exists (this machine ran it): not unpacking $archive"
-    elif is_recorded "${archive#"$MAIN_DIR/$PARK_DIR/"}"; then
+    elif is_recorded "${archive#"$PARK_DIR/"}"; then
       echo "the report records ${run#"$RUNS_DIR/"}: not unpacking $archive"
     else
       mkdir -p "$(dirname "$run")"
       park_py unpack "$archive" "$run"
     fi
   done
-  echo "campaign code: $(git -C "$CAMPAIGN_DIR" rev-parse --short HEAD) in $CAMPAIGN_DIR; logs in $LOG_DIR"
+  echo "campaign code: $(git -C "$CAMPAIGN_DIR" rev-parse --short HEAD) in $CAMPAIGN_DIR; logs in $LOG_DIR; parked runs in $PARK_DIR"
 }
 
 is_recorded() {  # $1 REPORT/ROW/seedN[.tar.gz]: whether this tree's report of REPORT records it.
@@ -102,30 +104,30 @@ park_py() {  # park.py from this tree, with the campaign's code first on the imp
     .venv/bin/python "$MAIN_DIR/paper/park.py" "$@")
 }
 
-park() {  # Packs and commits the runs in progress; removes the parked runs that have finished
-  # (after committing their per-query metrics).
+park() {  # Packs the runs in progress into PARK_DIR; removes the archives of parked runs that
+  # have finished (after writing their per-query metrics).
   shopt -s nullglob
-  local run archive name parked=() done=()
+  local run archive name parked=0 removed=0
   per_query
-  cd "$MAIN_DIR"
   for run in "$RUNS_DIR"/*/*/seed*; do
     name=${run#"$RUNS_DIR/"}
     archive=$PARK_DIR/$name.tar.gz
     if [ -e "$run/metrics.json" ] || is_recorded "$name"; then
-      [ -e "$archive" ] && git rm -q "$archive" && done+=("$name")
+      if [ -e "$archive" ]; then
+        rm "$archive"
+        removed=$((removed + 1))
+        echo "finished: $name (its archive removed)"
+      fi
     elif [ -e "$run/config.json" ] && [ -d "$run/backup" ]; then
-      park_py pack "$run" "$MAIN_DIR/$archive" && git add "$archive" \
-        && parked+=("$name $(tar -xzOf "$archive" "${run##*/}/progress.json" 2>/dev/null)")
+      if park_py pack "$run" "$archive"; then
+        parked=$((parked + 1))
+        echo "parked: $name $(tar -xzOf "$archive" "${run##*/}/progress.json" 2>/dev/null || true)"
+      else
+        echo "$(date) park: packing $name failed; it stays in $run only"
+      fi
     fi
   done
-  if git diff --cached --quiet -- "$PARK_DIR"; then
-    echo "$(date) park: nothing to commit"
-    return
-  fi
-  git commit -q -m "campaign: park ${#parked[@]} runs in progress, remove ${#done[@]} finished (issue 25)
-
-$(printf '%s\n' "${parked[@]/#/parked: }" "${done[@]/#/finished: }")" -- "$PARK_DIR"
-  echo "$(date) park: committed ${#parked[@]} parked, ${#done[@]} removed"
+  echo "$(date) park: $parked runs in progress parked in $PARK_DIR, $removed finished removed"
 }
 
 run() {  # $1 core, $2 scratch name, then reproduce's flags

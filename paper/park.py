@@ -1,8 +1,10 @@
 r"""Carries a training run in progress to another machine: `pack` and `unpack`.
 
 A run directory (pipelines/run_files.py) resumes from its BackupAndRestore backup, but only
-on the machine that holds it. `pack` writes the run as one .tar.gz that can travel (in git,
-for the reproduction campaign, whose sessions may each start on a new machine):
+on the machine that holds it. `pack` writes the run as one .tar.gz that can travel (for the
+paper campaign, whose sessions may each start on a new machine). Archives are binaries and stay
+out of git: they go to the park directory, $TFRS_LOGQ_PARK_DIR or else ~/.cache/tfrs_logq/parked,
+and a destination inside a git work tree is refused. An archive holds:
 
 - its config, progress, TensorBoard logs and train.log, and the latest backup (weights,
   optimizer, step), checked by reading every tensor, so that a copy taken while training
@@ -17,8 +19,9 @@ written) keeps its whole records. `unpack` extracts an archive into a run direct
 not exist yet; `reproduce` and `pipelines.train` then resume the run from its backup.
 
 Usage (the campaign runs it with its own worktree first on the path, so that the model is
-built by the code that trains it):
-  python paper/park.py pack RUN_DIR ARCHIVE.tar.gz
+built by the code that trains it; so it imports nothing from paper/, which an older worktree
+lacks):
+  python paper/park.py pack RUN_DIR [ARCHIVE.tar.gz]   # default: PARK_DIR/RUN_NAME.tar.gz
   python paper/park.py unpack ARCHIVE.tar.gz RUN_DIR
 """
 
@@ -29,7 +32,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -42,6 +45,38 @@ from pipelines.run_files import RunFiles
 # What a run in progress holds that it does not need elsewhere: exports and reports come at
 # its end, workers' reports from multi-worker runs.
 _LEFT_BEHIND = ("export", "workers", "metrics.json")
+# Where archives go when no path is given; campaign.sh has the same default.
+PARK_DIR_VARIABLE = "TFRS_LOGQ_PARK_DIR"
+DEFAULT_PARK_DIR = os.path.join("~", ".cache", "tfrs_logq", "parked")
+
+
+def park_dir() -> str:
+    """$TFRS_LOGQ_PARK_DIR, or else ~/.cache/tfrs_logq/parked."""
+    return os.path.expanduser(os.environ.get(PARK_DIR_VARIABLE) or DEFAULT_PARK_DIR)
+
+
+def _work_tree(path: str) -> Optional[str]:
+    """The git work tree (a folder holding .git) that holds `path`, which need not exist yet;
+    None outside any."""
+    folder = os.path.realpath(path)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def check_outside_git(archive: str) -> str:
+    """`archive`, after checking that it lies outside every git work tree."""
+    tree = _work_tree(archive)
+    if tree is not None:
+        raise ValueError(f"archive={archive!r} is inside the git work tree {tree}: a parked run "
+                         "is a binary, kept out of git. Give a path outside it, or none for "
+                         f"the park directory (${PARK_DIR_VARIABLE}, by default "
+                         f"{DEFAULT_PARK_DIR}).")
+    return archive
 
 
 def _keep_whole_records(path: str) -> int:
@@ -105,8 +140,13 @@ def _slim_best(run_dir: str) -> Dict[str, int]:
     return {"best_bytes_before": before, "best_bytes_after": after, "weights": len(weights)}
 
 
-def pack(run_dir: str, archive: str) -> Dict:
-    """Writes the run in progress at `run_dir` to `archive` (.tar.gz); returns what it did."""
+def pack(run_dir: str, archive: Optional[str] = None) -> Dict:
+    """Writes the run in progress at `run_dir` to `archive` (.tar.gz; by default
+    PARK_DIR/RUN_NAME.tar.gz, `park_dir`), which must lie outside any git work tree; returns
+    what it did."""
+    if archive is None:
+        archive = os.path.join(park_dir(), os.path.basename(os.path.normpath(run_dir)) + ".tar.gz")
+    check_outside_git(archive)
     files = RunFiles(run_dir)
     if not os.path.exists(files.config):
         raise FileNotFoundError(f"run_dir={run_dir!r} holds no training run (no config.json).")
@@ -151,14 +191,15 @@ def unpack(archive: str, run_dir: str) -> str:
 
 
 def main(argv) -> int:
-    usage = ("usage: park.py pack RUN_DIR ARCHIVE.tar.gz | park.py unpack ARCHIVE.tar.gz "
-             "RUN_DIR")
-    if len(argv) != 4 or argv[1] not in ("pack", "unpack"):
+    usage = ("usage: park.py pack RUN_DIR [ARCHIVE.tar.gz] | park.py unpack ARCHIVE.tar.gz "
+             f"RUN_DIR (archives by default in ${PARK_DIR_VARIABLE}, else {DEFAULT_PARK_DIR})")
+    if not (argv[1:2] == ["pack"] and len(argv) in (3, 4)
+            or argv[1:2] == ["unpack"] and len(argv) == 4):
         print(usage, file=sys.stderr)
         return 2
     print(f"model code: {os.path.dirname(pipelines.__file__)}", flush=True)
     if argv[1] == "pack":
-        print(json.dumps(pack(argv[2], argv[3])), flush=True)
+        print(json.dumps(pack(*argv[2:])), flush=True)
     else:
         print(f"unpacked {argv[2]} to {unpack(argv[2], argv[3])}", flush=True)
     return 0

@@ -5,10 +5,12 @@ import os
 import re
 import subprocess
 import tempfile
+from unittest import mock
 
 import tensorflow as tf
 
 from paper import campaign_status
+from paper import park
 from paper import plan
 from paper import report
 
@@ -32,6 +34,14 @@ class CampaignScriptTest(tf.test.TestCase):
                                   env=dict(os.environ, CAMPAIGN_DIR=tmp, LOG_DIR=tmp))
         self.assertEqual(core.returncode, 2)
         self.assertIn("queue takes 0, 1 or nothing (both cores); received 2", core.stderr)
+
+    def test_park_dir_default_is_park_pys(self):
+        env = {k: v for k, v in os.environ.items() if k != "TFRS_LOGQ_PARK_DIR"}
+        shell = subprocess.run(["bash", "-c", f'eval "$(grep "^PARK_DIR=" {self.SCRIPT})"; '
+                                'echo "$PARK_DIR"'], capture_output=True, text=True, check=True,
+                               env=env).stdout.strip()
+        with mock.patch.dict(os.environ, {"TFRS_LOGQ_PARK_DIR": ""}):
+            self.assertEqual(shell, os.path.realpath(park.park_dir()))
 
     def test_steps_and_reports_name_known_profiles_and_rows(self):
         with open(self.SCRIPT) as f:

@@ -1,7 +1,8 @@
-"""Tests of paper/park.py: a run in progress carried to another directory."""
+"""Tests of paper/park.py: a run in progress carried to another directory, outside git."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from unittest import mock
 
 import tensorflow as tf
 
@@ -83,6 +85,28 @@ class ParkTest(tf.test.TestCase):
         with self.assertRaisesRegex(FileNotFoundError, "no backup in"):
             park.pack(empty, os.path.join(empty, "a.tar.gz"))
         self.assertEqual(park.main(["park.py", "carry", "a", "b"]), 2)
+        self.assertEqual(park.main(["park.py", "unpack", "a.tar.gz"]), 2)
+
+    def test_archives_stay_out_of_git_work_trees(self):
+        tree = tempfile.mkdtemp()
+        os.mkdir(os.path.join(tree, ".git"))
+        inside = os.path.join(tree, "docs", "parked", "seed0.tar.gz")
+        # Refused before anything is read or written.
+        with self.assertRaisesRegex(ValueError, re.escape(
+                f"archive={inside!r} is inside the git work tree {os.path.realpath(tree)}: a "
+                "parked run is a binary, kept out of git.")):
+            park.pack(os.path.join(tree, "no_run"), inside)
+        self.assertFalse(os.path.exists(os.path.join(tree, "docs")))
+        with mock.patch.dict(os.environ, {"TFRS_LOGQ_PARK_DIR": os.path.join(tree, "parked")}):
+            self.assertEqual(park.park_dir(), os.path.join(tree, "parked"))
+            with self.assertRaisesRegex(ValueError, re.escape(
+                    f"archive={os.path.join(tree, 'parked', 'seed3.tar.gz')!r} is inside")):
+                park.pack(os.path.join(tree, "runs", "seed3"))  # The default name.
+        with mock.patch.dict(os.environ, {"TFRS_LOGQ_PARK_DIR": ""}):
+            self.assertEqual(park.park_dir(),
+                             os.path.expanduser(os.path.join("~", ".cache", "tfrs_logq", "parked")))
+        outside = os.path.join(tempfile.mkdtemp(), "new", "a.tar.gz")
+        self.assertEqual(park.check_outside_git(outside), outside)
 
     def test_event_file_cut_mid_record_keeps_its_whole_records(self):
         path = os.path.join(tempfile.mkdtemp(), "events.out.tfevents.1")
