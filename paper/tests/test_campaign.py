@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from unittest import mock
 
@@ -34,6 +35,11 @@ class CampaignScriptTest(tf.test.TestCase):
                                   env=dict(os.environ, CAMPAIGN_DIR=tmp, LOG_DIR=tmp))
         self.assertEqual(core.returncode, 2)
         self.assertIn("queue takes 0, 1 or nothing (both cores); received 2", core.stderr)
+        # Only the commands that write files to keep take --commit.
+        commit = subprocess.run(["bash", self.SCRIPT, "status", "--commit"], capture_output=True,
+                                text=True, check=False)
+        self.assertEqual(commit.returncode, 2)
+        self.assertIn("watch [--commit]", commit.stderr)
 
     def test_park_dir_default_is_park_pys(self):
         env = {k: v for k, v in os.environ.items() if k != "TFRS_LOGQ_PARK_DIR"}
@@ -42,6 +48,44 @@ class CampaignScriptTest(tf.test.TestCase):
                                env=env).stdout.strip()
         with mock.patch.dict(os.environ, {"TFRS_LOGQ_PARK_DIR": ""}):
             self.assertEqual(shell, os.path.realpath(park.park_dir()))
+
+    def test_setup_takes_this_trees_head_and_park_keeps_archives_out_of_the_repository(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            main, campaign = os.path.join(tmp, "main"), os.path.join(tmp, "campaign")
+            parked = os.path.join(tmp, "parked")
+            os.makedirs(main)
+            git = ["git", "-C", main, "-c", "user.name=t", "-c", "user.email=t@t"]
+            subprocess.run(git + ["init", "-q"], check=True)
+            subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "start"], check=True)
+            head = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True,
+                                  text=True).stdout.strip()
+            env = dict(os.environ, MAIN_DIR=main, CAMPAIGN_DIR=campaign, LOG_DIR=tmp,
+                       TFRS_LOGQ_PARK_DIR=parked, PYTHONPATH=os.path.dirname(
+                           os.path.dirname(self.SCRIPT)))
+            env.pop("CAMPAIGN_COMMIT", None)
+            setup = subprocess.run(["bash", self.SCRIPT, "setup"], capture_output=True,
+                                   text=True, check=True, env=env)
+            self.assertIn(f"campaign code: {head[:7]}", setup.stdout)
+            self.assertIn(f"parked runs in {parked}", setup.stdout)
+            self.assertEqual(subprocess.run(["git", "-C", campaign, "rev-parse", "HEAD"],
+                                            check=True, capture_output=True,
+                                            text=True).stdout.strip(), head)
+            # A parked run that has finished since: `park` removes its archive, commits nothing.
+            name = os.path.join("ml1m_loo_official", "mixed-improved", "seed1")
+            run = os.path.join(campaign, "runs", "reproduce", name)
+            os.makedirs(run)
+            with open(os.path.join(run, "metrics.json"), "w") as f:
+                f.write("{}")
+            archive = os.path.join(parked, name + ".tar.gz")
+            os.makedirs(os.path.dirname(archive))
+            with open(archive, "wb") as f:
+                f.write(b"parked")
+            park = subprocess.run(["bash", self.SCRIPT, "park"], capture_output=True, text=True,
+                                  check=True, env=env)
+            self.assertIn(f"finished: {name} (its archive removed)", park.stdout)
+            self.assertFalse(os.path.exists(archive))
+            self.assertEqual(subprocess.run(git + ["log", "--format=%s"], check=True,
+                                            capture_output=True, text=True).stdout, "start\n")
 
     def test_steps_and_reports_name_known_profiles_and_rows(self):
         with open(self.SCRIPT) as f:
@@ -161,15 +205,19 @@ class CampaignScriptTest(tf.test.TestCase):
             self.assertEqual(campaign_status.status(empty),
                              [f"no run in progress under {empty}"])
 
-    def test_per_query_commits_each_finished_runs_metrics_once(self):
-        from pipelines import configs, evaluate, train  # pylint: disable=import-outside-toplevel
+    def test_per_query_writes_each_finished_runs_metrics_once_and_commits_on_request(self):
+        from pipelines import evaluate  # pylint: disable=import-outside-toplevel
         root = os.path.dirname(os.path.dirname(self.SCRIPT))
         with tempfile.TemporaryDirectory() as tmp:
             main, campaign = os.path.join(tmp, "main"), os.path.join(tmp, "campaign")
             runs = os.path.join(campaign, "runs", "reproduce", "synthetic_loo_smoke")
             finished = os.path.join(runs, "mixed-improved", "seed0")
-            metrics = train.run(configs.PRESETS["smoke"].replace(
-                epochs=1, steps_per_epoch=5, index="exact"), finished, verbose=0)
+            subprocess.run([sys.executable, "-m", "pipelines.train", "--preset=smoke",
+                            "--epochs=1", "--steps_per_epoch=5", "--index=exact",
+                            f"--output_dir={finished}"], cwd=root, check=True,
+                           capture_output=True)
+            with open(os.path.join(finished, "metrics.json")) as f:
+                metrics = json.load(f)
             os.makedirs(os.path.join(runs, "mixed-standard", "seed0"))  # In progress: skipped.
             os.makedirs(main)
             os.symlink(os.path.join(root, ".venv"), os.path.join(main, ".venv"))
@@ -179,15 +227,32 @@ class CampaignScriptTest(tf.test.TestCase):
             env = dict(os.environ, MAIN_DIR=main, CAMPAIGN_DIR=campaign, LOG_DIR=tmp,
                        PYTHONPATH=root, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
                        GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-            for _ in range(2):  # The second call finds the file and does nothing.
-                result = subprocess.run(["bash", self.SCRIPT, "per_query"], capture_output=True,
-                                        text=True, check=True, env=env)
-            self.assertEqual(result.stdout, "")
-            log = subprocess.run(git + ["log", "--format=%s", "--name-only"], check=True,
-                                 capture_output=True, text=True).stdout.split("\n")
+
+            def per_query(*flags):
+                return subprocess.run(["bash", self.SCRIPT, "per_query", *flags],
+                                      capture_output=True, text=True, check=True,
+                                      env=env).stdout
+
+            def log():
+                return subprocess.run(git + ["log", "--format=%s", "--name-only"], check=True,
+                                      capture_output=True, text=True).stdout.split("\n")
+
             saved = "docs/results/per_query/synthetic_loo_smoke/mixed-improved/seed0.npz"
-            self.assertEqual(log[:3], ["results: per-query test metrics of 1 finished campaign "
-                                       "runs (issue 25)", "", saved])
+            message = "results: per-query test metrics of 1 finished campaign runs"
+            # By default it writes the file, commits nothing, and prints the command that would.
+            printed = per_query()
+            self.assertTrue(os.path.exists(os.path.join(main, saved)))
+            self.assertEqual(log()[0], "start")
+            self.assertIn(" to keep them in git: git -C ", printed)
+            subprocess.run(["bash", "-c", printed.split(" to keep them in git: ", 1)[1]],
+                           env=env, check=True, capture_output=True)
+            self.assertEqual(log()[:3], [message, "", saved])
+            self.assertEqual(per_query(), "")  # The file is there: nothing to do.
+            # With --commit it commits the files it writes itself.
+            subprocess.run(git + ["rm", "-q", saved], check=True)
+            subprocess.run(git + ["commit", "-q", "-m", "removed"], check=True)
+            self.assertIn(f"committed: {message}", per_query("--commit"))
+            self.assertEqual(log()[:3], [message, "", saved])
             values = evaluate.per_query_values(os.path.join(main, saved))
             self.assertEqual(len(values["users"]), 300)
             for name, value in metrics["test"].items():
