@@ -23,6 +23,7 @@ The tests share the numpy references and exact values of `tests/reference.py`.
 - frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
 """
 
+from logq_core import __version__  # noqa: F401  pylint: disable=unused-import
 from keras_logq import frequency
 from keras_logq import losses
 from keras_logq import negatives

@@ -23,7 +23,6 @@ from logq_core import checks
 from logq_core import formulas
 from logq_core import samplers
 from logq_core.samplers import IN_BATCH_LOG_Q
-from logq_core.samplers import MIXTURES
 from logq_core.samplers import Negatives
 
 class NegativeSampler(keras.layers.Layer):
@@ -192,11 +191,8 @@ class MixedSampler(NegativeSampler):
                  per_row: bool = False, probabilities=None, seed: Optional[int] = None,
                  **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
-        self.mixture = checks.check_choice("mixture", mixture, MIXTURES)
-        if checks.check_bool("deduplicate", deduplicate) and mixture == "exact":
-            raise ValueError(
-                "MixedSampler(deduplicate=True) needs mixture='paper' (the exact mixture of a "
-                "deduplicated pool is not implemented); received mixture='exact'.")
+        samplers.check_mixed(mixture, deduplicate)
+        self.mixture = mixture
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id,
                                       per_row=per_row, seed=seed, name="uniform")
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,

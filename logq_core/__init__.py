@@ -13,11 +13,16 @@ Modules:
     samplers (Q' without the positive, inclusion probabilities,
     Horvitz-Thompson, the mixture), the static-shape pool helpers and the
     count-min sketch's estimate.
+  samplers: the samplers' names, options and `Negatives` record, and the
+    settings -> constructor arguments map behind both frameworks' `make_sampler`.
   checks: pure-Python argument checks whose messages name the argument and
     the value received.
 """
 
-from logq_core import checks
-from logq_core import formulas
+__version__ = "0.2.0"  # Of the distribution: logq_core, keras_logq, tfrs_logq, pipelines.
 
-__all__ = ["checks", "formulas"]
+from logq_core import checks  # noqa: E402  pylint: disable=wrong-import-position
+from logq_core import formulas  # noqa: E402  pylint: disable=wrong-import-position
+from logq_core import samplers  # noqa: E402  pylint: disable=wrong-import-position
+
+__all__ = ["checks", "formulas", "samplers"]

@@ -48,6 +48,17 @@ class Negatives(NamedTuple):
     log_q_excludes_positive: bool = False
 
 
+def check_mixed(mixture: str, deduplicate: bool) -> None:
+    """Raises unless the mixed sampler can correct this pool: a deduplicated in-batch half
+    has an exact mixture only with its inclusion probabilities at the uniform draws too,
+    which is not implemented, so it needs the released code's mixture="paper"."""
+    checks.check_choice("mixture", mixture, MIXTURES)
+    if checks.check_bool("deduplicate", deduplicate) and mixture == "exact":
+        raise ValueError(
+            "MixedSampler(deduplicate=True) needs mixture='paper' (the exact mixture of a "
+            "deduplicated pool is not implemented); received mixture='exact'.")
+
+
 def sampler_arguments(negatives: str, *, num_negatives: int, num_items: Optional[int] = None,
                       first_id: int = 0, probabilities: Any = None, seed: Optional[int] = None,
                       deduplicate: bool = False, log_q: str = "horvitz_thompson",
@@ -83,6 +94,7 @@ def sampler_arguments(negatives: str, *, num_negatives: int, num_items: Optional
     if negatives == "uniform":
         return negatives, dict(num_items=num_items, num_negatives=num_negatives,
                                first_id=first_id, seed=seed, per_row=per_row)
+    check_mixed(mixture, deduplicate)
     if num_negatives < 2:
         raise ValueError("negatives='mixed' needs num_negatives >= 2 (half uniform, half "
                          f"in-batch); received num_negatives={num_negatives}.")

@@ -188,7 +188,7 @@ class _PendingBest(tf.keras.callbacks.Callback):
 class ValidationMetrics(tf.keras.callbacks.Callback):
     """Adds validation Recall@10 and NDCG@10 to the epoch logs (for early stopping and TensorBoard).
 
-    With `test_set` and `config.test_curve_every` = N > 0 it also adds, after every
+    With `test_set` and `config.training.test_curve_every` = N > 0 it also adds, after every
     N-th epoch, Recall@20 / NDCG@20 of the current weights on at most
     TEST_CURVE_QUERIES of the test queries (`TEST_CURVE_METRICS`; TensorBoard writes
     them under train/ as epoch_test_*): a diagnostic that nothing in training reads.
@@ -198,7 +198,7 @@ class ValidationMetrics(tf.keras.callbacks.Callback):
                  test_set: Optional[splits_lib.EvalSet] = None):
         super().__init__()
         self.config, self.eval_set = config, eval_set
-        self.test_set = (None if test_set is None or not config.test_curve_every
+        self.test_set = (None if test_set is None or not config.training.test_curve_every
                          else splits_lib.subsample(test_set, TEST_CURVE_QUERIES))
 
     def on_epoch_end(self, epoch, logs=None):
@@ -207,6 +207,6 @@ class ValidationMetrics(tf.keras.callbacks.Callback):
             return
         logs["val_recall@10"] = metrics["recall@10"]
         logs[VALIDATION_METRIC] = metrics["ndcg@10"]
-        if self.test_set is not None and (epoch + 1) % self.config.test_curve_every == 0:
+        if self.test_set is not None and (epoch + 1) % self.config.training.test_curve_every == 0:
             test = experiment.evaluate(self.model, self.config, self.test_set, ks=(20,))
             logs.update({name: test[name[len("test_"):]] for name in TEST_CURVE_METRICS})

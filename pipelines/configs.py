@@ -1,47 +1,48 @@
-"""Training configurations as data: one dataclass, and presets holding the paper's settings.
+"""Training configurations as data: four groups (data, model, loss, training), and presets.
 
 `python -m pipelines.train --preset NAME [--field=value ...]` starts from a
-preset and overrides fields one by one.
+preset and overrides fields one by one: every field of every group is a flag
+of its own name (names are unique across the groups). `config.json` holds the
+groups nested; `Config.from_dict` also reads the flat files of earlier runs.
 """
 
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
 
+from logq_core import samplers
 from pipelines.data.splits import TEMPORAL_TARGETS
 from tfrs_logq import losses
-from tfrs_logq import negatives
 from tfrs_logq.models import objective
 from tfrs_logq.models import sasrec
 
 DATASETS = ("synthetic", "ml-1m", "ml-1m-ratings", "ml-1m-tfds", "steam", "steam-reviews")
 SPLITS = ("loo", "temporal")
 MODELS = ("sasrec", "two_tower")
-LOSSES = objective.LOSSES
-NEGATIVES = objective.NEGATIVES
-CORRECTIONS = losses.CORRECTIONS
 FREQUENCIES = ("static", "count_min", "hashed")
-MIXTURES = negatives.MIXTURES
-ARCHITECTURES = sasrec.ARCHITECTURES
-IN_BATCH_LOG_Q = negatives.IN_BATCH_LOG_Q
-BINARY_REDUCTIONS = objective.BINARY_REDUCTIONS
-GBCE_ALPHAS = objective.GBCE_ALPHAS
 INDEXES = ("exact", "scann", "both")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
-# Fields that must take one of a fixed set of values.
-CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": LOSSES,
-           "negatives": NEGATIVES, "correction": CORRECTIONS, "frequency": FREQUENCIES,
-           "mixture": MIXTURES, "index": INDEXES, "temporal_targets": TEMPORAL_TARGETS,
-           "architecture": ARCHITECTURES, "in_batch_log_q": IN_BATCH_LOG_Q,
-           "binary_reduction": BINARY_REDUCTIONS, "gbce_alpha": GBCE_ALPHAS}
+# Fields that must take one of a fixed set of values; each set is defined once, where the
+# value is used.
+CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": objective.LOSSES,
+           "negatives": samplers.KINDS, "correction": losses.CORRECTIONS,
+           "frequency": FREQUENCIES, "mixture": samplers.MIXTURES, "index": INDEXES,
+           "temporal_targets": TEMPORAL_TARGETS, "architecture": sasrec.ARCHITECTURES,
+           "log_q": samplers.IN_BATCH_LOG_Q, "binary_reduction": objective.BINARY_REDUCTIONS,
+           "gbce_alpha": objective.GBCE_ALPHAS}
+
+# Fields renamed since earlier runs wrote their config.json (and old flag names).
+RENAMED = {"per_row_negatives": "per_row", "global_negatives": "global_batch",
+           "in_batch_log_q": "log_q"}
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """Everything a training run depends on (written to OUTPUT/config.json)."""
-    # Data.
+class DataConfig:
+    """Which interactions, and how they are split (`experiment.load_data`, `make_split`)."""
     dataset: str = "synthetic"
-    data_path: str = ""          # The file for ml-1m / steam; empty: ../shared/data.
+    # The ml-1m / ml-1m-ratings / steam file (TFDS's data directory for ml-1m-tfds); empty:
+    # the file under $TFRS_LOGQ_DATA.
+    data_path: str = ""
     split: str = "loo"
     test_fraction: float = 0.1   # Temporal split: test share, and the validation share.
     # Temporal split: which items of a window are targets (pipelines.data.splits.temporal).
@@ -53,7 +54,11 @@ class Config:
     synthetic_users: int = 3000
     synthetic_items: int = 3000
     synthetic_temperature: float = 0.1  # Smaller: more personal, less popularity-driven.
-    # Model.
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The query and item towers (`experiment.build_model`)."""
     model: str = "sasrec"
     max_length: int = 200        # SASRec sequence length.
     history_length: int = 50     # Two-tower history features.
@@ -64,25 +69,41 @@ class Config:
     tie_embeddings: bool = True  # SASRec scores with its input item table; False: its own.
     # The sequential model's layout: ours, or the released code's (tfrs_logq.models.sasrec).
     architecture: str = "sasrec"
-    # Loss.
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """The objective, its sampler and log Q: the arguments of `tfrs_logq.models.make_objective`
+    (`negatives.make_sampler`'s settings among them) by their own names, and where log Q
+    comes from (`frequency`, `pseudo_count`: `experiment.make_frequency`)."""
     loss: str = "sampled_softmax"
-    negatives: str = "in_batch"
     correction: str = "improved"
+    negatives: str = "in_batch"
     num_negatives: int = 256     # Mixed: half uniform, half in-batch.
     frequency: str = "static"    # Where log Q comes from: training counts or an estimator.
     pseudo_count: float = 1.0    # Static counts: added to every item's training count.
     mixture: str = "exact"
     # The in-batch pool keeps each distinct target once (the released code's pool).
     deduplicate: bool = False
-    in_batch_log_q: str = "horvitz_thompson"  # With deduplicate: or "unigram" (released).
-    per_row_negatives: bool = False  # Uniform draws per example (released), not per step.
+    log_q: str = "horvitz_thompson"  # With deduplicate: or "unigram" (released).
+    per_row: bool = False        # Uniform draws per example (released), not per step.
+    # Under tf.distribute, in-batch negatives come from the global batch (all replicas).
+    global_batch: bool = True
     binary_reduction: str = "sum"    # bce / gbce: sum or mean (released) of 1 + n terms.
     binary_accidental_hits: bool = True  # bce / gbce mask uniform draws equal to the positive.
     gbce_t: float = 0.75
     gbce_alpha: str = "paper"    # n / (|D| - 1); "released": n / (|D| - 2), gSASRec's code.
-    # Under tf.distribute, in-batch negatives come from the global batch (all replicas).
-    global_negatives: bool = True
-    # Optimisation.
+
+    def objective_settings(self) -> Dict[str, Any]:
+        """The arguments of `make_objective` (all fields but where log Q comes from)."""
+        settings = dataclasses.asdict(self)
+        del settings["frequency"], settings["pseudo_count"]
+        return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """Optimisation, stopping, resumption and the test evaluation (`pipelines.train`)."""
     batch_size: int = 128
     learning_rate: float = 0.001
     adam_epsilon: float = 1e-7   # Keras's default; torch's (the released code) is 1e-8.
@@ -103,71 +124,109 @@ class Config:
     # weights, on at most callbacks.TEST_CURVE_QUERIES test queries, to TensorBoard (train/,
     # epoch_test_ndcg@20). Never used to pick the checkpoint or to stop; it lets same-seed
     # runs be compared on the test split over many epochs rather than at one
-    # validation-picked epoch (pipelines.benchmarks.reproduce).
+    # validation-picked epoch (the paper campaign reads it).
     test_curve_every: int = 0
 
-    def replace(self, **changes) -> "Config":
-        return dataclasses.replace(self, **changes)
 
-    def as_dict(self) -> Dict[str, Any]:
+GROUPS = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig,
+          "training": TrainingConfig}
+# Each field's group: field names are unique across the groups (they are the flags).
+GROUP_OF = {field.name: group for group, cls in GROUPS.items()
+            for field in dataclasses.fields(cls)}
+FIELDS = {field.name: field for cls in GROUPS.values() for field in dataclasses.fields(cls)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything a training run depends on (written to OUTPUT/config.json)."""
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    loss: LossConfig = LossConfig()
+    training: TrainingConfig = TrainingConfig()
+
+    def replace(self, **changes) -> "Config":
+        """A copy with fields changed by their (flat) names, e.g. replace(dim=64, seed=1)."""
+        by_group: Dict[str, Dict[str, Any]] = {}
+        for name, value in changes.items():
+            name = RENAMED.get(name, name)
+            if name not in GROUP_OF:
+                raise ValueError(f"Config has no field {name!r}; its fields are "
+                                 f"{', '.join(sorted(GROUP_OF))}.")
+            by_group.setdefault(GROUP_OF[name], {})[name] = value
+        return dataclasses.replace(self, **{
+            group: dataclasses.replace(getattr(self, group), **fields)
+            for group, fields in by_group.items()})
+
+    def flat(self) -> Dict[str, Any]:
+        """{field: value} over every group."""
+        return {name: getattr(getattr(self, group), name) for name, group in GROUP_OF.items()}
+
+    def as_dict(self) -> Dict[str, Dict[str, Any]]:
+        """The nested form config.json holds."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "Config":
+        """The config of a config.json: nested by group, or flat (earlier runs, with the
+        fields since renamed); fields it lacks (added since) take their defaults."""
+        flat: Dict[str, Any] = {}
+        for key, value in values.items():
+            if key in GROUPS and isinstance(value, Mapping):
+                flat.update(value)
+            else:
+                flat[key] = value
+        return cls().replace(**flat)
 
 
 def validate(config: Config) -> Config:
     """Raises ValueError naming the field, the value and the valid values."""
+    values = config.flat()
     for field, choices in CHOICES.items():
-        value = getattr(config, field)
+        value = values[field]
         if value not in choices:
             raise ValueError(f"--{field} must be one of {', '.join(choices)}; received "
                              f"--{field}={value!r}.")
     for field in ("synthetic_users", "synthetic_items", "max_length", "history_length", "dim",
                   "num_blocks", "num_heads", "num_negatives", "batch_size", "epochs",
                   "patience", "backup_every", "validation_queries"):
-        if getattr(config, field) < 1:
+        if values[field] < 1:
             raise ValueError(f"--{field} must be a positive integer; received "
-                             f"--{field}={getattr(config, field)!r}.")
-    if config.test_curve_every < 0:
-        raise ValueError("--test_curve_every must be >= 0 (0: never); received "
-                         f"--test_curve_every={config.test_curve_every}.")
-    if config.steps_per_epoch < 0:
-        raise ValueError("--steps_per_epoch must be >= 0 (0: one pass over the data); "
-                         f"received --steps_per_epoch={config.steps_per_epoch}.")
+                             f"--{field}={values[field]!r}.")
+    for field, zero in (("test_curve_every", "never"), ("steps_per_epoch", "one pass over the "
+                                                          "data"), ("loo_train_gap", "none")):
+        if values[field] < 0:
+            raise ValueError(f"--{field} must be >= 0 (0: {zero}); received "
+                             f"--{field}={values[field]}.")
     for field, low, high in (("dropout", 0.0, 1.0), ("test_fraction", 0.0, 0.5),
                              ("gbce_t", 0.0, 1.0)):
-        value = getattr(config, field)
+        value = values[field]
         if not low <= value <= high or (field == "test_fraction" and value == 0.0):
             raise ValueError(f"--{field} must be in [{low}, {high}]; received --{field}={value}.")
-    if config.synthetic_temperature <= 0:
-        raise ValueError("--synthetic_temperature must be positive; received "
-                         f"{config.synthetic_temperature}.")
-    if config.learning_rate <= 0:
-        raise ValueError(f"--learning_rate must be positive; received {config.learning_rate}.")
-    if config.pseudo_count < 0:
-        raise ValueError(f"--pseudo_count must be >= 0; received {config.pseudo_count}.")
-    if config.adam_epsilon <= 0:
-        raise ValueError(f"--adam_epsilon must be positive; received {config.adam_epsilon}.")
-    if config.loo_train_gap < 0:
-        raise ValueError("--loo_train_gap must be >= 0; received "
-                         f"--loo_train_gap={config.loo_train_gap}.")
-    if config.deduplicate and config.negatives == "mixed" and config.mixture != "paper":
-        raise ValueError("--deduplicate with --negatives=mixed needs --mixture=paper (the "
-                         "exact mixture of a deduplicated pool is not implemented); received "
-                         f"--mixture={config.mixture}.")
-    if config.dim % config.num_heads:
-        raise ValueError(f"--dim must be a multiple of --num_heads; received --dim={config.dim} "
-                         f"--num_heads={config.num_heads}.")
-    if config.negatives == "mixed" and config.num_negatives < 2:
-        raise ValueError("--negatives=mixed needs --num_negatives >= 2 (half uniform, half "
-                         f"in-batch); received --num_negatives={config.num_negatives}.")
+    for field in ("synthetic_temperature", "learning_rate", "adam_epsilon"):
+        if not values[field] > 0:
+            raise ValueError(f"--{field} must be positive; received --{field}={values[field]}.")
+    if config.loss.pseudo_count < 0:
+        raise ValueError("--pseudo_count must be >= 0; received "
+                         f"--pseudo_count={config.loss.pseudo_count}.")
+    if config.loss.loss == "sampled_softmax":
+        # The samplers' own rules (their messages name the flags' fields), before any data
+        # is loaded; the catalog size is not known yet.
+        samplers.sampler_arguments(config.loss.negatives, num_items=1,
+                                   num_negatives=config.loss.num_negatives,
+                                   deduplicate=config.loss.deduplicate,
+                                   mixture=config.loss.mixture)
+    if config.model.dim % config.model.num_heads:
+        raise ValueError("--dim must be a multiple of --num_heads; received "
+                         f"--dim={config.model.dim} --num_heads={config.model.num_heads}.")
     return config
 
 
 # The paper's settings (Khrylchenko et al. 2025, after gSASRec): SASRec, sequence 200,
 # dim 128, 2 blocks, 1 head, dropout 0.5, batch 128, 256 negatives (128 + 128 mixed), Adam,
 # early stopping on validation NDCG@10.
-PAPER = Config(dataset="ml-1m", split="loo", model="sasrec", max_length=200, dim=128,
-               num_blocks=2, num_heads=1, dropout=0.5, batch_size=128, num_negatives=256,
-               learning_rate=0.001, epochs=200, patience=20, jit_compile=True)
+PAPER = Config().replace(dataset="ml-1m", split="loo", model="sasrec", max_length=200, dim=128,
+                         num_blocks=2, num_heads=1, dropout=0.5, batch_size=128, num_negatives=256,
+                         learning_rate=0.001, epochs=200, patience=20, jit_compile=True)
 
 # The paper's released protocol for ML-1M (NonameUntitled/logq configs/ml1m_other.py on
 # gSASRec-pytorch; docs/protocol.md lists every difference with file and line): gSASRec's
@@ -178,7 +237,7 @@ PAPER = Config(dataset="ml-1m", split="loo", model="sasrec", max_length=200, dim
 # The reproduce runner maps its rows onto the released scripts (standard = logq_old =
 # "standard_negatives"; the "in-batch improved" script draws mixed negatives).
 OFFICIAL = PAPER.replace(architecture="gsasrec", tie_embeddings=False, loo_train_gap=1,
-                         deduplicate=True, in_batch_log_q="unigram", per_row_negatives=True,
+                         deduplicate=True, log_q="unigram", per_row=True,
                          mixture="paper", binary_reduction="mean", binary_accidental_hits=False,
                          gbce_alpha="released", pseudo_count=0.0,
                          adam_epsilon=1e-8, partial_batches=True, steps_per_epoch=0,
@@ -195,24 +254,24 @@ PRESETS: Dict[str, Config] = {
     # of training, full softmax 19 and gBCE 25 (docs/results/ml1m_loo_cpu.md).
     "cpu": PAPER.replace(max_length=50, dim=64, learning_rate=0.002, epochs=120, patience=20),
     # The README's main job: synthetic catalog, improved correction, mixed negatives.
-    "synthetic": Config(dataset="synthetic", split="loo", model="sasrec", max_length=50,
-                        dim=64, num_blocks=2, num_heads=1, dropout=0.2, batch_size=128,
-                        negatives="mixed", correction="improved", num_negatives=256,
-                        learning_rate=0.002, epochs=20, steps_per_epoch=100, patience=4,
-                        jit_compile=True),
-    # The synthetic study of pipelines.benchmarks.reproduce: the two-tower query holds the user
+    "synthetic": Config().replace(dataset="synthetic", split="loo", model="sasrec", max_length=50,
+                                  dim=64, num_blocks=2, num_heads=1, dropout=0.2, batch_size=128,
+                                  negatives="mixed", correction="improved", num_negatives=256,
+                                  learning_rate=0.002, epochs=20, steps_per_epoch=100, patience=4,
+                                  jit_compile=True),
+    # The synthetic study of the paper campaign (paper/): the two-tower query holds the user
     # id, as the generative law P(d|u) = softmax(<x_u, y_d>/T - s log rank d) does, so the
     # distance to the truth measures the loss rather than how well a sequence encodes x_u.
     # An epoch is ~1/3 of the 180k training interactions; ~1 minute per run on 2 cores.
-    "synthetic_two_tower": Config(dataset="synthetic", split="loo", model="two_tower",
-                                  dim=64, batch_size=128, negatives="mixed",
-                                  correction="improved", num_negatives=256,
-                                  learning_rate=0.005, epochs=30, steps_per_epoch=500,
-                                  patience=5),
+    "synthetic_two_tower": Config().replace(dataset="synthetic", split="loo", model="two_tower",
+                                            dim=64, batch_size=128, negatives="mixed",
+                                            correction="improved", num_negatives=256,
+                                            learning_rate=0.005, epochs=30, steps_per_epoch=500,
+                                            patience=5),
     # Tests and quick checks: seconds.
-    "smoke": Config(dataset="synthetic", synthetic_users=300, synthetic_items=400,
-                    max_length=20, dim=16, num_blocks=1, dropout=0.1, batch_size=32,
-                    num_negatives=32, negatives="mixed", correction="improved",
-                    learning_rate=0.005, epochs=2, steps_per_epoch=25, patience=2,
-                    backup_every=5),
+    "smoke": Config().replace(dataset="synthetic", synthetic_users=300, synthetic_items=400,
+                              max_length=20, dim=16, num_blocks=1, dropout=0.1, batch_size=32,
+                              num_negatives=32, negatives="mixed", correction="improved",
+                              learning_rate=0.005, epochs=2, steps_per_epoch=25, patience=2,
+                              backup_every=5),
 }

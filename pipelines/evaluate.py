@@ -30,6 +30,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from pipelines import configs
 from pipelines import experiment
 from pipelines import report
 from pipelines import per_query
@@ -82,7 +83,7 @@ def per_query_values(source: str, split: str = "test", index: str = "exact") -> 
     return {"users": np.asarray(eval_set.users),
             "targets_digest": per_query.targets_digest(eval_set.targets),
             "split": split, "index": index,
-            "description": f"{config.dataset}, split {config.split}",
+            "description": f"{config.data.dataset}, split {config.data.split}",
             "values": experiment.evaluate(model, config, eval_set, index=index,
                                           per_query=True)}
 
@@ -160,7 +161,8 @@ def main(argv):
         return
     config, metrics = evaluate_run(output_dir, FLAGS.split, FLAGS.index, FLAGS.geometry)
     geometry = metrics.pop("geometry", None)
-    print(f"{config.model} on {config.dataset} ({config.split}), {FLAGS.split} split, "
+    print(f"{config.model.model} on {config.data.dataset} ({config.data.split}), "
+          f"{FLAGS.split} split, "
           f"{FLAGS.index} search, history filtered:\n")
     print(report.format_metrics({"test": metrics}))
     if geometry is not None:
@@ -173,8 +175,10 @@ def main(argv):
         with open(path) as f:
             saved = json.load(f)
         saved[f"test_{FLAGS.index}"] = metrics
-        if saved.get("config", {}).get("index") in (FLAGS.index, "both") and (
-                FLAGS.index == "exact" or saved["config"]["index"] == "scann"):
+        run_index = ("config" in saved
+                     and configs.Config.from_dict(saved["config"]).training.index)
+        if run_index in (FLAGS.index, "both") and (FLAGS.index == "exact"
+                                                   or run_index == "scann"):
             saved["test"] = metrics
         with open(path, "w") as f:
             json.dump(saved, f, indent=1)

@@ -2,7 +2,7 @@
 
 Every entry point (`pipelines.train`, `pipelines.evaluate`, `pipelines.export`,
 the benchmarks) builds a run through this module, so that they cannot drift:
-the data of `config.dataset`, its split, the log-Q probabilities, the model,
+the data of `config.data.dataset`, its split, the log-Q probabilities, the model,
 the resumable training stream, and the query embeddings and metrics of an
 evaluation set.
 """
@@ -24,69 +24,72 @@ from pipelines.data.interactions import DataError, Interactions
 from pipelines.run_files import RunFiles
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import retrieval
-from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower
+from tfrs_logq.models import SASRec, TwoTower, make_objective
 
 
 # ---------------------------------------------------------------------------- data
 
 
 def load_data(config: configs.Config) -> Interactions:
-    """The interactions of `config.dataset` (files default to ../shared/data)."""
-    if config.dataset == "synthetic":
+    """The interactions of `config.data.dataset` (MovieLens: --data_path, else the file under
+    $TFRS_LOGQ_DATA)."""
+    if config.data.dataset == "synthetic":
         return synthetic_data(config)[0]
-    if config.dataset == "ml-1m":
-        return loaders.load_sasrec(config.data_path or loaders.ML_1M_SASREC)
-    if config.dataset == "ml-1m-ratings":
-        return loaders.load_grouplens(config.data_path or loaders.ML_1M_RATINGS)
-    if config.dataset == "ml-1m-tfds":
-        return loaders.load_tfds(data_dir=config.data_path or None)
-    if not config.data_path:
-        raise ValueError(f"--dataset={config.dataset} needs --data_path (Steam is not bundled).")
-    if config.dataset == "steam":
-        return loaders.load_sasrec(config.data_path)
-    return loaders.load_steam_reviews(config.data_path)
+    if config.data.dataset == "ml-1m":
+        return loaders.load_sasrec(config.data.data_path or loaders.ML_1M_SASREC)
+    if config.data.dataset == "ml-1m-ratings":
+        return loaders.load_grouplens(config.data.data_path or loaders.ML_1M_RATINGS)
+    if config.data.dataset == "ml-1m-tfds":
+        return loaders.load_tfds(data_dir=config.data.data_path or None)
+    if not config.data.data_path:
+        raise ValueError(f"--dataset={config.data.dataset} needs --data_path (Steam is not "
+                         "bundled).")
+    if config.data.dataset == "steam":
+        return loaders.load_sasrec(config.data.data_path)
+    return loaders.load_steam_reviews(config.data.data_path)
 
 
 @functools.lru_cache(maxsize=2)
 def synthetic_data(config: configs.Config):
     """(Interactions, SyntheticCatalog) of the synthetic dataset of `config`."""
-    return synthetic.make_synthetic(num_users=config.synthetic_users,
-                                    num_items=config.synthetic_items,
-                                    temperature=config.synthetic_temperature, seed=config.seed)
+    return synthetic.make_synthetic(num_users=config.data.synthetic_users,
+                                    num_items=config.data.synthetic_items,
+                                    temperature=config.data.synthetic_temperature,
+                                    seed=config.training.seed)
 
 
 def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
     """The split of `config`; its validation set holds at most `validation_queries` queries."""
-    if config.split == "loo":
-        split = splits_lib.leave_one_out(data, train_gap=config.loo_train_gap)
+    if config.data.split == "loo":
+        split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
     else:
-        split = splits_lib.temporal(data, test_fraction=config.test_fraction,
-                                    validation_fraction=config.test_fraction,
-                                    targets=config.temporal_targets)
-    source = config.data_path or config.dataset
+        split = splits_lib.temporal(data, test_fraction=config.data.test_fraction,
+                                    validation_fraction=config.data.test_fraction,
+                                    targets=config.data.temporal_targets)
+    source = config.data.data_path or config.data.dataset
     for name, eval_set in (("validation", split.validation), ("test", split.test)):
         if len(eval_set.users) == 0:
-            raise DataError(source, None, f"the {config.split} split leaves no {name} queries "
+            raise DataError(source, None, f"the {config.data.split} split leaves no {name} queries "
                             f"({data.num_users} users, {len(data.user)} interactions): "
                             + ("leave-one-out validates on gSASRec's draw of users, which "
-                               "needs users with at least 3 items." if config.split == "loo"
+                               "needs users with at least 3 items." if config.data.split == "loo"
                                else "the temporal windows hold no interactions."))
     return split._replace(validation=splits_lib.subsample(split.validation,
-                                                          config.validation_queries))
+                                                          config.data.validation_queries))
 
 
-def make_frequency(config: configs.Config, split: splits_lib.Split):
+def make_frequency(loss: configs.LossConfig, split: splits_lib.Split, seed: int):
     """Per-draw item probabilities for log Q: training counts (smoothed), or an estimator.
 
-    Static counts get `config.pseudo_count` added to every item (so that unseen
+    Static counts get `loss.pseudo_count` added to every item (so that unseen
     items have Q > 0); with 0, Q = max(count / total, 1e-10), the released
     code's `torch.clamp(count / total, min=1e-10)`.
     """
-    if config.frequency == "count_min":
-        return frequency_lib.CountMinSketchEstimator(seed=config.seed)
-    if config.frequency == "hashed":
-        return frequency_lib.HashedFrequencyEstimator(seed=config.seed)
-    counts = split.train_counts().astype(np.float64) + config.pseudo_count
+    if loss.frequency == "count_min":
+        return frequency_lib.CountMinSketchEstimator(seed=seed)
+    if loss.frequency == "hashed":
+        return frequency_lib.HashedFrequencyEstimator(seed=seed)
+    counts = split.train_counts().astype(np.float64) + loss.pseudo_count
     counts[0] = 0.0
     probabilities = np.maximum(counts / counts.sum(), 1e-10)
     probabilities[0] = 1.0  # Padding id; never a positive or a negative.
@@ -94,29 +97,28 @@ def make_frequency(config: configs.Config, split: splits_lib.Split):
 
 
 def build_model(config: configs.Config, data: Interactions, split: splits_lib.Split):
-    objective = RetrievalObjective(
-        data.num_items, loss=config.loss, negatives=config.negatives,
-        correction=config.correction, num_negatives=config.num_negatives,
-        probabilities=make_frequency(config, split), gbce_t=config.gbce_t,
-        mixture=config.mixture, global_batch=config.global_negatives, seed=config.seed,
-        deduplicate=config.deduplicate, in_batch_log_q=config.in_batch_log_q,
-        per_row=config.per_row_negatives, binary_reduction=config.binary_reduction,
-        binary_accidental_hits=config.binary_accidental_hits, gbce_alpha=config.gbce_alpha)
+    """The model of `config` over `data`'s catalog: the loss group gives the objective and
+    its sampler (`make_objective`), the model group the towers."""
+    seed = config.training.seed
+    objective = make_objective(data.num_items, seed=seed,
+                               probabilities=make_frequency(config.loss, split, seed),
+                               **config.loss.objective_settings())
     # Dropout draws from tf.random.Generator variables, which `track_random_generators` puts
     # into the backup, as the samplers' generators are: a resumed run draws what the
     # uninterrupted run would have. (A process-wide Keras setting; every entry point builds
     # its model here, so training, evaluation and the benchmarks build the same model.)
     tf.keras.backend.experimental.enable_tf_random_generator()
-    if config.model == "sasrec":
-        model = SASRec(data.num_items, objective, max_length=config.max_length, dim=config.dim,
-                       num_blocks=config.num_blocks, num_heads=config.num_heads,
-                       dropout=config.dropout, tie_embeddings=config.tie_embeddings,
-                       architecture=config.architecture)
-        model(tf.zeros([1, config.max_length], tf.int32))  # Build before restoring a backup.
+    towers = config.model
+    if towers.model == "sasrec":
+        model = SASRec(data.num_items, objective, max_length=towers.max_length, dim=towers.dim,
+                       num_blocks=towers.num_blocks, num_heads=towers.num_heads,
+                       dropout=towers.dropout, tie_embeddings=towers.tie_embeddings,
+                       architecture=towers.architecture)
+        model(tf.zeros([1, towers.max_length], tf.int32))  # Build before restoring a backup.
     else:
-        model = TwoTower(data.num_users, data.num_items, objective, dim=config.dim)
+        model = TwoTower(data.num_users, data.num_items, objective, dim=towers.dim)
         model({"user": tf.zeros([1], tf.int32),
-               "history": tf.zeros([1, config.history_length], tf.int32)})
+               "history": tf.zeros([1, towers.history_length], tf.int32)})
         model.item_embeddings()
     track_random_generators(model)
     return model
@@ -142,10 +144,10 @@ def track_random_generators(model: tf.keras.Model) -> None:
 
 
 def uses_xla(config: configs.Config, strategy: tf.distribute.Strategy) -> bool:
-    """Whether the training step is compiled with XLA: `config.jit_compile`, for SASRec (whose
-    step has static shapes) on one replica; the two-tower step and tf.distribute runs are
+    """Whether the training step is compiled with XLA: `config.training.jit_compile`, for
+    SASRec (whose step has static shapes) on one replica; the two-tower step and tf.distribute runs are
     not compiled (not measured here)."""
-    return bool(config.jit_compile and config.model == "sasrec"
+    return bool(config.training.jit_compile and config.model.model == "sasrec"
                 and strategy.num_replicas_in_sync == 1)
 
 
@@ -154,21 +156,22 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
                     ) -> Tuple[tf.data.Dataset, int]:
     """The repeated, shuffled training batches (per replica, sharded by input pipeline, with
     an `input_context`), and the number of global batches in one pass (the last, partial
-    one included with `config.partial_batches`)."""
-    if config.model == "sasrec":
-        stream = builders.sasrec_dataset(split.train, config.max_length, config.batch_size,
-                                         seed=config.seed, input_context=input_context,
-                                         partial_batches=config.partial_batches)
-        size = len(builders.sequence_windows(split.train, config.max_length)["inputs"])
+    one included with `config.training.partial_batches`)."""
+    if config.model.model == "sasrec":
+        stream = builders.sasrec_dataset(split.train, config.model.max_length,
+                                         config.training.batch_size,
+                                         seed=config.training.seed, input_context=input_context,
+                                         partial_batches=config.training.partial_batches)
+        size = len(builders.sequence_windows(split.train, config.model.max_length)["inputs"])
     else:
-        stream = builders.two_tower_dataset(split.train, config.history_length,
-                                            config.batch_size, seed=config.seed,
+        stream = builders.two_tower_dataset(split.train, config.model.history_length,
+                                            config.training.batch_size, seed=config.training.seed,
                                             input_context=input_context,
-                                            partial_batches=config.partial_batches)
+                                            partial_batches=config.training.partial_batches)
         size = int(sum(max(len(s) - 1, 0) for s in split.train))
-    if config.partial_batches:
-        return stream, max(-(-size // config.batch_size), 1)
-    return stream, max(size // config.batch_size, 1)
+    if config.training.partial_batches:
+        return stream, max(-(-size // config.training.batch_size), 1)
+    return stream, max(size // config.training.batch_size, 1)
 
 
 def training_input(config: configs.Config, split: splits_lib.Split, start: tf.Variable,
@@ -207,7 +210,8 @@ def resumable(stream: tf.data.Dataset, start: tf.Variable,
 
 def query_length(config: configs.Config) -> int:
     """How many of a user's latest items the query model reads."""
-    return config.max_length if config.model == "sasrec" else config.history_length
+    towers = config.model
+    return towers.max_length if towers.model == "sasrec" else towers.history_length
 
 
 def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet) -> np.ndarray:
@@ -217,7 +221,7 @@ def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet
     length = query_length(config)
     queries = []
     for batch in builders.eval_queries(eval_set.histories, eval_set.users, length):
-        if config.model == "sasrec":
+        if config.model.model == "sasrec":
             queries.append(model.query_embeddings(batch["inputs"]).numpy())
         else:
             queries.append(model.query_embeddings(batch).numpy())
@@ -245,7 +249,7 @@ def load_run(output_dir: str):
     if not os.path.exists(files.config):
         raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
     with open(files.config) as f:
-        config = configs.validate(configs.Config(**json.load(f)))
+        config = configs.validate(configs.Config.from_dict(json.load(f)))
     if not files.has_best():
         raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({files.best}.index).")
     data = load_data(config)

@@ -5,7 +5,7 @@ without TensorFlow).
 A file (.npz) holds the evaluation set's users, a digest of its targets, the split and
 index it was evaluated on, and one [num_queries] float32 array per metric. `compare` pairs two
 such records query by query (`significance.paired`); `pipelines.evaluate --per_query_out`
-writes them, and `--against` and `reproduce`'s report read them.
+writes them, and `--against` and the paper campaign's report read them.
 """
 
 import hashlib

@@ -21,11 +21,11 @@ from tfrs_logq import retrieval
 
 def test_report(model, config: configs.Config, split: splits_lib.Split,
                 ks=retrieval.DEFAULT_KS) -> Dict:
-    """Test metrics by each index of `config.index`; with both, the ANN overlap with exact
+    """Test metrics by each index of `config.training.index`; with both, the ANN overlap with exact
     search; and Recall@k of head / torso / tail targets (thirds by training frequency)."""
     queries = experiment.query_embeddings(model, config, split.test)
     items = model.item_embeddings().numpy()
-    indexes = ("exact", "scann") if config.index == "both" else (config.index,)
+    indexes = ("exact", "scann") if config.training.index == "both" else (config.training.index,)
     report, retrieved = {}, {}
     for index in indexes:
         started = time.time()
@@ -37,7 +37,7 @@ def test_report(model, config: configs.Config, split: splits_lib.Split,
     if len(indexes) == 2:
         report[f"ann_overlap@{max(ks)}"] = retrieval.overlap_at_k(
             retrieved["scann"], retrieved["exact"], max(ks))
-    if config.dataset == "synthetic":
+    if config.data.dataset == "synthetic":
         # The true next-item law P(d | u) / (1 - P(H | u)) over d not in H: KL from the model's.
         report["kl_to_truth"] = retrieval.kl_to_truth(
             experiment.synthetic_data(config)[1].logits(split.test.users), queries @ items.T,
@@ -71,7 +71,7 @@ def baselines(config: configs.Config, split: splits_lib.Split,
     top = retrieval.top_k(np.ones([len(test.users), 1], np.float32), counts, max(ks),
                           exclude=test.histories)
     result = {"popularity": metrics(top)}
-    if config.dataset == "synthetic":
+    if config.data.dataset == "synthetic":
         catalog = experiment.synthetic_data(config)[1]
         # <[x_u / T, 1], [y_d, popularity_d]> is the true logit.
         queries = np.hstack([catalog.user_vectors[test.users] / catalog.temperature,

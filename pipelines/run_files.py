@@ -1,7 +1,7 @@
 """Where a training run keeps its files: the layout of an output directory, in one place.
 
 `pipelines.train` writes these files, and `pipelines.evaluate`, `experiment.load_run`,
-the export and `pipelines.benchmarks.reproduce` read them. (No TensorFlow import: the
+the export and the paper campaign (`paper/`) read them. (No TensorFlow import: the
 reproduction's driver reads run directories without one.)
 
   OUTPUT/config.json          the run's `configs.Config`

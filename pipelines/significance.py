@@ -1,7 +1,7 @@
 """Significance tests for the differences the reports print, in the standard library only.
 
 Student's t p-values by exact finite sums; a t-test of a difference and its standard error;
-Welch's unpaired t (`pipelines.benchmarks.reproduce`'s rows, their seeds unpaired); and a
+Welch's unpaired t (the paper campaign's rows, their seeds unpaired); and a
 paired t over per-query differences (`pipelines.evaluate --against`).
 """
 

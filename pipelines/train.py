@@ -39,31 +39,37 @@ from pipelines.run_files import RunFiles
 FLAGS = flags.FLAGS
 
 
-def define_flags() -> None:
-    """--preset, --output_dir, and one override flag per `configs.Config` field."""
-    flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.")
-    flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).")
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """--preset, --output_dir, and one override flag per config field (the renamed fields'
+    old names too, as aliases)."""
+    define = dict(flag_values=flag_values)
+    flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.", **define)
+    flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).",
+                        **define)
     flags.DEFINE_enum("strategy", "default", list(configs.STRATEGIES),
                       "tf.distribute strategy: default (one device), mirrored (this machine's "
-                      "GPUs), multi_worker (workers from TF_CONFIG), tpu (unverified here).")
+                      "GPUs), multi_worker (workers from TF_CONFIG), tpu (unverified here).",
+                      **define)
     definers = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
                 bool: flags.DEFINE_bool}
-    for field in configs.Config.__dataclass_fields__.values():
-        choices = configs.CHOICES.get(field.name)
+    for name, field in configs.FIELDS.items():
+        choices = configs.CHOICES.get(name)
         help_text = (f"Overrides the preset; one of {', '.join(choices)}." if choices
                      else "Overrides the preset.")
-        definers[field.type if isinstance(field.type, type) else eval(field.type)](  # pylint: disable=eval-used
-            field.name, None, help_text)
+        kind = field.type if isinstance(field.type, type) else eval(field.type)  # pylint: disable=eval-used
+        definers[kind](name, None, f"[{configs.GROUP_OF[name]}] {help_text}", **define)
+    for old, new in configs.RENAMED.items():
+        flags.DEFINE_alias(old, new, **define)
 
 
-def config_from_flags() -> configs.Config:
+def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> configs.Config:
     """The preset, with every flag that was given applied, validated."""
-    if FLAGS.preset not in configs.PRESETS:
+    if flag_values.preset not in configs.PRESETS:
         raise ValueError(f"--preset must be one of {', '.join(configs.PRESETS)}; received "
-                         f"--preset={FLAGS.preset!r}.")
-    overrides = {name: FLAGS[name].value for name in configs.Config.__dataclass_fields__
-                 if FLAGS[name].value is not None}
-    return configs.validate(configs.PRESETS[FLAGS.preset].replace(**overrides))
+                         f"--preset={flag_values.preset!r}.")
+    overrides = {name: flag_values[name].value for name in configs.FIELDS
+                 if flag_values[name].value is not None}
+    return configs.validate(configs.PRESETS[flag_values.preset].replace(**overrides))
 
 
 # ---------------------------------------------------------------------------- run
@@ -77,10 +83,10 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
     if os.path.exists(files.config) and files.has_trained():
         with open(files.config) as f:
             # Fields added since that run was made take their defaults.
-            previous = dict(configs.Config().as_dict(), **json.load(f))
-        if previous != config.as_dict():
-            changed = sorted(k for k in set(previous) | set(config.as_dict())
-                             if previous.get(k) != config.as_dict().get(k))
+            previous = configs.Config.from_dict(json.load(f)).flat()
+        current = config.flat()
+        if previous != current:
+            changed = sorted(k for k in current if previous[k] != current[k])
             raise ValueError(f"{output_dir} holds a run with another config (differs in "
                              f"{', '.join(changed)}); use another --output_dir.")
 
@@ -97,7 +103,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     """Trains, evaluates on the test split, writes OUTPUT/metrics.json and returns it.
 
     Under `strategy` (default: the current one) the model is built in its scope
-    and the input distributed per replica; `config.batch_size` is the global
+    and the input distributed per replica; `config.training.batch_size` is the global
     batch. With several workers, only the chief writes the run's files and
     evaluates; every worker restores the backup (BackupAndRestore), and each
     non-chief returns (and writes to OUTPUT/workers/worker-N/) a short report
@@ -107,25 +113,25 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     chief = distribute.is_chief(strategy)
     if chief:
         _check_output_dir(config, output_dir)
-    tf.keras.utils.set_random_seed(config.seed)
+    tf.keras.utils.set_random_seed(config.training.seed)
     started = time.time()
     data = experiment.load_data(config)
     split = experiment.make_split(config, data)
     with strategy.scope():
         model = experiment.build_model(config, data, split)
-        model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate,
-                                                         epsilon=config.adam_epsilon),
+        model.compile(optimizer=tf.keras.optimizers.Adam(config.training.learning_rate,
+                                                         epsilon=config.training.adam_epsilon),
                       jit_compile=experiment.uses_xla(config, strategy))
     pass_steps = experiment.training_stream(config, split)[1]
-    steps_per_epoch = config.steps_per_epoch or pass_steps
+    steps_per_epoch = config.training.steps_per_epoch or pass_steps
     if chief:
         _write_config(config, output_dir)
     files = RunFiles(output_dir)
     checkpoint = tf.keras.callbacks.ModelCheckpoint(
         files.best, monitor=callbacks_lib.VALIDATION_METRIC, mode="max", save_best_only=True,
         save_weights_only=True)
-    early_stopping = tf.keras.callbacks.EarlyStopping(monitor=callbacks_lib.VALIDATION_METRIC, mode="max",
-                                                      patience=config.patience)
+    early_stopping = tf.keras.callbacks.EarlyStopping(
+        monitor=callbacks_lib.VALIDATION_METRIC, mode="max", patience=config.training.patience)
     # Every worker reads the chief's progress (early stopping must agree); the chief writes it.
     progress = callbacks_lib.TrainingProgress(files.progress, early_stopping,
                                 checkpoint, started, write=chief)
@@ -134,7 +140,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         callbacks_lib.ValidationMetrics(config, split.validation,
                                         split.test if chief else None),
         tf.keras.callbacks.BackupAndRestore(files.backup,
-                                            save_freq=config.backup_every),
+                                            save_freq=config.training.backup_every),
         input_start,  # After BackupAndRestore, which restores the step.
         progress.before_checkpoint(),
         checkpoint,
@@ -149,7 +155,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     trained = progress.finished_run() if files.has_best() else None
     if trained is None:
         history = model.fit(experiment.training_input(config, split, input_start.step, strategy),
-                            epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                            epochs=config.training.epochs, steps_per_epoch=steps_per_epoch,
                             callbacks=callbacks, verbose=verbose)
         progress.finish(
             steps=int(model.optimizer.iterations.numpy()),  # Before the best weights load.
@@ -220,10 +226,10 @@ def main(argv):
         print(f"\nWorker done: {metrics['steps']} steps on {metrics['num_replicas']} replicas "
               f"({metrics['strategy']}); estimator state {metrics['estimator_state_digest']}.")
         return
-    c = metrics["config"]
-    index = "exact search" if c["index"] != "scann" else "ScaNN"
-    print(f"\n{c['model']} on {c['dataset']} ({c['split']}), {c['loss']} / {c['negatives']} / "
-          f"{c['correction']}: {metrics['epochs_run']} epochs, {metrics['steps']} steps, "
+    index = "exact search" if config.training.index != "scann" else "ScaNN"
+    loss = config.loss
+    print(f"\n{config.model.model} on {config.data.dataset} ({config.data.split}), "
+          f"{loss.loss} / {loss.negatives} / {loss.correction}: {metrics['epochs_run']} epochs, {metrics['steps']} steps, "
           f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users, "
           f"{index}, history filtered:\n")
     print(report.format_metrics(metrics))

@@ -18,6 +18,10 @@ import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 
 NUM_LOGICAL_CPUS = 2
 
+# tf.test.TestCase carries `test_session`, a deprecated graph-mode context manager that no
+# test uses; pytest would collect it in every test class and report it as a skip.
+del tf.test.TestCase.test_session
+
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)

@@ -1,4 +1,4 @@
-"""Plain numpy references for the library's formulas (DESIGN.md), written for clarity, not speed."""
+"""Plain numpy references for the library's formulas (docs/design.md), written for clarity, not speed."""
 
 import numpy as np
 

@@ -95,6 +95,43 @@ def test_improved_loss_is_equal_across_backends_and_tfrs_logq():
     assert {"tensorflow", "jax"} <= set(compared), compared
 
 
+# Distributions a Keras 3 user on JAX does not have: TensorFlow and everything built on it.
+_TENSORFLOW_FAMILY = ("tensorflow", "tf_keras", "tf-keras", "tensorboard", "scann",
+                      "keras_rs", "keras-rs")
+
+
+def _site_packages_without_tensorflow(directory):
+    """A copy of this interpreter's site-packages, as links, without the TensorFlow family."""
+    site_packages = os.path.dirname(os.path.dirname(np.__file__))
+    for entry in os.listdir(site_packages):
+        if not entry.lower().startswith(_TENSORFLOW_FAMILY):
+            os.symlink(os.path.join(site_packages, entry), os.path.join(directory, entry))
+    return directory
+
+
+def test_keras_logq_imports_and_passes_its_suite_without_tensorflow(tmp_path):
+    """keras_logq and logq_core need Keras 3 and a backend, never TensorFlow: in a Python
+    whose packages lack the TensorFlow family (`-S` drops site-packages; a copy of it
+    without those comes back through PYTHONPATH), they import and their suite passes on
+    JAX."""
+    _require("jax")
+    env = dict(_child_env("jax"), PYTHONPATH=os.pathsep.join(
+        [_site_packages_without_tensorflow(str(tmp_path)), ROOT]))
+    probe = subprocess.run(
+        [sys.executable, "-S", "-c",
+         "import importlib.util, sys; import keras_logq, logq_core; "
+         "print(importlib.util.find_spec('tensorflow'), 'tensorflow' in sys.modules, "
+         "keras_logq.__version__)"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert probe.stdout.split()[:2] == ["None", "False"], probe.stdout
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "pytest", "tests_keras3", "-q", "-p", "no:cacheprovider",
+         "-x"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert result.returncode == 0, f"{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    assert "passed" in result.stdout.strip().splitlines()[-1], result.stdout[-2000:]
+
+
 def test_keras_rs_two_tower_example_runs_on_jax():
     _require("jax")
     result = subprocess.run(

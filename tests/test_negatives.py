@@ -76,7 +76,7 @@ SAMPLER_CASES = dict(
 
 
 class UnbiasednessTest(tf.test.TestCase, parameterized.TestCase):
-    """Each sampler's log Q makes Z_hat unbiased for sum_{d != p} e^{s_d} (DESIGN.md)."""
+    """Each sampler's log Q makes Z_hat unbiased for sum_{d != p} e^{s_d} (docs/design.md)."""
 
     @parameterized.product(case=sorted(SAMPLER_CASES), positive=[0, 2, 45])
     def test_z_hat_is_unbiased(self, case, positive):

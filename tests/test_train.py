@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 
 from pipelines import cluster as cluster_lib
 from pipelines import configs
@@ -91,7 +92,7 @@ class TrainRunTest(tf.test.TestCase):
         signatures = tf.saved_model.load(saved["exports"][0]).signatures
         served = signatures["serving_default"]
         requests = _left_padded(test_set.histories)
-        self.assertGreater(requests.shape[1], config.max_length)  # Histories the query cuts.
+        self.assertGreater(requests.shape[1], config.model.max_length)  # Histories the query cuts.
         offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),
                                         model.item_embeddings().numpy(), 100,
                                         exclude=test_set.histories)
@@ -234,7 +235,7 @@ class TrainRunTest(tf.test.TestCase):
             evaluate.compare_runs(other, smaller)
 
     def test_the_test_curve_is_logged_and_changes_no_training(self):
-        from pipelines.benchmarks import reproduce  # pylint: disable=import-outside-toplevel
+        from paper import curves  # pylint: disable=import-outside-toplevel
         config = SMOKE.replace(epochs=3, steps_per_epoch=10, patience=3, index="exact")
         plain = train.run(config, tempfile.mkdtemp(), verbose=0)
         out = tempfile.mkdtemp()
@@ -243,7 +244,7 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(plain["last_epoch"], {k: v for k, v in logged["last_epoch"].items()
                                                if not k.startswith("test_")})
         self.assertEqual(plain["test"], logged["test"])
-        curve = reproduce.test_curve(out)
+        curve = curves.test_curve(out)
         self.assertEqual(sorted(curve), [0, 1, 2])
         # At the best epoch the curve scored the weights that the final test scores.
         self.assertAllClose(curve[logged["best_epoch"]], logged["test"]["ndcg@20"])
@@ -258,16 +259,18 @@ class ReleasedProtocolTest(tf.test.TestCase):
         # The released protocol (docs/protocol.md), and its CPU scale.
         for name, length, dim in (("official", 200, 128), ("official_cpu", 50, 64)):
             config = configs.validate(configs.PRESETS[name])
-            self.assertEqual((config.max_length, config.dim), (length, dim))
-            self.assertEqual((config.architecture, config.tie_embeddings, config.loo_train_gap),
-                             ("gsasrec", False, 1))
-            self.assertEqual((config.deduplicate, config.in_batch_log_q,
-                              config.per_row_negatives, config.mixture),
+            self.assertEqual((config.model.max_length, config.model.dim), (length, dim))
+            self.assertEqual((config.model.architecture, config.model.tie_embeddings,
+                              config.data.loo_train_gap), ("gsasrec", False, 1))
+            self.assertEqual((config.loss.deduplicate, config.loss.log_q,
+                              config.loss.per_row, config.loss.mixture),
                              (True, "unigram", True, "paper"))
-            self.assertEqual((config.epochs, config.patience, config.steps_per_epoch,
-                              config.partial_batches, config.validation_queries),
+            training = config.training
+            self.assertEqual((training.epochs, training.patience, training.steps_per_epoch,
+                              training.partial_batches, config.data.validation_queries),
                              (10000, 200, 0, True, 512))
-            self.assertEqual(config.test_curve_every, 10)  # Our diagnostic; no training change.
+            # Our diagnostic; no training change.
+            self.assertEqual(config.training.test_curve_every, 10)
 
     def test_official_smoke_run(self):
         # A synthetic stand-in for ML-1M under the released protocol: gSASRec, mixed
@@ -298,13 +301,34 @@ class MirroredRunTest(tf.test.TestCase):
         self.assertRegex(metrics["estimator_state_digest"], r"^[0-9a-f]{64}$")
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
 
-    def test_configs_of_older_runs_take_new_fields_by_default(self):
-        out = tempfile.mkdtemp()
-        older = SMOKE.as_dict()
-        del older["global_negatives"]
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(older, f)
-        train._check_output_dir(SMOKE, out)  # pylint: disable=protected-access
+class ConfigFileTest(tf.test.TestCase):
+
+    def test_nested_round_trip_and_older_flat_files(self):
+        self.assertEqual(configs.Config.from_dict(json.loads(json.dumps(SMOKE.as_dict()))),
+                         SMOKE)
+        self.assertEqual(sorted(SMOKE.as_dict()), ["data", "loss", "model", "training"])
+        self.assertEqual(SMOKE.as_dict()["loss"]["num_negatives"], 32)
+        # An earlier run's flat config.json, with the three fields since renamed and
+        # without a field added since (it takes its default).
+        older = SMOKE.replace(per_row=True, global_batch=False, log_q="unigram").flat()
+        for old, new in configs.RENAMED.items():
+            older[old] = older.pop(new)
+        del older["test_curve_every"]
+        read = configs.Config.from_dict(older)
+        self.assertEqual((read.loss.per_row, read.loss.global_batch, read.loss.log_q,
+                          read.training.test_curve_every, read.model.dim),
+                         (True, False, "unigram", 0, 16))
+        with self.assertRaisesRegex(ValueError, r"Config has no field 'dimension'"):
+            configs.Config.from_dict({"dimension": 3})
+
+    def test_flags_and_their_old_names(self):
+        flag_values = flags.FlagValues()
+        train.define_flags(flag_values)
+        flag_values(["train", "--preset=official_cpu", "--per_row_negatives=false",
+                     "--log_q=horvitz_thompson", "--dim=32"])
+        config = train.config_from_flags(flag_values)
+        self.assertEqual((config.loss.per_row, config.loss.log_q, config.model.dim,
+                          config.loss.deduplicate), (False, "horvitz_thompson", 32, True))
 
 
 def _wait_for_backup(test, output_dir, processes, timeout=300):
@@ -380,7 +404,7 @@ class CommandLineTest(tf.test.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| model \| recall \| [0-9.]+ \| [0-9.]+ \|")
         self.assertIn("| oracle (baseline) | ndcg |", result.stdout)
-        self.assertEqual(json.load(open(os.path.join(out, "config.json")))["correction"],
+        self.assertEqual(json.load(open(os.path.join(out, "config.json")))["loss"]["correction"],
                          "standard")
 
     def test_bad_flags_list_the_valid_values(self):
@@ -391,14 +415,17 @@ class CommandLineTest(tf.test.TestCase):
                                     "cpu, synthetic, synthetic_two_tower, smoke; "
                                     "received --preset='huge'"),
                 (["--deduplicate", "--negatives=mixed", "--mixture=exact"],
-                 "--deduplicate with --negatives=mixed needs --mixture=paper"),
+                 "MixedSampler(deduplicate=True) needs mixture='paper'"),
+                (["--negatives=mixed", "--num_negatives=1"],
+                 "negatives='mixed' needs num_negatives >= 2"),
                 (["--architecture=bert4rec"], "--architecture must be one of sasrec, gsasrec; "
                                               "received --architecture='bert4rec'"),
-                (["--pseudo_count=-1"], "--pseudo_count must be >= 0; received -1.0"),
-                (["--loo_train_gap=-2"], "--loo_train_gap must be >= 0; received "
+                (["--pseudo_count=-1"], "--pseudo_count must be >= 0; received --pseudo_count=-1.0"),
+                (["--loo_train_gap=-2"], "--loo_train_gap must be >= 0 (0: none); received "
                                          "--loo_train_gap=-2"),
-                (["--adam_epsilon=0"], "--adam_epsilon must be positive; received 0.0"),
+                (["--adam_epsilon=0"], "--adam_epsilon must be positive; received --adam_epsilon=0.0"),
                 (["--dropout=1.5"], "--dropout must be in [0.0, 1.0]; received --dropout=1.5"),
+                (["--per_row_negatives=maybe"], "flag --per_row=maybe: ('Non-boolean argument"),
                 (["--batch_size=0"], "--batch_size must be a positive integer"),
                 ([], "--output_dir is required")):
             if args:

@@ -9,7 +9,7 @@ an ImportError names the fix.
 import os
 import sys
 
-__version__ = "0.1.0"
+from logq_core import __version__  # noqa: F401  pylint: disable=unused-import
 
 _LEGACY_KERAS_VALUES = ("1", "true", "True")
 

@@ -36,7 +36,6 @@ import tensorflow as tf
 from logq_core import formulas
 from logq_core import samplers
 from logq_core.samplers import IN_BATCH_LOG_Q
-from logq_core.samplers import MIXTURES
 from logq_core.samplers import Negatives
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
@@ -437,11 +436,8 @@ class MixedSampler(NegativeSampler):
                  seed: Optional[int] = None, deduplicate: bool = False, per_row: bool = False,
                  **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
-        self.mixture = v.check_choice("mixture", mixture, MIXTURES)
-        if v.check_bool("deduplicate", deduplicate) and mixture == "exact":
-            raise ValueError(
-                "MixedSampler(deduplicate=True) needs mixture='paper' (the exact mixture of a "
-                "deduplicated pool is not implemented); received mixture='exact'.")
+        samplers.check_mixed(mixture, deduplicate)
+        self.mixture = mixture
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
                                       per_row=per_row, name="uniform")
         # log_q="unigram": this sampler reads the in-batch half's ids, not its log Q, so the

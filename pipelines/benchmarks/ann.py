@@ -29,7 +29,7 @@ from pipelines.data import builders
 from pipelines.data import splits
 from pipelines.data import synthetic
 from tfrs_logq import retrieval
-from tfrs_logq.models import RetrievalObjective, TwoTower
+from tfrs_logq.models import TwoTower, make_objective
 
 FLAGS = flags.FLAGS
 
@@ -55,7 +55,7 @@ def trained_embeddings(num_items: int, num_users: int, steps: int, dim: int, see
     counts[0] = 0.0
     probabilities = (counts / counts.sum()).astype(np.float32)
     probabilities[0] = 1.0
-    model = TwoTower(data.num_users, num_items, RetrievalObjective(
+    model = TwoTower(data.num_users, num_items, make_objective(
         num_items, negatives="mixed", correction="improved", num_negatives=256,
         probabilities=probabilities, seed=seed), dim=dim)
     model.compile(optimizer=tf.keras.optimizers.Adam(0.01))

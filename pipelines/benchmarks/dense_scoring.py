@@ -58,8 +58,8 @@ def make_step(num_items: int, num_negatives: int, dim: int, seed: int):
     """A compiled bce step over a [num_items + 1, dim] table (the path is fixed when traced)."""
     rng = np.random.default_rng(seed)
     table = tf.Variable(rng.normal(0.0, 0.05, [num_items + 1, dim]).astype(np.float32))
-    objective = objective_lib.RetrievalObjective(num_items, loss="bce",
-                                                 num_negatives=num_negatives, seed=seed)
+    objective = objective_lib.make_objective(num_items, loss="bce",
+                                             num_negatives=num_negatives, seed=seed)
     optimizer = tf.keras.optimizers.Adam(1e-3)
 
     @tf.function

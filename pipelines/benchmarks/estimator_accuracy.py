@@ -240,7 +240,7 @@ def format_tables(results: Dict, costs: Dict, names: List[str]) -> str:
                 f"| {stream_name} | {name} | {r['state_bytes'] / 1e6:.2f} | {b['top100']:.3f} | "
                 f"{b['top1000']:.3f} | {b.get('tail', float('nan')):.3f} | {b['tv']:.3f} | "
                 f"{b['inclusion_top1000']:.3f} | {recovery} | {r['final']['top1000']:.3f} |")
-    # The head table on Zipf 1 (the DESIGN.md example), else on the first stream.
+    # The head table on Zipf 1 (the example of docs/design.md), else on the first stream.
     first = next((s for s in results if s.startswith("Zipf 1 /")), next(iter(results)))
     lines += ["", f"Head items on {first}, before the drift (per-draw q and per-step pi = "
               f"1 - (1 - q)^{FLAGS.batch_size}):", "",

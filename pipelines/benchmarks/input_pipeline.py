@@ -5,7 +5,7 @@ For each builder (SASRec windows, two-tower examples) it times iterating the
 training stream alone (examples per second), then compiled training steps of
 the matching model fed from memory (examples per second consumed), and prints
 the ratio (target >= 5x). Examples are SASRec windows (one user sequence) or
-two-tower interactions. Timings from one run, on ML-1M when ../shared/data
+two-tower interactions. Timings from one run, on ML-1M when $TFRS_LOGQ_DATA
 holds it, else on the synthetic catalog.
 
 Usage:
@@ -73,7 +73,7 @@ def main(argv):
         stream, _ = experiment.training_stream(config, split)
         produced = pipeline_rate(stream, FLAGS.batches)
         model = experiment.build_model(config, data, split)
-        model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate))
+        model.compile(optimizer=tf.keras.optimizers.Adam(config.training.learning_rate))
         consumed = step_rate(model, next(iter(stream)), FLAGS.train_steps)
         print(f"| {model_name} | {produced:,.0f} | {consumed:,.0f} | {produced / consumed:.1f}x |")
 

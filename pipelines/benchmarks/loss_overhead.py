@@ -15,7 +15,7 @@ round; the ratios of median step times are printed (target: <= 1.05x).
 Timings from one run only: compare within a run.
 
 `--tutorial` times TFRS's basic-retrieval flow instead (string ids, the item
-ids being MovieLens-1M titles when ../shared/data holds them, batch 8192, dim
+ids being MovieLens-1M titles when $TFRS_LOGQ_DATA holds them, batch 8192, dim
 32, Adagrad(0.1)); `--memory` runs one process per variant at the largest batch
 size (where TFRS's step alone needs 17 GB, so the variants cannot share one
 process) and reports its peak resident memory and median step time.
@@ -205,7 +205,7 @@ def run_grid() -> None:
 
 
 def movielens_titles():
-    """(user ids, titles) of ML-1M's ratings as strings, or None without ../shared/data."""
+    """(user ids, titles) of ML-1M's ratings as strings, or None without them under $TFRS_LOGQ_DATA."""
     movies = os.path.join(loaders.DATA_DIR, "ml-1m", "movies.dat.gz")
     if not (os.path.exists(movies) and os.path.exists(loaders.ML_1M_RATINGS)):
         return None
@@ -224,7 +224,7 @@ def run_tutorial() -> None:
         users = rng.integers(0, 6000, size=1_000_000).astype(str)
         titles = np.array([f"Movie {i} (1999)" for i in range(3000)])[
             rng.choice(3000, size=1_000_000, p=q / q.sum())]
-        print("MovieLens-1M is not in ../shared/data: a synthetic Zipf catalog of 3,000 titles.")
+        print("MovieLens-1M is not under $TFRS_LOGQ_DATA: a synthetic Zipf catalog of 3,000 titles.")
     else:
         users, titles = found
     user_vocabulary = sorted(set(users.tolist()))

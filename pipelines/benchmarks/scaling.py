@@ -62,13 +62,13 @@ def make_step(tf, strategy, global_batch: bool, batch_size: int, num_items: int,
     """A compiled distributed training step and its per-replica inputs."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     from tfrs_logq import frequency  # pylint: disable=import-outside-toplevel
-    from tfrs_logq.models import RetrievalObjective  # pylint: disable=import-outside-toplevel
+    from tfrs_logq.models import make_objective  # pylint: disable=import-outside-toplevel
     rng = np.random.default_rng(0)
     num_users = 10_000
     with strategy.scope():
         users = tf.Variable(rng.normal(0, 0.1, [num_users, dim]).astype(np.float32))
         items = tf.Variable(rng.normal(0, 0.1, [num_items + 1, dim]).astype(np.float32))
-        objective = RetrievalObjective(
+        objective = make_objective(
             num_items, negatives="in_batch", correction="improved", num_negatives=batch_size,
             probabilities=frequency.CountMinSketchEstimator(width=2**16, depth=4),
             global_batch=global_batch, seed=0)

@@ -17,7 +17,7 @@ Usage:
 
 import os
 import time
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import numpy as np
 import tensorflow as tf
@@ -49,23 +49,14 @@ def row_config(preset: str, row: table.Row, dataset: str) -> configs.Config:
     return configs.validate(configs.PRESETS[preset].replace(dataset=dataset, **row.overrides))
 
 
-def settings(config: configs.Config) -> Dict[str, Any]:
-    """The config's fields by name, whether `Config` holds them flat or in groups."""
-    fields: Dict[str, Any] = {}
-    for name, value in config.as_dict().items():
-        fields.update(value if isinstance(value, dict) else {name: value})
-    return fields
-
-
 def make_step(config: configs.Config, xla: bool):
     """(a compiled train step on one batch, the stream's first batches)."""
     data = experiment.load_data(config)
     split = experiment.make_split(config, data)
     stream, _ = experiment.training_stream(config, split)
     model = experiment.build_model(config, data, split)
-    values = settings(config)
-    model.compile(optimizer=tf.keras.optimizers.Adam(values["learning_rate"],
-                                                     epsilon=values["adam_epsilon"]),
+    model.compile(optimizer=tf.keras.optimizers.Adam(config.training.learning_rate,
+                                                     epsilon=config.training.adam_epsilon),
                   jit_compile=xla)
     step = tf.function(model.train_step, jit_compile=xla, reduce_retracing=True)
     batches = [batch for batch in stream.take(8)]
@@ -118,9 +109,9 @@ def main(argv):
             positions[name] = np.mean([int(tf.reduce_sum(tf.cast(b["targets"] > 0, tf.int32)))
                                        for b in batches])
         medians = time_steps(steps, FLAGS.rounds, FLAGS.steps_per_round)
-        values = settings(configs.PRESETS[preset])
-        print(f"Preset {preset} (sequence {values['max_length']}, dim {values['dim']}, batch "
-              f"{values['batch_size']}):\n")
+        config = configs.PRESETS[preset]
+        print(f"Preset {preset} (sequence {config.model.max_length}, dim {config.model.dim}, "
+              f"batch {config.training.batch_size}):\n")
         header = " | ".join(f"ms/step ({'XLA' if x else 'no XLA'})" for x in xla_settings)
         print(f"| row | {header} | examples/s (best) |" + (" XLA / no XLA |"
                                                            if len(xla_settings) == 2 else ""))

@@ -1,1 +1,1 @@
-"""Data: loaders, splits and tf.data builders (see DESIGN.md, "pipelines/data")."""
+"""Data: loaders, splits and tf.data builders."""
