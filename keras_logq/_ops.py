@@ -1,18 +1,20 @@
 """The array namespace `logq_core.formulas` runs on, and the tensor checks of keras_logq.
 
 `OPS` is `keras.ops` plus `num_columns`, so every backend runs the formulas
-tfrs_logq runs on TensorFlow. The checks are the static ones (dtype, rank,
-matching dimensions) in `tfrs_logq._validation`'s words; value checks that
+tfrs_logq runs on TensorFlow. The checks are `logq_core.checks`' static ones
+(dtype, rank, matching dimensions) bound to Keras tensors; value checks that
 TensorFlow makes with graph assertions have no portable form in Keras 3, so
 invalid log-probabilities become NaN (`nan_unless_log_probabilities`), as
 tfrs_logq does under XLA: the loss is then NaN, never silently wrong.
 """
 
+import functools
 import types
-from typing import Any, Optional
 
 import keras
 from keras import ops
+
+from logq_core import checks
 
 
 def _num_columns(x):
@@ -31,54 +33,16 @@ OPS = types.SimpleNamespace(
 )
 
 
-def float_tensor(name: str, value: Any, rank: Optional[int] = None):
-    """Converts `value` to a float32 tensor; raises TypeError for non-float input."""
-    tensor = ops.convert_to_tensor(value)
-    dtype = keras.backend.standardize_dtype(tensor.dtype)
-    if not keras.backend.is_float_dtype(dtype):
-        raise TypeError(
-            f"`{name}` must be a floating-point tensor; received {name} with dtype {dtype}.")
-    check_rank(name, tensor, rank)
-    return ops.cast(tensor, "float32")
-
-
-def bool_tensor(name: str, value: Any, rank: Optional[int] = None):
-    """Converts `value` to a bool tensor; raises TypeError for other dtypes."""
-    tensor = ops.convert_to_tensor(value)
-    dtype = keras.backend.standardize_dtype(tensor.dtype)
-    if dtype != "bool":
-        raise TypeError(
-            f"`{name}` must be a bool tensor (True for a valid entry); received {name} "
-            f"with dtype {dtype}.")
-    check_rank(name, tensor, rank)
-    return tensor
-
-
-def ids_tensor(name: str, value: Any, rank: Optional[int] = 1):
-    """Converts `value` to an integer tensor of ids; raises TypeError for other dtypes."""
-    tensor = ops.convert_to_tensor(value)
-    dtype = keras.backend.standardize_dtype(tensor.dtype)
-    if not keras.backend.is_int_dtype(dtype):
-        raise TypeError(
-            f"`{name}` must be an integer tensor of item ids; received {name} with dtype "
-            f"{dtype}. Map string ids to integers first (keras.layers.StringLookup).")
-    check_rank(name, tensor, rank)
-    return tensor
-
-
-def check_rank(name: str, tensor, rank: Optional[int]) -> None:
-    if rank is not None and len(tensor.shape) != rank:
-        raise ValueError(
-            f"`{name}` must have rank {rank}; received {name} with shape {tuple(tensor.shape)}.")
-
-
-def check_compatible_dim(name_a: str, a, axis_a: int, name_b: str, b, axis_b: int) -> None:
-    """Raises ValueError when two static dimensions are known and differ."""
-    dim_a, dim_b = a.shape[axis_a], b.shape[axis_b]
-    if dim_a is not None and dim_b is not None and dim_a != dim_b:
-        raise ValueError(
-            f"`{name_a}` and `{name_b}` must agree in size: {name_a}.shape={tuple(a.shape)}, "
-            f"{name_b}.shape={tuple(b.shape)}.")
+# The static tensor checks, worded as tfrs_logq's (`logq_core.checks`).
+TENSORS = checks.Tensors(
+    convert=ops.convert_to_tensor,
+    dtype=lambda tensor: keras.backend.standardize_dtype(tensor.dtype),
+    shape=lambda tensor: tuple(tensor.shape), cast=ops.cast, string_ids=False)
+float_tensor = functools.partial(checks.float_tensor, TENSORS)
+bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
+ids_tensor = functools.partial(checks.ids_tensor, TENSORS)
+check_rank = functools.partial(checks.check_rank, TENSORS)
+check_compatible_dim = functools.partial(checks.check_compatible_dim, TENSORS)
 
 
 def nan_unless_log_probabilities(log_q):

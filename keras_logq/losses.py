@@ -6,6 +6,7 @@ TensorFlow; this module checks the inputs and runs them on `keras.ops`. Every
 function returns one loss per example, shape [batch], in float32.
 """
 
+import functools
 from typing import Optional
 
 import keras
@@ -18,28 +19,14 @@ from logq_core import formulas
 CORRECTIONS = formulas.CORRECTIONS
 
 
-def _prepare_sampled(positive_logits, negative_logits, negative_mask):
-    positive_logits = k.float_tensor("positive_logits", positive_logits, rank=1)
-    negative_logits = k.float_tensor("negative_logits", negative_logits, rank=2)
-    k.check_compatible_dim("positive_logits", positive_logits, 0,
-                           "negative_logits", negative_logits, 0)
-    if negative_mask is not None:
-        negative_mask = k.bool_tensor("negative_mask", negative_mask, rank=2)
-        for axis in (0, 1):
-            k.check_compatible_dim("negative_mask", negative_mask, axis,
-                                   "negative_logits", negative_logits, axis)
-    return positive_logits, negative_logits, negative_mask
+_prepare_sampled = functools.partial(checks.logits_inputs, k.TENSORS)
 
 
-def _prepare_log_q(name, log_q, reference, axes):
-    log_q = k.float_tensor(name, log_q)
-    if len(log_q.shape) not in (1, 2) or (len(axes) == 1 and len(log_q.shape) != 1):
-        raise ValueError(
-            f"`{name}` must have shape {'[B]' if len(axes) == 1 else '[N] or [B, N]'}; "
-            f"received {name} with shape {tuple(log_q.shape)}.")
-    for axis_q, axis_ref in zip(range(-1, -len(log_q.shape) - 1, -1), axes):
-        k.check_compatible_dim(name, log_q, axis_q, "logits", reference, axis_ref)
-    return k.nan_unless_log_probabilities(log_q)
+def _prepare_log_q(name, log_q, logits, of_positives=False):
+    """A checked log Q (`logq_core.checks.log_q_tensor`), NaN where it holds no log of a
+    probability."""
+    return k.nan_unless_log_probabilities(
+        checks.log_q_tensor(k.TENSORS, name, log_q, logits, of_positives))
 
 
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
@@ -52,11 +39,10 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     positive_logits, negative_logits, negative_mask = _prepare_sampled(
         positive_logits, negative_logits, negative_mask)
     if correction != "none":
-        negative_log_q = _prepare_log_q("negative_log_q", negative_log_q, negative_logits,
-                                        (1, 0))
+        negative_log_q = _prepare_log_q("negative_log_q", negative_log_q, negative_logits)
     if formulas.needs_positive_log_q(correction, log_q_excludes_positive):
         positive_log_q = _prepare_log_q("positive_log_q", positive_log_q, positive_logits,
-                                        (0,))
+                                        of_positives=True)
     return formulas.sampled_softmax_terms(k.OPS, positive_logits, negative_logits, correction,
                                           negative_log_q, positive_log_q, negative_mask,
                                           log_q_excludes_positive)

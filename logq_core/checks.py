@@ -1,7 +1,11 @@
-"""Pure-Python argument checks; every message names the argument and the value received."""
+"""Argument checks; every message names the argument and the value received.
+
+Plain values are checked here in pure Python; tensors through a `Tensors` that each
+framework fills in, so TensorFlow and Keras 3 users read the same messages.
+"""
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -77,3 +81,129 @@ def check_power_of_two(name: str, value: Any) -> int:
         raise ValueError(f"`{name}` must be at most 2**30; received {name}={value!r} "
                          f"(2**{math.log2(value):.0f}).")
     return int(value)
+
+
+# ------------------------------------------------------------------ tensor checks
+#
+# The same static checks (dtype, rank, matching sizes) for TensorFlow and Keras 3 tensors,
+# with one wording: each framework describes its tensors with a `Tensors` and binds it
+# (`tfrs_logq._validation`, `keras_logq._ops`).
+
+
+class Tensors(NamedTuple):
+    """How a framework's tensors answer the checks.
+
+    Attributes:
+      convert: value -> tensor.
+      dtype: tensor -> its dtype's name ("float32", "int64", "bool", "string", ...).
+      shape: tensor -> its static shape as a tuple (None for an unknown size), or None
+        when even the rank is unknown.
+      cast: (tensor, dtype name) -> tensor.
+      string_ids: whether ids may be strings (TensorFlow), or must be integers.
+    """
+    convert: Callable[[Any], Any]
+    dtype: Callable[[Any], str]
+    shape: Callable[[Any], Optional[Tuple[Optional[int], ...]]]
+    cast: Callable[[Any, str], Any]
+    string_ids: bool
+
+
+def float_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = None):
+    """`value` as a float32 tensor (of `rank`, if given); TypeError for non-float input.
+
+    Integer inputs are rejected rather than cast: an integer tensor of logits or
+    embeddings is almost always ids passed in the wrong place.
+    """
+    tensor = tensors.convert(value)
+    dtype = tensors.dtype(tensor)
+    if not dtype.startswith(("float", "bfloat", "half", "double")):
+        raise TypeError(f"`{name}` must be a floating-point tensor; received {name} with "
+                        f"dtype {dtype}.")
+    check_rank(tensors, name, tensor, rank)
+    return tensors.cast(tensor, "float32")
+
+
+def bool_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = None):
+    """`value` as a bool tensor (of `rank`, if given); TypeError for other dtypes."""
+    tensor = tensors.convert(value)
+    dtype = tensors.dtype(tensor)
+    if dtype != "bool":
+        raise TypeError(f"`{name}` must be a bool tensor (True for a valid entry); received "
+                        f"{name} with dtype {dtype}.")
+    check_rank(tensors, name, tensor, rank)
+    return tensor
+
+
+def ids_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = 1):
+    """`value` as a tensor of item ids (integers, or strings where the framework takes them),
+    of `rank` if given; TypeError for other dtypes."""
+    tensor = tensors.convert(value)
+    dtype = tensors.dtype(tensor)
+    if not (dtype.startswith(("int", "uint")) or (tensors.string_ids and dtype == "string")):
+        kinds = "an integer or string" if tensors.string_ids else "an integer"
+        hint = ("" if tensors.string_ids else
+                " Map string ids to integers first (keras.layers.StringLookup).")
+        raise TypeError(f"`{name}` must be {kinds} tensor of item ids; received {name} with "
+                        f"dtype {dtype}.{hint}")
+    check_rank(tensors, name, tensor, rank)
+    return tensor
+
+
+def _shape_text(shape) -> str:
+    return "<unknown>" if shape is None else "(" + ", ".join(map(str, shape)) + (
+        ",)" if len(shape) == 1 else ")")
+
+
+def check_rank(tensors: Tensors, name: str, tensor, rank: Optional[int]) -> None:
+    """Raises ValueError when the static rank of `tensor` is known and differs from `rank`."""
+    shape = tensors.shape(tensor)
+    if rank is not None and shape is not None and len(shape) != rank:
+        raise ValueError(f"`{name}` must have rank {rank}; received {name} with shape "
+                         f"{_shape_text(shape)}.")
+
+
+def check_compatible_dim(tensors: Tensors, name_a: str, a, axis_a: int,
+                         name_b: str, b, axis_b: int) -> None:
+    """Raises ValueError when two statically known dimensions differ."""
+    shape_a, shape_b = tensors.shape(a), tensors.shape(b)
+    dim_a = None if shape_a is None else shape_a[axis_a]
+    dim_b = None if shape_b is None else shape_b[axis_b]
+    if dim_a is not None and dim_b is not None and dim_a != dim_b:
+        raise ValueError(
+            f"`{name_a}` and `{name_b}` disagree in size: {name_a}.shape="
+            f"{_shape_text(shape_a)} (axis {axis_a}) but {name_b}.shape="
+            f"{_shape_text(shape_b)} (axis {axis_b}).")
+
+
+def logits_inputs(tensors: Tensors, positive_logits, negative_logits, negative_mask=None):
+    """The sampled losses' inputs checked and cast: [batch] positive logits, [batch, n]
+    negative logits (float32), and an optional [batch, n] bool mask."""
+    positive = float_tensor(tensors, "positive_logits", positive_logits, rank=1)
+    negative = float_tensor(tensors, "negative_logits", negative_logits, rank=2)
+    check_compatible_dim(tensors, "positive_logits", positive, 0, "negative_logits", negative, 0)
+    if negative_mask is not None:
+        negative_mask = bool_tensor(tensors, "negative_mask", negative_mask, rank=2)
+        for axis in (0, 1):
+            check_compatible_dim(tensors, "negative_mask", negative_mask, axis,
+                                 "negative_logits", negative, axis)
+    return positive, negative, negative_mask
+
+
+def log_q_tensor(tensors: Tensors, name: str, log_q, logits, of_positives: bool):
+    """A log Q checked against the logits it corrects: [batch] for the positives (`logits`
+    the positive logits), [n] or [batch, n] for the negatives (the negative logits).
+    Its values are the caller's to check (a graph assertion, or NaN)."""
+    log_q = float_tensor(tensors, name, log_q)
+    if of_positives:
+        check_rank(tensors, name, log_q, 1)
+        check_compatible_dim(tensors, name, log_q, 0, "positive_logits", logits, 0)
+        return log_q
+    shape = tensors.shape(log_q)
+    if shape is not None:
+        if len(shape) not in (1, 2):
+            raise ValueError(f"`{name}` must have shape [N] or [B, N]; received {name} with "
+                             f"shape {_shape_text(shape)}.")
+        check_compatible_dim(tensors, name, log_q, -1, "negative_logits", logits, 1)
+        if len(shape) == 2:
+            check_compatible_dim(tensors, name, log_q, 0, "negative_logits", logits, 0)
+    return log_q

@@ -191,8 +191,9 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
             self.call(negative_log_q=np.zeros([2, 3, 1], np.float32))
         with self.assertRaisesRegex(ValueError, r"`positive_log_q` must have rank 1"):
             self.call(positive_log_q=np.zeros([2, 1], np.float32) - 1)
-        with self.assertRaisesRegex(ValueError, r"`negative_mask` must have the shape of "
-                                    r"`negative_logits`"):
+        with self.assertRaisesRegex(ValueError, r"`negative_mask` and `negative_logits` "
+                                    r"disagree in size: negative_mask.shape=\(2, 2\) \(axis 1\) "
+                                    r"but negative_logits.shape=\(2, 3\) \(axis 1\)"):
             self.call(negative_mask=np.ones([2, 2], bool))
 
     def test_probabilities_outside_unit_interval(self):

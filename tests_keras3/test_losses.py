@@ -107,9 +107,9 @@ def test_errors():
     with pytest.raises(TypeError, match=r"`negative_mask` must be a bool tensor"):
         losses.sampled_softmax_loss(pos, neg, correction="none",
                                     negative_mask=np.ones([2, 3], np.float32))
-    with pytest.raises(ValueError, match=r"`positive_logits` and `negative_logits` must agree"):
+    with pytest.raises(ValueError, match=r"`positive_logits` and `negative_logits` disagree in size"):
         losses.sampled_softmax_loss(np.zeros([3], np.float32), neg, correction="none")
-    with pytest.raises(ValueError, match=r"`negative_log_q` and `logits` must agree"):
+    with pytest.raises(ValueError, match=r"`negative_log_q` and `negative_logits` disagree in size"):
         losses.sampled_softmax_loss(pos, neg, correction="standard_negatives",
                                     negative_log_q=np.zeros([4], np.float32))
 

@@ -1,9 +1,13 @@
-"""Argument checks shared by the library. Every message names the argument and the value."""
+"""Argument checks of tfrs_logq: `logq_core.checks` bound to TensorFlow tensors, and the value
+checks that run inside graphs. Every message names the argument and the value."""
 
-from typing import Any, Optional
+import functools
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from logq_core import checks
 
 # Checks that need no tensor are shared with keras_logq; re-exported here.
 from logq_core.checks import check_bool  # noqa: F401  pylint: disable=unused-import
@@ -25,61 +29,16 @@ def _short(value: Any) -> str:
     return repr(value)
 
 
-def float_tensor(name: str, value: Any, rank: Optional[int] = None) -> tf.Tensor:
-    """Converts `value` to a float32 tensor; raises TypeError for non-float input.
-
-    Integer inputs are rejected rather than cast: an integer tensor of logits or
-    embeddings is almost always ids passed in the wrong place.
-    """
-    tensor = tf.convert_to_tensor(value)
-    if not tensor.dtype.is_floating:
-        raise TypeError(
-            f"`{name}` must be a floating-point tensor; received {name} with "
-            f"dtype {tensor.dtype.name}.")
-    check_rank(name, tensor, rank)
-    return tf.cast(tensor, tf.float32)
-
-
-def bool_tensor(name: str, value: Any, rank: Optional[int] = None) -> tf.Tensor:
-    """Converts `value` to a bool tensor; raises TypeError for other dtypes."""
-    tensor = tf.convert_to_tensor(value)
-    if tensor.dtype != tf.bool:
-        raise TypeError(
-            f"`{name}` must be a bool tensor (True for a valid entry); received "
-            f"{name} with dtype {tensor.dtype.name}.")
-    check_rank(name, tensor, rank)
-    return tensor
-
-
-def ids_tensor(name: str, ids: Any, rank: Optional[int] = 1) -> tf.Tensor:
-    """Converts `ids` to an integer or string tensor (of `rank`, if given); else raises."""
-    ids = tf.convert_to_tensor(ids)
-    if not (ids.dtype.is_integer or ids.dtype == tf.string):
-        raise TypeError(
-            f"`{name}` must be an integer or string tensor of item ids; received {name} "
-            f"with dtype {ids.dtype.name}.")
-    check_rank(name, ids, rank)
-    return ids
-
-
-def check_rank(name: str, tensor: tf.Tensor, rank: Optional[int]) -> None:
-    """Raises ValueError when the static rank of `tensor` is known and differs from `rank`."""
-    if rank is not None and tensor.shape.rank is not None and tensor.shape.rank != rank:
-        raise ValueError(
-            f"`{name}` must have rank {rank}; received {name} with shape "
-            f"{tensor.shape}.")
-
-
-def check_compatible_dim(name_a: str, a: tf.Tensor, axis_a: int,
-                         name_b: str, b: tf.Tensor, axis_b: int) -> None:
-    """Raises ValueError when two statically known dimensions differ."""
-    dim_a = a.shape[axis_a] if a.shape.rank is not None else None
-    dim_b = b.shape[axis_b] if b.shape.rank is not None else None
-    if dim_a is not None and dim_b is not None and dim_a != dim_b:
-        raise ValueError(
-            f"`{name_a}` and `{name_b}` disagree in size: {name_a}.shape="
-            f"{a.shape} (axis {axis_a}) but {name_b}.shape={b.shape} "
-            f"(axis {axis_b}).")
+# The static tensor checks, worded as keras_logq's (`logq_core.checks`).
+TENSORS = checks.Tensors(
+    convert=tf.convert_to_tensor, dtype=lambda tensor: tensor.dtype.name,
+    shape=lambda tensor: None if tensor.shape.rank is None else tuple(tensor.shape.as_list()),
+    cast=tf.cast, string_ids=True)
+float_tensor = functools.partial(checks.float_tensor, TENSORS)
+bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
+ids_tensor = functools.partial(checks.ids_tensor, TENSORS)
+check_rank = functools.partial(checks.check_rank, TENSORS)
+check_compatible_dim = functools.partial(checks.check_compatible_dim, TENSORS)
 
 
 def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,

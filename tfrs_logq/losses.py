@@ -9,10 +9,12 @@ negatives d_1..d_n with logits s_i and validity mask m_i, log Q(d) the log of
 the per-draw proposal probability of d.
 """
 
+import functools
 from typing import Optional
 
 import tensorflow as tf
 
+from logq_core import checks
 from logq_core import formulas
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
@@ -20,41 +22,14 @@ from tfrs_logq import _validation as v
 CORRECTIONS = formulas.CORRECTIONS
 
 
-def _prepare_sampled(positive_logits, negative_logits, negative_mask):
-    """Validates and casts the logits and the mask shared by the sampled losses."""
-    positive_logits = v.float_tensor("positive_logits", positive_logits, rank=1)
-    negative_logits = v.float_tensor("negative_logits", negative_logits, rank=2)
-    v.check_compatible_dim("positive_logits", positive_logits, 0,
-                           "negative_logits", negative_logits, 0)
-    if negative_mask is not None:
-        negative_mask = v.bool_tensor("negative_mask", negative_mask, rank=2)
-        if negative_mask.shape.is_fully_defined() and negative_logits.shape.is_fully_defined():
-            if negative_mask.shape != negative_logits.shape:
-                raise ValueError(
-                    "`negative_mask` must have the shape of `negative_logits`; received "
-                    f"negative_mask.shape={negative_mask.shape}, "
-                    f"negative_logits.shape={negative_logits.shape}.")
-    return positive_logits, negative_logits, negative_mask
+_prepare_sampled = functools.partial(checks.logits_inputs, v.TENSORS)
 
 
-def _prepare_log_q(name: str, log_q, negative_logits: Optional[tf.Tensor] = None,
-                   positive_logits: Optional[tf.Tensor] = None) -> tf.Tensor:
-    """Validates a log Q tensor: [N] or [B, N] for negatives, [B] for positives."""
-    log_q = v.float_tensor(name, log_q)
-    if negative_logits is not None:
-        rank = log_q.shape.rank
-        if rank not in (None, 1, 2):
-            raise ValueError(
-                f"`{name}` must have shape [N] or [B, N]; received {name} with "
-                f"shape {log_q.shape}.")
-        if rank is not None:
-            v.check_compatible_dim(name, log_q, -1, "negative_logits", negative_logits, 1)
-            if rank == 2:
-                v.check_compatible_dim(name, log_q, 0, "negative_logits", negative_logits, 0)
-    if positive_logits is not None:
-        v.check_rank(name, log_q, 1)
-        v.check_compatible_dim(name, log_q, 0, "positive_logits", positive_logits, 0)
-    return v.check_log_probabilities(name, log_q)
+def _prepare_log_q(name: str, log_q, logits, of_positives: bool = False) -> tf.Tensor:
+    """A log Q of the positives ([B]) or negatives ([N] or [B, N]) that holds logs of
+    probabilities (checked by a graph assertion; NaN under XLA)."""
+    return v.check_log_probabilities(
+        name, checks.log_q_tensor(v.TENSORS, name, log_q, logits, of_positives))
 
 
 def sampled_softmax_loss(
@@ -168,11 +143,10 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     positive_logits, negative_logits, negative_mask = _prepare_sampled(
         positive_logits, negative_logits, negative_mask)
     if correction != "none":
-        negative_log_q = _prepare_log_q("negative_log_q", negative_log_q,
-                                        negative_logits=negative_logits)
+        negative_log_q = _prepare_log_q("negative_log_q", negative_log_q, negative_logits)
     if formulas.needs_positive_log_q(correction, log_q_excludes_positive):
-        positive_log_q = _prepare_log_q("positive_log_q", positive_log_q,
-                                        positive_logits=positive_logits)
+        positive_log_q = _prepare_log_q("positive_log_q", positive_log_q, positive_logits,
+                                        of_positives=True)
     return formulas.sampled_softmax_terms(
         _ops.TF, positive_logits, negative_logits, correction, negative_log_q,
         positive_log_q, negative_mask, log_q_excludes_positive)
