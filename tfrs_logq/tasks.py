@@ -241,26 +241,16 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         Returns:
           Scalar loss: the sum over queries of sample-weighted per-example losses.
         """
-        query_embeddings = v.float_tensor("query_embeddings", query_embeddings)
-        if query_embeddings.shape.rank not in (None, 2, 3):
-            raise ValueError(
-                "`query_embeddings` must have shape [num_queries, dim] or "
-                "[num_queries, num_heads, dim]; received query_embeddings with shape "
-                f"{query_embeddings.shape}.")
-        candidate_embeddings = v.float_tensor("candidate_embeddings", candidate_embeddings,
-                                              rank=2)
-        v.check_compatible_dim("query_embeddings", query_embeddings, -1,
-                               "candidate_embeddings", candidate_embeddings, -1)
-        if sample_weight is not None:
-            sample_weight = v.float_tensor("sample_weight", sample_weight, rank=1)
-
+        query_embeddings, candidate_embeddings, sample_weight = _checked_embeddings(
+            query_embeddings, candidate_embeddings, sample_weight)
         num_queries = tf.shape(query_embeddings)[0]
         self._update_frequency(candidate_ids, num_queries, sample_weight, training)
-        if self.sampler is None and candidate_mask is not None:
-            raise ValueError(
-                "`candidate_mask` masks a sampler's pool; without a sampler, mask candidate "
-                "columns with `score_mask`. Received candidate_mask that is not None.")
         if self.sampler is None:
+            if candidate_mask is not None:
+                raise ValueError(
+                    "`candidate_mask` masks a sampler's pool; without a sampler, mask "
+                    "candidate columns with `score_mask`. Received candidate_mask that is not "
+                    "None.")
             scored = self._candidate_columns(query_embeddings, candidate_embeddings,
                                              candidate_sampling_probability, candidate_ids,
                                              score_mask)
@@ -271,7 +261,24 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         correction = self._resolve_correction(scored.log_q)
         if self.num_hard_negatives is not None:
             scored = self._hard_negatives(scored, correction)
+        loss, update_ops = self._total_loss(scored, correction, sample_weight,
+                                            compute_batch_metrics)
+        if compute_metrics and query_embeddings.shape.rank == 2:
+            for metric in self._factorized_metrics:
+                # TFRS slices the embeddings but not the ids, and crashes with
+                # extra candidates; both are sliced here.
+                update_ops.append(metric.update_state(
+                    query_embeddings, candidate_embeddings[:num_queries],
+                    true_candidate_ids=(None if candidate_ids is None
+                                        else candidate_ids[:num_queries]),
+                    sample_weight=sample_weight))
+        with tf.control_dependencies([op for op in update_ops if op is not None]):
+            return tf.identity(loss)
 
+    def _total_loss(self, scored: Scored, correction: str, sample_weight,
+                    compute_batch_metrics):
+        """(the summed loss, the metric updates of the loss, the batch metrics and the
+        diagnostics)."""
         update_ops = []
         if self._loss is None:
             per_example, weight = losses_lib.sampled_softmax_terms(
@@ -288,22 +295,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             labels, logits = self._logits_matrix(scored, correction)
         if self._loss is not None:
             loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
-
         update_ops += [metric.update_state(loss) for metric in self._loss_metrics]
-        if compute_metrics and query_embeddings.shape.rank == 2:
-            for metric in self._factorized_metrics:
-                # TFRS slices the embeddings but not the ids, and crashes with
-                # extra candidates; both are sliced here.
-                update_ops.append(metric.update_state(
-                    query_embeddings, candidate_embeddings[:num_queries],
-                    true_candidate_ids=(None if candidate_ids is None
-                                        else candidate_ids[:num_queries]),
-                    sample_weight=sample_weight))
         if compute_batch_metrics:
-            for metric in self._batch_metrics:
-                update_ops.append(metric.update_state(labels, logits, sample_weight=sample_weight))
-        with tf.control_dependencies([op for op in update_ops if op is not None]):
-            return tf.identity(loss)
+            update_ops += [metric.update_state(labels, logits, sample_weight=sample_weight)
+                           for metric in self._batch_metrics]
+        return loss, update_ops
 
     def _update_diagnostics(self, per_example, weight, mask, sample_weight):
         """Updates mean w, mean P_hat, the masked share and the valid count (`diagnostics`)."""
@@ -495,3 +491,19 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if config.get("sampler") is not None:
             config["sampler"] = tf.keras.layers.deserialize(config["sampler"])
         return cls(**config)
+
+
+def _checked_embeddings(query_embeddings, candidate_embeddings, sample_weight):
+    """The task's float inputs, checked (dtype, rank, matching dim) and cast to float32."""
+    query_embeddings = v.float_tensor("query_embeddings", query_embeddings)
+    if query_embeddings.shape.rank not in (None, 2, 3):
+        raise ValueError(
+            "`query_embeddings` must have shape [num_queries, dim] or "
+            "[num_queries, num_heads, dim]; received query_embeddings with shape "
+            f"{query_embeddings.shape}.")
+    candidate_embeddings = v.float_tensor("candidate_embeddings", candidate_embeddings, rank=2)
+    v.check_compatible_dim("query_embeddings", query_embeddings, -1,
+                           "candidate_embeddings", candidate_embeddings, -1)
+    if sample_weight is not None:
+        sample_weight = v.float_tensor("sample_weight", sample_weight, rank=1)
+    return query_embeddings, candidate_embeddings, sample_weight
