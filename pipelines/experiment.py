@@ -238,6 +238,7 @@ def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
     if queries is None:
         queries = query_embeddings(model, config, eval_set)
     top = retrieval.top_k(queries, model.item_embeddings().numpy(), max(ks),
+                          min_items=config.training.scann_min_items,
                           exclude=eval_set.histories, index=index)
     metrics = retrieval.per_query_recall_ndcg if per_query else retrieval.recall_ndcg
     return metrics(top, eval_set.targets, ks)

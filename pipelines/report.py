@@ -30,10 +30,14 @@ def test_report(model, config: configs.Config, split: splits_lib.Split,
     for index in indexes:
         started = time.time()
         retrieved[index] = retrieval.top_k(queries, items, max(ks), exclude=split.test.histories,
-                                           index=index)
+                                           index=index,
+                                           min_items=config.training.scann_min_items)
         report[f"test_{index}"] = retrieval.recall_ndcg(retrieved[index], split.test.targets, ks)
         report[f"search_seconds_{index}"] = round(time.time() - started, 2)
     report["test"] = report[f"test_{indexes[0]}"]
+    if "scann" in indexes:
+        report["scann_indexed"] = retrieval.uses_scann(len(items) - 1,
+                                                       config.training.scann_min_items)
     if len(indexes) == 2:
         report[f"ann_overlap@{max(ks)}"] = retrieval.overlap_at_k(
             retrieved["scann"], retrieved["exact"], max(ks))
@@ -119,10 +123,10 @@ def describe_indexes(metrics: Dict) -> str:
         lines.append(f"\nScaNN vs exact: Recall@10 {a['recall@10']:.4f} vs {e['recall@10']:.4f}, "
                      f"NDCG@10 {a['ndcg@10']:.4f} vs {e['ndcg@10']:.4f}; ScaNN returns "
                      f"{100 * overlap:.1f}% of the exact top-100.")
-        if not retrieval.uses_scann(metrics.get("num_items", retrieval.SCANN_MIN_ITEMS)):
+        if not metrics.get("scann_indexed", True):
             lines.append(f"(The catalog's {metrics['num_items']:,} items are fewer than "
-                         f"{retrieval.SCANN_MIN_ITEMS:,}: the ScaNN index searched exactly, "
-                         "which is faster there.)")
+                         "--scann_min_items: the ScaNN request searched exactly, which is "
+                         "faster there.)")
     if "kl_to_truth" in metrics:
         lines.append(f"KL(true next-item law || model's softmax) on the test users: "
                      f"{metrics['kl_to_truth']:.4f} nats.")
@@ -147,5 +151,6 @@ def export_run(model, config: configs.Config, output_dir: str, index: str = "bot
     vocabularies = {} if data is None else dict(item_vocabulary=data.item_ids[1:],
                                                 user_vocabulary=data.user_ids[1:])
     return [export_lib.export(model, RunFiles(output_dir).export(kind), k=k, index=kind,
-                              max_length=experiment.query_length(config), **vocabularies)
+                              max_length=experiment.query_length(config),
+                              scann_min_items=config.training.scann_min_items, **vocabularies)
             for kind in kinds]

@@ -58,6 +58,17 @@ def _serve_in_subprocess(path, index, request):
 
 class ExportTest(tf.test.TestCase, parameterized.TestCase):
 
+    def test_scann_min_items_0_indexes_a_small_catalog(self):
+        # The demo's setting: the 200 items get a real ScaNN index (its ops in the graph).
+        model = _sasrec()
+        with self.assertLogs(level="WARNING") as logs:
+            path = export.export(model, os.path.join(tempfile.mkdtemp(), "scann"), k=10,
+                                 index="scann", max_length=LENGTH, scann_min_items=0)
+        self.assertFalse([line for line in logs.output if "searches exactly" in line])
+        graph = tf.saved_model.load(path).signatures["serving_default"].graph.as_graph_def()
+        ops = {node.op for function in graph.library.function for node in function.node_def}
+        self.assertContainsSubset({"Scann>ScannSearchBatched", "Scann>TensorsToScann"}, ops)
+
     @parameterized.parameters("brute_force", "scann")
     def test_sasrec_reloads_alone_with_the_same_top_k(self, index):
         # 200 items are fewer than retrieval.SCANN_MIN_ITEMS: the "scann" export searches
@@ -68,7 +79,8 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         ) as logs:
             path = export.export(model, base, k=10, index=index, max_length=LENGTH)
         if index == "scann":
-            self.assertIn("fewer than 10000, so this export searches exactly", logs.output[0])
+            self.assertIn("fewer than scann_min_items=10000, so this export searches exactly",
+                          logs.output[0])
         self.assertEqual(path, os.path.join(base, "1"))  # TF Serving's version directory.
         self.assertEqual(os.listdir(base), ["1"])  # No temporary directory left behind.
         # Histories longer than max_length: the query reads the last LENGTH items, and the

@@ -45,7 +45,8 @@ class _Serving(tf.Module):
     """The exported module: the model's variables, the item table, the index, two signatures."""
 
     def __init__(self, model, item_embeddings: np.ndarray, k: int, index: str,
-                 max_length: int, takes_user: bool, item_vocabulary=None, user_vocabulary=None):
+                 max_length: int, takes_user: bool, item_vocabulary=None, user_vocabulary=None,
+                 scann_min_items: int = retrieval.SCANN_MIN_ITEMS):
         super().__init__()
         # Raw (source) ids <-> dense ids; unknown raw ids map to 0, out of vocabulary.
         self.item_dense = _lookup(item_vocabulary)
@@ -57,9 +58,10 @@ class _Serving(tf.Module):
         self.k = min(k, self.num_items)  # The static width of every answer.
         self.max_length, self.takes_user = max_length, takes_user
         self.items = tf.Variable(item_embeddings, trainable=False, name="item_embeddings")
-        # A small catalog is served by exact search whatever the index asked for (see
-        # `retrieval.SCANN_MIN_ITEMS`); `export` says so.
-        self.index_kind = index if retrieval.uses_scann(self.num_items) else "brute_force"
+        # A catalog below `scann_min_items` is served by exact search whatever the index asked
+        # for (see `retrieval.SCANN_MIN_ITEMS`); `export` says so.
+        self.index_kind = (index if retrieval.uses_scann(self.num_items, scann_min_items)
+                           else "brute_force")
         if self.index_kind == "scann":
             settings = retrieval.scann_defaults(self.num_items, self.k)
             # The request's history can be longer than any fixed over-fetch: the search asks
@@ -199,7 +201,8 @@ def _next_version(path: str) -> int:
 def export(model, path: str, *, k: int = 100, index: str = "brute_force",
            max_length: Optional[int] = None, version: Optional[int] = None,
            item_vocabulary: Optional[Sequence[str]] = None,
-           user_vocabulary: Optional[Sequence[str]] = None) -> str:
+           user_vocabulary: Optional[Sequence[str]] = None,
+           scann_min_items: int = retrieval.SCANN_MIN_ITEMS) -> str:
     """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to
     `path/<version>/`, the layout TensorFlow Serving reads (`path` is its model base path).
 
@@ -246,11 +249,12 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         user_vocabulary = _vocabulary("user_vocabulary", user_vocabulary,
                                       model.user_embedding.input_dim - 1)
     module = _Serving(model, item_table, k, index, max_length, takes_user,
-                      item_vocabulary, user_vocabulary if takes_user else None)
+                      item_vocabulary, user_vocabulary if takes_user else None,
+                      scann_min_items)
     if module.index_kind != index:
-        logging.warning("index=%r: the catalog's %d items are fewer than %d, so this export "
-                        "searches exactly (brute force), which is faster there and exact.",
-                        index, module.num_items, retrieval.SCANN_MIN_ITEMS)
+        logging.warning("index=%r: the catalog's %d items are fewer than scann_min_items=%d, "
+                        "so this export searches exactly (brute force), which is faster there "
+                        "and exact.", index, module.num_items, scann_min_items)
     history_spec = tf.TensorSpec([None, None], tf.int64, name="history")
     if takes_user:
         serve = tf.function(lambda user, history: module.recommend(user, history),

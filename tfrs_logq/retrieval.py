@@ -173,14 +173,19 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
 
 
 def top_k(query_embeddings, item_embeddings, k: int, exclude=None, index: str = "exact",
-          first_id: int = 1) -> np.ndarray:
+          first_id: int = 1, min_items: int = SCANN_MIN_ITEMS) -> np.ndarray:
     """[num_queries, k] ids by `index` ("exact" or "scann"), excluded ids filtered. A catalog
-    of fewer than k items is returned whole, the row padded with id 0 (never a target)."""
+    of fewer than k items is returned whole, the row padded with id 0 (never a target).
+    `min_items`: with "scann", smaller catalogs are searched exactly (0: always the index)."""
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received "
                          f"index={index!r}.")
-    fn = exact_top_k if index == "exact" else scann_top_k
-    found = fn(query_embeddings, item_embeddings, k, exclude=exclude, first_id=first_id)
+    if index == "exact":
+        found = exact_top_k(query_embeddings, item_embeddings, k, exclude=exclude,
+                            first_id=first_id)
+    else:
+        found = scann_top_k(query_embeddings, item_embeddings, k, exclude=exclude,
+                            first_id=first_id, min_items=min_items)
     return np.pad(found, [[0, 0], [0, max(k - found.shape[1], 0)]])
 
 
