@@ -22,30 +22,15 @@ CORRECTIONS = formulas.CORRECTIONS
 _prepare_sampled = functools.partial(checks.logits_inputs, k.TENSORS)
 
 
-def _prepare_log_q(name, log_q, logits, of_positives=False):
-    """A checked log Q (`logq_core.checks.log_q_tensor`), NaN where it holds no log of a
-    probability."""
-    return k.nan_unless_log_probabilities(
-        checks.log_q_tensor(k.TENSORS, name, log_q, logits, of_positives))
-
-
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
                           log_q_excludes_positive=False):
     """(`sampled_softmax_loss`, the improved weight w or None), arguments as there,
     `correction` already checked."""
-    formulas.check_log_q_given(correction, negative_log_q, positive_log_q,
-                               log_q_excludes_positive)
-    positive_logits, negative_logits, negative_mask = _prepare_sampled(
-        positive_logits, negative_logits, negative_mask)
-    if correction != "none":
-        negative_log_q = _prepare_log_q("negative_log_q", negative_log_q, negative_logits)
-    if formulas.needs_positive_log_q(correction, log_q_excludes_positive):
-        positive_log_q = _prepare_log_q("positive_log_q", positive_log_q, positive_logits,
-                                        of_positives=True)
-    return formulas.sampled_softmax_terms(k.OPS, positive_logits, negative_logits, correction,
-                                          negative_log_q, positive_log_q, negative_mask,
-                                          log_q_excludes_positive)
+    return formulas.checked_sampled_softmax_terms(
+        k.OPS, k.TENSORS, lambda name, log_q: k.nan_unless_log_probabilities(log_q),
+        positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
+        negative_mask, log_q_excludes_positive)
 
 
 def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,

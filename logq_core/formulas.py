@@ -125,6 +125,31 @@ def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_lo
     return improved(ops, positive, negatives - negative_log_q, mask)
 
 
+def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negatives,
+                                  correction: str, negative_log_q=None, positive_log_q=None,
+                                  mask=None, log_q_excludes_positive=False):
+    """`sampled_softmax_terms` on unchecked inputs, as both frameworks' losses take them.
+
+    Args:
+      ops: the array namespace.
+      tensors: the framework's `logq_core.checks.Tensors` (dtypes, ranks, sizes).
+      log_q_values: (name, log Q) -> log Q, the framework's check that it holds logs of
+        probabilities (a graph assertion in TensorFlow, NaN in Keras 3).
+      positive, negatives, correction, negative_log_q, positive_log_q, mask,
+      log_q_excludes_positive: as `sampled_softmax_terms`; `correction` already checked.
+    """
+    check_log_q_given(correction, negative_log_q, positive_log_q, log_q_excludes_positive)
+    positive, negatives, mask = checks.logits_inputs(tensors, positive, negatives, mask)
+    if correction != "none":
+        negative_log_q = log_q_values("negative_log_q", checks.log_q_tensor(
+            tensors, "negative_log_q", negative_log_q, negatives, of_positives=False))
+    if needs_positive_log_q(correction, log_q_excludes_positive):
+        positive_log_q = log_q_values("positive_log_q", checks.log_q_tensor(
+            tensors, "positive_log_q", positive_log_q, positive, of_positives=True))
+    return sampled_softmax_terms(ops, positive, negatives, correction, negative_log_q,
+                                 positive_log_q, mask, log_q_excludes_positive)
+
+
 def softmax_with_positive(ops, positive, negatives, mask):
     """-c_p + log(e^{c_p} + sum_i m_i e^{c_i}) = softplus(LSE_i(c_i) - c_p), per row.
 

@@ -25,13 +25,6 @@ CORRECTIONS = formulas.CORRECTIONS
 _prepare_sampled = functools.partial(checks.logits_inputs, v.TENSORS)
 
 
-def _prepare_log_q(name: str, log_q, logits, of_positives: bool = False) -> tf.Tensor:
-    """A log Q of the positives ([B]) or negatives ([N] or [B, N]) that holds logs of
-    probabilities (checked by a graph assertion; NaN under XLA)."""
-    return v.check_log_probabilities(
-        name, checks.log_q_tensor(v.TENSORS, name, log_q, logits, of_positives))
-
-
 def sampled_softmax_loss(
         positive_logits: tf.Tensor,
         negative_logits: tf.Tensor,
@@ -138,18 +131,9 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     checked (by the layer that holds it). The task uses it to log the mean weight
     without computing the loss twice.
     """
-    formulas.check_log_q_given(correction, negative_log_q, positive_log_q,
-                               log_q_excludes_positive)
-    positive_logits, negative_logits, negative_mask = _prepare_sampled(
-        positive_logits, negative_logits, negative_mask)
-    if correction != "none":
-        negative_log_q = _prepare_log_q("negative_log_q", negative_log_q, negative_logits)
-    if formulas.needs_positive_log_q(correction, log_q_excludes_positive):
-        positive_log_q = _prepare_log_q("positive_log_q", positive_log_q, positive_logits,
-                                        of_positives=True)
-    return formulas.sampled_softmax_terms(
-        _ops.TF, positive_logits, negative_logits, correction, negative_log_q,
-        positive_log_q, negative_mask, log_q_excludes_positive)
+    return formulas.checked_sampled_softmax_terms(
+        _ops.TF, v.TENSORS, v.check_log_probabilities, positive_logits, negative_logits,
+        correction, negative_log_q, positive_log_q, negative_mask, log_q_excludes_positive)
 
 
 def improved_weight(
