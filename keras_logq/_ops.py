@@ -33,11 +33,20 @@ OPS = types.SimpleNamespace(
 )
 
 
+def _static_shape(tensor):
+    """The static shape as a tuple, or None when not even the rank is known (a symbolic
+    TensorFlow tensor of unknown rank)."""
+    try:
+        return tuple(tensor.shape)
+    except (TypeError, ValueError):
+        return None
+
+
 # The static tensor checks, worded as tfrs_logq's (`logq_core.checks`).
 TENSORS = checks.Tensors(
     convert=ops.convert_to_tensor,
     dtype=lambda tensor: keras.backend.standardize_dtype(tensor.dtype),
-    shape=lambda tensor: tuple(tensor.shape), cast=ops.cast, string_ids=False)
+    shape=_static_shape, cast=ops.cast, string_ids=False)
 float_tensor = functools.partial(checks.float_tensor, TENSORS)
 bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
 ids_tensor = functools.partial(checks.ids_tensor, TENSORS)

@@ -120,6 +120,8 @@ def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_lo
     if correction == "standard":
         return softmax_with_positive(ops, positive - positive_log_q,
                                      negatives - negative_log_q, mask), None
+    # Only an unknown correction gets here besides "improved": it must not pass for it.
+    checks.check_choice("correction", correction, CORRECTIONS)
     if not log_q_excludes_positive:
         negative_log_q = exclude_positive(ops, negative_log_q, positive_log_q)
     return improved(ops, positive, negatives - negative_log_q, mask)

@@ -59,7 +59,8 @@ def check_mixed(mixture: str, deduplicate: bool) -> None:
             "deduplicated pool is not implemented); received mixture='exact'.")
 
 
-def sampler_arguments(negatives: str, *, num_negatives: int, num_items: Optional[int] = None,
+def sampler_arguments(negatives: str, *, num_negatives: Optional[int] = None,
+                      num_items: Optional[int] = None,
                       first_id: int = 0, probabilities: Any = None, seed: Optional[int] = None,
                       deduplicate: bool = False, log_q: str = "horvitz_thompson",
                       per_row: bool = False, global_batch: bool = False,
@@ -68,13 +69,14 @@ def sampler_arguments(negatives: str, *, num_negatives: int, num_items: Optional
 
     One set of settings serves every kind: a kind ignores the settings it has
     no use for (`per_row` means nothing to in-batch negatives, `log_q` nothing
-    to uniform ones), so that a preset can switch `negatives` alone.
+    to uniform ones), so that a preset can switch `negatives` alone. Every
+    setting's value is checked whatever the kind.
 
     Args:
       negatives: one of KINDS.
-      num_negatives: negatives per step: the in-batch pool's cap, the uniform
-        draws (per row with `per_row`), or, mixed, n - n // 2 uniform and
-        n // 2 in-batch.
+      num_negatives: negatives per step: the in-batch pool's cap (None: the
+        whole batch), the uniform draws (per row with `per_row`), or, mixed,
+        n - n // 2 uniform and n // 2 in-batch.
       num_items, first_id: the catalog [first_id, first_id + num_items) of the
         uniform draws (uniform and mixed).
       probabilities: the frequency source of log Q (in-batch and mixed).
@@ -83,7 +85,13 @@ def sampler_arguments(negatives: str, *, num_negatives: int, num_items: Optional
       per_row, mixture: the uniform draws' and the mixture's (see MixedSampler).
     """
     checks.check_choice("negatives", negatives, KINDS)
-    num_negatives = checks.check_positive_int("num_negatives", num_negatives)
+    num_negatives = checks.check_positive_int("num_negatives", num_negatives, allow_none=True)
+    for name, value in (("deduplicate", deduplicate), ("per_row", per_row),
+                        ("global_batch", global_batch)):
+        checks.check_bool(name, value)
+    checks.check_choice("log_q", log_q, IN_BATCH_LOG_Q)
+    checks.check_seed("seed", seed)
+    check_mixed(mixture, deduplicate if negatives == "mixed" else False)
     if negatives == "in_batch":
         return negatives, dict(deduplicate=deduplicate, max_pool_size=num_negatives,
                                global_batch=global_batch, probabilities=probabilities,
@@ -91,10 +99,12 @@ def sampler_arguments(negatives: str, *, num_negatives: int, num_items: Optional
     if num_items is None:
         raise ValueError(f"negatives={negatives!r} draws uniformly from the catalog and "
                          "needs `num_items`; received num_items=None.")
+    if num_negatives is None:
+        raise ValueError(f"negatives={negatives!r} draws a fixed number of negatives and "
+                         "needs `num_negatives`; received num_negatives=None.")
     if negatives == "uniform":
         return negatives, dict(num_items=num_items, num_negatives=num_negatives,
                                first_id=first_id, seed=seed, per_row=per_row)
-    check_mixed(mixture, deduplicate)
     if num_negatives < 2:
         raise ValueError("negatives='mixed' needs num_negatives >= 2 (half uniform, half "
                          f"in-batch); received num_negatives={num_negatives}.")

@@ -53,7 +53,7 @@ def define_flags() -> None:
                       f"{', '.join(ROWS_BY_NAME)}.")
     flags.DEFINE_list("frequencies", ["static"], "Where log Q comes from: "
                       f"{', '.join(configs.FREQUENCIES)} (rows without log Q run once).")
-    flags.DEFINE_string("data_path", "", "Overrides the ML-1M file (default ../shared/data).")
+    flags.DEFINE_string("data_path", "", "Overrides the ML-1M file (default: the file under $TFRS_LOGQ_DATA).")
     flags.DEFINE_string("output_dir", "runs/reproduce", "Where the runs go.")
     flags.DEFINE_string("results_dir", "docs/results", "Where the table, JSON and PNG go.")
     flags.DEFINE_bool("report_only", False, "Write the report from finished runs; train nothing.")

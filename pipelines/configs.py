@@ -7,7 +7,7 @@ groups nested; `Config.from_dict` also reads the flat files of earlier runs.
 """
 
 import dataclasses
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping
 
 from logq_core import samplers
 from pipelines.data.splits import TEMPORAL_TARGETS
@@ -169,6 +169,16 @@ class Config:
         """The nested form config.json holds."""
         return dataclasses.asdict(self)
 
+    @staticmethod
+    def stored_fields(values: Mapping[str, Any]) -> List[str]:
+        """The (current) names of the fields a config.json holds: an earlier run's file
+        lacks the fields added since."""
+        names = []
+        for key, value in values.items():
+            group = value if key in GROUPS and isinstance(value, Mapping) else {key: value}
+            names += [RENAMED.get(name, name) for name in group]
+        return names
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Config":
         """The config of a config.json: nested by group, or flat (earlier runs, with the
@@ -214,12 +224,17 @@ def validate(config: Config) -> Config:
         raise ValueError("--pseudo_count must be >= 0; received "
                          f"--pseudo_count={config.loss.pseudo_count}.")
     if config.loss.loss == "sampled_softmax":
-        # The samplers' own rules (their messages name the flags' fields), before any data
-        # is loaded; the catalog size is not known yet.
-        samplers.sampler_arguments(config.loss.negatives, num_items=1,
-                                   num_negatives=config.loss.num_negatives,
-                                   deduplicate=config.loss.deduplicate,
-                                   mixture=config.loss.mixture)
+        # The samplers' own rules, before any data is loaded (the catalog size is not known
+        # yet): the flags are the sampler's arguments by name.
+        loss = config.loss
+        try:
+            samplers.sampler_arguments(loss.negatives, num_items=1,
+                                       num_negatives=loss.num_negatives,
+                                       deduplicate=loss.deduplicate, mixture=loss.mixture)
+        except ValueError as error:
+            raise ValueError(f"--negatives={loss.negatives} --num_negatives="
+                             f"{loss.num_negatives} --deduplicate={loss.deduplicate} "
+                             f"--mixture={loss.mixture} do not make a sampler: {error}") from None
     if config.model.dim % config.model.num_heads:
         raise ValueError("--dim must be a multiple of --num_heads; received "
                          f"--dim={config.model.dim} --num_heads={config.model.num_heads}.")

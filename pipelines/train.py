@@ -82,11 +82,14 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
     files = RunFiles(output_dir)
     if os.path.exists(files.config) and files.has_trained():
         with open(files.config) as f:
-            # Fields added since that run was made take their defaults.
-            previous = configs.Config.from_dict(json.load(f)).flat()
+            stored = json.load(f)
+        # Fields added since that run was made are not in its file: they take this
+        # command's values.
+        previous = configs.Config.from_dict(stored).flat()
         current = config.flat()
-        if previous != current:
-            changed = sorted(k for k in current if previous[k] != current[k])
+        changed = sorted(name for name in configs.Config.stored_fields(stored)
+                         if name in current and previous[name] != current[name])
+        if changed:
             raise ValueError(f"{output_dir} holds a run with another config (differs in "
                              f"{', '.join(changed)}); use another --output_dir.")
 

@@ -3,6 +3,7 @@
 import gzip
 import os
 import tempfile
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -142,6 +143,21 @@ def _movielens_files_missing() -> str:
     absent = [path for path in (loaders.ML_1M_SASREC, loaders.ML_1M_RATINGS)
               if not os.path.exists(path)]
     return f"TFRS_LOGQ_DATA={loaders.DATA_DIR} lacks {', '.join(absent)}" if absent else ""
+
+
+class DataDirectoryTest(tf.test.TestCase):
+
+    def test_movielens_without_a_path_names_the_ways_to_give_one(self):
+        with mock.patch.dict(os.environ, {loaders.DATA_ENV: ""}):
+            with self.assertRaisesRegex(FileNotFoundError, r"No MovieLens file given and "
+                                        r"TFRS_LOGQ_DATA is unset.*Set TFRS_LOGQ_DATA to the "
+                                        r"directory that holds ml-1m/sasrec_ml-1m.txt.gz.*"
+                                        r"--data_path.*--dataset=ml-1m-tfds"):
+                loaders.load_sasrec()
+        with mock.patch.dict(os.environ, {loaders.DATA_ENV: tempfile.mkdtemp()}):
+            with self.assertRaisesRegex(FileNotFoundError, r"No such data file: .*"
+                                        r"ratings_reconstructed.dat.gz \(TFRS_LOGQ_DATA="):
+                loaders.load_grouplens()
 
 
 @pytest.mark.skipif(bool(_movielens_files_missing()), reason=_movielens_files_missing())

@@ -210,6 +210,20 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
                                     r"`negative_log_q` must hold log-probabilities"):
             fn(tf.constant([0.5, -1.0, -2.0]))
 
+    def test_unknown_correction_is_refused_on_every_path(self):
+        # Not silently "improved", the formula's last branch.
+        pos, neg = np.zeros([2], np.float32), np.zeros([2, 3], np.float32)
+        log_q = np.full([3], -1.0, np.float32)
+        for call in (lambda: losses.sampled_softmax_terms(pos, neg, "standrd", log_q,
+                                                          log_q[:2]),
+                     lambda: losses.sampled_softmax_loss(pos, neg, correction="standrd",
+                                                         negative_log_q=log_q,
+                                                         positive_log_q=log_q[:2])):
+            with self.assertRaisesRegex(ValueError, r"`correction` must be one of 'none', "
+                                        r"'standard', 'standard_negatives', 'improved'; "
+                                        r"received correction='standrd'"):
+                call()
+
     def test_missing_log_q(self):
         with self.assertRaisesRegex(ValueError, r"correction='standard' needs `positive_log_q`; "
                                     r"received positive_log_q=None"):

@@ -11,6 +11,7 @@ from tests import conftest
 from tests import reference
 from tfrs_logq import frequency
 from tfrs_logq import losses
+from tfrs_logq import negatives
 from tfrs_logq import retrieval
 from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower, make_objective
 
@@ -200,6 +201,47 @@ class ObjectiveOptionsTest(tf.test.TestCase):
         self.assertEqual(restored.get_config(), objective.get_config())
         sampler = restored.task.sampler
         self.assertTrue(sampler.in_batch.deduplicate and sampler.uniform.per_row)
+
+    def test_objectives_saved_before_the_sampler_argument_load(self):
+        # A get_config of the old 17-argument objective: from_config builds its sampler.
+        older = dict(name="retrieval_objective", trainable=True, dtype="float32",
+                     num_items=NUM_ITEMS, loss="sampled_softmax", negatives="mixed",
+                     correction="none", num_negatives=16, gbce_t=0.75, mixture="paper",
+                     global_batch=False, temperature=None, seed=2, deduplicate=True,
+                     in_batch_log_q="unigram", per_row=True, binary_reduction="sum",
+                     binary_accidental_hits=True, gbce_alpha="paper")
+        restored = RetrievalObjective.from_config(older)
+        sampler = restored.task.sampler
+        self.assertEqual((type(sampler).__name__, sampler.uniform.num_negatives,
+                          sampler.in_batch.max_pool_size, sampler.in_batch.deduplicate,
+                          sampler.mixture, sampler.per_row, sampler.seed),
+                         ("MixedSampler", 8, 8, True, "paper", True, 2))
+        with self.assertRaisesRegex(TypeError, r"RetrievalObjective takes a built `sampler`; "
+                                    r"the sampler's settings \(negatives, num_negatives\) go "
+                                    r"to negatives.make_sampler"):
+            RetrievalObjective(NUM_ITEMS, negatives="mixed", num_negatives=8)
+
+    def test_unused_settings_are_still_checked(self):
+        with self.assertRaisesRegex(ValueError, r"`negatives` must be one of 'in_batch', "
+                                    r"'uniform', 'mixed'; received negatives='bogus'"):
+            make_objective(NUM_ITEMS, loss="bce", negatives="bogus")
+        with self.assertRaisesRegex(ValueError, r"`correction` must be one of 'none', "
+                                    r"'standard', 'standard_negatives', 'improved'; received "
+                                    r"correction='bogus'"):
+            make_objective(NUM_ITEMS, loss="full_softmax", correction="bogus")
+        with self.assertRaisesRegex(ValueError, r"`log_q` must be one of 'horvitz_thompson', "
+                                    r"'unigram'; received log_q='raw'"):
+            make_objective(NUM_ITEMS, negatives="uniform", correction="none", log_q="raw")
+        with self.assertRaisesRegex(TypeError, r"`deduplicate` must be a bool; received "
+                                    r"deduplicate='yes'"):
+            make_objective(NUM_ITEMS, negatives="uniform", correction="none",
+                           deduplicate="yes")
+        with self.assertRaisesRegex(ValueError, r"loss='full_softmax' scores the whole catalog "
+                                    r"and takes no sampler; received sampler=UniformSampler\("
+                                    r"seed=None, num_items=5, num_negatives=2, first_id=0, "
+                                    r"per_row=False\)"):
+            RetrievalObjective(NUM_ITEMS, loss="full_softmax",
+                               sampler=negatives.UniformSampler(5, 2))
 
     def test_bad_options(self):
         with self.assertRaisesRegex(ValueError, r"`binary_reduction` must be one of 'sum', "

@@ -321,6 +321,28 @@ class ConfigFileTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"Config has no field 'dimension'"):
             configs.Config.from_dict({"dimension": 3})
 
+    def test_a_run_made_before_new_fields_resumes_with_them(self):
+        # An earlier run's flat config.json, without scann_min_items (added since) and with
+        # the old names, holds the same run as today's preset, whose scann_min_items (0)
+        # differs from the default: it resumes. A field it does hold must still match.
+        out = tempfile.mkdtemp()
+        preset = configs.PRESETS["synthetic"]
+        older = preset.flat()
+        for old, new in configs.RENAMED.items():
+            older[old] = older.pop(new)
+        del older["scann_min_items"]
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(older, f)
+        os.makedirs(os.path.join(out, "checkpoints"))  # It has trained.
+        train._check_output_dir(preset, out)  # pylint: disable=protected-access
+        stored = configs.Config.stored_fields(older)
+        self.assertTrue("per_row" in stored and "scann_min_items" not in stored)
+        self.assertEqual(len(stored), len(configs.FIELDS) - 1)
+        with self.assertRaisesRegex(ValueError, r"holds a run with another config \(differs "
+                                    r"in dim, per_row\)"):
+            train._check_output_dir(  # pylint: disable=protected-access
+                preset.replace(dim=8, per_row=True), out)
+
     def test_flags_and_their_old_names(self):
         flag_values = flags.FlagValues()
         train.define_flags(flag_values)

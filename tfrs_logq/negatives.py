@@ -36,6 +36,7 @@ import tensorflow as tf
 from logq_core import formulas
 from logq_core import samplers
 from logq_core.samplers import IN_BATCH_LOG_Q
+from logq_core.samplers import MIXTURES  # noqa: F401  pylint: disable=unused-import
 from logq_core.samplers import Negatives
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v

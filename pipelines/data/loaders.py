@@ -37,9 +37,10 @@ def data_file(relative: str) -> str:
         message says how to name the file instead.
     """
     data_dir = os.environ.get(DATA_ENV, "")
-    how = (f"Pass the file with --data_path (or the `path` argument), set {DATA_ENV} to the "
-           f"directory that holds {relative}, or read MovieLens-1M through tensorflow-datasets "
-           "with --dataset=ml-1m-tfds.")
+    how = (f"Set {DATA_ENV} to the directory that holds {relative} (a run made without "
+           "--data_path reads its file from there, in pipelines.evaluate and pipelines.export "
+           "too), pass the file to pipelines.train with --data_path (or the `path` argument), "
+           "or read MovieLens-1M through tensorflow-datasets with --dataset=ml-1m-tfds.")
     if not data_dir:
         raise FileNotFoundError(f"No MovieLens file given and {DATA_ENV} is unset "
                                 f"(MovieLens is not bundled). {how}")

@@ -1,9 +1,10 @@
 """Retrieval models built on LogQRetrieval: SASRec and a two-tower model."""
 
 from tfrs_logq.models.objective import LOSSES
+from tfrs_logq.models.objective import NEGATIVES
 from tfrs_logq.models.objective import RetrievalObjective
 from tfrs_logq.models.objective import make_objective
 from tfrs_logq.models.sasrec import SASRec
 from tfrs_logq.models.two_tower import TwoTower
 
-__all__ = ["LOSSES", "RetrievalObjective", "SASRec", "TwoTower", "make_objective"]
+__all__ = ["LOSSES", "NEGATIVES", "RetrievalObjective", "SASRec", "TwoTower", "make_objective"]

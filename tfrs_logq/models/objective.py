@@ -5,6 +5,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from logq_core import checks
 from logq_core import samplers
 
 from tfrs_logq import _ops
@@ -14,6 +15,7 @@ from tfrs_logq import negatives as negatives_lib
 from tfrs_logq.tasks import LogQRetrieval
 
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
+NEGATIVES = samplers.KINDS  # The samplers by name (defined in logq_core.samplers).
 # How bce / gbce reduce a row's 1 + n terms: their sum, or their mean (gSASRec's code).
 BINARY_REDUCTIONS = ("sum", "mean")
 # gBCE's alpha = n / (|D| - 1) (the gSASRec paper), or n / (|D| - 2) as gSASRec's code
@@ -79,9 +81,17 @@ class RetrievalObjective(tf.keras.layers.Layer):
                  gbce_t: float = 0.75, temperature: Optional[float] = None,
                  binary_reduction: str = "sum", binary_accidental_hits: bool = True,
                  gbce_alpha: str = "paper", **kwargs):
+        moved = sorted(set(kwargs) & set(_SAMPLER_SETTINGS + ("negatives", "in_batch_log_q")))
+        if moved:
+            raise TypeError(
+                "RetrievalObjective takes a built `sampler`; the sampler's settings "
+                f"({', '.join(moved)}) go to negatives.make_sampler, or pass everything to "
+                f"make_objective(num_items, ...). Received {', '.join(moved)}.")
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         self.loss = v.check_choice("loss", loss, LOSSES)
+        if loss != "sampled_softmax":  # LogQRetrieval checks it on the sampled path.
+            v.check_choice("correction", correction, losses_lib.CORRECTIONS)
         self.correction = correction
         if not 0.0 <= gbce_t <= 1.0:
             raise ValueError(f"`gbce_t` must be in [0, 1]; received gbce_t={gbce_t!r}.")
@@ -200,6 +210,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
+        if "negatives" in config:  # Saved before the objective took a built sampler.
+            config["log_q"] = config.pop("in_batch_log_q", "horvitz_thompson")
+            return make_objective(**config)
         if config.get("sampler") is not None:
             config["sampler"] = tf.keras.layers.deserialize(config["sampler"])
         return cls(**config)
@@ -210,17 +223,26 @@ def _check_sampler(loss: str, sampler) -> None:
     if loss == "full_softmax":
         if sampler is not None:
             raise ValueError("loss='full_softmax' scores the whole catalog and takes no "
-                             f"sampler; received sampler={sampler!r}.")
+                             f"sampler; received sampler={_describe(sampler)}.")
         return
     if not isinstance(sampler, negatives_lib.NegativeSampler):
         raise TypeError(f"loss={loss!r} draws its negatives from `sampler`, a "
                         "tfrs_logq.negatives sampler (see negatives.make_sampler); received "
-                        f"sampler={sampler!r}.")
+                        f"sampler={_describe(sampler)}.")
     if loss in ("bce", "gbce") and not (isinstance(sampler, negatives_lib.UniformSampler)
                                         and sampler.per_row):
         raise ValueError(f"loss={loss!r} scores each example against its own uniform "
                          "negatives: pass UniformSampler(..., per_row=True) (make_sampler("
-                         f"'uniform', per_row=True, ...)); received sampler={sampler!r}.")
+                         f"'uniform', per_row=True, ...)); received sampler={_describe(sampler)}.")
+
+
+def _describe(sampler) -> str:
+    """A sampler by its class and settings (a layer's repr gives only an address)."""
+    if not isinstance(sampler, negatives_lib.NegativeSampler):
+        return repr(sampler)
+    settings = {key: value for key, value in sampler.get_config().items()
+                if key not in ("name", "trainable", "dtype", "probabilities")}
+    return f"{type(sampler).__name__}({', '.join(f'{k}={v!r}' for k, v in settings.items())})"
 
 
 _SAMPLER_SETTINGS = tuple(inspect.signature(samplers.sampler_arguments).parameters)[1:]
@@ -246,6 +268,7 @@ def make_objective(num_items: int, *, loss: str = "sampled_softmax",
     sampler_settings = {name: settings.pop(name) for name in _SAMPLER_SETTINGS
                         if name in settings}
     sampler_settings.setdefault("num_negatives", 256)
+    checks.check_choice("negatives", negatives, samplers.KINDS)
     sampler_settings.update(num_items=num_items, first_id=1)
     sampler = None
     if loss in ("bce", "gbce"):
