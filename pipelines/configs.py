@@ -21,6 +21,7 @@ SPLITS = ("loo", "temporal")
 MODELS = ("sasrec", "two_tower")
 FREQUENCIES = ("static", "count_min", "hashed")
 INDEXES = ("exact", "scann", "both")
+TABLE_OPTIMIZERS = ("adam", "adagrad")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # Fields that must take one of a fixed set of values; each set is defined once, where the
@@ -30,7 +31,7 @@ CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": object
            "frequency": FREQUENCIES, "mixture": samplers.MIXTURES, "index": INDEXES,
            "temporal_targets": TEMPORAL_TARGETS, "architecture": sasrec.ARCHITECTURES,
            "log_q": samplers.IN_BATCH_LOG_Q, "binary_reduction": objective.BINARY_REDUCTIONS,
-           "gbce_alpha": objective.GBCE_ALPHAS}
+           "gbce_alpha": objective.GBCE_ALPHAS, "table_optimizer": TABLE_OPTIMIZERS}
 
 # Fields renamed since earlier runs wrote their config.json (and old flag names).
 RENAMED = {"per_row_negatives": "per_row", "global_negatives": "global_batch",
@@ -108,6 +109,12 @@ class TrainingConfig:
     batch_size: int = 128
     learning_rate: float = 0.001
     adam_epsilon: float = 1e-7   # Keras's default; torch's (the released code) is 1e-8.
+    # The embedding tables' optimizer: "adam" (every variable; the paper's, whose step
+    # updates every row's moments, so it grows with the catalog) or "adagrad" (TFRS's
+    # CompositeOptimizer: Adagrad on the tables updates only the rows a step touches, Adam
+    # on the rest), at `table_learning_rate` (0: `learning_rate`).
+    table_optimizer: str = "adam"
+    table_learning_rate: float = 0.0
     # Compile SASRec's training step with XLA (its shapes are static, so it compiles once);
     # the two-tower step is not compiled. On by default in the SASRec presets, where it won.
     jit_compile: bool = False
@@ -220,6 +227,9 @@ def validate(config: Config) -> Config:
     for field in ("synthetic_temperature", "learning_rate", "adam_epsilon"):
         if not values[field] > 0:
             raise ValueError(f"--{field} must be positive; received --{field}={values[field]}.")
+    if config.training.table_learning_rate < 0:
+        raise ValueError("--table_learning_rate must be >= 0 (0: --learning_rate); received "
+                         f"--table_learning_rate={config.training.table_learning_rate}.")
     if config.loss.pseudo_count < 0:
         raise ValueError("--pseudo_count must be >= 0; received "
                          f"--pseudo_count={config.loss.pseudo_count}.")

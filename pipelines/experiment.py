@@ -10,10 +10,11 @@ evaluation set.
 import functools
 import json
 import os
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_recommenders as tfrs
 
 from pipelines import configs
 from pipelines.data import builders
@@ -122,6 +123,32 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
         model.item_embeddings()
     track_random_generators(model)
     return model
+
+
+def embedding_tables(model: tf.keras.Model) -> List[tf.Variable]:
+    """The trainable weights of every `tf.keras.layers.Embedding` in `model`: the tables whose
+    rows grow with the catalog (and the users)."""
+    tables = {}
+    for layer in model._flatten_layers():  # pylint: disable=protected-access
+        if isinstance(layer, tf.keras.layers.Embedding):
+            tables.update({id(weight): weight for weight in layer.trainable_weights})
+    return list(tables.values())
+
+
+def make_optimizer(training: configs.TrainingConfig, model: tf.keras.Model):
+    """The optimizer of `training` for the built `model`: Adam, or TFRS's CompositeOptimizer
+    with Adagrad on the embedding tables (sparse updates: only the rows a step touches) and
+    Adam on the other variables (`training.table_optimizer`)."""
+    adam = dict(learning_rate=training.learning_rate, epsilon=training.adam_epsilon)
+    if training.table_optimizer == "adam":
+        return tf.keras.optimizers.Adam(**adam)
+    tables = embedding_tables(model)
+    in_tables = {id(table) for table in tables}
+    table_rate = training.table_learning_rate or training.learning_rate
+    return tfrs.experimental.optimizers.CompositeOptimizer([
+        (tf.keras.optimizers.legacy.Adagrad(table_rate), lambda: tables),
+        (tf.keras.optimizers.legacy.Adam(**adam),
+         lambda: [v for v in model.trainable_variables if id(v) not in in_tables])])
 
 
 def track_random_generators(model: tf.keras.Model) -> None:

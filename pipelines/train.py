@@ -122,8 +122,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     split = experiment.make_split(config, data)
     with strategy.scope():
         model = experiment.build_model(config, data, split)
-        model.compile(optimizer=tf.keras.optimizers.Adam(config.training.learning_rate,
-                                                         epsilon=config.training.adam_epsilon),
+        model.compile(optimizer=experiment.make_optimizer(config.training, model),
                       jit_compile=experiment.uses_xla(config, strategy))
     pass_steps = experiment.training_stream(config, split)[1]
     steps_per_epoch = config.training.steps_per_epoch or pass_steps

@@ -254,3 +254,16 @@ class ServingTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class TableOptimizerBenchmarkTest(tf.test.TestCase):
+
+    def test_prints_both_optimizers_per_catalog(self):
+        result = run_benchmark("table_optimizer", "--catalogs=1000,4000", "--batch_size=64",
+                               "--dim=8", "--rounds=1", "--steps_per_round=2", timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        rows = re.findall(r"\| ([\d,]+) \| ([\d.]+) \(([\d.]+)x\) \| ([\d.]+) \(([\d.]+)x\) \|",
+                          result.stdout)
+        self.assertEqual([row[0] for row in rows], ["1,000", "4,000"], result.stdout)
+        self.assertEqual((rows[0][2], rows[0][4]), ("1.00", "1.00"))
+        self.assertTrue(all(float(row[1]) > 0 and float(row[3]) > 0 for row in rows))

@@ -301,6 +301,65 @@ class MirroredRunTest(tf.test.TestCase):
         self.assertRegex(metrics["estimator_state_digest"], r"^[0-9a-f]{64}$")
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
 
+class TableOptimizerTest(tf.test.TestCase):
+    """--table_optimizer=adagrad: Adagrad on the embedding tables (sparse rows), Adam on the
+    rest, through TFRS's CompositeOptimizer."""
+
+    def _model_and_batch(self, table_optimizer):
+        # In-batch negatives: the rows a step touches are the batch's items.
+        config = SMOKE.replace(model="two_tower", negatives="in_batch",
+                               table_optimizer=table_optimizer, table_learning_rate=0.1)
+        data = experiment.load_data(config)
+        split = experiment.make_split(config, data)
+        tf.keras.utils.set_random_seed(0)
+        model = experiment.build_model(config, data, split)
+        stream, _ = experiment.training_stream(config, split)
+        return config, model, next(iter(stream))
+
+    def _step(self, model, optimizer, batch):
+        with tf.GradientTape() as tape:
+            loss = model.compute_loss(batch, training=True)
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+    def test_only_the_rows_a_step_touches_move_and_the_state_restores(self):
+        config, model, batch = self._model_and_batch("adagrad")
+        optimizer = experiment.make_optimizer(config.training, model)
+        tables = experiment.embedding_tables(model)
+        self.assertEqual(sorted(t.name.split("/")[-2] for t in tables),
+                         ["history", "items", "users"])
+        items = next(t for t in tables if "items" in t.name)
+        before = items.numpy()
+        self._step(model, optimizer, batch)
+        moved = np.flatnonzero(np.any(items.numpy() != before, axis=1))
+        self.assertAllEqual(moved, np.unique(batch["item"]))  # The batch's items only.
+        self.assertLess(len(moved), len(before) // 2)
+        # Every other variable (the dense query tower) moved under Adam.
+        dense = [v for v in model.trainable_variables if all(v is not t for t in tables)]
+        self.assertNotEmpty(dense)
+        # A checkpoint restores both optimizers' slots: the next steps agree.
+        path = tf.train.Checkpoint(model=model, optimizer=optimizer).save(
+            os.path.join(tempfile.mkdtemp(), "ckpt"))
+        _, other, _ = self._model_and_batch("adagrad")
+        other_optimizer = experiment.make_optimizer(config.training, other)
+        self._step(other, other_optimizer, batch)  # Create the slots, then overwrite them.
+        tf.train.Checkpoint(model=other, optimizer=other_optimizer).restore(path)
+        for m, o in ((model, optimizer), (other, other_optimizer)):
+            self._step(m, o, batch)
+        for a, b in zip(model.trainable_variables, other.trainable_variables):
+            self.assertAllClose(a, b, rtol=1e-6, atol=1e-7)
+
+    def test_adam_is_the_default_and_the_paper_presets_keep_it(self):
+        for name in ("paper", "official", "official_cpu", "cpu"):
+            self.assertEqual(configs.PRESETS[name].training.table_optimizer, "adam")
+        config, model, _ = self._model_and_batch("adam")
+        self.assertIsInstance(experiment.make_optimizer(config.training, model),
+                              tf.keras.optimizers.Adam)
+        with self.assertRaisesRegex(ValueError, r"--table_optimizer must be one of adam, "
+                                    r"adagrad; received --table_optimizer='sgd'"):
+            configs.validate(SMOKE.replace(table_optimizer="sgd"))
+
+
 class ConfigFileTest(tf.test.TestCase):
 
     def test_nested_round_trip_and_older_flat_files(self):

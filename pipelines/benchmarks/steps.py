@@ -36,8 +36,9 @@ def zipf_batches(num_items: int, batch_size: int, count: int, seed: int, exponen
 
 
 def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
-                    use_probability: bool, extra: Callable = None) -> Callable:
-    """A compiled step: loss of `task` on in-batch negatives, gradients, Adam update.
+                    use_probability: bool, extra: Callable = None,
+                    optimizer: tf.keras.optimizers.Optimizer = None) -> Callable:
+    """A compiled step: loss of `task` on in-batch negatives, gradients, optimizer update.
 
     Args:
       model: the two towers.
@@ -45,8 +46,9 @@ def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
       use_probability: pass the items' sampling probabilities to the task.
       extra: optional callable(items) run inside the step (e.g. an estimator
         update), for benchmarks that measure what it adds.
+      optimizer: default Adam(1e-3).
     """
-    optimizer = tf.keras.optimizers.Adam(1e-3)
+    optimizer = optimizer or tf.keras.optimizers.Adam(1e-3)
 
     @tf.function
     def step(users, items, probability):

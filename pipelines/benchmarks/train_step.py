@@ -55,8 +55,7 @@ def make_step(config: configs.Config, xla: bool):
     split = experiment.make_split(config, data)
     stream, _ = experiment.training_stream(config, split)
     model = experiment.build_model(config, data, split)
-    model.compile(optimizer=tf.keras.optimizers.Adam(config.training.learning_rate,
-                                                     epsilon=config.training.adam_epsilon),
+    model.compile(optimizer=experiment.make_optimizer(config.training, model),
                   jit_compile=xla)
     step = tf.function(model.train_step, jit_compile=xla, reduce_retracing=True)
     batches = [batch for batch in stream.take(8)]
