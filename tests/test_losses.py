@@ -210,6 +210,24 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
                                     r"`negative_log_q` must hold log-probabilities"):
             fn(tf.constant([0.5, -1.0, -2.0]))
 
+    def test_column_softmax_loss_equals_the_sampled_loss(self):
+        # The fused path of LogQRetrieval's candidate columns: 5 queries, 7 candidates (2
+        # extra), positive of row i in column i, some columns masked (accidental hits).
+        rng = np.random.default_rng(3)
+        scores = rng.normal(size=[5, 7]).astype(np.float32)
+        log_q = np.log(rng.dirichlet(np.ones(7))).astype(np.float32)
+        mask = rng.random([5, 7]) > 0.2
+        mask[np.arange(5), np.arange(5)] = False
+        for correction in ("none", "standard", "standard_negatives"):
+            want = losses.sampled_softmax_loss(
+                np.diag(scores[:, :5]), scores, correction=correction,
+                negative_log_q=None if correction == "none" else log_q,
+                positive_log_q=log_q[:5], negative_mask=mask)
+            got = losses.column_softmax_loss(tf.constant(scores), correction,
+                                             tf.constant(log_q), tf.constant(log_q[:5]),
+                                             tf.constant(mask))
+            self.assertAllClose(got, want, rtol=1e-6, atol=1e-6, msg=correction)
+
     def test_unknown_correction_is_refused_on_every_path(self):
         # Not silently "improved", the formula's last branch.
         pos, neg = np.zeros([2], np.float32), np.zeros([2, 3], np.float32)

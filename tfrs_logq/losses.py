@@ -136,6 +136,33 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
         correction, negative_log_q, positive_log_q, negative_mask, log_q_excludes_positive)
 
 
+def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.Tensor],
+                        positive_log_q: Optional[tf.Tensor], mask: tf.Tensor) -> tf.Tensor:
+    """`sampled_softmax_loss` for "none", "standard" and "standard_negatives" when the
+    negatives are the candidate columns, as `tfrs.tasks.Retrieval` computes it: one fused
+    softmax cross-entropy (loss and gradient in one kernel) over the corrected
+    [batch, candidates] logits whose column i is row i's positive.
+
+    Args:
+      scores: [batch, candidates] s (num_candidates >= batch).
+      correction: "none", "standard" or "standard_negatives".
+      log_q: [candidates] log Q of each column (checked by the caller), None for "none".
+      positive_log_q: [batch] log Q of the positives (`log_q[:batch]`).
+      mask: [batch, candidates] bool, True for a valid negative (the diagonal is False).
+
+    Returns:
+      [batch] float32 losses, equal to `sampled_softmax_loss` on the same negatives.
+    """
+    diagonal = tf.eye(tf.shape(scores)[0], tf.shape(scores)[1])
+    logits = scores
+    if correction != "none":
+        logits = scores - v.check_log_probabilities("log_q", log_q)
+    if correction == "standard_negatives":  # The positive enters raw.
+        logits = logits + diagonal * positive_log_q[:, tf.newaxis]
+    logits = _ops.masked(logits, tf.logical_or(mask, tf.cast(diagonal, tf.bool)))
+    return tf.nn.softmax_cross_entropy_with_logits(labels=diagonal, logits=logits)
+
+
 def improved_weight(
         positive_logits: tf.Tensor,
         negative_logits: tf.Tensor,

@@ -31,6 +31,9 @@ class Scored(NamedTuple):
       log_q: [n] or [batch, n] log Q of the negatives, or None.
       positive_log_q: [batch] log Q of the positives, or None.
       log_q_excludes_positive: `log_q` already is log Q'.
+      diagonal_positive: `negative_logits` are the candidate columns, row i's positive in
+        column i (masked out of `mask`), and `log_q` is per column: the losses that keep the
+        positive in the denominator then run as one fused softmax cross-entropy.
     """
     positive_logits: tf.Tensor
     negative_logits: tf.Tensor
@@ -38,6 +41,7 @@ class Scored(NamedTuple):
     log_q: Optional[tf.Tensor]
     positive_log_q: Optional[tf.Tensor]
     log_q_excludes_positive: bool = False
+    diagonal_positive: bool = False
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -281,9 +285,17 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         diagnostics)."""
         update_ops = []
         if self._loss is None:
-            per_example, weight = losses_lib.sampled_softmax_terms(
-                scored.positive_logits, scored.negative_logits, correction, scored.log_q,
-                scored.positive_log_q, scored.mask, scored.log_q_excludes_positive)
+            if scored.diagonal_positive and correction != "improved":
+                # TFRS's own computation: one fused kernel over the [batch, candidates]
+                # logits, forward and gradient (the separate masking, log-sum-exp and
+                # softplus passes cost 1.27-1.35x TFRS's two-tower step at batch 1024).
+                per_example, weight = losses_lib.column_softmax_loss(
+                    scored.negative_logits, correction, scored.log_q, scored.positive_log_q,
+                    scored.mask), None
+            else:
+                per_example, weight = losses_lib.sampled_softmax_terms(
+                    scored.positive_logits, scored.negative_logits, correction, scored.log_q,
+                    scored.positive_log_q, scored.mask, scored.log_q_excludes_positive)
             if self.diagnostics:
                 update_ops += self._update_diagnostics(per_example, weight, scored.mask,
                                                        sample_weight)
@@ -384,7 +396,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                                    "candidate_embeddings", candidate_embeddings, 0)
             log_q = tf.math.log(probabilities)
             positive_log_q = log_q[:num_queries]
-        return Scored(positive_logits, scores, mask, log_q, positive_log_q)
+        return Scored(positive_logits, scores, mask, log_q, positive_log_q,
+                      diagonal_positive=True)
 
     def _sampled(self, query_embeddings, candidate_embeddings, candidate_sampling_probability,
                  candidate_ids, score_mask, candidate_embedding_fn, candidate_table=None,
@@ -449,7 +462,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             log_q = tf.gather(log_q, columns, batch_dims=1)
         return scored._replace(
             negative_logits=tf.gather(scored.negative_logits, columns, batch_dims=1),
-            mask=tf.gather(scored.mask, columns, batch_dims=1), log_q=log_q)
+            mask=tf.gather(scored.mask, columns, batch_dims=1), log_q=log_q,
+            diagonal_positive=False)
 
     @staticmethod
     def _logits_matrix(scored: Scored, correction: str):
