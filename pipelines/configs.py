@@ -180,23 +180,24 @@ class Config:
     def stored_fields(values: Mapping[str, Any]) -> List[str]:
         """The (current) names of the fields a config.json holds: an earlier run's file
         lacks the fields added since."""
-        names = []
-        for key, value in values.items():
-            group = value if key in GROUPS and isinstance(value, Mapping) else {key: value}
-            names += [RENAMED.get(name, name) for name in group]
-        return names
+        return [RENAMED.get(name, name) for name in _stored(values)]
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Config":
         """The config of a config.json: nested by group, or flat (earlier runs, with the
         fields since renamed); fields it lacks (added since) take their defaults."""
-        flat: Dict[str, Any] = {}
-        for key, value in values.items():
-            if key in GROUPS and isinstance(value, Mapping):
-                flat.update(value)
-            else:
-                flat[key] = value
-        return cls().replace(**flat)
+        return cls().replace(**_stored(values))
+
+
+def _stored(values: Mapping[str, Any]) -> Dict[str, Any]:
+    """{field: value} of a config.json, nested by group or flat, names as written."""
+    flat: Dict[str, Any] = {}
+    for key, value in values.items():
+        if key in GROUPS and isinstance(value, Mapping):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
 
 
 def validate(config: Config) -> Config:
