@@ -238,3 +238,22 @@ def test_samplers_train_compiled(sampler_kind):
     state_after = numpy(model.sampler.seed_generator.state
                         if sampler_kind != "mixed" else model.sampler.uniform.seed_generator.state)
     assert not np.array_equal(state_before, state_after)  # The draws moved on, compiled.
+
+
+def test_make_sampler_builds_what_tfrs_logq_builds_and_round_trips():
+    settings = dict(num_negatives=255, num_items=40, first_id=1, seed=3, deduplicate=True,
+                    log_q="unigram", per_row=True, mixture="paper")
+    mixed = negatives.make_sampler("mixed", **settings)
+    assert (mixed.uniform.num_negatives, mixed.in_batch.max_pool_size, mixed.mixture,
+            mixed.uniform.per_row, mixed.in_batch.deduplicate) == (128, 127, "paper", True, True)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(mixed))
+    assert restored.get_config() == mixed.get_config()
+    in_batch = negatives.make_sampler("in_batch", **settings)
+    assert (in_batch.max_pool_size, in_batch.log_q_mode) == (255, "unigram")
+    with pytest.raises(ValueError, match=r"keras_logq's samplers draw in-batch negatives from "
+                                         r"the local batch; received global_batch=True"):
+        negatives.make_sampler("in_batch", num_negatives=8, global_batch=True)
+    with pytest.raises(ValueError, match=r"negatives='uniform' draws a fixed number of "
+                                         r"negatives and needs `num_negatives`; received "
+                                         r"num_negatives=None"):
+        negatives.make_sampler("uniform", num_items=5)
