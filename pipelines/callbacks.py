@@ -210,3 +210,62 @@ class ValidationMetrics(tf.keras.callbacks.Callback):
         if self.test_set is not None and (epoch + 1) % self.config.training.test_curve_every == 0:
             test = experiment.evaluate(self.model, self.config, self.test_set, ks=(20,))
             logs.update({name: test[name[len("test_"):]] for name in TEST_CURVE_METRICS})
+
+
+class EstimatorDrift(tf.keras.callbacks.Callback):
+    """The streaming estimator's error against the Q of the day being trained, as it goes.
+
+    Every `every` steps of a time-ordered stream: the day of the example the step ended on,
+    that day's Q (the share of each item among the day's training events: what the stream
+    draws from that day), the estimator's reading of every item, and
+
+    - `total_variation`: 0.5 * sum_d |q_hat(d) - q(d)| over the catalog;
+    - `median_abs_log_error@1000`: the median |log q_hat - log q| over the day's 1,000 most
+      frequent items.
+
+    They go to TensorBoard (train/, drift_*) and to `path` (JSON, one row per reading, kept
+    over restarts): the lag of the estimate behind a drifting popularity.
+    """
+
+    def __init__(self, estimator, example_days: np.ndarray, example_items: np.ndarray,
+                 num_items: int, batch_size: int, every: int, path: str, log_dir: str):
+        super().__init__()
+        self.estimator, self.every, self.path = estimator, every, path
+        self.example_days, self.example_items = example_days, example_items
+        self.num_items, self.batch_size = num_items, batch_size
+        self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "train"))
+        self.rows = []
+
+    def on_train_begin(self, logs=None):
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.rows = json.load(f)["readings"]
+
+    def reading(self, step: int) -> Dict:
+        """The errors at `step` (see the class docstring)."""
+        position = (step * self.batch_size - 1) % len(self.example_days)
+        day = int(self.example_days[position])
+        on_day = self.example_items[self.example_days == day]
+        truth = np.bincount(on_day, minlength=self.num_items + 1)[1:] / len(on_day)
+        ids = tf.range(1, self.num_items + 1, dtype=tf.int64)
+        estimate = np.exp(self.estimator.log_q(ids).numpy().astype(np.float64))
+        top = np.argsort(-truth, kind="stable")[:1000]
+        top = top[truth[top] > 0]
+        return {"step": step, "day": day,
+                "total_variation": float(0.5 * np.abs(estimate - truth).sum()),
+                "median_abs_log_error@1000": float(np.median(np.abs(
+                    np.log(estimate[top]) - np.log(truth[top]))))}
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every or any(row["step"] == step for row in self.rows[-1:]):
+            return
+        row = self.reading(step)
+        self.rows.append(row)
+        with self.writer.as_default(step=step):
+            for name in ("total_variation", "median_abs_log_error@1000"):
+                tf.summary.scalar(f"drift_{name}", row[name])
+        temporary = self.path + ".partial"
+        with open(temporary, "w") as f:
+            json.dump({"every": self.every, "readings": self.rows}, f, indent=1)
+        os.replace(temporary, self.path)

@@ -7,7 +7,7 @@ groups nested; `Config.from_dict` also reads the flat files of earlier runs.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 from logq_core import samplers
 from pipelines.data.splits import TEMPORAL_TARGETS
@@ -16,8 +16,13 @@ from tfrs_logq import retrieval
 from tfrs_logq.models import objective
 from tfrs_logq.models import sasrec
 
-DATASETS = ("synthetic", "ml-1m", "ml-1m-ratings", "ml-1m-tfds", "steam", "steam-reviews")
-SPLITS = ("loo", "temporal")
+DATASETS = ("synthetic", "ml-1m", "ml-1m-ratings", "ml-1m-tfds", "steam", "steam-reviews",
+            "events", "web_synthetic")
+# Datasets read as event logs (pipelines.data.events): vocabularies saved with the run, raw
+# ids served by the export's default signature.
+EVENT_LOGS = ("events", "web_synthetic")
+SPLITS = ("loo", "temporal", "next_day")
+ORDERS = ("shuffled", "time")
 MODELS = ("sasrec", "two_tower")
 FREQUENCIES = ("static", "count_min", "hashed")
 INDEXES = ("exact", "scann", "both")
@@ -31,7 +36,8 @@ CHOICES = {"dataset": DATASETS, "split": SPLITS, "model": MODELS, "loss": object
            "frequency": FREQUENCIES, "mixture": samplers.MIXTURES, "index": INDEXES,
            "temporal_targets": TEMPORAL_TARGETS, "architecture": sasrec.ARCHITECTURES,
            "log_q": samplers.IN_BATCH_LOG_Q, "binary_reduction": objective.BINARY_REDUCTIONS,
-           "gbce_alpha": objective.GBCE_ALPHAS, "table_optimizer": TABLE_OPTIMIZERS}
+           "gbce_alpha": objective.GBCE_ALPHAS, "table_optimizer": TABLE_OPTIMIZERS,
+           "order": ORDERS}
 
 # Fields renamed since earlier runs wrote their config.json (and old flag names).
 RENAMED = {"per_row_negatives": "per_row", "global_negatives": "global_batch",
@@ -56,6 +62,27 @@ class DataConfig:
     synthetic_users: int = 3000
     synthetic_items: int = 3000
     synthetic_temperature: float = 0.1  # Smaller: more personal, less popularity-driven.
+    # --dataset=events: --data_path is a CSV / TSV / Parquet file, directory or glob; its
+    # columns (weight: optional, "" for none). Ids seen fewer times than the minimum counts
+    # in training are out of vocabulary (their events dropped and counted). The vocabularies'
+    # training memory (embedding rows and optimizer slots at --dim) must fit
+    # max_vocabulary_mb, checked while counting, before training.
+    user_column: str = "user_id"
+    item_column: str = "item_id"
+    time_column: str = "timestamp"
+    weight_column: str = ""
+    min_item_count: int = 1
+    min_user_count: int = 1
+    max_vocabulary_mb: float = 8192.0
+    # --split=next_day: test on day test_day (-1: the log's last), validate on the day before,
+    # train on the days before that; a day is day_seconds of the log's time.
+    test_day: int = -1
+    day_seconds: int = 86_400
+    # --dataset=web_synthetic (pipelines.data.web_synthetic): synthetic_items items,
+    # synthetic_users users, this many days and events per user; written once to --data_path
+    # (default: a directory under $TFRS_LOGQ_CACHE, else ~/.cache/tfrs_logq).
+    synthetic_days: int = 14
+    synthetic_events_per_user: float = 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +158,20 @@ class TrainingConfig:
     # A ScaNN request over fewer items than this searches exactly, in the test evaluation and
     # the export (tfrs_logq.retrieval.SCANN_MIN_ITEMS); 0: always build the index.
     scann_min_items: int = retrieval.SCANN_MIN_ITEMS
+    # The cutoffs of the test report, comma-separated.
+    ks: str = "1,10,20,100"
+    # The test index: the index_size items with the most training events plus every positive
+    # of the test queries (0: the whole catalog).
+    index_size: int = 0
+    # The test evaluation on at most this many test queries (a seeded sample; 0: all).
+    test_queries: int = 0
+    # Training order: "shuffled" (the whole training set), or "time" (two-tower on a timed
+    # split: examples in time order, shuffled only within windows of shuffle_window).
+    order: str = "shuffled"
+    shuffle_window: int = 10_000
+    # With a streaming estimator and --order=time: every drift_every steps (0: never), log
+    # the estimator's error against the Q of the day being trained (drift.json, TensorBoard).
+    drift_every: int = 0
     # Diagnostic: every N epochs (0: never) log test NDCG@20 / Recall@20 of the current
     # weights, on at most callbacks.TEST_CURVE_QUERIES test queries, to TensorBoard (train/,
     # epoch_test_ndcg@20). Never used to pick the checkpoint or to stop; it lets same-seed
@@ -210,13 +251,16 @@ def validate(config: Config) -> Config:
                              f"--{field}={value!r}.")
     for field in ("synthetic_users", "synthetic_items", "max_length", "history_length", "dim",
                   "num_blocks", "num_heads", "num_negatives", "batch_size", "epochs",
-                  "patience", "backup_every", "validation_queries"):
+                  "patience", "backup_every", "validation_queries", "min_item_count",
+                  "min_user_count", "day_seconds", "synthetic_days", "shuffle_window"):
         if values[field] < 1:
             raise ValueError(f"--{field} must be a positive integer; received "
                              f"--{field}={values[field]!r}.")
     for field, zero in (("test_curve_every", "never"), ("steps_per_epoch", "one pass over the "
                                                           "data"), ("loo_train_gap", "none"),
-                        ("scann_min_items", "always the index")):
+                        ("scann_min_items", "always the index"),
+                        ("index_size", "the whole catalog"), ("test_queries", "all queries"),
+                        ("drift_every", "never")):
         if values[field] < 0:
             raise ValueError(f"--{field} must be >= 0 (0: {zero}); received "
                              f"--{field}={values[field]}.")
@@ -225,7 +269,8 @@ def validate(config: Config) -> Config:
         value = values[field]
         if not low <= value <= high or (field == "test_fraction" and value == 0.0):
             raise ValueError(f"--{field} must be in [{low}, {high}]; received --{field}={value}.")
-    for field in ("synthetic_temperature", "learning_rate", "adam_epsilon"):
+    for field in ("synthetic_temperature", "learning_rate", "adam_epsilon", "max_vocabulary_mb",
+                  "synthetic_events_per_user"):
         if not values[field] > 0:
             raise ValueError(f"--{field} must be positive; received --{field}={values[field]}.")
     if config.training.table_learning_rate < 0:
@@ -246,10 +291,42 @@ def validate(config: Config) -> Config:
             raise ValueError(f"--negatives={loss.negatives} --num_negatives="
                              f"{loss.num_negatives} --deduplicate={loss.deduplicate} "
                              f"--mixture={loss.mixture} do not make a sampler: {error}") from None
+    ks(config.training)  # Raises on a bad --ks.
+    if config.data.test_day < -1:
+        raise ValueError(f"--test_day must be a day number >= 0, or -1 for the log's last "
+                         f"day; received --test_day={config.data.test_day}.")
+    if config.data.dataset == "events" and not config.data.data_path:
+        raise ValueError("--dataset=events needs --data_path: the event log (a CSV, TSV or "
+                         "Parquet file, a directory of them, or a glob).")
+    if config.data.dataset == "events":
+        named = [getattr(config.data, f"{c}_column") for c in ("user", "item", "time")]
+        if not all(named) or len(set(named)) < 3:
+            raise ValueError("--user_column, --item_column and --time_column must name three "
+                             f"different columns; received {', '.join(map(repr, named))}.")
+    if config.training.order == "time" and (config.model.model != "two_tower"
+                                            or config.data.split != "next_day"):
+        raise ValueError("--order=time trains the two-tower model on a timed split: needs "
+                         "--model=two_tower --split=next_day; received "
+                         f"--model={config.model.model} --split={config.data.split}.")
+    if config.data.split == "next_day" and config.data.dataset not in EVENT_LOGS:
+        raise ValueError("--split=next_day needs a timed event log (--dataset=events or "
+                         f"web_synthetic); received --dataset={config.data.dataset}.")
     if config.model.dim % config.model.num_heads:
         raise ValueError("--dim must be a multiple of --num_heads; received "
                          f"--dim={config.model.dim} --num_heads={config.model.num_heads}.")
     return config
+
+
+def ks(training: TrainingConfig) -> Tuple[int, ...]:
+    """The cutoffs of --ks, sorted."""
+    try:
+        values = sorted({int(k) for k in training.ks.split(",") if k.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 1:
+        raise ValueError("--ks must be comma-separated positive integers such as 10,100,1000; "
+                         f"received --ks={training.ks!r}.")
+    return tuple(values)
 
 
 # The paper's settings (Khrylchenko et al. 2025, after gSASRec): SASRec, sequence 200,
@@ -301,6 +378,31 @@ PRESETS: Dict[str, Config] = {
                                             correction="improved", num_negatives=256,
                                             learning_rate=0.005, epochs=30, steps_per_epoch=500,
                                             patience=5),
+    # The paper's industrial protocol on a web-scale synthetic log (1M items, 1M users, 20M
+    # events over 14 days, string ids): the two-tower model trained once over the days in
+    # time order (shuffled within windows), mixed negatives corrected by a count-min sketch
+    # learnt online, Adagrad on the tables; tested on the next day over an index of the top
+    # 200,000 training items plus the day's positives, Recall@10/100/1000 on 20,000 of the
+    # day's users by exact search and ScaNN (the gap), with popularity and the oracle.
+    "industrial": Config().replace(
+        dataset="web_synthetic", split="next_day", model="two_tower", synthetic_items=1_000_000,
+        synthetic_users=1_000_000, synthetic_days=14, synthetic_events_per_user=20.0,
+        history_length=20, dim=64, batch_size=1024, negatives="mixed", num_negatives=1024,
+        correction="improved", frequency="count_min", table_optimizer="adagrad",
+        learning_rate=0.001, table_learning_rate=0.05, epochs=1, steps_per_epoch=0,
+        patience=1, order="time", shuffle_window=100_000, drift_every=500,
+        validation_queries=2000, backup_every=500, ks="10,100,1000", index_size=200_000,
+        test_queries=20_000, scann_min_items=0, index="both"),
+    # The same at a size for tests and CI: seconds.
+    "industrial_smoke": Config().replace(
+        dataset="web_synthetic", split="next_day", model="two_tower", synthetic_items=5000,
+        synthetic_users=2000, synthetic_days=6, synthetic_events_per_user=12.0,
+        history_length=10, dim=16, batch_size=128, negatives="mixed", num_negatives=64,
+        correction="improved", frequency="count_min", table_optimizer="adagrad",
+        learning_rate=0.005, table_learning_rate=0.1, epochs=1, steps_per_epoch=0, patience=1,
+        order="time", shuffle_window=1000, drift_every=40, validation_queries=500,
+        backup_every=50, ks="10,100,1000", index_size=1000, test_queries=500,
+        scann_min_items=0, index="both"),
     # Tests and quick checks: seconds.
     "smoke": Config().replace(dataset="synthetic", synthetic_users=300, synthetic_items=400,
                               max_length=20, dim=16, num_blocks=1, dropout=0.1, batch_size=32,

@@ -10,7 +10,7 @@ evaluation set.
 import functools
 import json
 import os
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -18,9 +18,11 @@ import tensorflow_recommenders as tfrs
 
 from pipelines import configs
 from pipelines.data import builders
+from pipelines.data import events as events_lib
 from pipelines.data import loaders
 from pipelines.data import splits as splits_lib
 from pipelines.data import synthetic
+from pipelines.data import web_synthetic
 from pipelines.data.interactions import DataError, Interactions
 from pipelines.run_files import RunFiles
 from tfrs_logq import frequency as frequency_lib
@@ -31,9 +33,12 @@ from tfrs_logq.models import SASRec, TwoTower, make_objective
 # ---------------------------------------------------------------------------- data
 
 
-def load_data(config: configs.Config) -> Interactions:
+def load_data(config: configs.Config, run_dir: Optional[str] = None) -> Interactions:
     """The interactions of `config.data.dataset` (MovieLens: --data_path, else the file under
-    $TFRS_LOGQ_DATA)."""
+    $TFRS_LOGQ_DATA). An event log is encoded with the vocabularies of the run in `run_dir`
+    when it has saved them (`save_vocabularies`)."""
+    if config.data.dataset in configs.EVENT_LOGS:
+        return event_log(config.data, config.model.dim, run_dir)[0].interactions
     if config.data.dataset == "synthetic":
         return synthetic_data(config)[0]
     if config.data.dataset == "ml-1m":
@@ -59,15 +64,136 @@ def synthetic_data(config: configs.Config):
                                     seed=config.training.seed)
 
 
+CACHE_ENV = "TFRS_LOGQ_CACHE"
+
+
+def web_synthetic_dir(data: configs.DataConfig) -> str:
+    """Where the web-scale synthetic log of `data` lives: --data_path, else a directory named
+    by its settings under $TFRS_LOGQ_CACHE (default ~/.cache/tfrs_logq)."""
+    if data.data_path:
+        return data.data_path
+    cache = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
+                                                      "tfrs_logq")
+    return os.path.join(cache, "web_synthetic", f"items{data.synthetic_items}-users"
+                        f"{data.synthetic_users}-days{data.synthetic_days}-events"
+                        f"{data.synthetic_events_per_user:g}")
+
+
+def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
+    if data.dataset == "web_synthetic":
+        return events_lib.EventColumns()
+    return events_lib.EventColumns(data.user_column, data.item_column, data.time_column,
+                                   data.weight_column)
+
+
+def event_files(data: configs.DataConfig) -> str:
+    """The glob of the event log of `data` (the web-scale synthetic log written if missing)."""
+    if data.dataset == "web_synthetic":
+        return web_synthetic.ensure_log(web_synthetic_dir(data), data.synthetic_items,
+                                        data.synthetic_users, data.synthetic_days,
+                                        data.synthetic_events_per_user)
+    return data.data_path
+
+
+@functools.lru_cache(maxsize=2)
+def event_log(data: configs.DataConfig, dim: int,
+              run_dir: Optional[str] = None) -> Tuple[events_lib.EventLog, str]:
+    """(EventLog, glob) of an event-log dataset: encoded with the run's saved vocabularies
+    when `run_dir` holds them, else with vocabularies counted on the training days (the days
+    before the validation day with --split=next_day, every day otherwise)."""
+    pattern = event_files(data)
+    columns = event_columns(data)
+    vocabulary_dir = RunFiles(run_dir).vocabulary if run_dir else None
+    saved = None
+    if vocabulary_dir and events_lib.has_vocabularies(vocabulary_dir):
+        saved = events_lib.load_vocabularies(vocabulary_dir)
+    count_before = None
+    if data.split == "next_day" and saved is None:
+        first, last = events_lib.time_span(events_lib.event_files(pattern), columns)
+        day0 = (first // data.day_seconds) * data.day_seconds
+        test = (last - day0) // data.day_seconds if data.test_day == -1 else data.test_day
+        count_before = day0 + (test - 1) * data.day_seconds
+    log = events_lib.load_events(
+        pattern, columns, min_item_count=data.min_item_count,
+        min_user_count=data.min_user_count, vocabularies=saved, count_before=count_before,
+        max_entries=events_lib.entries_in_budget(data.max_vocabulary_mb, dim))
+    return log, pattern
+
+
+def save_vocabularies(config: configs.Config, output_dir: str) -> None:
+    """Saves an event-log run's vocabularies to OUTPUT/vocabulary (once)."""
+    if config.data.dataset not in configs.EVENT_LOGS:
+        return
+    directory = RunFiles(output_dir).vocabulary
+    if events_lib.has_vocabularies(directory):
+        return
+    log, pattern = event_log(config.data, config.model.dim, output_dir)
+    events_lib.save_vocabularies(directory, log, {"source": pattern,
+                                                  "columns": event_columns(config.data).names()})
+
+
+class WebTruth(NamedTuple):
+    """The web-scale synthetic log's truth, in the run's dense ids."""
+    catalog: web_synthetic.WebCatalog
+    item_index: np.ndarray   # [num_items + 1] generator index of each dense item (-1: padding)
+    dense_item: np.ndarray   # [N] dense id of each generator item (0: out of vocabulary)
+    user_index: np.ndarray   # [num_users + 1] generator index of each dense user
+    test_day: int            # The test day, as the truth counts days.
+
+    def log_probabilities(self, users: np.ndarray) -> np.ndarray:
+        """[len(users), num_items + 1] log P(d | u) on the test day (padding: -inf)."""
+        logp = self.catalog.log_probabilities(self.user_index[users], self.test_day)
+        out = np.full([len(users), len(self.item_index)], -np.inf)
+        out[:, 1:] = logp[:, self.item_index[1:]]
+        return out
+
+    def oracle_top_k(self, users: np.ndarray, k: int, exclude, candidates=None) -> np.ndarray:
+        """[len(users), k] dense ids ranked by the true law (0 pads), `exclude` removed, among
+        the dense `candidates` (None: every item in the vocabulary)."""
+        allowed = self.dense_item > 0
+        if candidates is not None:
+            allowed = np.zeros(len(self.dense_item), bool)
+            allowed[self.item_index[candidates]] = True
+        found = self.catalog.oracle_top_k(
+            self.user_index[users], self.test_day, k,
+            [self.item_index[np.asarray(ids, np.int64)] for ids in exclude], allowed)
+        return np.where(found >= 0, self.dense_item[np.maximum(found, 0)], 0)
+
+
+def web_truth(config: configs.Config, data: Interactions) -> WebTruth:
+    """The truth of a --dataset=web_synthetic run over `data` (its dense ids)."""
+    catalog = web_synthetic.read_truth(web_synthetic_dir(config.data))
+
+    def index_of(raw_ids, dense_raw):
+        order = np.argsort(raw_ids)
+        position = np.searchsorted(raw_ids[order], dense_raw)
+        return order[np.minimum(position, len(order) - 1)]
+
+    item_index = np.concatenate([[-1], index_of(catalog.item_ids.astype(str),
+                                                data.item_ids[1:].astype(str))])
+    user_index = np.concatenate([[0], index_of(catalog.user_ids.astype(str),
+                                               data.user_ids[1:].astype(str))])
+    dense_item = np.zeros(len(catalog.item_ids), np.int64)
+    dense_item[item_index[1:]] = np.arange(1, len(item_index))
+    # The split counts days from the log's first; the truth from its START_TIME.
+    last = int(splits_lib.days(data.timestamp, config.data.day_seconds).max())
+    first_day = int((data.timestamp.min() - web_synthetic.START_TIME) // config.data.day_seconds)
+    test_day = (last if config.data.test_day == -1 else config.data.test_day) + first_day
+    return WebTruth(catalog, item_index, dense_item, user_index, test_day)
+
+
 def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
     """The split of `config`; its validation set holds at most `validation_queries` queries."""
+    source = config.data.data_path or config.data.dataset
     if config.data.split == "loo":
         split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
+    elif config.data.split == "next_day":
+        split = splits_lib.next_day(data, config.data.test_day, config.data.day_seconds,
+                                    source=source)
     else:
         split = splits_lib.temporal(data, test_fraction=config.data.test_fraction,
                                     validation_fraction=config.data.test_fraction,
                                     targets=config.data.temporal_targets)
-    source = config.data.data_path or config.data.dataset
     for name, eval_set in (("validation", split.validation), ("test", split.test)):
         if len(eval_set.users) == 0:
             raise DataError(source, None, f"the {config.data.split} split leaves no {name} queries "
@@ -75,8 +201,30 @@ def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
                             + ("leave-one-out validates on gSASRec's draw of users, which "
                                "needs users with at least 3 items." if config.data.split == "loo"
                                else "the temporal windows hold no interactions."))
+    test = split.test
+    if config.training.test_queries:
+        test = splits_lib.subsample(test, config.training.test_queries)
     return split._replace(validation=splits_lib.subsample(split.validation,
-                                                          config.data.validation_queries))
+                                                          config.data.validation_queries),
+                          test=test)
+
+
+def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, files: RunFiles):
+    """`callbacks.EstimatorDrift` over the time-ordered training stream of `split`."""
+    from pipelines import callbacks  # pylint: disable=import-outside-toplevel
+    examples = builders.two_tower_examples(split.train, split.train_times)
+    days = splits_lib.days(examples["time"], config.data.day_seconds)
+    items = examples["flat"][examples["position"]]
+    return callbacks.EstimatorDrift(estimator, days, items, split.num_items,
+                                    config.training.batch_size, config.training.drift_every,
+                                    files.drift, files.logs)
+
+
+def count_min_width(num_items: int) -> int:
+    """The count-min sketch's width for a catalog: at least 2^18, else the power of two at or
+    above twice the catalog (collisions then inflate an item's count by at most about half
+    an average item's, per row)."""
+    return max(2**18, 1 << int(np.ceil(np.log2(max(2 * num_items, 1)))))
 
 
 def make_frequency(loss: configs.LossConfig, split: splits_lib.Split, seed: int):
@@ -87,7 +235,8 @@ def make_frequency(loss: configs.LossConfig, split: splits_lib.Split, seed: int)
     code's `torch.clamp(count / total, min=1e-10)`.
     """
     if loss.frequency == "count_min":
-        return frequency_lib.CountMinSketchEstimator(seed=seed)
+        return frequency_lib.CountMinSketchEstimator(width=count_min_width(split.num_items),
+                                                     seed=seed)
     if loss.frequency == "hashed":
         return frequency_lib.HashedFrequencyEstimator(seed=seed)
     counts = split.train_counts().astype(np.float64) + loss.pseudo_count
@@ -191,10 +340,13 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
                                          partial_batches=config.training.partial_batches)
         size = len(builders.sequence_windows(split.train, config.model.max_length)["inputs"])
     else:
+        in_time = config.training.order == "time"
         stream = builders.two_tower_dataset(split.train, config.model.history_length,
                                             config.training.batch_size, seed=config.training.seed,
                                             input_context=input_context,
-                                            partial_batches=config.training.partial_batches)
+                                            partial_batches=config.training.partial_batches,
+                                            times=split.train_times if in_time else None,
+                                            shuffle_window=config.training.shuffle_window)
         size = int(sum(max(len(s) - 1, 0) for s in split.train))
     if config.training.partial_batches:
         return stream, max(-(-size // config.training.batch_size), 1)
@@ -280,7 +432,7 @@ def load_run(output_dir: str):
         config = configs.validate(configs.Config.from_dict(json.load(f)))
     if not files.has_best():
         raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({files.best}.index).")
-    data = load_data(config)
+    data = load_data(config, output_dir)
     data_split = make_split(config, data)
     model = build_model(config, data, data_split)
     model.load_weights(files.best).expect_partial()

@@ -7,7 +7,7 @@
 import os
 import subprocess
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -19,25 +19,48 @@ from tfrs_logq import export as export_lib
 from tfrs_logq import retrieval
 
 
-def test_report(model, config: configs.Config, split: splits_lib.Split,
-                ks=retrieval.DEFAULT_KS) -> Dict:
-    """Test metrics by each index of `config.training.index`; with both, the ANN overlap with exact
-    search; and Recall@k of head / torso / tail targets (thirds by training frequency)."""
+def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
+    """The ids the test search covers: the `index_size` items with the most training events
+    plus every test positive (the paper's industrial index); None: the whole catalog."""
+    if not config.training.index_size:
+        return None
+    counts = split.train_counts()
+    top = np.argsort(-counts[1:], kind="stable")[:config.training.index_size] + 1
+    return np.union1d(top, np.concatenate(split.test.targets))
+
+
+def _by_popularity(top, split: splits_lib.Split, ks) -> Dict[str, float]:
+    """Recall@k of head / torso / tail targets (thirds by training count), k = 10 and max."""
+    bands = retrieval.popularity_bands(split.train_counts())
+    result = {}
+    for k in sorted({min(10, max(ks)), max(ks)}):
+        result.update(retrieval.stratified_recall(top, split.test.targets, bands, k))
+    return result
+
+
+def test_report(model, config: configs.Config, split: splits_lib.Split, data=None) -> Dict:
+    """Test metrics at `config.training.ks` by each index of `config.training.index`, over
+    `test_index`; with both, the ANN overlap with exact search; Recall@k of head / torso /
+    tail targets; the KL of the model's softmax to the true law (synthetic data; the
+    web-scale log needs the run's `data`)."""
+    ks = configs.ks(config.training)
     queries = experiment.query_embeddings(model, config, split.test)
     items = model.item_embeddings().numpy()
+    candidates = test_index(config, split)
     indexes = ("exact", "scann") if config.training.index == "both" else (config.training.index,)
     report, retrieved = {}, {}
     for index in indexes:
         started = time.time()
         retrieved[index] = retrieval.top_k(queries, items, max(ks), exclude=split.test.histories,
-                                           index=index,
+                                           index=index, candidates=candidates,
                                            min_items=config.training.scann_min_items)
         report[f"test_{index}"] = retrieval.recall_ndcg(retrieved[index], split.test.targets, ks)
         report[f"search_seconds_{index}"] = round(time.time() - started, 2)
     report["test"] = report[f"test_{indexes[0]}"]
+    searched = len(items) - 1 if candidates is None else len(candidates)
+    report["index_items"] = searched
     if "scann" in indexes:
-        report["scann_indexed"] = retrieval.uses_scann(len(items) - 1,
-                                                       config.training.scann_min_items)
+        report["scann_indexed"] = retrieval.uses_scann(searched, config.training.scann_min_items)
     if len(indexes) == 2:
         report[f"ann_overlap@{max(ks)}"] = retrieval.overlap_at_k(
             retrieved["scann"], retrieved["exact"], max(ks))
@@ -46,34 +69,52 @@ def test_report(model, config: configs.Config, split: splits_lib.Split,
         report["kl_to_truth"] = retrieval.kl_to_truth(
             experiment.synthetic_data(config)[1].logits(split.test.users), queries @ items.T,
             exclude=split.test.histories)
-    bands = retrieval.popularity_bands(split.train_counts())
-    report["by_popularity"] = {}
-    for k in (10, max(ks)):
-        report["by_popularity"].update(retrieval.stratified_recall(
-            retrieved[indexes[0]], split.test.targets, bands, k))
+    elif config.data.dataset == "web_synthetic" and data is not None:
+        report["kl_to_truth"] = web_kl(experiment.web_truth(config, data), split.test,
+                                       queries, items)
+    report["by_popularity"] = _by_popularity(retrieved[indexes[0]], split, ks)
     return report
 
 
+# The web-scale log's KL is measured on this many test queries (a fixed sample).
+KL_QUERIES = 256
+
+
+def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarray,
+           count: int = KL_QUERIES, chunk: int = 32) -> float:
+    """Mean KL(true law || model's softmax) over the vocabulary's items less each history,
+    on `count` of the test queries (the law's mass on items outside the vocabulary is left
+    out: both laws are renormalised over the same candidates)."""
+    sample = splits_lib.subsample(test, count)
+    rows = np.searchsorted(test.users, sample.users) if len(sample.users) < len(
+        test.users) else np.arange(len(test.users))
+    total = 0.0
+    for start in range(0, len(rows), chunk):
+        part = rows[start:start + chunk]
+        true = np.maximum(truth.log_probabilities(test.users[part]), -1e4)
+        total += len(part) * retrieval.kl_to_truth(
+            true, queries[part] @ items.T, exclude=[test.histories[r] for r in part])
+    return total / len(rows)
+
+
 def baselines(config: configs.Config, split: splits_lib.Split,
-              ks=retrieval.DEFAULT_KS) -> Dict[str, Dict[str, float]]:
-    """Test metrics of two reference rankers, on the same queries and filtering:
-    training popularity, and (synthetic data) the oracle that ranks by the true P(d | u).
-    Each also has `by_popularity`: Recall@k of head / torso / tail targets, as the model's."""
+              data=None) -> Dict[str, Dict[str, float]]:
+    """Test metrics of two reference rankers, on the same queries, index and filtering:
+    training popularity, and (synthetic data; the web-scale log with the run's `data`) the
+    oracle that ranks by the true P(d | u). Each also has `by_popularity`: Recall@k of
+    head / torso / tail targets, as the model's."""
+    ks = configs.ks(config.training)
     test = split.test
-    train_counts = split.train_counts()
-    bands = retrieval.popularity_bands(train_counts)
+    candidates = test_index(config, split)
 
     def metrics(top):
         values = retrieval.recall_ndcg(top, test.targets, ks)
-        values["by_popularity"] = {}
-        for k in (10, max(ks)):
-            values["by_popularity"].update(
-                retrieval.stratified_recall(top, test.targets, bands, k))
+        values["by_popularity"] = _by_popularity(top, split, ks)
         return values
 
-    counts = train_counts.astype(np.float32)[:, np.newaxis]
+    counts = split.train_counts().astype(np.float32)[:, np.newaxis]
     top = retrieval.top_k(np.ones([len(test.users), 1], np.float32), counts, max(ks),
-                          exclude=test.histories)
+                          exclude=test.histories, candidates=candidates)
     result = {"popularity": metrics(top)}
     if config.data.dataset == "synthetic":
         catalog = experiment.synthetic_data(config)[1]
@@ -82,8 +123,13 @@ def baselines(config: configs.Config, split: splits_lib.Split,
                              np.ones([len(test.users), 1])])
         items = np.hstack([catalog.item_vectors,
                            np.nan_to_num(catalog.popularity, neginf=0.0)[:, np.newaxis]])
-        top = retrieval.top_k(queries, items, max(ks), exclude=test.histories)
+        top = retrieval.top_k(queries, items, max(ks), exclude=test.histories,
+                              candidates=candidates)
         result["oracle"] = metrics(top)
+    elif config.data.dataset == "web_synthetic" and data is not None:
+        truth = experiment.web_truth(config, data)
+        result["oracle"] = metrics(truth.oracle_top_k(test.users, max(ks), test.histories,
+                                                      candidates))
     return result
 
 
@@ -119,10 +165,13 @@ def describe_indexes(metrics: Dict) -> str:
     lines = []
     if "test_scann" in metrics and "test_exact" in metrics:
         e, a = metrics["test_exact"], metrics["test_scann"]
-        overlap = next(v for k, v in metrics.items() if k.startswith("ann_overlap@"))
-        lines.append(f"\nScaNN vs exact: Recall@10 {a['recall@10']:.4f} vs {e['recall@10']:.4f}, "
-                     f"NDCG@10 {a['ndcg@10']:.4f} vs {e['ndcg@10']:.4f}; ScaNN returns "
-                     f"{100 * overlap:.1f}% of the exact top-100.")
+        k = min(int(name.split("@")[1]) for name in e)
+        overlap_name, overlap = next((name, v) for name, v in metrics.items()
+                                     if name.startswith("ann_overlap@"))
+        lines.append(f"\nScaNN vs exact: Recall@{k} {a[f'recall@{k}']:.4f} vs "
+                     f"{e[f'recall@{k}']:.4f}, NDCG@{k} {a[f'ndcg@{k}']:.4f} vs "
+                     f"{e[f'ndcg@{k}']:.4f}; ScaNN returns {100 * overlap:.1f}% of the exact "
+                     f"top-{overlap_name.split('@')[1]}.")
         if not metrics.get("scann_indexed", True):
             lines.append(f"(The catalog's {metrics['num_items']:,} items are fewer than "
                          "--scann_min_items: the ScaNN request searched exactly, which is "
@@ -135,10 +184,17 @@ def describe_indexes(metrics: Dict) -> str:
                     for name, values in metrics.get("baselines", {}).items()})
     rankers = {name: bands for name, bands in rankers.items() if bands}
     if rankers:
-        lines.append("Recall@10 by target popularity (thirds of the catalog by training count): "
-                     + "; ".join(f"{name} head {b['head_recall@10']:.4f}, torso "
-                                 f"{b['torso_recall@10']:.4f}, tail {b['tail_recall@10']:.4f}"
-                                 for name, b in rankers.items()) + ".")
+        k = min(int(key.split("@")[1]) for key in next(iter(rankers.values())))
+        lines.append(f"Recall@{k} by target popularity (thirds of the catalog by training "
+                     "count): " + "; ".join(
+                         f"{name} head {b[f'head_recall@{k}']:.4f}, torso "
+                         f"{b[f'torso_recall@{k}']:.4f}, tail {b[f'tail_recall@{k}']:.4f}"
+                         for name, b in rankers.items()) + ".")
+    if metrics.get("index_items") and metrics.get("num_items") and (
+            metrics["index_items"] < metrics["num_items"]):
+        lines.append(f"The test index held {metrics['index_items']:,} of the "
+                     f"{metrics['num_items']:,} items (the most trained plus every test "
+                     "positive).")
     return "\n".join(lines)
 
 
@@ -150,6 +206,10 @@ def export_run(model, config: configs.Config, output_dir: str, index: str = "bot
     kinds = export_lib.INDEXES if index == "both" else (index,)
     vocabularies = {} if data is None else dict(item_vocabulary=data.item_ids[1:],
                                                 user_vocabulary=data.user_ids[1:])
+    if data is not None and config.data.dataset in configs.EVENT_LOGS:
+        # An event log's own ids (strings, or int64 as the log has them) are the default.
+        integer = experiment.event_log(config.data, config.model.dim, output_dir)[0].integer_ids
+        vocabularies["raw_ids"] = "int64" if integer else "default"
     return [export_lib.export(model, RunFiles(output_dir).export(kind), k=k, index=kind,
                               max_length=experiment.query_length(config),
                               scann_min_items=config.training.scann_min_items, **vocabularies)

@@ -9,6 +9,8 @@ reproduction's driver reads run directories without one.)
   OUTPUT/backup/              `BackupAndRestore`'s latest state (resume after a kill)
   OUTPUT/checkpoints/best     the best epoch's weights
   OUTPUT/logs/                TensorBoard (train/, validation/)
+  OUTPUT/vocabulary/          an event log's user and item vocabularies (raw ids, counts)
+  OUTPUT/drift.json           the streaming estimator's error against each day's Q
   OUTPUT/metrics.json         the test report, written last
   OUTPUT/export/<index>/<v>/  SavedModels for serving
   OUTPUT/workers/worker-N/    each non-chief worker's report (multi-worker runs)
@@ -48,6 +50,14 @@ class RunFiles:
     @property
     def logs(self) -> str:
         return self._path("logs")
+
+    @property
+    def vocabulary(self) -> str:
+        return self._path("vocabulary")
+
+    @property
+    def drift(self) -> str:
+        return self._path("drift.json")
 
     @property
     def metrics(self) -> str:

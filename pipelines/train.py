@@ -118,7 +118,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         _check_output_dir(config, output_dir)
     tf.keras.utils.set_random_seed(config.training.seed)
     started = time.time()
-    data = experiment.load_data(config)
+    data = experiment.load_data(config, output_dir)
     split = experiment.make_split(config, data)
     with strategy.scope():
         model = experiment.build_model(config, data, split)
@@ -128,6 +128,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     steps_per_epoch = config.training.steps_per_epoch or pass_steps
     if chief:
         _write_config(config, output_dir)
+        experiment.save_vocabularies(config, output_dir)
     files = RunFiles(output_dir)
     checkpoint = tf.keras.callbacks.ModelCheckpoint(
         files.best, monitor=callbacks_lib.VALIDATION_METRIC, mode="max", save_best_only=True,
@@ -154,6 +155,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         verbose = 1 if sys.stdout.isatty() else 2
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
+    if chief and streaming and config.training.drift_every and config.training.order == "time":
+        callbacks.append(experiment.drift_callback(config, split, source, files))
     trained = progress.finished_run() if files.has_best() else None
     if trained is None:
         history = model.fit(experiment.training_input(config, split, input_start.step, strategy),
@@ -187,9 +190,9 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
             # on-read state (its metrics) would need every worker to take part.
             model = experiment.build_model(config, data, split)
         model.load_weights(files.best).expect_partial()
-    metrics = dict(report.test_report(model, config, split))
+    metrics = dict(report.test_report(model, config, split, data))
     metrics.update({
-        "baselines": report.baselines(config, split),
+        "baselines": report.baselines(config, split, data),
         # Over the whole run, the epochs before a restart included.
         "best_validation_ndcg@10": np.nan if trained["best"] is None else trained["best"],
         "epochs_run": trained["epochs"],
@@ -205,6 +208,9 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         "config": config.as_dict(),
         "git_revision": report.git_revision(),
     })
+    if config.data.dataset in configs.EVENT_LOGS:
+        metrics["event_log"] = experiment.event_log(config.data, config.model.dim,
+                                                    output_dir)[0].stats
     metrics["exports"] = report.export_run(model, config, output_dir, data=data)
     with open(files.metrics, "w") as f:
         json.dump(metrics, f, indent=1)

@@ -11,7 +11,10 @@ The exported model stands alone: a process that imports only TensorFlow (and
 - `serving_raw`, when `export` is given the raw ids (`item_vocabulary`, and
   `user_vocabulary` for a two-tower model): the same answer with the source's
   ids as strings in and out (a GroupLens movie id "1193", not the dense id the
-  model was trained on); unknown raw ids count as out of vocabulary.
+  model was trained on); unknown raw ids are skipped and counted
+  (`unknown_history_ids`). With `raw_ids="default"` or `"int64"` (runs on an
+  event log) the raw ids, strings or int64 as in the log, are `serving_default`
+  and the dense signature is `serving_dense`.
 
 It is written as `path/<version>/` (TensorFlow Serving's layout), through a
 temporary directory renamed into place. Excluding the history costs one
@@ -37,6 +40,7 @@ from absl import logging
 from tfrs_logq import retrieval
 
 INDEXES = ("brute_force", "scann")
+RAW_IDS = ("strings", "default", "int64")
 # What ScaNN's ops need to be saved (TFRS's efficient-serving guide).
 SCANN_SAVE_OPTIONS = tf.saved_model.SaveOptions(namespace_whitelist=["Scann"])
 
@@ -159,11 +163,25 @@ class _Serving(tf.Module):
             queries = self.model.query_embeddings(padded)
         return self._top_k(tf.cast(queries, self.items.dtype), history)
 
-    def recommend_raw(self, user, history):
-        """`recommend` with raw string ids in and out."""
+    def recommend_raw(self, user, history, integer_ids: bool = False):
+        """`recommend` with raw ids in and out: strings, or int64 with `integer_ids` (their
+        decimal strings are the vocabulary's keys). History padding is "" (strings) or any
+        negative id (integers); every other id the vocabulary lacks is skipped and counted
+        in `unknown_history_ids`."""
+        if integer_ids:
+            present = history >= 0
+            history, user = tf.strings.as_string(history), (
+                None if user is None else tf.strings.as_string(user))
+        else:
+            present = tf.not_equal(history, "")
+        dense_history = self.item_dense.lookup(history)
+        unknown = tf.reduce_sum(tf.cast(present & tf.equal(dense_history, 0), tf.int32), axis=1)
         dense_user = None if user is None else self.user_dense.lookup(user)
-        answer = self.recommend(dense_user, self.item_dense.lookup(history))
-        return {"ids": tf.gather(self.item_raw, answer["ids"]), "scores": answer["scores"]}
+        answer = self.recommend(dense_user, dense_history)
+        ids = tf.gather(self.item_raw, answer["ids"])
+        if integer_ids:
+            ids = tf.strings.to_number(tf.where(tf.equal(ids, ""), "-1", ids), tf.int64)
+        return {"ids": ids, "scores": answer["scores"], "unknown_history_ids": unknown}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="item_ids")])
     def item_embeddings(self, item_ids):
@@ -202,7 +220,7 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
            max_length: Optional[int] = None, version: Optional[int] = None,
            item_vocabulary: Optional[Sequence[str]] = None,
            user_vocabulary: Optional[Sequence[str]] = None,
-           scann_min_items: int = retrieval.SCANN_MIN_ITEMS) -> str:
+           scann_min_items: int = retrieval.SCANN_MIN_ITEMS, raw_ids: str = "strings") -> str:
     """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to
     `path/<version>/`, the layout TensorFlow Serving reads (`path` is its model base path).
 
@@ -222,12 +240,21 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         `Interactions.item_ids[1:]`): adds the `serving_raw` signature.
       user_vocabulary: optional [num_users] raw user ids of dense ids 1..num_users; needed
         with `item_vocabulary` by a two-tower model.
+      raw_ids: with the vocabularies, how the raw ids are served: "strings" adds them as
+        the `serving_raw` signature (string ids); "default" and "int64" make them the
+        `serving_default` signature (string or int64 ids, as in the source log), the dense
+        one moving to `serving_dense`. The raw answer also holds `unknown_history_ids`, the
+        count per request of history ids the vocabulary lacks (skipped, not an error).
+      scann_min_items: catalogs below it are served by exact search.
 
     Returns:
       The version directory written (`path/<version>`).
     """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
+    if raw_ids not in RAW_IDS:
+        raise ValueError(f"`raw_ids` must be one of {', '.join(RAW_IDS)}; received "
+                         f"raw_ids={raw_ids!r}.")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"`k` must be a positive integer; received k={k!r}.")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)
@@ -268,16 +295,22 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         "serving_default": serve.get_concrete_function(),
         "item_embeddings": module.item_embeddings.get_concrete_function()}
     if item_vocabulary is not None:
-        raw_history = tf.TensorSpec([None, None], tf.string, name="history")
+        dtype = tf.int64 if raw_ids == "int64" else tf.string
+        raw_history = tf.TensorSpec([None, None], dtype, name="history")
+        integer = raw_ids == "int64"
         if takes_user:
-            serve_raw = tf.function(lambda user, history: module.recommend_raw(user, history),
-                                    input_signature=[tf.TensorSpec([None], tf.string,
-                                                                   name="user"), raw_history])
+            serve_raw = tf.function(
+                lambda user, history: module.recommend_raw(user, history, integer),
+                input_signature=[tf.TensorSpec([None], dtype, name="user"), raw_history])
         else:
-            serve_raw = tf.function(lambda history: module.recommend_raw(None, history),
+            serve_raw = tf.function(lambda history: module.recommend_raw(None, history, integer),
                                     input_signature=[raw_history])
         module.serve_raw = serve_raw
-        signatures["serving_raw"] = serve_raw.get_concrete_function()
+        if raw_ids == "strings":
+            signatures["serving_raw"] = serve_raw.get_concrete_function()
+        else:  # The log's own ids are the default; dense ids stay reachable.
+            signatures["serving_dense"] = signatures["serving_default"]
+            signatures["serving_default"] = serve_raw.get_concrete_function()
     os.makedirs(path, exist_ok=True)
     # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
     temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)

@@ -173,13 +173,34 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
 
 
 def top_k(query_embeddings, item_embeddings, k: int, exclude=None, index: str = "exact",
-          first_id: int = 1, min_items: int = SCANN_MIN_ITEMS) -> np.ndarray:
+          first_id: int = 1, min_items: int = SCANN_MIN_ITEMS,
+          candidates: Optional[np.ndarray] = None) -> np.ndarray:
     """[num_queries, k] ids by `index` ("exact" or "scann"), excluded ids filtered. A catalog
     of fewer than k items is returned whole, the row padded with id 0 (never a target).
-    `min_items`: with "scann", smaller catalogs are searched exactly (0: always the index)."""
+    `min_items`: with "scann", smaller catalogs are searched exactly (0: always the index).
+    `candidates`: the ids searched (an index over part of the catalog); None: every id from
+    `first_id` on."""
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received "
                          f"index={index!r}.")
+    if candidates is not None:
+        candidates = np.unique(np.asarray(candidates, np.int64))
+        if candidates.size == 0 or candidates[0] < first_id or candidates[-1] >= len(
+                item_embeddings):
+            raise ValueError(f"`candidates` must be ids in [{first_id}, "
+                             f"{len(item_embeddings) - 1}]; received {candidates.size} ids "
+                             f"from {candidates[:1]} to {candidates[-1:]}.")
+        # Search the candidates' rows (row 0: padding); map rows back to ids.
+        position = np.zeros(len(item_embeddings), np.int64)
+        position[candidates] = np.arange(1, len(candidates) + 1)
+        table = np.concatenate([np.zeros_like(item_embeddings[:1]),
+                                np.asarray(item_embeddings)[candidates]])
+        kept = None if exclude is None else [
+            position[np.asarray(ids, np.int64)][position[np.asarray(ids, np.int64)] > 0]
+            for ids in exclude]
+        found = top_k(query_embeddings, table, k, exclude=kept, index=index, first_id=1,
+                      min_items=min_items)
+        return np.where(found > 0, np.concatenate([[0], candidates])[found], 0)
     if index == "exact":
         found = exact_top_k(query_embeddings, item_embeddings, k, exclude=exclude,
                             first_id=first_id)

@@ -37,23 +37,27 @@ def sequence_windows(sequences: Sequence[np.ndarray], max_length: int) -> Dict[s
 def _finish(dataset: tf.data.Dataset, size: int, batch_size: int, seed: Optional[int],
             training: bool, input_context: Optional[tf.distribute.InputContext],
             batch_transform: Optional[Callable] = None,
-            partial_batches: bool = False) -> tf.data.Dataset:
+            partial_batches: bool = False,
+            shuffle_window: Optional[int] = None) -> tf.data.Dataset:
     """Shard, shuffle and repeat (training), batch, apply `batch_transform`, prefetch.
 
     With `partial_batches`, training batches each pass (reshuffled) on its own, the
     last batch of a pass holding the remainder, as a PyTorch DataLoader with
     `shuffle=True` does; otherwise the passes run on into each other in full batches.
+    `shuffle_window`: shuffle with a buffer of this many examples (the order of `dataset`
+    kept but for local swaps: a time-ordered stream) rather than the whole set.
     """
+    buffer = min(size, shuffle_window) if shuffle_window else size
     if input_context is not None:
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     if training and partial_batches:
-        dataset = dataset.shuffle(size, seed=seed, reshuffle_each_iteration=True).batch(
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True).batch(
             batch_size).repeat()
     else:
         if training:
-            dataset = dataset.shuffle(size, seed=seed, reshuffle_each_iteration=True).repeat()
+            dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True).repeat()
         dataset = dataset.batch(batch_size, drop_remainder=training)
     if batch_transform is not None:  # Vectorised over the batch: one call per batch.
         dataset = dataset.map(batch_transform, num_parallel_calls=tf.data.AUTOTUNE,
@@ -85,32 +89,49 @@ def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size:
                    partial_batches=partial_batches)
 
 
-def two_tower_examples(sequences: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
+def two_tower_examples(sequences: Sequence[np.ndarray],
+                       times: Optional[Sequence[np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """One example per interaction after a user's first: (user, position in the flat array).
 
-    The history is gathered in-graph from the flat array (see `two_tower_dataset`).
+    The history is gathered in-graph from the flat array (see `two_tower_dataset`). With
+    `times` (per user, the time of each item), the examples are in time order (ties: by
+    user) and "time" holds each one's time.
     """
     lengths = np.array([len(s) for s in sequences])
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     users = np.repeat(np.arange(len(sequences)), lengths)
     positions = np.arange(lengths.sum())
     keep = positions > starts[users]  # Skip each user's first item (no history).
-    return {"flat": np.concatenate([np.asarray(s, np.int32) for s in sequences] or
-                                   [np.zeros(0, np.int32)]),
-            "user": users[keep].astype(np.int32), "position": positions[keep].astype(np.int64),
-            "start": starts[users][keep].astype(np.int64)}
+    examples = {"flat": np.concatenate([np.asarray(s, np.int32) for s in sequences] or
+                                       [np.zeros(0, np.int32)]),
+                "user": users[keep].astype(np.int32),
+                "position": positions[keep].astype(np.int64),
+                "start": starts[users][keep].astype(np.int64)}
+    if times is not None:
+        time = np.concatenate([np.asarray(t, np.int64) for t in times] or
+                              [np.zeros(0, np.int64)])[keep]
+        order = np.argsort(time, kind="stable")
+        examples = {key: (value if key == "flat" else value[order])
+                    for key, value in examples.items()}
+        examples["time"] = time[order]
+    return examples
 
 
 def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batch_size: int,
                       seed: Optional[int] = None, training: bool = True,
                       input_context: Optional[tf.distribute.InputContext] = None,
-                      partial_batches: bool = False) -> tf.data.Dataset:
+                      partial_batches: bool = False,
+                      times: Optional[Sequence[np.ndarray]] = None,
+                      shuffle_window: Optional[int] = None) -> tf.data.Dataset:
     """Batches of {"user": [B], "history": [B, history_length], "item": [B]} int32 examples.
 
     The history of an interaction is the user's previous `history_length` items,
     left-padded. Arguments as in `sasrec_dataset`; `sequences[u]` is user u's items.
+    With `times` (per user, its items' times) the stream runs in time order, shuffled only
+    within windows of `shuffle_window` examples (each pass in time order again).
     """
-    examples = two_tower_examples(sequences)
+    examples = two_tower_examples(sequences, times)
+    examples.pop("time", None)
     size = len(examples["user"])
     if size == 0:
         raise ValueError("No user has 2 or more items to train on.")
@@ -128,7 +149,8 @@ def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batc
     # The small index records are shuffled and batched; histories are gathered per batch.
     return _finish(tf.data.Dataset.from_tensor_slices(examples), size, batch_size, seed,
                    training, input_context, batch_transform=gather,
-                   partial_batches=partial_batches)
+                   partial_batches=partial_batches,
+                   shuffle_window=shuffle_window if times is not None else None)
 
 
 def eval_queries(histories: List[np.ndarray], users: np.ndarray, length: int,

@@ -1,7 +1,8 @@
-"""Splits: leave-one-out exactly as gSASRec / the logQ paper, and the global temporal split."""
+"""Splits: leave-one-out exactly as gSASRec / the logQ paper, the global temporal split, and
+the next-day split of industrial logs."""
 
 import math
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Optional
 
 import numpy as np
 
@@ -26,13 +27,13 @@ class Split(NamedTuple):
     validation: EvalSet
     test: EvalSet
     num_items: int
+    # Per user, the times of `train`'s items (splits of timed logs; else None).
+    train_times: Optional[List[np.ndarray]] = None
 
     def train_counts(self) -> np.ndarray:
         """[num_items + 1] training interactions per item."""
-        counts = np.zeros(self.num_items + 1, np.int64)
-        for sequence in self.train:
-            np.add.at(counts, sequence, 1)
-        return counts
+        flat = np.concatenate([np.asarray(s, np.int64) for s in self.train] or [[]])
+        return np.bincount(flat.astype(np.int64), minlength=self.num_items + 1)
 
 
 def gsasrec_validation_users(num_users: int, count: int = NUM_VALIDATION_USERS,
@@ -166,3 +167,64 @@ def temporal(data: Interactions, test_fraction: float = 0.1,
     validation = _window_targets(train_data, data.user[in_val], data.item[in_val], targets)
     test = _window_targets(before_test, data.user[in_test], data.item[in_test], targets)
     return Split(train_data, validation, test, data.num_items)
+
+
+DAY_SECONDS = 86_400
+
+
+def days(timestamps: np.ndarray, day_seconds: int = DAY_SECONDS) -> np.ndarray:
+    """The day of each time, counted from the log's first day (day 0)."""
+    timestamps = np.asarray(timestamps, np.int64)
+    first = (timestamps.min() // day_seconds) * day_seconds
+    return (timestamps - first) // day_seconds
+
+
+def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECONDS,
+             source: str = "the log") -> Split:
+    """Train on the days before the validation day, validate on the day before the test day,
+    test on `test_day` (the paper's industrial protocol: train on days 1..T, evaluate on day
+    T + 1).
+
+    A query per user active on the evaluated day: its history every interaction of the user
+    before that day, its targets the distinct items of the day. Users with no history are
+    skipped (cold start).
+
+    Args:
+      test_day: the test day, counted from the log's first day (0); -1: the last day.
+      day_seconds: the length of a day in the log's time unit.
+
+    Raises:
+      DataError: the test day holds no queries, or no day is left to train on.
+    """
+    from pipelines.data.interactions import DataError  # pylint: disable=import-outside-toplevel
+    if isinstance(day_seconds, bool) or not isinstance(day_seconds, (int, np.integer)) or (
+            day_seconds < 1):
+        raise ValueError(f"--day_seconds must be a positive integer; received {day_seconds!r}.")
+    day = days(data.timestamp, day_seconds)
+    last = int(day.max())
+    test = last if test_day == -1 else int(test_day)
+    if not 2 <= test <= last:
+        raise DataError(source, None, f"--test_day={test_day} leaves no training day: the log "
+                        f"spans days 0..{last} ({day_seconds} s each) and the protocol needs a "
+                        "training day and a validation day before the test day.")
+    part = np.where(day < test - 1, 0, np.where(day == test - 1, 1, np.where(day == test, 2, 3)))
+    bounds = np.searchsorted(data.user, np.arange(data.num_users + 2))
+    train, train_times, before_test = [], [], []
+    for user in range(data.num_users + 1):
+        rows = slice(bounds[user], bounds[user + 1])
+        kind = part[rows]
+        train.append(data.item[rows][kind == 0])
+        train_times.append(data.timestamp[rows][kind == 0])
+        before_test.append(data.item[rows][kind < 2])
+    in_val, in_test = part == 1, part == 2
+    validation = _window_targets(train, data.user[in_val], data.item[in_val], "all")
+    test_set = _window_targets(before_test, data.user[in_test], data.item[in_test], "all")
+    for name, (eval_set, number) in {"test": (test_set, test),
+                                     "validation": (validation, test - 1)}.items():
+        if len(eval_set.users) == 0:
+            raise DataError(source, None, f"the {name} day (day {number}) holds no query: no "
+                            "user active that day has an earlier interaction.")
+    if not (part == 0).any():
+        raise DataError(source, None, f"no interaction precedes the validation day (day "
+                        f"{test - 1}): nothing to train on.")
+    return Split(train, validation, test_set, data.num_items, train_times)
