@@ -492,8 +492,7 @@ class CommandLineTest(tf.test.TestCase):
         for args, message in (
                 (["--negatives=random"], "--negatives must be one of in_batch, uniform, mixed; "
                                          "received --negatives='random'"),
-                (["--preset=huge"], "--preset must be one of paper, official, official_cpu, "
-                                    "cpu, synthetic, synthetic_two_tower, smoke; "
+                (["--preset=huge"], f"--preset must be one of {', '.join(configs.PRESETS)}; "
                                     "received --preset='huge'"),
                 (["--deduplicate", "--negatives=mixed", "--mixture=exact"],
                  "MixedSampler(deduplicate=True) needs mixture='paper'"),
@@ -540,7 +539,10 @@ class CommandLineTest(tf.test.TestCase):
         process.wait()
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
         metrics, reference = _finish_as_uninterrupted(self, args, out, uninterrupted)
-        self.assertEqual(metrics["last_epoch"], reference["last_epoch"])
+        if metrics["resumed_from_step"] < 400:
+            # The last epoch ran whole after the restart (Keras resets the training means of
+            # an epoch it re-enters; a loaded machine can reach epoch 3 before the kill).
+            self.assertEqual(metrics["last_epoch"], reference["last_epoch"])
         resumed = tf.train.load_checkpoint(os.path.join(out, "checkpoints", "best"))
         straight = tf.train.load_checkpoint(os.path.join(uninterrupted, "checkpoints", "best"))
         names = [name for name, _ in tf.train.list_variables(

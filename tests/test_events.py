@@ -1,0 +1,286 @@
+"""Event logs, the web-scale synthetic log, the next-day split and the industrial run (small)."""
+
+import gzip
+import json
+import os
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tensorflow as tf
+
+from pipelines import configs
+from pipelines import experiment
+from pipelines import train
+from pipelines.data import builders
+from pipelines.data import events
+from pipelines.data import splits
+from pipelines.data import web_synthetic
+from pipelines.data.interactions import DataError
+from tfrs_logq import retrieval
+
+DAY = 86_400
+SMOKE = configs.PRESETS["industrial_smoke"]
+
+
+def _write_csv(path, rows, header="user_id,item_id,timestamp", delimiter=","):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt") as f:
+        f.write(header.replace(",", delimiter) + "\n")
+        for row in rows:
+            f.write(delimiter.join(str(v) for v in row) + "\n")
+    return path
+
+
+class EventLogTest(tf.test.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp()
+
+    def test_csv_string_ids_dense_by_count_and_min_count(self):
+        path = _write_csv(os.path.join(self.dir, "log.csv"), [
+            ("ann", "b", 30), ("ann", "a", 10), ("bob", "a", 20), ("bob", "c", 5),
+            ("cy", "a", 7), ("cy", "b", 8)])
+        log = events.load_events(path)
+        data = log.interactions
+        # "a" 3 events, "b" 2, "c" 1: dense ids by count.
+        self.assertEqual(list(data.item_ids), ["", "a", "b", "c"])
+        self.assertEqual(list(data.user_ids[1:]), ["ann", "bob", "cy"])
+        # Sorted by user, then time.
+        self.assertEqual(data.user.tolist(), [1, 1, 2, 2, 3, 3])
+        self.assertEqual(data.item.tolist(), [1, 2, 3, 1, 1, 2])
+        self.assertEqual(data.timestamp.tolist(), [10, 30, 5, 20, 7, 8])
+        self.assertFalse(log.integer_ids)
+        dropped = events.load_events(path, min_item_count=2)
+        self.assertEqual(dropped.interactions.num_items, 2)
+        self.assertEqual(dropped.stats["events_dropped_out_of_vocabulary"], 1)
+
+    def test_tsv_gz_int64_ids_iso_times_and_weights(self):
+        big = 2**62 + 7  # Beyond float precision: must stay exact.
+        path = _write_csv(os.path.join(self.dir, "log.tsv.gz"), [
+            (big, 5, "2026-01-02T00:00:00", 1.5), (big, big + 1, "2026-01-01", 0.5),
+            (3, 5, "2026-01-03 12:00:00", 2.0)],
+            header="u,i,t,w", delimiter="\t")
+        log = events.load_events(path, events.EventColumns("u", "i", "t", "w"))
+        data = log.interactions
+        self.assertTrue(log.integer_ids)
+        self.assertIn(str(big + 1), list(data.item_ids))
+        self.assertIn(str(big), list(data.user_ids))
+        first = list(data.user_ids).index(str(big))
+        rows = data.user == first
+        self.assertEqual(data.timestamp[rows].tolist(), [1767225600, 1767312000])
+        np.testing.assert_allclose(np.sort(log.weights), [0.5, 1.5, 2.0])
+
+    def test_parquet_glob_and_saved_vocabularies_encode_alike(self):
+        for day in range(2):
+            pq.write_table(pa.table({"user_id": ["x", "y", "x"], "item_id": ["p", "q", "q"],
+                                     "timestamp": pa.array([day * DAY + i for i in range(3)],
+                                                           pa.int64())}),
+                           os.path.join(self.dir, f"day-{day}.parquet"))
+        pattern = os.path.join(self.dir, "day-*.parquet")
+        log = events.load_events(pattern)
+        self.assertEqual(log.stats["files"], 2)
+        self.assertLen(log.interactions.user, 6)
+        events.save_vocabularies(os.path.join(self.dir, "vocabulary"), log, {})
+        saved = events.load_vocabularies(os.path.join(self.dir, "vocabulary"))
+        again = events.load_events(pattern, vocabularies=saved)
+        for field in ("user", "item", "timestamp"):
+            np.testing.assert_array_equal(getattr(again.interactions, field),
+                                          getattr(log.interactions, field))
+        # Counting only before a time: later-only ids are out of vocabulary.
+        early = events.load_events(pattern, count_before=DAY)
+        self.assertEqual(early.interactions.num_items, 2)
+
+    def test_bad_input_is_a_named_error(self):
+        good = [("a", "x", 1), ("b", "y", 2)]
+        cases = {
+            "no column 'timestamp'": ("user_id,item_id,when", good, {}),
+            "column 'item_id' is empty (null) in data row 2": (
+                "user_id,item_id,timestamp", [("a", "x", 1), ("b", "", 2)], {}),
+            "cannot read the time 'yesterday'": (
+                "user_id,item_id,timestamp", [("a", "x", "2026-01-01"), ("b", "y", "yesterday")],
+                {}),
+            "over the 3 the memory budget": ("user_id,item_id,timestamp", good,
+                                             {"max_entries": 3}),
+        }
+        for expected, (header, rows, kwargs) in cases.items():
+            path = _write_csv(os.path.join(self.dir, f"{len(expected)}.csv"), rows, header)
+            with self.assertRaisesRegex(DataError, expected.replace("(", r"\(").replace(
+                    ")", r"\)")):
+                events.load_events(path, **kwargs)
+        with self.assertRaisesRegex(FileNotFoundError, "matches no event log file"):
+            events.load_events(os.path.join(self.dir, "none-*.csv"))
+        with self.assertRaisesRegex(DataError, "extension '.json'"):
+            open(os.path.join(self.dir, "log.json"), "w").close()
+            events.load_events(os.path.join(self.dir, "log.json"))
+        with self.assertRaisesRegex(ValueError, "min_item_count must be a positive integer"):
+            events.load_events(os.path.join(self.dir, "*.csv"), min_item_count=0)
+
+
+class NextDaySplitTest(tf.test.TestCase):
+
+    def test_days_queries_and_no_leakage(self):
+        path = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), [
+            ("u1", "a", 0 * DAY + 5), ("u1", "b", 1 * DAY), ("u1", "c", 2 * DAY + 1),
+            ("u1", "d", 3 * DAY), ("u1", "a2", 3 * DAY + 9), ("u2", "a", 0 * DAY + 1),
+            ("u2", "c", 3 * DAY + 2), ("u3", "b", 3 * DAY + 3)])
+        data = events.load_events(path).interactions
+        split = splits.next_day(data)
+        raw = data.item_ids
+        u1 = list(data.user_ids).index("u1")
+        self.assertEqual(sorted(raw[split.train[u1]]), ["a", "b"])  # Days 0 and 1.
+        # Validation: day 2; test: day 3, every distinct item of the day a target; u3 has no
+        # history before day 3 (cold start): no query.
+        self.assertEqual([raw[t].tolist() for t in split.validation.targets], [["c"]])
+        queries = {data.user_ids[u]: (sorted(raw[h]), sorted(raw[t])) for u, h, t in zip(
+            split.test.users, split.test.histories, split.test.targets)}
+        self.assertEqual(queries, {"u1": (["a", "b", "c"], ["a2", "d"]),
+                                   "u2": (["a"], ["c"])})
+        self.assertEqual([len(t) for t in split.train_times], [len(s) for s in split.train])
+        with self.assertRaisesRegex(DataError, "leaves no training day"):
+            splits.next_day(data, test_day=1)
+        gap = data._replace(timestamp=np.where(data.timestamp >= 2 * DAY,
+                                               data.timestamp + DAY, data.timestamp))
+        with self.assertRaisesRegex(DataError, "the test day \\(day 2\\) holds no query"):
+            splits.next_day(gap, test_day=2)  # No event on day 2.
+
+
+class WebSyntheticTest(tf.test.TestCase):
+
+    def test_deterministic_no_repeats_and_the_oracle_ranks_by_the_law(self):
+        catalog = web_synthetic.make_catalog(3000, 400, 5, cluster_size=500, seed=3)
+        drawn = web_synthetic.draw_events(catalog, 15, seed=3)
+        again = web_synthetic.draw_events(web_synthetic.make_catalog(3000, 400, 5,
+                                                                     cluster_size=500, seed=3),
+                                          15, seed=3)
+        for key in drawn:
+            np.testing.assert_array_equal(drawn[key], again[key])
+        keys = drawn["user"] * 3000 + drawn["item"]
+        self.assertLen(np.unique(keys), len(keys))
+        self.assertTrue((np.diff(drawn["time"]) >= 0).all())
+        np.testing.assert_allclose(catalog.item_marginal(2).sum(), 1.0, rtol=1e-9)
+        users = np.array([0, 7, 11])
+        exclude = [np.array([1, 2]), np.array([], np.int64), np.array([5])]
+        logp = catalog.log_probabilities(users, 4)
+        np.testing.assert_allclose(np.logaddexp.reduce(logp, axis=1), 0.0, atol=1e-9)
+        oracle = catalog.oracle_top_k(users, 4, 20, exclude)
+        for row in range(3):
+            scores = logp[row].copy()
+            scores[exclude[row]] = -np.inf
+            expected = np.argsort(-scores, kind="stable")[:20]
+            np.testing.assert_allclose(logp[row][oracle[row]], logp[row][expected])
+        # Popularity drifts: the law of day 0 and of day 4 differ.
+        self.assertGreater(np.abs(catalog.item_marginal(0) - catalog.item_marginal(4)).sum(),
+                           0.1)
+
+    def test_first_draws_follow_the_law(self):
+        catalog = web_synthetic.make_catalog(400, 20000, 3, cluster_size=100, drift=3.0,
+                                             seed=0)
+        drawn = web_synthetic.draw_events(catalog, 1, seed=0)  # One event each: no redraws.
+        day = (drawn["time"] - web_synthetic.START_TIME) // DAY
+        on_day = drawn["item"][day == 1]
+        empirical = np.bincount(on_day, minlength=400) / len(on_day)
+
+        def law(at_day):  # The day's users, one event each.
+            probability = np.exp(catalog.log_probabilities(drawn["user"][day == 1],
+                                                           at_day)).sum(axis=0)
+            return probability / probability.sum()
+
+        # The sampling noise of as many draws from the law itself.
+        rng = np.random.default_rng(0)
+        noise = np.mean([0.5 * np.abs(rng.multinomial(len(on_day), law(1)) / len(on_day)
+                                      - law(1)).sum() for _ in range(20)])
+        self.assertLess(0.5 * np.abs(empirical - law(1)).sum(), 1.3 * noise)
+        # The drifted law of another day does not fit them.
+        self.assertGreater(0.5 * np.abs(empirical - law(-2)).sum(), 2 * noise)
+
+
+class CandidatesTest(tf.test.TestCase):
+
+    def test_top_k_over_candidates_matches_the_subset_search(self):
+        rng = np.random.default_rng(0)
+        items, queries = rng.normal(size=[50, 4]), rng.normal(size=[6, 4])
+        candidates = np.array([3, 5, 8, 13, 21, 34, 40, 41, 49])
+        exclude = [np.array([5, 2]), np.array([], np.int64), np.array([49]), np.array([1]),
+                   np.array([3, 8]), np.array([13])]
+        found = retrieval.top_k(queries, items, 4, exclude=exclude, candidates=candidates)
+        for row in range(6):
+            allowed = np.setdiff1d(candidates, exclude[row])
+            scores = items[allowed] @ queries[row]
+            np.testing.assert_array_equal(found[row], allowed[np.argsort(-scores)[:4]])
+        with self.assertRaisesRegex(ValueError, "`candidates` must be ids in"):
+            retrieval.top_k(queries, items, 4, candidates=np.array([0, 3]))
+
+
+class TimeOrderTest(tf.test.TestCase):
+
+    def test_examples_in_time_order_and_window_shuffled_stream(self):
+        sequences = [np.array([], np.int64), np.array([1, 2, 3]), np.array([4, 5])]
+        times = [np.array([], np.int64), np.array([0, 50, 60]), np.array([10, 20])]
+        examples = builders.two_tower_examples(sequences, times)
+        self.assertEqual(examples["time"].tolist(), [20, 50, 60])
+        self.assertEqual(examples["flat"][examples["position"]].tolist(), [5, 2, 3])
+        stream = builders.two_tower_dataset(sequences, 2, 1, seed=0, times=times,
+                                            shuffle_window=1)
+        items = [int(b["item"][0]) for b in stream.take(6)]
+        self.assertEqual(items, [5, 2, 3, 5, 2, 3])  # A window of 1: time order, each pass.
+
+
+class IndustrialRunTest(tf.test.TestCase):
+
+    def test_industrial_smoke_run_serves_raw_ids_as_evaluated(self):
+        os.environ[experiment.CACHE_ENV] = tempfile.mkdtemp()
+        out = tempfile.mkdtemp()
+        config = SMOKE.replace(index="exact")
+        metrics = train.run(config, out, verbose=0)
+        self.assertEqual(sorted(metrics["test"]), sorted(
+            f"{m}@{k}" for m in ("recall", "ndcg") for k in (10, 100, 1000)))
+        self.assertLess(metrics["index_items"], metrics["num_items"])
+        for name in ("popularity", "oracle"):
+            self.assertIn("recall@1000", metrics["baselines"][name])
+        self.assertGreater(metrics["baselines"]["oracle"]["recall@10"],
+                           metrics["baselines"]["popularity"]["recall@10"])
+        self.assertGreater(metrics["kl_to_truth"], 0.0)
+        self.assertEqual(metrics["event_log"]["files"], config.data.synthetic_days)
+        drift = json.load(open(os.path.join(out, "drift.json")))["readings"]
+        self.assertNotEmpty(drift)
+        self.assertTrue(all(0 <= row["total_variation"] <= 2 for row in drift))
+        self.assertTrue(events.has_vocabularies(os.path.join(out, "vocabulary")))
+
+        # Served = evaluated, on raw ids: the brute-force export's answer for test users'
+        # raw histories (plus an unknown id) against the exact search over the catalog.
+        _, model, split, data = experiment.load_run(out)
+        served = tf.saved_model.load(metrics["exports"][0]).signatures["serving_default"]
+        users = split.test.users[:5]
+        histories = split.test.histories[:5]
+        longest = max(len(h) for h in histories) + 1
+        raw = np.full([5, longest], "", object)
+        for row, history in enumerate(histories):
+            raw[row, longest - len(history) - 1:] = ["never-seen"] + list(
+                data.item_ids[history])
+        answer = served(user=tf.constant(data.user_ids[users].astype(str)),
+                        history=tf.constant(raw.astype(str)))
+        self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [1] * 5)
+        queries = model.query_embeddings({"user": tf.constant(users, tf.int32),
+                                          "history": builders.left_pad(
+                                              histories, config.model.history_length)})
+        expected = retrieval.exact_top_k(queries.numpy(), model.item_embeddings().numpy(), 100,
+                                         exclude=histories)
+        self.assertAllEqual(answer["ids"].numpy().astype(str), data.item_ids[expected])
+
+
+class IndustrialConfigTest(tf.test.TestCase):
+
+    def test_bad_settings_are_named(self):
+        cases = {"--order=time trains the two-tower": dict(model="sasrec"),
+                 "--split=next_day needs a timed event log": dict(dataset="synthetic",
+                                                                  order="shuffled"),
+                 "--ks must be comma-separated": dict(ks="10,x"),
+                 "--test_day must be a day number": dict(test_day=-2),
+                 "--dataset=events needs --data_path": dict(dataset="events")}
+        for message, change in cases.items():
+            with self.assertRaisesRegex(ValueError, message):
+                configs.validate(SMOKE.replace(**change))
+        self.assertEqual(configs.ks(SMOKE.training), (10, 100, 1000))
