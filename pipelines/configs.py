@@ -303,6 +303,11 @@ def validate(config: Config) -> Config:
         if not all(named) or len(set(named)) < 3:
             raise ValueError("--user_column, --item_column and --time_column must name three "
                              f"different columns; received {', '.join(map(repr, named))}.")
+    if config.data.weight_column and (config.model.model != "two_tower"
+                                      or config.data.split != "next_day"):
+        raise ValueError("--weight_column weights the two-tower's training events on "
+                         "--split=next_day; received --model="
+                         f"{config.model.model} --split={config.data.split}.")
     if config.training.order == "time" and (config.model.model != "two_tower"
                                             or config.data.split != "next_day"):
         raise ValueError("--order=time trains the two-tower model on a timed split: needs "

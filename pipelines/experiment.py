@@ -182,14 +182,18 @@ def web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     return WebTruth(catalog, item_index, dense_item, user_index, test_day)
 
 
-def make_split(config: configs.Config, data: Interactions) -> splits_lib.Split:
-    """The split of `config`; its validation set holds at most `validation_queries` queries."""
+def make_split(config: configs.Config, data: Interactions,
+               run_dir: Optional[str] = None) -> splits_lib.Split:
+    """The split of `config`; its validation set holds at most `validation_queries` queries
+    (an event log's weights: from the log read with `run_dir`'s vocabularies, as `data`)."""
     source = config.data.data_path or config.data.dataset
     if config.data.split == "loo":
         split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
     elif config.data.split == "next_day":
+        weights = (event_log(config.data, config.model.dim, run_dir)[0].weights
+                   if config.data.weight_column else None)
         split = splits_lib.next_day(data, config.data.test_day, config.data.day_seconds,
-                                    source=source)
+                                    source=source, weights=weights)
     else:
         split = splits_lib.temporal(data, test_fraction=config.data.test_fraction,
                                     validation_fraction=config.data.test_fraction,
@@ -346,7 +350,8 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
                                             input_context=input_context,
                                             partial_batches=config.training.partial_batches,
                                             times=split.train_times if in_time else None,
-                                            shuffle_window=config.training.shuffle_window)
+                                            shuffle_window=config.training.shuffle_window,
+                                            weights=split.train_weights)
         size = int(sum(max(len(s) - 1, 0) for s in split.train))
     if config.training.partial_batches:
         return stream, max(-(-size // config.training.batch_size), 1)
@@ -433,7 +438,7 @@ def load_run(output_dir: str):
     if not files.has_best():
         raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({files.best}.index).")
     data = load_data(config, output_dir)
-    data_split = make_split(config, data)
+    data_split = make_split(config, data, output_dir)
     model = build_model(config, data, data_split)
     model.load_weights(files.best).expect_partial()
     return config, model, data_split, data

@@ -208,8 +208,9 @@ def export_run(model, config: configs.Config, output_dir: str, index: str = "bot
                                                 user_vocabulary=data.user_ids[1:])
     if data is not None and config.data.dataset in configs.EVENT_LOGS:
         # An event log's own ids (strings, or int64 as the log has them) are the default.
-        integer = experiment.event_log(config.data, config.model.dim, output_dir)[0].integer_ids
-        vocabularies["raw_ids"] = "int64" if integer else "default"
+        vocabularies["raw_ids"] = "default"
+        vocabularies["integer_ids"] = experiment.event_log(config.data, config.model.dim,
+                                                           output_dir)[0].integer_ids
     return [export_lib.export(model, RunFiles(output_dir).export(kind), k=k, index=kind,
                               max_length=experiment.query_length(config),
                               scann_min_items=config.training.scann_min_items, **vocabularies)

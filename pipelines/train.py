@@ -17,8 +17,10 @@ over too (OUTPUT/progress.json). A run killed after training, in the test
 evaluation or the export, evaluates its best checkpoint without training again.
 """
 
+import contextlib
 import json
 import os
+import resource
 import sys
 import time
 from typing import Dict, Optional
@@ -94,6 +96,32 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
                              f"{', '.join(changed)}); use another --output_dir.")
 
 
+class PhaseTimer:
+    """Wall seconds per named phase: `with timer("name"):`, or `start` / `stop`."""
+
+    def __init__(self):
+        self.seconds: Dict[str, float] = {}
+        self._open = None
+
+    def start(self, name: str) -> None:
+        self.stop()
+        self._open = (name, time.time())
+
+    def stop(self) -> None:
+        if self._open is not None:
+            name, since = self._open
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.time() - since, 1)
+            self._open = None
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        self.start(name)
+        try:
+            yield
+        finally:
+            self.stop()
+
+
 def _write_config(config: configs.Config, output_dir: str) -> None:
     """config.json, written once the data has loaded and the model is built."""
     os.makedirs(output_dir, exist_ok=True)
@@ -118,9 +146,12 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         _check_output_dir(config, output_dir)
     tf.keras.utils.set_random_seed(config.training.seed)
     started = time.time()
-    data = experiment.load_data(config, output_dir)
-    split = experiment.make_split(config, data)
-    with strategy.scope():
+    phases = PhaseTimer()
+    with phases("data"):
+        data = experiment.load_data(config, output_dir)
+    with phases("split"):
+        split = experiment.make_split(config, data, output_dir)
+    with phases("build"), strategy.scope():
         model = experiment.build_model(config, data, split)
         model.compile(optimizer=experiment.make_optimizer(config.training, model),
                       jit_compile=experiment.uses_xla(config, strategy))
@@ -159,6 +190,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         callbacks.append(experiment.drift_callback(config, split, source, files))
     trained = progress.finished_run() if files.has_best() else None
     if trained is None:
+        phases.start("train")
         history = model.fit(experiment.training_input(config, split, input_start.step, strategy),
                             epochs=config.training.epochs, steps_per_epoch=steps_per_epoch,
                             callbacks=callbacks, verbose=verbose)
@@ -190,9 +222,13 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
             # on-read state (its metrics) would need every worker to take part.
             model = experiment.build_model(config, data, split)
         model.load_weights(files.best).expect_partial()
-    metrics = dict(report.test_report(model, config, split, data))
+    phases.stop()
+    with phases("evaluate"):
+        metrics = dict(report.test_report(model, config, split, data))
+    with phases("baselines"):
+        baselines = report.baselines(config, split, data)
     metrics.update({
-        "baselines": report.baselines(config, split, data),
+        "baselines": baselines,
         # Over the whole run, the epochs before a restart included.
         "best_validation_ndcg@10": np.nan if trained["best"] is None else trained["best"],
         "epochs_run": trained["epochs"],
@@ -211,7 +247,12 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     if config.data.dataset in configs.EVENT_LOGS:
         metrics["event_log"] = experiment.event_log(config.data, config.model.dim,
                                                     output_dir)[0].stats
-    metrics["exports"] = report.export_run(model, config, output_dir, data=data)
+    with phases("export"):
+        metrics["exports"] = report.export_run(model, config, output_dir, data=data)
+    # This process's wall time per phase (training's over restarts: train_seconds), and its
+    # peak resident memory.
+    metrics["phase_seconds"] = phases.seconds
+    metrics["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     with open(files.metrics, "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics

@@ -271,6 +271,36 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertAllEqual(answer["ids"].numpy().astype(str), data.item_ids[expected])
 
 
+class WeightedEventLogTest(tf.test.TestCase):
+
+    def test_a_weighted_csv_log_trains_with_weights_in_the_batches(self):
+        catalog = web_synthetic.make_catalog(600, 300, 5, cluster_size=100, seed=1)
+        drawn = web_synthetic.draw_events(catalog, 10, seed=1)
+        directory = tempfile.mkdtemp()
+        rng = np.random.default_rng(0)
+        rows = zip(catalog.user_ids[drawn["user"]], drawn["item"] * 1000 + 7, drawn["time"],
+                   rng.choice([0.0, 1.0, 3.0], len(drawn["user"])))
+        path = _write_csv(os.path.join(directory, "log.csv"), rows, "who,what,when,reward")
+        config = SMOKE.replace(dataset="events", data_path=path, user_column="who",
+                               item_column="what", time_column="when", weight_column="reward",
+                               index="exact", ks="10,100")
+        split = experiment.make_split(config, experiment.load_data(config))
+        batch = next(iter(experiment.training_stream(config, split)[0]))
+        self.assertEqual(batch["weight"].shape, [config.training.batch_size])
+        self.assertTrue(set(np.unique(batch["weight"].numpy())) <= {0.0, 1.0, 3.0})
+        out = tempfile.mkdtemp()
+        metrics = train.run(config, out, verbose=0)
+        self.assertGreater(metrics["test"]["recall@100"], 0.0)
+        # Integer item ids: the export serves int64 ids.
+        served = tf.saved_model.load(metrics["exports"][0]).signatures["serving_default"]
+        self.assertEqual(served.structured_input_signature[1]["history"].dtype, tf.int64)
+        answer = served(user=tf.constant([catalog.user_ids[drawn["user"][0]]]),
+                        history=tf.constant([[-1, int(drawn["item"][0] * 1000 + 7), 123]],
+                                            tf.int64))
+        self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [1])
+        self.assertTrue((answer["ids"].numpy() % 1000 == 7).all())
+
+
 class IndustrialConfigTest(tf.test.TestCase):
 
     def test_bad_settings_are_named(self):

@@ -258,6 +258,38 @@ class ObjectiveOptionsTest(tf.test.TestCase):
             make_objective(NUM_ITEMS, negatives="mixed", correction="none", deduplicate=True)
 
 
+class ExampleWeightTest(tf.test.TestCase):
+    """Reward weights: each example's loss scaled, the pool and Q left as drawn."""
+
+    def _objective(self, estimator):
+        return make_objective(NUM_ITEMS, negatives="in_batch", correction="improved",
+                              probabilities=estimator, seed=0)
+
+    def test_weights_scale_each_example_and_zero_weights_stay_in_q(self):
+        rng = np.random.default_rng(0)
+        queries = tf.constant(rng.normal(size=[6, 8]), tf.float32)
+        table = tf.constant(rng.normal(size=[NUM_ITEMS + 1, 8]), tf.float32)
+        ids = tf.constant([3, 9, 3, 40, 7, 9], tf.int64)
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        weight = tf.constant([1.0, 0.0, 2.0, 1.0, 0.5, 0.0])
+        probabilities = np.full(NUM_ITEMS + 1, 1.0 / NUM_ITEMS, np.float32)
+        plain = self._objective(probabilities)
+        # Per-example losses: the unweighted mean over one-hot weights, times the count.
+        per_example = np.array([6 * float(plain(queries, ids, embed, example_weight=tf.one_hot(
+            row, 6))) for row in range(6)])
+        weighted = float(plain(queries, ids, embed, example_weight=weight))
+        self.assertAllClose(weighted, (per_example * weight.numpy()).sum() / 6, rtol=1e-5)
+        self.assertAllClose(float(plain(queries, ids, embed, example_weight=tf.ones([6]))),
+                            float(plain(queries, ids, embed)), rtol=1e-6)
+        # A streaming estimator counts every drawn row, zero-weight ones too.
+        counted = {}
+        for name, kwargs in (("weighted", dict(example_weight=weight)), ("plain", {})):
+            estimator = frequency.CountMinSketchEstimator(width=1024, seed=0)
+            self._objective(estimator)(queries, ids, embed, training=True, **kwargs)
+            counted[name] = estimator.log_q(tf.constant([3, 9, 40, 7], tf.int64)).numpy()
+        self.assertAllClose(counted["weighted"], counted["plain"])
+
+
 class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):
     """bce / gbce draw each example's own negatives (SASRec, gSASRec), scored either against
     the whole table (small catalogs) or by gathering them; both equal numpy."""

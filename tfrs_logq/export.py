@@ -12,8 +12,8 @@ The exported model stands alone: a process that imports only TensorFlow (and
   `user_vocabulary` for a two-tower model): the same answer with the source's
   ids as strings in and out (a GroupLens movie id "1193", not the dense id the
   model was trained on); unknown raw ids are skipped and counted
-  (`unknown_history_ids`). With `raw_ids="default"` or `"int64"` (runs on an
-  event log) the raw ids, strings or int64 as in the log, are `serving_default`
+  (`unknown_history_ids`). With `raw_ids="default"` (runs on an event log) the
+  raw ids, strings or int64 as in the log (`integer_ids`), are `serving_default`
   and the dense signature is `serving_dense`.
 
 It is written as `path/<version>/` (TensorFlow Serving's layout), through a
@@ -40,7 +40,7 @@ from absl import logging
 from tfrs_logq import retrieval
 
 INDEXES = ("brute_force", "scann")
-RAW_IDS = ("strings", "default", "int64")
+RAW_IDS = ("strings", "default")
 # What ScaNN's ops need to be saved (TFRS's efficient-serving guide).
 SCANN_SAVE_OPTIONS = tf.saved_model.SaveOptions(namespace_whitelist=["Scann"])
 
@@ -163,23 +163,24 @@ class _Serving(tf.Module):
             queries = self.model.query_embeddings(padded)
         return self._top_k(tf.cast(queries, self.items.dtype), history)
 
-    def recommend_raw(self, user, history, integer_ids: bool = False):
-        """`recommend` with raw ids in and out: strings, or int64 with `integer_ids` (their
-        decimal strings are the vocabulary's keys). History padding is "" (strings) or any
-        negative id (integers); every other id the vocabulary lacks is skipped and counted
-        in `unknown_history_ids`."""
-        if integer_ids:
+    def recommend_raw(self, user, history, integer_ids: Sequence[str] = ()):
+        """`recommend` with raw ids in and out: strings, or int64 for the kinds ("user",
+        "item") in `integer_ids` (their decimal strings are the vocabulary's keys). History
+        padding is "" (strings) or any negative id (integers); every other id the vocabulary
+        lacks is skipped and counted in `unknown_history_ids`."""
+        if "item" in integer_ids:
             present = history >= 0
-            history, user = tf.strings.as_string(history), (
-                None if user is None else tf.strings.as_string(user))
+            history = tf.strings.as_string(history)
         else:
             present = tf.not_equal(history, "")
+        if user is not None and "user" in integer_ids:
+            user = tf.strings.as_string(user)
         dense_history = self.item_dense.lookup(history)
         unknown = tf.reduce_sum(tf.cast(present & tf.equal(dense_history, 0), tf.int32), axis=1)
         dense_user = None if user is None else self.user_dense.lookup(user)
         answer = self.recommend(dense_user, dense_history)
         ids = tf.gather(self.item_raw, answer["ids"])
-        if integer_ids:
+        if "item" in integer_ids:
             ids = tf.strings.to_number(tf.where(tf.equal(ids, ""), "-1", ids), tf.int64)
         return {"ids": ids, "scores": answer["scores"], "unknown_history_ids": unknown}
 
@@ -220,7 +221,8 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
            max_length: Optional[int] = None, version: Optional[int] = None,
            item_vocabulary: Optional[Sequence[str]] = None,
            user_vocabulary: Optional[Sequence[str]] = None,
-           scann_min_items: int = retrieval.SCANN_MIN_ITEMS, raw_ids: str = "strings") -> str:
+           scann_min_items: int = retrieval.SCANN_MIN_ITEMS, raw_ids: str = "strings",
+           integer_ids: Sequence[str] = ()) -> str:
     """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to
     `path/<version>/`, the layout TensorFlow Serving reads (`path` is its model base path).
 
@@ -240,11 +242,12 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         `Interactions.item_ids[1:]`): adds the `serving_raw` signature.
       user_vocabulary: optional [num_users] raw user ids of dense ids 1..num_users; needed
         with `item_vocabulary` by a two-tower model.
-      raw_ids: with the vocabularies, how the raw ids are served: "strings" adds them as
-        the `serving_raw` signature (string ids); "default" and "int64" make them the
-        `serving_default` signature (string or int64 ids, as in the source log), the dense
-        one moving to `serving_dense`. The raw answer also holds `unknown_history_ids`, the
-        count per request of history ids the vocabulary lacks (skipped, not an error).
+      raw_ids: with the vocabularies, where the raw ids are served: "strings" adds the
+        `serving_raw` signature; "default" makes them `serving_default`, the dense one
+        moving to `serving_dense`. The raw answer also holds `unknown_history_ids`, the count
+        per request of history ids the vocabulary lacks (skipped, not an error).
+      integer_ids: the raw ids ("user", "item") served as int64 (the source's own integer
+        ids, whose decimal strings the vocabularies hold); the others are strings.
       scann_min_items: catalogs below it are served by exact search.
 
     Returns:
@@ -255,6 +258,9 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     if raw_ids not in RAW_IDS:
         raise ValueError(f"`raw_ids` must be one of {', '.join(RAW_IDS)}; received "
                          f"raw_ids={raw_ids!r}.")
+    if not set(integer_ids) <= {"user", "item"}:
+        raise ValueError(f"`integer_ids` names kinds of ids, \"user\" and \"item\"; received "
+                         f"integer_ids={integer_ids!r}.")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"`k` must be a positive integer; received k={k!r}.")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)
@@ -295,16 +301,19 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         "serving_default": serve.get_concrete_function(),
         "item_embeddings": module.item_embeddings.get_concrete_function()}
     if item_vocabulary is not None:
-        dtype = tf.int64 if raw_ids == "int64" else tf.string
-        raw_history = tf.TensorSpec([None, None], dtype, name="history")
-        integer = raw_ids == "int64"
+        dtypes = {kind: tf.int64 if kind in integer_ids else tf.string
+                  for kind in ("user", "item")}
+        raw_history = tf.TensorSpec([None, None], dtypes["item"], name="history")
+        integer_ids = tuple(integer_ids)
         if takes_user:
             serve_raw = tf.function(
-                lambda user, history: module.recommend_raw(user, history, integer),
-                input_signature=[tf.TensorSpec([None], dtype, name="user"), raw_history])
+                lambda user, history: module.recommend_raw(user, history, integer_ids),
+                input_signature=[tf.TensorSpec([None], dtypes["user"], name="user"),
+                                 raw_history])
         else:
-            serve_raw = tf.function(lambda history: module.recommend_raw(None, history, integer),
-                                    input_signature=[raw_history])
+            serve_raw = tf.function(
+                lambda history: module.recommend_raw(None, history, integer_ids),
+                input_signature=[raw_history])
         module.serve_raw = serve_raw
         if raw_ids == "strings":
             signatures["serving_raw"] = serve_raw.get_concrete_function()

@@ -239,8 +239,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             becomes masked slots), so that XLA compiles the step once.
           training: whether this is a training step. Unless it is False, a
             streaming frequency estimator is first updated with the positives'
-            ids (`candidate_ids[:num_queries]`; rows with a zero sample weight
-            are left out).
+            ids (`candidate_ids[:num_queries]`): the rows `candidate_mask` keeps in
+            the pool when it is given (a zero-weight row of the pool is still drawn
+            as a negative, so it is counted), else the rows with a nonzero sample
+            weight.
 
         Returns:
           Scalar loss: the sum over queries of sample-weighted per-example losses.
@@ -248,7 +250,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         query_embeddings, candidate_embeddings, sample_weight = _checked_embeddings(
             query_embeddings, candidate_embeddings, sample_weight)
         num_queries = tf.shape(query_embeddings)[0]
-        self._update_frequency(candidate_ids, num_queries, sample_weight, training)
+        self._update_frequency(candidate_ids, num_queries, sample_weight, training,
+                               candidate_mask)
         if self.sampler is None:
             if candidate_mask is not None:
                 raise ValueError(
@@ -327,8 +330,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             ops.append(self.mean_w.update_state(weight, sample_weight=sample_weight))
         return ops
 
-    def _update_frequency(self, candidate_ids, num_queries, sample_weight, training) -> None:
-        """Feeds the step's positives to a streaming estimator (update, then read)."""
+    def _update_frequency(self, candidate_ids, num_queries, sample_weight, training,
+                          candidate_mask=None) -> None:
+        """Feeds the step's positives to a streaming estimator (update, then read): the rows
+        of the pool (`candidate_mask`), else those with a nonzero weight."""
         source = self.frequency if self.sampler is None else self.sampler.frequency
         if source is None or not source.streaming or training is False:
             return
@@ -337,7 +342,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 f"A streaming estimator ({type(source).__name__}) is updated with the "
                 "positives' ids; received candidate_ids=None.")
         positive_ids = v.ids_tensor("candidate_ids", candidate_ids)[:num_queries]
-        mask = None if sample_weight is None else sample_weight > 0.0
+        if candidate_mask is not None:
+            mask = tf.cast(candidate_mask, tf.bool)[:num_queries]
+        else:
+            mask = None if sample_weight is None else sample_weight > 0.0
         if training is None or training is True:
             source.update(positive_ids, mask=mask)
         else:  # A boolean tensor.

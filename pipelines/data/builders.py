@@ -90,12 +90,14 @@ def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size:
 
 
 def two_tower_examples(sequences: Sequence[np.ndarray],
-                       times: Optional[Sequence[np.ndarray]] = None) -> Dict[str, np.ndarray]:
+                       times: Optional[Sequence[np.ndarray]] = None,
+                       weights: Optional[Sequence[np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """One example per interaction after a user's first: (user, position in the flat array).
 
     The history is gathered in-graph from the flat array (see `two_tower_dataset`). With
     `times` (per user, the time of each item), the examples are in time order (ties: by
-    user) and "time" holds each one's time.
+    user) and "time" holds each one's time. With `weights` (per user, each event's weight),
+    "flat_weight" holds them aligned with "flat".
     """
     lengths = np.array([len(s) for s in sequences])
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -107,11 +109,14 @@ def two_tower_examples(sequences: Sequence[np.ndarray],
                 "user": users[keep].astype(np.int32),
                 "position": positions[keep].astype(np.int64),
                 "start": starts[users][keep].astype(np.int64)}
+    if weights is not None:
+        examples["flat_weight"] = np.concatenate([np.asarray(w, np.float32) for w in weights]
+                                                 or [np.zeros(0, np.float32)])
     if times is not None:
         time = np.concatenate([np.asarray(t, np.int64) for t in times] or
                               [np.zeros(0, np.int64)])[keep]
         order = np.argsort(time, kind="stable")
-        examples = {key: (value if key == "flat" else value[order])
+        examples = {key: (value if key.startswith("flat") else value[order])
                     for key, value in examples.items()}
         examples["time"] = time[order]
     return examples
@@ -122,16 +127,20 @@ def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batc
                       input_context: Optional[tf.distribute.InputContext] = None,
                       partial_batches: bool = False,
                       times: Optional[Sequence[np.ndarray]] = None,
-                      shuffle_window: Optional[int] = None) -> tf.data.Dataset:
-    """Batches of {"user": [B], "history": [B, history_length], "item": [B]} int32 examples.
+                      shuffle_window: Optional[int] = None,
+                      weights: Optional[Sequence[np.ndarray]] = None) -> tf.data.Dataset:
+    """Batches of {"user": [B], "history": [B, history_length], "item": [B]} int32 examples
+    (and "weight": [B] float32, each event's weight, with `weights`).
 
     The history of an interaction is the user's previous `history_length` items,
     left-padded. Arguments as in `sasrec_dataset`; `sequences[u]` is user u's items.
     With `times` (per user, its items' times) the stream runs in time order, shuffled only
     within windows of `shuffle_window` examples (each pass in time order again).
     """
-    examples = two_tower_examples(sequences, times)
+    examples = two_tower_examples(sequences, times, weights)
     examples.pop("time", None)
+    flat_weight = examples.pop("flat_weight", None)
+    flat_weight = None if flat_weight is None else tf.constant(flat_weight)
     size = len(examples["user"])
     if size == 0:
         raise ValueError("No user has 2 or more items to train on.")
@@ -143,8 +152,11 @@ def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batc
         indices = batch["position"][:, tf.newaxis] + offsets
         valid = indices >= batch["start"][:, tf.newaxis]
         history = tf.where(valid, tf.gather(flat, tf.maximum(indices, 0)), 0)
-        return {"user": batch["user"], "history": history,
-                "item": tf.gather(flat, batch["position"])}
+        features = {"user": batch["user"], "history": history,
+                    "item": tf.gather(flat, batch["position"])}
+        if flat_weight is not None:
+            features["weight"] = tf.gather(flat_weight, batch["position"])
+        return features
 
     # The small index records are shuffled and batched; histories are gathered per batch.
     return _finish(tf.data.Dataset.from_tensor_slices(examples), size, batch_size, seed,

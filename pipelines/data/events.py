@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import re
+import time
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -66,11 +67,11 @@ class Vocabulary(NamedTuple):
 
 class EventLog(NamedTuple):
     """What `load_events` read: the interactions (raw ids in `user_ids` / `item_ids`), the
-    event weights (None without a weight column), whether the log's ids are integers, and
-    the counts of events read and dropped."""
+    event weights (None without a weight column), which ids ("user", "item") are all
+    integers in the log (served as int64), and the counts of events read and dropped."""
     interactions: Interactions
     weights: Optional[np.ndarray]
-    integer_ids: bool
+    integer_ids: Tuple[str, ...]
     stats: Dict[str, int]
 
 
@@ -315,10 +316,12 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"--{name} must be a positive integer; received {name}={value!r}.")
     files = event_files(pattern)
+    started = time.time()
     if vocabularies is None:
         counted = count_ids(files, columns, max_entries, batch_rows, count_before)
         vocabularies = {"user": vocabulary(counted["user"], min_user_count),
                         "item": vocabulary(counted["item"], min_item_count)}
+    counted_at = time.time()
     for kind, vocab in vocabularies.items():
         if not len(vocab):
             raise DataError(pattern, None, f"no {kind} is seen --min_{kind}_count times or "
@@ -359,21 +362,23 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
                                 f"{weight[row]} in data row {offset + row + 1}; weights are "
                                 "finite and >= 0.")
             weights.append(weight[keep])
-    user, item, time = (np.concatenate(parts) for parts in (users, items, times))
+    user, item, when = (np.concatenate(parts) for parts in (users, items, times))
     if len(user) == 0:
         raise DataError(pattern, None, "no event has both its user and its item in the "
                         "vocabulary.")
-    order = np.lexsort((np.arange(len(user)), time, user))
+    order = np.lexsort((np.arange(len(user)), when, user))
     interactions = Interactions(
-        user[order].astype(np.int64), item[order].astype(np.int64), time[order],
+        user[order].astype(np.int64), item[order].astype(np.int64), when[order],
         len(vocabularies["user"]), len(vocabularies["item"]),
         np.concatenate([[""], vocabularies["user"].ids]).astype(object),
         np.concatenate([[""], vocabularies["item"].ids]).astype(object))
     weight = np.concatenate(weights)[order] if columns.weight else None
     stats = {"events_read": int(read), "events_kept": int(len(user)),
              "events_dropped_out_of_vocabulary": int(read - len(user)),
-             "files": len(files)}
-    return EventLog(interactions, weight, integer["item"] and integer["user"], stats)
+             "files": len(files), "seconds_vocabulary": round(counted_at - started, 1),
+             "seconds_encode": round(time.time() - counted_at, 1)}
+    return EventLog(interactions, weight, tuple(kind for kind in ("user", "item")
+                                                if integer[kind]), stats)
 
 
 VOCABULARY_FILES = {"user": "users.parquet", "item": "items.parquet"}
@@ -381,7 +386,7 @@ VOCABULARY_FILES = {"user": "users.parquet", "item": "items.parquet"}
 
 def save_vocabularies(directory: str, log: EventLog, settings: Dict) -> None:
     """Writes the item and user vocabularies (id, count; row i is dense id i + 1) and
-    vocabulary.json (whether ids are integers, the read statistics, `settings`)."""
+    vocabulary.json (which ids are integers, the read statistics, `settings`)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     os.makedirs(directory, exist_ok=True)
@@ -395,7 +400,7 @@ def save_vocabularies(directory: str, log: EventLog, settings: Dict) -> None:
         pq.write_table(table, temporary)
         os.replace(temporary, os.path.join(directory, VOCABULARY_FILES[kind]))
     with open(os.path.join(directory, "vocabulary.json"), "w") as f:
-        json.dump({"integer_ids": log.integer_ids, **log.stats, **settings}, f, indent=1)
+        json.dump({"integer_ids": list(log.integer_ids), **log.stats, **settings}, f, indent=1)
 
 
 def has_vocabularies(directory: str) -> bool:

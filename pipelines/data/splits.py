@@ -29,6 +29,8 @@ class Split(NamedTuple):
     num_items: int
     # Per user, the times of `train`'s items (splits of timed logs; else None).
     train_times: Optional[List[np.ndarray]] = None
+    # Per user, the weights of `train`'s events (a log with a weight column; else None).
+    train_weights: Optional[List[np.ndarray]] = None
 
     def train_counts(self) -> np.ndarray:
         """[num_items + 1] training interactions per item."""
@@ -180,7 +182,7 @@ def days(timestamps: np.ndarray, day_seconds: int = DAY_SECONDS) -> np.ndarray:
 
 
 def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECONDS,
-             source: str = "the log") -> Split:
+             source: str = "the log", weights: Optional[np.ndarray] = None) -> Split:
     """Train on the days before the validation day, validate on the day before the test day,
     test on `test_day` (the paper's industrial protocol: train on days 1..T, evaluate on day
     T + 1).
@@ -192,6 +194,7 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
     Args:
       test_day: the test day, counted from the log's first day (0); -1: the last day.
       day_seconds: the length of a day in the log's time unit.
+      weights: optional [n] event weights, in `data`'s order (`Split.train_weights`).
 
     Raises:
       DataError: the test day holds no queries, or no day is left to train on.
@@ -209,12 +212,14 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
                         "training day and a validation day before the test day.")
     part = np.where(day < test - 1, 0, np.where(day == test - 1, 1, np.where(day == test, 2, 3)))
     bounds = np.searchsorted(data.user, np.arange(data.num_users + 2))
-    train, train_times, before_test = [], [], []
+    train, train_times, train_weights, before_test = [], [], [], []
     for user in range(data.num_users + 1):
         rows = slice(bounds[user], bounds[user + 1])
         kind = part[rows]
         train.append(data.item[rows][kind == 0])
         train_times.append(data.timestamp[rows][kind == 0])
+        if weights is not None:
+            train_weights.append(weights[rows][kind == 0])
         before_test.append(data.item[rows][kind < 2])
     in_val, in_test = part == 1, part == 2
     validation = _window_targets(train, data.user[in_val], data.item[in_val], "all")
@@ -227,4 +232,5 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
     if not (part == 0).any():
         raise DataError(source, None, f"no interaction precedes the validation day (day "
                         f"{test - 1}): nothing to train on.")
-    return Split(train, validation, test_set, data.num_items, train_times)
+    return Split(train, validation, test_set, data.num_items, train_times,
+                 train_weights if weights is not None else None)

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from typing import Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -214,9 +215,11 @@ def draw_events(catalog: WebCatalog, events_per_user: float, seed: int = 0) -> D
     return {"user": user[order], "item": item[order], "time": time[order] + START_TIME}
 
 
-def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]) -> None:
-    """One Parquet file per day (columns user_id, item_id, timestamp) and the truth
-    (truth.npz), written to a temporary directory renamed to `directory`."""
+def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray],
+              seconds: float = 0.0) -> None:
+    """One Parquet file per day (columns user_id, item_id, timestamp), the truth (truth.npz)
+    and log.json (sizes; `seconds`, the time the log took to draw), written to a temporary
+    directory renamed to `directory`."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     parent = os.path.dirname(os.path.abspath(directory))
@@ -241,7 +244,8 @@ def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]
         with open(os.path.join(temporary, "log.json"), "w") as f:
             json.dump({"events": int(len(events["user"])), "items": len(catalog.item_ids),
                        "users": len(catalog.user_ids), "days": catalog.num_days,
-                       "day_seconds": DAY_SECONDS, "start_time": START_TIME}, f, indent=1)
+                       "day_seconds": DAY_SECONDS, "start_time": START_TIME,
+                       "seconds_draw_and_write": round(seconds, 1)}, f, indent=1)
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.rename(temporary, directory)
@@ -269,6 +273,8 @@ def ensure_log(directory: str, num_items: int, num_users: int, num_days: int,
     """Writes the log of these settings into `directory` unless it is already there (a
     finished log has log.json); returns the glob of its files."""
     if not os.path.exists(os.path.join(directory, "log.json")):
+        started = time.time()
         catalog = make_catalog(num_items, num_users, num_days, seed=seed)
-        write_log(directory, catalog, draw_events(catalog, events_per_user, seed=seed))
+        write_log(directory, catalog, draw_events(catalog, events_per_user, seed=seed),
+                  seconds=time.time() - started)
     return log_files(directory)

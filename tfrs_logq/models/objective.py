@@ -121,7 +121,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
              item_embedding_fn: Callable[[tf.Tensor], tf.Tensor],
              all_item_embeddings: Optional[Callable[[], tf.Tensor]] = None,
              training: Optional[bool] = None,
-             example_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+             example_mask: Optional[tf.Tensor] = None,
+             example_weight: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Mean loss over the examples.
 
         Args:
@@ -134,6 +135,10 @@ class RetrievalObjective(tf.keras.layers.Layer):
             `positive_ids` are ignored): they are no example, no in-batch
             negative and no estimator update, and the shapes stay static (XLA
             compiles once). Without it every row is an example.
+          example_weight: optional [n] float >= 0, each example's weight in the loss
+            (a reward): the loss is the weighted sum over the examples divided by their
+            number. A zero-weight example is still an in-batch negative and still
+            counted by a streaming estimator (it was drawn).
         """
         positive_ids = tf.cast(positive_ids, tf.int64)
         if example_mask is None:
@@ -148,6 +153,12 @@ class RetrievalObjective(tf.keras.layers.Layer):
         if context is not None and context.num_replicas_in_sync > 1:
             count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
         count = tf.maximum(count, 1.0)  # The global number of examples.
+        pool_mask = example_mask
+        if example_weight is not None:
+            example_weight = tf.cast(example_weight, tf.float32)
+            weight = example_weight if weight is None else weight * example_weight
+            if pool_mask is None:  # Every row stays in the pool, whatever its weight.
+                pool_mask = tf.ones_like(positive_ids, tf.bool)
 
         def total(per_example):
             return tf.reduce_sum(per_example if weight is None else per_example * weight)
@@ -163,7 +174,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
                              sample_weight=weight, candidate_ids=positive_ids,
                              candidate_embedding_fn=item_embedding_fn, compute_metrics=False,
                              training=training, candidate_table=table,
-                             candidate_mask=example_mask)
+                             candidate_mask=pool_mask)
             return loss / count
         query_embeddings = tf.cast(query_embeddings, tf.float32)
         if self.loss == "full_softmax":

@@ -55,4 +55,5 @@ class TwoTower(tfrs.Model):
     def compute_loss(self, features, training=False):
         return self.objective(self.query_embeddings(features, training=training),
                               features["item"], self.candidate_embeddings,
-                              all_item_embeddings=self.item_embeddings, training=training)
+                              all_item_embeddings=self.item_embeddings, training=training,
+                              example_weight=features.get("weight"))
