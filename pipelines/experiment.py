@@ -7,6 +7,7 @@ the resumable training stream, and the query embeddings and metrics of an
 evaluation set.
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -105,7 +106,7 @@ def event_log(data: configs.DataConfig, dim: int,
     columns = event_columns(data)
     vocabulary_dir = RunFiles(run_dir).vocabulary if run_dir else None
     saved = None
-    if vocabulary_dir and events_lib.has_vocabularies(vocabulary_dir):
+    if vocabulary_dir and _saved_for(vocabulary_dir, data):
         saved = events_lib.load_vocabularies(vocabulary_dir)
     count_before = None
     if data.split == "next_day" and saved is None:
@@ -125,11 +126,20 @@ def save_vocabularies(config: configs.Config, output_dir: str) -> None:
     if config.data.dataset not in configs.EVENT_LOGS:
         return
     directory = RunFiles(output_dir).vocabulary
-    if events_lib.has_vocabularies(directory):
+    if _saved_for(directory, config.data):
         return
     log, pattern = event_log(config.data, config.model.dim, output_dir)
     events_lib.save_vocabularies(directory, log, {"source": pattern,
-                                                  "columns": event_columns(config.data).names()})
+                                                  "data": dataclasses.asdict(config.data)})
+
+
+def _saved_for(directory: str, data: configs.DataConfig) -> bool:
+    """Whether `directory` holds vocabularies made with the data settings `data` (a run that
+    failed before training and is started again with other settings counts anew)."""
+    if not events_lib.has_vocabularies(directory):
+        return False
+    with open(os.path.join(directory, "vocabulary.json")) as f:
+        return json.load(f).get("data") == dataclasses.asdict(data)
 
 
 class WebTruth(NamedTuple):

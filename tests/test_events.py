@@ -248,6 +248,12 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertNotEmpty(drift)
         self.assertTrue(all(0 <= row["total_variation"] <= 2 for row in drift))
         self.assertTrue(events.has_vocabularies(os.path.join(out, "vocabulary")))
+        # Vocabularies of other data settings are not reused (counted anew).
+        self.assertTrue(experiment._saved_for(os.path.join(out, "vocabulary"), config.data))
+        self.assertFalse(experiment._saved_for(os.path.join(out, "vocabulary"),
+                                               config.data.__class__(
+                                                   **{**config.data.__dict__,
+                                                      "min_item_count": 3})))
 
         # Served = evaluated, on raw ids: the brute-force export's answer for test users'
         # raw histories (plus an unknown id) against the exact search over the catalog.
@@ -299,6 +305,22 @@ class WeightedEventLogTest(tf.test.TestCase):
                                             tf.int64))
         self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [1])
         self.assertTrue((answer["ids"].numpy() % 1000 == 7).all())
+
+
+class BadLogRunTest(tf.test.TestCase):
+
+    def test_a_bad_log_stops_before_training_and_writes_nothing(self):
+        directory, out = tempfile.mkdtemp(), tempfile.mkdtemp()
+        rows = [(f"u{u}", f"i{(u * 7 + d) % 50}", d * DAY + u) for d in range(5)
+                for u in range(40)]
+        path = _write_csv(os.path.join(directory, "log.csv"), rows[:-1] + [("u1", "", 3)])
+        config = SMOKE.replace(dataset="events", data_path=path, index="exact", ks="10")
+        with self.assertRaisesRegex(DataError, "column 'item_id' is empty"):
+            train.run(config, out, verbose=0)
+        self.assertEqual(os.listdir(out), [])
+        _write_csv(path, rows)  # Fixed: the same command now trains.
+        metrics = train.run(config, out, verbose=0)
+        self.assertIn("recall@10", metrics["test"])
 
 
 class IndustrialConfigTest(tf.test.TestCase):
