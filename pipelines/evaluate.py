@@ -61,7 +61,8 @@ def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
     config, model, data_split, _ = experiment.load_run(output_dir)
     eval_set = data_split.test if split == "test" else data_split.validation
     queries = experiment.query_embeddings(model, config, eval_set)
-    metrics = experiment.evaluate(model, config, eval_set, index=index, queries=queries)
+    metrics = experiment.evaluate_split(model, config, data_split, split, index=index,
+                                        queries=queries)
     if geometry:
         metrics["geometry"] = retrieval.embedding_geometry(queries,
                                                            model.item_embeddings().numpy())
@@ -84,8 +85,8 @@ def per_query_values(source: str, split: str = "test", index: str = "exact") -> 
             "targets_digest": per_query.targets_digest(eval_set.targets),
             "split": split, "index": index,
             "description": f"{config.data.dataset}, split {config.data.split}",
-            "values": experiment.evaluate(model, config, eval_set, index=index,
-                                          per_query=True)}
+            "values": experiment.evaluate_split(model, config, data_split, split, index=index,
+                                                per_query=True)}
 
 
 def check_against_report(record: Dict, output_dir: str, tolerance: float = 1e-6) -> None:

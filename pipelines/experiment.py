@@ -424,18 +424,43 @@ def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet
 
 def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
              ks=retrieval.DEFAULT_KS, index: str = "exact",
-             queries: Optional[np.ndarray] = None, per_query: bool = False
+             queries: Optional[np.ndarray] = None, per_query: bool = False,
+             candidates: Optional[np.ndarray] = None
              ) -> Dict[str, Union[float, np.ndarray]]:
-    """Recall@k / NDCG@k over the whole catalog by `index`, the queries' histories filtered:
-    their means, or with `per_query` each query's ([num_queries] arrays in the set's order).
-    `queries`: the set's `query_embeddings`, when the caller already has them."""
+    """Recall@k / NDCG@k over the whole catalog (or the ids `candidates`) by `index`, the
+    queries' histories filtered: their means, or with `per_query` each query's
+    ([num_queries] arrays in the set's order). `queries`: the set's `query_embeddings`, when
+    the caller already has them."""
     if queries is None:
         queries = query_embeddings(model, config, eval_set)
     top = retrieval.top_k(queries, model.item_embeddings().numpy(), max(ks),
                           min_items=config.training.scann_min_items,
-                          exclude=eval_set.histories, index=index)
+                          exclude=eval_set.histories, index=index, candidates=candidates)
     metrics = retrieval.per_query_recall_ndcg if per_query else retrieval.recall_ndcg
     return metrics(top, eval_set.targets, ks)
+
+
+def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
+    """The ids the test search covers: the `index_size` items with the most training events
+    plus every test positive (the paper's industrial index); None: the whole catalog."""
+    if not config.training.index_size:
+        return None
+    counts = split.train_counts()
+    top = np.argsort(-counts[1:], kind="stable")[:config.training.index_size] + 1
+    return np.union1d(top, np.concatenate(split.test.targets))
+
+
+def evaluate_split(model, config: configs.Config, split: splits_lib.Split, which: str,
+                   index: str = "exact", queries: Optional[np.ndarray] = None,
+                   per_query: bool = False) -> Dict[str, Union[float, np.ndarray]]:
+    """`evaluate` on the split's "test" or "validation" set as the run's report does: at
+    the run's --ks, the test set over `test_index`."""
+    if which not in ("test", "validation"):
+        raise ValueError(f"`which` must be test or validation; received which={which!r}.")
+    eval_set = split.test if which == "test" else split.validation
+    return evaluate(model, config, eval_set, ks=configs.ks(config.training), index=index,
+                    queries=queries, per_query=per_query,
+                    candidates=test_index(config, split) if which == "test" else None)
 
 
 def load_run(output_dir: str):

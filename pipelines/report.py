@@ -19,16 +19,6 @@ from tfrs_logq import export as export_lib
 from tfrs_logq import retrieval
 
 
-def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
-    """The ids the test search covers: the `index_size` items with the most training events
-    plus every test positive (the paper's industrial index); None: the whole catalog."""
-    if not config.training.index_size:
-        return None
-    counts = split.train_counts()
-    top = np.argsort(-counts[1:], kind="stable")[:config.training.index_size] + 1
-    return np.union1d(top, np.concatenate(split.test.targets))
-
-
 def _by_popularity(top, split: splits_lib.Split, ks) -> Dict[str, float]:
     """Recall@k of head / torso / tail targets (thirds by training count), k = 10 and max."""
     bands = retrieval.popularity_bands(split.train_counts())
@@ -46,7 +36,7 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
     ks = configs.ks(config.training)
     queries = experiment.query_embeddings(model, config, split.test)
     items = model.item_embeddings().numpy()
-    candidates = test_index(config, split)
+    candidates = experiment.test_index(config, split)
     indexes = ("exact", "scann") if config.training.index == "both" else (config.training.index,)
     report, retrieved = {}, {}
     for index in indexes:
@@ -105,7 +95,7 @@ def baselines(config: configs.Config, split: splits_lib.Split,
     head / torso / tail targets, as the model's."""
     ks = configs.ks(config.training)
     test = split.test
-    candidates = test_index(config, split)
+    candidates = experiment.test_index(config, split)
 
     def metrics(top):
         values = retrieval.recall_ndcg(top, test.targets, ks)

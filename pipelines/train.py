@@ -96,11 +96,18 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
                              f"{', '.join(changed)}); use another --output_dir.")
 
 
+def peak_rss_mb() -> int:
+    """This process's peak resident memory so far, in MB (Linux reports KB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
 class PhaseTimer:
     """Wall seconds per named phase: `with timer("name"):`, or `start` / `stop`."""
 
     def __init__(self):
         self.seconds: Dict[str, float] = {}
+        # The process's peak resident memory (MB) when each phase ended: where it grew.
+        self.peak_rss_mb: Dict[str, int] = {}
         self._open = None
 
     def start(self, name: str) -> None:
@@ -111,6 +118,7 @@ class PhaseTimer:
         if self._open is not None:
             name, since = self._open
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.time() - since, 1)
+            self.peak_rss_mb[name] = peak_rss_mb()
             self._open = None
 
     @contextlib.contextmanager
@@ -248,11 +256,17 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         metrics["event_log"] = experiment.event_log(config.data, config.model.dim,
                                                     output_dir)[0].stats
     with phases("export"):
+        if files.has_best():
+            # A plain copy of the best weights: the trained model's optimizer slots (Adagrad's
+            # accumulators are a copy of every table) have no place in a serving model.
+            model = experiment.build_model(config, data, split)
+            model.load_weights(files.best).expect_partial()
         metrics["exports"] = report.export_run(model, config, output_dir, data=data)
     # This process's wall time per phase (training's over restarts: train_seconds), and its
-    # peak resident memory.
+    # peak resident memory, at the end of each phase and overall.
     metrics["phase_seconds"] = phases.seconds
-    metrics["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    metrics["phase_peak_rss_mb"] = phases.peak_rss_mb
+    metrics["peak_rss_mb"] = peak_rss_mb()
     with open(files.metrics, "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics

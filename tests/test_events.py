@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 from pipelines import configs
+from pipelines import evaluate
 from pipelines import experiment
 from pipelines import train
 from pipelines.data import builders
@@ -254,6 +255,17 @@ class IndustrialRunTest(tf.test.TestCase):
                                                config.data.__class__(
                                                    **{**config.data.__dict__,
                                                       "min_item_count": 3})))
+
+        # The export holds the model, not its optimizer's slots.
+        saved = tf.train.load_checkpoint(os.path.join(metrics["exports"][0], "variables",
+                                                      "variables"))
+        self.assertFalse([name for name in saved.get_variable_to_shape_map()
+                          if "OPTIMIZER_SLOT" in name])
+        self.assertIn("data", metrics["phase_peak_rss_mb"])
+        # pipelines.evaluate re-evaluates the run as its report did (ks, index, queries).
+        again = evaluate.evaluate_run(out, "test", "exact")[1]
+        for name, value in metrics["test_exact"].items():
+            self.assertAllClose(again[name], value, atol=1e-9)
 
         # Served = evaluated, on raw ids: the brute-force export's answer for test users'
         # raw histories (plus an unknown id) against the exact search over the catalog.
