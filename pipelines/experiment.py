@@ -352,7 +352,6 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
                                          config.training.batch_size,
                                          seed=config.training.seed, input_context=input_context,
                                          partial_batches=config.training.partial_batches)
-        size = len(builders.sequence_windows(split.train, config.model.max_length)["inputs"])
     else:
         in_time = config.training.order == "time"
         stream = builders.two_tower_dataset(split.train, config.model.history_length,
@@ -362,10 +361,20 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
                                             times=split.train_times if in_time else None,
                                             shuffle_window=config.training.shuffle_window,
                                             weights=split.train_weights)
+    return stream, pass_steps(config, split)
+
+
+def pass_steps(config: configs.Config, split: splits_lib.Split) -> int:
+    """The number of global batches in one pass over the training examples (the last,
+    partial one included with `config.training.partial_batches`), without building the
+    stream."""
+    if config.model.model == "sasrec":
+        size = sum(len(s) >= 2 for s in split.train)  # One window per user with 2+ items.
+    else:
         size = int(sum(max(len(s) - 1, 0) for s in split.train))
     if config.training.partial_batches:
-        return stream, max(-(-size // config.training.batch_size), 1)
-    return stream, max(size // config.training.batch_size, 1)
+        return max(-(-size // config.training.batch_size), 1)
+    return max(size // config.training.batch_size, 1)
 
 
 def training_input(config: configs.Config, split: splits_lib.Split, start: tf.Variable,

@@ -163,7 +163,7 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         model = experiment.build_model(config, data, split)
         model.compile(optimizer=experiment.make_optimizer(config.training, model),
                       jit_compile=experiment.uses_xla(config, strategy))
-    pass_steps = experiment.training_stream(config, split)[1]
+    pass_steps = experiment.pass_steps(config, split)
     steps_per_epoch = config.training.steps_per_epoch or pass_steps
     if chief:
         _write_config(config, output_dir)
