@@ -237,9 +237,12 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
         self.rows = []
 
     def on_train_begin(self, logs=None):
+        # After BackupAndRestore (earlier in the list): readings past the restored step are
+        # of the killed run's lost steps, and are taken again.
         if os.path.exists(self.path):
+            restored = int(self.model.optimizer.iterations.numpy())
             with open(self.path) as f:
-                self.rows = json.load(f)["readings"]
+                self.rows = [row for row in json.load(f)["readings"] if row["step"] <= restored]
 
     def reading(self, step: int) -> Dict:
         """The errors at `step` (see the class docstring)."""
