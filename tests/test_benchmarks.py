@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipelines.benchmarks import ann
 from pipelines.benchmarks import estimator_accuracy
 from pipelines.benchmarks import gradient_bias
 from tfrs_logq import frequency
@@ -219,8 +220,36 @@ class AnnTest(tf.test.TestCase):
         result = run_benchmark("ann", "--catalogs=20000", "--users=200", "--train_steps=5",
                                "--queries=200", timeout=900)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertRegex(result.stdout, r"\| 20,000 \| 141 \(28\) / 600 \| [0-9.]+ / [0-9.]+ \| "
-                         r"[0-9,]+ / [0-9,]+ \| [0-9.]+x \| [0-9.]+ \|")
+        self.assertRegex(result.stdout, r"\| 20,000 \| trained \| default \| 141 \(28\) / 600 \| "
+                         r"[0-9.]+ / [0-9.]+ \| [0-9,]+ / [0-9,]+ \| [0-9.]+x \| [0-9.]+ \|")
+
+
+class AnnClusteredTest(tf.test.TestCase):
+
+    def test_clustered_embeddings(self):
+        queries, items = ann.clustered_embeddings(1000, 10, 8, clusters=20, spread=1.0, seed=0)
+        self.assertEqual((queries.shape, items.shape), ((10, 8), (1001, 8)))
+        self.assertEqual((queries.dtype, items.dtype), (np.float32, np.float32))
+        self.assertAllEqual(items[0], np.zeros(8))
+        # Norms from 1 (the least popular item) to 1 + 0.05 ln(1000) (the most popular).
+        norms = np.linalg.norm(items[1:], axis=1)
+        self.assertAllClose([norms.min(), norms.max()], [1.0, 1.0 + 0.05 * np.log(1000)],
+                            atol=1e-3)
+        again, _ = ann.clustered_embeddings(1000, 10, 8, clusters=20, spread=1.0, seed=0)
+        self.assertAllEqual(queries, again)
+
+    def test_command_line_times_each_search_setting(self):
+        result = run_benchmark("ann", "--embeddings=clustered", "--catalogs=3000",
+                               "--queries=50", "--dim=8", "--search=default,4:100", timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        for setting in (r"default \| 54 \(16\) / 600", r"4:100 \| 54 \(4\) / 100"):
+            self.assertRegex(result.stdout, r"\| 3,000 \| clustered \| " + setting +
+                             r" \| [0-9.]+ / [0-9.]+ \| [0-9,]+ / [0-9,]+ \| [0-9.]+x \| "
+                             r"[0-9.]+ \|")
+        result = run_benchmark("ann", "--search=4", timeout=300)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("--search entries must be 'default' or LEAVES:REORDER; received '4'",
+                      result.stderr)
 
 
 @pytest.mark.slow
@@ -252,10 +281,6 @@ class ServingTest(tf.test.TestCase):
                              r"[0-9]+ \|")
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class TableOptimizerBenchmarkTest(tf.test.TestCase):
 
     def test_prints_both_optimizers_per_catalog(self):
@@ -267,3 +292,35 @@ class TableOptimizerBenchmarkTest(tf.test.TestCase):
         self.assertEqual([row[0] for row in rows], ["1,000", "4,000"], result.stdout)
         self.assertEqual((rows[0][2], rows[0][4]), ("1.00", "1.00"))
         self.assertTrue(all(float(row[1]) > 0 and float(row[3]) > 0 for row in rows))
+
+
+class CatalogScalingTest(tf.test.TestCase):
+
+    def test_prints_every_cell_against_tfrs_and_the_smallest_catalog(self):
+        result = run_benchmark("catalog_scaling", "--catalogs=500,2000", "--batch_sizes=32",
+                               "--corrections=none,improved", "--dim=8", "--rounds=1",
+                               "--steps_per_round=1", "--memory=false", timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn("| 500 | tfrs Retrieval |", result.stdout)
+        self.assertRegex(result.stdout, r"\| 500 \| ours none \| [0-9.]+ \| [0-9.]+x \| 1.000x \|  \| 0 \|")
+        for variant in ("tfrs Retrieval", "ours none", "ours improved"):
+            self.assertRegex(result.stdout, r"\| 2,000 \| " + variant +
+                             r" \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|  \| 0 \|")
+        self.assertRegex(result.stdout, r"Ours / TFRS: worst [0-9.]+x \(ours (none|improved), "
+                                        r"[0-9,]+ items, batch 32\); above 1.05x in [0-4] of 4")
+        self.assertRegex(result.stdout, r"2,000 items / 500 items, same variant and batch: "
+                                        r"worst [0-9.]+x")
+
+    @pytest.mark.slow
+    def test_memory_runs_one_process_per_variant(self):
+        result = run_benchmark("catalog_scaling", "--catalogs=1000", "--batch_sizes=32",
+                               "--corrections=standard", "--dim=8", "--rounds=1",
+                               "--steps_per_round=1", "--memory_steps=1", timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        for variant in ("tfrs Retrieval", "ours standard"):
+            self.assertRegex(result.stdout, r"\| 1,000 \| " + variant + r" \| [0-9.]+ \| "
+                             r"[0-9.]+x \| 1.000x \| [0-9]+ \([0-9]+\) \| 0 \|")
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -29,10 +29,6 @@ Usage:
 
 import gzip
 import os
-import resource
-import subprocess
-import sys
-import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -41,6 +37,7 @@ import tensorflow_recommenders as tfrs
 from absl import app
 from absl import flags
 
+from pipelines.benchmarks import processes
 from pipelines.benchmarks.steps import time_interleaved, zipf_batches
 from pipelines.data import loaders
 from tfrs_logq import frequency
@@ -301,33 +298,24 @@ def run_memory() -> None:
     print("| variant | peak RSS (MiB) | ms/step | vs TFRS |\n|---|---|---|---|")
     times = {}
     for name, reference in names.items():
-        output = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.loss_overhead",
-             f"--memory_variant={name}", f"--batch_sizes={batch_size}", "--ids=int",
-             f"--num_items={FLAGS.num_items}", f"--dim={FLAGS.dim}",
-             f"--rounds={FLAGS.rounds}", f"--steps_per_round={FLAGS.steps_per_round}"],
-            capture_output=True, text=True, check=True).stdout
-        peak, seconds = output.strip().splitlines()[-1].split()
-        times[name] = float(seconds)
+        alone = processes.run_alone("pipelines.benchmarks.loss_overhead", [
+            f"--memory_variant={name}", f"--batch_sizes={batch_size}", "--ids=int",
+            f"--num_items={FLAGS.num_items}", f"--dim={FLAGS.dim}",
+            f"--rounds={FLAGS.rounds}", f"--steps_per_round={FLAGS.steps_per_round}"])
+        times[name] = alone.seconds
         ratio = "" if reference is None else f"{times[name] / times[reference]:.3f}x"
-        print(f"| {name} | {peak} | {times[name] * 1e3:.1f} | {ratio} |", flush=True)
+        print(f"| {name} | {alone.peak_mib:.0f} | {times[name] * 1e3:.1f} | {ratio} |",
+              flush=True)
 
 
 def run_memory_variant() -> None:
-    """Prints this variant's peak RSS (MiB) and median step time (s) at the batch size."""
+    """Prints this variant's peak RSS and median step time at the batch size (`processes`)."""
     batch_size = int(FLAGS.batch_sizes[0])
     batches, q, vocabulary = cell_batches(batch_size, "int")
     factory, _ = variants(q, vocabulary, ["column"], list(losses.CORRECTIONS))[
         FLAGS.memory_variant]
     step = build(factory, FLAGS.num_items, vocabulary)
-    float(step(*batches[0]))  # Traces and compiles.
-    seconds = []
-    for i in range(FLAGS.rounds * FLAGS.steps_per_round):
-        start = time.perf_counter()
-        float(step(*batches[(i + 1) % len(batches)]))
-        seconds.append(time.perf_counter() - start)
-    print(f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
-          f"{np.median(seconds):.6f}")
+    processes.report(processes.time_alone(step, batches, FLAGS.rounds * FLAGS.steps_per_round))
 
 
 def main(argv):

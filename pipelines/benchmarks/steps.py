@@ -37,7 +37,8 @@ def zipf_batches(num_items: int, batch_size: int, count: int, seed: int, exponen
 
 def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
                     use_probability: bool, extra: Callable = None,
-                    optimizer: tf.keras.optimizers.Optimizer = None) -> Callable:
+                    optimizer: tf.keras.optimizers.Optimizer = None,
+                    task_arguments: Callable = None) -> Callable:
     """A compiled step: loss of `task` on in-batch negatives, gradients, optimizer update.
 
     Args:
@@ -47,6 +48,10 @@ def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
       extra: optional callable(items) run inside the step (e.g. an estimator
         update), for benchmarks that measure what it adds.
       optimizer: default Adam(1e-3).
+      task_arguments: optional callable(items) -> further keyword arguments of the task,
+        called in the step under the gradient tape (e.g. the item tower as
+        `candidate_embedding_fn` for a sampler, or Q read from an estimator as
+        `candidate_sampling_probability`).
     """
     optimizer = optimizer or tf.keras.optimizers.Adam(1e-3)
 
@@ -55,9 +60,11 @@ def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
         if extra is not None:
             extra(items)
         with tf.GradientTape() as tape:
-            loss = task(model.user_tower(users), model.item_tower(items),
-                        candidate_sampling_probability=probability if use_probability else None,
-                        candidate_ids=items, compute_metrics=False)
+            arguments = dict(candidate_sampling_probability=(
+                probability if use_probability else None))
+            arguments.update(task_arguments(items) if task_arguments is not None else {})
+            loss = task(model.user_tower(users), model.item_tower(items), candidate_ids=items,
+                        compute_metrics=False, **arguments)
         variables = model.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
@@ -67,16 +74,20 @@ def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
 
 def time_interleaved(steps: Dict[str, Callable], batches, rounds: int,
                      steps_per_round: int) -> Dict[str, float]:
-    """Median seconds per step of each variant, the variants interleaved round by round."""
-    for fn in steps.values():  # Compile and warm up.
-        for batch in batches[:3]:
+    """Median seconds per step of each variant, the variants interleaved round by round.
+
+    `batches`: one list of batches for every variant, or {variant: its list}.
+    """
+    of = batches if isinstance(batches, dict) else {name: batches for name in steps}
+    for name, fn in steps.items():  # Compile and warm up.
+        for batch in of[name][:3]:
             fn(*batch).numpy()
     times = {name: [] for name in steps}
     for _ in range(rounds):
         for name, fn in steps.items():
             started = time.perf_counter()
             for i in range(steps_per_round):
-                loss = fn(*batches[i % len(batches)])
+                loss = fn(*of[name][i % len(of[name])])
             loss.numpy()
             times[name].append((time.perf_counter() - started) / steps_per_round)
     return {name: float(np.median(t)) for name, t in times.items()}
