@@ -129,8 +129,12 @@ class ScannTest(tf.test.TestCase):
                 retrieval.scann_top_k(np.zeros([1, 2]), np.zeros([3, 2]), 1, min_items=bad)
 
     def test_defaults_scale_with_the_catalog(self):
+        self.assertEqual(retrieval.scann_defaults(999_999, 100),
+                         {"num_leaves": 999, "num_leaves_to_search": 199, "reorder": 600})
         self.assertEqual(retrieval.scann_defaults(1_000_000, 100),
-                         {"num_leaves": 1000, "num_leaves_to_search": 200, "reorder": 600})
+                         {"num_leaves": 1000, "num_leaves_to_search": 100, "reorder": 2000})
+        self.assertEqual(retrieval.scann_defaults(5_000_000, 100),
+                         {"num_leaves": 2236, "num_leaves_to_search": 223, "reorder": 2000})
         self.assertEqual(retrieval.scann_defaults(400, 10),
                          {"num_leaves": 20, "num_leaves_to_search": 16, "reorder": 100})
 
