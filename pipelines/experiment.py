@@ -111,9 +111,9 @@ def event_log(data: configs.DataConfig, dim: int,
     count_before = None
     if data.split == "next_day" and saved is None:
         first, last = events_lib.time_span(events_lib.event_files(pattern), columns)
-        day0 = (first // data.day_seconds) * data.day_seconds
-        test = (last - day0) // data.day_seconds if data.test_day == -1 else data.test_day
-        count_before = day0 + (test - 1) * data.day_seconds
+        test = splits_lib.test_day_number(first, last, data.test_day, data.day_seconds)
+        # The start of the validation day (the day before the test day).
+        count_before = ((first // data.day_seconds) + test - 1) * data.day_seconds
     log = events_lib.load_events(
         pattern, columns, min_item_count=data.min_item_count,
         min_user_count=data.min_user_count, vocabularies=saved, count_before=count_before,
@@ -186,9 +186,10 @@ def web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     dense_item = np.zeros(len(catalog.item_ids), np.int64)
     dense_item[item_index[1:]] = np.arange(1, len(item_index))
     # The split counts days from the log's first; the truth from its START_TIME.
-    last = int(splits_lib.days(data.timestamp, config.data.day_seconds).max())
-    first_day = int((data.timestamp.min() - web_synthetic.START_TIME) // config.data.day_seconds)
-    test_day = (last if config.data.test_day == -1 else config.data.test_day) + first_day
+    first, last = int(data.timestamp.min()), int(data.timestamp.max())
+    first_day = (first - web_synthetic.START_TIME) // config.data.day_seconds
+    test_day = splits_lib.test_day_number(first, last, config.data.test_day,
+                                          config.data.day_seconds) + first_day
     return WebTruth(catalog, item_index, dense_item, user_index, test_day)
 
 

@@ -181,6 +181,14 @@ def days(timestamps: np.ndarray, day_seconds: int = DAY_SECONDS) -> np.ndarray:
     return (timestamps - first) // day_seconds
 
 
+def test_day_number(first: int, last: int, test_day: int = -1,
+                    day_seconds: int = DAY_SECONDS) -> int:
+    """The test day of a log whose times run from `first` to `last`, counted as `days`
+    counts (`test_day` -1: the last day)."""
+    return (last - (first // day_seconds) * day_seconds) // day_seconds if test_day == -1 \
+        else int(test_day)
+
+
 def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECONDS,
              source: str = "the log", weights: Optional[np.ndarray] = None) -> Split:
     """Train on the days before the validation day, validate on the day before the test day,
@@ -205,7 +213,8 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
         raise ValueError(f"--day_seconds must be a positive integer; received {day_seconds!r}.")
     day = days(data.timestamp, day_seconds)
     last = int(day.max())
-    test = last if test_day == -1 else int(test_day)
+    test = test_day_number(int(data.timestamp.min()), int(data.timestamp.max()), test_day,
+                           day_seconds)
     if not 2 <= test <= last:
         raise DataError(source, None, f"--test_day={test_day} leaves no training day: the log "
                         f"spans days 0..{last} ({day_seconds} s each) and the protocol needs a "
