@@ -155,7 +155,8 @@ def describe_indexes(metrics: Dict) -> str:
     lines = []
     if "test_scann" in metrics and "test_exact" in metrics:
         e, a = metrics["test_exact"], metrics["test_scann"]
-        k = min(int(name.split("@")[1]) for name in e)
+        # @10 as before when the run reports it; else its smallest cutoff.
+        k = 10 if "recall@10" in e else min(int(name.split("@")[1]) for name in e)
         overlap_name, overlap = next((name, v) for name, v in metrics.items()
                                      if name.startswith("ann_overlap@"))
         lines.append(f"\nScaNN vs exact: Recall@{k} {a[f'recall@{k}']:.4f} vs "
