@@ -262,6 +262,12 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"`index` must be one of brute_force, scann; "
                                     r"received index='faiss'"):
             export.export(_sasrec(), path, index="faiss")
+        with self.assertRaisesRegex(ValueError, r"`raw_ids` must be one of strings, default; "
+                                    r"received raw_ids='int64'"):
+            export.export(_sasrec(), path, raw_ids="int64")
+        with self.assertRaisesRegex(ValueError, r"`integer_ids` names kinds of ids, \"user\" "
+                                    r"and \"item\"; received integer_ids=\('items',\)"):
+            export.export(_sasrec(), path, integer_ids=("items",))
 
 
 if __name__ == "__main__":
