@@ -112,7 +112,10 @@ class InBatchSampler(NegativeSampler):
         log_q, positive_log_q, excludes = formulas.in_batch_log_q(
             k.OPS, self.frequency, positive_ids, ids, mask, num_draws, kept, pool_size,
             horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson")
-        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes)
+        expected_draws = (None if self.deduplicate else
+                          formulas.expected_in_batch_draws(k.OPS, num_draws, kept, pool_size))
+        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes,
+                         expected_draws=expected_draws)
 
     def get_config(self):
         config = super().get_config()
@@ -159,7 +162,8 @@ class UniformSampler(NegativeSampler):
         mask = formulas.accidental_hit_mask(k.OPS, positive_ids, ids)
         log_q = formulas.log_uniform_q(self.num_items)
         return Negatives(ids, embeddings, mask, ops.full(shape, log_q),
-                         ops.full((ops.shape(positive_ids)[0],), log_q))
+                         ops.full((ops.shape(positive_ids)[0],), log_q),
+                         expected_draws=float(self.num_negatives))
 
     def get_config(self):
         config = super().get_config()
@@ -176,7 +180,7 @@ class MixedSampler(NegativeSampler):
       num_items: catalog size of the uniform half.
       num_uniform: n_u uniform draws (per row with `per_row`).
       num_in_batch: n_b, the most in-batch negatives kept.
-      mixture: "exact" (the mixture proposal, per row, positive excluded:
+      mixture: "exact" (the mixture proposal, exactly unbiased:
         `logq_core.formulas.mixture_log_q`) or "paper" (unigram q for every
         negative, as the paper's released code).
       first_id: smallest id of the uniform draws.
@@ -195,9 +199,10 @@ class MixedSampler(NegativeSampler):
         self.mixture = mixture
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id,
                                       per_row=per_row, seed=seed, name="uniform")
+        # No probabilities: this sampler reads the in-batch half's ids, not its log Q, and
+        # looks the log Q of every negative and positive up itself, once per step.
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
-                                       log_q="unigram", probabilities=self.frequency,
-                                       seed=None if seed is None else seed + 1,
+                                       log_q="unigram", seed=None if seed is None else seed + 1,
                                        name="in_batch")
 
     def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
@@ -219,12 +224,13 @@ class MixedSampler(NegativeSampler):
         mask = ops.concatenate([uniform.mask, in_batch.mask], axis=1)
         if self.frequency is None:
             return Negatives(ids, embeddings, mask, None, None)
-        log_q_ids, positive_log_q = self._log_q(ids), self._log_q(positive_ids)
+        log_q_ids, positive_log_q = formulas.log_q_of_both(k.OPS, self._log_q, ids,
+                                                           positive_ids)
         if self.mixture == "paper":
             return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q)
         log_q_mix, positive_log_q = formulas.mixture_log_q(
-            k.OPS, log_q_ids, positive_log_q, uniform.mask, in_batch.mask, mask,
-            self.uniform.num_items, self.uniform.num_negatives, in_batch.ids.shape[0])
+            k.OPS, log_q_ids, positive_log_q, mask, self.uniform.num_items,
+            uniform.expected_draws, in_batch.expected_draws)
         return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True)
 
     def get_config(self):

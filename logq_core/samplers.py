@@ -39,6 +39,15 @@ class Negatives(NamedTuple):
         or None.
       log_q_excludes_positive: True when `log_q` already is log Q' (the
         positive excluded), so the improved loss must not convert it again.
+      expected_draws: scalar, the expected number of a row's slots that are draws
+        from the sampler's law over the whole catalog (uniform: every slot; an
+        in-batch pool without deduplication: the kept slots that are other rows'
+        positives, kept (B - 1) / B), or None. The mixed sampler weights its
+        strata by it.
+      log_q_checked: True when the sampler checked the log Q it read from its
+        frequency source (finite and <= 0) and derived `log_q` and
+        `positive_log_q` from it by formulas that keep them finite, so the loss
+        need not check the [batch, n] values again.
     """
     ids: Any
     embeddings: Any
@@ -46,6 +55,8 @@ class Negatives(NamedTuple):
     log_q: Any
     positive_log_q: Any
     log_q_excludes_positive: bool = False
+    log_q_checked: bool = False
+    expected_draws: Any = None
 
 
 def check_mixed(mixture: str, deduplicate: bool) -> None:

@@ -72,6 +72,8 @@ SAMPLER_CASES = dict(
                                                                    probabilities=ZIPF_Q)),
     in_batch_dedup_capped_slots=lambda: _Padded(negatives.InBatchSampler(
         deduplicate=True, max_pool_size=4, probabilities=ZIPF_Q)),
+    mixed_exact_slots=lambda: _Padded(negatives.MixedSampler(NUM_ITEMS, 4, 4,
+                                                             probabilities=ZIPF_Q)),
 )
 
 
@@ -328,6 +330,60 @@ class InBatchSamplerTest(tf.test.TestCase):
                 tf.constant([1]), tf.constant([1]))
 
 
+class _BadSource(frequency.FrequencyEstimator):
+    """A source that reads log q = +0.5 (q = 1.65) for id 2, and inclusion log pi = NaN."""
+
+    def log_q(self, ids):
+        return tf.where(tf.equal(ids, 2), 0.5, np.log(0.1).astype(np.float32))
+
+    def log_inclusion_probability(self, ids, num_draws):
+        return tf.fill(tf.shape(ids), float("nan"))
+
+
+class CheckedAtTheSourceTest(tf.test.TestCase, parameterized.TestCase):
+    """A sampler checks the log Q it reads from its source, once per step; the loss then
+    skips its own check of the [batch, n] log Q (`Negatives.log_q_checked`)."""
+
+    SAMPLERS = dict(
+        in_batch=(lambda: negatives.InBatchSampler(probabilities=_BadSource()),
+                  r"`probabilities.log_q\(ids\)` must hold log-probabilities.*invalid values "
+                  r"\[0.5 0.5"),
+        dedup=(lambda: negatives.InBatchSampler(deduplicate=True, probabilities=_BadSource()),
+               r"`probabilities.log_inclusion_probability\(ids\)` must hold log-probabilities"),
+        mixed=(lambda: negatives.MixedSampler(10, 3, 4, probabilities=_BadSource(), seed=0),
+               r"`probabilities.log_q\(ids\)` must hold log-probabilities.*invalid values "
+               r"\[0.5 0.5"),
+    )
+
+    @parameterized.parameters("in_batch", "dedup", "mixed")
+    def test_bad_source_is_named_eagerly_and_in_a_graph(self, name):
+        from tfrs_logq import LogQRetrieval  # pylint: disable=import-outside-toplevel
+        make, pattern = self.SAMPLERS[name]
+        table = tf.random.normal([10, 3], seed=0)
+        ids = tf.constant([2, 1, 3, 2], tf.int64)
+
+        task = LogQRetrieval(correction="improved", sampler=make())
+
+        def loss():
+            return task(tf.random.normal([4, 3], seed=1), tf.gather(table, ids),
+                        candidate_ids=ids, candidate_embedding_fn=lambda i: tf.gather(table, i))
+
+        with self.assertRaisesRegex(ValueError, pattern):
+            loss()
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern.split(".*")[0]):
+            tf.function(loss)()
+
+    def test_library_samplers_mark_their_log_q_checked(self):
+        ids = tf.constant([3, 1, 3, 2], tf.int64)
+        for sampler in (negatives.InBatchSampler(probabilities=ZIPF_Q),
+                        negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q),
+                        negatives.UniformSampler(NUM_ITEMS, 4),
+                        negatives.MixedSampler(NUM_ITEMS, 2, 4, probabilities=ZIPF_Q),
+                        negatives.MixedSampler(NUM_ITEMS, 2, 4, mixture="paper",
+                                               probabilities=ZIPF_Q)):
+            self.assertTrue(sampler(ids, ids).log_q_checked, type(sampler).__name__)
+
+
 class UniformSamplerTest(tf.test.TestCase):
 
     def test_draws_ids_in_range_and_log_q(self):
@@ -398,15 +454,14 @@ class MixedSamplerTest(tf.test.TestCase):
         ids, mask = out.ids.numpy(), out.mask.numpy()
         self.assertEqual(ids.shape, (7,))
         self.assertTrue(out.log_q_excludes_positive)
-        for row, p in enumerate(batch.numpy()):
-            n_u, n_b = mask[row, :3].sum(), mask[row, 3:].sum()
-            n = n_u + n_b
-            want = (n_u / n) / 3 + (n_b / n) * q[ids] / (1 - q[p])
-            self.assertAllClose(np.exp(out.log_q[row].numpy())[mask[row]], want[mask[row]],
-                                rtol=1e-5)
-        # The positive's Q on the unexcluded scale: 3/7 uniform + 4/7 in-batch.
-        self.assertAllClose(np.exp(out.positive_log_q), 3 / 7 / 4 + 4 / 7 * q[[3, 1, 3, 2]],
-                            rtol=1e-5)
+        # Expected draws of d over a row's slots: 3 uniform over 4 items, and the 4 kept
+        # in-batch slots hold 4 * 3/4 = 3 other rows' positives, each a draw from q.
+        draws = 3 / 4 + 3 * q
+        for row in range(4):
+            want = draws[ids] / mask[row].sum()  # Per draw, over the row's valid negatives.
+            self.assertAllClose(np.exp(out.log_q[row].numpy()), want, rtol=1e-5)
+        # The positive's Q on the unexcluded scale: its expected draws over 3 + 3 draws.
+        self.assertAllClose(np.exp(out.positive_log_q), draws[[3, 1, 3, 2]] / 6, rtol=1e-5)
 
     def test_paper_mixture_uses_unigram_q(self):
         q = np.array([0.1, 0.2, 0.3, 0.4])
@@ -456,11 +511,10 @@ class MixedSamplerTest(tf.test.TestCase):
         batch = tf.constant([3, 1, 3, 2], tf.int64)
         out = sampler(batch, batch)
         ids, mask = out.ids.numpy(), out.mask.numpy()
-        for row, p in enumerate(batch.numpy()):
-            n_u, n_b = mask[row, :3].sum(), mask[row, 3:].sum()
-            want = (n_u / (n_u + n_b)) / 3 + (n_b / (n_u + n_b)) * q[ids[row]] / (1 - q[p])
-            self.assertAllClose(np.exp(out.log_q[row].numpy())[mask[row]], want[mask[row]],
-                                rtol=1e-5)
+        draws = 3 / 4 + 3 * q  # As in test_exact_mixture_log_q, each row with its own ids.
+        for row in range(4):
+            self.assertAllClose(np.exp(out.log_q[row].numpy()),
+                                draws[ids[row]] / mask[row].sum(), rtol=1e-5)
 
     def test_serialization_round_trip(self):
         sampler = negatives.MixedSampler(num_items=5, num_uniform=2, num_in_batch=3,

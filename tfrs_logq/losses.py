@@ -124,16 +124,25 @@ def sampled_softmax_loss(
 
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
-                          log_q_excludes_positive=False):
+                          log_q_excludes_positive=False, check_log_q=True):
     """`sampled_softmax_loss` and, for "improved", its [batch] weight w = 1 - P_hat (else None).
 
     Arguments as in `sampled_softmax_loss` (here positional), `correction` already
     checked (by the layer that holds it). The task uses it to log the mean weight
-    without computing the loss twice.
+    without computing the loss twice. `check_log_q=False` skips the check of the log Q
+    values (shapes and dtypes are still checked): for log Q a sampler has already
+    checked at its source (`Negatives.log_q_checked`), where the check of a
+    [batch, n] log Q would cost several passes over it.
     """
     return formulas.checked_sampled_softmax_terms(
-        _ops.TF, v.TENSORS, v.check_log_probabilities, positive_logits, negative_logits,
-        correction, negative_log_q, positive_log_q, negative_mask, log_q_excludes_positive)
+        _ops.TF, v.TENSORS, v.check_log_probabilities if check_log_q else _unchecked,
+        positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
+        negative_mask, log_q_excludes_positive)
+
+
+def _unchecked(name, log_q):
+    del name
+    return log_q
 
 
 def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.Tensor],

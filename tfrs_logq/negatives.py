@@ -22,12 +22,14 @@ correction is not invariant to the scale of Q.
   biased, since a head item is in the pool at most once while q counts its
   every occurrence; kept as an option to reproduce it.
 - Uniform over |D| items: Q = 1/|D|.
-- Mixed, n_u uniform + n_b in-batch: Q_mix = (n_u/n)/|D| + (n_b/n) q
-  (`mixture="exact"`), or the paper's code's simplification Q = q for every
-  negative (`mixture="paper"`).
+- Mixed, n_u uniform + n_b in-batch: Q_mix = (n_u/n)/|D| + (n_b/n) q, more
+  exactly the expected draws D(d) = n_u/|D| + n_b ((B-1)/B) q(d) over a row's
+  slots, as log Q' = log D - log(valid negatives) (`mixture="exact"`), or the
+  paper's code's simplification Q = q for every negative (`mixture="paper"`).
 """
 
 import random
+import types
 from typing import Callable, Optional
 
 import numpy as np
@@ -160,7 +162,29 @@ class NegativeSampler(tf.keras.layers.Layer):
         return config
 
     def _log_q(self, ids: tf.Tensor) -> Optional[tf.Tensor]:
-        return None if self.frequency is None else self.frequency.log_q(ids)
+        """The frequency source's log q of `ids`, checked to be log-probabilities.
+
+        Every log Q a sampler returns is derived from these values (and those of
+        `_log_inclusion_probability`) by formulas that keep them finite, so this check of
+        the looked-up ids is the only one: the loss does not check the [batch, n] log Q
+        again (`Negatives.log_q_checked`).
+        """
+        if self.frequency is None:
+            return None
+        return v.check_log_probabilities("probabilities.log_q(ids)", self.frequency.log_q(ids))
+
+    def _log_inclusion_probability(self, ids: tf.Tensor, num_draws) -> tf.Tensor:
+        """The frequency source's log inclusion probability of `ids`, checked as `_log_q`."""
+        return v.check_log_probabilities(
+            "probabilities.log_inclusion_probability(ids)",
+            self.frequency.log_inclusion_probability(ids, num_draws))
+
+    def _checked_frequency(self):
+        """The frequency source as `logq_core.formulas` reads it, its values checked."""
+        if self.frequency is None:
+            return None
+        return types.SimpleNamespace(log_q=self._log_q,
+                                     log_inclusion_probability=self._log_inclusion_probability)
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -292,9 +316,12 @@ class InBatchSampler(NegativeSampler):
         """`Negatives` with the log Q of the pool: `kept` of its `pool_size` entries drawn, the
         pool made of `num_draws` + 1 batch entries."""
         log_q, positive_log_q, excludes = formulas.in_batch_log_q(
-            _ops.TF, self.frequency, positive_ids, ids, mask, num_draws, kept, pool_size,
-            horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson")
-        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes)
+            _ops.TF, self._checked_frequency(), positive_ids, ids, mask, num_draws, kept,
+            pool_size, horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson")
+        expected_draws = (None if self.deduplicate else
+                          formulas.expected_in_batch_draws(_ops.TF, num_draws, kept, pool_size))
+        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes,
+                         log_q_checked=True, expected_draws=expected_draws)
 
     def get_config(self):
         config = super().get_config()
@@ -378,7 +405,8 @@ class UniformSampler(NegativeSampler):
         mask = accidental_hit_mask(positive_ids, ids)
         log_q = tf.fill(tf.shape(ids), self.log_uniform_q)
         positive_log_q = tf.fill(tf.shape(positive_ids), self.log_uniform_q)
-        return Negatives(ids, embeddings, mask, log_q, positive_log_q, False)
+        return Negatives(ids, embeddings, mask, log_q, positive_log_q, False,
+                         log_q_checked=True, expected_draws=float(self.num_negatives))
 
     def get_config(self):
         config = super().get_config()
@@ -407,13 +435,14 @@ class MixedSampler(NegativeSampler):
       num_items: catalog size |D| of the uniform half.
       num_uniform: n_u, uniform draws per call (per row with `per_row`).
       num_in_batch: n_b, the most in-batch negatives kept.
-      mixture: "exact" uses the mixture proposal Q_mix = (n_u/n)/|D| + (n_b/n) q
-        for every negative, with the positive excluded stratum by stratum and
-        the strata weighted by each row's valid counts, which makes the
-        partition-function estimate exactly unbiased (log Q is then per row and
-        already excludes the positive); "paper" uses the unigram q for every
-        negative, as the paper's released code does (biased for the uniform
-        half; kept to reproduce it).
+      mixture: "exact" uses the mixture proposal for every negative: its
+        expected draws over a row's slots, D(d) = n_u/|D| + E_b q(d) with E_b =
+        n_b (B - 1)/B the in-batch slots that are other rows' positives, which
+        makes the partition-function estimate sum_i m_i e^{s_i} / D(d_i) exactly
+        unbiased (log Q is then log D - log n over the row's n valid negatives,
+        already without the positive: `logq_core.formulas.mixture_log_q`);
+        "paper" uses the unigram q for every negative, as the paper's released
+        code does (biased for the uniform half; kept to reproduce it).
       first_id: smallest id of the catalog, as in `UniformSampler`.
       global_batch: the in-batch half draws from the global batch (see
         `InBatchSampler`); the uniform half is drawn on each replica.
@@ -441,11 +470,10 @@ class MixedSampler(NegativeSampler):
         self.mixture = mixture
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
                                       per_row=per_row, name="uniform")
-        # log_q="unigram": this sampler reads the in-batch half's ids, not its log Q, so the
-        # Horvitz-Thompson terms of a deduplicated half need not be computed.
+        # No probabilities: this sampler reads the in-batch half's ids, not its log Q, and
+        # looks the log Q of every negative and positive up itself, once per step.
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
                                        global_batch=global_batch, log_q="unigram",
-                                       probabilities=self.frequency,
                                        seed=None if seed is None else seed + 1, name="in_batch")
 
     @property
@@ -482,15 +510,17 @@ class MixedSampler(NegativeSampler):
         if self.frequency is None:
             return Negatives(ids, embeddings, mask, None, None, False)
 
-        log_q_ids = self._log_q(ids)
-        positive_log_q = self._log_q(positive_ids)
+        log_q_ids, positive_log_q = formulas.log_q_of_both(_ops.TF, self._log_q, ids,
+                                                           positive_ids)
         if self.mixture == "paper":
-            return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q, False)
+            return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q, False,
+                             log_q_checked=True)
 
         log_q_mix, positive_log_q = formulas.mixture_log_q(
-            _ops.TF, log_q_ids, positive_log_q, uniform.mask, in_batch.mask, mask,
-            self.uniform.num_items, self.uniform.num_negatives, tf.shape(in_batch.ids)[0])
-        return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True)
+            _ops.TF, log_q_ids, positive_log_q, mask, self.uniform.num_items,
+            uniform.expected_draws, in_batch.expected_draws)
+        return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True,
+                         log_q_checked=True)
 
     def get_config(self):
         config = super().get_config()

@@ -34,6 +34,8 @@ class Scored(NamedTuple):
       diagonal_positive: `negative_logits` are the candidate columns, row i's positive in
         column i (masked out of `mask`), and `log_q` is per column: the losses that keep the
         positive in the denominator then run as one fused softmax cross-entropy.
+      log_q_checked: the sampler already checked the values `log_q` was derived from
+        (`Negatives.log_q_checked`): the loss does not check them again.
     """
     positive_logits: tf.Tensor
     negative_logits: tf.Tensor
@@ -42,6 +44,7 @@ class Scored(NamedTuple):
     positive_log_q: Optional[tf.Tensor]
     log_q_excludes_positive: bool = False
     diagonal_positive: bool = False
+    log_q_checked: bool = False
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -298,7 +301,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             else:
                 per_example, weight = losses_lib.sampled_softmax_terms(
                     scored.positive_logits, scored.negative_logits, correction, scored.log_q,
-                    scored.positive_log_q, scored.mask, scored.log_q_excludes_positive)
+                    scored.positive_log_q, scored.mask, scored.log_q_excludes_positive,
+                    check_log_q=not scored.log_q_checked)
             if self.diagnostics:
                 update_ops += self._update_diagnostics(per_example, weight, scored.mask,
                                                        sample_weight)
@@ -436,7 +440,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                        else tf.gather(full, ids, batch_dims=1))
             return Scored(positive_logits, self._temperature(columns), negatives.mask,
                           negatives.log_q, negatives.positive_log_q,
-                          negatives.log_q_excludes_positive)
+                          negatives.log_q_excludes_positive,
+                          log_q_checked=negatives.log_q_checked)
         negatives = self.sampler(positive_ids, candidate_ids, candidate_embeddings,
                                  candidate_mask=candidate_mask,
                                  embedding_fn=candidate_embedding_fn)
@@ -453,7 +458,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             negative_embeddings = v.float_tensor("negative embeddings", negative_embeddings)
         negative_logits = self._temperature(_ops.scores(query_embeddings, negative_embeddings))
         return Scored(positive_logits, negative_logits, negatives.mask, negatives.log_q,
-                      negatives.positive_log_q, negatives.log_q_excludes_positive)
+                      negatives.positive_log_q, negatives.log_q_excludes_positive,
+                      log_q_checked=negatives.log_q_checked)
 
     def _hard_negatives(self, scored: Scored, correction: str) -> Scored:
         """Keeps the num_hard_negatives valid negatives with the largest corrected logits."""
