@@ -170,8 +170,22 @@ class WebTruth(NamedTuple):
         return np.where(found >= 0, self.dense_item[np.maximum(found, 0)], 0)
 
 
+# The last truth built, with the data it maps: the test report and the baselines of one run
+# ask for it in turn (reading truth.npz and sorting a million string ids each time).
+_LAST_WEB_TRUTH: List[Tuple[configs.DataConfig, Interactions, "WebTruth"]] = []
+
+
 def web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     """The truth of a --dataset=web_synthetic run over `data` (its dense ids)."""
+    for cached_data_config, cached_data, truth in _LAST_WEB_TRUTH:
+        if cached_data is data and cached_data_config == config.data:
+            return truth
+    truth = _web_truth(config, data)
+    _LAST_WEB_TRUTH[:] = [(config.data, data, truth)]
+    return truth
+
+
+def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     catalog = web_synthetic.read_truth(web_synthetic_dir(config.data))
 
     def index_of(raw_ids, dense_raw):

@@ -262,6 +262,12 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertFalse([name for name in saved.get_variable_to_shape_map()
                           if "OPTIMIZER_SLOT" in name])
         self.assertIn("data", metrics["phase_peak_rss_mb"])
+        # The test report and the baselines share one truth per run's data.
+        data = experiment.load_run(out)[3]
+        truth = experiment.web_truth(config, data)
+        self.assertIs(experiment.web_truth(config, data), truth)
+        self.assertIsNot(experiment.web_truth(config, data._replace(
+            timestamp=data.timestamp.copy())), truth)
         # pipelines.evaluate re-evaluates the run as its report did (ks, index, queries).
         again = evaluate.evaluate_run(out, "test", "exact")[1]
         for name, value in metrics["test_exact"].items():
