@@ -1,12 +1,11 @@
 """Keras callbacks of a training run: where the input starts, progress over restarts, validation.
 
 Their order in `fit`'s list matters (callbacks run in list order):
-BackupAndRestore, then `InputStart`; `ValidationMetrics` before the callbacks
-that read its value (ModelCheckpoint, EarlyStopping); `TrainingProgress.before_checkpoint()`
-just before ModelCheckpoint; `TrainingProgress` last.
+`StopOnNonFiniteLoss` first; `EpochEndBackup`, then `InputStart`; `ValidationMetrics`
+before the callbacks that read its value (ModelCheckpoint, EarlyStopping);
+`TrainingProgress` after them; `EpochEndBackup.after_epoch_end()` last.
 """
 
-import hashlib
 import json
 import os
 import time
@@ -26,14 +25,6 @@ VALIDATION_METRIC = "val_ndcg@10"
 # at `official_cpu`); leave-one-out (6,040) keeps every query.
 TEST_CURVE_METRICS = ("test_recall@20", "test_ndcg@20")
 TEST_CURVE_QUERIES = 8192
-
-
-def checkpoint_digest(prefix: str) -> Optional[str]:
-    """sha256 of the checkpoint's index (it holds the data's checksums), or None."""
-    if not os.path.exists(prefix + ".index"):
-        return None
-    with open(prefix + ".index", "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 class InputStart(tf.keras.callbacks.Callback):
@@ -65,22 +56,16 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     EarlyStopping and ModelCheckpoint(save_best_only) start afresh: a resumed run
     would overwrite the best checkpoint with its first epoch and wait `patience`
     epochs more. After each epoch this writes OUTPUT/progress.json (the chief
-    only): epochs done, the best validation value and its epoch, and the seconds
-    spent, summed over the processes up to each one's last finished epoch. The
-    best value is EarlyStopping's own. When training starts from a backup, it
-    gives those back to the two callbacks. Place it after them and after
-    BackupAndRestore (callbacks run in list order), and `before_checkpoint()`
-    just before ModelCheckpoint.
+    only): the validation value of every epoch so far, the best one and its epoch,
+    and the seconds spent, summed over the processes up to each one's last finished
+    epoch. When training starts from a backup taken after k whole epochs, it keeps
+    the first k values (an epoch the file counts but the backup does not is trained,
+    validated and recorded again) and gives EarlyStopping and ModelCheckpoint the
+    state they had after epoch k: the best of those values, its epoch, and the
+    epochs waited since. Place it after them and after BackupAndRestore (callbacks
+    run in list order); `EpochEndBackup` makes sure that a backup taken at an
+    epoch's end comes after this file's record of it.
     `finish` marks the training done, so that a rerun goes straight to evaluation.
-
-    The best checkpoint and this file are written one after the other at an epoch's
-    end. A kill between the two, with a backup from that very epoch's end (when the
-    epoch's steps are a multiple of the backup interval), would resume with a best
-    checkpoint newer than the best value recorded: the next epoch that beats the old
-    value would replace better weights. So before ModelCheckpoint saves an
-    improvement, `before_checkpoint()` records it here as pending, with the digest
-    of the best checkpoint it replaces; a restart that finds the checkpoint changed
-    takes the pending epoch as the best, and one that finds it unchanged drops it.
     """
 
     def __init__(self, path: str, early_stopping: tf.keras.callbacks.EarlyStopping,
@@ -90,7 +75,8 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         self.path, self.write, self.started = path, write, started
         self.early_stopping, self.checkpoint = early_stopping, checkpoint
         self.step = 0                     # The step training (re)started from.
-        self.state = {"epochs": 0, "best": None, "best_epoch": None, "seconds": 0.0}
+        self.state = {"epochs": 0, "values": [], "best": None, "best_epoch": None,
+                      "seconds": 0.0}
         self.prior_seconds = 0.0
 
     def on_train_begin(self, logs=None):
@@ -99,42 +85,27 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         if self.step == 0 or state is None:
             return  # A fresh start (a progress file without a backup is stale).
         steps_per_epoch = (self.params or {}).get("steps")
-        pending = state.pop("pending", None)
-        if (pending and steps_per_epoch and self.step >= (pending["epoch"] + 1) * steps_per_epoch
-                and self._best_digest() != pending["replaced"]):
-            # Killed after the best checkpoint of an epoch the backup holds, before this file.
-            state.update(best=pending["value"], best_epoch=pending["epoch"],
-                         epochs=max(state["epochs"], pending["epoch"] + 1))
-        # Backups come every `backup_every` steps, this file at epoch ends: a backup from
-        # the middle of an epoch that the file already counts means that epoch runs again.
+        values = state.get("values", [None] * state["epochs"])  # Files of older versions.
         if steps_per_epoch:
-            state["epochs"] = min(state["epochs"], self.step // steps_per_epoch)
-        self.state = state
+            values = values[:self.step // steps_per_epoch]
+        self.state = {**state, **_best_of(values, self.checkpoint.monitor_op)}
         self.prior_seconds = self.state["seconds"]
+        self.checkpoint.best = self.early_stopping.best = (
+            self.checkpoint.best if self.state["best"] is None else self.state["best"])
         if self.state["best"] is not None:
-            self.checkpoint.best = self.state["best"]
-            self.early_stopping.best = self.state["best"]
             self.early_stopping.best_epoch = self.state["best_epoch"]
-            # As EarlyStopping counts: epochs finished since the best one (none when the
-            # best is an epoch that runs again).
-            self.early_stopping.wait = max(self.state["epochs"] - 1 - self.state["best_epoch"], 0)
-
-    def before_checkpoint(self) -> tf.keras.callbacks.Callback:
-        """The callback to place just before ModelCheckpoint (see the class docstring)."""
-        return _PendingBest(self)
-
-    def _best_digest(self) -> Optional[str]:
-        return checkpoint_digest(self.checkpoint.filepath)
+            # As EarlyStopping counts: epochs finished since the best one.
+            self.early_stopping.wait = self.state["epochs"] - 1 - self.state["best_epoch"]
 
     def seconds(self) -> float:
         """Seconds of training so far, this process's and the earlier ones'."""
         return self.prior_seconds + time.time() - self.started
 
     def on_epoch_end(self, epoch, logs=None):
-        if np.isfinite(self.early_stopping.best):  # It has seen a validation value.
-            self.state.update(best=float(self.early_stopping.best),
-                              best_epoch=self.early_stopping.best_epoch)
-        self.state.update(epochs=epoch + 1, seconds=round(self.seconds(), 1))
+        value = (logs or {}).get(self.checkpoint.monitor)
+        values = self.state["values"][:epoch] + [None if value is None else float(value)]
+        self.state.update(_best_of(values, self.checkpoint.monitor_op),
+                          seconds=round(self.seconds(), 1))
         self._write()
 
     def finish(self, **record) -> None:
@@ -168,21 +139,130 @@ class TrainingProgress(tf.keras.callbacks.Callback):
             os.replace(temporary, self.path)  # Atomic: a kill never leaves half a file.
 
 
-class _PendingBest(tf.keras.callbacks.Callback):
-    """Records an epoch's improvement in `progress`'s file before ModelCheckpoint saves it."""
+def _best_of(values, better) -> Dict:
+    """epochs, values, best and best_epoch of the per-epoch validation `values` (None: not
+    validated), the best as ModelCheckpoint and EarlyStopping keep it (the first of equals)."""
+    best = best_epoch = None
+    for epoch, value in enumerate(values):
+        if value is not None and (best is None or better(value, best)):
+            best, best_epoch = value, epoch
+    return {"epochs": len(values), "values": list(values), "best": best,
+            "best_epoch": best_epoch}
 
-    def __init__(self, progress: TrainingProgress):
+
+class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
+    """BackupAndRestore (every `save_freq` steps) that a kill at any moment resumes exactly.
+
+    - A backup due at an epoch's last step waits for the epoch's end callbacks
+      (validation, the best checkpoint, early stopping, TensorBoard, progress.json):
+      `after_epoch_end()`, placed last, saves it. Keras's own would be taken before
+      them, and a run killed in between would resume with the next epoch, the
+      finished one never validated. None is taken after the last epoch or one where
+      early stopping stops: a run killed before it records its end resumes from the
+      backup before and trains that stretch again, ending as it did.
+    - The backup holds the model's metrics (the running means of the epoch's training
+      logs); Keras resets them when it re-enters an epoch, so after a restore from
+      the middle of an epoch they are put back, and the epoch's logged means cover
+      all its steps.
+    - A backup that cannot be read (cut off while being written, say) is an error that
+      names the directory and what to do, instead of TensorFlow's or a silent restart
+      from step 0.
+    """
+
+    def __init__(self, backup_dir: str, save_freq: int):
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=False)
+        self._due_at_epoch_end = False
+        self._metric_values = None
+
+    def on_train_begin(self, logs=None):
+        had_backup = os.path.isdir(self.backup_dir) and bool(os.listdir(self.backup_dir))
+        try:
+            super().on_train_begin(logs)
+        except (tf.errors.OpError, ValueError, IndexError, TypeError, KeyError,
+                OSError) as error:  # What TensorFlow raises on torn or garbled files.
+            raise BackupError(self.backup_dir, error) from None
+        step = int(self.model.optimizer.iterations.numpy())
+        if had_backup and step == 0:
+            raise BackupError(self.backup_dir, "it holds no readable training state")
+        steps = (self.params or {}).get("steps")
+        self._metric_values = None
+        if step and steps and step % steps:  # Restored from inside an epoch.
+            self._metric_values = [v.numpy() for v in self._metric_variables()]
+
+    def _metric_variables(self):
+        return [v for metric in self.model.metrics for v in metric.variables]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        if self._metric_values is not None:  # After Keras's reset of the metrics.
+            for variable, value in zip(self._metric_variables(), self._metric_values):
+                variable.assign(value)
+            self._metric_values = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        steps = (self.params or {}).get("steps")
+        if not (self.save_freq and steps and batch == steps - 1
+                and self._batches_count + 1 >= self.save_freq):
+            super().on_train_batch_end(batch, logs)
+            return
+        self._training_state.backup_if_preempted()
+        self._batches_count = 0
+        self._due_at_epoch_end = True
+
+    def after_epoch_end(self) -> tf.keras.callbacks.Callback:
+        """The callback to place last: it takes the backup due at the epoch's end."""
+        return _AfterEpochEnd(self)
+
+
+class _AfterEpochEnd(tf.keras.callbacks.Callback):
+
+    def __init__(self, backup: EpochEndBackup):
         super().__init__()
-        self.progress = progress
+        self.backup = backup
 
     def on_epoch_end(self, epoch, logs=None):
-        checkpoint = self.progress.checkpoint
-        value = (logs or {}).get(checkpoint.monitor)
-        if value is not None and checkpoint.monitor_op(value, checkpoint.best):
-            self.progress.state["pending"] = {"epoch": epoch, "value": float(value),
-                                              "replaced": self.progress._best_digest()}
-            self.progress._write()  # pylint: disable=protected-access
-            del self.progress.state["pending"]
+        if not self.backup._due_at_epoch_end:  # pylint: disable=protected-access
+            return
+        self.backup._due_at_epoch_end = False  # pylint: disable=protected-access
+        if not self.model.stop_training and epoch < self.params["epochs"] - 1:
+            self.backup._backup(epoch=epoch,  # pylint: disable=protected-access
+                                batch=self.params["steps"] - 1)
+
+
+class BackupError(RuntimeError):
+    """The run's backup cannot be read."""
+
+    def __init__(self, directory: str, cause):
+        super().__init__(
+            f"The training backup in {directory} cannot be read ({str(cause).strip()}); it was "
+            "probably cut off by a kill while being written. Delete that directory to train "
+            "this run again from step 0 (same flags, same result).")
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN or infinite loss."""
+
+
+class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
+    """Raises `NonFiniteLoss` at the first step whose loss is NaN or infinite, before any
+    backup or checkpoint of it: the run exits non-zero and exports nothing. Place it first."""
+
+    _epoch = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None:
+            return
+        loss = float(loss)
+        if not np.isfinite(loss):
+            step = int(self.model.optimizer.iterations.numpy())
+            raise NonFiniteLoss(
+                f"The training loss is {loss} at step {step} (epoch {self._epoch}, batch "
+                f"{batch}): training stopped, nothing exported. Lower --learning_rate (or "
+                "--table_learning_rate), or check the data and flags for extreme values.")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
 
 
 class ValidationMetrics(tf.keras.callbacks.Callback):

@@ -190,10 +190,10 @@ def describe_indexes(metrics: Dict) -> str:
 
 
 def export_run(model, config: configs.Config, output_dir: str, index: str = "both",
-               k: int = 100, data=None):
-    """Exports `model` to OUTPUT/export/<index>/<version> for each index (the next version
-    after any already there); returns the version directories. With the run's `data`
-    (`Interactions`), the export also serves the source's raw ids (`serving_raw`)."""
+               k: int = 100, data=None, version=None):
+    """Exports `model` to OUTPUT/export/<index>/<version> for each index (by default the
+    next version after any already there); returns the version directories. With the run's
+    `data` (`Interactions`), the export also serves the source's raw ids (`serving_raw`)."""
     kinds = export_lib.INDEXES if index == "both" else (index,)
     vocabularies = {} if data is None else dict(item_vocabulary=data.item_ids[1:],
                                                 user_vocabulary=data.user_ids[1:])
@@ -204,5 +204,6 @@ def export_run(model, config: configs.Config, output_dir: str, index: str = "bot
                                                            output_dir)[0].integer_ids
     return [export_lib.export(model, RunFiles(output_dir).export(kind), k=k, index=kind,
                               max_length=experiment.query_length(config),
-                              scann_min_items=config.training.scann_min_items, **vocabularies)
+                              scann_min_items=config.training.scann_min_items,
+                              version=version, **vocabularies)
             for kind in kinds]

@@ -16,10 +16,16 @@ reproduction's driver reads run directories without one.)
   OUTPUT/workers/worker-N/    each non-chief worker's report (multi-worker runs)
   OUTPUT/wall_seconds.json    the reproduction driver's wall time of the run
   OUTPUT/train.log            the reproduction driver's log of the run's training process
+  OUTPUT/run.lock             held by the process training the run (`RunLock`)
 """
 
 import dataclasses
+import fcntl
+import json
 import os
+import socket
+import sys
+import time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +70,10 @@ class RunFiles:
         return self._path("metrics.json")
 
     @property
+    def lock(self) -> str:
+        return self._path("run.lock")
+
+    @property
     def wall_seconds(self) -> str:
         return self._path("wall_seconds.json")
 
@@ -85,3 +95,58 @@ class RunFiles:
         """Whether a run has trained here (config.json alone is not progress)."""
         return any(os.path.exists(path) for path in (
             self.progress, self.backup, os.path.dirname(self.best), self.metrics))
+
+
+class RunInUse(RuntimeError):
+    """Another process holds the run directory's lock."""
+
+
+class RunLock:
+    """One writer per run directory: `with RunLock(directory):` holds an exclusive lock on
+    OUTPUT/run.lock (flock) while the body runs, and removes the file at the end.
+
+    The kernel drops the lock with the process, however it ends (a SIGKILL included), so
+    a lock is never stale: a file left by a killed process is taken over. The file names
+    the holder (pid, host, start, command) for the error a second process gets.
+    """
+
+    def __init__(self, directory: str):
+        self.path = RunFiles(directory).lock
+        self.directory = directory
+        self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown process"
+                os.close(fd)
+                raise RunInUse(
+                    f"{self.directory} is in use by another run ({holder}); wait for it to "
+                    "end, or give this one another --output_dir.") from None
+            # The holder may have removed the file between our open and our lock: then
+            # the lock is on a file nobody else will see, and we open the path again.
+            try:
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv)}).encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            os.remove(self.path)  # While still locked: a waiting process opens it anew.
+        except FileNotFoundError:
+            pass
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None

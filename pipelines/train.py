@@ -13,14 +13,17 @@ export/scann/<version>).
 A run killed at any point and started again with the same flags continues
 from its last backup (every --backup_every steps), estimator state included;
 early stopping, the best checkpoint and the run's epoch and time totals carry
-over too (OUTPUT/progress.json). A run killed after training, in the test
-evaluation or the export, evaluates its best checkpoint without training again.
+over too (OUTPUT/progress.json), and it ends with the uninterrupted run's
+weights and metrics. A run killed after training, in the test evaluation or
+the export, evaluates its best checkpoint without training again. One process
+at a time trains in a directory (OUTPUT/run.lock).
 """
 
 import contextlib
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 from typing import Dict, Optional
@@ -37,6 +40,8 @@ from pipelines import distribute
 from pipelines import experiment
 from pipelines import report
 from pipelines.run_files import RunFiles
+from pipelines.run_files import RunInUse
+from pipelines.run_files import RunLock
 
 FLAGS = flags.FLAGS
 
@@ -55,11 +60,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     definers = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
                 bool: flags.DEFINE_bool}
     for name, field in configs.FIELDS.items():
-        choices = configs.CHOICES.get(name)
-        help_text = (f"Overrides the preset; one of {', '.join(choices)}." if choices
-                     else "Overrides the preset.")
         kind = field.type if isinstance(field.type, type) else eval(field.type)  # pylint: disable=eval-used
-        definers[kind](name, None, f"[{configs.GROUP_OF[name]}] {help_text}", **define)
+        definers[kind](name, None, configs.flag_help(name), **define)
     for old, new in configs.RENAMED.items():
         flags.DEFINE_alias(old, new, **define)
 
@@ -96,38 +98,96 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
                              f"{', '.join(changed)}); use another --output_dir.")
 
 
+class OutputDirError(ValueError):
+    """--output_dir cannot hold a run."""
+
+
+def _prepare_output_dir(output_dir: str) -> None:
+    """Creates `output_dir`, or says why it cannot hold a run."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise OutputDirError(f"--output_dir={output_dir} is a file; give a directory (it is "
+                             "created when missing).")
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        probe = os.path.join(output_dir, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise OutputDirError(f"--output_dir={output_dir} cannot be written ({error.strerror}); "
+                             "give a directory this user can write to.") from None
+
+
 def peak_rss_mb() -> int:
     """This process's peak resident memory so far, in MB (Linux reports KB)."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 class PhaseTimer:
-    """Wall seconds per named phase: `with timer("name"):`, or `start` / `stop`."""
+    """Wall seconds per named phase: `with timer("name"):`, or `start` / `stop`.
 
-    def __init__(self):
+    With `say` (a print function), a line as each phase starts and one with its time as it
+    ends, so that no phase runs silently.
+    """
+
+    def __init__(self, say=None):
         self.seconds: Dict[str, float] = {}
         # The process's peak resident memory (MB) when each phase ended: where it grew.
         self.peak_rss_mb: Dict[str, int] = {}
         self._open = None
+        self._say = say
 
     def start(self, name: str) -> None:
         self.stop()
         self._open = (name, time.time())
+        if self._say:
+            self._say(f"[{name}] {PHASES.get(name, name)} ...")
 
-    def stop(self) -> None:
+    def stop(self, failed: bool = False) -> None:
         if self._open is not None:
             name, since = self._open
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.time() - since, 1)
+            seconds = time.time() - since
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 1)
             self.peak_rss_mb[name] = peak_rss_mb()
             self._open = None
+            if self._say:
+                self._say(f"[{name}] {'failed after' if failed else 'done in'} {seconds:.1f} s "
+                          f"(peak memory {self.peak_rss_mb[name]:,} MB).")
 
     @contextlib.contextmanager
     def __call__(self, name: str):
         self.start(name)
         try:
             yield
-        finally:
-            self.stop()
+        except BaseException:
+            self.stop(failed=True)
+            raise
+        self.stop()
+
+
+# What each phase of `run` does, for its progress line.
+PHASES = {"data": "loading the data", "split": "splitting it", "build": "building the model",
+          "train": "training", "evaluate": "evaluating on the test split",
+          "baselines": "scoring the popularity (and oracle) baselines",
+          "export": "exporting SavedModels"}
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _clear_exports(files: RunFiles) -> None:
+    """Removes what an earlier process of this run left in OUTPUT/export. The run's own
+    export is version 1 of each index, so a version 1 there (or the `.1-partial-*` directory
+    of a killed export) is an earlier attempt at this very export: same run, same weights.
+    Versions that `pipelines.export` added (2, 3, ...) stay."""
+    for kind in report.export_lib.INDEXES:
+        base = files.export(kind)
+        if not os.path.isdir(base):
+            continue
+        for name in os.listdir(base):
+            if name == "1" or name.startswith(".1-partial-"):
+                shutil.rmtree(os.path.join(base, name))
 
 
 def _write_config(config: configs.Config, output_dir: str) -> None:
@@ -147,14 +207,29 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     evaluates; every worker restores the backup (BackupAndRestore), and each
     non-chief returns (and writes to OUTPUT/workers/worker-N/) a short report
     with a digest of its estimator state.
+
+    The chief holds OUTPUT/run.lock while it runs: a second run into the same
+    directory raises `RunInUse`. A NaN or infinite training loss raises
+    `callbacks.NonFiniteLoss`, and nothing is exported.
     """
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
-    if chief:
+    if not chief:
+        return _run(config, output_dir, verbose, strategy, chief)
+    _prepare_output_dir(output_dir)
+    with RunLock(output_dir):
         _check_output_dir(config, output_dir)
+        return _run(config, output_dir, verbose, strategy, chief)
+
+
+def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
+         strategy: tf.distribute.Strategy, chief: bool) -> Dict:
+    """`run`, the directory checked and locked (the chief) or not (a worker)."""
     tf.keras.utils.set_random_seed(config.training.seed)
     started = time.time()
-    phases = PhaseTimer()
+    if verbose is None:
+        verbose = 1 if sys.stdout.isatty() else 2
+    phases = PhaseTimer(say=_say if chief and verbose else None)
     with phases("data"):
         data = experiment.load_data(config, output_dir)
     with phases("split"):
@@ -178,20 +253,19 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     progress = callbacks_lib.TrainingProgress(files.progress, early_stopping,
                                 checkpoint, started, write=chief)
     input_start = callbacks_lib.InputStart()
+    backup = callbacks_lib.EpochEndBackup(files.backup, save_freq=config.training.backup_every)
     callbacks = [
+        callbacks_lib.StopOnNonFiniteLoss(),  # First: before a backup of a NaN step.
         callbacks_lib.ValidationMetrics(config, split.validation,
                                         split.test if chief else None),
-        tf.keras.callbacks.BackupAndRestore(files.backup,
-                                            save_freq=config.training.backup_every),
-        input_start,  # After BackupAndRestore, which restores the step.
-        progress.before_checkpoint(),
+        backup,
+        input_start,  # After the backup, which restores the step.
         checkpoint,
         early_stopping,
         tf.keras.callbacks.TensorBoard(files.logs),
         progress,  # After the callbacks whose state it restores and records.
+        backup.after_epoch_end(),  # Last: an epoch's end is recorded before its backup.
     ]
-    if verbose is None:
-        verbose = 1 if sys.stdout.isatty() else 2
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
     if chief and streaming and config.training.drift_every and config.training.order == "time":
@@ -209,6 +283,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
             last_epoch={k: float(v[-1]) for k, v in history.history.items() if v},
             estimator_state_digest=distribute.state_digest(source) if streaming else None)
         trained = progress.state
+        if chief:  # progress.json now says training is done: the backup has served.
+            shutil.rmtree(files.backup, ignore_errors=True)
     else:
         print(f"{output_dir} finished training earlier ({trained['epochs']} epochs); "
               "evaluating its best checkpoint.", flush=True)
@@ -261,7 +337,8 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
             # accumulators are a copy of every table) have no place in a serving model.
             model = experiment.build_model(config, data, split)
             model.load_weights(files.best).expect_partial()
-        metrics["exports"] = report.export_run(model, config, output_dir, data=data)
+        _clear_exports(files)
+        metrics["exports"] = report.export_run(model, config, output_dir, data=data, version=1)
     # This process's wall time per phase (training's over restarts: train_seconds), and its
     # peak resident memory, at the end of each phase and overall.
     metrics["phase_seconds"] = phases.seconds
@@ -284,7 +361,11 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint saver logs at INFO every backup.
     strategy = distribute.make_strategy(FLAGS.strategy)
-    metrics = run(config, FLAGS.output_dir, strategy=strategy)
+    try:
+        metrics = run(config, FLAGS.output_dir, strategy=strategy)
+    except (OutputDirError, RunInUse, callbacks_lib.BackupError,
+            callbacks_lib.NonFiniteLoss) as error:
+        sys.exit(f"error: {error}")
     if "config" not in metrics:  # A non-chief worker: the chief evaluates and writes.
         print(f"\nWorker done: {metrics['steps']} steps on {metrics['num_replicas']} replicas "
               f"({metrics['strategy']}); estimator state {metrics['estimator_state_digest']}.")

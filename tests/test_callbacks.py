@@ -125,74 +125,41 @@ class TrainingProgressTest(tf.test.TestCase):
         self.assertTrue(early.model.stop_training)
         self.assertEqual(json.load(open(os.path.join(directory, "progress.json")))["epochs"], 5)
 
-    def test_backup_from_the_best_epoch_waits_from_zero(self):
+    def test_backup_from_inside_the_best_epoch_replays_it(self):
         directory = tempfile.mkdtemp()
         self._run_epochs(directory, [0.1, 0.3, 0.2])  # The best, epoch 1, ended at step 20.
-        early, _, progress = self._callbacks(directory, iterations=15)
+        early, checkpoint, progress = self._callbacks(directory, iterations=15)
         for callback in (early, progress):
             callback.on_train_begin()
-        self.assertEqual((progress.state["epochs"], early.best_epoch, early.wait), (1, 1, 0))
-
-    def _kill_at_epoch_end(self, directory, values, checkpoint_saved):
-        """Epochs of `values`; the last one improves, and the process dies after its
-        pending record, with or without ModelCheckpoint's save, before progress.json."""
-        early, checkpoint, progress = self._callbacks(directory, iterations=0)
-        pending = progress.before_checkpoint()
-        pending.set_model(early.model)
-        for callback in (early, progress):
-            callback.on_train_begin()
-        last = len(values) - 1
-        for epoch, value in enumerate(values):
-            early.model.layers[0].kernel.assign_add(tf.ones([2, 1]))  # The epoch's training.
-            logs = {callbacks_lib.VALIDATION_METRIC: value}
-            pending.on_epoch_end(epoch, logs)
-            if epoch == last:
-                if checkpoint_saved:
-                    checkpoint.on_epoch_end(epoch, logs)
-                return
-            for callback in (early, checkpoint, progress):
-                callback.on_epoch_end(epoch, logs)
+        # As after epoch 0 of the uninterrupted run: epoch 1 runs again and improves again.
+        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch, early.wait,
+                          checkpoint.best), (1, 0.1, 0, 0, 0.1))
+        self.assertEqual(progress.state["values"], [0.1])
 
     def test_kill_between_the_best_checkpoint_and_the_progress_file(self):
-        # Epoch 2 (0.4) beats epoch 1 (0.3); its checkpoint is saved, the process dies
-        # before progress.json records it, and the backup comes from the end of epoch 2
-        # (step 30). The restart takes epoch 2 as the best: a later 0.35 must not replace
-        # its weights.
+        # Epoch 2 (0.4) beats epoch 1 (0.3); its checkpoint is saved and the process dies
+        # before progress.json records it. Its epoch-end backup comes after that record
+        # (EpochEndBackup), so the last backup is from inside epoch 2 (step 25): epoch 2
+        # runs again, beats 0.3 again and saves the same weights again.
         directory = tempfile.mkdtemp()
-        self._kill_at_epoch_end(directory, [0.1, 0.3, 0.4], checkpoint_saved=True)
-        state = json.load(open(os.path.join(directory, "progress.json")))
-        self.assertEqual((state["epochs"], state["best"], state["pending"]["epoch"]),
-                         (2, 0.3, 2))
-        early, checkpoint, progress = self._callbacks(directory, iterations=30)
+        early, checkpoint, progress = self._callbacks(directory, iterations=0)
         for callback in (early, progress):
             callback.on_train_begin()
-        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch, early.wait,
-                          checkpoint.best), (3, 0.4, 2, 0, 0.4))
-        self.assertNotIn("pending", progress.state)
-        logs = {callbacks_lib.VALIDATION_METRIC: 0.35}
-        progress.before_checkpoint().on_epoch_end(3, logs)
-        for callback in (early, checkpoint, progress):
-            callback.on_epoch_end(3, logs)
-        state = json.load(open(os.path.join(directory, "progress.json")))
-        self.assertEqual((state["epochs"], state["best"], state["best_epoch"]), (4, 0.4, 2))
-        self.assertNotIn("pending", state)
-
-    def test_kill_before_the_best_checkpoint_drops_the_pending_epoch(self):
-        # The same death, but before ModelCheckpoint saved: the checkpoint on disk is still
-        # epoch 1's, so epoch 1 stays the best (epoch 2's weights are gone with it).
-        directory = tempfile.mkdtemp()
-        self._kill_at_epoch_end(directory, [0.1, 0.3, 0.4], checkpoint_saved=False)
-        early, checkpoint, progress = self._callbacks(directory, iterations=30)
+        for epoch, value in enumerate([0.1, 0.3, 0.4]):
+            logs = {callbacks_lib.VALIDATION_METRIC: value}
+            for callback in (early, checkpoint) + (() if epoch == 2 else (progress,)):
+                callback.on_epoch_end(epoch, logs)
+        early, checkpoint, progress = self._callbacks(directory, iterations=25)
         for callback in (early, progress):
             callback.on_train_begin()
         self.assertEqual((progress.state["epochs"], early.best, early.best_epoch, early.wait,
                           checkpoint.best), (2, 0.3, 1, 0, 0.3))
-        # From a backup inside epoch 2, that epoch runs again (and may improve again).
-        early, checkpoint, progress = self._callbacks(directory, iterations=25)
-        for callback in (early, progress):
-            callback.on_train_begin()
-        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch),
-                         (2, 0.3, 1))
+        logs = {callbacks_lib.VALIDATION_METRIC: 0.4}
+        for callback in (early, checkpoint, progress):
+            callback.on_epoch_end(2, logs)
+        state = json.load(open(os.path.join(directory, "progress.json")))
+        self.assertEqual((state["epochs"], state["best"], state["best_epoch"], state["values"]),
+                         (3, 0.4, 2, [0.1, 0.3, 0.4]))
 
     def test_fresh_start_ignores_a_stale_file(self):
         directory = tempfile.mkdtemp()
@@ -204,6 +171,135 @@ class TrainingProgressTest(tf.test.TestCase):
         self.assertEqual((early.best, early.wait, progress.prior_seconds), (-np.inf, 0, 0.0))
         self.assertEqual(checkpoint.best, -np.inf)
 
+
+
+class _Killed(Exception):
+    """Stands for a SIGKILL inside fit (nothing after it runs)."""
+
+
+class _Counter(tf.keras.Model):
+    """One weight; each step adds the step's batch value to it and to a running mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = tf.Variable(0.0)
+        self.mean = tf.keras.metrics.Mean("mean_batch")
+
+    @property
+    def metrics(self):
+        return [self.mean]
+
+    def train_step(self, x):
+        self.total.assign_add(tf.reduce_sum(tf.cast(x, tf.float32)))
+        self.mean.update_state(tf.cast(x, tf.float32))
+        self.optimizer.iterations.assign_add(1)
+        return {"mean_batch": self.mean.result()}
+
+
+class _Kill(tf.keras.callbacks.Callback):
+    """Raises _Killed at the end of `epoch` (before the callbacks after it) or after `step`."""
+
+    def __init__(self, epoch=None, step=None):
+        super().__init__()
+        self.epoch, self.step = epoch, step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.step is not None and int(self.model.optimizer.iterations.numpy()) == self.step:
+            raise _Killed()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise _Killed()
+
+
+class _EpochLogs(tf.keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.logs = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.logs[epoch] = dict(logs)
+
+
+class EpochEndBackupTest(tf.test.TestCase):
+    """Backups every 5 steps of 10-step epochs; a kill anywhere resumes to the same end."""
+
+    def _fit(self, directory, kill=None, epochs=3):
+        model = _Counter()
+        model.compile(optimizer="sgd")
+        backup = callbacks_lib.EpochEndBackup(os.path.join(directory, "backup"), save_freq=5)
+        start = callbacks_lib.InputStart()
+        logs = _EpochLogs()
+        stream = experiment.resumable(
+            tf.data.Dataset.range(1000).map(lambda v: tf.reshape(v, [1])), start.step)
+        listed = [backup, start, kill or _Kill(), logs, backup.after_epoch_end()]
+        try:
+            model.fit(stream, epochs=epochs, steps_per_epoch=10, callbacks=listed, verbose=0)
+        except _Killed:
+            return None, logs.logs
+        return float(model.total.numpy()), logs.logs
+
+    def test_a_kill_at_an_epoch_end_before_its_record_runs_that_epoch_again(self):
+        straight, straight_logs = self._fit(tempfile.mkdtemp())
+        directory = tempfile.mkdtemp()
+        # Killed in epoch 0's end callbacks, after step 10 (a backup is due there): Keras's
+        # own backup would already hold step 10, and the restart would begin with epoch 1.
+        self.assertIsNone(self._fit(directory, _Kill(epoch=0))[0])
+        total, logs = self._fit(directory)
+        self.assertEqual(sorted(logs), [0, 1, 2])  # Epoch 0's end runs in the restart.
+        self.assertEqual(total, straight)
+        self.assertEqual(logs, straight_logs)
+
+    def test_the_running_means_of_an_interrupted_epoch_travel_with_the_backup(self):
+        straight, straight_logs = self._fit(tempfile.mkdtemp())
+        directory = tempfile.mkdtemp()
+        self.assertIsNone(self._fit(directory, _Kill(step=17))[0])  # Last backup: step 15.
+        total, logs = self._fit(directory)
+        self.assertEqual(sorted(logs), [1, 2])
+        self.assertEqual(total, straight)
+        # Epoch 1's mean over all its steps (10..19), not over the resumed ones (15..19).
+        self.assertEqual(logs[1], straight_logs[1])
+        self.assertEqual(logs[1]["mean_batch"], 14.5)
+
+    def test_no_backup_after_the_last_epoch(self):
+        directory = tempfile.mkdtemp()
+        self._fit(directory)
+        saved = tf.train.load_checkpoint(tf.train.latest_checkpoint(
+            os.path.join(directory, "backup", "chief")))
+        names = {name: saved.get_tensor(name) for name in saved.get_variable_to_shape_map()
+                 if "ckpt_saved" in name}
+        self.assertEqual(sorted(int(v) for v in names.values()), [2, 4])  # Epoch 2, batch 4.
+
+    def test_an_unreadable_backup_is_a_named_error(self):
+        directory = tempfile.mkdtemp()
+        self.assertIsNone(self._fit(directory, _Kill(step=12))[0])
+        backup = os.path.join(directory, "backup")
+        state = os.path.join(backup, "chief", "checkpoint")
+        data = tf.train.latest_checkpoint(os.path.dirname(state)) + ".data-00000-of-00001"
+        with open(data, "rb") as f:
+            content = f.read()
+        with open(data, "wb") as f:  # Cut off while being written.
+            f.write(content[:len(content) // 2])
+        with self.assertRaisesRegex(callbacks_lib.BackupError,
+                                    f"The training backup in {backup} cannot be read.*Delete "
+                                    "that directory to train this run again from step 0"):
+            self._fit(directory)
+        with open(state, "w") as f:  # Before: a silent restart from step 0.
+            f.write("garbage, not a checkpoint state")
+        with self.assertRaisesRegex(callbacks_lib.BackupError, "holds no readable training"):
+            self._fit(directory)
+
+
+class NonFiniteLossTest(tf.test.TestCase):
+
+    def test_a_nan_loss_stops_fit_with_a_named_error(self):
+        model = tf.keras.Sequential([tf.keras.Input([1]), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        x = np.array([[1.0], [np.nan], [1.0]], np.float32)
+        with self.assertRaisesRegex(callbacks_lib.NonFiniteLoss,
+                                    r"The training loss is nan at step 2 \(epoch 0, batch 1\)"):
+            model.fit(x, x, batch_size=1, epochs=1, verbose=0, shuffle=False,
+                      callbacks=[callbacks_lib.StopOnNonFiniteLoss()])
 
 
 class TestCurveTest(tf.test.TestCase):
