@@ -6,8 +6,10 @@ TensorFlow was already imported and `tf.keras` already resolved to Keras 3,
 an ImportError names the fix.
 """
 
+import ctypes
 import os
 import sys
+import tempfile
 
 from logq_core import __version__  # noqa: F401  pylint: disable=unused-import
 
@@ -34,7 +36,50 @@ def _ensure_legacy_keras() -> None:
             "or `import tfrs_logq` before anything imports tensorflow or keras.")
 
 
+# What TensorFlow's CUDA build logs as an error on every machine without an NVIDIA driver
+# (xla/stream_executor/cuda/cuda_platform.cc, once per process, when devices are first
+# listed): its stub of libcuda.so.1 answers cuInit with CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
+# 303, which it cannot name ("E ... cuda_platform.cc:51] failed call to cuInit: INTERNAL:
+# CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)" in TensorFlow 2.20).
+_NO_DRIVER_LINE = (b"failed call to cuInit", b"UNKNOWN ERROR (303)")
+
+
+def _list_devices_without_the_no_driver_line() -> None:
+    """Lists the physical devices now, dropping TensorFlow's cuInit error line when this
+    machine has no NVIDIA driver (libcuda.so.1 does not load), so that a CPU run does not
+    print an error that is none. Everything else the listing writes to stderr is written
+    back; with a driver nothing is done (a cuInit error is then a real one). No environment
+    variable avoids the line: CUDA_VISIBLE_DEVICES does not (the driver library is missing,
+    not the devices hidden), and TF_CPP_MIN_LOG_LEVEL=3 would hide every error."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if not sys.platform.startswith("linux") or not tf.test.is_built_with_cuda():
+        return
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return
+    except OSError:
+        pass  # No driver.
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        return  # No stderr to filter.
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            tf.config.list_physical_devices()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        kept = [line for line in captured.read().splitlines(keepends=True)
+                if not all(part in line for part in _NO_DRIVER_LINE)]
+    if kept:
+        os.write(2, b"".join(kept))
+
+
 _ensure_legacy_keras()
+_list_devices_without_the_no_driver_line()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfrs_logq import frequency
