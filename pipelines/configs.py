@@ -7,6 +7,8 @@ groups nested; `Config.from_dict` also reads the flat files of earlier runs.
 """
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Dict, List, Mapping, Tuple
 
 from logq_core import samplers
@@ -25,7 +27,11 @@ SPLITS = ("loo", "temporal", "next_day")
 ORDERS = ("shuffled", "time")
 MODELS = ("sasrec", "two_tower")
 FREQUENCIES = ("static", "count_min", "hashed")
+# --index of pipelines.train, evaluate and export: exact search, a ScaNN index, or both.
 INDEXES = ("exact", "scann", "both")
+# Earlier spellings still accepted (pipelines.export named exact search brute_force, as the
+# SavedModel's directory still is: tfrs_logq.export.INDEXES).
+INDEX_ALIASES = {"brute_force": "exact"}
 TABLE_OPTIMIZERS = ("adam", "adagrad")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
@@ -44,60 +50,96 @@ RENAMED = {"per_row_negatives": "per_row", "global_negatives": "global_batch",
            "in_batch_log_q": "log_q"}
 
 
+def _field(default: Any, help_text: str) -> Any:
+    """A config field whose flag's help is `help_text` (one line: what it does, its unit,
+    what a special value means); `flag_help` adds the group and the choices."""
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Which interactions, and how they are split (`experiment.load_data`, `make_split`)."""
-    dataset: str = "synthetic"
-    # The ml-1m / ml-1m-ratings / steam file (TFDS's data directory for ml-1m-tfds); empty:
-    # the file under $TFRS_LOGQ_DATA.
-    data_path: str = ""
-    split: str = "loo"
-    test_fraction: float = 0.1   # Temporal split: test share, and the validation share.
-    # Temporal split: which items of a window are targets (pipelines.data.splits.temporal).
-    temporal_targets: str = "first"
-    validation_queries: int = 4096  # At most this many (seeded sample) per validation.
-    # Leave-one-out: items left out of every training sequence between it and the held-out
-    # targets (gSASRec's preprocess_ml1m.py trains on all but the last 2 items: 1).
-    loo_train_gap: int = 0
-    synthetic_users: int = 3000
-    synthetic_items: int = 3000
-    synthetic_temperature: float = 0.1  # Smaller: more personal, less popularity-driven.
-    # --dataset=events: --data_path is a CSV / TSV / Parquet file, directory or glob; its
-    # columns (weight: optional, "" for none). Ids seen fewer times than the minimum counts
-    # in training are out of vocabulary (their events dropped and counted). The vocabularies'
-    # training memory (embedding rows and optimizer slots at --dim) must fit
-    # max_vocabulary_mb, checked while counting, before training.
-    user_column: str = "user_id"
-    item_column: str = "item_id"
-    time_column: str = "timestamp"
-    weight_column: str = ""
-    min_item_count: int = 1
-    min_user_count: int = 1
-    max_vocabulary_mb: float = 8192.0
-    # --split=next_day: test on day test_day (-1: the log's last), validate on the day before,
-    # train on the days before that; a day is day_seconds of the log's time.
-    test_day: int = -1
-    day_seconds: int = 86_400
-    # --dataset=web_synthetic (pipelines.data.web_synthetic): synthetic_items items,
-    # synthetic_users users, this many days and events per user; written once to --data_path
-    # (default: a directory under $TFRS_LOGQ_CACHE, else ~/.cache/tfrs_logq).
-    synthetic_days: int = 14
-    synthetic_events_per_user: float = 20.0
+    dataset: str = _field(
+        "synthetic", "Which interactions: the embedded synthetic catalog, MovieLens-1M "
+        "(SASRec's file, GroupLens ratings.dat, tensorflow-datasets), Steam (SASRec's file, "
+        "the reviews dump), your event log, or the embedded web-scale log.")
+    data_path: str = _field(
+        "", "The data file (ml-1m, ml-1m-ratings, steam, steam-reviews), the event log's "
+        "file, directory or glob (events), TFDS's data directory (ml-1m-tfds) or where "
+        "web_synthetic writes its log; empty: the file under $TFRS_LOGQ_DATA (MovieLens), "
+        "the cache (web_synthetic).")
+    split: str = _field(
+        "loo", "How the interactions are split: loo (each user's last item is the test "
+        "target), temporal (the last --test_fraction of all interactions in time), next_day "
+        "(an event log's --test_day).")
+    test_fraction: float = _field(
+        0.1, "--split=temporal: the share of all interactions (the latest) in the test "
+        "window, and the share before it in the validation window; 0 < f < 0.5.")
+    temporal_targets: str = _field(
+        "first", "--split=temporal: which items of a window are targets: each user's first, "
+        "all distinct ones, the last, or every one in turn (successive).")
+    validation_queries: int = _field(
+        4096, "Validation queries per evaluation, at most (a seeded sample).")
+    # gSASRec's preprocess_ml1m.py trains on all but the last 2 items: 1.
+    loo_train_gap: int = _field(
+        0, "--split=loo: items left out of every training sequence before its held-out "
+        "targets (gSASRec's preprocessing: 1); 0: none.")
+    synthetic_users: int = _field(3000, "Synthetic datasets: the number of users.")
+    synthetic_items: int = _field(
+        3000, "Synthetic datasets: the number of items (--dataset=synthetic: at least 100, "
+        "the longest history).")
+    synthetic_temperature: float = _field(
+        0.1, "--dataset=synthetic: divides the user-item affinity (> 0); smaller is more "
+        "personal, less popularity-driven.")
+    user_column: str = _field("user_id", "--dataset=events: the column of user ids.")
+    item_column: str = _field("item_id", "--dataset=events: the column of item ids.")
+    time_column: str = _field(
+        "timestamp", "--dataset=events: the column of times (seconds, timestamps or "
+        "ISO-8601 strings).")
+    weight_column: str = _field(
+        "", "--dataset=events: the column of event weights (numbers >= 0; two-tower on "
+        "--split=next_day); empty: no weights.")
+    min_item_count: int = _field(
+        1, "--dataset=events: items seen fewer times in training are out of vocabulary "
+        "(their events dropped and counted).")
+    min_user_count: int = _field(
+        1, "--dataset=events: users seen fewer times in training are out of vocabulary "
+        "(their events dropped and counted).")
+    max_vocabulary_mb: float = _field(
+        8192.0, "--dataset=events: the most training memory (MB) the vocabularies may take "
+        "(embedding rows and optimizer slots at --dim), checked while counting.")
+    test_day: int = _field(
+        -1, "--split=next_day: the test day, counted from the log's first day (0); the day "
+        "before validates, the days before it train; -1: the log's last day.")
+    day_seconds: int = _field(
+        86_400, "--split=next_day: the length of a day, in the log's time unit (seconds).")
+    synthetic_days: int = _field(
+        14, "--dataset=web_synthetic: days of events (at least 3: training, validation and "
+        "test days).")
+    synthetic_events_per_user: float = _field(
+        20.0, "--dataset=web_synthetic: events per user over the log (> 0).")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The query and item towers (`experiment.build_model`)."""
-    model: str = "sasrec"
-    max_length: int = 200        # SASRec sequence length.
-    history_length: int = 50     # Two-tower history features.
-    dim: int = 128
-    num_blocks: int = 2
-    num_heads: int = 1
-    dropout: float = 0.5
-    tie_embeddings: bool = True  # SASRec scores with its input item table; False: its own.
-    # The sequential model's layout: ours, or the released code's (tfrs_logq.models.sasrec).
-    architecture: str = "sasrec"
+    model: str = _field(
+        "sasrec", "The model: sasrec (a transformer over the user's history) or two_tower "
+        "(user id and history features).")
+    max_length: int = _field(
+        200, "--model=sasrec: the sequence length, in items (a history's last max_length).")
+    history_length: int = _field(
+        50, "--model=two_tower: the history feature's length, in items.")
+    dim: int = _field(128, "The embedding dimension of items and queries.")
+    num_blocks: int = _field(2, "--model=sasrec: transformer blocks.")
+    num_heads: int = _field(1, "--model=sasrec: attention heads per block (they divide --dim).")
+    dropout: float = _field(0.5, "--model=sasrec: the dropout rate, 0 <= rate < 1.")
+    tie_embeddings: bool = _field(
+        True, "--model=sasrec: score with the input item table; --notie_embeddings: with an "
+        "output table of its own.")
+    architecture: str = _field(
+        "sasrec", "--model=sasrec: the layout, ours (sasrec) or the released gSASRec code's "
+        "(gsasrec; tfrs_logq.models.sasrec).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,23 +147,45 @@ class LossConfig:
     """The objective, its sampler and log Q: the arguments of `tfrs_logq.models.make_objective`
     (`negatives.make_sampler`'s settings among them) by their own names, and where log Q
     comes from (`frequency`, `pseudo_count`: `experiment.make_frequency`)."""
-    loss: str = "sampled_softmax"
-    correction: str = "improved"
-    negatives: str = "in_batch"
-    num_negatives: int = 256     # Mixed: half uniform, half in-batch.
-    frequency: str = "static"    # Where log Q comes from: training counts or an estimator.
-    pseudo_count: float = 1.0    # Static counts: added to every item's training count.
-    mixture: str = "exact"
-    # The in-batch pool keeps each distinct target once (the released code's pool).
-    deduplicate: bool = False
-    log_q: str = "horvitz_thompson"  # With deduplicate: or "unigram" (released).
-    per_row: bool = False        # Uniform draws per example (released), not per step.
-    # Under tf.distribute, in-batch negatives come from the global batch (all replicas).
-    global_batch: bool = True
-    binary_reduction: str = "sum"    # bce / gbce: sum or mean (released) of 1 + n terms.
-    binary_accidental_hits: bool = True  # bce / gbce mask uniform draws equal to the positive.
-    gbce_t: float = 0.75
-    gbce_alpha: str = "paper"    # n / (|D| - 1); "released": n / (|D| - 2), gSASRec's code.
+    loss: str = _field(
+        "sampled_softmax", "The objective: sampled softmax (--negatives, --correction), the "
+        "full softmax, or (g)BCE over sampled negatives.")
+    correction: str = _field(
+        "improved", "--loss=sampled_softmax: the log Q correction: none, standard (every "
+        "logit), standard_negatives (the negatives' only) or improved (the paper's).")
+    negatives: str = _field(
+        "in_batch", "Where negatives come from: the batch's other targets (in_batch), draws "
+        "over the catalog (uniform), or half of each (mixed).")
+    num_negatives: int = _field(
+        256, "Negatives drawn per step (--negatives=mixed: half uniform, half in-batch).")
+    frequency: str = _field(
+        "static", "Where log Q comes from: the training counts (static) or an estimator "
+        "learnt while training (count_min, hashed).")
+    pseudo_count: float = _field(
+        1.0, "--frequency=static: added to every item's training count (>= 0).")
+    mixture: str = _field(
+        "exact", "--negatives=mixed: log Q of the exact mixture proposal, or the unigram q "
+        "for every negative (paper, the released code's).")
+    deduplicate: bool = _field(
+        False, "The in-batch pool keeps each distinct target once (the released code's "
+        "pool).")
+    log_q: str = _field(
+        "horvitz_thompson", "--deduplicate: the pool's log Q, unbiased (horvitz_thompson) or "
+        "the unigram q (the released code's).")
+    per_row: bool = _field(
+        False, "Uniform negatives drawn per example (the released code's), not once per step.")
+    global_batch: bool = _field(
+        True, "Under tf.distribute: in-batch negatives from the global batch (all replicas); "
+        "--noglobal_batch: each replica's own.")
+    binary_reduction: str = _field(
+        "sum", "--loss=bce or gbce: the sum or the mean (the released code's) of a row's "
+        "1 + n terms.")
+    binary_accidental_hits: bool = _field(
+        True, "--loss=bce or gbce: mask uniform draws equal to the positive.")
+    gbce_t: float = _field(0.75, "--loss=gbce: the calibration t, 0 <= t <= 1.")
+    gbce_alpha: str = _field(
+        "paper", "--loss=gbce: alpha = n / (|D| - 1) (paper) or n / (|D| - 2) (released, "
+        "gSASRec's code).")
 
     def objective_settings(self) -> Dict[str, Any]:
         """The arguments of `make_objective` (all fields but where log Q comes from)."""
@@ -133,51 +197,64 @@ class LossConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
     """Optimisation, stopping, resumption and the test evaluation (`pipelines.train`)."""
-    batch_size: int = 128
-    learning_rate: float = 0.001
-    adam_epsilon: float = 1e-7   # Keras's default; torch's (the released code) is 1e-8.
-    # The embedding tables' optimizer: "adam" (every variable; the paper's, whose step
-    # updates every row's moments, so it grows with the catalog) or "adagrad" (TFRS's
-    # CompositeOptimizer: Adagrad on the tables updates only the rows a step touches, Adam
-    # on the rest), at `table_learning_rate` (0: `learning_rate`).
-    table_optimizer: str = "adam"
-    table_learning_rate: float = 0.0
-    # Compile SASRec's training step with XLA (its shapes are static, so it compiles once);
-    # the two-tower step is not compiled. On by default in the SASRec presets, where it won.
-    jit_compile: bool = False
-    epochs: int = 200            # At most; early stopping on validation NDCG@10.
-    steps_per_epoch: int = 0     # 0: one pass over the training examples.
-    # Each pass over the training examples ends with its partial batch (the released code's
-    # DataLoader), rather than batches running on into the next pass.
-    partial_batches: bool = False
-    patience: int = 20           # Epochs without a better validation NDCG@10.
-    backup_every: int = 50       # Steps between BackupAndRestore backups.
-    seed: int = 0
-    # Test evaluation: exact search, a ScaNN index, or both (then the ANN gap is reported).
-    index: str = "both"
-    # A ScaNN request over fewer items than this searches exactly, in the test evaluation and
-    # the export (tfrs_logq.retrieval.SCANN_MIN_ITEMS); 0: always build the index.
-    scann_min_items: int = retrieval.SCANN_MIN_ITEMS
-    # The cutoffs of the test report, comma-separated.
-    ks: str = "1,10,20,100"
-    # The test index: the index_size items with the most training events plus every positive
-    # of the test queries (0: the whole catalog).
-    index_size: int = 0
-    # The test evaluation on at most this many test queries (a seeded sample; 0: all).
-    test_queries: int = 0
-    # Training order: "shuffled" (the whole training set), or "time" (two-tower on a timed
-    # split: examples in time order, shuffled only within windows of shuffle_window).
-    order: str = "shuffled"
-    shuffle_window: int = 10_000
-    # With a streaming estimator and --order=time: every drift_every steps (0: never), log
-    # the estimator's error against the Q of the day being trained (drift.json, TensorBoard).
-    drift_every: int = 0
-    # Diagnostic: every N epochs (0: never) log test NDCG@20 / Recall@20 of the current
-    # weights, on at most callbacks.TEST_CURVE_QUERIES test queries, to TensorBoard (train/,
-    # epoch_test_ndcg@20). Never used to pick the checkpoint or to stop; it lets same-seed
-    # runs be compared on the test split over many epochs rather than at one
-    # validation-picked epoch (the paper campaign reads it).
-    test_curve_every: int = 0
+    batch_size: int = _field(
+        128, "Training examples per step (the global batch under tf.distribute).")
+    learning_rate: float = _field(0.001, "Adam's learning rate (finite, > 0).")
+    adam_epsilon: float = _field(
+        1e-7, "Adam's epsilon (finite, > 0); Keras's default 1e-7, torch's (the released "
+        "code's) 1e-8.")
+    # "adam" is the paper's: its step updates every row's moments, so it grows with the
+    # catalog; "adagrad" is TFRS's CompositeOptimizer (Adagrad on the tables, Adam on the
+    # rest).
+    table_optimizer: str = _field(
+        "adam", "The embedding tables' optimizer: adam (every row, every step) or adagrad "
+        "(only the rows a step touches).")
+    table_learning_rate: float = _field(
+        0.0, "--table_optimizer=adagrad: the tables' learning rate; 0: --learning_rate.")
+    # SASRec's shapes are static, so it compiles once; on by default in the SASRec presets.
+    jit_compile: bool = _field(
+        False, "Compile SASRec's training step with XLA (the two-tower step is not compiled).")
+    epochs: int = _field(
+        200, "Training epochs, at most (early stopping on validation NDCG@10).")
+    steps_per_epoch: int = _field(
+        0, "Training steps per epoch; 0: one pass over the training examples.")
+    partial_batches: bool = _field(
+        False, "Each pass over the training examples ends with its partial batch (the "
+        "released code's DataLoader), rather than running on into the next pass.")
+    patience: int = _field(
+        20, "Epochs without a better validation NDCG@10 before training stops.")
+    backup_every: int = _field(
+        50, "Training steps between backups (a killed run resumes from the last one).")
+    seed: int = _field(
+        0, "The seed of the weights, shuffles, negatives and synthetic data; 0 <= seed < "
+        "2^32.")
+    index: str = _field(
+        "both", "The test evaluation's search: exact, a ScaNN index, or both (the ANN gap "
+        "is reported); brute_force is an old name of exact.")
+    scann_min_items: int = _field(
+        retrieval.SCANN_MIN_ITEMS, "A ScaNN search over fewer items than this is exact (the "
+        "test evaluation and the export); 0: always build the index.")
+    ks: str = _field(
+        "1,10,20,100", "The test report's cutoffs k, comma-separated positive integers.")
+    index_size: int = _field(
+        0, "The test index: the index_size items with the most training events plus every "
+        "test positive; 0: the whole catalog.")
+    test_queries: int = _field(
+        0, "Test queries evaluated, at most (a seeded sample); 0: all.")
+    order: str = _field(
+        "shuffled", "Training order: shuffled, or time (two-tower on --split=next_day: time "
+        "order, shuffled within --shuffle_window examples).")
+    shuffle_window: int = _field(
+        10_000, "--order=time: the shuffle buffer, in examples.")
+    drift_every: int = _field(
+        0, "A streaming --frequency with --order=time: log its error against the Q of the "
+        "day trained every this many steps (drift.json, TensorBoard); 0: never.")
+    # Never used to pick the checkpoint or to stop; it lets same-seed runs be compared on
+    # the test split over many epochs rather than at one validation-picked epoch (the paper
+    # campaign reads it).
+    test_curve_every: int = _field(
+        0, "Diagnostic: every this many epochs, log test NDCG@20 / Recall@20 of the current "
+        "weights to TensorBoard (epoch_test_ndcg@20); 0: never.")
 
 
 GROUPS = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig,
@@ -186,6 +263,24 @@ GROUPS = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig,
 GROUP_OF = {field.name: group for group, cls in GROUPS.items()
             for field in dataclasses.fields(cls)}
 FIELDS = {field.name: field for cls in GROUPS.values() for field in dataclasses.fields(cls)}
+
+
+def flag_help(name: str) -> str:
+    """The help of field `name`'s flag: its group, what it does (`_field`'s text), its
+    choices, and that an unset flag keeps the preset's value."""
+    choices = CHOICES.get(name)
+    values = f" One of {', '.join(choices)}." if choices else ""
+    return f"[{GROUP_OF[name]}] {FIELDS[name].metadata['help']}{values} Unset: the preset's."
+
+
+def indexes(index: str) -> Tuple[str, ...]:
+    """The searches of an --index value: ("exact", "scann") for both, else the one
+    (an old spelling, INDEX_ALIASES, by its current name)."""
+    index = INDEX_ALIASES.get(index, index)
+    if index not in INDEXES:
+        raise ValueError(f"--index must be one of {', '.join(INDEXES)}; received "
+                         f"--index={index!r}.")
+    return ("exact", "scann") if index == "both" else (index,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,44 +336,100 @@ def _stored(values: Mapping[str, Any]) -> Dict[str, Any]:
     return flat
 
 
+# Integer fields: their least value (and what it means when special). Every integer is also
+# below 2^31 (TensorFlow's int32 sizes and counts) but for those in _INTEGER_HIGHS.
+_INTEGER_LOWS = {
+    **{name: (1, "") for name in (
+        "synthetic_users", "synthetic_items", "max_length", "history_length", "dim",
+        "num_blocks", "num_heads", "num_negatives", "batch_size", "epochs", "patience",
+        "backup_every", "validation_queries", "min_item_count", "min_user_count",
+        "day_seconds", "synthetic_days", "shuffle_window")},
+    "test_curve_every": (0, "never"), "steps_per_epoch": (0, "one pass over the data"),
+    "loo_train_gap": (0, "none"), "scann_min_items": (0, "always the index"),
+    "index_size": (0, "the whole catalog"), "test_queries": (0, "all queries"),
+    "drift_every": (0, "never"), "seed": (0, ""), "test_day": (-1, "the log's last day"),
+}
+# numpy's and Python's seeds take 32 bits; a day may be counted in ms, us or ns.
+_INTEGER_HIGHS = {"seed": (2**32 - 1, "2^32 - 1"), "day_seconds": (2**62, "2^62")}
+# Float fields: (low, low included, high, high included, what the bounds mean); None: no
+# bound. Every float must also be finite.
+_FLOAT_RANGES = {
+    "dropout": (0.0, True, 1.0, False, "a rate of 1 drops everything"),
+    "test_fraction": (0.0, False, 0.5, False, "the test and the validation windows each "
+                      "take that share, and training the rest"),
+    "gbce_t": (0.0, True, 1.0, True, ""),
+    "synthetic_temperature": (0.0, False, None, False, ""),
+    "learning_rate": (0.0, False, None, False, ""),
+    "adam_epsilon": (0.0, False, None, False, ""),
+    "max_vocabulary_mb": (0.0, False, None, False, ""),
+    "synthetic_events_per_user": (0.0, False, None, False, ""),
+    "table_learning_rate": (0.0, True, None, False, "0: --learning_rate"),
+    "pseudo_count": (0.0, True, None, False, ""),
+}
+# The synthetic catalog's users draw 20 to 100 distinct items each (make_synthetic).
+SYNTHETIC_MIN_ITEMS = 100
+
+
+def _check_type(name: str, value: Any) -> None:
+    kind = FIELDS[name].type
+    if kind is bool:
+        ok, what = isinstance(value, bool), "true or false"
+    elif kind is int:
+        ok, what = isinstance(value, numbers.Integral) and not isinstance(value, bool), \
+            "an integer"
+    elif kind is float:
+        ok, what = isinstance(value, numbers.Real) and not isinstance(value, bool), "a number"
+    else:
+        ok, what = isinstance(value, str), "a string"
+    if not ok:
+        raise ValueError(f"--{name} must be {what}; received --{name}={value!r}.")
+
+
+def _check_range(name: str, value: Any) -> None:
+    if name in _INTEGER_LOWS:
+        low, meaning = _INTEGER_LOWS[name]
+        high, high_text = _INTEGER_HIGHS.get(name, (2**31 - 1, "2^31 - 1"))
+        if value < low:
+            if low == 1:
+                raise ValueError(f"--{name} must be a positive integer; received "
+                                 f"--{name}={value!r}.")
+            if low == -1:
+                raise ValueError(f"--{name} must be a day number >= 0, or -1 for {meaning}; "
+                                 f"received --{name}={value}.")
+            raise ValueError(f"--{name} must be >= 0{f' (0: {meaning})' if meaning else ''}; "
+                             f"received --{name}={value}.")
+        if value > high:
+            raise ValueError(f"--{name} must be at most {high_text}; received --{name}={value}.")
+    if name in _FLOAT_RANGES:
+        if not math.isfinite(value):
+            raise ValueError(f"--{name} must be a finite number; received --{name}={value}.")
+        low, low_in, high, high_in, why = _FLOAT_RANGES[name]
+        if (value < low or value == low and not low_in
+                or high is not None and (value > high or value == high and not high_in)):
+            if high is not None:
+                bounds = f"in {'[' if low_in else '('}{low}, {high}{']' if high_in else ')'}"
+            else:
+                bounds = ">= 0" if low_in else "positive"
+            raise ValueError(f"--{name} must be {bounds}{f' ({why})' if why else ''}; "
+                             f"received --{name}={value}.")
+
+
 def validate(config: Config) -> Config:
-    """Raises ValueError naming the field, the value and the valid values."""
+    """Raises ValueError naming the field, the value and the valid values; returns the
+    config with old spellings (INDEX_ALIASES) by their current names. Every rule that needs
+    no data is checked here, before anything loads."""
+    if config.training.index in INDEX_ALIASES:
+        config = config.replace(index=INDEX_ALIASES[config.training.index])
     values = config.flat()
+    for name, value in values.items():
+        _check_type(name, value)
     for field, choices in CHOICES.items():
         value = values[field]
         if value not in choices:
             raise ValueError(f"--{field} must be one of {', '.join(choices)}; received "
                              f"--{field}={value!r}.")
-    for field in ("synthetic_users", "synthetic_items", "max_length", "history_length", "dim",
-                  "num_blocks", "num_heads", "num_negatives", "batch_size", "epochs",
-                  "patience", "backup_every", "validation_queries", "min_item_count",
-                  "min_user_count", "day_seconds", "synthetic_days", "shuffle_window"):
-        if values[field] < 1:
-            raise ValueError(f"--{field} must be a positive integer; received "
-                             f"--{field}={values[field]!r}.")
-    for field, zero in (("test_curve_every", "never"), ("steps_per_epoch", "one pass over the "
-                                                          "data"), ("loo_train_gap", "none"),
-                        ("scann_min_items", "always the index"),
-                        ("index_size", "the whole catalog"), ("test_queries", "all queries"),
-                        ("drift_every", "never")):
-        if values[field] < 0:
-            raise ValueError(f"--{field} must be >= 0 (0: {zero}); received "
-                             f"--{field}={values[field]}.")
-    for field, low, high in (("dropout", 0.0, 1.0), ("test_fraction", 0.0, 0.5),
-                             ("gbce_t", 0.0, 1.0)):
-        value = values[field]
-        if not low <= value <= high or (field == "test_fraction" and value == 0.0):
-            raise ValueError(f"--{field} must be in [{low}, {high}]; received --{field}={value}.")
-    for field in ("synthetic_temperature", "learning_rate", "adam_epsilon", "max_vocabulary_mb",
-                  "synthetic_events_per_user"):
-        if not values[field] > 0:
-            raise ValueError(f"--{field} must be positive; received --{field}={values[field]}.")
-    if config.training.table_learning_rate < 0:
-        raise ValueError("--table_learning_rate must be >= 0 (0: --learning_rate); received "
-                         f"--table_learning_rate={config.training.table_learning_rate}.")
-    if config.loss.pseudo_count < 0:
-        raise ValueError("--pseudo_count must be >= 0; received "
-                         f"--pseudo_count={config.loss.pseudo_count}.")
+    for name, value in values.items():
+        _check_range(name, value)
     if config.loss.loss == "sampled_softmax":
         # The samplers' own rules, before any data is loaded (the catalog size is not known
         # yet): the flags are the sampler's arguments by name.
@@ -292,9 +443,6 @@ def validate(config: Config) -> Config:
                              f"{loss.num_negatives} --deduplicate={loss.deduplicate} "
                              f"--mixture={loss.mixture} do not make a sampler: {error}") from None
     ks(config.training)  # Raises on a bad --ks.
-    if config.data.test_day < -1:
-        raise ValueError(f"--test_day must be a day number >= 0, or -1 for the log's last "
-                         f"day; received --test_day={config.data.test_day}.")
     if config.data.dataset == "events" and not config.data.data_path:
         raise ValueError("--dataset=events needs --data_path: the event log (a CSV, TSV or "
                          "Parquet file, a directory of them, or a glob).")
@@ -303,6 +451,19 @@ def validate(config: Config) -> Config:
         if not all(named) or len(set(named)) < 3:
             raise ValueError("--user_column, --item_column and --time_column must name three "
                              f"different columns; received {', '.join(map(repr, named))}.")
+    if config.data.dataset == "synthetic" and config.data.synthetic_items < SYNTHETIC_MIN_ITEMS:
+        raise ValueError(f"--dataset=synthetic needs --synthetic_items >= "
+                         f"{SYNTHETIC_MIN_ITEMS} (each user draws up to {SYNTHETIC_MIN_ITEMS} "
+                         "distinct items); received "
+                         f"--synthetic_items={config.data.synthetic_items}.")
+    if config.data.dataset == "web_synthetic" and config.data.synthetic_days < 3:
+        raise ValueError("--dataset=web_synthetic needs --synthetic_days >= 3 (a training, a "
+                         "validation and a test day); received "
+                         f"--synthetic_days={config.data.synthetic_days}.")
+    if config.data.weight_column and config.data.dataset != "events":
+        raise ValueError("--weight_column names a column of your event log (--dataset=events); "
+                         f"received --dataset={config.data.dataset} "
+                         f"--weight_column={config.data.weight_column}.")
     if config.data.weight_column and (config.model.model != "two_tower"
                                       or config.data.split != "next_day"):
         raise ValueError("--weight_column weights the two-tower's training events on "

@@ -1,13 +1,15 @@
 r"""Re-evaluates a finished (or interrupted) training run from its checkpoint.
 
 Usage:
-  python -m pipelines.evaluate OUTPUT_DIR [--split=test|validation] [--geometry]
+  python -m pipelines.evaluate OUTPUT_DIR [--split=test|validation] [--index=exact|scann|both]
+      [--geometry]
   python -m pipelines.evaluate OUTPUT_DIR --against=OTHER_DIR [--output_json=PATH]
   python -m pipelines.evaluate OUTPUT_DIR --per_query_out=PATH.npz
 
 Rebuilds the data and the model from OUTPUT_DIR/config.json, loads the best
-weights (OUTPUT_DIR/checkpoints/best), evaluates with exact search and prints
-the table; with --split=test it also updates the "test" entry of
+weights (OUTPUT_DIR/checkpoints/best), evaluates with exact search, a ScaNN index or
+both (--index, as pipelines.train and pipelines.export name them) and prints the table;
+with --split=test it also updates the "test_<index>" (and "test") entries of
 OUTPUT_DIR/metrics.json. With --geometry it also prints how spread out the
 item vectors and the split's query scores are
 (`tfrs_logq.retrieval.embedding_geometry`), a check for embedding collapse.
@@ -40,32 +42,54 @@ from tfrs_logq import retrieval
 FLAGS = flags.FLAGS
 
 
-def define_flags() -> None:
-    flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.")
-    flags.DEFINE_enum("index", "exact", ["exact", "scann"], "Exact search or a ScaNN index.")
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    define = dict(flag_values=flag_values)
+    flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.",
+                      **define)
+    flags.DEFINE_enum("index", "exact", [*configs.INDEXES, *configs.INDEX_ALIASES],
+                      "The search: exact, a ScaNN index (exact under the run's "
+                      "--scann_min_items items), or both, one table each; brute_force is an "
+                      "old name of exact. --against and --per_query_out take one.", **define)
     flags.DEFINE_bool("geometry", False, "Also print the embedding geometry (collapse check) "
-                      "of the model's items and the split's queries.")
+                      "of the model's items and the split's queries.", **define)
     flags.DEFINE_string("against", None, "Another run on the same data and split: compare "
-                        "OUTPUT_DIR with it query by query (paired) instead.")
+                        "OUTPUT_DIR with it query by query (paired) instead.", **define)
     flags.DEFINE_string("output_json", None, "With --against: also write the comparison "
-                        "to this JSON file.")
+                        "to this JSON file.", **define)
     flags.DEFINE_string("per_query_out", None, "Write each query's metrics to this .npz, "
-                        "which --against then reads in place of the run (no checkpoint).")
+                        "which --against then reads in place of the run (no checkpoint).",
+                        **define)
+
+
+def evaluate_indexes(output_dir: str, split: str = "test", index: str = "exact",
+                     geometry: bool = False):
+    """(config, {search: metrics}, geometry or None) of the run in `output_dir` on `split`,
+    from its best checkpoint, by each search of `index` (exact, scann or both); with
+    `geometry`, `retrieval.embedding_geometry` of its items and the split's queries."""
+    searches = configs.indexes(index)
+    config, model, data_split, _ = experiment.load_run(output_dir)
+    eval_set = data_split.test if split == "test" else data_split.validation
+    queries = experiment.query_embeddings(model, config, eval_set)
+    metrics = {search: experiment.evaluate_split(model, config, data_split, split,
+                                                 index=search, queries=queries)
+               for search in searches}
+    shape = (retrieval.embedding_geometry(queries, model.item_embeddings().numpy())
+             if geometry else None)
+    return config, metrics, shape
 
 
 def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
                  geometry: bool = False):
-    """Metrics of the run in `output_dir` on `split`, from its best checkpoint; with
-    `geometry`, also `retrieval.embedding_geometry` of its items and the split's queries
-    (under the key "geometry")."""
-    config, model, data_split, _ = experiment.load_run(output_dir)
-    eval_set = data_split.test if split == "test" else data_split.validation
-    queries = experiment.query_embeddings(model, config, eval_set)
-    metrics = experiment.evaluate_split(model, config, data_split, split, index=index,
-                                        queries=queries)
-    if geometry:
-        metrics["geometry"] = retrieval.embedding_geometry(queries,
-                                                           model.item_embeddings().numpy())
+    """Metrics of the run in `output_dir` on `split` by one search (exact or scann), from its
+    best checkpoint; with `geometry`, also `retrieval.embedding_geometry` of its items and
+    the split's queries (under the key "geometry")."""
+    if len(configs.indexes(index)) != 1:
+        raise ValueError(f"`index` must be exact or scann; received index={index!r} (both: "
+                         "`evaluate_indexes`).")
+    config, metrics, shape = evaluate_indexes(output_dir, split, index, geometry)
+    metrics = next(iter(metrics.values()))
+    if shape is not None:
+        metrics["geometry"] = shape
     return config, metrics
 
 
@@ -140,32 +164,40 @@ def main(argv):
     if FLAGS.output_json and not FLAGS.against:
         raise app.UsageError(f"--output_json={FLAGS.output_json} writes --against's comparison; "
                              "give --against too.")
+    searches = configs.indexes(FLAGS.index)
+    index = searches[0]
+    if len(searches) > 1 and (FLAGS.against or FLAGS.per_query_out):
+        mode = "--against" if FLAGS.against else "--per_query_out"
+        raise app.UsageError(f"{mode} takes one search; received --index={FLAGS.index}. "
+                             "Give --index=exact or --index=scann.")
     if FLAGS.per_query_out:
-        values = per_query_values(output_dir, FLAGS.split, FLAGS.index)
+        values = per_query_values(output_dir, FLAGS.split, index)
         check_against_report(values, output_dir)
         per_query.save(values, FLAGS.per_query_out)
         print(f"Wrote {FLAGS.per_query_out}: {len(values['users'])} {FLAGS.split} queries, "
-              f"{FLAGS.index} search")
+              f"{index} search")
         return
     if FLAGS.against:
-        comparison = compare_runs(output_dir, FLAGS.against, FLAGS.split, FLAGS.index)
+        comparison = compare_runs(output_dir, FLAGS.against, FLAGS.split, index)
         n = next(iter(comparison.values()))["n"]
         print(f"{output_dir} (b) against {FLAGS.against} (a), {FLAGS.split} split, "
-              f"{FLAGS.index} search, {n} queries; d = b - a, its standard error over queries "
+              f"{index} search, {n} queries; d = b - a, its standard error over queries "
               "(the evaluation set's noise, not the seeds'):\n")
         print(format_comparison(comparison, "b", "a"))
         if FLAGS.output_json:
             with open(FLAGS.output_json, "w") as f:
                 json.dump({"b": output_dir, "a": FLAGS.against, "split": FLAGS.split,
-                           "index": FLAGS.index, "metrics": comparison}, f, indent=1)
+                           "index": index, "metrics": comparison}, f, indent=1)
             print(f"\nWrote {FLAGS.output_json}")
         return
-    config, metrics = evaluate_run(output_dir, FLAGS.split, FLAGS.index, FLAGS.geometry)
-    geometry = metrics.pop("geometry", None)
-    print(f"{config.model.model} on {config.data.dataset} ({config.data.split}), "
-          f"{FLAGS.split} split, "
-          f"{FLAGS.index} search, history filtered:\n")
-    print(report.format_metrics({"test": metrics}))
+    config, by_search, geometry = evaluate_indexes(output_dir, FLAGS.split, FLAGS.index,
+                                                   FLAGS.geometry)
+    for number, (search, metrics) in enumerate(by_search.items()):
+        if number:
+            print()
+        print(f"{config.model.model} on {config.data.dataset} ({config.data.split}), "
+              f"{FLAGS.split} split, {search} search, history filtered:\n")
+        print(report.format_metrics({"test": metrics}))
     if geometry is not None:
         print(f"\nEmbedding geometry ({FLAGS.split} queries): "
               f"mean item direction norm {geometry['mean_direction_norm']:.3f}, "
@@ -175,12 +207,15 @@ def main(argv):
     if FLAGS.split == "test" and os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        saved[f"test_{FLAGS.index}"] = metrics
+        for search, metrics in by_search.items():
+            saved[f"test_{search}"] = metrics
+        # "test" is the run's first search (exact, unless it searched by ScaNN only).
         run_index = ("config" in saved
                      and configs.Config.from_dict(saved["config"]).training.index)
-        if run_index in (FLAGS.index, "both") and (FLAGS.index == "exact"
-                                                   or run_index == "scann"):
-            saved["test"] = metrics
+        if run_index:
+            first = configs.indexes(run_index)[0]
+            if first in by_search:
+                saved["test"] = by_search[first]
         with open(path, "w") as f:
             json.dump(saved, f, indent=1)
         print(f"\nUpdated {path}")

@@ -1,12 +1,13 @@
 r"""Exports a trained run as SavedModels for serving (brute force and/or ScaNN).
 
 Usage:
-  python -m pipelines.export OUTPUT_DIR [--index=both|brute_force|scann] [--k=100]
+  python -m pipelines.export OUTPUT_DIR [--index=exact|scann|both] [--k=100]
 
 Loads OUTPUT_DIR/config.json and its best checkpoint and writes
 OUTPUT_DIR/export/<index>/<version>/ (see tfrs_logq.export; the next version after those
-already there). `saved_model_cli show --all --dir OUTPUT_DIR/export/brute_force/1` lists the
-signatures.
+already there): exact search to export/brute_force/ (--index=brute_force, its old name,
+is still accepted), the ScaNN index to export/scann/.
+`saved_model_cli show --all --dir OUTPUT_DIR/export/brute_force/1` lists the signatures.
 """
 
 import tensorflow as tf
@@ -14,15 +15,21 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from pipelines import configs
 from pipelines import experiment
 from pipelines import report
 
 FLAGS = flags.FLAGS
 
 
-def define_flags() -> None:
-    flags.DEFINE_enum("index", "both", ["both", "brute_force", "scann"], "Which index to export.")
-    flags.DEFINE_integer("k", 100, "Items returned per request.", lower_bound=1)
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    define = dict(flag_values=flag_values)
+    flags.DEFINE_enum("index", "both", [*configs.INDEXES, *configs.INDEX_ALIASES],
+                      "What the SavedModels search: exact (export/brute_force/), a ScaNN index "
+                      "(export/scann/), or both, one SavedModel each; brute_force is an old "
+                      "name of exact.", **define)
+    flags.DEFINE_integer("k", 100, "Item ids (and scores) each request returns, at most.",
+                         lower_bound=1, **define)
 
 
 def main(argv):
@@ -30,8 +37,12 @@ def main(argv):
         raise app.UsageError("Usage: python -m pipelines.export OUTPUT_DIR [--index=...] [--k=...]")
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
+    searches = configs.indexes(FLAGS.index)
     config, model, _, data = experiment.load_run(argv[1])
-    for path in report.export_run(model, config, argv[1], FLAGS.index, FLAGS.k, data=data):
+    # tfrs_logq.export names exact search brute_force.
+    index = "both" if len(searches) > 1 else {"exact": "brute_force"}.get(searches[0],
+                                                                          searches[0])
+    for path in report.export_run(model, config, argv[1], index, FLAGS.k, data=data):
         print(f"Wrote {path}")
 
 

@@ -506,7 +506,8 @@ class CommandLineTest(tf.test.TestCase):
                 (["--loo_train_gap=-2"], "--loo_train_gap must be >= 0 (0: none); received "
                                          "--loo_train_gap=-2"),
                 (["--adam_epsilon=0"], "--adam_epsilon must be positive; received --adam_epsilon=0.0"),
-                (["--dropout=1.5"], "--dropout must be in [0.0, 1.0]; received --dropout=1.5"),
+                (["--dropout=1.5"], "--dropout must be in [0.0, 1.0) (a rate of 1 drops everything); "
+                                  "received --dropout=1.5"),
                 (["--per_row_negatives=maybe"], "flag --per_row=maybe: ('Non-boolean argument"),
                 (["--batch_size=0"], "--batch_size must be a positive integer"),
                 ([], "--output_dir is required")):

@@ -1,0 +1,189 @@
+"""The command lines' named errors (issue 46): flags that used to pass validation and then
+crash, non-finite hyperparameters, flags that cannot work together, one --index vocabulary
+in every command, real help for every flag, and no cuInit line on a machine without a GPU.
+
+Most probes call `configs.validate` in-process (what `pipelines.train` runs on its flags
+before any data loads); two child processes check the real command lines."""
+
+import ctypes
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+from absl import flags
+
+from pipelines import configs
+from pipelines import evaluate
+from pipelines import export
+from pipelines import train
+
+SMOKE = configs.PRESETS["smoke"]
+
+# (overrides of the smoke preset, the error). The first three used to pass validation and
+# crash later (Keras's dropout, an empty temporal training split, numpy's seed); the
+# non-finite values trained a NaN model.
+PROBES = [
+    ({"dropout": 1.0}, "--dropout must be in [0.0, 1.0) (a rate of 1 drops everything); "
+                       "received --dropout=1.0."),
+    ({"split": "temporal", "test_fraction": 0.5},
+     "--test_fraction must be in (0.0, 0.5) (the test and the validation windows each take "
+     "that share, and training the rest); received --test_fraction=0.5."),
+    ({"seed": -1}, "--seed must be >= 0; received --seed=-1."),
+    ({"seed": 2**32}, "--seed must be at most 2^32 - 1; received --seed=4294967296."),
+    ({"learning_rate": math.nan}, "--learning_rate must be a finite number; received "
+                                  "--learning_rate=nan."),
+    ({"learning_rate": math.inf}, "--learning_rate must be a finite number; received "
+                                  "--learning_rate=inf."),
+    ({"adam_epsilon": math.nan}, "--adam_epsilon must be a finite number; received "
+                                 "--adam_epsilon=nan."),
+    ({"table_learning_rate": math.inf}, "--table_learning_rate must be a finite number"),
+    ({"pseudo_count": math.nan}, "--pseudo_count must be a finite number"),
+    ({"gbce_t": -math.inf}, "--gbce_t must be a finite number"),
+    ({"synthetic_temperature": math.inf}, "--synthetic_temperature must be a finite number"),
+    ({"max_vocabulary_mb": math.nan}, "--max_vocabulary_mb must be a finite number"),
+    ({"table_learning_rate": -0.1}, "--table_learning_rate must be >= 0 (0: --learning_rate); "
+                                    "received --table_learning_rate=-0.1."),
+    ({"dim": 2**31}, "--dim must be at most 2^31 - 1; received --dim=2147483648."),
+    ({"test_day": -2}, "--test_day must be a day number >= 0, or -1 for the log's last day; "
+                       "received --test_day=-2."),
+    ({"synthetic_items": 50}, "--dataset=synthetic needs --synthetic_items >= 100 (each user "
+                              "draws up to 100 distinct items); received --synthetic_items=50."),
+    ({"dataset": "web_synthetic", "split": "next_day", "synthetic_days": 2},
+     "--dataset=web_synthetic needs --synthetic_days >= 3 (a training, a validation and a "
+     "test day); received --synthetic_days=2."),
+    ({"dataset": "web_synthetic", "split": "next_day", "model": "two_tower", "order": "time",
+      "weight_column": "w"}, "--weight_column names a column of your event log "
+                             "(--dataset=events); received --dataset=web_synthetic "
+                             "--weight_column=w."),
+    # A config.json edited by hand: the field's type is named.
+    ({"batch_size": 2.5}, "--batch_size must be an integer; received --batch_size=2.5."),
+    ({"jit_compile": "yes"}, "--jit_compile must be true or false; received "
+                             "--jit_compile='yes'."),
+    ({"index": "annoy"}, "--index must be one of exact, scann, both; received "
+                         "--index='annoy'."),
+]
+
+
+@pytest.mark.parametrize("overrides,message", PROBES,
+                         ids=[",".join(f"{k}={v}" for k, v in o.items()) for o, _ in PROBES])
+def test_validation_names_the_flag_and_the_value(overrides, message):
+    with pytest.raises(ValueError) as raised:
+        configs.validate(SMOKE.replace(**overrides))
+    assert message in str(raised.value)
+
+
+def test_every_number_has_a_range():
+    numeric = {name for name, field in configs.FIELDS.items() if field.type in (int, float)}
+    ranged = set(configs._INTEGER_LOWS) | set(configs._FLOAT_RANGES)  # pylint: disable=protected-access
+    assert numeric == ranged
+
+
+def test_presets_and_edges_pass():
+    for name, preset in configs.PRESETS.items():
+        assert configs.validate(preset) == preset, name
+    for overrides in ({"dropout": 0.0}, {"dropout": 0.999}, {"seed": 2**32 - 1},
+                      {"split": "temporal", "test_fraction": 0.49}, {"gbce_t": 1.0},
+                      {"day_seconds": 86_400 * 10**9}, {"learning_rate": 1}):
+        configs.validate(SMOKE.replace(**overrides))
+
+
+def test_one_index_vocabulary():
+    assert configs.validate(SMOKE.replace(index="brute_force")).training.index == "exact"
+    assert configs.indexes("both") == ("exact", "scann")
+    assert configs.indexes("brute_force") == ("exact",)
+    with pytest.raises(ValueError, match=r"--index must be one of exact, scann, both; received "
+                                         r"--index='annoy'"):
+        configs.indexes("annoy")
+    for module in (evaluate, export):
+        values = flags.FlagValues()
+        module.define_flags(values)
+        assert values["index"].parser.enum_values == ["exact", "scann", "both", "brute_force"]
+        for index in ("exact", "scann", "both", "brute_force"):
+            values(["prog", f"--index={index}"])
+        assert "brute_force is an old name of exact" in values["index"].help
+    values = flags.FlagValues()
+    train.define_flags(values)
+    values(["prog", "--index=brute_force"])
+    assert train.config_from_flags(values).training.index == "exact"
+
+
+def test_every_flag_has_real_help():
+    values = flags.FlagValues()
+    train.define_flags(values)
+    for name in configs.FIELDS:
+        text = values[name].help
+        assert "Overrides the preset" not in text, name
+        assert text.startswith(f"[{configs.GROUP_OF[name]}] "), text
+        help_text = configs.FIELDS[name].metadata["help"]
+        assert help_text in text and help_text.endswith("."), name
+        assert len(help_text) <= 300 and "\n" not in help_text, name
+    assert values["split"].help == (
+        "[data] How the interactions are split: loo (each user's last item is the test target), "
+        "temporal (the last --test_fraction of all interactions in time), next_day (an event "
+        "log's --test_day). One of loo, temporal, next_day. Unset: the preset's.")
+
+
+def _has_nvidia_driver() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def test_only_the_no_driver_line_is_dropped(capfd, monkeypatch):
+    # Without a driver, TensorFlow's CUDA build logs "failed call to cuInit" as an error when
+    # devices are first listed; importing tfrs_logq lists them with that one line dropped.
+    # Every other line written meanwhile still reaches stderr.
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tfrs_logq  # pylint: disable=import-outside-toplevel
+    if _has_nvidia_driver() or not tf.test.is_built_with_cuda():
+        pytest.skip("a driver is installed, or TensorFlow has no CUDA: nothing is dropped")
+
+    def list_devices():
+        os.write(2, b"E0000 cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
+                    b"Failed call to cuInit: UNKNOWN ERROR (303)\n"
+                    b"E0000 other.cc:1] a real error\n")
+        return []
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", list_devices)
+    capfd.readouterr()
+    tfrs_logq._list_devices_without_the_no_driver_line()  # pylint: disable=protected-access
+    assert capfd.readouterr().err == "E0000 other.cc:1] a real error\n"
+
+
+def _child(*args):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=300, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+
+
+def test_command_lines():
+    # pipelines.train refuses --learning_rate=nan before it writes anything; TensorFlow's
+    # device set-up (which logged "failed call to cuInit" on every CPU run) prints no error.
+    out = os.path.join(tempfile.mkdtemp(), "run")
+    script = textwrap.dedent(f"""
+        import runpy, sys
+        import pipelines
+        import tensorflow as tf
+        print("devices", [d.device_type for d in tf.config.list_physical_devices()])
+        sys.argv = ["train", "--preset=smoke", "--learning_rate=nan", "--output_dir={out}"]
+        runpy.run_module("pipelines.train", run_name="__main__")
+    """)
+    result = _child("-c", script)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "devices ['CPU'" in result.stdout
+    assert ("--learning_rate must be a finite number; received --learning_rate=nan."
+            in result.stderr), result.stderr[-3000:]
+    assert not os.path.exists(out)
+    if not _has_nvidia_driver():
+        assert "cuInit" not in result.stderr, result.stderr[-3000:]
+    # pipelines.evaluate takes --index=both, and refuses it where one search is needed.
+    result = _child("-m", "pipelines.evaluate", out, "--index=both", "--against=/tmp/other")
+    assert result.returncode == 1
+    assert ("--against takes one search; received --index=both. Give --index=exact or "
+            "--index=scann." in result.stderr), result.stderr[-3000:]
