@@ -14,7 +14,7 @@ from pipelines.data import builders
 from pipelines.data import loaders
 from pipelines.data import splits
 from pipelines.data import synthetic
-from pipelines.data.interactions import DataError, from_arrays
+from pipelines.data.interactions import DataError, chronological, from_arrays
 
 
 def _write(text: str, name: str, compress: bool = False) -> str:
@@ -64,7 +64,7 @@ class LoaderTest(tf.test.TestCase):
         sequences = data.sequences()
         self.assertAllEqual(sequences[1], [5, 2, 4])
         with self.assertRaisesRegex(DataError, r"line 2: expected two positive integer ids "
-                                    r"`user item`; received '1 0'"):
+                                    r"`user item` \(ASCII digits\); received '1 0'"):
             loaders.load_sasrec(_write("1 5\n1 0\n", "bad.txt"))
 
     def test_a_huge_id_is_refused_not_grown_into(self):
@@ -117,6 +117,100 @@ class LoaderTest(tf.test.TestCase):
         with self.assertRaisesRegex(DataError, r"line 1: cannot read the date 'yesterday'"):
             loaders.load_steam_reviews(_write(
                 "{'username': 'x', 'product_id': '1', 'date': 'yesterday'}\n", "s.json"))
+
+    def test_a_file_with_every_line_twice_is_read_once(self):
+        # Issue 46: every line twice put each test target in its own history (filtered out
+        # of the answer: Recall@10 0.000). Exact duplicates are dropped, counted and
+        # printed, in place or with the file appended to itself; the split is the single
+        # file's.
+        lines = ["1::10::5::100", "1::20::4::200", "1::30::3::300", "2::10::1::50",
+                 "2::40::2::60", "2::20::5::70", "3::30::4::10", "3::40::4::20",
+                 "3::10::4::30"]
+        once = loaders.load_grouplens(_write("\n".join(lines) + "\n", "once.dat"))
+        self.assertEqual(once.duplicates, 0)
+        for name, text in (("in_place.dat", "".join(f"{l}\n{l}\n" for l in lines)),
+                           ("appended.dat", "\n".join(lines + lines) + "\n")):
+            path = _write(text, name)
+            with mock.patch("builtins.print") as printed:
+                twice = loaders.load_grouplens(path)
+            printed.assert_called_once_with(
+                f"{path}: dropped 9 duplicate events (the same user, item and time as an "
+                "earlier event); kept 9.", flush=True)
+            self.assertEqual(twice.duplicates, 9)
+            for field in ("user", "item", "timestamp", "user_ids", "item_ids"):
+                self.assertAllEqual(getattr(twice, field), getattr(once, field))
+            split = splits.leave_one_out(twice)
+            for history, target in zip(split.test.histories, split.test.targets):
+                self.assertNotIn(target[0], history)
+        # SASRec's file has no times: a line repeating its user's previous line is the
+        # duplicate; the same item again later is repeat consumption and stays.
+        sasrec = loaders.load_sasrec(_write("1 5\n1 5\n1 2\n1 2\n2 3\n2 3\n1 5\n", "s.txt"))
+        self.assertEqual(sasrec.duplicates, 3)
+        self.assertAllEqual(sasrec.sequences()[1], [5, 2, 5])
+        self.assertAllEqual(sasrec.sequences()[2], [3])
+        steam = "{'username': 'a', 'product_id': '1', 'date': '2017-01-02'}\n"
+        data = loaders.load_steam_reviews(_write(steam * 3, "steam.json"))
+        self.assertEqual((data.duplicates, len(data.user)), (2, 1))
+
+    def test_the_duplicate_rule(self):
+        # Same user, item and time: the first in file order is kept. Another item at the
+        # same time, or the same item at another time, stays. The order is the usual one.
+        user = np.array([2, 1, 1, 1, 1, 2, 1])
+        item = np.array([7, 5, 6, 5, 5, 7, 5])
+        time = np.array([3, 1, 1, 1, 2, 3, 1], np.int64)
+        order, dropped = chronological(user, item, time)
+        self.assertEqual(dropped, 3)
+        self.assertAllEqual(order, [1, 2, 4, 0])
+        data = from_arrays(user, item, time, keep_ids=True)
+        self.assertAllEqual(data.item, [5, 6, 5, 7])
+        self.assertEqual(data.duplicates, 3)
+        distinct = np.arange(5)
+        order, dropped = chronological(distinct, distinct, distinct)
+        self.assertEqual(dropped, 0)
+        self.assertAllEqual(order, distinct)
+
+    def test_bad_numbers_are_named_with_file_line_and_value(self):
+        # Each a DataError naming the file, the line and the value (cut when huge), not a
+        # crash in int(), numpy or the model: a non-ASCII digit (str.isdigit says yes), a
+        # 20-million-digit id, a time at 2^63, a NaN or infinite date.
+        huge = "9" * 20_000_000
+        cases = [
+            (loaders.load_sasrec, "1 \u00b2\n", r"line 1: expected two positive integer ids "
+             r"`user item` \(ASCII digits\); received '1 \u00b2'"),
+            (loaders.load_sasrec, "1 \u0663\n", r"line 1: expected two positive integer ids"),
+            (loaders.load_sasrec, f"1 2\n{huge} 3\n", r"line 2: the user id '9{40}'\.\.\. "
+             r"\(20,000,000 characters\) is beyond 2\^63 - 1; SASRec-format ids are used as "
+             r"they are \(embedding rows 1\.\.N\): renumber them 1\.\.N\."),
+            (loaders.load_grouplens, "1::\u0661\u0660::3::100\n",
+             r"line 1: expected integer ids, a numeric rating and an integer timestamp"),
+            (loaders.load_grouplens, f"1::10::3::100\n{huge}::1::3::5\n",
+             r"line 2: the UserID '9{40}'\.\.\. \(20,000,000 characters\) is outside the "
+             r"64-bit range \[-2\^63, 2\^63\); ids are 64-bit integers"),
+            (loaders.load_grouplens, f"1::10::3::{2**63}\n", r"line 1: the timestamp "
+             r"'9223372036854775808' is outside the 64-bit range \[-2\^63, 2\^63\); times "
+             r"are integer seconds\. Fix or remove the line\."),
+            (loaders.load_grouplens, "1::10::nan::100\n", r"line 1: expected integer ids, a "
+             r"numeric rating and an integer timestamp \(ASCII digits, a finite rating\)"),
+            (loaders.load_steam_reviews, '{"username": "a", "product_id": "1", "date": NaN}\n',
+             r"line 1: cannot read the date 'nan' \(expected ISO YYYY-MM-DD or finite "
+             r"seconds below 2\^63\)"),
+            (loaders.load_steam_reviews, '{"username": "a", "product_id": "1", '
+             '"date": Infinity}\n', r"line 1: cannot read the date 'inf'"),
+            (loaders.load_steam_reviews, "{'username': 'a', 'product_id': '1', 'date': "
+             f"{2**63}}}\n", r"line 1: cannot read the date '9223372036854775808'"),
+            (loaders.load_steam_reviews, "{'username': None, 'product_id': '1', 'date': 5}\n",
+             r"line 1: the record's username is 'None'; every review needs a user and an "
+             r"item id\."),
+        ]
+        for number, (load, text, message) in enumerate(cases):
+            path = _write(text, f"bad{number}.txt")
+            with self.assertRaisesRegex(DataError, rf"{path}, ({message})"):
+                load(path)
+        # An ISO time with an offset keeps it (it used to be read as UTC).
+        data = loaders.load_steam_reviews(_write(
+            "{'username': 'a', 'product_id': '1', 'date': '1970-01-01T01:00:00+01:00'}\n"
+            "{'username': 'a', 'product_id': '2', 'date': '1970-01-01'}\n", "tz.json"))
+        self.assertAllEqual(data.timestamp, [0, 0])
 
     def test_the_real_tfds_builder_reaches_its_download(self):
         # The real MovieLens builder, no mock: everything download_and_prepare reads before
@@ -255,6 +349,12 @@ class SplitTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"`targets` must be one of 'first', 'all', "
                                     r"'last', 'successive'; received targets='next'"):
             splits.temporal(data, targets="next")
+        tiny = from_arrays([1, 1, 2], [1, 2, 3], [1, 2, 3], keep_ids=True)
+        with self.assertRaisesRegex(ValueError, r"3 interactions leave none to train on: the "
+                                    r"test window takes 2 and the validation window 2 "
+                                    r"\(test_fraction=0.4, validation_fraction=0.4\); lower "
+                                    r"--test_fraction."):
+            splits.temporal(tiny, test_fraction=0.4, validation_fraction=0.4)
 
     def test_temporal_last_and_successive_targets(self):
         # Times 1..10: training is times 1-6, validation 7-8, test 9-10.

@@ -3,7 +3,9 @@
 import gzip
 import json
 import os
+import re
 import tempfile
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -93,6 +95,74 @@ class EventLogTest(tf.test.TestCase):
         # Counting only before a time: later-only ids are out of vocabulary.
         early = events.load_events(pattern, count_before=DAY)
         self.assertEqual(early.interactions.num_items, 2)
+
+    def test_a_log_with_every_line_twice_is_read_once(self):
+        # Issue 46: each exact duplicate (user, item, time) dropped, counted in the stats
+        # and printed; repeat consumption at another time stays; weights stay aligned.
+        rows = [("ann", "b", 30, 1.0), ("ann", "a", 10, 2.0), ("bob", "a", 20, 3.0),
+                ("bob", "a", 25, 4.0), ("cy", "c", 7, 5.0)]
+        header = "user_id,item_id,timestamp,w"
+        once = events.load_events(_write_csv(os.path.join(self.dir, "once.csv"), rows, header),
+                                  events.EventColumns(weight="w"))
+        path = _write_csv(os.path.join(self.dir, "twice.csv"),
+                          [row for row in rows for _ in range(2)], header)
+        with mock.patch("builtins.print") as printed:
+            twice = events.load_events(path, events.EventColumns(weight="w"))
+        printed.assert_called_once_with(
+            f"{path}: dropped 5 duplicate events (the same user, item and time as an earlier "
+            "event); kept 5.", flush=True)
+        self.assertEqual(once.stats["events_dropped_duplicate"], 0)
+        self.assertEqual({k: twice.stats[k] for k in ("events_read", "events_kept",
+                                                      "events_dropped_duplicate")},
+                         {"events_read": 10, "events_kept": 5, "events_dropped_duplicate": 5})
+        self.assertEqual(twice.interactions.duplicates, 5)
+        for field in ("user", "item", "timestamp", "user_ids", "item_ids"):
+            np.testing.assert_array_equal(getattr(twice.interactions, field),
+                                          getattr(once.interactions, field))
+        np.testing.assert_array_equal(twice.weights, once.weights)
+        self.assertEqual(twice.interactions.sequences()[2].tolist(), [1, 1])  # bob: a, a.
+
+    def test_times_and_ids_outside_int64_are_named(self):
+        cases = {
+            # A time at 2^63 (pyarrow reads the column as floats), and a float past it.
+            "column 'timestamp' holds '9.223372036854776e+18' in data row 2, outside int64 "
+            "seconds [-2^63, 2^63)": [("a", "x", 1), ("b", "y", 2**63)],
+            "column 'timestamp' holds '1e+19' in data row 1, outside int64 seconds": [
+                ("a", "x", "1e19"), ("b", "y", 2.5)],
+            # 20,000 digits: pyarrow reads inf.
+            "column 'timestamp' holds inf in data row 1; times are finite seconds.": [
+                ("a", "x", "9" * 20_000), ("b", "y", 5)],
+            # Read as text (a date elsewhere in the column): the value itself, cut.
+            f"cannot read the time '{'9' * 40}'... (20,000 characters) in column "
+            "'timestamp', data row 2": [("a", "x", "2026-01-01"), ("b", "y", "9" * 20_000)],
+        }
+        for number, (expected, rows) in enumerate(cases.items()):
+            path = _write_csv(os.path.join(self.dir, f"range{number}.csv"), rows)
+            with self.assertRaisesRegex(DataError, re.escape(f"{path}: {expected}")):
+                events.load_events(path)
+        # Unsigned ids at or above 2^63 are kept exactly, as strings (not served as int64).
+        path = os.path.join(self.dir, "ids.parquet")
+        pq.write_table(pa.table({"user_id": pa.array([2**63 + 1, 2], pa.uint64()),
+                                 "item_id": pa.array([3, 4], pa.uint64()),
+                                 "timestamp": pa.array([1, 2], pa.uint64())}), path)
+        log = events.load_events(path)
+        self.assertIn(str(2**63 + 1), list(log.interactions.user_ids))
+        self.assertEqual(log.integer_ids, ("item",))
+        pq.write_table(pa.table({"user_id": ["a"], "item_id": ["b"],
+                                 "timestamp": pa.array([2**63], pa.uint64())}), path)
+        with self.assertRaisesRegex(DataError, re.escape(
+                f"{path}: column 'timestamp' holds '{2**63}' in data row 1, outside int64")):
+            events.load_events(path)
+        pq.write_table(pa.table({"user_id": ["a", "b"], "item_id": ["b", "c"],
+                                 "timestamp": ["5", str(2**63)]}), path)
+        with self.assertRaisesRegex(DataError, re.escape(
+                f"{path}: column 'timestamp' holds '{2**63}' in data row 2, outside int64")):
+            events.load_events(path)
+        # Millisecond timestamps with a remainder are whole seconds (the cast used to fail).
+        pq.write_table(pa.table({"user_id": ["a"], "item_id": ["b"], "timestamp": pa.array(
+            [1_500_000_000_123], pa.timestamp("ms"))}), path)
+        self.assertEqual(events.load_events(path).interactions.timestamp.tolist(),
+                         [1_500_000_000])
 
     def test_bad_input_is_a_named_error(self):
         good = [("a", "x", 1), ("b", "y", 2)]

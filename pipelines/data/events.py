@@ -10,7 +10,10 @@ Ids may be strings or integers of any size (64-bit ids are read as int64 and
 kept as their decimal strings in the vocabulary). Dense ids number the ids by
 training count, most frequent first (ties by raw id), so dense item 1 is the
 most popular item; ids seen fewer than `min_item_count` / `min_user_count`
-times are out of vocabulary and their events are dropped (and counted).
+times are out of vocabulary and their events are dropped (and counted). An event logged
+twice (the same user, item and time) is kept once, the duplicates counted
+(`interactions.chronological`, the rule of every loader); the same item at another time
+stays.
 
 The vocabularies are saved with the run (`save_vocabularies`) and read back
 by evaluation and export (`load_vocabularies`), which encode the log with
@@ -21,7 +24,8 @@ Times: integer or float seconds, Arrow timestamps, or ISO-8601 strings
 
 Every malformed input raises `DataError` naming the file, the column and the
 value, before anything is written: a missing column, a null id or time, a
-time that cannot be read, a vocabulary over the memory budget.
+time that cannot be read or lies outside int64 seconds, a vocabulary over the memory
+budget.
 """
 
 import dataclasses
@@ -34,7 +38,8 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pipelines.data.interactions import DataError, Interactions
+from pipelines.data.interactions import (DataError, Interactions, chronological,
+                                         report_duplicates, shown)
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 BATCH_ROWS = 1 << 20
@@ -153,11 +158,14 @@ def _no_nulls(path: str, batch, name: str, offset: int) -> None:
 
 
 def _ids(batch, name: str):
-    """The id column as strings (integer ids as their decimal form)."""
+    """The id column as strings (integer ids as their decimal form), and whether it holds
+    int64 integers (an unsigned id at or above 2^63 is kept as its string)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
     column = batch.column(name)
     if pa.types.is_integer(column.type):
-        return column.cast(pa.int64()).cast(pa.string()), True
+        largest = pc.max(column).as_py() if len(column) else 0
+        return column.cast(pa.string()), largest is None or largest <= _INT64_MAX
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return column.cast(pa.string()), False
     raise DataError("", None, f"column {name!r} holds {column.type}; ids are strings or "
@@ -165,6 +173,26 @@ def _ids(batch, name: str):
 
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+_INT64_MAX = 2**63 - 1
+
+
+def _all_int64(ids) -> bool:
+    """Whether every string of `ids` is a decimal int64 (ASCII digits, in range)."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+    if not pc.all(pc.match_substring_regex(ids, r"^-?[0-9]{1,19}$")).as_py():
+        return False
+    try:
+        ids.cast(pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False  # 19 digits past 2^63 - 1.
+    return True
+
+
+def _out_of_range(path: str, name: str, offset: int, row: int, value) -> DataError:
+    return DataError(path, None, f"column {name!r} holds {shown(value)} in data row "
+                     f"{offset + row + 1}, outside int64 seconds [-2^63, 2^63); times are "
+                     "seconds, timestamps or ISO-8601 strings.")
 
 
 def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
@@ -178,9 +206,18 @@ def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
             row = int(np.flatnonzero(~np.isfinite(values))[0])
             raise DataError(path, None, f"column {name!r} holds {values[row]} in data row "
                             f"{offset + row + 1}; times are finite seconds.")
+        if pa.types.is_floating(column.type):
+            outside = (values >= 2.0**63) | (values < -2.0**63)
+        else:  # Only uint64 goes past int64.
+            outside = values > _INT64_MAX if values.dtype == np.uint64 else np.zeros(0, bool)
+        if outside.any():
+            row = int(np.flatnonzero(outside)[0])
+            raise _out_of_range(path, name, offset, row, values[row])
         return values.astype(np.int64)
     if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
-        return column.cast(pa.timestamp("s")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        # Whole seconds (finer units truncated); nothing overflows going coarser.
+        return column.cast(pa.timestamp("s"), safe=False).cast(pa.int64()).to_numpy(
+            zero_copy_only=False)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         try:
             return column.cast(pa.timestamp("s")).cast(pa.int64()).to_numpy(
@@ -189,15 +226,22 @@ def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
             pass
         numeric = pc.match_substring_regex(column, r"^-?[0-9]+$")
         if pc.all(numeric).as_py():
-            return column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            try:
+                return column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            except pa.ArrowInvalid:  # A number past int64: name the first.
+                for row, value in enumerate(column.to_pylist()):
+                    if not _INTEGER.fullmatch(value) or not (
+                            -2**63 <= int(value) <= _INT64_MAX):
+                        raise _out_of_range(path, name, offset, row, value) from None
+                raise
         for row, value in enumerate(column.to_pylist()):
             try:
                 pa.array([value]).cast(pa.timestamp("s"))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 if not _INTEGER.fullmatch(value):
-                    raise DataError(path, None, f"cannot read the time {value!r} in column "
-                                    f"{name!r}, data row {offset + row + 1} (expected seconds "
-                                    "or an ISO-8601 date or time).") from None
+                    raise DataError(path, None, f"cannot read the time {shown(value)} in "
+                                    f"column {name!r}, data row {offset + row + 1} (expected "
+                                    "seconds or an ISO-8601 date or time).") from None
     raise DataError(path, None, f"column {name!r} holds {column.type}; times are seconds, "
                     "timestamps or ISO-8601 strings.")
 
@@ -341,8 +385,7 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
         dense = {}
         for kind, name in (("user", columns.user), ("item", columns.item)):
             ids, is_integer = _ids(batch, name)
-            integer[kind] &= is_integer or bool(pc.all(
-                pc.match_substring_regex(ids, r"^-?[0-9]{1,19}$")).as_py())
+            integer[kind] &= is_integer or _all_int64(ids)
             dense[kind] = pc.index_in(ids, value_set=value_sets[kind])
         keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
         keep = keep.to_numpy(zero_copy_only=False)
@@ -366,15 +409,17 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
     if len(user) == 0:
         raise DataError(pattern, None, "no event has both its user and its item in the "
                         "vocabulary.")
-    order = np.lexsort((np.arange(len(user)), when, user))
+    order, duplicates = chronological(user, item, when)
     interactions = Interactions(
         user[order].astype(np.int64), item[order].astype(np.int64), when[order],
         len(vocabularies["user"]), len(vocabularies["item"]),
         np.concatenate([[""], vocabularies["user"].ids]).astype(object),
-        np.concatenate([[""], vocabularies["item"].ids]).astype(object))
+        np.concatenate([[""], vocabularies["item"].ids]).astype(object), duplicates)
+    report_duplicates(pattern, interactions)
     weight = np.concatenate(weights)[order] if columns.weight else None
-    stats = {"events_read": int(read), "events_kept": int(len(user)),
+    stats = {"events_read": int(read), "events_kept": int(len(order)),
              "events_dropped_out_of_vocabulary": int(read - len(user)),
+             "events_dropped_duplicate": duplicates,
              "files": len(files), "seconds_vocabulary": round(counted_at - started, 1),
              "seconds_encode": round(time.time() - counted_at, 1)}
     return EventLog(interactions, weight, tuple(kind for kind in ("user", "item")

@@ -1,21 +1,25 @@
 """Loaders: MovieLens-1M (GroupLens ratings.dat, SASRec file, tensorflow-datasets) and Steam.
 
-Every loader returns `Interactions`. Malformed input raises `DataError` naming
-the file and the line.
+Every loader returns `Interactions`, each event once: exact duplicates (the same user, item
+and time) are dropped and counted (`interactions.chronological`); in SASRec's `user item`
+format, which has no times, a line that repeats its user's previous line is such a duplicate.
+Malformed input raises `DataError` naming the file, the line and the value.
 """
 
 import ast
 import datetime
 import gzip
 import json
+import math
 import os
+import re
 import zlib
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
 from pipelines.data.interactions import (MAX_ID_SPARSITY, DataError, Interactions,
-                                         from_arrays, sparse_ids)
+                                         from_arrays, shown, sparse_ids)
 
 DATA_ENV = "TFRS_LOGQ_DATA"
 # The directory that holds `ml-1m/` (MovieLens is not redistributed, so there is no default):
@@ -76,7 +80,30 @@ def _finish(path: str, rows, keep_ids: bool) -> Interactions:
         raise DataError(path, None, "the file holds no interactions.")
     columns = list(zip(*rows))
     return from_arrays(columns[0], columns[1], columns[2] if len(columns) > 2 else None,
-                       keep_ids=keep_ids)
+                       keep_ids=keep_ids, source=path)
+
+
+# Integers as the files write them: ASCII digits (str.isdigit and int() also take other
+# scripts' digits, and superscripts that int() then refuses).
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+
+def _int64(text: str) -> Optional[int]:
+    """`text` as an integer when it is one in ASCII digits (else None); it may lie outside
+    the 64-bit range (checked by the caller)."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    if len(text.lstrip("+-").lstrip("0")) > 20:  # Far outside int64: never parsed.
+        return INT64_MAX + 1
+    return int(text)
+
+
+def _in_int64(path: str, number: int, value: int, text: str, what: str, unit: str) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise DataError(path, number, f"the {what} {shown(text)} is outside the 64-bit range "
+                        f"[-2^63, 2^63); {unit}. Fix or remove the line.")
+    return value
 
 
 def load_grouplens(path: Optional[str] = None,
@@ -91,16 +118,23 @@ def load_grouplens(path: Optional[str] = None,
     path = path or data_file(ML_1M_RATINGS_FILE)
     rows = []
     for number, line in _lines(path):
-        parts = line.split("::")
+        parts = [part.strip() for part in line.split("::")]
         if len(parts) != 4:
             raise DataError(path, number, "expected UserID::MovieID::Rating::Timestamp; "
-                            f"received {line[:80]!r}.")
+                            f"received {shown(line, 80)}.")
+        user, movie, timestamp = (_int64(parts[i]) for i in (0, 1, 3))
         try:
-            user, movie, rating, timestamp = int(parts[0]), int(parts[1]), float(parts[2]), int(
-                parts[3])
+            rating = float(parts[2]) if len(parts[2]) < 40 else math.nan
         except ValueError:
-            raise DataError(path, number, f"expected integer ids, a numeric rating and an "
-                            f"integer timestamp; received {line[:80]!r}.") from None
+            rating = math.nan
+        if None in (user, movie, timestamp) or not math.isfinite(rating):
+            raise DataError(path, number, "expected integer ids, a numeric rating and an "
+                            "integer timestamp (ASCII digits, a finite rating); received "
+                            f"{shown(line, 80)}.")
+        for value, text, what in ((user, parts[0], "UserID"), (movie, parts[1], "MovieID")):
+            _in_int64(path, number, value, text, what, "ids are 64-bit integers")
+        _in_int64(path, number, timestamp, parts[3], "timestamp",
+                  "times are integer seconds")
         if min_rating is None or rating >= min_rating:
             rows.append((user, movie, timestamp))
     return _finish(path, rows, keep_ids=False)
@@ -110,18 +144,31 @@ def load_sasrec(path: Optional[str] = None) -> Interactions:
     """SASRec's `user item` format: 1-based integer ids, chronological within each user.
 
     Ids are kept as they are, so results compare with SASRec and gSASRec. The
-    timestamp is the line's order. `path` None (or "") reads
+    timestamp is the line's number; a line that repeats its user's previous line is a
+    duplicate (dropped and counted, as every loader's). `path` None (or "") reads
     `ml-1m/sasrec_ml-1m.txt.gz` under TFRS_LOGQ_DATA (`data_file`).
     """
     path = path or data_file(ML_1M_SASREC_FILE)
     rows = []
+    previous = {}  # user: (item, time) of the user's previous line.
     for number, line in _lines(path):
         parts = line.split()
-        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit() or int(
-                parts[0]) < 1 or int(parts[1]) < 1:
-            raise DataError(path, number, "expected two positive integer ids `user item`; "
-                            f"received {line[:80]!r}.")
-        rows.append((int(parts[0]), int(parts[1]), number))
+        ids = [_int64(part) if part.isascii() and part.isdigit() else None for part in parts]
+        if len(parts) != 2 or None in ids or min(ids) < 1:
+            raise DataError(path, number, "expected two positive integer ids `user item` "
+                            f"(ASCII digits); received {shown(line, 80)}.")
+        for value, text, what in zip(ids, parts, ("user id", "item id")):
+            if value > INT64_MAX:
+                raise DataError(path, number, f"the {what} {shown(text)} is beyond 2^63 - 1; "
+                                "SASRec-format ids are used as they are (embedding rows "
+                                "1..N): renumber them 1..N.")
+        user, item = ids
+        # No times: a line's time is its number, and a line that repeats its user's
+        # previous line is the same event again (a duplicate, dropped by `_finish`).
+        last = previous.get(user)
+        time = last[1] if last is not None and last[0] == item else number
+        previous[user] = (item, time)
+        rows.append((user, item, time))
     if rows:
         for column, name in ((0, "user"), (1, "item")):
             sparse = sparse_ids(np.array([row[column] for row in rows], np.int64))
@@ -151,14 +198,22 @@ def _parse_record(path: str, number: int, line: str) -> dict:
 
 
 def _timestamp(value, path: str, number: int) -> int:
-    if isinstance(value, (int, float)):
+    """Seconds of a record's date: a number of seconds, or an ISO date or time (UTC unless
+    it names its offset)."""
+    how = "expected ISO YYYY-MM-DD or finite seconds below 2^63"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not (math.isfinite(value) and INT64_MIN <= value < 2.0**63):
+            raise DataError(path, number, f"cannot read the date {shown(value)} ({how}).")
         return int(value)
     try:
-        return int(datetime.datetime.fromisoformat(str(value)).replace(
-            tzinfo=datetime.timezone.utc).timestamp())
-    except ValueError:
-        raise DataError(path, number, f"cannot read the date {value!r} (expected ISO "
-                        "YYYY-MM-DD or seconds).") from None
+        if not isinstance(value, str) or len(value) > 64:
+            raise ValueError(value)
+        when = datetime.datetime.fromisoformat(value)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        return int(when.timestamp())
+    except (ValueError, OverflowError):
+        raise DataError(path, number, f"cannot read the date {shown(value)} ({how}).") from None
 
 
 def load_steam_reviews(path: str, user_key: str = "username", item_key: str = "product_id",
@@ -177,6 +232,11 @@ def load_steam_reviews(path: str, user_key: str = "username", item_key: str = "p
         if missing:
             raise DataError(path, number, f"the record lacks {', '.join(missing)}; it has "
                             f"{', '.join(sorted(record))}.")
+        for key in (user_key, item_key):
+            if record[key] is None or record[key] == "" or isinstance(record[key],
+                                                                       (dict, list)):
+                raise DataError(path, number, f"the record's {key} is {shown(record[key])}; "
+                                "every review needs a user and an item id.")
         rows.append((str(record[user_key]), str(record[item_key]),
                      _timestamp(record[time_key], path, number)))
     return _finish(path, rows, keep_ids=False)
@@ -204,4 +264,4 @@ def load_tfds(name: str = "movielens/1m-ratings", data_dir: Optional[str] = None
         users, items = users.astype(np.int64), items.astype(np.int64)
     except ValueError:
         pass  # Not numbers (e.g. another MovieLens variant): keep them as strings.
-    return from_arrays(users, items, np.concatenate(times))
+    return from_arrays(users, items, np.concatenate(times), source=name)

@@ -158,6 +158,11 @@ def temporal(data: Interactions, test_fraction: float = 0.1,
     order = np.lexsort((np.arange(n), data.timestamp))  # Time, then file order.
     test_start = n - int(math.ceil(test_fraction * n))
     val_start = test_start - int(math.ceil(validation_fraction * n))
+    if val_start < 1:
+        raise ValueError(f"{n} interactions leave none to train on: the test window takes "
+                         f"{n - test_start} and the validation window {test_start - val_start} "
+                         f"(test_fraction={test_fraction}, validation_fraction="
+                         f"{validation_fraction}); lower --test_fraction.")
     part = np.empty(n, np.int8)
     part[order[:val_start]], part[order[val_start:test_start]], part[order[test_start:]] = 0, 1, 2
     # `data` is sorted by user then time, so each user's slice keeps its order.
