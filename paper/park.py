@@ -16,7 +16,11 @@ and a destination inside a git work tree is refused. An archive holds:
 
 A TensorBoard event file cut in the middle of a record (by a kill, or by copying while it is
 written) keeps its whole records. `unpack` extracts an archive into a run directory that does
-not exist yet; `reproduce` and `pipelines.train` then resume the run from its backup.
+not exist yet; `reproduce` and `pipelines.train` then resume the run from its backup. It
+refuses an archive that would write outside that directory: an entry outside its one run,
+a link whose target (resolved, through the archive's other links) lies outside the run,
+and an entry written through a link (unpacking never follows one). `pack` writes none of
+these (it copies a link's target, not the link).
 
 Usage (the campaign runs it with its own worktree first on the path, so that the model is
 built by the code that trains it; so it imports nothing from paper/, which an older worktree
@@ -175,18 +179,71 @@ def pack(run_dir: str, archive: Optional[str] = None) -> Dict:
             "progress": progress, **slim}
 
 
+def _check_links(archive: str, members) -> None:
+    """Refuses an entry written through a link of the archive (or a second entry of a
+    link's name): extracting it would follow the link."""
+    links = {member.name.rstrip("/") for member in members if member.issym() or member.islnk()}
+    seen = set()
+    for member in members:
+        name = member.name.rstrip("/")
+        parents = [name[:i] for i, c in enumerate(name) if c == "/"]
+        through = next((parent for parent in parents if parent in links), None)
+        if through is not None or (name in links and name in seen):
+            raise ValueError(f"archive={archive!r}: its entry {name!r} would be written "
+                             f"through the link {through or name!r}; unpacking never follows "
+                             "a link. The archive was not written by `pack`.")
+        seen.add(name)
+
+
+def _check_inside(archive: str, run: str) -> None:
+    """Refuses a link of the extracted run `run` whose target, resolved, lies outside it."""
+    root = os.path.realpath(run)
+    for folder, directories, files in os.walk(run):
+        for name in directories + files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                continue
+            target = os.path.realpath(path)
+            if os.path.commonpath([root, target]) != root:
+                entry = os.path.relpath(path, os.path.dirname(run))
+                raise ValueError(
+                    f"archive={archive!r}: its link {entry!r} -> {os.readlink(path)!r} "
+                    "points outside the run (resolved: "
+                    f"{os.path.relpath(target, os.path.dirname(run))!r}); a run's files "
+                    "stay inside it, and nothing was unpacked.")
+
+
 def unpack(archive: str, run_dir: str) -> str:
-    """Extracts `archive` (written by `pack`) to `run_dir`, which must not exist."""
+    """Extracts `archive` (written by `pack`) to `run_dir`, which must not exist.
+
+    Raises:
+      ValueError: the archive holds other than one run, an entry outside it (an absolute
+        or `..` path, tarfile's "data" filter), an entry written through a link, or a link
+        whose resolved target lies outside the run; `run_dir` is then not created.
+    """
     if os.path.exists(run_dir):
         raise FileExistsError(f"run_dir={run_dir!r} exists: it may hold a newer state of the "
                               "run than the archive; move it away to unpack.")
+    os.makedirs(os.path.dirname(os.path.abspath(run_dir)), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(run_dir))) as scratch:
         with tarfile.open(archive, "r:gz") as tar:
-            tops = {name.split("/")[0] for name in tar.getnames()}
+            members = tar.getmembers()
+            tops = {member.name.split("/")[0] for member in members}
             if len(tops) != 1:
                 raise ValueError(f"archive={archive!r} holds {sorted(tops)}, not one run.")
-            tar.extractall(scratch, filter="data")
-        os.rename(os.path.join(scratch, tops.pop()), run_dir)
+            _check_links(archive, members)
+            try:
+                # The filter refuses absolute and `..` paths and links out of `scratch`.
+                tar.extractall(scratch, members=members, filter="data")
+            except tarfile.FilterError as error:
+                raise ValueError(f"archive={archive!r}: {error}; a run's files stay inside "
+                                 "it, and nothing was unpacked.") from None
+        run = os.path.join(scratch, tops.pop())
+        if os.path.islink(run) or not os.path.isdir(run):
+            raise ValueError(f"archive={archive!r}: its run {os.path.basename(run)!r} is not a "
+                             "directory; nothing was unpacked.")
+        _check_inside(archive, run)
+        os.rename(run, run_dir)
     return run_dir
 
 

@@ -1,5 +1,6 @@
 """Tests of paper/park.py: a run in progress carried to another directory, outside git."""
 
+import io
 import json
 import os
 import re
@@ -86,6 +87,61 @@ class ParkTest(tf.test.TestCase):
             park.pack(empty, os.path.join(empty, "a.tar.gz"))
         self.assertEqual(park.main(["park.py", "carry", "a", "b"]), 2)
         self.assertEqual(park.main(["park.py", "unpack", "a.tar.gz"]), 2)
+
+    def test_links_stay_inside_the_unpacked_run(self):
+        # Issue 46: a relative link inside the run (`logs -> ../sibling`) passed tarfile's
+        # "data" filter (it stays inside the scratch directory), and training the unpacked
+        # run then wrote into the sibling directory. Every link is resolved (through the
+        # archive's other links) and must stay inside the run; no entry is written through a
+        # link; a refused archive leaves nothing behind.
+        root = tempfile.mkdtemp()
+
+        def archive(name, entries):
+            """A .tar.gz of `entries`: (path, link target or None for a file)."""
+            path = os.path.join(root, name + ".tar.gz")
+            with tarfile.open(path, "w:gz") as tar:
+                for entry, target in entries:
+                    info = tarfile.TarInfo(entry)
+                    if target is None:
+                        info.size = 2
+                        tar.addfile(info, io.BytesIO(b"{}"))
+                    else:
+                        info.type, info.linkname = tarfile.SYMTYPE, target
+                        tar.addfile(info)
+            return path
+
+        config = ("run/config.json", None)
+        refused = {
+            "sibling": ([config, ("run/logs", "../sibling")],
+                        "its link 'run/logs' -> '../sibling' points outside the run "
+                        "(resolved: 'sibling')"),
+            # Lexically inside (run/d/.. is run), but d is a link to the run itself.
+            "chain": ([config, ("run/d", "."), ("run/a", "d/..")],
+                      "its link 'run/a' -> 'd/..' points outside the run (resolved: '.')"),
+            "through": ([config, ("run/logs", "sub"), ("run/logs/x", None)],
+                        "its entry 'run/logs/x' would be written through the link 'run/logs'"),
+            "twice": ([config, ("run/logs", "sub"), ("run/logs", None)],
+                      "its entry 'run/logs' would be written through the link 'run/logs'"),
+            "top": ([("run", ".")], "its run 'run' is not a directory"),
+            "absolute": ([config, ("run/logs", "/tmp")], "is a link to an absolute path"),
+            "parent": ([config, ("run/logs", "../../..")], "which is outside the destination"),
+        }
+        for name, (entries, message) in refused.items():
+            path = archive(name, entries)
+            target = os.path.join(root, "unpacked", name)
+            with self.assertRaisesRegex(ValueError, re.escape(f"archive={path!r}: ") + ".*"
+                                        + re.escape(message)):
+                park.unpack(path, target)
+            self.assertFalse(os.path.lexists(target), name)
+        self.assertEqual(sorted(os.listdir(root)), sorted(f"{n}.tar.gz" for n in refused)
+                         + ["unpacked"])
+        self.assertEqual(os.listdir(os.path.join(root, "unpacked")), [])
+        # A link that stays inside the run is kept as a link.
+        path = archive("inside", [config, ("run/train_logs/a", None),
+                                  ("run/logs", "train_logs"), ("run/up", "train_logs/..")])
+        moved = park.unpack(path, os.path.join(root, "unpacked", "inside"))
+        self.assertEqual(os.readlink(os.path.join(moved, "logs")), "train_logs")
+        self.assertTrue(os.path.isfile(os.path.join(moved, "logs", "a")))
 
     def test_archives_stay_out_of_git_work_trees(self):
         tree = tempfile.mkdtemp()
