@@ -58,3 +58,17 @@ def nan_unless_log_probabilities(log_q):
     """`log_q` where it is the log of a probability in (0, 1], NaN elsewhere."""
     valid = ops.logical_and(log_q <= 0.0, log_q > float("-inf"))
     return ops.where(valid, log_q, float("nan"))
+
+
+def table_rows(ids, num_rows):
+    """`logq_core.checks.table_rows` for Keras tensors: (valid, int32 rows) of integer `ids`
+    in a table of `num_rows` rows (an int, or a scalar tensor), compared as signed integers
+    that hold every id (an int64 id of 2**32 + 1 is not compared as 1; a uint id above the
+    int32 range turns negative, hence invalid)."""
+    wide = "int64" if keras.backend.standardize_dtype(ids.dtype) in (
+        "int64", "uint64", "uint32") else "int32"
+    ids = ops.cast(ids, wide)
+    if not isinstance(num_rows, int):
+        num_rows = ops.cast(num_rows, wide)
+    valid, rows = checks.table_rows(OPS, ids, num_rows)
+    return valid, ops.cast(rows, "int32")

@@ -70,6 +70,10 @@ class FrequencyEstimator(keras.layers.Layer):
 class StaticFrequency(FrequencyEstimator):
     """Exact, fixed item probabilities Q(d) = #d / N for integer ids in [0, num_items).
 
+    An id outside [0, num_items) reads NaN, so the loss is NaN, on every backend (JAX
+    would wrap -1 to the last item, XLA clamp 15 to it), as `tfrs_logq.StaticFrequency`
+    does under XLA; eagerly tfrs_logq raises instead (no portable assertion here).
+
     >>> freq = StaticFrequency(probabilities=[0.5, 0.25, 0.25])
     >>> freq = StaticFrequency.from_counts([2, 1, 1])
 
@@ -113,8 +117,10 @@ class StaticFrequency(FrequencyEstimator):
         return cls(probabilities=smoothed / smoothed.sum(), **kwargs)
 
     def log_q(self, ids):
-        ids = k.ids_tensor("ids", ids, rank=None)
-        return ops.take(self.log_probabilities, ops.cast(ids, "int32"), axis=0)
+        """log q of each id; NaN for an id outside [0, num_items) on every backend (never a
+        clamped or wrapped row; the rule of `logq_core.checks.table_rows`)."""
+        valid, rows = k.table_rows(k.ids_tensor("ids", ids, rank=None), self.num_items)
+        return ops.where(valid, ops.take(self.log_probabilities, rows, axis=0), float("nan"))
 
     def get_config(self):
         config = super().get_config()

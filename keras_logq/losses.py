@@ -104,9 +104,10 @@ def full_softmax_loss(logits, labels, mask=None):
         mask = k.bool_tensor("mask", mask)
         if len(mask.shape) == 1:
             mask = ops.broadcast_to(mask[None, :], ops.shape(logits))
-    positive = ops.squeeze(ops.take_along_axis(logits, ops.cast(labels, "int32")[:, None],
-                                                axis=1), axis=1)
-    return formulas.full_softmax(k.OPS, logits, positive, mask)
+    # A label without a column reads NaN (the rule of `logq_core.checks.table_rows`).
+    valid, columns = k.table_rows(labels, ops.shape(logits)[1])
+    positive = ops.squeeze(ops.take_along_axis(logits, columns[:, None], axis=1), axis=1)
+    return formulas.full_softmax(k.OPS, logits, ops.where(valid, positive, float("nan")), mask)
 
 
 def bce_loss(positive_logits, negative_logits, negative_mask=None):

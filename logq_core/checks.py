@@ -207,3 +207,46 @@ def log_q_tensor(tensors: Tensors, name: str, log_q, logits, of_positives: bool)
         if len(shape) == 2:
             check_compatible_dim(tensors, name, log_q, 0, "negative_logits", logits, 0)
     return log_q
+
+
+# ------------------------------------------------------------------ item ids
+#
+# The one rule for ids read from a table by position (a `StaticFrequency`'s probabilities,
+# `LogQRetrieval`'s `candidate_table`), in tfrs_logq and keras_logq alike:
+#
+#   An integer id outside [0, num_rows) is invalid. Executing eagerly (tfrs_logq) it raises a
+#   ValueError naming the argument and the bad ids; inside a tf.function a graph assertion
+#   fails (InvalidArgumentError, same message); compiled with XLA, which drops assertions, and
+#   in keras_logq on every backend (no portable assertions), the entries read for bad ids are
+#   NaN, so the loss is NaN. Never a clamped or wrapped row: XLA and GPUs clamp a gather's
+#   out-of-range index to the nearest row, JAX wraps -1 to the last one.
+#
+# Hashed estimators have no table of ids: every integer or string id hashes to buckets in
+# range, and an id never seen reads the estimator's floor. A `StaticFrequency` with a
+# vocabulary maps a string it lacks to the smallest probability, as it documents.
+
+
+def id_range_message(name: str, num_rows: Optional[int], table: str) -> str:
+    """What `name` must hold under the rule above: `num_rows` ids (None when only known at
+    run time), `table` saying what they index ("one per entry of `probabilities`")."""
+    if num_rows is None:
+        return f"`{name}` must hold ids in [0, N), {table} (N known at run time)"
+    return f"`{name}` must hold ids in [0, {num_rows}), {table}"
+
+
+def table_rows(ops, ids, num_rows: int):
+    """(valid, rows) for integer `ids` read from a table of `num_rows` rows.
+
+    valid = 0 <= ids < num_rows; rows = ids where valid, else 0: a gather of `rows` stays in
+    bounds on every backend. The caller then marks the entries read for invalid ids (a
+    ValueError, a graph assertion, or NaN: the rule above).
+
+    Args:
+      ops: the array namespace (`tfrs_logq._ops.TF`, `keras_logq._ops.OPS`).
+      ids: signed integer tensor of any shape, as the caller received them (cast, if at all,
+        only to a dtype that holds every id, so that an int64 id of 2**32 + 1 is not
+        compared as 1).
+      num_rows: the table's number of rows (an int, or a scalar tensor of the ids' dtype).
+    """
+    valid = ops.logical_and(ids >= 0, ids < num_rows)
+    return valid, ops.where(valid, ids, ops.zeros_like(ids))

@@ -75,6 +75,41 @@ class StaticFrequencyTest(tf.test.TestCase):
                                     r"`probabilities` cannot be serialized"):
             frequency.as_frequency(lambda ids: ids).get_config()
 
+    def test_out_of_range_ids_are_an_error_or_nan_on_every_path(self):
+        # The probe of issue 46: before, XLA clamped 15 to item 9 and -1 to item 0.
+        freq = frequency.StaticFrequency(probabilities=np.linspace(0.01, 0.19, 10))
+        bad = tf.constant([15, -1], tf.int64)
+        message = r"`ids` must hold ids in \[0, 10\), one per entry of `probabilities`"
+        with self.assertRaisesRegex(ValueError, message + r"; received ids with invalid "
+                                    r"values \[15 -1\]"):
+            freq.log_q(bad)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
+            tf.function(freq.log_q)(bad)
+        compiled = tf.function(freq.log_q, jit_compile=True)
+        self.assertTrue(np.all(np.isnan(compiled(bad).numpy())))
+        # Valid ids beside them read their own rows; an int64 id is not wrapped to int32.
+        got = compiled(tf.constant([[3, 2**32 + 1], [9, 0]], tf.int64)).numpy()
+        self.assertAllClose(got[[0, 1, 1], [0, 0, 1]],
+                            np.log(np.linspace(0.01, 0.19, 10)[[3, 9, 0]]))
+        self.assertTrue(np.isnan(got[0, 1]))
+        self.assertTrue(np.isnan(tf.function(
+            lambda ids: freq.log_inclusion_probability(ids, 4), jit_compile=True)(bad)).all())
+        # LogQRetrieval does not train on them either: an error, or a NaN loss under XLA.
+        task = LogQRetrieval(frequency=freq)
+        query, candidates = tf.random.normal([4, 3], seed=1), tf.random.normal([4, 3], seed=2)
+
+        def loss(ids):
+            return task(query, candidates, candidate_ids=ids, compute_metrics=False)
+
+        ids = tf.constant([1, 2, 15, -1], tf.int64)
+        with self.assertRaisesRegex(ValueError, message):
+            loss(ids)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
+            tf.function(loss)(ids)
+        self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(ids).numpy()))
+        self.assertTrue(np.isfinite(tf.function(loss, jit_compile=True)(
+            tf.constant([1, 2, 9, 0], tf.int64)).numpy()))
+
     def test_from_counts_with_pseudo_count_and_vocabulary(self):
         freq = frequency.StaticFrequency.from_counts([3, 0, 1], pseudo_count=1.0,
                                                      vocabulary=["a", "b", "c"])

@@ -286,6 +286,16 @@ class OtherLossesTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(TypeError, r"`labels` must be an integer tensor of item "
                                     r"indices; received labels with dtype float32"):
             losses.full_softmax_loss([[0.0, 1.0]], [0.0])
+        # A label without a column: an error, or NaN under XLA (which clamped it before).
+        logits, labels = tf.zeros([2, 3]), tf.constant([1, 3])
+        message = r"`labels` must hold ids in \[0, 3\), one per column of `logits`"
+        with self.assertRaisesRegex(ValueError, message):
+            losses.full_softmax_loss(logits, labels)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
+            tf.function(losses.full_softmax_loss)(logits, labels)
+        got = tf.function(losses.full_softmax_loss, jit_compile=True)(logits, labels).numpy()
+        self.assertAllClose(got[0], np.log(3.0))
+        self.assertTrue(np.isnan(got[1]))
 
     def test_bce_matches_reference_and_exact_value(self):
         pos, neg, _, _, mask = _random_inputs(8)

@@ -42,6 +42,34 @@ def test_static_frequency():
         freq.log_inclusion_probability(np.array([1], np.int32), 0)
 
 
+def test_static_frequency_reads_nan_for_ids_outside_the_table():
+    # The probe of issue 46: on JAX, log_q([3, -1]) gave [nan, log 0.25] (-1 wrapped to the
+    # last item); XLA and GPUs clamp. Every backend, eager and compiled, now reads NaN.
+    freq = keras_logq.StaticFrequency([0.5, 0.25, 0.25])
+    ids = np.array([3, -1, 1, 2**31 - 1], np.int32)
+    backend = keras.backend.backend()
+    runs = [freq.log_q]
+    if backend == "jax":
+        import jax  # pylint: disable=import-outside-toplevel
+        runs.append(jax.jit(freq.log_q))
+    elif backend == "tensorflow":
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        runs += [tf.function(freq.log_q), tf.function(freq.log_q, jit_compile=True)]
+    for run in runs:
+        got = numpy(run(ops.convert_to_tensor(ids)))
+        assert np.isnan(got[[0, 1, 3]]).all(), (run, got)
+        np.testing.assert_allclose(got[2], np.log(0.25), rtol=1e-6)
+    if backend != "jax":  # JAX has no int64 without jax_enable_x64.
+        wide = numpy(freq.log_q(np.array([2**32 + 1, 2], np.int64)))
+        assert np.isnan(wide[0]) and np.isclose(wide[1], np.log(0.25))
+    # The loss is then NaN, never trained on a clamped row.
+    loss = keras_logq.sampled_softmax_loss(
+        np.zeros([1], np.float32), np.zeros([1, 2], np.float32), correction="standard",
+        negative_log_q=freq.log_q(np.array([1, 3], np.int32))[None, :],
+        positive_log_q=freq.log_q(np.array([0], np.int32)))
+    assert np.isnan(numpy(loss)).all()
+
+
 def test_hash_matches_numpy_reference():
     sketch = keras_logq.CountMinSketchEstimator(width=2**10, depth=3, seed=5)
     ids = np.array([0, 1, 7, 123456, 2**31 - 1, 99999999], np.int64)

@@ -123,6 +123,11 @@ def test_full_softmax_bce_and_gbce_match_references():
     want = [reference.logsumexp(logits[b][mask]) - logits[b, labels[b]] for b in range(4)]
     np.testing.assert_allclose(numpy(losses.full_softmax_loss(logits, labels, mask=mask)), want,
                                rtol=1e-6)
+    # A label without a column reads NaN (JAX wrapped -1 to the last column, XLA clamps 7).
+    outside = numpy(losses.full_softmax_loss(logits, np.array([0, 7, -1, 2], np.int32),
+                                              mask=mask))
+    np.testing.assert_allclose(outside[[0, 3]], [want[0], want[3]], rtol=1e-6)
+    assert np.isnan(outside[[1, 2]]).all()
     pos, neg, _, _, mask = reference.sampled_inputs(8, num=4)
     np.testing.assert_allclose(numpy(losses.bce_loss(pos, neg, mask)),
                                reference.bce(pos, neg, mask), rtol=1e-6)

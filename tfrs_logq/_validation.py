@@ -2,12 +2,13 @@
 checks that run inside graphs. Every message names the argument and the value."""
 
 import functools
-from typing import Any
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
 from logq_core import checks
+from tfrs_logq import _ops
 
 # Checks that need no tensor are shared with keras_logq; re-exported here.
 from logq_core.checks import check_bool  # noqa: F401  pylint: disable=unused-import
@@ -41,13 +42,10 @@ check_rank = functools.partial(checks.check_rank, TENSORS)
 check_compatible_dim = functools.partial(checks.check_compatible_dim, TENSORS)
 
 
-def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
-                  explain=None) -> tf.Tensor:
-    """Raises ValueError eagerly, or attaches a graph assertion, when `valid` is not all True.
-
-    XLA (`jit_compile=True`) drops graph assertions, so in a graph the invalid entries are
-    also replaced by NaN: compiled, a bad input makes the loss NaN instead of silently
-    wrong. Valid entries are returned unchanged.
+def _assert_valid(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
+                  explain=None) -> Optional[tf.Operation]:
+    """Raises ValueError eagerly when `valid` is not all True; in a graph returns the
+    assertion (InvalidArgumentError with the same message) for the caller to depend on.
 
     Args:
       name: the argument's name, for the message.
@@ -55,9 +53,6 @@ def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
       valid: bool tensor of the shape of `values`.
       message: what the values must be, starting with the argument's name.
       explain: optional callable mapping the invalid values to a suffix.
-
-    Returns:
-      `values`, with the assertion attached when tracing a graph.
     """
     if tf.executing_eagerly():
         if not bool(tf.reduce_all(valid)):
@@ -66,11 +61,55 @@ def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
             suffix = "" if explain is None else explain(bad)
             raise ValueError(f"{message}; received {name} with invalid values {_short(bad)}"
                              f"{suffix}.")
+        return None
+    return tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", values],
+                               summarize=6)
+
+
+def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
+                  explain=None) -> tf.Tensor:
+    """Raises ValueError eagerly, or attaches a graph assertion, when `valid` is not all True
+    (the arguments of `_assert_valid`).
+
+    XLA (`jit_compile=True`) drops graph assertions, so in a graph the invalid entries are
+    also replaced by NaN: compiled, a bad input makes the loss NaN instead of silently
+    wrong. Valid entries are returned unchanged, with the assertion attached in a graph.
+    """
+    assertion = _assert_valid(name, values, valid, message, explain)
+    if assertion is None:
         return values
-    with tf.control_dependencies(
-            [tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", values],
-                                 summarize=6)]):
+    with tf.control_dependencies([assertion]):
         return tf.where(valid, values, tf.constant(float("nan"), values.dtype))
+
+
+def table_rows(name: str, ids: tf.Tensor, num_rows: Union[int, tf.Tensor],
+               table: str) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Rows of a `num_rows`-row table (`table` names it, for the message) for integer `ids`,
+    under the one rule for ids (`logq_core.checks.table_rows`).
+
+    An id outside [0, num_rows) raises ValueError eagerly and fails a graph assertion in a
+    tf.function (attached to the returned rows). XLA drops the assertion, so the caller
+    also marks what it read for the invalid ids: `tf.where(valid, read, nan)`.
+
+    Returns:
+      (rows, valid): int64 rows of the shape of `ids`, in bounds (0 for an invalid id),
+      and the bool validity of each id.
+    """
+    static = num_rows if isinstance(num_rows, int) else tf.get_static_value(num_rows)
+    bound = num_rows if static is None else int(static)
+    # In int64, where every id and bound fits (a uint64 id above 2**63 turns negative).
+    valid, rows = checks.table_rows(_ops.TF, tf.cast(ids, tf.int64), tf.cast(bound, tf.int64))
+    assertion = _assert_valid(name, ids, valid, checks.id_range_message(
+        name, None if static is None else int(static), table))
+    if assertion is not None:
+        with tf.control_dependencies([assertion]):
+            rows = tf.identity(rows)
+    return rows, valid
+
+
+def nan_unless(valid: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+    """`values` where `valid` (broadcast against them), NaN elsewhere."""
+    return tf.where(valid, values, tf.constant(float("nan"), values.dtype))
 
 
 def check_log_probabilities(name: str, log_q: tf.Tensor) -> tf.Tensor:

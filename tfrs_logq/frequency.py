@@ -448,6 +448,10 @@ class StaticFrequency(FrequencyEstimator):
     It measures the per-draw q directly and derives the inclusion probability
     from it. Ids are integers in [0, num_items), or strings when a
     `vocabulary` is given (string ids outside it read the smallest probability).
+    An integer id outside [0, num_items) is invalid, on every path: a ValueError
+    eagerly, a failed graph assertion inside tf.function, and NaN (so a NaN loss)
+    under XLA, which drops assertions and would otherwise clamp the id to the
+    first or last item (the rule of `logq_core.checks.table_rows`).
 
     Args:
       probabilities: [num_items] item probabilities, each in (0, 1]. They are
@@ -577,9 +581,15 @@ class StaticFrequency(FrequencyEstimator):
         return ids
 
     def log_q(self, ids: tf.Tensor) -> tf.Tensor:
+        """log q of each id. An integer id outside [0, num_items) is invalid: ValueError
+        eagerly, a graph assertion in a tf.function, NaN under XLA (never a clamped row;
+        `logq_core.checks.table_rows`). A string outside the vocabulary reads the smallest
+        probability."""
         indices = self._indices(ids)
         if self._table is None:
-            return tf.gather(self.log_probabilities, indices)
+            rows, valid = v.table_rows("ids", indices, self.num_items,
+                                       "one per entry of `probabilities`")
+            return v.nan_unless(valid, tf.gather(self.log_probabilities, rows))
         log_q = tf.gather(self.log_probabilities, tf.maximum(indices, 0))
         return tf.where(indices >= 0, log_q, tf.reduce_min(self.log_probabilities))
 

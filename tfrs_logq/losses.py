@@ -220,7 +220,11 @@ def full_softmax_loss(logits: tf.Tensor, labels: tf.Tensor,
         mask = v.bool_tensor("mask", mask)
         if mask.shape.rank == 1:
             mask = tf.broadcast_to(mask[tf.newaxis, :], tf.shape(logits))
-    positive = tf.gather(logits, labels, axis=1, batch_dims=1)
+    # A label without a column is invalid (the rule of `logq_core.checks.table_rows`).
+    num_columns = (logits.shape[1] if logits.shape[1] is not None
+                   else tf.shape(logits, out_type=tf.int64)[1])
+    columns, valid = v.table_rows("labels", labels, num_columns, "one per column of `logits`")
+    positive = v.nan_unless(valid, tf.gather(logits, columns, axis=1, batch_dims=1))
     return formulas.full_softmax(_ops.TF, logits, positive, mask)
 
 
