@@ -551,6 +551,96 @@ class ConfigAndErrorsTest(tf.test.TestCase):
             tf.constant(probability, tf.float32)), loss(tf.constant(probability, tf.float32)))
 
 
+class ShapesAndIdsTest(tf.test.TestCase):
+    """Sizes that would slice or broadcast silently, and ids outside `candidate_table`."""
+
+    def test_fewer_candidate_rows_than_queries(self):
+        # Before: rows 4 and 5 had no positive column and a loss of 0 (a finite, wrong sum,
+        # as tfrs.tasks.Retrieval gives), with [6, heads, dim] and [6, dim] queries alike.
+        query, candidates, _, _, _ = _batch()
+        heads = np.stack([query, -query], axis=1)
+        for queries in (heads, query):
+            shape = r"\(6, 2, 4\)" if queries.ndim == 3 else r"\(6, 4\)"
+            with self.assertRaisesRegex(
+                    ValueError, r"`candidate_embeddings` must have at least one row per query "
+                    r"\(row i is query i's positive; extra rows are extra negatives\); received "
+                    r"candidate_embeddings with shape \(4, 4\) for query_embeddings with shape "
+                    + shape):
+                LogQRetrieval()(queries, candidates[:4])
+
+        task = LogQRetrieval()
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2, 4]), tf.TensorSpec([None, 4])])
+        def graph(q, c):
+            return task(q, c, compute_metrics=False)
+
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`candidate_embeddings` must have at least one row per "
+                                    r"query"):
+            graph(heads, candidates[:4])
+        self.assertAllClose(graph(heads, candidates), LogQRetrieval()(heads, candidates))
+
+    def test_maxsim_needs_a_head_and_sizes_must_match(self):
+        query, candidates, ids, probability, weight = _batch()
+        heads = np.stack([query, -query], axis=1)
+        task = LogQRetrieval(remove_accidental_hits=True)
+        with self.assertRaisesRegex(ValueError, r"need num_heads >= 1; received "
+                                    r"query_embeddings with shape \(6, 0, 4\)"):
+            task(np.zeros([6, 0, 4], np.float32), candidates, candidate_ids=ids)
+        # Each of these broadcast before (a [1] weight or id over the whole batch).
+        with self.assertRaisesRegex(ValueError, r"`sample_weight` and `query_embeddings` "
+                                    r"disagree in size: sample_weight.shape=\(1,\) \(axis 0\) "
+                                    r"but query_embeddings.shape=\(6, 2, 4\) \(axis 0\)"):
+            task(heads, candidates, sample_weight=weight[:1], candidate_ids=ids)
+        with self.assertRaisesRegex(ValueError, r"`candidate_ids` and `candidate_embeddings` "
+                                    r"disagree in size: candidate_ids.shape=\(1,\)"):
+            task(heads, candidates, candidate_ids=ids[:1])
+        with self.assertRaisesRegex(ValueError, r"`score_mask` and `query_embeddings` disagree "
+                                    r"in size: score_mask.shape=\(1, 8\)"):
+            LogQRetrieval()(heads, candidates, score_mask=np.ones([1, 8], bool))
+        with self.assertRaisesRegex(ValueError, r"`score_mask` and `candidate_embeddings` "
+                                    r"disagree in size: score_mask.shape=\(6, 1\)"):
+            LogQRetrieval()(heads, candidates, score_mask=np.ones([6, 1], bool))
+        with self.assertRaisesRegex(ValueError, r"`candidate_sampling_probability` and "
+                                    r"`candidate_embeddings` disagree in size"):
+            LogQRetrieval()(heads, candidates, candidate_sampling_probability=probability[:1])
+
+        plain = LogQRetrieval()
+
+        @tf.function(input_signature=[tf.TensorSpec(None)])
+        def unknown_rank(q):
+            return plain(q, candidates, compute_metrics=False)
+
+        with self.assertRaisesRegex(ValueError, r"`query_embeddings` must have shape "
+                                    r"\[num_queries, dim\] or \[num_queries, num_heads, dim\]; "
+                                    r"received query_embeddings with shape <unknown>"):
+            unknown_rank(heads)
+        # Maxsim itself is unchanged: [6, 2, 4] queries score each column by the best head.
+        self.assertAllClose(task(heads, candidates, candidate_ids=ids),
+                            tfrs.tasks.Retrieval(remove_accidental_hits=True)(
+                                heads, candidates, candidate_ids=ids))
+
+    def test_ids_outside_the_candidate_table(self):
+        table = tf.random.normal([5, 4], seed=1)
+        query, candidates = tf.random.normal([3, 4], seed=2), tf.random.normal([3, 4], seed=3)
+        task = LogQRetrieval(correction="none", sampler=negatives.InBatchSampler())
+
+        def loss(ids):
+            return task(query, candidates, candidate_ids=ids, candidate_table=table)
+
+        bad = tf.constant([1, 7, 2], tf.int64)
+        message = r"`negatives.ids` must hold ids in \[0, 5\), one per row of `candidate_table`"
+        with self.assertRaisesRegex(ValueError, message + r"; received negatives.ids with "
+                                    r"invalid values \[7\]"):
+            loss(bad)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
+            tf.function(loss)(bad)
+        # Before, XLA read row 4 for id 7 and the loss was finite.
+        self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(bad).numpy()))
+        self.assertTrue(np.isfinite(tf.function(loss, jit_compile=True)(
+            tf.constant([1, 4, 2], tf.int64)).numpy()))
+
+
 if __name__ == "__main__":
     tf.test.main()
 

@@ -1,5 +1,6 @@
 """LogQRetrieval: a drop-in for `tfrs.tasks.Retrieval` with the improved logQ correction."""
 
+import functools
 from typing import List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
@@ -7,6 +8,7 @@ import tensorflow as tf
 from tensorflow_recommenders import metrics as tfrs_metrics
 from tensorflow_recommenders.tasks import base
 
+from logq_core import checks
 from logq_core import formulas
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
@@ -252,6 +254,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         """
         query_embeddings, candidate_embeddings, sample_weight = _checked_embeddings(
             query_embeddings, candidate_embeddings, sample_weight)
+        candidate_ids, score_mask, checked_mask = _checked_columns(
+            query_embeddings, candidate_embeddings, candidate_ids, score_mask,
+            None if self.sampler is None else candidate_mask)
+        candidate_mask = candidate_mask if self.sampler is None else checked_mask
         num_queries = tf.shape(query_embeddings)[0]
         self._update_frequency(candidate_ids, num_queries, sample_weight, training,
                                candidate_mask)
@@ -434,10 +440,19 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             # Ids only from the sampler; their scores are columns of one matmul.
             negatives = self.sampler(positive_ids, candidate_ids, candidate_mask=candidate_mask)
             table = v.float_tensor("candidate_table", candidate_table, rank=2)
+            v.check_compatible_dim("candidate_table", table, 1, "query_embeddings",
+                                   query_embeddings, -1)
             full = _ops.scores(query_embeddings, table)
-            ids = tf.cast(negatives.ids, tf.int32)
-            columns = (tf.gather(full, ids, axis=1) if negatives.ids.shape.rank == 1
-                       else tf.gather(full, ids, batch_dims=1))
+            # An id without a row (an in-batch id or a uniform draw past the table) is
+            # invalid, as in `StaticFrequency`: never a clamped row under XLA.
+            ids, valid = v.table_rows("negatives.ids", negatives.ids,
+                                      tf.shape(table, out_type=tf.int64)[0]
+                                      if table.shape[0] is None else int(table.shape[0]),
+                                      "one per row of `candidate_table`")
+            ids = tf.cast(ids, tf.int32)  # In range, so int32 holds them.
+            columns = v.nan_unless(valid, tf.gather(full, ids, axis=1)
+                                   if negatives.ids.shape.rank == 1
+                                   else tf.gather(full, ids, batch_dims=1))
             return Scored(positive_logits, self._temperature(columns), negatives.mask,
                           negatives.log_q, negatives.positive_log_q,
                           negatives.log_q_excludes_positive,
@@ -521,17 +536,74 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         return cls(**config)
 
 
+def _shape(tensor: tf.Tensor) -> str:
+    return checks._shape_text(  # pylint: disable=protected-access
+        None if tensor.shape.rank is None else tuple(tensor.shape.as_list()))
+
+
 def _checked_embeddings(query_embeddings, candidate_embeddings, sample_weight):
-    """The task's float inputs, checked (dtype, rank, matching dim) and cast to float32."""
+    """The task's float inputs, checked (dtype, rank, matching sizes) and cast to float32.
+
+    Every size that would broadcast or slice silently is checked: fewer candidate rows than
+    queries (the extra queries would have no positive, and a loss of 0), a "maxsim" query
+    with no head (every score -inf), a `sample_weight` of another length (a [1] weight
+    would broadcast over the batch).
+    """
     query_embeddings = v.float_tensor("query_embeddings", query_embeddings)
-    if query_embeddings.shape.rank not in (None, 2, 3):
+    if query_embeddings.shape.rank not in (2, 3):
         raise ValueError(
             "`query_embeddings` must have shape [num_queries, dim] or "
             "[num_queries, num_heads, dim]; received query_embeddings with shape "
-            f"{query_embeddings.shape}.")
+            f"{_shape(query_embeddings)}.")
+    if query_embeddings.shape.rank == 3 and query_embeddings.shape[1] == 0:
+        raise ValueError(
+            "`query_embeddings` of shape [num_queries, num_heads, dim] are scored by their "
+            "best head (\"maxsim\") and need num_heads >= 1; received query_embeddings with "
+            f"shape {_shape(query_embeddings)}.")
     candidate_embeddings = v.float_tensor("candidate_embeddings", candidate_embeddings, rank=2)
     v.check_compatible_dim("query_embeddings", query_embeddings, -1,
                            "candidate_embeddings", candidate_embeddings, -1)
+    candidate_embeddings = _check_enough_candidates(query_embeddings, candidate_embeddings)
     if sample_weight is not None:
         sample_weight = v.float_tensor("sample_weight", sample_weight, rank=1)
+        v.check_compatible_dim("sample_weight", sample_weight, 0,
+                               "query_embeddings", query_embeddings, 0)
     return query_embeddings, candidate_embeddings, sample_weight
+
+
+def _check_enough_candidates(query_embeddings, candidate_embeddings):
+    """`candidate_embeddings`, checked to hold a row (the positive) for every query: at trace
+    time where both sizes are known, else by a graph assertion."""
+    message = ("`candidate_embeddings` must have at least one row per query (row i is query "
+               "i's positive; extra rows are extra negatives)")
+    num_queries, num_candidates = query_embeddings.shape[0], candidate_embeddings.shape[0]
+    if num_queries is not None and num_candidates is not None:
+        if num_candidates < num_queries:
+            raise ValueError(f"{message}; received candidate_embeddings with shape "
+                             f"{_shape(candidate_embeddings)} for query_embeddings with "
+                             f"shape {_shape(query_embeddings)}.")
+        return candidate_embeddings
+    with tf.control_dependencies([tf.debugging.assert_greater_equal(
+            tf.shape(candidate_embeddings)[0], tf.shape(query_embeddings)[0],
+            message=message + "; received fewer candidate rows than queries")]):
+        return tf.identity(candidate_embeddings)
+
+
+def _checked_columns(query_embeddings, candidate_embeddings, candidate_ids, score_mask,
+                     candidate_mask):
+    """`candidate_ids`, `score_mask` and `candidate_mask` checked (dtype, rank) to match the
+    queries and candidate columns: a [1]-sized one would broadcast silently."""
+    columns = ("candidate_embeddings", candidate_embeddings, 0)
+    checked = []
+    for name, value, convert, sizes in (
+            ("candidate_ids", candidate_ids, v.ids_tensor, [(0, columns)]),
+            ("score_mask", score_mask, functools.partial(v.bool_tensor, rank=2),
+             [(0, ("query_embeddings", query_embeddings, 0)), (1, columns)]),
+            ("candidate_mask", candidate_mask, functools.partial(v.bool_tensor, rank=1),
+             [(0, columns)])):
+        if value is not None:
+            value = convert(name, value)
+            for axis, other in sizes:
+                v.check_compatible_dim(name, value, axis, *other)
+        checked.append(value)
+    return tuple(checked)
