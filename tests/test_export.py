@@ -269,6 +269,96 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
                                     r"and \"item\"; received integer_ids=\('items',\)"):
             export.export(_sasrec(), path, integer_ids=("items",))
 
+    def test_exports_refuse_what_cannot_be_served(self):
+        # Before, max_length=-3 or LENGTH + 1 exported, then every request failed.
+        model = _sasrec()
+        base = os.path.join(tempfile.mkdtemp(), "bf")
+        for bad in (-3, 0, 2.5, True):
+            with self.assertRaisesRegex(ValueError, r"`max_length` must be a positive integer; "
+                                        rf"received max_length={bad!r}"):
+                export.export(model, base, k=5, max_length=bad)
+        with self.assertRaisesRegex(ValueError, r"`max_length` must be at most the model's "
+                                    r"max_length=8 \(the positions it learned\); received "
+                                    r"max_length=9"):
+            export.export(model, base, k=5, max_length=LENGTH + 1)
+        with self.assertRaisesRegex(ValueError, r"raw_ids='default' serves the raw ids of "
+                                    r"`item_vocabulary`.*received item_vocabulary=None"):
+            export.export(model, base, raw_ids="default")
+        with self.assertRaisesRegex(ValueError, r"`integer_ids` says which raw ids are served "
+                                    r"as int64 and needs `item_vocabulary`"):
+            export.export(model, base, integer_ids=("item",))
+        words = [f"m{i}" for i in range(1, NUM_ITEMS + 1)]
+        with self.assertRaisesRegex(ValueError, r"`item_vocabulary` must hold non-negative "
+                                    r"int64 ids as decimal strings.*received item_vocabulary "
+                                    r"with 'm1', 'm2', 'm3'"):
+            export.export(model, base, item_vocabulary=words, integer_ids=("item",))
+        with self.assertRaisesRegex(ValueError, r"`scann_min_items` must be a non-negative "
+                                    r"integer; received scann_min_items=-1"):
+            export.export(model, base, scann_min_items=-1)
+        a_file = os.path.join(tempfile.mkdtemp(), "file")
+        open(a_file, "w").close()  # pylint: disable=consider-using-with
+        with self.assertRaisesRegex(ValueError, r"`path` must be a directory .*which is a file"):
+            export.export(model, a_file)
+        model.output_embedding.embeddings[3].assign(tf.fill([16], np.nan))
+        with self.assertRaisesRegex(ValueError, r"`model` has non-finite item embeddings \(NaN "
+                                    r"or inf\) in rows \[3\] of 201"):
+            export.export(model, base)
+        self.assertFalse(os.path.exists(base))  # Nothing written.
+        # A two-tower model pools any history length.
+        self.assertTrue(os.path.isdir(export.export(_two_tower(), base, k=5, max_length=500)))
+        # ScaNN cannot index a catalog this small (scann_min_items=0 asks it to): named, and
+        # nothing written.
+        tiny = os.path.join(tempfile.mkdtemp(), "scann")
+        with self.assertRaisesRegex(ValueError, r"index='scann' cannot index this catalog of 6 "
+                                    r"items.*index='brute_force'"):
+            export.export(_sasrec(6), tiny, index="scann", scann_min_items=0)
+        self.assertFalse(os.path.exists(tiny))
+
+    def test_fewer_unseen_items_than_k_are_counted(self):
+        # A catalog of 40: a history of 38 leaves 2 unseen items for k=4. Before, the other
+        # two slots held seen items scored -inf, and nothing said so.
+        model = _sasrec(40)
+        vocabulary = [str(100 + i) for i in range(1, 41)]
+        for index in ("brute_force", "scann"):
+            path = export.export(model, os.path.join(tempfile.mkdtemp(), index), k=4,
+                                 index=index, scann_min_items=0, item_vocabulary=vocabulary,
+                                 integer_ids=("item",))
+            if index == "scann":
+                import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+            signatures = tf.saved_model.load(path).signatures
+            history = [list(range(1, 39)), [0] * 37 + [5]]
+            out = signatures["serving_default"](history=tf.constant(history, tf.int64))
+            self.assertAllEqual(out["num_found"], [2, 4])
+            self.assertCountEqual(out["ids"][0, :2].numpy(), [39, 40])
+            self.assertAllEqual(out["ids"][0, 2:], [0, 0])
+            self.assertAllEqual(out["scores"][0, 2:], [-np.inf, -np.inf])
+            self.assertTrue(np.all(np.isfinite(out["scores"][0, :2])))
+            self.assertTrue(np.all(np.isfinite(out["scores"][1])))
+            self.assertEmpty(np.intersect1d(out["ids"][1], [0, 5]))
+            raw = signatures["serving_raw"](history=tf.constant([[int(v) for v in vocabulary]],
+                                                                tf.int64))
+            self.assertAllEqual(raw["num_found"], [0])
+            self.assertAllEqual(raw["ids"], [[-1] * 4])
+            self.assertEqual(signatures["serving_default"].structured_outputs["num_found"].dtype,
+                             tf.int32)
+
+    def test_malformed_ranks_name_the_input(self):
+        serve = tf.saved_model.load(export.export(
+            _sasrec(), os.path.join(tempfile.mkdtemp(), "bf"), k=5)).signatures
+        for history in ([1, 2], [[[1, 2]]]):
+            with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                        r"`history` must be \[batch, length\] item ids"):
+                serve["serving_default"](history=tf.constant(history, tf.int64))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`item_ids` must be \[batch\] item ids"):
+            serve["item_embeddings"](item_ids=tf.constant([[1]], tf.int64))
+        two_tower = tf.saved_model.load(export.export(
+            _two_tower(), os.path.join(tempfile.mkdtemp(), "tt"), k=5)).signatures
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`user` must be \[batch\] user ids"):
+            two_tower["serving_default"](user=tf.constant([[1]], tf.int64),
+                                         history=tf.constant([[3]], tf.int64))
+
 
 if __name__ == "__main__":
     tf.test.main()

@@ -6,7 +6,12 @@ The exported model stands alone: a process that imports only TensorFlow (and
 
 - `serving_default`: the query model's inputs -> top-k item ids and scores
   ([batch, k] each, for every batch size, 0 included), every item of the
-  request's history excluded (the query model reads its last `max_length`);
+  request's history excluded (the query model reads its last `max_length`),
+  and `num_found` ([batch] int32): how many of the k slots hold an item. It is
+  k unless the history covers all but fewer than k items of the catalog; then
+  the row's first `num_found` slots hold the unseen items, best first, and the
+  rest are empty: id 0 (the padding id; "" or -1 in the raw signature) with
+  score -inf;
 - `item_embeddings`: item ids -> embeddings;
 - `serving_raw`, when `export` is given the raw ids (`item_vocabulary`, and
   `user_vocabulary` for a two-tower model): the same answer with the source's
@@ -22,9 +27,19 @@ temporary directory renamed into place. Excluding the history costs one
 
 Ids outside [1, num_items] are out of vocabulary: in a history they count as
 padding, in `item_embeddings` they map to row 0 (the padding / OOV row), and
-they never crash. Stock TensorFlow Serving lacks ScaNN's ops: serve the
-`index="brute_force"` export there, or the ScaNN one from TF Serving built
-with ScaNN (the `google/tf-serving-scann` image) or from Python.
+they never crash. A request of the wrong rank (a [length] history, say) fails
+with a message naming the input (`history` must be [batch, length] item ids).
+
+`export` refuses, before writing anything, what could not be served: a
+`max_length` that is not a positive integer or exceeds a SASRec's positions, a
+model with non-finite item embeddings or whose trial request (a history of
+padding) fails or answers NaN, `raw_ids="default"` or `integer_ids` without
+`item_vocabulary`, integer raw ids that are not non-negative decimal int64
+strings, a ScaNN index over a catalog too small for ScaNN.
+
+Stock TensorFlow Serving lacks ScaNN's ops: serve the `index="brute_force"`
+export there, or the ScaNN one from TF Serving built with ScaNN (the
+`google/tf-serving-scann` image) or from Python.
 """
 
 import os
@@ -137,16 +152,28 @@ class _Serving(tf.Module):
         return tf.cond(enough, filtered, lambda: self._exact(queries, seen))
 
     def _top_k(self, queries, history):
-        """Top-k (scores, ids) by the index, every id of the history excluded."""
+        """Top-k (scores, ids) by the index, every id of the history excluded, and how many
+        of the k slots hold an item (`num_found`): a history that covers all but j < k
+        items leaves k - j slots empty, id 0 (the padding id) and score -inf."""
         seen = self._seen(history)
         find = self._approximate if self.index_kind == "scann" else self._exact
         scores, ids = find(queries, seen)
+        known = self._in_vocabulary(ids)
+        found = tf.logical_and(known, tf.logical_not(tf.gather(
+            seen, tf.where(known, ids, tf.zeros_like(ids)), batch_dims=1)))
+        ids = tf.where(found, ids, tf.zeros_like(ids))
+        scores = tf.where(found, scores, tf.constant(-np.inf, scores.dtype))
         # Static width k for every batch size, 0 included.
         return {"ids": tf.ensure_shape(ids, [None, self.k]),
-                "scores": tf.ensure_shape(scores, [None, self.k])}
+                "scores": tf.ensure_shape(scores, [None, self.k]),
+                "num_found": tf.reduce_sum(tf.cast(found, tf.int32), axis=1)}
 
     def recommend(self, user, history):
-        # Dtypes and ranks are enforced by the signature; the batch sizes are checked here.
+        # Dtypes are enforced by the signature; the ranks (left unknown there, so that a
+        # wrong one gets this message, naming the input) and the batch sizes here.
+        history = _ranked(history, 2, "`history` must be [batch, length] item ids")
+        if user is not None:
+            user = _ranked(user, 1, "`user` must be [batch] user ids")
         if self.takes_user:
             with tf.control_dependencies([tf.debugging.assert_equal(
                     tf.shape(user)[0], tf.shape(history)[0],
@@ -168,6 +195,9 @@ class _Serving(tf.Module):
         "item") in `integer_ids` (their decimal strings are the vocabulary's keys). History
         padding is "" (strings) or any negative id (integers); every other id the vocabulary
         lacks is skipped and counted in `unknown_history_ids`."""
+        history = _ranked(history, 2, "`history` must be [batch, length] item ids")
+        if user is not None:
+            user = _ranked(user, 1, "`user` must be [batch] user ids")
         if "item" in integer_ids:
             present = history >= 0
             history = tf.strings.as_string(history)
@@ -182,12 +212,24 @@ class _Serving(tf.Module):
         ids = tf.gather(self.item_raw, answer["ids"])
         if "item" in integer_ids:
             ids = tf.strings.to_number(tf.where(tf.equal(ids, ""), "-1", ids), tf.int64)
-        return {"ids": ids, "scores": answer["scores"], "unknown_history_ids": unknown}
+        return {"ids": ids, "scores": answer["scores"], "num_found": answer["num_found"],
+                "unknown_history_ids": unknown}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="item_ids")])
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.int64, name="item_ids")])
     def item_embeddings(self, item_ids):
+        item_ids = _ranked(item_ids, 1, "`item_ids` must be [batch] item ids")
         rows = tf.where(self._in_vocabulary(item_ids), item_ids, tf.zeros_like(item_ids))
         return {"embeddings": tf.gather(self.items, rows)}
+
+
+def _ranked(tensor, rank: int, message: str):
+    """`tensor` with its static rank set, behind a run-time check that it has `rank` (which
+    every later op waits for, so the check's message is the error; TensorFlow appends the
+    shape received)."""
+    with tf.control_dependencies([tf.debugging.assert_rank(tensor, rank, message=message)]):
+        tensor = tf.identity(tensor)
+    tensor.set_shape([None] * rank)
+    return tensor
 
 
 def _vocabulary(name: str, values, size: int):
@@ -200,6 +242,64 @@ def _vocabulary(name: str, values, size: int):
             f"`{name}` must hold {size} distinct raw ids, one per dense id 1..{size}; received "
             f"{len(values)} ids ({len(set(values))} distinct).")
     return values
+
+
+def _max_length(model, max_length) -> int:
+    """The history length the query model reads: `max_length`, checked to be a positive
+    integer the model takes (at most a SASRec's `max_length`, its learned positions), or by
+    default the model's `max_length`, else 50."""
+    accepted = getattr(model, "max_length", None)
+    if max_length is None:
+        return accepted or 50
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or (
+            max_length < 1):
+        raise ValueError(f"`max_length` must be a positive integer; received "
+                         f"max_length={max_length!r}.")
+    if accepted is not None and max_length > accepted:
+        raise ValueError(f"`max_length` must be at most the model's max_length={accepted} (the "
+                         f"positions it learned); received max_length={max_length!r}.")
+    return int(max_length)
+
+
+def _check_integer_ids(name: str, vocabulary: Sequence[str]) -> None:
+    """Raw ids served as int64 must be the decimal strings non-negative int64 ids print as
+    ("7", not "07", "x7" or "-7"): the request's ids are printed to be looked up (a negative
+    one is padding), the answer's parsed back."""
+    bad = []
+    for value in vocabulary:
+        try:
+            ok = str(int(value)) == value and 0 <= int(value) < 2**63
+        except ValueError:  # Not a number, or too many digits for int().
+            ok = False
+        if not ok:
+            bad.append(value)
+            if len(bad) == 3:
+                break
+    if bad:
+        raise ValueError(
+            f"`integer_ids` serves the {name.split('_')[0]} ids as int64, so `{name}` must "
+            "hold non-negative int64 ids as decimal strings (as str(int) prints them; a "
+            "negative id is padding in a request); received "
+            f"{name} with {', '.join(repr(b) for b in bad)}. Serve them as strings (leave "
+            f"\"{name.split('_')[0]}\" out of integer_ids).")
+
+
+def _trial_request(serve, takes_user: bool, max_length: int) -> None:
+    """Answers one request (a history of `max_length` padding ids) before anything is written:
+    an export that cannot answer it, or answers NaN, is refused."""
+    request = {"history": tf.zeros([1, max_length], tf.int64)}
+    if takes_user:
+        request["user"] = tf.zeros([1], tf.int64)
+    try:
+        answer = serve(**request)
+    except (tf.errors.OpError, ValueError) as error:
+        raise ValueError(
+            f"The export fails a trial request (a history of max_length={max_length} padding "
+            f"ids), so it is not written: {str(error).splitlines()[0][:300]}") from error
+    scores = answer["scores"].numpy()
+    if np.isnan(scores).any():
+        raise ValueError("The export answers a trial request (a history of padding ids) with "
+                         "NaN scores: the query model gives NaN; not exported.")
 
 
 def _lookup(vocabulary):
@@ -235,8 +335,8 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
       k: items returned per request (at most the catalog's size).
       index: "brute_force" (exact; plain TensorFlow) or "scann" (needs ScaNN's ops).
       max_length: history entries the query model reads (default: the model's
-        `max_length`, else 50). The whole history a request carries is excluded from the
-        answer, however long.
+        `max_length`, else 50): a positive integer, at most a SASRec's `max_length`. The
+        whole history a request carries is excluded from the answer, however long.
       version: the version number (default: one more than the highest in `path`, else 1).
       item_vocabulary: optional [num_items] raw ids of dense item ids 1..num_items (e.g.
         `Interactions.item_ids[1:]`): adds the `serving_raw` signature.
@@ -251,7 +351,14 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
       scann_min_items: catalogs below it are served by exact search.
 
     Returns:
-      The version directory written (`path/<version>`).
+      The version directory written (`path/<version>`). Its `serving_default` answers
+      `ids` and `scores` ([batch, k]) and `num_found` ([batch] int32, the slots that hold
+      an item: fewer than k when the history leaves fewer than k unseen items, the other
+      slots then holding id 0, raw "" or -1, with score -inf).
+
+    Raises:
+      ValueError: an argument would give a model that cannot be served (see the module
+        docstring), before anything is written.
     """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
@@ -266,14 +373,39 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)
                                 or version < 1):
         raise ValueError(f"`version` must be a positive integer; received version={version!r}.")
+    if isinstance(scann_min_items, bool) or not isinstance(scann_min_items, int) or (
+            scann_min_items < 0):
+        raise ValueError("`scann_min_items` must be a non-negative integer; received "
+                         f"scann_min_items={scann_min_items!r}.")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"`path` must be a directory (the model's base path); received "
+                         f"path={path!r}, which is a file.")
+    if raw_ids == "default" and item_vocabulary is None:
+        raise ValueError("raw_ids='default' serves the raw ids of `item_vocabulary` by default; "
+                         "received item_vocabulary=None (pass it, or raw_ids='strings').")
+    if integer_ids and item_vocabulary is None:
+        raise ValueError("`integer_ids` says which raw ids are served as int64 and needs "
+                         f"`item_vocabulary`; received integer_ids={integer_ids!r} and "
+                         "item_vocabulary=None.")
     version = version or _next_version(path)
     target = os.path.join(path, str(version))
     if os.path.exists(target):
         raise ValueError(f"{target} exists: pass another `version`, or none for the next one.")
     takes_user = hasattr(model, "user_embedding")
-    max_length = max_length or getattr(model, "max_length", 50)
+    max_length = _max_length(model, max_length)
     item_table = model.item_embeddings().numpy()
+    if item_table.ndim != 2 or item_table.shape[0] < 2:
+        raise ValueError("`model.item_embeddings()` must be [num_items + 1, dim] (row 0: "
+                         f"padding) with num_items >= 1; received shape {item_table.shape}.")
+    if not np.all(np.isfinite(item_table)):
+        bad = np.unique(np.nonzero(~np.isfinite(item_table))[0])
+        raise ValueError(f"`model` has non-finite item embeddings (NaN or inf) in rows "
+                         f"{bad[:6].tolist()}{' ...' if bad.size > 6 else ''} of "
+                         f"{item_table.shape[0]}: every answer would be NaN or arbitrary; "
+                         "not exported.")
     item_vocabulary = _vocabulary("item_vocabulary", item_vocabulary, item_table.shape[0] - 1)
+    if "item" in integer_ids:
+        _check_integer_ids("item_vocabulary", item_vocabulary)
     if takes_user and item_vocabulary is not None:
         if user_vocabulary is None:
             raise ValueError("A two-tower model needs `user_vocabulary` with `item_vocabulary` "
@@ -281,17 +413,30 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
                              "user_vocabulary=None.")
         user_vocabulary = _vocabulary("user_vocabulary", user_vocabulary,
                                       model.user_embedding.input_dim - 1)
-    module = _Serving(model, item_table, k, index, max_length, takes_user,
-                      item_vocabulary, user_vocabulary if takes_user else None,
-                      scann_min_items)
+        if "user" in integer_ids:
+            _check_integer_ids("user_vocabulary", user_vocabulary)
+    try:
+        module = _Serving(model, item_table, k, index, max_length, takes_user,
+                          item_vocabulary, user_vocabulary if takes_user else None,
+                          scann_min_items)
+    except tf.errors.InvalidArgumentError as error:
+        if index != "scann":
+            raise
+        raise ValueError(
+            f"index='scann' cannot index this catalog of {item_table.shape[0] - 1} items "
+            f"(ScaNN: {str(error).splitlines()[0].split('}} ')[-1][:200]}); export it with "
+            "index='brute_force', or raise scann_min_items above the catalog's size "
+            f"(received scann_min_items={scann_min_items}).") from error
     if module.index_kind != index:
         logging.warning("index=%r: the catalog's %d items are fewer than scann_min_items=%d, "
                         "so this export searches exactly (brute force), which is faster there "
                         "and exact.", index, module.num_items, scann_min_items)
-    history_spec = tf.TensorSpec([None, None], tf.int64, name="history")
+    # Ranks left open in the signatures: `recommend` checks them with a message naming the
+    # input (a signature's own shape check names neither it nor the expected shape).
+    history_spec = tf.TensorSpec(None, tf.int64, name="history")
     if takes_user:
         serve = tf.function(lambda user, history: module.recommend(user, history),
-                            input_signature=[tf.TensorSpec([None], tf.int64, name="user"),
+                            input_signature=[tf.TensorSpec(None, tf.int64, name="user"),
                                              history_spec])
     else:
         serve = tf.function(lambda history: module.recommend(None, history),
@@ -303,12 +448,12 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     if item_vocabulary is not None:
         dtypes = {kind: tf.int64 if kind in integer_ids else tf.string
                   for kind in ("user", "item")}
-        raw_history = tf.TensorSpec([None, None], dtypes["item"], name="history")
+        raw_history = tf.TensorSpec(None, dtypes["item"], name="history")
         integer_ids = tuple(integer_ids)
         if takes_user:
             serve_raw = tf.function(
                 lambda user, history: module.recommend_raw(user, history, integer_ids),
-                input_signature=[tf.TensorSpec([None], dtypes["user"], name="user"),
+                input_signature=[tf.TensorSpec(None, dtypes["user"], name="user"),
                                  raw_history])
         else:
             serve_raw = tf.function(
@@ -320,6 +465,7 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         else:  # The log's own ids are the default; dense ids stay reachable.
             signatures["serving_dense"] = signatures["serving_default"]
             signatures["serving_default"] = serve_raw.get_concrete_function()
+    _trial_request(serve, takes_user, max_length)
     os.makedirs(path, exist_ok=True)
     # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
     temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
