@@ -118,8 +118,9 @@ def _slim_best(run_dir: str) -> Dict[str, int]:
     files = RunFiles(run_dir)
     before = sum(os.path.getsize(p) for p in glob.glob(files.best + ".*"))
     # An improvement pending in progress.json names the best checkpoint it replaces by its
-    # digest (callbacks.TrainingProgress); the slim copy must keep that name. Code from
-    # before pending records has no `checkpoint_digest`, and nothing to rename.
+    # digest (callbacks.TrainingProgress of some worktrees); the slim copy must keep that
+    # name. Code without pending records (before them, and since progress.json keeps every
+    # epoch's value) has no `checkpoint_digest`, and nothing to rename.
     digest = getattr(callbacks, "checkpoint_digest", None)
     old_digest = digest(files.best) if digest else None
     config, model, split, data = experiment.load_run(run_dir)

@@ -1,7 +1,6 @@
 """Tests of paper/park.py: a run in progress carried to another directory, outside git."""
 
 import io
-import json
 import os
 import re
 import shutil
@@ -16,7 +15,6 @@ from unittest import mock
 import tensorflow as tf
 
 from paper import park
-from pipelines import callbacks
 from tests.test_train import _finish_as_uninterrupted
 
 
@@ -36,9 +34,7 @@ class ParkTest(tf.test.TestCase):
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 300
         while time.time() < deadline and process.poll() is None:
-            # As soon as the first best checkpoint is on disk: the kill often lands before
-            # progress.json records epoch 0, with a backup from its end (step 100), which
-            # the restart must read from the pending record (callbacks.TrainingProgress).
+            # As soon as the first best checkpoint and a backup are on disk.
             if (os.path.exists(os.path.join(out, "checkpoints", "best.index"))
                     and tf.train.latest_checkpoint(os.path.join(out, "backup", "chief"))):
                 break
@@ -46,15 +42,6 @@ class ParkTest(tf.test.TestCase):
         self.assertIsNone(process.poll(), "the run ended before the kill")
         process.send_signal(signal.SIGKILL)
         process.wait()
-        # An improvement pending when the process died names the checkpoint it would have
-        # replaced by its digest; the slimmed copy must keep that name, or the restart would
-        # take the pending epoch (here a made-up 0.99, if the kill left none) as the best.
-        progress = os.path.join(out, "progress.json")
-        state = json.load(open(progress))  # Written at least by the first pending record.
-        state.setdefault("pending", {"epoch": 0, "value": 0.99, "replaced": (
-            callbacks.checkpoint_digest(os.path.join(out, "checkpoints", "best")))})
-        with open(progress, "w") as f:
-            json.dump(state, f)
         archive = os.path.join(root, "parked", "run.tar.gz")
         packed = park.pack(out, archive)
         self.assertEqual(packed["bytes"], os.path.getsize(archive))
