@@ -181,6 +181,10 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         finally:
             tf.saved_model.save = original
         self.assertEqual(sorted(os.listdir(base)), ["1", "2", "7"])
+        # A SIGKILL skips that cleanup: the next export of the version removes what is left.
+        os.makedirs(os.path.join(base, ".8-partial-abc123", "variables"))
+        self.assertEqual(export.export(model, base, k=5), os.path.join(base, "8"))
+        self.assertEqual(sorted(os.listdir(base)), ["1", "2", "7", "8"])
 
     def test_two_tower_and_out_of_vocabulary_ids(self):
         model = _two_tower()

@@ -468,6 +468,11 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     _trial_request(serve, takes_user, max_length)
     os.makedirs(path, exist_ok=True)
     # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
+    # One left by a process killed while writing this version (SIGKILL skips the `finally`
+    # below) is removed first.
+    for name in os.listdir(path):
+        if name.startswith(f".{version}-partial-"):
+            shutil.rmtree(os.path.join(path, name), ignore_errors=True)
     temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
     try:
         tf.saved_model.save(module, temporary, signatures=signatures,
