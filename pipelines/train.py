@@ -39,6 +39,7 @@ from pipelines import configs
 from pipelines import distribute
 from pipelines import experiment
 from pipelines import report
+from pipelines.data.interactions import DataError
 from pipelines.run_files import RunFiles
 from pipelines.run_files import RunInUse
 from pipelines.run_files import RunLock
@@ -324,6 +325,7 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         "steps_per_epoch": steps_per_epoch,
         "train_seconds": round(train_seconds, 1),
         "num_users": data.num_users, "num_items": data.num_items,
+        "duplicate_events": data.duplicates,  # Exact duplicates dropped while loading.
         "num_test_queries": len(split.test.users),
         "config": config.as_dict(),
         "git_revision": report.git_revision(),
@@ -363,9 +365,9 @@ def main(argv):
     strategy = distribute.make_strategy(FLAGS.strategy)
     try:
         metrics = run(config, FLAGS.output_dir, strategy=strategy)
-    except (OutputDirError, RunInUse, callbacks_lib.BackupError,
-            callbacks_lib.NonFiniteLoss) as error:
-        sys.exit(f"error: {error}")
+    except (OutputDirError, RunInUse, callbacks_lib.BackupError, callbacks_lib.NonFiniteLoss,
+            DataError) as error:
+        sys.exit(f"error: {error}")  # Named errors: the message says it all, no traceback.
     if "config" not in metrics:  # A non-chief worker: the chief evaluates and writes.
         print(f"\nWorker done: {metrics['steps']} steps on {metrics['num_replicas']} replicas "
               f"({metrics['strategy']}); estimator state {metrics['estimator_state_digest']}.")

@@ -601,6 +601,18 @@ class CommandLineTest(tf.test.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "export")))
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
 
+    def test_a_bad_data_file_is_one_line_without_a_traceback(self):
+        directory = tempfile.mkdtemp()
+        path = os.path.join(directory, "log.csv")
+        with open(path, "w") as f:
+            f.write("user_id,item_id,timestamp\nu1,i1,5\nu2,,6\n")
+        result = _cli("pipelines.train", "--preset=industrial_smoke", "--dataset=events",
+                      f"--data_path={path}", f"--output_dir={directory}/run")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("error: ", result.stderr)
+        self.assertIn("column 'item_id' is empty (null) in data row 2", result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+
     def test_output_dir_that_is_a_file_is_named(self):
         path = tempfile.mkstemp()[1]
         with self.assertRaisesRegex(train.OutputDirError, f"--output_dir={path} is a file"):
