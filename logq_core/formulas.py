@@ -88,8 +88,23 @@ def check_log_q_given(correction: str, negative_log_q, positive_log_q,
             "positive_log_q=None.")
 
 
+def check_log_q_scale(log_q_scale) -> float:
+    """`log_q_scale` (lambda) as a float: finite and >= 0."""
+    if isinstance(log_q_scale, bool) or not isinstance(log_q_scale, (int, float)) or not (
+            math.isfinite(log_q_scale) and log_q_scale >= 0):
+        raise ValueError(f"`log_q_scale` must be a finite number >= 0; received "
+                         f"log_q_scale={log_q_scale!r}.")
+    return float(log_q_scale)
+
+
+def scaled(log_q, log_q_scale: float):
+    """lambda * log Q (log Q itself, untouched, at lambda = 1)."""
+    return log_q if log_q_scale == 1.0 else log_q * log_q_scale
+
+
 def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_log_q=None,
-                          positive_log_q=None, mask=None, log_q_excludes_positive=False):
+                          positive_log_q=None, mask=None, log_q_excludes_positive=False,
+                          log_q_scale: float = 1.0, num_valid=None):
     """The sampled-softmax loss per row and, for "improved", its weight w = 1 - P_hat.
 
     none:               -s_p + log(e^{s_p} + sum_i m_i e^{s_i})
@@ -108,6 +123,11 @@ def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_lo
       positive_log_q: [batch] log Q(p).
       mask: optional [batch, n] bool, True for a valid negative.
       log_q_excludes_positive: `negative_log_q` already is log Q'.
+      log_q_scale: lambda, the weight of the correction (Merlin's `reg_factor`): every
+        log Q (log Q' for "improved") above is multiplied by it. 1 is the correction, 0 no
+        shift at all; in between the logits are shifted by lambda log Q. Only 1 makes
+        Z_hat (and so "improved"'s P_hat) an unbiased estimate.
+      num_valid: optional [batch] n of "improved" (see `improved`).
 
     Returns:
       ([batch] loss, [batch] weight for "improved", else None).
@@ -116,20 +136,24 @@ def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_lo
     if correction == "none":
         return softmax_with_positive(ops, positive, negatives, mask), None
     if correction == "standard_negatives":
-        return softmax_with_positive(ops, positive, negatives - negative_log_q, mask), None
+        return softmax_with_positive(ops, positive, negatives - scaled(
+            negative_log_q, log_q_scale), mask), None
     if correction == "standard":
-        return softmax_with_positive(ops, positive - positive_log_q,
-                                     negatives - negative_log_q, mask), None
+        return softmax_with_positive(ops, positive - scaled(positive_log_q, log_q_scale),
+                                     negatives - scaled(negative_log_q, log_q_scale),
+                                     mask), None
     # Only an unknown correction gets here besides "improved": it must not pass for it.
     checks.check_choice("correction", correction, CORRECTIONS)
     if not log_q_excludes_positive:
         negative_log_q = exclude_positive(ops, negative_log_q, positive_log_q)
-    return improved(ops, positive, negatives - negative_log_q, mask)
+    return improved(ops, positive, negatives - scaled(negative_log_q, log_q_scale), mask,
+                    num_valid)
 
 
 def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negatives,
                                   correction: str, negative_log_q=None, positive_log_q=None,
-                                  mask=None, log_q_excludes_positive=False):
+                                  mask=None, log_q_excludes_positive=False,
+                                  log_q_scale: float = 1.0, num_valid=None):
     """`sampled_softmax_terms` on unchecked inputs, as both frameworks' losses take them.
 
     Args:
@@ -138,7 +162,8 @@ def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negative
       log_q_values: (name, log Q) -> log Q, the framework's check that it holds logs of
         probabilities (a graph assertion in TensorFlow, NaN in Keras 3).
       positive, negatives, correction, negative_log_q, positive_log_q, mask,
-      log_q_excludes_positive: as `sampled_softmax_terms`; `correction` already checked.
+      log_q_excludes_positive, log_q_scale, num_valid: as `sampled_softmax_terms`;
+        `correction` already checked, `log_q_scale` checked here.
     """
     check_log_q_given(correction, negative_log_q, positive_log_q, log_q_excludes_positive)
     positive, negatives, mask = checks.logits_inputs(tensors, positive, negatives, mask)
@@ -149,7 +174,8 @@ def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negative
         positive_log_q = log_q_values("positive_log_q", checks.log_q_tensor(
             tensors, "positive_log_q", positive_log_q, positive, of_positives=True))
     return sampled_softmax_terms(ops, positive, negatives, correction, negative_log_q,
-                                 positive_log_q, mask, log_q_excludes_positive)
+                                 positive_log_q, mask, log_q_excludes_positive,
+                                 check_log_q_scale(log_q_scale), num_valid)
 
 
 def softmax_with_positive(ops, positive, negatives, mask):
@@ -163,13 +189,21 @@ def softmax_with_positive(ops, positive, negatives, mask):
     return ops.softplus(lse - positive)
 
 
-def improved(ops, positive, corrected_negatives, mask) -> Tuple:
+def improved(ops, positive, corrected_negatives, mask, num_valid=None) -> Tuple:
     """The improved loss w * (LSE - s_p) and w, from raw s_p and corrected c'_i.
 
     A row with no valid negative has loss 0, weight 0 and zero gradient.
+
+    `num_valid`: n, the number of valid draws Z_hat averages over, when it is not the count
+    of `mask`. With hard negatives it is the row's valid negatives before mining: over the
+    k kept ones, Z_hat_k = (1/n) sum_{top k} e^{c'_i} is the full estimate without its n - k
+    smallest terms (a lower bound, tight when the kept terms hold most of the mass), and
+    log Z_hat_k = LSE_k - log n.
     """
     lse = ops.logsumexp(masked(ops, corrected_negatives, mask), axis=1)
-    if mask is None:
+    if num_valid is not None:
+        num_valid = ops.cast(num_valid, "float32")
+    elif mask is None:
         num_valid = ops.zeros_like(positive) + ops.num_columns(corrected_negatives)
     else:
         num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)

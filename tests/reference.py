@@ -65,8 +65,13 @@ def logsumexp(x):
 
 
 def sampled_softmax(pos, neg, correction, neg_log_q=None, pos_log_q=None, mask=None,
-                    excludes=False):
-    """Per-example loss and (for "improved") weight, row by row."""
+                    excludes=False, log_q_scale=1.0, num_hard=None):
+    """Per-example loss and (for "improved") weight, row by row.
+
+    `log_q_scale`: lambda, every log Q (log Q') subtracted is lambda log Q. `num_hard`: only
+    the row's `num_hard` valid negatives with the largest corrected logits enter the loss;
+    "improved"'s n still counts the valid negatives before that.
+    """
     pos = np.asarray(pos, np.float64)
     neg = np.asarray(neg, np.float64)
     batch, num = neg.shape
@@ -76,23 +81,33 @@ def sampled_softmax(pos, neg, correction, neg_log_q=None, pos_log_q=None, mask=N
     losses, weights = [], []
     for b in range(batch):
         valid = mask[b]
+        n = valid.sum()
+        if correction == "none":
+            corrected = neg[b]
+        else:
+            log_q = neg_log_q[b]
+            if correction == "improved" and not excludes:
+                log_q = log_q - np.log1p(-np.exp(pos_log_q[b]))
+            corrected = neg[b] - log_q_scale * log_q
+        if num_hard is not None:  # The top num_hard valid corrected logits.
+            order = np.argsort(-np.where(valid, corrected, -np.inf), kind="stable")
+            keep = np.zeros(num, bool)
+            keep[order[:min(num_hard, n)]] = True
+            valid = valid & keep
         if correction == "none":
             losses.append(-pos[b] + logsumexp(np.concatenate([[pos[b]], neg[b][valid]])))
             weights.append(np.nan)
         elif correction in ("standard", "standard_negatives"):
             # standard_negatives (Yang et al. 2020): the positive enters raw.
-            c_p = pos[b] - (pos_log_q[b] if correction == "standard" else 0.0)
-            c = neg[b] - neg_log_q[b]
-            losses.append(-c_p + logsumexp(np.concatenate([[c_p], c[valid]])))
+            c_p = pos[b] - (log_q_scale * pos_log_q[b] if correction == "standard" else 0.0)
+            losses.append(-c_p + logsumexp(np.concatenate([[c_p], corrected[valid]])))
             weights.append(np.nan)
         else:
-            log_q = neg_log_q[b] if excludes else neg_log_q[b] - np.log1p(-np.exp(pos_log_q[b]))
-            n = valid.sum()
             if n == 0:
                 losses.append(0.0)
                 weights.append(0.0)
                 continue
-            lse = logsumexp((neg[b] - log_q)[valid])
+            lse = logsumexp(corrected[valid])
             p_hat = 1.0 / (1.0 + np.exp(-(pos[b] - lse + np.log(n))))
             weights.append(1.0 - p_hat)
             losses.append((1.0 - p_hat) * (lse - pos[b]))

@@ -34,6 +34,7 @@ def sampled_softmax_loss(
         positive_log_q: Optional[tf.Tensor] = None,
         negative_mask: Optional[tf.Tensor] = None,
         log_q_excludes_positive: bool = False,
+        log_q_scale: float = 1.0,
 ) -> tf.Tensor:
     r"""Sampled-softmax loss per example, with no, the standard or the improved logQ correction.
 
@@ -105,6 +106,10 @@ def sampled_softmax_loss(
         valid negative (False for accidental hits, padding, dropped slots).
       log_q_excludes_positive: For "improved": `negative_log_q` already is
         log Q' (the proposal with the positive excluded), so it is used as is.
+      log_q_scale: lambda >= 0, the weight of the correction (Merlin's
+        `reg_factor`): every log Q (log Q') in the formulas above becomes
+        lambda log Q. 1 (default) is the correction and 0 shifts nothing; only
+        1 makes Z_hat, and "improved"'s P_hat, unbiased.
 
     Returns:
       [batch] float32 tensor of per-example losses.
@@ -118,13 +123,14 @@ def sampled_softmax_loss(
     v.check_choice("correction", correction, CORRECTIONS)
     loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
                                     negative_log_q, positive_log_q, negative_mask,
-                                    log_q_excludes_positive)
+                                    log_q_excludes_positive, log_q_scale=log_q_scale)
     return loss
 
 
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
-                          log_q_excludes_positive=False, check_log_q=True):
+                          log_q_excludes_positive=False, check_log_q=True, log_q_scale=1.0,
+                          num_valid=None):
     """`sampled_softmax_loss` and, for "improved", its [batch] weight w = 1 - P_hat (else None).
 
     Arguments as in `sampled_softmax_loss` (here positional), `correction` already
@@ -132,12 +138,13 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     without computing the loss twice. `check_log_q=False` skips the check of the log Q
     values (shapes and dtypes are still checked): for log Q a sampler has already
     checked at its source (`Negatives.log_q_checked`), where the check of a
-    [batch, n] log Q would cost several passes over it.
+    [batch, n] log Q would cost several passes over it. `num_valid`: "improved"'s n per
+    row when it is not the count of `negative_mask` (see `logq_core.formulas.improved`).
     """
     return formulas.checked_sampled_softmax_terms(
         _ops.TF, v.TENSORS, v.check_log_probabilities if check_log_q else _unchecked,
         positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
-        negative_mask, log_q_excludes_positive)
+        negative_mask, log_q_excludes_positive, log_q_scale, num_valid)
 
 
 def _unchecked(name, log_q):
@@ -146,7 +153,8 @@ def _unchecked(name, log_q):
 
 
 def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.Tensor],
-                        positive_log_q: Optional[tf.Tensor], mask: tf.Tensor) -> tf.Tensor:
+                        positive_log_q: Optional[tf.Tensor], mask: tf.Tensor,
+                        log_q_scale: float = 1.0) -> tf.Tensor:
     """`sampled_softmax_loss` for "none", "standard" and "standard_negatives" when the
     negatives are the candidate columns, as `tfrs.tasks.Retrieval` computes it: one fused
     softmax cross-entropy (loss and gradient in one kernel) over the corrected
@@ -158,6 +166,7 @@ def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.T
       log_q: [candidates] log Q of each column (checked by the caller), None for "none".
       positive_log_q: [batch] log Q of the positives (`log_q[:batch]`).
       mask: [batch, candidates] bool, True for a valid negative (the diagonal is False).
+      log_q_scale: lambda, as in `sampled_softmax_loss`.
 
     Returns:
       [batch] float32 losses, equal to `sampled_softmax_loss` on the same negatives.
@@ -165,9 +174,10 @@ def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.T
     diagonal = tf.eye(tf.shape(scores)[0], tf.shape(scores)[1])
     logits = scores
     if correction != "none":
-        logits = scores - v.check_log_probabilities("log_q", log_q)
+        logits = scores - formulas.scaled(v.check_log_probabilities("log_q", log_q),
+                                          log_q_scale)
     if correction == "standard_negatives":  # The positive enters raw.
-        logits = logits + diagonal * positive_log_q[:, tf.newaxis]
+        logits = logits + diagonal * formulas.scaled(positive_log_q, log_q_scale)[:, tf.newaxis]
     logits = _ops.masked(logits, tf.logical_or(mask, tf.cast(diagonal, tf.bool)))
     return tf.nn.softmax_cross_entropy_with_logits(labels=diagonal, logits=logits)
 
@@ -180,6 +190,7 @@ def improved_weight(
         positive_log_q: Optional[tf.Tensor] = None,
         negative_mask: Optional[tf.Tensor] = None,
         log_q_excludes_positive: bool = False,
+        log_q_scale: float = 1.0,
 ) -> tf.Tensor:
     """The improved correction's per-example weight w = 1 - P_hat, shape [batch].
 
@@ -300,28 +311,32 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
 
     Args:
       correction: "none", "standard", "standard_negatives" or "improved".
-      log_q_excludes_positive: see `sampled_softmax_loss`.
+      log_q_excludes_positive, log_q_scale: see `sampled_softmax_loss`.
       **kwargs: standard Keras layer arguments.
     """
 
-    def __init__(self, correction: str, log_q_excludes_positive: bool = False, **kwargs):
+    def __init__(self, correction: str, log_q_excludes_positive: bool = False,
+                 log_q_scale: float = 1.0, **kwargs):
         # Losses are always computed in float32, also under a mixed-precision policy.
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.correction = v.check_choice("correction", correction, CORRECTIONS)
         self.log_q_excludes_positive = v.check_bool("log_q_excludes_positive",
                                                     log_q_excludes_positive)
+        self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
 
     def call(self, positive_logits, negative_logits, negative_log_q=None,
              positive_log_q=None, negative_mask=None):
         """Returns the [batch] per-example loss; arguments as in `sampled_softmax_loss`."""
         loss, _ = sampled_softmax_terms(positive_logits, negative_logits, self.correction,
                                         negative_log_q, positive_log_q, negative_mask,
-                                        self.log_q_excludes_positive)
+                                        self.log_q_excludes_positive,
+                                        log_q_scale=self.log_q_scale)
         return loss
 
     def get_config(self):
         config = super().get_config()
         config.update(correction=self.correction,
-                      log_q_excludes_positive=self.log_q_excludes_positive)
+                      log_q_excludes_positive=self.log_q_excludes_positive,
+                      log_q_scale=self.log_q_scale)
         return config

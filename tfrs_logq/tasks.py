@@ -38,6 +38,8 @@ class Scored(NamedTuple):
         positive in the denominator then run as one fused softmax cross-entropy.
       log_q_checked: the sampler already checked the values `log_q` was derived from
         (`Negatives.log_q_checked`): the loss does not check them again.
+      num_valid: [batch] "improved"'s n when it is not the count of `mask` (hard
+        negatives: the valid negatives before mining), or None.
     """
     positive_logits: tf.Tensor
     negative_logits: tf.Tensor
@@ -47,6 +49,7 @@ class Scored(NamedTuple):
     log_q_excludes_positive: bool = False
     diagonal_positive: bool = False
     log_q_checked: bool = False
+    num_valid: Optional[tf.Tensor] = None
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -94,8 +97,13 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       loss_metrics: Keras metrics of the loss value.
       temperature: divides every logit (before the correction), as in TFRS.
       num_hard_negatives: keep only this many negatives per row, those with
-        the largest corrected logits. Not with "improved" (the kept set is no
-        longer a draw from Q).
+        the largest corrected logits (each correction's own: s - lambda log Q,
+        s - lambda log Q' for "improved"). The loss is then the one of the kept
+        negatives, with "improved"'s n still counting the row's valid negatives
+        before mining: Z_hat_k = (1/n) sum_{top k} e^{c'_i} is Z_hat without its
+        n - k smallest terms, a lower bound of it that is tight when the kept
+        terms hold most of its mass, so P_hat and w are those of the full
+        estimate up to the mass left out (`logq_core.formulas.improved`).
       remove_accidental_hits: as in TFRS, mask candidate columns that carry the
         row's positive id (needs `candidate_ids`). Samplers always do this.
       name: layer name.
@@ -104,6 +112,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         available, else "none"), "none", "standard", "standard_negatives"
         (log Q subtracted from the negatives only; see
         `tfrs_logq.losses.sampled_softmax_loss`) or "improved".
+      log_q_scale: lambda >= 0, the weight of the correction (Merlin's
+        `reg_factor`): every log Q the correction subtracts becomes lambda
+        log Q. 1 (default) is the correction, 0 subtracts nothing (the
+        correction's form stays: "improved" still leaves the positive out of
+        the denominator and weights rows by w); only 1 makes Z_hat unbiased.
       sampler: optional `tfrs_logq.negatives.NegativeSampler`.
       diagnostics: track, as Keras metrics of the task (so `fit` logs them and
         TensorBoard plots them), the mean weight w = 1 - P_hat ("mean_w",
@@ -134,6 +147,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                  sampler: Optional[negatives_lib.NegativeSampler] = None,
                  frequency: frequency_lib.FrequencyLike = None,
                  diagnostics: bool = False,
+                 log_q_scale: float = 1.0,
                  **kwargs) -> None:
         # Logits are always float32, also under a mixed-precision policy.
         kwargs.setdefault("dtype", "float32")
@@ -144,15 +158,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                                                        allow_none=True)
         self.remove_accidental_hits = v.check_bool("remove_accidental_hits",
                                                    remove_accidental_hits)
+        self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
         if correction == "improved" and loss is not None:
             raise ValueError(
                 "correction='improved' computes its own weighted loss and cannot use a custom "
                 f"`loss`; received loss={loss!r}. Drop `loss`, or use correction='standard'.")
-        if correction == "improved" and num_hard_negatives is not None:
-            raise ValueError(
-                "correction='improved' needs negatives drawn from the proposal Q; hard-negative "
-                "mining keeps a score-dependent subset. Received "
-                f"num_hard_negatives={num_hard_negatives!r}; pass None.")
         if sampler is not None and not isinstance(sampler, negatives_lib.NegativeSampler):
             raise TypeError(
                 "`sampler` must be a tfrs_logq.negatives.NegativeSampler (InBatchSampler, "
@@ -303,12 +313,13 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 # softplus passes cost 1.27-1.35x TFRS's two-tower step at batch 1024).
                 per_example, weight = losses_lib.column_softmax_loss(
                     scored.negative_logits, correction, scored.log_q, scored.positive_log_q,
-                    scored.mask), None
+                    scored.mask, log_q_scale=self.log_q_scale), None
             else:
                 per_example, weight = losses_lib.sampled_softmax_terms(
                     scored.positive_logits, scored.negative_logits, correction, scored.log_q,
                     scored.positive_log_q, scored.mask, scored.log_q_excludes_positive,
-                    check_log_q=not scored.log_q_checked)
+                    check_log_q=not scored.log_q_checked, log_q_scale=self.log_q_scale,
+                    num_valid=scored.num_valid)
             if self.diagnostics:
                 update_ops += self._update_diagnostics(per_example, weight, scored.mask,
                                                        sample_weight)
@@ -317,7 +328,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             loss = tf.reduce_sum(per_example)
         labels = logits = None
         if self._loss is not None or (compute_batch_metrics and self._batch_metrics):
-            labels, logits = self._logits_matrix(scored, correction)
+            labels, logits = self._logits_matrix(scored, correction, self.log_q_scale)
         if self._loss is not None:
             loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
         update_ops += [metric.update_state(loss) for metric in self._loss_metrics]
@@ -477,11 +488,13 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                       log_q_checked=negatives.log_q_checked)
 
     def _hard_negatives(self, scored: Scored, correction: str) -> Scored:
-        """Keeps the num_hard_negatives valid negatives with the largest corrected logits."""
+        """Keeps the num_hard_negatives valid negatives with the largest corrected logits
+        (see `num_hard_negatives`); `num_valid` keeps the count before mining."""
         ranking = scored.negative_logits
         log_q = scored.log_q
-        if correction != "none":
-            ranking = ranking - log_q
+        if correction != "none":  # Q and Q' differ by a shift per row: the same ranking.
+            ranking = ranking - formulas.scaled(log_q, self.log_q_scale)
+        num_valid = tf.reduce_sum(tf.cast(scored.mask, tf.float32), axis=1)
         ranking = tf.where(scored.mask, ranking, tf.constant(-np.inf, ranking.dtype))
         k = tf.minimum(self.num_hard_negatives, tf.shape(ranking)[1])
         _, columns = tf.math.top_k(ranking, k=k, sorted=False)
@@ -492,16 +505,17 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         return scored._replace(
             negative_logits=tf.gather(scored.negative_logits, columns, batch_dims=1),
             mask=tf.gather(scored.mask, columns, batch_dims=1), log_q=log_q,
-            diagonal_positive=False)
+            diagonal_positive=False, num_valid=num_valid)
 
     @staticmethod
-    def _logits_matrix(scored: Scored, correction: str):
+    def _logits_matrix(scored: Scored, correction: str, log_q_scale: float = 1.0):
         """[batch, 1 + N] labels and corrected logits, positive first, removed ones at MIN_FLOAT."""
         positive_logits, negative_logits = scored.positive_logits, scored.negative_logits
         if correction == "standard":
-            positive_logits = positive_logits - scored.positive_log_q
+            positive_logits = positive_logits - formulas.scaled(scored.positive_log_q,
+                                                                log_q_scale)
         if correction in ("standard", "standard_negatives"):
-            negative_logits = negative_logits - scored.log_q
+            negative_logits = negative_logits - formulas.scaled(scored.log_q, log_q_scale)
         negative_logits = tf.where(scored.mask, negative_logits, MIN_FLOAT)
         logits = tf.concat([positive_logits[:, tf.newaxis], negative_logits], axis=1)
         labels = tf.one_hot(tf.zeros_like(positive_logits, tf.int32), tf.shape(logits)[1])
@@ -521,7 +535,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             sampler=None if self.sampler is None else tf.keras.layers.serialize(self.sampler),
             frequency=(None if self.frequency is None
                        else tf.keras.layers.serialize(self.frequency)),
-            diagnostics=self.diagnostics)
+            diagnostics=self.diagnostics,
+            log_q_scale=self.log_q_scale)
         return config
 
     @classmethod
