@@ -385,7 +385,8 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
         dense = {}
         for kind, name in (("user", columns.user), ("item", columns.item)):
             ids, is_integer = _ids(batch, name)
-            integer[kind] &= is_integer or _all_int64(ids)
+            if integer[kind] and not is_integer:  # A regex over the batch: only while needed.
+                integer[kind] = _all_int64(ids)
             dense[kind] = pc.index_in(ids, value_set=value_sets[kind])
         keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
         keep = keep.to_numpy(zero_copy_only=False)
