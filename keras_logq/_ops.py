@@ -2,10 +2,14 @@
 
 `OPS` is `keras.ops` plus `num_columns`, so every backend runs the formulas
 tfrs_logq runs on TensorFlow. The checks are `logq_core.checks`' static ones
-(dtype, rank, matching dimensions) bound to Keras tensors; value checks that
+(dtype, rank, matching dimensions, one value per column: `per_column_tensor`)
+bound to Keras tensors, run on every argument before anything is broadcast, so a
+shape error names the caller's argument and the shapes received; value checks that
 TensorFlow makes with graph assertions have no portable form in Keras 3, so
-invalid log-probabilities become NaN (`nan_unless_log_probabilities`), as
-tfrs_logq does under XLA: the loss is then NaN, never silently wrong.
+invalid log-probabilities become NaN (`nan_unless_log_probabilities`), as do ids
+outside a table (`table_rows`) and `SampledSoftmax` label rows with several
+positives, eager or compiled, as tfrs_logq does under XLA: the loss is then NaN,
+never silently wrong.
 """
 
 import functools
@@ -52,6 +56,8 @@ bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
 ids_tensor = functools.partial(checks.ids_tensor, TENSORS)
 check_rank = functools.partial(checks.check_rank, TENSORS)
 check_compatible_dim = functools.partial(checks.check_compatible_dim, TENSORS)
+check_same_shape = functools.partial(checks.check_same_shape, TENSORS)
+per_column_tensor = functools.partial(checks.per_column_tensor, TENSORS)
 
 
 def nan_unless_log_probabilities(log_q):

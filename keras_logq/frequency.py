@@ -38,9 +38,17 @@ from logq_core import formulas
 
 
 def _num_draws(num_draws):
-    """n as float32, checked to be a positive integer where it is a Python number."""
-    if isinstance(num_draws, (int, np.integer)) and not isinstance(num_draws, bool):
+    """n as float32: a Python or numpy number checked to be positive (an int a positive
+    integer), a tensor checked to be a scalar (one n for every id, never broadcast)."""
+    if isinstance(num_draws, (bool, np.bool_)):
+        checks.check_positive_float("num_draws", bool(num_draws))  # Raises for a bool.
+    if isinstance(num_draws, (int, np.integer)):
         checks.check_positive_int("num_draws", num_draws)
+    elif isinstance(num_draws, (float, np.floating)):
+        checks.check_positive_float("num_draws", num_draws)
+    else:
+        num_draws = ops.convert_to_tensor(num_draws)
+        k.check_rank("num_draws", num_draws, 0)
     return ops.cast(num_draws, "float32")
 
 
@@ -84,7 +92,11 @@ class StaticFrequency(FrequencyEstimator):
 
     def __init__(self, probabilities: Any, **kwargs):
         super().__init__(**kwargs)
-        values = np.asarray(probabilities, dtype=np.float64)
+        try:
+            values = np.asarray(probabilities, dtype=np.float64)
+        except (TypeError, ValueError) as error:
+            raise ValueError("`probabilities` must be a non-empty 1-D array of values in (0, 1] "
+                             f"(or a keras_logq estimator); received {probabilities!r}.") from error
         if (values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values))
                 or np.any(values <= 0) or np.any(values > 1)):
             raise ValueError(
@@ -223,9 +235,13 @@ class CountMinSketchEstimator(FrequencyEstimator):
 
     def update(self, ids, mask=None) -> None:
         """Feeds one training step's ids (any shape); `mask` False entries are ignored."""
-        ids = ops.reshape(k.ids_tensor("ids", ids, rank=None), (-1,))
+        ids = k.ids_tensor("ids", ids, rank=None)
+        if mask is not None:
+            mask = k.bool_tensor("mask", mask)
+            k.check_same_shape("mask", mask, "ids", ids)
+        ids = ops.reshape(ids, (-1,))
         weights = (ops.ones_like(ids, "float32") if mask is None else
-                   ops.reshape(ops.cast(k.bool_tensor("mask", mask), "float32"), (-1,)))
+                   ops.reshape(ops.cast(mask, "float32"), (-1,)))
         steps = self.steps_since_rescale + 1
         counts, total = self.counts.value, self.total.value
         if self._log_growth > 0.0:
@@ -325,9 +341,12 @@ class HashedFrequencyEstimator(FrequencyEstimator):
 
     def update(self, ids, mask=None) -> None:
         """Feeds one training step's ids (any shape); `mask` False entries are ignored."""
-        ids = ops.reshape(k.ids_tensor("ids", ids, rank=None), (-1,))
-        valid = (ops.ones_like(ids, "bool") if mask is None else
-                 ops.reshape(k.bool_tensor("mask", mask), (-1,)))
+        ids = k.ids_tensor("ids", ids, rank=None)
+        if mask is not None:
+            mask = k.bool_tensor("mask", mask)
+            k.check_same_shape("mask", mask, "ids", ids)
+        ids = ops.reshape(ids, (-1,))
+        valid = ops.ones_like(ids, "bool") if mask is None else ops.reshape(mask, (-1,))
         step = self.step + 1
         indices = ops.reshape(ops.where(valid[None, :], self._hash(ids), self._sink), (-1,))
         last_step, gap = self.last_step.value, self.gap.value

@@ -15,6 +15,7 @@ from keras import ops
 from keras_logq import _ops as k
 from logq_core import checks
 from logq_core import formulas
+from logq_core.samplers import Negatives
 
 CORRECTIONS = formulas.CORRECTIONS
 
@@ -22,11 +23,26 @@ CORRECTIONS = formulas.CORRECTIONS
 _prepare_sampled = functools.partial(checks.logits_inputs, k.TENSORS)
 
 
+def _per_column(name, tensor, of_name, of):
+    """`tensor` checked to hold one value per column of the [B, N] `of` ([N], [1, N] or
+    [B, N]; `logq_core.checks.per_column_tensor`), a static [1, N] reshaped to [N]."""
+    if k.per_column_tensor(name, tensor, of_name, of):
+        return ops.reshape(tensor, (-1,))
+    return tensor
+
+
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
                           log_q_excludes_positive=False):
     """(`sampled_softmax_loss`, the improved weight w or None), arguments as there,
     `correction` already checked."""
+    if correction != "none" and negative_log_q is not None:
+        # [1, n] is accepted here (keras-rs users pass it) and handed on as [n].
+        positive_logits, negative_logits, negative_mask = _prepare_sampled(
+            positive_logits, negative_logits, negative_mask)
+        negative_log_q = _per_column(
+            "negative_log_q", k.float_tensor("negative_log_q", negative_log_q),
+            "negative_logits", negative_logits)
     return formulas.checked_sampled_softmax_terms(
         k.OPS, k.TENSORS, lambda name, log_q: k.nan_unless_log_probabilities(log_q),
         positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
@@ -54,7 +70,8 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
         column), "standard_negatives" (only the negatives corrected; the
         improved correction paper's released baseline) or "improved"
         (Khrylchenko et al. 2025).
-      negative_log_q: [num_negatives] or [batch, num_negatives] per-draw log Q(d_i).
+      negative_log_q: [num_negatives], [1, num_negatives] or [batch, num_negatives]
+        per-draw log Q(d_i) ([batch, 1] is refused: one value per negative).
       positive_log_q: [batch] log Q(p); needed by "standard", and by "improved"
         unless `log_q_excludes_positive`.
       negative_mask: optional [batch, num_negatives] bool, True for a valid negative.
@@ -66,7 +83,8 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
       [batch] float32 losses. Log-probabilities outside (0, 1] give NaN.
 
     Raises:
-      ValueError: unknown `correction`, a missing log Q, mismatched shapes.
+      ValueError: unknown `correction`, a missing log Q, mismatched shapes (named,
+        with the shapes received, before anything is broadcast).
       TypeError: non-float logits or log Q, non-bool mask.
     """
     checks.check_choice("correction", correction, CORRECTIONS)
@@ -92,16 +110,18 @@ def full_softmax_loss(logits, labels, mask=None):
     Args:
       logits: [batch, num_items] logits.
       labels: [batch] integer index of each row's positive.
-      mask: optional [num_items] or [batch, num_items] bool, False for non-candidates.
+      mask: optional [num_items], [1, num_items] or [batch, num_items] bool, False for
+        non-candidates.
 
     Returns:
-      [batch] float32 losses.
+      [batch] float32 losses; NaN for a label outside [0, num_items) (the id rule of
+      `logq_core.checks.table_rows`, on every backend).
     """
     logits = k.float_tensor("logits", logits, rank=2)
     labels = k.ids_tensor("labels", labels, rank=1)
     k.check_compatible_dim("labels", labels, 0, "logits", logits, 0)
     if mask is not None:
-        mask = k.bool_tensor("mask", mask)
+        mask = _per_column("mask", k.bool_tensor("mask", mask), "logits", logits)
         if len(mask.shape) == 1:
             mask = ops.broadcast_to(mask[None, :], ops.shape(logits))
     # A label without a column reads NaN (the rule of `logq_core.checks.table_rows`).
@@ -153,21 +173,56 @@ def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correcti
     Returns:
       [batch] float32 losses.
     """
+    checks.check_choice("correction", correction, CORRECTIONS)
+    temperature = checks.check_positive_float("temperature", temperature)
+    if not isinstance(negatives, Negatives):
+        raise TypeError("`negatives` must be the `Negatives` a keras_logq sampler returns; "
+                        f"received negatives of type {type(negatives).__name__}.")
     if negatives.embeddings is None:
         raise ValueError("`negatives` carry no embeddings: give the sampler the candidates' "
                          "embeddings (or an `embedding_fn` for uniform draws).")
-    query = ops.cast(query_embeddings, "float32")
-    positive = ops.sum(query * ops.cast(positive_embeddings, "float32"), axis=1)
+    query = k.float_tensor("query_embeddings", query_embeddings, rank=2)
+    positive = k.float_tensor("positive_embeddings", positive_embeddings, rank=2)
+    k.check_same_shape("positive_embeddings", positive, "query_embeddings", query)
     parts = (negatives.embeddings if isinstance(negatives.embeddings, (tuple, list))
              else (negatives.embeddings,))
-    scores = [ops.einsum("bd,bnd->bn", query, ops.cast(part, "float32")) if len(part.shape) == 3
-              else ops.matmul(query, ops.transpose(ops.cast(part, "float32"))) for part in parts]
+    parts = [k.float_tensor("negatives.embeddings", part) for part in parts]
+    for part in parts:
+        if len(part.shape) not in (2, 3):
+            raise ValueError("`negatives.embeddings` must be [n, dim] or [batch, n, dim]; "
+                             f"received a part with shape {tuple(part.shape)}.")
+        k.check_compatible_dim("negatives.embeddings", part, -1, "query_embeddings", query, 1)
+        if len(part.shape) == 3:
+            k.check_compatible_dim("negatives.embeddings", part, 0, "query_embeddings", query,
+                                   0)
+    positive = ops.sum(query * positive, axis=1)
+    scores = [ops.einsum("bd,bnd->bn", query, part) if len(part.shape) == 3
+              else ops.matmul(query, ops.transpose(part)) for part in parts]
     negative_logits = scores[0] if len(scores) == 1 else ops.concatenate(scores, axis=1)
     return sampled_softmax_loss(
         positive / temperature, negative_logits / temperature, correction=correction,
         negative_log_q=negatives.log_q, positive_log_q=negatives.positive_log_q,
         negative_mask=negatives.mask,
         log_q_excludes_positive=negatives.log_q_excludes_positive)
+
+
+def _positives(labels, scores):
+    """[batch, N] bool, True at each row's positive: `labels` > 0 (or True), checked to be
+    one label per score; the identity when `labels` is None (square scores)."""
+    if labels is None:
+        if scores.shape[0] is not None and scores.shape[0] != scores.shape[1]:
+            raise ValueError(
+                "Without `labels` the scores must be square (in-batch: column i is row "
+                f"i's positive); received scores with shape {tuple(scores.shape)}.")
+        return ops.cast(ops.eye(ops.shape(scores)[0]), "bool")
+    labels = ops.convert_to_tensor(labels)
+    dtype = keras.backend.standardize_dtype(labels.dtype)
+    if not dtype.startswith(("float", "bfloat", "int", "uint", "bool")):
+        raise TypeError("`labels` must be a float, integer or bool tensor of one-hot labels; "
+                        f"received labels with dtype {dtype}.")
+    k.check_rank("labels", labels, 2)
+    k.check_same_shape("labels", labels, "scores", scores)
+    return labels if dtype == "bool" else ops.greater(labels, ops.zeros_like(labels))
 
 
 @keras.saving.register_keras_serializable(package="keras_logq")
@@ -189,6 +244,20 @@ class SampledSoftmax(keras.layers.Layer):
     >>> losses = loss_layer(scores, ops.eye(batch_size),
     ...                     candidate_log_q=frequency.log_q(candidate_ids),
     ...                     candidate_ids=candidate_ids)
+
+    Inputs are checked before anything is broadcast: a wrong dtype is a TypeError and a
+    static shape that does not fit the scores a ValueError (at trace time), each naming
+    the argument and the shapes received. Per-candidate arguments (`candidate_log_q`,
+    `candidate_ids`, `negative_mask`) take [N] or [1, N] (shared by the rows; keras-rs's
+    `SamplingProbabilityCorrection` is given [1, N]) or [B, N] (per row); [B, 1] is
+    refused (it would give every candidate of a row one value).
+
+    Labels: a label > 0 (True for bool labels) marks a row's positive, and a row has
+    one. Keras 3 has no portable assertion, so, like log-probabilities outside (0, 1],
+    other rows are marked in the loss, on every backend: a row with no positive is no
+    example (loss 0, no gradient: a padding row), a row with two or more positives has
+    a NaN loss (this loss has one positive per row; mask a row's other positives with
+    `negative_mask` instead).
 
     Args:
       correction: "none", "standard", "standard_negatives" or "improved".
@@ -213,52 +282,82 @@ class SampledSoftmax(keras.layers.Layer):
         """Returns the [batch] per-example losses.
 
         Args:
-          scores: [batch, num_candidates] scores (or give the embeddings).
+          scores: [batch, num_candidates] float scores (or give the embeddings).
           labels: [batch, num_candidates] one-hot labels of the positive
-            columns; default: the identity (in-batch, square scores).
-          candidate_log_q: [num_candidates] or [batch, num_candidates] per-draw
-            log Q of every column; needed by every correction but "none".
-          candidate_ids: optional [num_candidates] integer ids, to remove
-            accidental hits.
-          negative_mask: optional [batch, num_candidates] bool, False for
-            columns that are no negative of that row (padding).
+            columns (float, integer or bool); default: the identity (in-batch,
+            square scores). A row without a positive has loss 0, a row with
+            several a NaN loss (see the class docstring).
+          candidate_log_q: [num_candidates], [1, num_candidates] or
+            [batch, num_candidates] per-draw log Q of every column; needed by
+            every correction but "none".
+          candidate_ids: optional [num_candidates], [1, num_candidates] or
+            [batch, num_candidates] integer ids, to remove accidental hits.
+            Only compared for equality: any integer is an id.
+          negative_mask: optional bool, [batch, num_candidates] (or [num_candidates],
+            [1, num_candidates] for every row), False for columns that are no
+            negative of that row (padding, the row's other positives).
           query_embeddings: [batch, dim], instead of `scores`.
           candidate_embeddings: [num_candidates, dim], instead of `scores`.
         """
-        if scores is None:
-            if query_embeddings is None or candidate_embeddings is None:
-                raise ValueError("SampledSoftmax needs `scores`, or `query_embeddings` and "
-                                 "`candidate_embeddings`; received neither.")
-            scores = ops.matmul(ops.cast(query_embeddings, "float32"),
-                                ops.transpose(ops.cast(candidate_embeddings, "float32")))
-        scores = k.float_tensor("scores", scores, rank=2) / self.temperature
-        if labels is None:
-            if scores.shape[0] is not None and scores.shape[0] != scores.shape[1]:
-                raise ValueError(
-                    "Without `labels` the scores must be square (in-batch: column i is row "
-                    f"i's positive); received scores with shape {tuple(scores.shape)}.")
-            labels = ops.eye(ops.shape(scores)[0])
-        labels = ops.cast(labels, "float32")
-        k.check_rank("labels", labels, 2)
-        is_positive = labels > 0.0
-        mask = ops.logical_not(is_positive)
+        scores = self._scores(scores, query_embeddings, candidate_embeddings)
+        is_positive = _positives(labels, scores)
+        if self.correction != "none" and candidate_log_q is None:
+            raise formulas.missing_log_q(self.correction, "`candidate_log_q`",
+                                         "candidate_log_q=None")
+        if candidate_log_q is not None:
+            candidate_log_q = _per_column(
+                "candidate_log_q", k.float_tensor("candidate_log_q", candidate_log_q),
+                "scores", scores)
         if candidate_ids is not None:
-            candidate_ids = k.ids_tensor("candidate_ids", candidate_ids)
-            positive_ids = ops.take(candidate_ids, ops.argmax(labels, axis=1), axis=0)
+            candidate_ids = _per_column(
+                "candidate_ids", k.ids_tensor("candidate_ids", candidate_ids, rank=None),
+                "scores", scores)
+        if negative_mask is not None:
+            negative_mask = _per_column(
+                "negative_mask", k.bool_tensor("negative_mask", negative_mask),
+                "scores", scores)
+        # Shapes are checked; from here on [N] and [B, N] broadcast against the scores.
+        num_positives = ops.sum(ops.cast(is_positive, "int32"), axis=1)
+        one_positive = ops.equal(num_positives, 1)
+        # Rows without exactly one positive have no negative: their loss is computed as 0
+        # with no gradient, then set below.
+        mask = ops.logical_and(ops.logical_not(is_positive), one_positive[:, None])
+        if candidate_ids is not None:
+            positive_ids = ops.sum(ops.where(is_positive, candidate_ids,
+                                             ops.zeros_like(candidate_ids)), axis=1)
             mask = ops.logical_and(mask, formulas.accidental_hit_mask(k.OPS, positive_ids,
                                                                       candidate_ids))
         if negative_mask is not None:
-            negative_mask = k.bool_tensor("negative_mask", negative_mask)
             mask = ops.logical_and(mask, negative_mask)
         positive = ops.sum(ops.where(is_positive, scores, 0.0), axis=1)
         positive_log_q = None
         if candidate_log_q is not None:
-            candidate_log_q = k.float_tensor("candidate_log_q", candidate_log_q)
-            full_log_q = ops.broadcast_to(candidate_log_q, ops.shape(scores))
-            positive_log_q = ops.sum(ops.where(is_positive, full_log_q, 0.0), axis=1)
+            positive_log_q = ops.sum(ops.where(is_positive, candidate_log_q, 0.0), axis=1)
+            # Any valid log Q for the rows set below, so that they compute finite values.
+            positive_log_q = ops.where(one_positive, positive_log_q, -1.0)
         loss, _ = sampled_softmax_terms(positive, scores, self.correction, candidate_log_q,
                                         positive_log_q, mask, self.log_q_excludes_positive)
-        return loss
+        loss = ops.where(ops.equal(num_positives, 0), 0.0, loss)
+        return ops.where(num_positives > 1, float("nan"), loss)
+
+    def _scores(self, scores, query_embeddings, candidate_embeddings):
+        """[batch, num_candidates] float32 scores / temperature, given or from embeddings."""
+        if scores is None:
+            if query_embeddings is None or candidate_embeddings is None:
+                raise ValueError("SampledSoftmax needs `scores`, or `query_embeddings` and "
+                                 "`candidate_embeddings`; received neither.")
+            query = k.float_tensor("query_embeddings", query_embeddings, rank=2)
+            candidates = k.float_tensor("candidate_embeddings", candidate_embeddings, rank=2)
+            k.check_compatible_dim("query_embeddings", query, 1, "candidate_embeddings",
+                                   candidates, 1)
+            scores = ops.matmul(query, ops.transpose(candidates))
+        elif query_embeddings is not None or candidate_embeddings is not None:
+            given = [name for name, value in (("query_embeddings", query_embeddings),
+                                              ("candidate_embeddings", candidate_embeddings))
+                     if value is not None]
+            raise ValueError("SampledSoftmax takes `scores` or the embeddings, not both; "
+                             f"received scores and {' and '.join(given)}.")
+        return k.float_tensor("scores", scores, rank=2) / self.temperature
 
     def compute_output_shape(self, scores_shape=None, *args, **kwargs):
         del args, kwargs

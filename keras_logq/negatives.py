@@ -28,6 +28,13 @@ from logq_core.samplers import Negatives
 class NegativeSampler(keras.layers.Layer):
     """Base class: the probability source and the seed generator.
 
+    Inputs are checked before anything is broadcast (dtype, rank, and sizes that must
+    agree, each error naming the argument and the shapes received). Ids are integers; with
+    `probabilities` given as an array (a `StaticFrequency`), an id outside
+    [0, num_items) reads a NaN log Q, so the loss is NaN, on every backend (the id rule of
+    `logq_core.checks.table_rows`); a masked-out slot (`candidate_mask` False) is never
+    read into the loss, so padding may hold any id. Hashed estimators take any id.
+
     Args:
       probabilities: a [num_items] array of probabilities, a
         `keras_logq.frequency` estimator, or None (then only correction "none").
@@ -96,8 +103,15 @@ class InBatchSampler(NegativeSampler):
         if size is None:
             raise ValueError("InBatchSampler needs a static pool size; received candidate_ids "
                              f"with shape {tuple(ids.shape)}.")
-        slots = (ops.ones((size,), "bool") if candidate_mask is None
-                 else k.bool_tensor("candidate_mask", candidate_mask, rank=1))
+        slots = ops.ones((size,), "bool")
+        if candidate_mask is not None:
+            slots = k.bool_tensor("candidate_mask", candidate_mask, rank=1)
+            k.check_same_shape("candidate_mask", slots, "candidate_ids", ids)
+        if candidate_embeddings is not None:
+            candidate_embeddings = k.float_tensor("candidate_embeddings", candidate_embeddings,
+                                                  rank=2, cast=False)
+            k.check_compatible_dim("candidate_embeddings", candidate_embeddings, 0,
+                                   "candidate_ids", ids, 0)
         keys = subset_size = None
         if self.max_pool_size is not None:
             subset_size = min(self.max_pool_size, size)
@@ -150,15 +164,24 @@ class UniformSampler(NegativeSampler):
 
     def call(self, positive_ids, candidate_ids=None, candidate_embeddings=None,
              candidate_mask=None, embedding_fn: Optional[Callable] = None) -> Negatives:
-        """Draws the negatives; `embedding_fn` maps ids to embeddings (the item tower)."""
+        """Draws the negatives; `embedding_fn` maps ids to embeddings (the item tower).
+        The candidates are not read (uniform draws need none)."""
         del candidate_ids, candidate_embeddings, candidate_mask
         positive_ids = k.ids_tensor("positive_ids", positive_ids)
+        if embedding_fn is not None and not callable(embedding_fn):
+            raise TypeError("`embedding_fn` must be a callable mapping ids to embeddings (the "
+                            f"item tower); received embedding_fn={embedding_fn!r}.")
         shape = ((ops.shape(positive_ids)[0], self.num_negatives) if self.per_row
                  else (self.num_negatives,))
         ids = keras.random.randint(shape, self.first_id, self.first_id + self.num_items,
                                    dtype=keras.backend.standardize_dtype(positive_ids.dtype),
                                    seed=self.seed_generator)
-        embeddings = None if embedding_fn is None else embedding_fn(ids)
+        embeddings = None
+        if embedding_fn is not None:
+            embeddings = k.float_tensor("embedding_fn(ids)", embedding_fn(ids),
+                                        rank=len(shape) + 1, cast=False)
+            for axis in range(len(shape)):
+                k.check_compatible_dim("embedding_fn(ids)", embeddings, axis, "ids", ids, axis)
         mask = formulas.accidental_hit_mask(k.OPS, positive_ids, ids)
         log_q = formulas.log_uniform_q(self.num_items)
         return Negatives(ids, embeddings, mask, ops.full(shape, log_q),
@@ -204,6 +227,13 @@ class MixedSampler(NegativeSampler):
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
                                        log_q="unigram", seed=None if seed is None else seed + 1,
                                        name="in_batch")
+        table = getattr(self.frequency, "num_items", None)  # A StaticFrequency's table.
+        if table is not None and first_id + num_items > table:
+            raise ValueError(
+                f"MixedSampler draws uniform ids in [first_id, first_id + num_items) = "
+                f"[{first_id}, {first_id + num_items}), but `probabilities` has {table} items "
+                f"(ids [0, {table})): the ids beyond would read a NaN log Q; received "
+                f"num_items={num_items}, first_id={first_id}.")
 
     def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
              candidate_mask=None, embedding_fn=None) -> Negatives:

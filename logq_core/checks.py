@@ -108,11 +108,13 @@ class Tensors(NamedTuple):
     string_ids: bool
 
 
-def float_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = None):
+def float_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = None,
+                 cast: bool = True):
     """`value` as a float32 tensor (of `rank`, if given); TypeError for non-float input.
 
     Integer inputs are rejected rather than cast: an integer tensor of logits or
-    embeddings is almost always ids passed in the wrong place.
+    embeddings is almost always ids passed in the wrong place. `cast=False` keeps the
+    float dtype it came with (embeddings a sampler hands on as they are).
     """
     tensor = tensors.convert(value)
     dtype = tensors.dtype(tensor)
@@ -120,7 +122,7 @@ def float_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = 
         raise TypeError(f"`{name}` must be a floating-point tensor; received {name} with "
                         f"dtype {dtype}.")
     check_rank(tensors, name, tensor, rank)
-    return tensors.cast(tensor, "float32")
+    return tensors.cast(tensor, "float32") if cast else tensor
 
 
 def bool_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = None):
@@ -173,6 +175,57 @@ def check_compatible_dim(tensors: Tensors, name_a: str, a, axis_a: int,
             f"`{name_a}` and `{name_b}` disagree in size: {name_a}.shape="
             f"{_shape_text(shape_a)} (axis {axis_a}) but {name_b}.shape="
             f"{_shape_text(shape_b)} (axis {axis_b}).")
+
+
+def check_same_shape(tensors: Tensors, name: str, tensor, of_name: str, of) -> None:
+    """Raises ValueError when `tensor` (say, a mask) and `of` (the ids it masks) differ in
+    static rank or in a statically known size: one entry of `name` per entry of `of_name`,
+    never broadcast."""
+    shape, of_shape = tensors.shape(tensor), tensors.shape(of)
+    if shape is None or of_shape is None:
+        return
+    if len(shape) != len(of_shape) or any(
+            a is not None and b is not None and a != b for a, b in zip(shape, of_shape)):
+        raise ValueError(f"`{name}` must have the shape of `{of_name}`, one entry per entry; "
+                         f"received {name} with shape {_shape_text(shape)} and {of_name} with "
+                         f"shape {_shape_text(of_shape)}.")
+
+
+def per_column_tensor(tensors: Tensors, name: str, tensor, of_name: str, of) -> bool:
+    """Checks that `tensor` holds one value per column of the [B, N] `of` (a log Q, ids or a
+    mask of the candidates of `of`'s scores): shape [N] or [1, N], shared by every row, or
+    [B, N], one per row. Returns True for [1, N] (the caller may reshape it to [N]).
+
+    [B, 1] is refused (unless N = 1): it would give every candidate of a row the same value,
+    which is a per-row value (the positive's log Q, say), not one per candidate; broadcast
+    silently, it would be meaningless for a log Q (a row's shift cancels in its softmax).
+    """
+    shape, of_shape = tensors.shape(tensor), tensors.shape(of)
+    if shape is None or of_shape is None or len(of_shape) != 2:
+        return False
+    rows, columns = of_shape
+
+    def fits(size, want):
+        return size is None or want is None or size == want
+
+    if len(shape) == 1:
+        ok = fits(shape[0], columns)
+    elif len(shape) == 2:
+        ok = fits(shape[1], columns) and (shape[0] == 1 or fits(shape[0], rows))
+    else:
+        ok = False
+    if not ok:
+        hint = ""
+        if len(shape) == 2 and shape[1] == 1 and columns not in (None, 1):
+            hint = (" A [B, 1] column would give every candidate of a row the same value; "
+                    "pass one value per candidate, as [N] or [1, N].")
+        size = ", ".join(f"{letter}={value}" for letter, value in (("B", rows), ("N", columns))
+                         if value is not None)
+        raise ValueError(
+            f"`{name}` must have shape [N] or [1, N] (shared by the rows) or [B, N] (per row), "
+            f"one value per column of `{of_name}` ({size}); received {name} with shape "
+            f"{_shape_text(shape)} and {of_name} with shape {_shape_text(of_shape)}.{hint}")
+    return len(shape) == 2 and shape[0] == 1
 
 
 def logits_inputs(tensors: Tensors, positive_logits, negative_logits, negative_mask=None):

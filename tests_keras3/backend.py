@@ -30,3 +30,15 @@ def gradients(fn, *arrays):
         fn(*tensors).backward()
         return [t.grad.numpy() for t in tensors]
     raise NotImplementedError(backend)
+
+
+def compiled(fn):
+    """`fn` compiled as a training step would be: jax.jit, or tf.function with XLA."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax  # pylint: disable=import-outside-toplevel
+        return jax.jit(fn)
+    if backend == "tensorflow":
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.function(fn, jit_compile=True)
+    return fn  # torch: eager (torch.compile is not what Keras 3 runs by default).

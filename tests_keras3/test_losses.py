@@ -109,7 +109,10 @@ def test_errors():
                                     negative_mask=np.ones([2, 3], np.float32))
     with pytest.raises(ValueError, match=r"`positive_logits` and `negative_logits` disagree in size"):
         losses.sampled_softmax_loss(np.zeros([3], np.float32), neg, correction="none")
-    with pytest.raises(ValueError, match=r"`negative_log_q` and `negative_logits` disagree in size"):
+    with pytest.raises(ValueError, match=r"`negative_log_q` must have shape \[N\] or \[1, N\] "
+                       r"\(shared by the rows\) or \[B, N\] \(per row\), one value per column "
+                       r"of `negative_logits` \(B=2, N=3\); received negative_log_q with "
+                       r"shape \(4,\)"):
         losses.sampled_softmax_loss(pos, neg, correction="standard_negatives",
                                     negative_log_q=np.zeros([4], np.float32))
 

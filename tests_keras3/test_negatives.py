@@ -117,7 +117,8 @@ def test_uniform_and_exact_mixture_log_q():
 
 
 def test_samplers_serialize_with_non_default_arguments():
-    frequency = keras_logq.StaticFrequency.from_counts([3, 2, 1, 1])
+    # 11 items: the mixed sampler's uniform ids [1, 11) must have a probability each.
+    frequency = keras_logq.StaticFrequency.from_counts([3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1])
     for sampler in (
             negatives.InBatchSampler(deduplicate=True, max_pool_size=7, log_q="unigram",
                                      probabilities=frequency, seed=3, name="ib"),
