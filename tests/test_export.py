@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,22 @@ def _serve_in_subprocess(path, index, request):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _restricted_top_k(queries, table, k, history, allowed, exclude):
+    """Exact search restricted to each row's allowed set (a row of padding: the whole
+    catalog), minus its history and exclusions: [batch, k] ids (0 in the slots left empty)
+    and [batch] num_found."""
+    catalog = np.arange(1, len(table))
+    blocked, found = [], []
+    for seen, kept, dropped in zip(history, allowed, exclude):
+        kept = np.asarray(kept)
+        usable = np.setdiff1d(np.intersect1d(catalog, kept) if np.any(kept != 0) else catalog,
+                              np.concatenate([seen, dropped]))
+        blocked.append(np.setdiff1d(catalog, usable))
+        found.append(min(len(usable), k))
+    ids = retrieval.exact_top_k(queries, table, k, exclude=blocked)
+    return np.where(np.arange(k) < np.array(found)[:, None], ids, 0), found
+
+
 class ExportTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_scann_min_items_0_indexes_a_small_catalog(self):
@@ -98,7 +115,7 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(served["ids"], want)
         self.assertEmpty(np.intersect1d(served["ids"][1], histories[1]))
 
-    def test_scann_excludes_the_whole_history(self):
+    def test_scann_excludes_the_whole_history_and_keeps_to_allowed_sets(self):
         import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
         num_items = 12_000  # Above retrieval.SCANN_MIN_ITEMS: a real ScaNN index.
         model = _sasrec(num_items)
@@ -125,6 +142,150 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         ids = serve(history=tf.constant([seen, other], tf.int64))["ids"].numpy()
         self.assertAllEqual(np.sort(ids[0]), unseen)
         self.assertEmpty(np.intersect1d(ids[1], short[0, :20]))
+        # Filtered, one batch: an allowed set of 50 items (the index's 120 re-scored candidates
+        # hold few of them: that row alone is answered exactly), one of all but 500 items (the
+        # index answers), and none; each row with its history and 5 exclusions on top.
+        signatures = tf.saved_model.load(path).signatures
+        catalog = np.arange(1, num_items + 1)
+        large = np.setdiff1d(catalog, rng.choice(catalog, 500, replace=False))
+        allowed = np.zeros([3, large.size], np.int64)
+        allowed[0, :50] = rng.choice(catalog, 50, replace=False)
+        allowed[1] = large
+        history, exclude = short[:3], short[3, :15].reshape(3, 5)
+        out = signatures["serving_filtered"](history=tf.constant(history, tf.int64),
+                                             allowed=tf.constant(allowed),
+                                             exclude=tf.constant(exclude, tf.int64))
+        want, found = _restricted_top_k(model.query_embeddings(history[:, -LENGTH:]).numpy(),
+                                        table, 20, history, allowed, exclude)
+        self.assertAllEqual(out["num_found"], found)
+        self.assertAllEqual(out["ids"][0], want[0])
+        self.assertContainsSubset(out["ids"][1].numpy(), large)
+        for row in range(3):
+            self.assertEmpty(np.intersect1d(out["ids"][row], np.union1d(history[row],
+                                                                        exclude[row])))
+        self.assertGreater(retrieval.overlap_at_k(out["ids"][1:].numpy(), want[1:], 20), 0.75)
+
+    @parameterized.parameters("brute_force", "scann")
+    def test_filtered_requests_equal_exact_search_restricted_to_the_set(self, index):
+        # 90 items, every one re-scored exactly by the ScaNN index (its 100 candidates): both
+        # indexes must give exactly the restricted exact search, the ScaNN one through the
+        # index for rows with k usable ids among its candidates, and exactly for the others.
+        num_items, k = 90, 10
+        model = _sasrec(num_items)
+        vocabulary = [f"item-{i}" for i in range(1, num_items + 1)]
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), index), k=k, index=index,
+                             scann_min_items=0, item_vocabulary=vocabulary)
+        if index == "scann":
+            import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        signatures = tf.saved_model.load(path).signatures
+        self.assertContainsSubset({"serving_default", "serving_filtered", "serving_raw",
+                                   "serving_raw_filtered"}, signatures)
+        history = np.zeros([5, LENGTH], np.int64)
+        history[0, -3:], history[2, -2:], history[3, -1], history[4, -1] = [3, 4, 5], [1, 2], 7, 9
+        allowed = np.zeros([5, 14], np.int64)
+        allowed[0] = [3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 19]  # 3 seen, 8 excluded.
+        allowed[2, :6] = [1, 2, 30, 31, 32, -5]  # Unknown -5 allows nothing: 2 of k are left.
+        allowed[3, :2] = [-5, 10**6]  # Unknown ids only: nothing allowed.
+        allowed[4] = np.arange(20, 34)  # Padding 0 nowhere; row 1: no allowed set.
+        exclude = np.array([[8, 0], [1, 2], [30, 0], [0, 0], [25, 10**6]], np.int64)
+        request = {"history": history, "allowed": allowed, "exclude": exclude}
+        out = signatures["serving_filtered"](**{n: tf.constant(v) for n, v in request.items()})
+        want, found = _restricted_top_k(model.query_embeddings(history.astype(np.int32)).numpy(),
+                                        model.item_embeddings().numpy(), k, history, allowed,
+                                        exclude)
+        self.assertAllEqual(out["ids"], want)
+        self.assertAllEqual(out["num_found"], [10, 10, 2, 0, 10])
+        self.assertAllEqual(found, [10, 10, 2, 0, 10])
+        self.assertEqual(np.isfinite(out["scores"]).sum(axis=1).tolist(), found)
+        self.assertContainsSubset(out["ids"][0].numpy(), range(9, 20))
+        # Row 1 (exclusions only) is the plain answer minus its exclusions.
+        plain = signatures["serving_default"](history=tf.constant(history))
+        self.assertAllEqual(out["ids"][4:], want[4:])
+        self.assertNotAllEqual(plain["ids"][1], out["ids"][1])
+        # No filter (padding, or no columns at all) is the plain answer.
+        for width in (0, 3):
+            none = signatures["serving_filtered"](history=tf.constant(history),
+                                                  allowed=tf.zeros([5, width], tf.int64),
+                                                  exclude=tf.zeros([5, width], tf.int64))
+            self.assertAllEqual(none["ids"], plain["ids"])
+            self.assertAllEqual(none["num_found"], plain["num_found"])
+        # The raw ids: "" padding, an unknown raw id allows nothing / excludes nothing.
+        raw_of = np.array([""] + vocabulary, object)
+
+        def raw(ids):
+            return np.where((ids >= 1) & (ids <= num_items),
+                            raw_of[np.clip(ids, 0, num_items)],
+                            np.where(ids == 0, "", "unknown")).astype(str)
+
+        got = signatures["serving_raw_filtered"](
+            **{n: tf.constant(raw(v)) for n, v in request.items()})
+        self.assertAllEqual(got["ids"].numpy().astype(str), raw_of[want].astype(str))
+        self.assertAllEqual(got["num_found"], found)
+        self.assertAllEqual(got["unknown_allowed_ids"], [0, 0, 1, 2, 0])
+        self.assertAllEqual(got["unknown_exclude_ids"], [0, 0, 0, 0, 1])
+        self.assertAllClose(got["scores"], out["scores"])
+        empty = signatures["serving_filtered"](history=tf.zeros([0, 3], tf.int64),
+                                               allowed=tf.zeros([0, 2], tf.int64),
+                                               exclude=tf.zeros([0, 0], tf.int64))
+        self.assertEqual(empty["ids"].shape, (0, k))
+
+    def test_filtered_two_tower_with_integer_raw_ids(self):
+        # An event log's export: the raw int64 ids are serving_filtered (negative: padding),
+        # the dense ones serving_dense_filtered.
+        model = _two_tower()
+        items = [str(5000 + i) for i in range(1, NUM_ITEMS + 1)]
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), "tt"), k=5,
+                             item_vocabulary=items, user_vocabulary=[str(i) for i in range(50)],
+                             raw_ids="default", integer_ids=("user", "item"))
+        signatures = tf.saved_model.load(path).signatures
+        history = np.array([[4, 9, 0], [0, 0, 0]], np.int64)
+        allowed = np.array([[4, 11, 12, 13, 0, 0, 0, 0], [20, 21, 22, 23, 24, 25, 26, 27]])
+        exclude = np.array([[12], [21]], np.int64)
+        dense = signatures["serving_dense_filtered"](
+            user=tf.constant([3, 7], tf.int64), history=tf.constant(history),
+            allowed=tf.constant(allowed, tf.int64), exclude=tf.constant(exclude))
+        padded = np.zeros([2, LENGTH], np.int32)
+        padded[0, -2:] = [4, 9]
+        queries = model.query_embeddings({"user": np.array([3, 7], np.int32),
+                                          "history": padded}).numpy()
+        want, found = _restricted_top_k(queries, model.item_embeddings().numpy(), 5, history,
+                                        allowed, exclude)
+        self.assertAllEqual(dense["ids"], want)
+        self.assertAllEqual(dense["num_found"], [2, 5])
+
+        def raw(ids):
+            return np.where(ids > 0, ids + 5000, -1)
+
+        got = signatures["serving_filtered"](
+            user=tf.constant([2, 6], tf.int64),  # Dense users 3 and 7.
+            history=tf.constant(raw(history)), allowed=tf.constant(raw(allowed)),
+            exclude=tf.constant(raw(exclude)))
+        self.assertAllEqual(got["ids"], np.where(want > 0, want + 5000, -1))
+        self.assertAllEqual(got["unknown_allowed_ids"], [0, 0])
+
+    def test_filtered_serving_demo(self):
+        # The user guide's command: trains the smoke preset, sends a filtered request to both
+        # exports, and prints the REST body it sent.
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.examples.filtered_serving", "--repeats=2"],
+            capture_output=True, text=True, timeout=600, check=False,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        lines = result.stdout.splitlines()
+        for index in ("brute_force", "scann"):
+            self.assertRegex(result.stdout, rf"{index} \(.*, serving_raw_filtered\).* ids outside "
+                             r"the allowed set or excluded 0; equal to exact restricted "
+                             r"search: True")
+        body = json.loads(lines[lines.index(next(line for line in lines if line.startswith(
+            "REST"))) + 1])
+        path = re.search(r"tf.saved_model.load\('([^']+)'\)", result.stdout).group(1)
+        served = tf.saved_model.load(path).signatures[body["signature_name"]](
+            **{name: tf.constant(value) for name, value in body["inputs"].items()})
+        ids = served["ids"].numpy().astype(str)
+        for row, allowed in enumerate(body["inputs"]["allowed"]):
+            found = ids[row, :served["num_found"][row]]
+            self.assertContainsSubset(found, allowed)
+            self.assertEmpty(np.intersect1d(found, body["inputs"]["exclude"][row]))
 
     def test_brute_force_excludes_a_history_longer_than_the_catalog_half(self):
         model = _sasrec()
@@ -362,6 +523,40 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
                                     r"`user` must be \[batch\] user ids"):
             two_tower["serving_default"](user=tf.constant([[1]], tf.int64),
                                          history=tf.constant([[3]], tf.int64))
+
+    def test_malformed_filters_name_the_input(self):
+        loaded = tf.saved_model.load(export.export(
+            _sasrec(), os.path.join(tempfile.mkdtemp(), "bf"), k=5,
+            item_vocabulary=[str(i) for i in range(1, NUM_ITEMS + 1)]))
+        history = tf.constant([[3]], tf.int64)
+        good = tf.constant([[4]], tf.int64)
+        for name in ("allowed", "exclude"):
+            for signature, ids in (("serving_filtered", [[[4]]]),
+                                   ("serving_filtered", [4]),
+                                   ("serving_raw_filtered", [["4"]] * 2),
+                                   ("serving_raw_filtered", ["4"])):
+                request = {"history": history, "allowed": good, "exclude": good}
+                if signature == "serving_raw_filtered":
+                    request = {key: tf.strings.as_string(value) for key, value in request.items()}
+                request[name] = tf.constant(ids, request["history"].dtype)
+                message = (rf"`{name}` and `history` must have the same batch size"
+                           if len(np.shape(ids)) == 2 else
+                           rf"`{name}` must be \[batch, n\] item ids")
+                with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
+                    loaded.signatures[signature](**request)
+            # A wrong dtype: the restored function names the input; a signature's own check
+            # (run by TensorFlow before the graph) gives its position among the inputs, sorted
+            # by name (allowed, exclude, history).
+            request = {"history": history, "allowed": good, "exclude": good,
+                       name: tf.constant([[4.5]])}
+            with self.assertRaisesRegex(TypeError, rf"Can not cast TensorSpec\(shape=\(1, 1\), "
+                                        rf"dtype=tf.float32.*name='{name}'\)"):
+                loaded.serve_filtered(**request)
+            with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                        rf"input #{['allowed', 'exclude'].index(name)}"
+                                        r"\(zero-based\) was expected to be a int64 tensor but "
+                                        r"is a float tensor"):
+                loaded.signatures["serving_filtered"](**request)
 
 
 if __name__ == "__main__":

@@ -19,16 +19,36 @@ The exported model stands alone: a process that imports only TensorFlow (and
   model was trained on); unknown raw ids are skipped and counted
   (`unknown_history_ids`). With `raw_ids="default"` (runs on an event log) the
   raw ids, strings or int64 as in the log (`integer_ids`), are `serving_default`
-  and the dense signature is `serving_dense`.
+  and the dense signature is `serving_dense`;
+- filtered requests: each of those answers again as `<name>_filtered`
+  (`serving_filtered`, `serving_raw_filtered` or `serving_dense_filtered`), whose
+  inputs add `allowed` and `exclude`, [batch, n] and [batch, m] item ids of the
+  signature's kind padded like a history (0; "" or any negative id when raw). A
+  row's answer then holds only ids of its allowed set (a row of padding only, or
+  no columns, has none: the whole catalog is allowed) and none of its exclusions
+  or history. An unknown id excludes nothing and allows nothing (a row whose
+  allowed ids are all unknown is answered with no item); the raw signatures
+  count them (`unknown_allowed_ids`, `unknown_exclude_ids`). Extra signatures,
+  not optional inputs: TF Serving's REST and gRPC requests must send every input
+  of the signature they name, so `serving_default` keeps its inputs.
 
 It is written as `path/<version>/` (TensorFlow Serving's layout), through a
 temporary directory renamed into place. Excluding the history costs one
-[batch, catalog] mask, whatever the history's length.
+[batch, catalog] mask, whatever the history's length; `allowed` and `exclude`
+one each, and the ScaNN index asks for k plus the most blocked ids of any row
+(a row's history, exclusions and everything outside its allowed set), a row
+left with fewer than k usable ids being answered by exact search, alone.
 
 Ids outside [1, num_items] are out of vocabulary: in a history they count as
 padding, in `item_embeddings` they map to row 0 (the padding / OOV row), and
 they never crash. A request of the wrong rank (a [length] history, say) fails
-with a message naming the input (`history` must be [batch, length] item ids).
+with a message naming the input (`history` must be [batch, length] item ids), as
+does an input whose batch size is not the history's. A wrong dtype fails the
+signature's own check, before the graph runs, with TensorFlow's message (TF
+Serving's, over REST: the JSON value and the type expected): a signature called
+from Python gives the input's position among its inputs sorted by name
+(allowed, exclude, history, user), the restored tf.functions (`serve`,
+`serve_filtered`, `serve_raw`, `serve_raw_filtered`) its name.
 
 `export` refuses, before writing anything, what could not be served: a
 `max_length` that is not a positive integer or exceeds a SASRec's positions, a
@@ -110,57 +130,76 @@ class _Serving(tf.Module):
         pad = self.max_length - tf.shape(history)[1]
         return tf.cast(tf.pad(history, [[0, 0], [pad, 0]]), tf.int32)
 
-    def _seen(self, history):
-        """[batch, num_items + 1] bool: the ids anywhere in the request's history (all of it,
-        not only the last max_length). One scatter: memory O(batch x catalog), whatever the
-        history's length."""
-        known = self._in_vocabulary(history)
+    def _present(self, ids):
+        """[batch, num_items + 1] bool: the known ids anywhere in each row of `ids` ([batch,
+        n]). One scatter: memory O(batch x catalog), whatever n."""
+        known = self._in_vocabulary(ids)
         positions = tf.where(known)  # [n, 2]: (row, column) of every known entry.
-        ids = tf.gather_nd(history, positions)
+        ids = tf.gather_nd(ids, positions)
         indices = tf.stack([positions[:, 0], ids], axis=1)
-        shape = tf.stack([tf.shape(history, out_type=tf.int64)[0],
+        shape = tf.stack([tf.shape(known, out_type=tf.int64)[0],
                           tf.constant(self.num_items + 1, tf.int64)])
         return tf.tensor_scatter_nd_update(tf.zeros(shape, tf.bool), indices,
                                            tf.ones_like(ids, tf.bool))
 
-    def _exact(self, queries, seen):
+    def _blocked(self, history, allowed=None, exclude=None):
+        """[batch, num_items + 1] bool: the ids a row's answer may not hold: every id of its
+        history (all of it, not only the last max_length), its `exclude` ids and, in a row
+        whose `allowed` holds any id but the padding 0, every id outside them (so an unknown
+        allowed id allows nothing). The one place a request's filters meet the index."""
+        blocked = self._present(history)
+        if exclude is not None:
+            blocked = blocked | self._present(exclude)
+        if allowed is not None:
+            restricted = tf.reduce_any(tf.not_equal(allowed, 0), axis=1, keepdims=True)
+            blocked = blocked | (restricted & tf.logical_not(self._present(allowed)))
+        return blocked
+
+    def _usable(self, ids, blocked):
+        """[batch, n] bool: which of `ids` ([batch, n]) an answer may hold: known, not blocked."""
+        known = self._in_vocabulary(ids)
+        return tf.logical_and(known, tf.logical_not(tf.gather(
+            blocked, tf.where(known, ids, tf.zeros_like(ids)), batch_dims=1)))
+
+    def _exact(self, queries, blocked):
         scores = tf.matmul(queries, self.items, transpose_b=True)
-        scores = tf.where(seen, tf.constant(-np.inf, scores.dtype), scores)[:, 1:]
+        scores = tf.where(blocked, tf.constant(-np.inf, scores.dtype), scores)[:, 1:]
         scores, columns = tf.math.top_k(scores, k=self.k)
         return scores, tf.cast(columns, tf.int64) + 1
 
-    def _approximate(self, queries, seen):
-        longest = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(seen, tf.int32), axis=1)), 0)
+    def _approximate(self, queries, blocked):
+        """The index's top k of each row's usable ids. It asks for k plus the most blocked
+        ids of any row (it returns at most its re-scoring budget); a row left with fewer
+        than k usable ids (a long history, a small allowed set) is answered by exact search,
+        and only that row."""
+        longest = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(blocked[:, 1:], tf.int32),
+                                                         axis=1)), 0)
         wanted = tf.minimum(self.k + longest, self.num_items)
         scores, ids = self.scann(queries, k=wanted)
         batch = tf.shape(queries)[0]
         scores = tf.reshape(scores, [batch, -1])
         ids = tf.reshape(tf.cast(ids, tf.int64), [batch, -1])
-        # Ids the index could not fill (empty partitions) count as unusable, like seen ones.
-        valid = self._in_vocabulary(ids)
-        unseen = tf.logical_and(valid, tf.logical_not(tf.gather(
-            seen, tf.where(valid, ids, tf.zeros_like(ids)), batch_dims=1)))
-        enough = tf.logical_and(
-            tf.logical_and(batch > 0, tf.shape(ids)[1] >= self.k),
-            tf.reduce_all(tf.reduce_sum(tf.cast(unseen, tf.int32), axis=1) >= self.k))
+        # Ids the index could not fill (empty partitions) count as unusable, like blocked ones.
+        usable = self._usable(ids, blocked)
+        missing = [[0, 0], [0, tf.maximum(self.k - tf.shape(ids)[1], 0)]]  # At least k columns.
+        scores = tf.pad(tf.where(usable, scores, tf.constant(-np.inf, scores.dtype)), missing,
+                        constant_values=-np.inf)
+        scores, columns = tf.math.top_k(scores, k=self.k)
+        ids = tf.gather(tf.pad(ids, missing), columns, batch_dims=1)
+        short = tf.where(tf.reduce_sum(tf.cast(usable, tf.int32), axis=1) < self.k)  # [rows, 1]
+        exact_scores, exact_ids = self._exact(tf.gather_nd(queries, short),
+                                              tf.gather_nd(blocked, short))
+        return (tf.tensor_scatter_nd_update(scores, short, exact_scores),
+                tf.tensor_scatter_nd_update(ids, short, exact_ids))
 
-        def filtered():
-            kept = tf.where(unseen, scores, tf.constant(-np.inf, scores.dtype))
-            top, columns = tf.math.top_k(kept, k=self.k)
-            return top, tf.gather(ids, columns, batch_dims=1)
-
-        return tf.cond(enough, filtered, lambda: self._exact(queries, seen))
-
-    def _top_k(self, queries, history):
-        """Top-k (scores, ids) by the index, every id of the history excluded, and how many
-        of the k slots hold an item (`num_found`): a history that covers all but j < k
-        items leaves k - j slots empty, id 0 (the padding id) and score -inf."""
-        seen = self._seen(history)
+    def _top_k(self, queries, blocked):
+        """Top-k (scores, ids) by the index, no blocked id among them, and how many of the k
+        slots hold an item (`num_found`): when fewer than k ids are left (a history that
+        covers all but j < k items, an allowed set of j unseen items), k - j slots are empty,
+        id 0 (the padding id) and score -inf."""
         find = self._approximate if self.index_kind == "scann" else self._exact
-        scores, ids = find(queries, seen)
-        known = self._in_vocabulary(ids)
-        found = tf.logical_and(known, tf.logical_not(tf.gather(
-            seen, tf.where(known, ids, tf.zeros_like(ids)), batch_dims=1)))
+        scores, ids = find(queries, blocked)
+        found = self._usable(ids, blocked)
         ids = tf.where(found, ids, tf.zeros_like(ids))
         scores = tf.where(found, scores, tf.constant(-np.inf, scores.dtype))
         # Static width k for every batch size, 0 included.
@@ -168,17 +207,22 @@ class _Serving(tf.Module):
                 "scores": tf.ensure_shape(scores, [None, self.k]),
                 "num_found": tf.reduce_sum(tf.cast(found, tf.int32), axis=1)}
 
-    def recommend(self, user, history):
+    def recommend(self, user, history, allowed=None, exclude=None):
+        """The answer to a request of dense ids: `history` [batch, length] (padding 0), `user`
+        [batch] for a two-tower model and, in the filtered signatures, `allowed` and `exclude`
+        [batch, n] (padding 0; see `_blocked`)."""
         # Dtypes are enforced by the signature; the ranks (left unknown there, so that a
         # wrong one gets this message, naming the input) and the batch sizes here.
         history = _ranked(history, 2, "`history` must be [batch, length] item ids")
         if user is not None:
             user = _ranked(user, 1, "`user` must be [batch] user ids")
-        if self.takes_user:
-            with tf.control_dependencies([tf.debugging.assert_equal(
-                    tf.shape(user)[0], tf.shape(history)[0],
-                    message="`user` and `history` must have the same batch size")]):
-                history = tf.identity(history)
+        allowed, exclude = _filters(allowed, exclude)
+        with tf.control_dependencies([tf.debugging.assert_equal(
+                tf.shape(tensor)[0], tf.shape(history)[0],
+                message=f"`{name}` and `history` must have the same batch size")
+                for name, tensor in (("user", user), ("allowed", allowed), ("exclude", exclude))
+                if tensor is not None]):
+            history = tf.identity(history)
         padded = self._history(history)
         if self.takes_user:
             user = tf.where(self._in_vocabulary(user) | (user > 0), user, tf.zeros_like(user))
@@ -188,32 +232,49 @@ class _Serving(tf.Module):
                                                    "history": padded})
         else:
             queries = self.model.query_embeddings(padded)
-        return self._top_k(tf.cast(queries, self.items.dtype), history)
+        return self._top_k(tf.cast(queries, self.items.dtype),
+                           self._blocked(history, allowed, exclude))
 
-    def recommend_raw(self, user, history, integer_ids: Sequence[str] = ()):
+    def _dense_items(self, ids, integer_ids: Sequence[str]):
+        """Raw item ids -> (dense ids, 0 for padding and unknown ids; which ids are unknown).
+        Padding is "" (strings) or any negative id (integers, `integer_ids`)."""
+        if "item" in integer_ids:
+            present = ids >= 0
+            ids = tf.strings.as_string(ids)
+        else:
+            present = tf.not_equal(ids, "")
+        dense = self.item_dense.lookup(ids)
+        return dense, present & tf.equal(dense, 0)
+
+    def recommend_raw(self, user, history, allowed=None, exclude=None,
+                      integer_ids: Sequence[str] = ()):
         """`recommend` with raw ids in and out: strings, or int64 for the kinds ("user",
-        "item") in `integer_ids` (their decimal strings are the vocabulary's keys). History
+        "item") in `integer_ids` (their decimal strings are the vocabulary's keys). Item
         padding is "" (strings) or any negative id (integers); every other id the vocabulary
-        lacks is skipped and counted in `unknown_history_ids`."""
+        lacks is counted (`unknown_<input>_ids`): skipped in `history` and `exclude`, and in
+        `allowed` an id that allows nothing."""
         history = _ranked(history, 2, "`history` must be [batch, length] item ids")
         if user is not None:
             user = _ranked(user, 1, "`user` must be [batch] user ids")
-        if "item" in integer_ids:
-            present = history >= 0
-            history = tf.strings.as_string(history)
-        else:
-            present = tf.not_equal(history, "")
         if user is not None and "user" in integer_ids:
             user = tf.strings.as_string(user)
-        dense_history = self.item_dense.lookup(history)
-        unknown = tf.reduce_sum(tf.cast(present & tf.equal(dense_history, 0), tf.int32), axis=1)
         dense_user = None if user is None else self.user_dense.lookup(user)
-        answer = self.recommend(dense_user, dense_history)
+        allowed, exclude = _filters(allowed, exclude)
+        dense, unknown = {}, {}
+        for name, ids in (("history", history), ("allowed", allowed), ("exclude", exclude)):
+            if ids is not None:
+                dense[name], unknown[name] = self._dense_items(ids, integer_ids)
+        if allowed is not None:  # -1: out of vocabulary, yet not padding.
+            dense["allowed"] = tf.where(unknown["allowed"], tf.constant(-1, tf.int64),
+                                        dense["allowed"])
+        answer = self.recommend(dense_user, dense["history"], dense.get("allowed"),
+                                dense.get("exclude"))
         ids = tf.gather(self.item_raw, answer["ids"])
         if "item" in integer_ids:
             ids = tf.strings.to_number(tf.where(tf.equal(ids, ""), "-1", ids), tf.int64)
         return {"ids": ids, "scores": answer["scores"], "num_found": answer["num_found"],
-                "unknown_history_ids": unknown}
+                **{f"unknown_{name}_ids": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+                   for name, mask in unknown.items()}}
 
     @tf.function(input_signature=[tf.TensorSpec(None, tf.int64, name="item_ids")])
     def item_embeddings(self, item_ids):
@@ -230,6 +291,14 @@ def _ranked(tensor, rank: int, message: str):
         tensor = tf.identity(tensor)
     tensor.set_shape([None] * rank)
     return tensor
+
+
+def _filters(allowed, exclude):
+    """The filtered signatures' `allowed` and `exclude` ([batch, n] item ids each, or None),
+    their ranks checked."""
+    return tuple(None if ids is None else _ranked(
+        ids, 2, f"`{name}` must be [batch, n] item ids (padding where a row has fewer)")
+                 for name, ids in (("allowed", allowed), ("exclude", exclude)))
 
 
 def _vocabulary(name: str, values, size: int):
@@ -284,20 +353,41 @@ def _check_integer_ids(name: str, vocabulary: Sequence[str]) -> None:
             f"\"{name.split('_')[0]}\" out of integer_ids).")
 
 
-def _trial_request(serve, takes_user: bool, max_length: int) -> None:
-    """Answers one request (a history of `max_length` padding ids) before anything is written:
-    an export that cannot answer it, or answers NaN, is refused."""
+def _serving_function(answer, takes_user: bool, user_dtype: tf.DType, item_dtype: tf.DType,
+                      filtered: bool):
+    """`answer(user, history, allowed, exclude)` as a tf.function of a signature's named
+    inputs: `user` (a two-tower model's), `history` and, if `filtered`, `allowed` and
+    `exclude`. Ranks are left open: `recommend` checks them with a message naming the input
+    (a signature's own shape check names neither it nor the expected shape)."""
+    specs = [tf.TensorSpec(None, user_dtype, name="user")] if takes_user else []
+    specs += [tf.TensorSpec(None, item_dtype, name=name)
+              for name in ("history", "allowed", "exclude")[:3 if filtered else 1]]
+    if takes_user and filtered:
+        function = lambda user, history, allowed, exclude: answer(user, history, allowed, exclude)
+    elif takes_user:
+        function = lambda user, history: answer(user, history, None, None)
+    elif filtered:
+        function = lambda history, allowed, exclude: answer(None, history, allowed, exclude)
+    else:
+        function = lambda history: answer(None, history, None, None)
+    return tf.function(function, input_signature=specs)
+
+
+def _trial_request(serve, serve_filtered, takes_user: bool, max_length: int) -> None:
+    """Answers one request (a history of `max_length` padding ids), plain and filtered (an
+    allowed set and exclusions of padding), before anything is written: an export that
+    cannot answer it, or answers NaN, is refused."""
     request = {"history": tf.zeros([1, max_length], tf.int64)}
     if takes_user:
         request["user"] = tf.zeros([1], tf.int64)
+    filters = {"allowed": tf.zeros([1, 1], tf.int64), "exclude": tf.zeros([1, 1], tf.int64)}
     try:
-        answer = serve(**request)
+        answers = [serve(**request), serve_filtered(**request, **filters)]
     except (tf.errors.OpError, ValueError) as error:
         raise ValueError(
             f"The export fails a trial request (a history of max_length={max_length} padding "
             f"ids), so it is not written: {str(error).splitlines()[0][:300]}") from error
-    scores = answer["scores"].numpy()
-    if np.isnan(scores).any():
+    if any(np.isnan(answer["scores"].numpy()).any() for answer in answers):
         raise ValueError("The export answers a trial request (a history of padding ids) with "
                          "NaN scores: the query model gives NaN; not exported.")
 
@@ -354,7 +444,9 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
       The version directory written (`path/<version>`). Its `serving_default` answers
       `ids` and `scores` ([batch, k]) and `num_found` ([batch] int32, the slots that hold
       an item: fewer than k when the history leaves fewer than k unseen items, the other
-      slots then holding id 0, raw "" or -1, with score -inf).
+      slots then holding id 0, raw "" or -1, with score -inf). Its `serving_filtered`
+      (and each raw or dense signature's `_filtered` twin) also takes `allowed` and
+      `exclude` (see the module docstring).
 
     Raises:
       ValueError: an argument would give a model that cannot be served (see the module
@@ -431,41 +523,34 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
         logging.warning("index=%r: the catalog's %d items are fewer than scann_min_items=%d, "
                         "so this export searches exactly (brute force), which is faster there "
                         "and exact.", index, module.num_items, scann_min_items)
-    # Ranks left open in the signatures: `recommend` checks them with a message naming the
-    # input (a signature's own shape check names neither it nor the expected shape).
-    history_spec = tf.TensorSpec(None, tf.int64, name="history")
-    if takes_user:
-        serve = tf.function(lambda user, history: module.recommend(user, history),
-                            input_signature=[tf.TensorSpec(None, tf.int64, name="user"),
-                                             history_spec])
-    else:
-        serve = tf.function(lambda history: module.recommend(None, history),
-                            input_signature=[history_spec])
-    module.serve = serve
+    # Each answer twice: plain, and filtered (`allowed`, `exclude`: extra inputs, since a
+    # TF Serving request must send every input of its signature).
+    serve, serve_filtered = (_serving_function(module.recommend, takes_user, tf.int64, tf.int64,
+                                               filtered) for filtered in (False, True))
+    module.serve, module.serve_filtered = serve, serve_filtered
     signatures: Dict[str, tf.types.experimental.ConcreteFunction] = {
         "serving_default": serve.get_concrete_function(),
+        "serving_filtered": serve_filtered.get_concrete_function(),
         "item_embeddings": module.item_embeddings.get_concrete_function()}
     if item_vocabulary is not None:
         dtypes = {kind: tf.int64 if kind in integer_ids else tf.string
                   for kind in ("user", "item")}
-        raw_history = tf.TensorSpec(None, dtypes["item"], name="history")
         integer_ids = tuple(integer_ids)
-        if takes_user:
-            serve_raw = tf.function(
-                lambda user, history: module.recommend_raw(user, history, integer_ids),
-                input_signature=[tf.TensorSpec(None, dtypes["user"], name="user"),
-                                 raw_history])
-        else:
-            serve_raw = tf.function(
-                lambda history: module.recommend_raw(None, history, integer_ids),
-                input_signature=[raw_history])
-        module.serve_raw = serve_raw
+        serve_raw, serve_raw_filtered = (_serving_function(
+            lambda user, history, allowed, exclude: module.recommend_raw(
+                user, history, allowed, exclude, integer_ids),
+            takes_user, dtypes["user"], dtypes["item"], filtered) for filtered in (False, True))
+        module.serve_raw, module.serve_raw_filtered = serve_raw, serve_raw_filtered
+        raw = {"serving_raw": serve_raw.get_concrete_function(),
+               "serving_raw_filtered": serve_raw_filtered.get_concrete_function()}
         if raw_ids == "strings":
-            signatures["serving_raw"] = serve_raw.get_concrete_function()
+            signatures.update(raw)
         else:  # The log's own ids are the default; dense ids stay reachable.
             signatures["serving_dense"] = signatures["serving_default"]
-            signatures["serving_default"] = serve_raw.get_concrete_function()
-    _trial_request(serve, takes_user, max_length)
+            signatures["serving_dense_filtered"] = signatures["serving_filtered"]
+            signatures["serving_default"] = raw["serving_raw"]
+            signatures["serving_filtered"] = raw["serving_raw_filtered"]
+    _trial_request(serve, serve_filtered, takes_user, max_length)
     os.makedirs(path, exist_ok=True)
     # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
     # One left by a process killed while writing this version (SIGKILL skips the `finally`
