@@ -186,11 +186,25 @@ class LossConfig:
     gbce_alpha: str = _field(
         "paper", "--loss=gbce: alpha = n / (|D| - 1) (paper) or n / (|D| - 2) (released, "
         "gSASRec's code).")
+    log_q_scale: float = _field(
+        1.0, "--loss=sampled_softmax: lambda, the weight of the correction (Merlin's "
+        "reg_factor): logits minus lambda log Q; 1 the correction, 0 no shift.")
+    temperature: float = _field(
+        1.0, "--loss=sampled_softmax: divides every logit (> 0); with --l2_normalize, "
+        "cosine scores in [-1, 1], typically 0.05-0.2.")
+    l2_normalize: bool = _field(
+        False, "Cosine scores: L2-normalise the query and item embeddings in training, "
+        "evaluation and serving.")
+    num_hard_negatives: int = _field(
+        0, "--loss=sampled_softmax: keep each row's k negatives with the largest corrected "
+        "logits (any correction); 0: every negative.")
 
     def objective_settings(self) -> Dict[str, Any]:
         """The arguments of `make_objective` (all fields but where log Q comes from)."""
         settings = dataclasses.asdict(self)
         del settings["frequency"], settings["pseudo_count"]
+        if settings["temperature"] == 1.0:  # Dividing by 1: no op at all.
+            settings["temperature"] = None
         return settings
 
 
@@ -348,6 +362,7 @@ _INTEGER_LOWS = {
     "loo_train_gap": (0, "none"), "scann_min_items": (0, "always the index"),
     "index_size": (0, "the whole catalog"), "test_queries": (0, "all queries"),
     "drift_every": (0, "never"), "seed": (0, ""), "test_day": (-1, "the log's last day"),
+    "num_hard_negatives": (0, "every negative"),
 }
 # numpy's and Python's seeds take 32 bits; a day may be counted in ms, us or ns.
 _INTEGER_HIGHS = {"seed": (2**32 - 1, "2^32 - 1"), "day_seconds": (2**62, "2^62")}
@@ -365,6 +380,8 @@ _FLOAT_RANGES = {
     "synthetic_events_per_user": (0.0, False, None, False, ""),
     "table_learning_rate": (0.0, True, None, False, "0: --learning_rate"),
     "pseudo_count": (0.0, True, None, False, ""),
+    "log_q_scale": (0.0, True, None, False, ""),
+    "temperature": (0.0, False, None, False, ""),
 }
 # The synthetic catalog's users draw 20 to 100 distinct items each (make_synthetic).
 SYNTHETIC_MIN_ITEMS = 100

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
+from pipelines import configs
 from pipelines.data import builders
 from pipelines.data import splits
 from pipelines.data import synthetic
@@ -14,6 +15,7 @@ from tfrs_logq import losses
 from tfrs_logq import negatives
 from tfrs_logq import retrieval
 from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower, make_objective
+from tfrs_logq.tasks import LogQRetrieval
 
 NUM_ITEMS = 200
 
@@ -288,6 +290,63 @@ class ExampleWeightTest(tf.test.TestCase):
             self._objective(estimator)(queries, ids, embed, training=True, **kwargs)
             counted[name] = estimator.log_q(tf.constant([3, 9, 40, 7], tf.int64)).numpy()
         self.assertAllClose(counted["weighted"], counted["plain"])
+
+
+    def test_a_weight_of_two_equals_the_example_seen_twice(self):
+        # The full softmax (no pool to change): weights [2, 1, 1] give the summed loss of
+        # the examples [a, a, b, c]; the objective divides by the examples' number.
+        rng = np.random.default_rng(1)
+        queries = tf.constant(rng.normal(size=[3, 8]), tf.float32)
+        table = tf.constant(rng.normal(size=[NUM_ITEMS + 1, 8]), tf.float32)
+        ids = tf.constant([3, 9, 40], tf.int64)
+        objective = make_objective(NUM_ITEMS, loss="full_softmax")
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        weighted = objective(queries, ids, embed, all_item_embeddings=lambda: table,
+                             example_weight=tf.constant([2.0, 1.0, 1.0]))
+        twice = objective(tf.gather(queries, [0, 0, 1, 2]), tf.gather(ids, [0, 0, 1, 2]),
+                          embed, all_item_embeddings=lambda: table)
+        self.assertAllClose(3 * float(weighted), 4 * float(twice), rtol=1e-6)
+
+
+class CosineAndScaleTest(tf.test.TestCase):
+    """--l2_normalize, --temperature and --log_q_scale reach the objective and the models."""
+
+    def test_cosine_two_tower_scores_unit_embeddings_everywhere(self):
+        objective = make_objective(NUM_ITEMS, negatives="in_batch", correction="improved",
+                                   probabilities=np.full(NUM_ITEMS + 1, 1 / NUM_ITEMS,
+                                                         np.float32),
+                                   temperature=0.1, l2_normalize=True, log_q_scale=0.5)
+        model = TwoTower(20, NUM_ITEMS, objective, dim=8)
+        features = {"user": tf.constant([1, 2, 3]), "history": tf.constant([[1, 2], [3, 0],
+                                                                            [4, 5]]),
+                    "item": tf.constant([7, 8, 9])}
+        for embeddings in (model.query_embeddings(features), model.item_embeddings()[1:]):
+            self.assertAllClose(tf.norm(embeddings, axis=-1), tf.ones(len(embeddings)),
+                                rtol=1e-5)
+        self.assertEqual((objective.task.temperature, objective.task.log_q_scale), (0.1, 0.5))
+        # The loss equals the task's on the unit embeddings (what evaluation ranks by).
+        query = model.query_embeddings(features)
+        items = model.candidate_embeddings(features["item"])
+        want = LogQRetrieval(correction="improved", temperature=0.1, log_q_scale=0.5,
+                             sampler=negatives.InBatchSampler(probabilities=np.full(
+                                 NUM_ITEMS + 1, 1 / NUM_ITEMS, np.float32)))(
+            query, items, candidate_ids=tf.constant([7, 8, 9], tf.int64), training=False)
+        self.assertAllClose(model.compute_loss(features, training=False), want / 3, rtol=1e-5)
+        restored = type(objective).from_config(objective.get_config())
+        self.assertEqual((restored.l2_normalize, restored.log_q_scale), (True, 0.5))
+
+    def test_pipeline_flags(self):
+        config = configs.validate(configs.PRESETS["smoke"].replace(
+            l2_normalize=True, temperature=0.1, log_q_scale=0.5))
+        settings = config.loss.objective_settings()
+        self.assertEqual((settings["l2_normalize"], settings["temperature"],
+                          settings["log_q_scale"]), (True, 0.1, 0.5))
+        self.assertIsNone(configs.PRESETS["smoke"].loss.objective_settings()["temperature"])
+        for name, value, message in (("temperature", 0.0, "must be positive"),
+                                     ("log_q_scale", -1.0, "must be >= 0"),
+                                     ("log_q_scale", float("inf"), "must be a finite number")):
+            with self.assertRaisesRegex(ValueError, rf"--{name} {message}"):
+                configs.validate(configs.PRESETS["smoke"].replace(**{name: value}))
 
 
 class BinaryLossTest(tf.test.TestCase, parameterized.TestCase):

@@ -613,6 +613,23 @@ class CommandLineTest(tf.test.TestCase):
         self.assertIn("column 'item_id' is empty (null) in data row 2", result.stderr)
         self.assertNotIn("Traceback", result.stderr)
 
+    def test_cosine_scaled_and_mined_options_train_evaluate_and_serve(self):
+        out = tempfile.mkdtemp()
+        config = SMOKE.replace(l2_normalize=True, temperature=0.1, log_q_scale=0.5,
+                               num_hard_negatives=8, negatives="mixed", epochs=2,
+                               steps_per_epoch=10, index="exact")
+        metrics = train.run(config, out, verbose=0)
+        self.assertGreater(metrics["test"]["recall@100"], 0.0)
+        _, model, split, _ = experiment.load_run(out)
+        task = model.objective.task
+        self.assertEqual((task.temperature, task.log_q_scale, task.num_hard_negatives,
+                          model.objective.l2_normalize), (0.1, 0.5, 8, True))
+        # The export ranks by the same cosine the evaluation did.
+        served = tf.saved_model.load(metrics["exports"][0]).signatures["item_embeddings"](
+            item_ids=tf.range(1, metrics["num_items"] + 1, dtype=tf.int64))["embeddings"]
+        self.assertAllClose(np.linalg.norm(served.numpy(), axis=1),
+                            np.ones(metrics["num_items"]), rtol=1e-5)
+
     def test_output_dir_that_is_a_file_is_named(self):
         path = tempfile.mkstemp()[1]
         with self.assertRaisesRegex(train.OutputDirError, f"--output_dir={path} is a file"):

@@ -73,6 +73,14 @@ class RetrievalObjective(tf.keras.layers.Layer):
       binary_accidental_hits: bce / gbce mask uniform negatives equal to the
         positive (default); False keeps them, as gSASRec's code does.
       gbce_alpha: "paper" (default) or "released" (see GBCE_ALPHAS).
+      log_q_scale: sampled softmax only: lambda, the weight of the correction
+        (`LogQRetrieval`'s `log_q_scale`; 1 the correction, 0 no shift).
+      l2_normalize: cosine scores: the query and item embeddings are L2-normalised
+        before every score, here and in the models' `query_embeddings` /
+        `item_embeddings` (evaluation and serving rank by the same cosine). Pair
+        it with a `temperature` (scores then lie in [-1, 1]).
+      num_hard_negatives: sampled softmax only: `LogQRetrieval`'s (None or 0: every
+        negative).
     """
 
     def __init__(self, num_items: int, loss: str = "sampled_softmax",
@@ -80,7 +88,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
                  sampler: Optional[negatives_lib.NegativeSampler] = None,
                  gbce_t: float = 0.75, temperature: Optional[float] = None,
                  binary_reduction: str = "sum", binary_accidental_hits: bool = True,
-                 gbce_alpha: str = "paper", **kwargs):
+                 gbce_alpha: str = "paper", log_q_scale: float = 1.0,
+                 l2_normalize: bool = False, num_hard_negatives: Optional[int] = None,
+                 **kwargs):
         moved = sorted(set(kwargs) & set(_SAMPLER_SETTINGS + ("negatives", "in_batch_log_q")))
         if moved:
             raise TypeError(
@@ -102,15 +112,31 @@ class RetrievalObjective(tf.keras.layers.Layer):
         self.binary_accidental_hits = v.check_bool("binary_accidental_hits",
                                                    binary_accidental_hits)
         self.gbce_alpha = v.check_choice("gbce_alpha", gbce_alpha, GBCE_ALPHAS)
+        self.l2_normalize = v.check_bool("l2_normalize", l2_normalize)
         _check_sampler(loss, sampler)
         # Attribute names as the checkpoints of earlier runs have them.
         self.task = None
         self.uniform = None
         if loss == "sampled_softmax":
             self.task = LogQRetrieval(correction=correction, sampler=sampler,
-                                      temperature=temperature, diagnostics=True)
+                                      temperature=temperature, diagnostics=True,
+                                      log_q_scale=log_q_scale,
+                                      num_hard_negatives=num_hard_negatives or None)
         elif loss in ("bce", "gbce"):
             self.uniform = sampler
+
+    @property
+    def log_q_scale(self) -> float:
+        return self.task.log_q_scale if self.task is not None else 1.0
+
+    @property
+    def num_hard_negatives(self) -> Optional[int]:
+        return self.task.num_hard_negatives if self.task is not None else None
+
+    def embed(self, embeddings: tf.Tensor) -> tf.Tensor:
+        """`embeddings` as every score reads them: L2-normalised along the last axis with
+        `l2_normalize`, else unchanged. The models' query and item embeddings go through it."""
+        return tf.math.l2_normalize(embeddings, axis=-1) if self.l2_normalize else embeddings
 
     @property
     def sampler(self) -> Optional[negatives_lib.NegativeSampler]:
@@ -141,6 +167,13 @@ class RetrievalObjective(tf.keras.layers.Layer):
             counted by a streaming estimator (it was drawn).
         """
         positive_ids = tf.cast(positive_ids, tf.int64)
+        if self.l2_normalize:
+            query_embeddings = self.embed(query_embeddings)
+            unit_item_embedding_fn = item_embedding_fn
+            item_embedding_fn = lambda ids: self.embed(unit_item_embedding_fn(ids))  # noqa: E731
+            if all_item_embeddings is not None:
+                all_items = all_item_embeddings
+                all_item_embeddings = lambda: self.embed(all_items())  # noqa: E731
         if example_mask is None:
             weight = None
             count = tf.cast(tf.shape(positive_ids)[0], tf.float32)
@@ -215,7 +248,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
                       gbce_t=self.gbce_t, temperature=self.temperature,
                       binary_reduction=self.binary_reduction,
                       binary_accidental_hits=self.binary_accidental_hits,
-                      gbce_alpha=self.gbce_alpha)
+                      gbce_alpha=self.gbce_alpha, log_q_scale=self.log_q_scale,
+                      l2_normalize=self.l2_normalize,
+                      num_hard_negatives=self.num_hard_negatives)
         return config
 
     @classmethod

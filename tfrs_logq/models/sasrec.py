@@ -251,13 +251,13 @@ class SASRec(tfrs.Model):
 
     def query_embeddings(self, inputs, training=False):
         """[batch, dim]: the representation at the last position (the next-item query)."""
-        return self(inputs, training=training)[:, -1, :]
+        return self.objective.embed(self(inputs, training=training)[:, -1, :])
 
     def item_embeddings(self):
         """[num_items + 1, dim] output item embeddings (row 0: padding)."""
         if self.architecture == "gsasrec":  # Without the unused row num_items + 1.
-            return self.output_embedding.embeddings[:self.num_items + 1]
-        return self.output_embedding.embeddings
+            return self.objective.embed(self.output_embedding.embeddings[:self.num_items + 1])
+        return self.objective.embed(self.output_embedding.embeddings)
 
     def train_step(self, inputs):
         """`tfrs.Model.train_step`; under XLA (`compile(jit_compile=True)`) the item tables'

@@ -39,11 +39,12 @@ class TwoTower(tfrs.Model):
         mask = tf.cast(tf.not_equal(history, 0), tf.float32)[:, :, tf.newaxis]
         pooled = tf.reduce_sum(self.history_embedding(history) * mask, axis=1) / tf.maximum(
             tf.reduce_sum(mask, axis=1), 1.0)
-        return self.query_tower(tf.concat([self.user_embedding(features["user"]), pooled], 1))
+        return self.objective.embed(
+            self.query_tower(tf.concat([self.user_embedding(features["user"]), pooled], 1)))
 
     def candidate_embeddings(self, ids):
         """Item ids -> [.., dim] candidate embeddings."""
-        return self.candidate_tower(self.item_embedding(ids))
+        return self.objective.embed(self.candidate_tower(self.item_embedding(ids)))
 
     def item_embeddings(self):
         """[num_items + 1, dim] for every id (row 0: padding)."""
