@@ -33,7 +33,7 @@ def _per_column(name, tensor, of_name, of):
 
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
-                          log_q_excludes_positive=False):
+                          log_q_excludes_positive=False, log_q_scale=1.0):
     """(`sampled_softmax_loss`, the improved weight w or None), arguments as there,
     `correction` already checked."""
     if correction != "none" and negative_log_q is not None:
@@ -46,12 +46,12 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     return formulas.checked_sampled_softmax_terms(
         k.OPS, k.TENSORS, lambda name, log_q: k.nan_unless_log_probabilities(log_q),
         positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
-        negative_mask, log_q_excludes_positive)
+        negative_mask, log_q_excludes_positive, log_q_scale)
 
 
 def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
                          negative_log_q=None, positive_log_q=None, negative_mask=None,
-                         log_q_excludes_positive: bool = False):
+                         log_q_excludes_positive: bool = False, log_q_scale: float = 1.0):
     r"""Sampled-softmax loss per example with no, the standard or the improved logQ correction.
 
     The maths of `tfrs_logq.losses.sampled_softmax_loss` (docs/design.md), on any
@@ -78,6 +78,8 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
       log_q_excludes_positive: `negative_log_q` already is log Q' (the
         proposal without the positive), as the samplers' Horvitz-Thompson and
         exact-mixture log Q are.
+      log_q_scale: lambda >= 0, the weight of the correction (Merlin's `reg_factor`):
+        every log Q subtracted becomes lambda log Q; 1 the correction, 0 no shift.
 
     Returns:
       [batch] float32 losses. Log-probabilities outside (0, 1] give NaN.
@@ -90,7 +92,7 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
     checks.check_choice("correction", correction, CORRECTIONS)
     loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
                                     negative_log_q, positive_log_q, negative_mask,
-                                    log_q_excludes_positive)
+                                    log_q_excludes_positive, log_q_scale)
     return loss
 
 
@@ -159,7 +161,7 @@ def gbce_loss(positive_logits, negative_logits, *, num_items: int, t: float,
 
 
 def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correction: str,
-                   temperature: float = 1.0):
+                   temperature: float = 1.0, log_q_scale: float = 1.0):
     """The per-example loss of the negatives a `keras_logq.negatives` sampler drew.
 
     Args:
@@ -169,6 +171,7 @@ def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correcti
         [batch, n, dim] per row, or the mixed sampler's (per-row, shared) pair).
       correction: as in `sampled_softmax_loss`.
       temperature: logits are dot products divided by it.
+      log_q_scale: lambda, as in `sampled_softmax_loss`.
 
     Returns:
       [batch] float32 losses.
@@ -203,7 +206,7 @@ def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correcti
         positive / temperature, negative_logits / temperature, correction=correction,
         negative_log_q=negatives.log_q, positive_log_q=negatives.positive_log_q,
         negative_mask=negatives.mask,
-        log_q_excludes_positive=negatives.log_q_excludes_positive)
+        log_q_excludes_positive=negatives.log_q_excludes_positive, log_q_scale=log_q_scale)
 
 
 def _positives(labels, scores):
@@ -264,17 +267,20 @@ class SampledSoftmax(keras.layers.Layer):
       temperature: scores are divided by it.
       log_q_excludes_positive: `candidate_log_q` already is log Q' (see
         `sampled_softmax_loss`).
+      log_q_scale: lambda >= 0, the weight of the correction (see
+        `sampled_softmax_loss`).
       **kwargs: standard Keras layer arguments.
     """
 
     def __init__(self, correction: str = "improved", temperature: float = 1.0,
-                 log_q_excludes_positive: bool = False, **kwargs):
+                 log_q_excludes_positive: bool = False, log_q_scale: float = 1.0, **kwargs):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.correction = checks.check_choice("correction", correction, CORRECTIONS)
         self.temperature = checks.check_positive_float("temperature", temperature)
         self.log_q_excludes_positive = checks.check_bool("log_q_excludes_positive",
                                                          log_q_excludes_positive)
+        self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
         self.built = True
 
     def call(self, scores=None, labels=None, candidate_log_q=None, candidate_ids=None,
@@ -336,7 +342,8 @@ class SampledSoftmax(keras.layers.Layer):
             # Any valid log Q for the rows set below, so that they compute finite values.
             positive_log_q = ops.where(one_positive, positive_log_q, -1.0)
         loss, _ = sampled_softmax_terms(positive, scores, self.correction, candidate_log_q,
-                                        positive_log_q, mask, self.log_q_excludes_positive)
+                                        positive_log_q, mask, self.log_q_excludes_positive,
+                                        self.log_q_scale)
         loss = ops.where(ops.equal(num_positives, 0), 0.0, loss)
         return ops.where(num_positives > 1, float("nan"), loss)
 
@@ -366,5 +373,6 @@ class SampledSoftmax(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(correction=self.correction, temperature=self.temperature,
-                      log_q_excludes_positive=self.log_q_excludes_positive)
+                      log_q_excludes_positive=self.log_q_excludes_positive,
+                      log_q_scale=self.log_q_scale)
         return config

@@ -28,6 +28,24 @@ def test_matches_numpy_reference(correction, seed, per_row_log_q):
     np.testing.assert_allclose(numpy(got), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("correction", ["standard", "standard_negatives", "improved"])
+@pytest.mark.parametrize("log_q_scale", [0.0, 0.5])
+def test_log_q_scale_matches_numpy_reference(correction, log_q_scale):
+    pos, neg, neg_log_q, pos_log_q, mask = reference.sampled_inputs(4)
+    got = losses.sampled_softmax_loss(pos, neg, correction=correction, negative_log_q=neg_log_q,
+                                      positive_log_q=pos_log_q, negative_mask=mask,
+                                      log_q_scale=log_q_scale)
+    want, _ = reference.sampled_softmax(pos, neg, correction, neg_log_q, pos_log_q, mask,
+                                        log_q_scale=log_q_scale)
+    np.testing.assert_allclose(numpy(got), want, rtol=1e-5, atol=1e-6)
+    layer = keras_logq.SampledSoftmax(correction=correction, log_q_scale=log_q_scale)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert restored.log_q_scale == log_q_scale
+    with pytest.raises(ValueError, match=r"`log_q_scale` must be a finite number >= 0; "
+                       r"received log_q_scale=-1.0"):
+        keras_logq.SampledSoftmax(log_q_scale=-1.0)
+
+
 def test_excluded_positive_log_q_is_used_as_is():
     pos, neg, neg_log_q, _, mask = reference.sampled_inputs(3)
     got = losses.sampled_softmax_loss(pos, neg, correction="improved", negative_log_q=neg_log_q,
