@@ -31,8 +31,8 @@ OPS = types.SimpleNamespace(
         "arange", "argsort", "broadcast_to", "cast", "concatenate", "cumsum", "equal", "exp",
         "expm1", "log", "log1p", "logical_and", "logical_or", "logsumexp", "maximum", "min",
         "minimum", "not_equal", "ones", "reshape", "roll", "scatter", "segment_sum", "shape",
-        "sigmoid", "softplus", "stack", "stop_gradient", "sum", "take", "top_k", "where",
-        "zeros_like")},
+        "sigmoid", "softplus", "stack", "stop_gradient", "sum", "take", "take_along_axis",
+        "top_k", "where", "zeros_like")},
     num_columns=_num_columns,
 )
 

@@ -33,7 +33,8 @@ def _per_column(name, tensor, of_name, of):
 
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
-                          log_q_excludes_positive=False, log_q_scale=1.0):
+                          log_q_excludes_positive=False, log_q_scale=1.0,
+                          num_hard_negatives=None):
     """(`sampled_softmax_loss`, the improved weight w or None), arguments as there,
     `correction` already checked."""
     if correction != "none" and negative_log_q is not None:
@@ -43,15 +44,30 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
         negative_log_q = _per_column(
             "negative_log_q", k.float_tensor("negative_log_q", negative_log_q),
             "negative_logits", negative_logits)
+    num_valid = None
+    if num_hard_negatives is not None:
+        num_hard_negatives = checks.check_positive_int("num_hard_negatives",
+                                                       num_hard_negatives)
+        positive_logits, negative_logits, negative_mask = _prepare_sampled(
+            positive_logits, negative_logits, negative_mask)
+        if negative_mask is None:
+            negative_mask = ops.ones(ops.shape(negative_logits), "bool")
+        log_q = None if correction == "none" else negative_log_q
+        negative_logits, negative_mask, log_q, num_valid = formulas.hard_negatives(
+            k.OPS, negative_logits, negative_mask, log_q,
+            min(num_hard_negatives, negative_logits.shape[1] or num_hard_negatives),
+            formulas.check_log_q_scale(log_q_scale))
+        negative_log_q = negative_log_q if log_q is None else log_q
     return formulas.checked_sampled_softmax_terms(
         k.OPS, k.TENSORS, lambda name, log_q: k.nan_unless_log_probabilities(log_q),
         positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
-        negative_mask, log_q_excludes_positive, log_q_scale)
+        negative_mask, log_q_excludes_positive, log_q_scale, num_valid)
 
 
 def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
                          negative_log_q=None, positive_log_q=None, negative_mask=None,
-                         log_q_excludes_positive: bool = False, log_q_scale: float = 1.0):
+                         log_q_excludes_positive: bool = False, log_q_scale: float = 1.0,
+                         num_hard_negatives: Optional[int] = None):
     r"""Sampled-softmax loss per example with no, the standard or the improved logQ correction.
 
     The maths of `tfrs_logq.losses.sampled_softmax_loss` (docs/design.md), on any
@@ -80,6 +96,9 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
         exact-mixture log Q are.
       log_q_scale: lambda >= 0, the weight of the correction (Merlin's `reg_factor`):
         every log Q subtracted becomes lambda log Q; 1 the correction, 0 no shift.
+      num_hard_negatives: keep only each row's k valid negatives with the largest
+        corrected logits, for any correction; "improved" keeps n, the valid negatives
+        before mining (`logq_core.formulas.hard_negatives`, as `tfrs_logq`'s).
 
     Returns:
       [batch] float32 losses. Log-probabilities outside (0, 1] give NaN.
@@ -92,7 +111,7 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
     checks.check_choice("correction", correction, CORRECTIONS)
     loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
                                     negative_log_q, positive_log_q, negative_mask,
-                                    log_q_excludes_positive, log_q_scale)
+                                    log_q_excludes_positive, log_q_scale, num_hard_negatives)
     return loss
 
 
@@ -161,7 +180,8 @@ def gbce_loss(positive_logits, negative_logits, *, num_items: int, t: float,
 
 
 def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correction: str,
-                   temperature: float = 1.0, log_q_scale: float = 1.0):
+                   temperature: float = 1.0, log_q_scale: float = 1.0,
+                   num_hard_negatives: Optional[int] = None):
     """The per-example loss of the negatives a `keras_logq.negatives` sampler drew.
 
     Args:
@@ -171,7 +191,7 @@ def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correcti
         [batch, n, dim] per row, or the mixed sampler's (per-row, shared) pair).
       correction: as in `sampled_softmax_loss`.
       temperature: logits are dot products divided by it.
-      log_q_scale: lambda, as in `sampled_softmax_loss`.
+      log_q_scale, num_hard_negatives: as in `sampled_softmax_loss`.
 
     Returns:
       [batch] float32 losses.
@@ -206,7 +226,8 @@ def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correcti
         positive / temperature, negative_logits / temperature, correction=correction,
         negative_log_q=negatives.log_q, positive_log_q=negatives.positive_log_q,
         negative_mask=negatives.mask,
-        log_q_excludes_positive=negatives.log_q_excludes_positive, log_q_scale=log_q_scale)
+        log_q_excludes_positive=negatives.log_q_excludes_positive, log_q_scale=log_q_scale,
+        num_hard_negatives=num_hard_negatives)
 
 
 def _positives(labels, scores):
@@ -267,13 +288,13 @@ class SampledSoftmax(keras.layers.Layer):
       temperature: scores are divided by it.
       log_q_excludes_positive: `candidate_log_q` already is log Q' (see
         `sampled_softmax_loss`).
-      log_q_scale: lambda >= 0, the weight of the correction (see
-        `sampled_softmax_loss`).
+      log_q_scale, num_hard_negatives: see `sampled_softmax_loss`.
       **kwargs: standard Keras layer arguments.
     """
 
     def __init__(self, correction: str = "improved", temperature: float = 1.0,
-                 log_q_excludes_positive: bool = False, log_q_scale: float = 1.0, **kwargs):
+                 log_q_excludes_positive: bool = False, log_q_scale: float = 1.0,
+                 num_hard_negatives: Optional[int] = None, **kwargs):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.correction = checks.check_choice("correction", correction, CORRECTIONS)
@@ -281,6 +302,8 @@ class SampledSoftmax(keras.layers.Layer):
         self.log_q_excludes_positive = checks.check_bool("log_q_excludes_positive",
                                                          log_q_excludes_positive)
         self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
+        self.num_hard_negatives = checks.check_positive_int(
+            "num_hard_negatives", num_hard_negatives, allow_none=True)
         self.built = True
 
     def call(self, scores=None, labels=None, candidate_log_q=None, candidate_ids=None,
@@ -343,7 +366,7 @@ class SampledSoftmax(keras.layers.Layer):
             positive_log_q = ops.where(one_positive, positive_log_q, -1.0)
         loss, _ = sampled_softmax_terms(positive, scores, self.correction, candidate_log_q,
                                         positive_log_q, mask, self.log_q_excludes_positive,
-                                        self.log_q_scale)
+                                        self.log_q_scale, self.num_hard_negatives)
         loss = ops.where(ops.equal(num_positives, 0), 0.0, loss)
         return ops.where(num_positives > 1, float("nan"), loss)
 
@@ -374,5 +397,6 @@ class SampledSoftmax(keras.layers.Layer):
         config = super().get_config()
         config.update(correction=self.correction, temperature=self.temperature,
                       log_q_excludes_positive=self.log_q_excludes_positive,
-                      log_q_scale=self.log_q_scale)
+                      log_q_scale=self.log_q_scale,
+                      num_hard_negatives=self.num_hard_negatives)
         return config

@@ -189,6 +189,40 @@ def softmax_with_positive(ops, positive, negatives, mask):
     return ops.softplus(lse - positive)
 
 
+def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0):
+    """Each row's k valid negatives with the largest corrected logits (hard-negative mining,
+    for any correction).
+
+    The ranking is s - lambda log Q (raw s when `log_q` is None, as for "none"); Q and Q' differ
+    by a shift per row, so every correction keeps the same columns. The loss of the kept
+    columns is then each correction's own; "improved" is given `num_valid`, the row's valid
+    negatives before mining, so that Z_hat_k = (1/n) sum_{top k} e^{c'_i} is the full
+    estimate without its n - k smallest terms (see `improved`).
+
+    Args:
+      negatives: [batch, n] s_i.
+      mask: [batch, n] bool valid negatives (mined first when fewer than k are valid: the
+        others stay masked).
+      log_q: None, [n] or [batch, n] log Q (or Q').
+      k: columns kept, at most n.
+
+    Returns:
+      ([batch, k] s, [batch, k] mask, [batch, k] log Q or None, [batch] num_valid).
+    """
+    ranking = negatives if log_q is None else negatives - scaled(log_q, log_q_scale)
+    ranking = ops.where(mask, ranking, float("-inf"))
+    num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)
+    _, columns = ops.top_k(ranking, k)
+
+    def take(x):
+        return ops.take_along_axis(x, columns, axis=1)
+
+    if log_q is not None:
+        log_q = take(ops.broadcast_to(log_q, ops.shape(ranking)) if len(log_q.shape) == 1
+                     else log_q)
+    return take(negatives), take(mask), log_q, num_valid
+
+
 def improved(ops, positive, corrected_negatives, mask, num_valid=None) -> Tuple:
     """The improved loss w * (LSE - s_p) and w, from raw s_p and corrected c'_i.
 

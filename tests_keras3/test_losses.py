@@ -46,6 +46,20 @@ def test_log_q_scale_matches_numpy_reference(correction, log_q_scale):
         keras_logq.SampledSoftmax(log_q_scale=-1.0)
 
 
+@pytest.mark.parametrize("correction", ["none", "standard", "standard_negatives", "improved"])
+def test_hard_negatives_match_numpy_reference(correction):
+    pos, neg, neg_log_q, pos_log_q, mask = reference.sampled_inputs(5)
+    got = losses.sampled_softmax_loss(pos, neg, correction=correction, negative_log_q=neg_log_q,
+                                      positive_log_q=pos_log_q, negative_mask=mask,
+                                      log_q_scale=0.5, num_hard_negatives=3)
+    want, _ = reference.sampled_softmax(pos, neg, correction, neg_log_q, pos_log_q, mask,
+                                        log_q_scale=0.5, num_hard=3)
+    np.testing.assert_allclose(numpy(got), want, rtol=1e-5, atol=1e-6)
+    layer = keras_logq.SampledSoftmax(correction=correction, num_hard_negatives=3)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert restored.num_hard_negatives == 3
+
+
 def test_excluded_positive_log_q_is_used_as_is():
     pos, neg, neg_log_q, _, mask = reference.sampled_inputs(3)
     got = losses.sampled_softmax_loss(pos, neg, correction="improved", negative_log_q=neg_log_q,

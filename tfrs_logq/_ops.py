@@ -41,6 +41,7 @@ TF = types.SimpleNamespace(
     stop_gradient=tf.stop_gradient,
     sum=tf.reduce_sum,
     take=lambda x, indices, axis=None: tf.gather(x, indices, axis=axis),
+    take_along_axis=lambda x, indices, axis: tf.gather(x, indices, batch_dims=axis),
     top_k=lambda x, k: tf.math.top_k(x, k=k),
     where=tf.where,
     zeros_like=tf.zeros_like,

@@ -489,23 +489,14 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
 
     def _hard_negatives(self, scored: Scored, correction: str) -> Scored:
         """Keeps the num_hard_negatives valid negatives with the largest corrected logits
-        (see `num_hard_negatives`); `num_valid` keeps the count before mining."""
-        ranking = scored.negative_logits
-        log_q = scored.log_q
-        if correction != "none":  # Q and Q' differ by a shift per row: the same ranking.
-            ranking = ranking - formulas.scaled(log_q, self.log_q_scale)
-        num_valid = tf.reduce_sum(tf.cast(scored.mask, tf.float32), axis=1)
-        ranking = tf.where(scored.mask, ranking, tf.constant(-np.inf, ranking.dtype))
-        k = tf.minimum(self.num_hard_negatives, tf.shape(ranking)[1])
-        _, columns = tf.math.top_k(ranking, k=k, sorted=False)
-        if log_q is not None:
-            if log_q.shape.rank == 1:
-                log_q = tf.broadcast_to(log_q[tf.newaxis, :], tf.shape(ranking))
-            log_q = tf.gather(log_q, columns, batch_dims=1)
-        return scored._replace(
-            negative_logits=tf.gather(scored.negative_logits, columns, batch_dims=1),
-            mask=tf.gather(scored.mask, columns, batch_dims=1), log_q=log_q,
-            diagonal_positive=False, num_valid=num_valid)
+        (`logq_core.formulas.hard_negatives`); `num_valid` keeps the count before mining."""
+        log_q = None if correction == "none" else scored.log_q
+        negative_logits, mask, log_q, num_valid = formulas.hard_negatives(
+            _ops.TF, scored.negative_logits, scored.mask, log_q,
+            tf.minimum(self.num_hard_negatives, tf.shape(scored.negative_logits)[1]),
+            self.log_q_scale)
+        return scored._replace(negative_logits=negative_logits, mask=mask, log_q=log_q,
+                               diagonal_positive=False, num_valid=num_valid)
 
     @staticmethod
     def _logits_matrix(scored: Scored, correction: str, log_q_scale: float = 1.0):
