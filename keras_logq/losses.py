@@ -37,10 +37,12 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
                           num_hard_negatives=None):
     """(`sampled_softmax_loss`, the improved weight w or None), arguments as there,
     `correction` already checked."""
-    if correction != "none" and negative_log_q is not None:
-        # [1, n] is accepted here (keras-rs users pass it) and handed on as [n].
+    corrected = correction != "none" and negative_log_q is not None
+    if corrected or num_hard_negatives is not None:
         positive_logits, negative_logits, negative_mask = _prepare_sampled(
             positive_logits, negative_logits, negative_mask)
+    if corrected:
+        # [1, n] is accepted here (keras-rs users pass it) and handed on as [n].
         negative_log_q = _per_column(
             "negative_log_q", k.float_tensor("negative_log_q", negative_log_q),
             "negative_logits", negative_logits)
@@ -48,11 +50,10 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     if num_hard_negatives is not None:
         num_hard_negatives = checks.check_positive_int("num_hard_negatives",
                                                        num_hard_negatives)
-        positive_logits, negative_logits, negative_mask = _prepare_sampled(
-            positive_logits, negative_logits, negative_mask)
         if negative_mask is None:
             negative_mask = ops.ones(ops.shape(negative_logits), "bool")
-        log_q = None if correction == "none" else negative_log_q
+        # Checked before the ranking: an invalid log Q must not be mined away unseen.
+        log_q = k.nan_unless_log_probabilities(negative_log_q) if corrected else None
         negative_logits, negative_mask, log_q, num_valid = formulas.hard_negatives(
             k.OPS, negative_logits, negative_mask, log_q,
             min(num_hard_negatives, negative_logits.shape[1] or num_hard_negatives),

@@ -217,10 +217,15 @@ def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0
     def take(x):
         return ops.take_along_axis(x, columns, axis=1)
 
+    kept = take(negatives)
     if log_q is not None:
+        # A NaN log Q (an invalid value, NaN after the framework's check) of any valid
+        # negative reaches the loss whichever columns are kept: top_k orders NaN first on
+        # one backend and last on another, so it could otherwise be mined away unseen.
+        kept = kept + ops.sum(ops.where(mask, log_q * 0.0, 0.0), axis=1)[:, None]
         log_q = take(ops.broadcast_to(log_q, ops.shape(ranking)) if len(log_q.shape) == 1
                      else log_q)
-    return take(negatives), take(mask), log_q, num_valid
+    return kept, take(mask), log_q, num_valid
 
 
 def improved(ops, positive, corrected_negatives, mask, num_valid=None) -> Tuple:

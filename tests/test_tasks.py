@@ -140,6 +140,17 @@ class ScaledAndMinedTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLess(pushed[None], 0.12, pushed)      # Total variation distance.
         self.assertGreater(pushed[4], 2 * pushed[None], pushed)
 
+    def test_an_invalid_q_mined_away_still_gives_nan_under_xla(self):
+        # XLA drops the graph assertion, so the bad Q becomes NaN; keeping the top 2 would
+        # drop that column (its score is far below), but the loss must still be NaN.
+        query, candidates, ids, probability, _ = _batch()
+        candidates[7] = -50.0 * query.mean(axis=0)
+        probability[7] = 2.0
+        task = LogQRetrieval(correction="improved", num_hard_negatives=2)
+        loss = tf.function(lambda: task(query, candidates, candidate_sampling_probability=(
+            probability)), jit_compile=True)()
+        self.assertTrue(np.isnan(float(loss)))
+
     def test_config_round_trip(self):
         task = LogQRetrieval(correction="improved", num_hard_negatives=5, log_q_scale=0.25)
         restored = LogQRetrieval.from_config(task.get_config())

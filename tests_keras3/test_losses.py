@@ -58,6 +58,16 @@ def test_hard_negatives_match_numpy_reference(correction):
     layer = keras_logq.SampledSoftmax(correction=correction, num_hard_negatives=3)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert restored.num_hard_negatives == 3
+    if correction != "none":  # An invalid log Q the mining would drop still gives NaN
+        # (in every row where that negative is valid; a masked one is never read).
+        bad = np.array(neg_log_q, np.float32)
+        bad[..., 0] = 0.5
+        got = losses.sampled_softmax_loss(pos, neg - 100.0 * (np.arange(neg.shape[1]) == 0),
+                                          correction=correction, negative_log_q=bad,
+                                          positive_log_q=pos_log_q, negative_mask=mask,
+                                          num_hard_negatives=1)
+        valid = np.asarray(mask)[:, 0]
+        assert valid.any() and np.isnan(numpy(got)[valid]).all()
 
 
 def test_excluded_positive_log_q_is_used_as_is():
