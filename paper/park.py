@@ -42,7 +42,6 @@ import numpy as np
 import tensorflow as tf
 
 import pipelines
-from pipelines import callbacks
 from pipelines import experiment
 from pipelines.run_files import RunFiles
 
@@ -117,12 +116,6 @@ def _slim_best(run_dir: str) -> Dict[str, int]:
     """Rewrites the run's best checkpoint with the model's weights only; returns the sizes."""
     files = RunFiles(run_dir)
     before = sum(os.path.getsize(p) for p in glob.glob(files.best + ".*"))
-    # An improvement pending in progress.json names the best checkpoint it replaces by its
-    # digest (callbacks.TrainingProgress of some worktrees); the slim copy must keep that
-    # name. Code without pending records (before them, and since progress.json keeps every
-    # epoch's value) has no `checkpoint_digest`, and nothing to rename.
-    digest = getattr(callbacks, "checkpoint_digest", None)
-    old_digest = digest(files.best) if digest else None
     config, model, split, data = experiment.load_run(run_dir)
     weights = [w.numpy() for w in model.weights]
     for path in glob.glob(files.best + ".*"):
@@ -134,13 +127,6 @@ def _slim_best(run_dir: str) -> Dict[str, int]:
             np.array_equal(a, b.numpy()) for a, b in zip(weights, reloaded.weights)):
         raise RuntimeError(f"{run_dir}: the slimmed best checkpoint does not give back the "
                            "best weights; nothing was packed.")
-    if digest and os.path.exists(files.progress):
-        with open(files.progress) as f:
-            progress = json.load(f)
-        if progress.get("pending", {}).get("replaced") == old_digest:
-            progress["pending"]["replaced"] = digest(files.best)
-            with open(files.progress, "w") as f:
-                json.dump(progress, f)
     after = sum(os.path.getsize(p) for p in glob.glob(files.best + ".*"))
     return {"best_bytes_before": before, "best_bytes_after": after, "weights": len(weights)}
 

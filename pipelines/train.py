@@ -178,17 +178,12 @@ def _say(line: str) -> None:
 
 
 def _clear_exports(files: RunFiles) -> None:
-    """Removes what an earlier process of this run left in OUTPUT/export. The run's own
-    export is version 1 of each index, so a version 1 there (or the `.1-partial-*` directory
-    of a killed export) is an earlier attempt at this very export: same run, same weights.
-    Versions that `pipelines.export` added (2, 3, ...) stay."""
+    """Removes a version 1 an earlier process of this run exported: the run's own export is
+    version 1 of each index, so one there is an earlier attempt at this very export (same
+    run, same weights). Versions that `pipelines.export` added (2, 3, ...) stay; a killed
+    export's `.1-partial-*` directory is removed by `export` itself."""
     for kind in report.export_lib.INDEXES:
-        base = files.export(kind)
-        if not os.path.isdir(base):
-            continue
-        for name in os.listdir(base):
-            if name == "1" or name.startswith(".1-partial-"):
-                shutil.rmtree(os.path.join(base, name))
+        shutil.rmtree(os.path.join(files.export(kind), "1"), ignore_errors=True)
 
 
 def _write_config(config: configs.Config, output_dir: str) -> None:
