@@ -47,6 +47,8 @@ class NegativeSampler(keras.layers.Layer):
         self.frequency = frequency_lib.as_frequency(probabilities)
         self.seed = checks.check_seed("seed", seed)
         self.seed_generator = keras.random.SeedGenerator(seed)
+        # The class the user called, for error messages (a MixedSampler's halves name it).
+        self._caller = type(self).__name__
         self.built = True
 
     def _log_q(self, ids):
@@ -64,12 +66,18 @@ class NegativeSampler(keras.layers.Layer):
 class InBatchSampler(NegativeSampler):
     """In-batch negatives: the batch's positives serve as every row's negatives.
 
+    Any batch size, eager or compiled (`jax.jit`, `tf.function` with or without XLA), in
+    `fit`, `evaluate` and `predict`: a batch whose size TensorFlow traces as None (a
+    `tf.data` pipeline's partial last batch, a `PyDataset`) is drawn from as any other.
+
     Args:
       deduplicate: keep each distinct id once; log Q is then the
         Horvitz-Thompson per-draw equivalent of the inclusion probability
         1 - (1 - q)^(B-1), which already excludes the positive.
       max_pool_size: keep at most this many pool entries, uniformly at random.
-        With `deduplicate` this is the paper's released pool.
+        With `deduplicate` this is the paper's released pool. It is also the pool's
+        static size when the batch's is known only as the step runs (see `call`):
+        a short batch's missing slots are masked, so a compiled step keeps one shape.
       log_q: with `deduplicate`, "horvitz_thompson" (unbiased) or "unigram"
         (the paper's released code; biased).
       probabilities, seed, **kwargs: see `NegativeSampler`.
@@ -88,34 +96,40 @@ class InBatchSampler(NegativeSampler):
              candidate_mask=None, embedding_fn=None) -> Negatives:
         """Draws the negatives.
 
+        The pool may have a size known only when the step runs (TensorFlow traces a
+        `tf.data` batch, a `PyDataset` or a numpy input with a partial last batch as
+        [None]): with `max_pool_size` it then has exactly `max_pool_size` slots, a
+        short batch's missing ones masked, so its shape stays static; without, it has
+        one slot per candidate. Padding slots and masked candidates are never drawn
+        and never counted in log Q.
+
         Args:
           positive_ids: [batch] integer ids of each row's positive.
           candidate_ids: [pool] ids of the batch's positives (two-tower: the
-            positive ids themselves; sequences: every target of the batch).
-          candidate_embeddings: optional [pool, dim] their embeddings.
-          candidate_mask: optional [pool] bool, False for padding.
+            positive ids themselves; sequences: every target of the batch, given
+            flat or as [batch, length], which is flattened).
+          candidate_embeddings: optional [pool, dim] (or [batch, length, dim]) their
+            embeddings.
+          candidate_mask: optional bool of `candidate_ids`' shape, False for padding.
           embedding_fn: unused.
         """
         del embedding_fn
         positive_ids = k.ids_tensor("positive_ids", positive_ids)
-        ids = k.ids_tensor("candidate_ids", candidate_ids)
+        ids, slots, candidate_embeddings = self._candidates(candidate_ids, candidate_mask,
+                                                            candidate_embeddings)
         size = ids.shape[0]
-        if size is None:
-            raise ValueError("InBatchSampler needs a static pool size; received candidate_ids "
-                             f"with shape {tuple(ids.shape)}.")
-        slots = ops.ones((size,), "bool")
-        if candidate_mask is not None:
-            slots = k.bool_tensor("candidate_mask", candidate_mask, rank=1)
-            k.check_same_shape("candidate_mask", slots, "candidate_ids", ids)
-        if candidate_embeddings is not None:
-            candidate_embeddings = k.float_tensor("candidate_embeddings", candidate_embeddings,
-                                                  rank=2, cast=False)
-            k.check_compatible_dim("candidate_embeddings", candidate_embeddings, 0,
-                                   "candidate_ids", ids, 0)
         keys = subset_size = None
         if self.max_pool_size is not None:
-            subset_size = min(self.max_pool_size, size)
-            keys = keras.random.uniform((size,), seed=self.seed_generator)
+            if size is None:
+                # A short batch: pad to `max_pool_size` masked slots, so that the kept
+                # pool below has that static size whatever the batch.
+                ids, slots, candidate_embeddings = _pad_pool(
+                    ids, slots, candidate_embeddings, self.max_pool_size)
+            subset_size = self.max_pool_size if size is None else min(self.max_pool_size,
+                                                                      size)
+            keys = keras.random.uniform(ops.shape(ids)[:1], seed=self.seed_generator)
+        if size is None:
+            size = ops.shape(ids)[0]
         keep, ids, mask, num_draws, kept, pool_size = formulas.pool_of_slots(
             k.OPS, positive_ids, ids, slots, deduplicate=self.deduplicate,
             sentinel=np.iinfo(keras.backend.standardize_dtype(ids.dtype)).max, size=size,
@@ -131,11 +145,53 @@ class InBatchSampler(NegativeSampler):
         return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes,
                          expected_draws=expected_draws)
 
+    def _candidates(self, candidate_ids, candidate_mask, candidate_embeddings):
+        """([pool] ids, [pool] bool slots, [pool, dim] embeddings or None): the candidates
+        checked (before anything is broadcast) and flattened."""
+        ids = k.ids_tensor("candidate_ids", candidate_ids, rank=None)
+        shape = k.TENSORS.shape(ids)
+        if shape is None or len(shape) == 0:
+            raise ValueError(
+                f"{self._caller} needs `candidate_ids` of rank 1 ([pool]) or more ([batch, "
+                "length], flattened), of known rank; received candidate_ids with shape "
+                f"{'unknown' if shape is None else '()'}.")
+        if candidate_mask is not None:
+            candidate_mask = k.bool_tensor("candidate_mask", candidate_mask, rank=len(shape))
+            k.check_same_shape("candidate_mask", candidate_mask, "candidate_ids", ids)
+        if candidate_embeddings is not None:
+            candidate_embeddings = k.float_tensor("candidate_embeddings", candidate_embeddings,
+                                                  rank=len(shape) + 1, cast=False)
+            for axis in range(len(shape)):
+                k.check_compatible_dim("candidate_embeddings", candidate_embeddings, axis,
+                                       "candidate_ids", ids, axis)
+        if len(shape) > 1:
+            ids = ops.reshape(ids, (-1,))
+            if candidate_mask is not None:
+                candidate_mask = ops.reshape(candidate_mask, (-1,))
+            if candidate_embeddings is not None:
+                candidate_embeddings = ops.reshape(
+                    candidate_embeddings, (-1, candidate_embeddings.shape[-1]))
+        slots = (ops.ones(ops.shape(ids)[:1], "bool") if candidate_mask is None
+                 else candidate_mask)
+        return ids, slots, candidate_embeddings
+
     def get_config(self):
         config = super().get_config()
         config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size,
                       log_q=self.log_q_mode)
         return config
+
+
+def _pad_pool(ids, slots, embeddings, min_size: int):
+    """The pool with masked slots appended up to `min_size` slots (none when it has as
+    many), for a pool whose size is known only when the step runs."""
+    missing = ops.maximum(min_size - ops.shape(ids)[0], 0)
+    ids = ops.concatenate([ids, ops.zeros((missing,), ids.dtype)], axis=0)
+    slots = ops.concatenate([slots, ops.zeros((missing,), "bool")], axis=0)
+    if embeddings is not None:
+        embeddings = ops.concatenate(
+            [embeddings, ops.zeros((missing, embeddings.shape[-1]), embeddings.dtype)], axis=0)
+    return ids, slots, embeddings
 
 
 @keras.saving.register_keras_serializable(package="keras_logq")
@@ -219,6 +275,9 @@ class MixedSampler(NegativeSampler):
                  **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         samplers.check_mixed(mixture, deduplicate)
+        # Checked under the names given here, not those of the halves built from them.
+        checks.check_positive_int("num_uniform", num_uniform)
+        checks.check_positive_int("num_in_batch", num_in_batch)
         self.mixture = mixture
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id,
                                       per_row=per_row, seed=seed, name="uniform")
@@ -227,6 +286,7 @@ class MixedSampler(NegativeSampler):
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
                                        log_q="unigram", seed=None if seed is None else seed + 1,
                                        name="in_batch")
+        self.uniform._caller = self.in_batch._caller = self._caller
         table = getattr(self.frequency, "num_items", None)  # A StaticFrequency's table.
         if table is not None and first_id + num_items > table:
             raise ValueError(
@@ -238,9 +298,11 @@ class MixedSampler(NegativeSampler):
     def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
              candidate_mask=None, embedding_fn=None) -> Negatives:
         """Uniform negatives first, then in-batch ones; arguments as the two samplers'."""
-        uniform = self.uniform(positive_ids, embedding_fn=embedding_fn)
-        in_batch = self.in_batch(positive_ids, candidate_ids, candidate_embeddings,
-                                 candidate_mask=candidate_mask)
+        # The halves' `call`, not `__call__`: an error then reads "Exception encountered
+        # when calling MixedSampler.call()", the layer the user called.
+        uniform = self.uniform.call(positive_ids, embedding_fn=embedding_fn)
+        in_batch = self.in_batch.call(positive_ids, candidate_ids, candidate_embeddings,
+                                      candidate_mask=candidate_mask)
         per_row = self.uniform.per_row
         in_batch_ids = in_batch.ids
         if per_row:

@@ -255,3 +255,171 @@ def test_make_sampler_builds_what_tfrs_logq_builds_and_round_trips():
                                          r"negatives and needs `num_negatives`; received "
                                          r"num_negatives=None"):
         negatives.make_sampler("uniform", num_items=5)
+
+
+# ------------------------------------------------------------- batches of any size
+
+
+def _short_batch(sampler, capacity):
+    """Calls `sampler` on a batch shorter than the pool's static bound, as a step sees it:
+    on TensorFlow through a tf.function traced with [None] ids (a partial last batch of
+    `tf.data`); elsewhere (shapes are always static) padded to `capacity` masked slots."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        spec = tf.TensorSpec([None], tf.int32)
+        traced = tf.function(lambda p, c: sampler(p, c), input_signature=[spec, spec])
+        return traced
+    return lambda positive_ids, candidate_ids: _padded_to(sampler, capacity)(
+        positive_ids, candidate_ids)
+
+
+def _padded_to(sampler, capacity):
+    def call(positive_ids, candidate_ids):
+        missing = capacity - len(candidate_ids)
+        ids = np.concatenate([candidate_ids, np.zeros([missing], candidate_ids.dtype)])
+        mask = np.arange(capacity) < len(candidate_ids)
+        return sampler(positive_ids, ids, candidate_mask=mask)
+    return call
+
+
+SHORT_BATCH_CASES = dict(
+    in_batch_capped=lambda: negatives.InBatchSampler(max_pool_size=9, probabilities=ZIPF_Q,
+                                                     seed=12),
+    in_batch_dedup_capped=lambda: negatives.InBatchSampler(
+        deduplicate=True, max_pool_size=9, probabilities=ZIPF_Q, seed=13),
+    mixed_exact=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 9, probabilities=ZIPF_Q, seed=14),
+)
+
+
+@pytest.mark.parametrize("case", sorted(SHORT_BATCH_CASES))
+def test_z_hat_of_a_short_batch_is_unbiased(case):
+    """A batch of 5 rows where the pool's static bound is 9: the 4 missing slots are masked
+    and log Q counts the 5 real ones only."""
+    call = _short_batch(SHORT_BATCH_CASES[case](), capacity=9)
+    z = _z_hats(call, 0, batch_size=5, trials=600, seed=21)
+    truth = reference.partition_without(0)
+    standard_error = z.std() / np.sqrt(len(z))
+    assert standard_error / truth < 0.1
+    assert abs(z.mean() - truth) < 4.0 * standard_error, (
+        f"{case}: mean {z.mean():.3f} vs truth {truth:.3f} (se {standard_error:.3f})")
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="only TensorFlow traces a batch of unknown size")
+def test_a_pool_of_unknown_size_keeps_its_static_bound():
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    spec = tf.TensorSpec([None], tf.int32)
+    capped = negatives.MixedSampler(NUM_ITEMS, 3, 6, probabilities=ZIPF_Q, seed=1)
+    uncapped = negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q, seed=1)
+    shapes = {}
+    for name, sampler in (("mixed", capped), ("in_batch", uncapped)):
+        traced = tf.function(lambda p, c, s=sampler: s(p, c).ids, input_signature=[spec, spec])
+        shapes[name] = tuple(traced.get_concrete_function().structured_outputs.shape)
+    # Mixed: 3 uniform slots + the in-batch half's bound of 6; uncapped: one per candidate.
+    assert shapes == {"mixed": (9,), "in_batch": (None,)}
+    batch = np.array([4, 2, 4], np.int32)  # 3 rows, 2 distinct ids.
+    neg = tf.function(lambda p, c: capped(p, c), input_signature=[spec, spec])(batch, batch)
+    mask = numpy(neg.mask)
+    assert mask.shape == (3, 9)
+    # The in-batch half holds the 3 real slots (row 0's own id and the other 4 masked) and
+    # 3 padding slots, never valid.
+    assert mask[:, 3:].sum(axis=1).tolist() == [1, 2, 1]
+    dedup = tf.function(lambda p, c: uncapped(p, c), input_signature=[spec, spec])(batch, batch)
+    assert numpy(dedup.mask).sum(axis=1).tolist() == [1, 1, 1]
+
+
+class Batches(keras.utils.PyDataset):
+    """500 rows in batches of 64: the last one holds 52."""
+
+    def __init__(self, data, batch_size=64):
+        super().__init__()
+        self.data, self.batch_size = data, batch_size
+
+    def __len__(self):
+        return -(-len(self.data["item"]) // self.batch_size)
+
+    def __getitem__(self, index):
+        rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
+        return {key: value[rows] for key, value in self.data.items()}
+
+
+class SamplingPredictor(SampledTwoTower):
+    """Draws negatives in `call`, so that `predict` runs the sampler too."""
+
+    def call(self, inputs):
+        query, positives = super().call(inputs)
+        neg = self.sampler(inputs["item"], inputs["item"], positives,
+                           embedding_fn=lambda ids: self.items(ids))
+        return keras_logq.negatives_loss(query, positives, neg, correction="improved")
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        del x, y, sample_weight, training
+        return ops.mean(y_pred)
+
+
+def _inputs(kind, data):
+    if kind == "numpy":
+        return data, dict(batch_size=64)
+    if kind == "pydataset":
+        return Batches(data), {}
+    tf = pytest.importorskip("tensorflow")
+    return tf.data.Dataset.from_tensor_slices(data).batch(64), {}
+
+
+@pytest.mark.parametrize("inputs,sampler_kind,jit", [
+    ("tf_data", "mixed", True), ("tf_data", "in_batch_dedup", False),
+    ("pydataset", "in_batch_dedup", True), ("pydataset", "mixed", False),
+    ("numpy", "mixed", True), ("numpy", "in_batch_dedup", True)])
+def test_samplers_fit_evaluate_predict_with_a_partial_last_batch(inputs, sampler_kind, jit):
+    """500 rows at batch 64 (TensorFlow traces the batch as [None]), eager and compiled."""
+    rng = np.random.default_rng(2)
+    data = dict(user=rng.integers(0, NUM_ITEMS, 500).astype(np.int32),
+                item=rng.choice(NUM_ITEMS, 500, p=ZIPF_Q).astype(np.int32))
+    model = SamplingPredictor(sampler_kind)
+    model.compile(optimizer=keras.optimizers.Adam(0.05),
+                  jit_compile=jit if keras.backend.backend() != "torch" else False)
+    x, kwargs = _inputs(inputs, data)
+    history = model.fit(x, epochs=2, verbose=0, shuffle=False, **kwargs).history["loss"]
+    assert np.all(np.isfinite(history)) and history[-1] < history[0], history
+    assert np.isfinite(model.evaluate(x, verbose=0, **kwargs))
+    predicted = model.predict(x, verbose=0, **kwargs)
+    assert predicted.shape == (500,) and np.all(np.isfinite(predicted))
+
+
+def test_mixed_sampler_errors_name_its_own_arguments():
+    with pytest.raises(ValueError, match=r"`num_in_batch` must be a positive integer; "
+                                         r"received num_in_batch=0"):
+        negatives.MixedSampler(10, 2, 0)
+    with pytest.raises(ValueError, match=r"`num_uniform` must be a positive integer; "
+                                         r"received num_uniform=-1"):
+        negatives.MixedSampler(10, -1, 2)
+    for sampler in (negatives.MixedSampler(10, 2, 2), negatives.InBatchSampler()):
+        name = type(sampler).__name__
+        with pytest.raises(ValueError, match=rf"{name} needs `candidate_ids` of rank 1 .*"
+                                             r"received candidate_ids with shape \(\)") as error:
+            sampler(np.array([1, 2], np.int32), np.int32(3))
+        # Keras's own context names the layer called too, never another.
+        other = "InBatchSampler" if name == "MixedSampler" else "MixedSampler"
+        assert other not in str(error.value) and "UniformSampler" not in str(error.value)
+        with pytest.raises(TypeError, match=r"`positive_ids` must be an integer tensor") as error:
+            sampler(np.zeros([2], np.float32), np.zeros([2], np.int32))
+        assert other not in str(error.value) and "UniformSampler" not in str(error.value)
+
+
+def test_sequence_candidates_are_flattened():
+    """[batch, length] targets with a padding mask: the pool is every real target."""
+    targets = np.array([[0, 3, 5], [0, 0, 7]], np.int32)
+    mask = targets > 0
+    sampler = negatives.InBatchSampler(probabilities=ZIPF_Q)
+    neg = sampler(targets.reshape(-1), targets, candidate_mask=mask)
+    np.testing.assert_array_equal(numpy(neg.ids), targets.reshape(-1))
+    got = numpy(neg.mask)
+    assert got.shape == (6, 6)
+    # Row of target 3 (position 1): negatives 5 and 7 only.
+    assert got[1].tolist() == [False, False, True, False, False, True]
+    # Padding rows read any slots (the loss masks those positions); the pool's padding
+    # slots are invalid for every row.
+    assert not got[:, ~mask.reshape(-1)].any()
+    # Without deduplication, log Q is each real candidate's unigram q.
+    np.testing.assert_allclose(numpy(neg.log_q)[mask.reshape(-1)], np.log(ZIPF_Q[[3, 5, 7]]),
+                               rtol=1e-6)
