@@ -18,7 +18,9 @@ The tests share the numpy references and exact values of `tests/reference.py`.
 
 - losses: `sampled_softmax_loss` (none, standard, standard_negatives,
   improved), `full_softmax_loss`, `bce_loss`, `gbce_loss`, `negatives_loss`,
-  and the `SampledSoftmax` layer for the scores of a `keras_rs.layers.Retrieval`.
+  `masked_mean`, and the `SampledSoftmax` layer for the scores of a
+  `keras_rs.layers.Retrieval`; each takes per-position (sequence) scores with a position
+  mask too.
 - negatives: `InBatchSampler`, `UniformSampler`, `MixedSampler`, `make_sampler`.
 - frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
 """
@@ -35,6 +37,7 @@ from keras_logq.losses import bce_loss
 from keras_logq.losses import full_softmax_loss
 from keras_logq.losses import gbce_loss
 from keras_logq.losses import improved_weight
+from keras_logq.losses import masked_mean
 from keras_logq.losses import negatives_loss
 from keras_logq.losses import sampled_softmax_loss
 from keras_logq.negatives import InBatchSampler
@@ -59,6 +62,7 @@ __all__ = [
     "improved_weight",
     "losses",
     "make_sampler",
+    "masked_mean",
     "negatives",
     "negatives_loss",
     "sampled_softmax_loss",

@@ -206,8 +206,8 @@ def test_scores_and_embeddings_are_checked_before_the_product():
     with pytest.raises(ValueError, match=r"takes `scores` or the embeddings, not both; received "
                        r"scores and query_embeddings"):
         layer(query @ query.T, query_embeddings=query)
-    with pytest.raises(ValueError, match=r"`scores` must have rank 2; received scores with "
-                       r"shape \(6,\)"):
+    with pytest.raises(ValueError, match=r"`scores` must be \[batch, num_candidates\] or "
+                       r"\[batch, length, num_candidates\]; received scores with shape \(6,\)"):
         layer(np.zeros([B], np.float32))
 
 

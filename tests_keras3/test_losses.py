@@ -11,6 +11,7 @@ from keras import ops
 import keras_logq
 from keras_logq import losses
 from tests import reference
+from tests_keras3.backend import compiled
 from tests_keras3.backend import gradients
 from tests_keras3.backend import numpy
 
@@ -257,3 +258,258 @@ def test_model_with_the_layer_saves_and_loads():
     scores = query @ candidates.T
     np.testing.assert_allclose(restored.predict(scores, verbose=0, batch_size=6),
                                model.predict(scores, verbose=0, batch_size=6), rtol=1e-6)
+
+
+# ------------------------------------------------------------- per-position (sequence) inputs
+
+B, L, N = 3, 4, 5
+
+
+def _sequence_inputs(seed, per_position_log_q):
+    """[B, L] positives, [B, L, N] negatives and their log Q, and a position mask; the
+    padding positions hold what must never reach the loss: NaN logits, log Q > 0."""
+    pos, neg, neg_log_q, pos_log_q, negative_mask = reference.sampled_inputs(
+        seed, batch=B * L, num=N, per_row_log_q=per_position_log_q)
+    real = np.random.default_rng(seed).random(B * L) > 0.35
+    real[0], real[1] = True, False
+    pos, pos_log_q = pos.copy(), pos_log_q.copy()
+    pos[~real], pos_log_q[~real] = np.nan, 5.0
+    neg = neg.copy()
+    neg[~real] = np.nan
+    if per_position_log_q:
+        neg_log_q = neg_log_q.copy()
+        neg_log_q[~real] = 3.0
+    flat = dict(pos=pos, neg=neg, neg_log_q=neg_log_q, pos_log_q=pos_log_q,
+                negative_mask=negative_mask, real=real)
+    shaped = dict(pos=pos.reshape(B, L), neg=neg.reshape(B, L, N),
+                  neg_log_q=neg_log_q.reshape(B, L, N) if per_position_log_q else neg_log_q,
+                  pos_log_q=pos_log_q.reshape(B, L), negative_mask=negative_mask.reshape(B, L, N),
+                  real=real.reshape(B, L))
+    return flat, shaped
+
+
+def _hand_masked(flat, values):
+    """The flattened computation of the real positions, 0 at padding, as [B, L]."""
+    out = np.zeros(B * L)
+    out[flat["real"]] = values
+    return out.reshape(B, L)
+
+
+@pytest.mark.parametrize("correction", losses.CORRECTIONS)
+@pytest.mark.parametrize("per_position_log_q", [False, True])
+def test_per_position_loss_equals_the_flattened_hand_masked_rows(correction,
+                                                                 per_position_log_q):
+    flat, seq = _sequence_inputs(31, per_position_log_q)
+    real = flat["real"]
+    rows_log_q = flat["neg_log_q"][real] if per_position_log_q else flat["neg_log_q"]
+    want_rows, _ = reference.sampled_softmax(
+        flat["pos"][real], flat["neg"][real], correction, rows_log_q, flat["pos_log_q"][real],
+        flat["negative_mask"][real])
+    want = _hand_masked(flat, want_rows)
+
+    def loss(pos, neg):
+        return losses.sampled_softmax_loss(
+            pos, neg, correction=correction, negative_log_q=seq["neg_log_q"],
+            positive_log_q=seq["pos_log_q"], negative_mask=seq["negative_mask"],
+            position_mask=seq["real"])
+
+    got = numpy(loss(seq["pos"], seq["neg"]))
+    assert got.shape == (B, L)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(want_rows).all() and want_rows.sum() != 0.0
+    # The mean over the real positions only.
+    np.testing.assert_allclose(numpy(keras_logq.masked_mean(got, seq["real"])),
+                               want_rows.mean(), rtol=1e-5)
+    # Padding (NaN logits, invalid log Q) passes no gradient, and no NaN to the real ones.
+    d_pos, d_neg = gradients(lambda p, n: ops.sum(loss(p, n)), seq["pos"], seq["neg"])
+    assert np.isfinite(d_pos).all() and np.isfinite(d_neg).all()
+    assert not d_pos[~seq["real"]].any() and not d_neg[~seq["real"]].any()
+    if correction == "improved":
+        np.testing.assert_allclose(
+            numpy(losses.improved_weight(seq["pos"], seq["neg"], negative_log_q=seq["neg_log_q"],
+                                         positive_log_q=seq["pos_log_q"],
+                                         negative_mask=seq["negative_mask"],
+                                         position_mask=seq["real"])),
+            _hand_masked(flat, reference.sampled_softmax(
+                flat["pos"][real], flat["neg"][real], "improved", rows_log_q,
+                flat["pos_log_q"][real], flat["negative_mask"][real])[1]), rtol=1e-5, atol=1e-6)
+
+
+def test_exact_per_position_values():
+    """EXACT_SAMPLED's row at position (0, 1) of a [1, 2] sequence whose position 0 is
+    padding: [0, loss], mean = loss."""
+    (pos, neg), kwargs = reference.EXACT_SAMPLED["inputs"], reference.EXACT_SAMPLED["kwargs"]
+    for correction, value in reference.EXACT_SAMPLED["losses"].items():
+        got = losses.sampled_softmax_loss(
+            np.stack([[9.0], pos])[:, 0][None, :].astype(np.float32),
+            np.concatenate([np.full([1, 2], 9.0, np.float32), neg])[None],
+            correction=correction, negative_log_q=kwargs["negative_log_q"],
+            positive_log_q=np.array([[-1.0, kwargs["positive_log_q"][0]]], np.float32),
+            position_mask=np.array([[False, True]]))
+        np.testing.assert_allclose(numpy(got), [[0.0, value]], rtol=1e-6)
+
+
+def test_per_position_bce_gbce_and_full_softmax_equal_the_flattened_rows():
+    flat, seq = _sequence_inputs(32, False)
+    real = flat["real"]
+    np.testing.assert_allclose(
+        numpy(losses.bce_loss(seq["pos"], seq["neg"], seq["negative_mask"],
+                              position_mask=seq["real"])),
+        _hand_masked(flat, reference.bce(flat["pos"][real], flat["neg"][real],
+                                         flat["negative_mask"][real])), rtol=1e-5, atol=1e-6)
+    beta = keras_logq.losses.formulas.gbce_beta(N, 50, 0.75)
+    np.testing.assert_allclose(
+        numpy(losses.gbce_loss(seq["pos"], seq["neg"], num_items=50, t=0.75,
+                               negative_mask=seq["negative_mask"], position_mask=seq["real"])),
+        _hand_masked(flat, reference.bce(flat["pos"][real], flat["neg"][real],
+                                         flat["negative_mask"][real], beta=beta)),
+        rtol=1e-5, atol=1e-6)
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(B * L, 7)).astype(np.float32)
+    labels = rng.integers(0, 7, B * L).astype(np.int32)
+    logits[~real], labels[~real] = np.nan, 99  # Padding: never read.
+    columns = np.arange(7) != 5
+    want = [reference.logsumexp(logits[i][columns]) - logits[i, labels[i]]
+            for i in np.flatnonzero(real)]
+    got = losses.full_softmax_loss(logits.reshape(B, L, 7), labels.reshape(B, L), mask=columns,
+                                   position_mask=seq["real"])
+    np.testing.assert_allclose(numpy(got), _hand_masked(flat, want), rtol=1e-5, atol=1e-6)
+
+
+def test_per_position_negatives_loss_equals_the_flattened_rows():
+    rng = np.random.default_rng(6)
+    table = rng.normal(size=(reference.NUM_ITEMS, 4)).astype(np.float32)
+    targets = np.array([[0, 3, 5, 9], [0, 0, 7, 3]], np.int32)  # 0 pads.
+    real = targets > 0
+    query = rng.normal(size=(2, 4, 4)).astype(np.float32)
+    sampler = keras_logq.InBatchSampler(probabilities=reference.ZIPF_Q)
+    neg = sampler(targets.reshape(-1), targets, table[targets], candidate_mask=real)
+    got = keras_logq.negatives_loss(query, table[targets], neg, correction="improved",
+                                    temperature=0.5, position_mask=real)
+    rows = real.reshape(-1)
+    q, p = query.reshape(8, 4)[rows], table[targets.reshape(-1)][rows]
+    want, _ = reference.sampled_softmax(
+        np.sum(q * p, axis=1) / 0.5, q @ table[targets.reshape(-1)].T / 0.5, "improved",
+        numpy(neg.log_q), numpy(neg.positive_log_q)[rows], numpy(neg.mask)[rows])
+    expected = np.zeros(8)
+    expected[rows] = want
+    np.testing.assert_allclose(numpy(got), expected.reshape(2, 4), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("correction", ["none", "improved"])
+def test_layer_on_per_position_scores_equals_the_flattened_rows(correction):
+    rng = np.random.default_rng(8)
+    num_candidates = 6
+    scores = rng.normal(size=(B, L, num_candidates)).astype(np.float32)
+    targets = rng.integers(0, num_candidates, (B, L))
+    labels = np.eye(num_candidates, dtype=np.float32)[targets]
+    real = rng.random((B, L)) > 0.3
+    real[0, 0], real[0, 1] = True, False
+    labels[0, 1] = 1.0  # A padding position with every label set: still no example.
+    ids = np.array([4, 8, 4, 1, 2, 6], np.int32)
+    log_q = np.log(reference.ZIPF_Q[ids]).astype(np.float32)
+    layer = keras_logq.SampledSoftmax(correction=correction, temperature=0.5)
+    got = numpy(layer(scores, labels, candidate_log_q=log_q, candidate_ids=ids, mask=real))
+    rows = real.reshape(-1)
+    flat_scores = scores.reshape(-1, num_candidates)[rows]
+    flat_labels = labels.reshape(-1, num_candidates)[rows]
+    want = numpy(layer(flat_scores, flat_labels, candidate_log_q=log_q, candidate_ids=ids))
+    # And the numpy reference of those rows.
+    positive = flat_labels.argmax(axis=1)
+    negatives = (ids[None, :] != ids[positive][:, None])
+    ref, _ = reference.sampled_softmax(flat_scores[np.arange(len(positive)), positive] / 0.5,
+                                       flat_scores / 0.5, correction, log_q, log_q[positive],
+                                       negatives)
+    np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-6)
+    expected = np.zeros(B * L)
+    expected[rows] = want
+    np.testing.assert_allclose(got, expected.reshape(B, L), rtol=1e-5, atol=1e-6)
+    mean = keras_logq.SampledSoftmax(correction=correction, temperature=0.5, reduction="mean")
+    np.testing.assert_allclose(
+        numpy(mean(scores, labels, candidate_log_q=log_q, candidate_ids=ids, mask=real)),
+        ref.mean(), rtol=1e-5)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(mean))
+    assert restored.reduction == "mean"
+
+
+class _Sequence(keras.layers.Layer):
+    """[B, L] item ids -> [B, L, dim] embeddings carrying Keras's padding mask (id 0)."""
+
+    def __init__(self, table, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = keras.layers.Embedding(
+            table.shape[0], table.shape[1], mask_zero=True,
+            embeddings_initializer=keras.initializers.Constant(table))
+
+    def call(self, ids):
+        return self.embedding(ids)
+
+    def compute_mask(self, inputs, mask=None):
+        return self.embedding.compute_mask(inputs, mask)
+
+
+def test_layer_reads_the_mask_that_keras_propagates():
+    rng = np.random.default_rng(9)
+    table = rng.normal(size=(10, 4)).astype(np.float32)
+    history = np.array([[0, 0, 3, 5], [0, 2, 9, 1]], np.int32)
+    candidates = rng.normal(size=(5, 4)).astype(np.float32)
+    labels = np.eye(5, dtype=np.float32)[np.array([[0, 1, 2, 3], [4, 0, 1, 2]])]
+    sequence = _Sequence(table)
+    query = sequence(history)
+    layer = keras_logq.SampledSoftmax(correction="none", reduction="mean")
+    propagated = layer(query_embeddings=query, candidate_embeddings=candidates, labels=labels)
+    explicit = layer(query_embeddings=table[history], candidate_embeddings=candidates,
+                     labels=labels, mask=history > 0)
+    unmasked = layer(query_embeddings=table[history], candidate_embeddings=candidates,
+                     labels=labels)
+    np.testing.assert_allclose(numpy(propagated), numpy(explicit), rtol=1e-6)
+    assert abs(float(numpy(propagated)) - float(numpy(unmasked))) > 1e-3
+    scores = ops.matmul(query, ops.transpose(ops.convert_to_tensor(candidates)))
+    per_position = keras_logq.SampledSoftmax(correction="none")
+    got = numpy(per_position(scores, labels, mask=history > 0))
+    assert got.shape == (2, 4) and not got[history == 0].any() and got[history > 0].all()
+
+
+def test_per_position_errors():
+    flat, seq = _sequence_inputs(33, False)
+    del flat
+    with pytest.raises(ValueError, match=r"`position_mask` .*\(3, 5\).*\(3, 4\)|"
+                                         r"`position_mask` .*\(3, 4\).*\(3, 5\)"):
+        losses.bce_loss(seq["pos"], seq["neg"], position_mask=np.ones([3, 5], bool))
+    with pytest.raises(TypeError, match=r"`position_mask` must be a bool tensor"):
+        losses.bce_loss(seq["pos"], seq["neg"], position_mask=np.ones([3, 4], np.float32))
+    with pytest.raises(ValueError, match=r"`negative_logits` must have rank 3; received "
+                                         r"negative_logits with shape \(3, 5\)"):
+        losses.sampled_softmax_loss(seq["pos"], seq["neg"][:, 0], correction="none")
+    with pytest.raises(ValueError, match=r"needs `labels` with per-position scores \[batch, "
+                                         r"length, num_candidates\]; received scores with "
+                                         r"shape \(3, 4, 5\) and labels=None"):
+        keras_logq.SampledSoftmax(correction="none")(seq["neg"])
+    with pytest.raises(ValueError, match=r"`reduction` must be one of"):
+        keras_logq.SampledSoftmax(reduction="average")
+
+
+def test_per_position_losses_compile():
+    """Compiled (jax.jit, XLA; on TensorFlow with a batch traced as None too) as eager."""
+    flat, seq = _sequence_inputs(34, True)
+    del flat
+    layer = keras_logq.SampledSoftmax(correction="improved", reduction="mean")
+    scores = seq["neg"]
+    labels = np.eye(N, dtype=np.float32)[np.arange(B * L).reshape(B, L) % N]
+
+    def fn(pos, neg, log_q, pos_log_q, real, labels):
+        return (losses.sampled_softmax_loss(pos, neg, correction="improved",
+                                            negative_log_q=log_q, positive_log_q=pos_log_q,
+                                            position_mask=real),
+                layer(neg, labels, candidate_log_q=log_q, mask=real))
+
+    args = (seq["pos"], scores, seq["neg_log_q"], seq["pos_log_q"], seq["real"], labels)
+    want = [numpy(x) for x in fn(*args)]
+    for got, expected in zip(compiled(fn)(*args), want):
+        np.testing.assert_allclose(numpy(got), expected, rtol=1e-5, atol=1e-6)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        specs = [tf.TensorSpec([None, *np.shape(a)[1:]], tf.as_dtype(np.asarray(a).dtype))
+                 for a in args]
+        for got, expected in zip(tf.function(fn, input_signature=specs)(*args), want):
+            np.testing.assert_allclose(numpy(got), expected, rtol=1e-5, atol=1e-6)
