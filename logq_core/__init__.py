@@ -11,8 +11,9 @@ TensorFlow nor Keras.
 Modules:
   formulas: losses (every correction, full softmax, BCE, gBCE), log Q of the
     samplers (Q' without the positive, inclusion probabilities,
-    Horvitz-Thompson, the mixture), the static-shape pool helpers and the
-    count-min sketch's estimate.
+    Horvitz-Thompson, the mixture), other known positives (their id mask and
+    how they leave the sums), the static-shape pool helpers and the count-min
+    sketch's estimate.
   samplers: the samplers' names, options and `Negatives` record, and the
     settings -> constructor arguments map behind both frameworks' `make_sampler`.
   checks: pure-Python argument checks whose messages name the argument and

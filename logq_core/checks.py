@@ -242,6 +242,14 @@ def logits_inputs(tensors: Tensors, positive_logits, negative_logits, negative_m
     return positive, negative, negative_mask
 
 
+def mask_like_logits(tensors: Tensors, name: str, mask, negative_logits):
+    """A [batch, n] bool tensor `name` checked to have the shape of `negative_logits`
+    (never broadcast: a [n] or [batch, 1] mask is refused)."""
+    mask = bool_tensor(tensors, name, mask)
+    check_same_shape(tensors, name, mask, "negative_logits", negative_logits)
+    return mask
+
+
 def log_q_tensor(tensors: Tensors, name: str, log_q, logits, of_positives: bool):
     """A log Q checked against the logits it corrects: [batch] for the positives (`logits`
     the positive logits), [n] or [batch, n] for the negatives (the negative logits).

@@ -11,10 +11,10 @@ with logits s_i and validity mask m_i, log Q(d) the log of the per-draw
 proposal probability of d.
 
 Names `ops` must provide: cast, concatenate, exp, expm1, log, log1p, logical_and,
-logsumexp, maximum, min, minimum, not_equal, num_columns (float32 number of columns of
-a 2-D tensor; `keras_logq` builds it on `keras.ops.shape`), ones, argsort
-(stable), scatter, sigmoid, softplus, stack, stop_gradient, sum, take, top_k,
-where, zeros_like.
+logical_not, logsumexp, maximum, min, minimum, not_equal, num_columns (float32 number of
+columns of a 2-D tensor; `keras_logq` builds it on `keras.ops.shape`), ones, ones_like,
+argsort (stable), scatter, searchsorted (1-D, side "left"), sigmoid, softplus, sort,
+stack, stop_gradient, sum, take, top_k, where, zeros_like.
 """
 
 import math
@@ -104,7 +104,7 @@ def scaled(log_q, log_q_scale: float):
 
 def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_log_q=None,
                           positive_log_q=None, mask=None, log_q_excludes_positive=False,
-                          log_q_scale: float = 1.0, num_valid=None):
+                          log_q_scale: float = 1.0, num_valid=None, known_positives=None):
     """The sampled-softmax loss per row and, for "improved", its weight w = 1 - P_hat.
 
     none:               -s_p + log(e^{s_p} + sum_i m_i e^{s_i})
@@ -128,11 +128,16 @@ def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_lo
         shift at all; in between the logits are shifted by lambda log Q. Only 1 makes
         Z_hat (and so "improved"'s P_hat) an unbiased estimate.
       num_valid: optional [batch] n of "improved" (see `improved`).
+      known_positives: optional [batch, n] bool, True where d_i is another known positive
+        of the row: removed from every sum, still a draw in n and log Q
+        (`mask_known_positives`).
 
     Returns:
       ([batch] loss, [batch] weight for "improved", else None).
     """
     check_log_q_given(correction, negative_log_q, positive_log_q, log_q_excludes_positive)
+    if known_positives is not None:
+        mask, num_valid = mask_known_positives(ops, negatives, mask, known_positives, num_valid)
     if correction == "none":
         return softmax_with_positive(ops, positive, negatives, mask), None
     if correction == "standard_negatives":
@@ -153,7 +158,8 @@ def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_lo
 def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negatives,
                                   correction: str, negative_log_q=None, positive_log_q=None,
                                   mask=None, log_q_excludes_positive=False,
-                                  log_q_scale: float = 1.0, num_valid=None):
+                                  log_q_scale: float = 1.0, num_valid=None,
+                                  known_positives=None):
     """`sampled_softmax_terms` on unchecked inputs, as both frameworks' losses take them.
 
     Args:
@@ -162,11 +168,14 @@ def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negative
       log_q_values: (name, log Q) -> log Q, the framework's check that it holds logs of
         probabilities (a graph assertion in TensorFlow, NaN in Keras 3).
       positive, negatives, correction, negative_log_q, positive_log_q, mask,
-      log_q_excludes_positive, log_q_scale, num_valid: as `sampled_softmax_terms`;
-        `correction` already checked, `log_q_scale` checked here.
+      log_q_excludes_positive, log_q_scale, num_valid, known_positives: as
+        `sampled_softmax_terms`; `correction` already checked, `log_q_scale` checked here.
     """
     check_log_q_given(correction, negative_log_q, positive_log_q, log_q_excludes_positive)
     positive, negatives, mask = checks.logits_inputs(tensors, positive, negatives, mask)
+    if known_positives is not None:
+        known_positives = checks.mask_like_logits(tensors, "known_positives", known_positives,
+                                                  negatives)
     if correction != "none":
         negative_log_q = log_q_values("negative_log_q", checks.log_q_tensor(
             tensors, "negative_log_q", negative_log_q, negatives, of_positives=False))
@@ -175,7 +184,7 @@ def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negative
             tensors, "positive_log_q", positive_log_q, positive, of_positives=True))
     return sampled_softmax_terms(ops, positive, negatives, correction, negative_log_q,
                                  positive_log_q, mask, log_q_excludes_positive,
-                                 check_log_q_scale(log_q_scale), num_valid)
+                                 check_log_q_scale(log_q_scale), num_valid, known_positives)
 
 
 def softmax_with_positive(ops, positive, negatives, mask):
@@ -189,7 +198,8 @@ def softmax_with_positive(ops, positive, negatives, mask):
     return ops.softplus(lse - positive)
 
 
-def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0):
+def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0,
+                   num_valid=None):
     """Each row's k valid negatives with the largest corrected logits (hard-negative mining,
     for any correction).
 
@@ -205,13 +215,16 @@ def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0
         others stay masked).
       log_q: None, [n] or [batch, n] log Q (or Q').
       k: columns kept, at most n.
+      num_valid: optional [batch] n of "improved" when it is not the count of `mask` (the
+        count before `mask_known_positives`); returned as it is.
 
     Returns:
       ([batch, k] s, [batch, k] mask, [batch, k] log Q or None, [batch] num_valid).
     """
     ranking = negatives if log_q is None else negatives - scaled(log_q, log_q_scale)
     ranking = ops.where(mask, ranking, float("-inf"))
-    num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)
+    if num_valid is None:
+        num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)
     _, columns = ops.top_k(ranking, k)
 
     def take(x):
@@ -377,6 +390,124 @@ def expected_in_batch_draws(ops, num_draws, kept, pool_size):
     positives (`pool_of_slots` returns all three)."""
     return (ops.cast(kept, "float32") * ops.cast(num_draws, "float32")
             / ops.maximum(ops.cast(pool_size, "float32"), 1.0))
+
+
+# ---------------------------------------------------------------- other known positives
+
+
+def mask_known_positives(ops, negatives, mask, known_positives, num_valid=None):
+    r"""(mask without the known positives, n): the one rule for masking other positives.
+
+    Row u's known positives S_u hold its positive p and its other positives P_u (the
+    other targets of the same user in the batch, items of its history). The loss then
+    estimates the full softmax with P_u removed,
+    Z_u = sum_{d not in S_u} e^{s_d}: with k_i = 1[d_i not in S_u] and m_i the sampler's
+    validity (padding, d_i = p), every sum below runs over m_i k_i, while log Q, log Q',
+    log Q(p) and "improved"'s n = sum_i m_i stay those of the sampler's draws:
+
+    .. math::
+        \text{none:}\quad \ell = -s_p + \log\big(e^{s_p} + \sum_i m_i k_i e^{s_i}\big)
+
+        \text{standard:}\quad \ell = -c_p + \log\big(e^{c_p}
+            + \sum_i m_i k_i e^{s_i - \log Q(d_i)}\big)
+
+        \text{standard\_negatives:}\quad \ell = -s_p + \log\big(e^{s_p}
+            + \sum_i m_i k_i e^{s_i - \log Q(d_i)}\big)
+
+        \text{improved:}\quad \hat Z = \frac{1}{n} \sum_i m_i k_i e^{s_i - \log Q'(d_i)},
+            \quad n = \sum_i m_i
+
+    This is exact for every sampler, as removing terms from an unbiased sum over the
+    catalog is:
+
+    - per-draw proposals (uniform, in-batch without deduplication, the candidate columns
+      with their sampling probability): given n, each valid draw follows Q' (Q without p),
+      so E[k e^{s} / Q'(d)] = sum_{d != p} Q'(d) k(d) e^{s_d} / Q'(d) = Z_u, and
+      E[Z_hat | n] = Z_u; for "standard", E[sum_i m_i k_i e^{s_i} / Q(d_i)] = N Z_u over N
+      draws, the same scale as without the mask;
+    - expected-draws forms (the exact mixture, log Q' = log D - log n, and the
+      deduplicated pool's Horvitz-Thompson log Q'): Z_hat = sum_i m_i k_i e^{s_i} / D(d_i)
+      with E[#draws of d] = D(d), so E[Z_hat] = Z_u; the sampler's n cancels only because
+      the loss divides by the same n.
+
+    Recounting n after the mask (AND-ing `known_positives` into the validity mask) is
+    biased: for a per-draw proposal E[Z_hat] = Z_u (1 - Q(p)) / (1 - Q(S_u)) > Z_u (the
+    valid draws then follow Q'' = Q / (1 - Q(S_u)), which only a log Q'' = log Q -
+    log(1 - Q(S_u)) would undo, needing Q of every known positive); for the
+    expected-draws forms E[Z_hat] = Z_u n / n'. With hard negatives, masked columns are
+    never mined and n is still the count before both.
+
+    The samplers count the batch's other B - 1 entries as draws from q; entries that come
+    from rows of the same user are not independent of it, and with the mask they leave the
+    sum but stay in n: a relative bias of Z_hat of -(c_u - 1) / n for c_u rows of the user
+    in a row's pool of n (-0.8% for 200 positions of a user among 25,600), where without
+    the mask their (high) scores biased Z_hat upwards.
+
+    Args:
+      negatives: [batch, n] logits (for the count when `mask` is None).
+      mask: None or [batch, n] bool, the sampler's valid negatives.
+      known_positives: [batch, n] bool, True where the negative is a known positive.
+      num_valid: optional [batch] n already counted (hard negatives), else the count of
+        `mask` (every column without one).
+
+    Returns:
+      ([batch, n] bool mask & ~known_positives, [batch] float32 n).
+    """
+    if num_valid is None:
+        num_valid = (ops.sum(ops.zeros_like(negatives), axis=1) + ops.num_columns(negatives)
+                     if mask is None else ops.sum(ops.cast(mask, "float32"), axis=1))
+    keep = ops.logical_not(known_positives)
+    return (keep if mask is None else ops.logical_and(mask, keep)), num_valid
+
+
+def known_positive_ids_mask(ops, row_queries, negative_ids, known_queries, known_items,
+                            known_valid=None):
+    """[batch, n] bool, True where negative j of row r is a known positive of r's query.
+
+    The known set S is a list of pairs (query, item): the batch's rows as (query id,
+    positive id), and any other known positives (a user's history) with their row's
+    query. Negative d of row r is a known positive when (row_queries[r], d) is in S: the
+    row's own positive (an accidental hit) and every positive of the rows of the same
+    query. Sorting and binary search, exact, with no [batch, batch] or [batch, m]
+    comparison: O((m + batch n) log m) for m pairs.
+
+    Args:
+      row_queries: [batch] integer query id of each row (a user, a sequence).
+      negative_ids: [n] shared or [batch, n] per-row integer ids.
+      known_queries: [m] integer query ids of S's pairs.
+      known_items: [m] integer item ids of S's pairs, of the dtype of `negative_ids`.
+      known_valid: optional [m] bool, False for pairs that are not in S (padding rows).
+    """
+    size = ops.shape(known_items)[0]
+
+    def sorted_table(values):
+        # One entry past the end, so that reading position m stays in bounds (m = 0
+        # included); `position` never reads it as a match.
+        return ops.concatenate([ops.sort(values), ops.cast(ops.ones([1]), values.dtype)],
+                               axis=0)
+
+    def position(table, values):
+        """(int64 position of each value among the m sorted entries of `table`, whether
+        the value is there)."""
+        flat = ops.reshape(values, (-1,))
+        where = ops.searchsorted(table[:-1], flat)
+        found = ops.logical_and(where < size, ops.equal(ops.take(table, where, axis=0), flat))
+        return (ops.reshape(ops.cast(where, "int64"), ops.shape(values)),
+                ops.reshape(found, ops.shape(values)))
+
+    queries, items = sorted_table(known_queries), sorted_table(known_items)
+    # A pair's key: query position * (m + 1) + item position, both at most m.
+    stride = ops.cast(size, "int64") + 1
+    set_keys = position(queries, known_queries)[0] * stride + position(items, known_items)[0]
+    if known_valid is not None:  # -1: the key of no pair.
+        set_keys = ops.where(known_valid, set_keys, -ops.ones_like(set_keys))
+    row_query, row_found = position(queries, row_queries)
+    item, item_found = position(items, negative_ids)
+    if len(negative_ids.shape) == 1:
+        item, item_found = item[None, :], item_found[None, :]
+    keys = ops.where(ops.logical_and(row_found[:, None], item_found),
+                     row_query[:, None] * stride + item, -2 * ops.ones_like(item))
+    return position(sorted_table(set_keys), keys)[1]
 
 
 # ---------------------------------------------------------------- static-shape pools

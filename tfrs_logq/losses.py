@@ -35,6 +35,7 @@ def sampled_softmax_loss(
         negative_mask: Optional[tf.Tensor] = None,
         log_q_excludes_positive: bool = False,
         log_q_scale: float = 1.0,
+        known_positives: Optional[tf.Tensor] = None,
 ) -> tf.Tensor:
     r"""Sampled-softmax loss per example, with no, the standard or the improved logQ correction.
 
@@ -110,6 +111,16 @@ def sampled_softmax_loss(
         `reg_factor`): every log Q (log Q') in the formulas above becomes
         lambda log Q. 1 (default) is the correction and 0 shifts nothing; only
         1 makes Z_hat, and "improved"'s P_hat, unbiased.
+      known_positives: Optional [batch, num_negatives] bool tensor, True where
+        negative i is another known positive of the row (a later target of the
+        same user, an item of its history). Such a negative leaves every sum
+        above (k_i = 1 - known_positives_i multiplies m_i) but is still a draw:
+        log Q, log Q' and "improved"'s n = sum_i m_i are unchanged, which keeps
+        Z_hat an unbiased estimate of the partition function without the known
+        positives, sum_{d not in S_u} e^{s_d}, for every sampler. Passing the
+        same columns through `negative_mask` instead recounts n and biases
+        Z_hat up by (1 - Q(p)) / (1 - Q(S_u)). The maths, per correction and
+        sampler: `logq_core.formulas.mask_known_positives`.
 
     Returns:
       [batch] float32 tensor of per-example losses.
@@ -123,14 +134,15 @@ def sampled_softmax_loss(
     v.check_choice("correction", correction, CORRECTIONS)
     loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
                                     negative_log_q, positive_log_q, negative_mask,
-                                    log_q_excludes_positive, log_q_scale=log_q_scale)
+                                    log_q_excludes_positive, log_q_scale=log_q_scale,
+                                    known_positives=known_positives)
     return loss
 
 
 def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
                           positive_log_q=None, negative_mask=None,
                           log_q_excludes_positive=False, check_log_q=True, log_q_scale=1.0,
-                          num_valid=None):
+                          num_valid=None, known_positives=None):
     """`sampled_softmax_loss` and, for "improved", its [batch] weight w = 1 - P_hat (else None).
 
     Arguments as in `sampled_softmax_loss` (here positional), `correction` already
@@ -144,7 +156,7 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     return formulas.checked_sampled_softmax_terms(
         _ops.TF, v.TENSORS, v.check_log_probabilities if check_log_q else _unchecked,
         positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
-        negative_mask, log_q_excludes_positive, log_q_scale, num_valid)
+        negative_mask, log_q_excludes_positive, log_q_scale, num_valid, known_positives)
 
 
 def _unchecked(name, log_q):
@@ -191,6 +203,7 @@ def improved_weight(
         negative_mask: Optional[tf.Tensor] = None,
         log_q_excludes_positive: bool = False,
         log_q_scale: float = 1.0,
+        known_positives: Optional[tf.Tensor] = None,
 ) -> tf.Tensor:
     """The improved correction's per-example weight w = 1 - P_hat, shape [batch].
 
@@ -200,7 +213,8 @@ def improved_weight(
     """
     _, weight = sampled_softmax_terms(positive_logits, negative_logits, "improved",
                                       negative_log_q, positive_log_q, negative_mask,
-                                      log_q_excludes_positive)
+                                      log_q_excludes_positive, log_q_scale=log_q_scale,
+                                      known_positives=known_positives)
     return weight
 
 
@@ -326,12 +340,13 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
         self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
 
     def call(self, positive_logits, negative_logits, negative_log_q=None,
-             positive_log_q=None, negative_mask=None):
+             positive_log_q=None, negative_mask=None, known_positives=None):
         """Returns the [batch] per-example loss; arguments as in `sampled_softmax_loss`."""
         loss, _ = sampled_softmax_terms(positive_logits, negative_logits, self.correction,
                                         negative_log_q, positive_log_q, negative_mask,
                                         self.log_q_excludes_positive,
-                                        log_q_scale=self.log_q_scale)
+                                        log_q_scale=self.log_q_scale,
+                                        known_positives=known_positives)
         return loss
 
     def get_config(self):

@@ -66,6 +66,74 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
     return formulas.accidental_hit_mask(_ops.TF, positive_ids, negative_ids)
 
 
+def known_positive_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor,
+                        query_ids: Optional[tf.Tensor] = None,
+                        known_positive_ids: Optional[tf.Tensor] = None,
+                        valid_rows: Optional[tf.Tensor] = None,
+                        global_batch: bool = False) -> tf.Tensor:
+    """[batch, num_negatives] bool, True where a negative is a known positive of its row.
+
+    A row's known positives are its own positive, the positives of every row with the
+    same query id (the other targets of a SASRec user's sequence, the other items of a
+    two-tower user in the batch), and the row's `known_positive_ids` (shared by the rows
+    of its query). The loss removes them from its sums but still counts them as draws
+    (`logq_core.formulas.mask_known_positives`). Exact, by sorting and binary search
+    (`logq_core.formulas.known_positive_ids_mask`): no [batch, batch] comparison.
+
+    Args:
+      positive_ids: [batch] integer or string ids of the rows' positives.
+      negative_ids: [num_negatives] shared or [batch, num_negatives] per-row ids, of the
+        kind of `positive_ids`.
+      query_ids: optional [batch] integer or string query id of each row (the user, the
+        sequence); None: every row is its own query.
+      known_positive_ids: optional [batch, k] ids of each row's other known positives
+        (a history). Pad with an id that is never a valid negative (the padding id).
+      valid_rows: optional [batch] bool, False for padding rows: their positive and
+        `known_positive_ids` are nobody's known positives.
+      global_batch: under tf.distribute, the rows of every replica make the known set
+        (for negatives drawn from the global batch); integer ids only (collectives carry
+        no strings: string ids use the replica's own rows). No effect without replicas.
+    """
+    positive_ids = tf.convert_to_tensor(positive_ids)
+    negative_ids = tf.convert_to_tensor(negative_ids)
+    num_rows = tf.shape(positive_ids, out_type=tf.int64)[0]
+    gather = (cross_replica_concat if global_batch and positive_ids.dtype != tf.string
+              and (query_ids is None or tf.convert_to_tensor(query_ids).dtype != tf.string)
+              else tf.identity)
+    if query_ids is None:  # Each row its own query, numbered across replicas.
+        query_ids = tf.range(num_rows)
+        if gather is not tf.identity:
+            context = tf.distribute.get_replica_context()
+            counts = gather(tf.reshape(num_rows, [1]))
+            query_ids += tf.reduce_sum(counts[:context.replica_id_in_sync_group])
+    query_ids = tf.convert_to_tensor(query_ids)
+    if query_ids.dtype == tf.string:
+        _, query_ids = tf.unique(query_ids)
+    query_ids = tf.cast(query_ids, tf.int64)
+    if valid_rows is None:
+        valid_rows = tf.ones_like(query_ids, tf.bool)
+    known_queries, known_items, known_valid = (gather(query_ids), gather(positive_ids),
+                                               gather(valid_rows))
+    if known_positive_ids is not None:
+        per_row = tf.shape(known_positive_ids)[1]
+        history = tf.convert_to_tensor(known_positive_ids)
+        history = gather(history if history.dtype == tf.string
+                         else tf.cast(history, positive_ids.dtype))
+        known_queries, known_valid = (tf.concat([known_queries, tf.repeat(known_queries, per_row)],
+                                                0),
+                                      tf.concat([known_valid, tf.repeat(known_valid, per_row)], 0))
+        known_items = tf.concat([known_items, tf.reshape(history, [-1])], 0)
+    if known_items.dtype == tf.string:
+        # Integer codes of every id involved: one tf.unique, as `accidental_hit_mask`.
+        _, codes = tf.unique(tf.concat([known_items, tf.reshape(negative_ids, [-1])], 0))
+        size = tf.size(known_items)
+        known_items = codes[:size]
+        negative_ids = tf.reshape(codes[size:], tf.shape(negative_ids))
+    known_items, negative_ids = tf.cast(known_items, tf.int64), tf.cast(negative_ids, tf.int64)
+    return formulas.known_positive_ids_mask(_ops.TF, query_ids, negative_ids, known_queries,
+                                            known_items, known_valid)
+
+
 def cross_replica_concat(tensor: tf.Tensor) -> tf.Tensor:
     """Every replica's `tensor` concatenated along axis 0, in replica order.
 
@@ -479,6 +547,12 @@ class MixedSampler(NegativeSampler):
     @property
     def per_row(self) -> bool:
         return self.uniform.per_row
+
+    def reset(self) -> None:
+        """Restarts the draws of both halves: the next calls draw what the first calls did."""
+        super().reset()
+        self.uniform.reset()
+        self.in_batch.reset()
 
     @property
     def num_negatives(self) -> int:

@@ -39,7 +39,10 @@ class Scored(NamedTuple):
       log_q_checked: the sampler already checked the values `log_q` was derived from
         (`Negatives.log_q_checked`): the loss does not check them again.
       num_valid: [batch] "improved"'s n when it is not the count of `mask` (hard
-        negatives: the valid negatives before mining), or None.
+        negatives: the valid negatives before mining; known positives: before their
+        mask), or None.
+      negative_ids: [n] or [batch, n] ids of a sampler's negatives, or None (the
+        candidate columns, whose ids are `candidate_ids`).
     """
     positive_logits: tf.Tensor
     negative_logits: tf.Tensor
@@ -50,6 +53,7 @@ class Scored(NamedTuple):
     diagonal_positive: bool = False
     log_q_checked: bool = False
     num_valid: Optional[tf.Tensor] = None
+    negative_ids: Optional[tf.Tensor] = None
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -83,6 +87,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       about a million items).
     - With extra candidates (num_candidates > num_queries), the factorized
       metrics get the positives' ids only (TFRS passes all ids and crashes).
+    - `query_ids`, `known_positive_ids` and `known_positives` (`call`): a
+      row's other known positives (the user's other targets in the batch, its
+      history) are masked rather than pushed down as negatives, with log Q
+      and "improved"'s n kept so that the correction stays unbiased
+      (`logq_core.formulas.mask_known_positives`).
 
     Args:
       loss: Optional custom Keras loss called as `loss(labels, logits,
@@ -217,7 +226,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
              candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None,
              training: Optional[bool] = None,
              candidate_table: Optional[tf.Tensor] = None,
-             candidate_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+             candidate_mask: Optional[tf.Tensor] = None,
+             query_ids: Optional[tf.Tensor] = None,
+             known_positive_ids: Optional[tf.Tensor] = None,
+             known_positives: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Computes the task loss and updates the metrics.
 
         Row i of `query_embeddings` chose the candidate in row i of
@@ -258,6 +270,25 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             the pool when it is given (a zero-weight row of the pool is still drawn
             as a negative, so it is counted), else the rows with a nonzero sample
             weight.
+          query_ids: optional [num_queries] integer or string id of the query each
+            row belongs to (the user; in SASRec, the sequence whose positions are the
+            rows). A candidate or sampled negative whose id is the positive of any row
+            with the same query id is a known positive of the row: every other target
+            of the user in the batch, and the row's own positive (accidental hits,
+            then always removed). Needs `candidate_ids`.
+          known_positive_ids: optional [num_queries, k] ids of each row's other known
+            positives (a two-tower user's history), shared by the rows of its query;
+            pad with an id that is never a valid negative. Needs `candidate_ids`.
+          known_positives: without a sampler, optional [num_queries, num_candidates]
+            bool, True where candidate column j is a known positive of query i (the
+            explicit form of the two above, combined with them).
+
+          Known positives leave the loss's sums but stay draws: log Q and
+          "improved"'s n are unchanged, so Z_hat stays an unbiased estimate of the
+          partition function without them, for every correction and sampler
+          (`logq_core.formulas.mask_known_positives`). `score_mask` instead also
+          removes the columns from "improved"'s n (for columns that are not draws,
+          such as padding). Hard negatives are mined among the remaining columns.
 
         Returns:
           Scalar loss: the sum over queries of sample-weighted per-example losses.
@@ -267,6 +298,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         candidate_ids, score_mask, checked_mask = _checked_columns(
             query_embeddings, candidate_embeddings, candidate_ids, score_mask,
             None if self.sampler is None else candidate_mask)
+        query_ids, known_positive_ids, known_positives = _checked_known_positives(
+            query_embeddings, candidate_embeddings, candidate_ids, query_ids,
+            known_positive_ids, known_positives, self.sampler is not None)
         candidate_mask = candidate_mask if self.sampler is None else checked_mask
         num_queries = tf.shape(query_embeddings)[0]
         self._update_frequency(candidate_ids, num_queries, sample_weight, training,
@@ -284,6 +318,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             scored = self._sampled(query_embeddings, candidate_embeddings,
                                    candidate_sampling_probability, candidate_ids, score_mask,
                                    candidate_embedding_fn, candidate_table, candidate_mask)
+        if query_ids is not None or known_positive_ids is not None or (
+                known_positives is not None):
+            scored = self._without_known_positives(
+                scored, candidate_ids, query_ids, known_positive_ids, known_positives,
+                None if candidate_mask is None else candidate_mask[:num_queries])
         correction = self._resolve_correction(scored.log_q)
         if self.num_hard_negatives is not None:
             scored = self._hard_negatives(scored, correction)
@@ -467,7 +506,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             return Scored(positive_logits, self._temperature(columns), negatives.mask,
                           negatives.log_q, negatives.positive_log_q,
                           negatives.log_q_excludes_positive,
-                          log_q_checked=negatives.log_q_checked)
+                          log_q_checked=negatives.log_q_checked, negative_ids=negatives.ids)
         negatives = self.sampler(positive_ids, candidate_ids, candidate_embeddings,
                                  candidate_mask=candidate_mask,
                                  embedding_fn=candidate_embedding_fn)
@@ -485,7 +524,26 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         negative_logits = self._temperature(_ops.scores(query_embeddings, negative_embeddings))
         return Scored(positive_logits, negative_logits, negatives.mask, negatives.log_q,
                       negatives.positive_log_q, negatives.log_q_excludes_positive,
-                      log_q_checked=negatives.log_q_checked)
+                      log_q_checked=negatives.log_q_checked, negative_ids=negatives.ids)
+
+    def _without_known_positives(self, scored: Scored, candidate_ids, query_ids,
+                                 known_positive_ids, known_positives, valid_rows) -> Scored:
+        """`scored` with each row's known positives masked and "improved"'s n counted before
+        (`logq_core.formulas.mask_known_positives`)."""
+        known = known_positives
+        if query_ids is not None or known_positive_ids is not None:
+            num_queries = tf.shape(scored.positive_logits)[0]
+            positive_ids = candidate_ids[:num_queries]
+            negative_ids = (candidate_ids if scored.negative_ids is None
+                            else scored.negative_ids)
+            # A pool drawn from every replica's rows: so is the known set.
+            by_ids = negatives_lib.known_positive_mask(
+                positive_ids, negative_ids, query_ids, known_positive_ids, valid_rows,
+                global_batch=scored.negative_ids is not None and _global_pool(self.sampler))
+            known = by_ids if known is None else tf.logical_or(known, by_ids)
+        mask, num_valid = formulas.mask_known_positives(
+            _ops.TF, scored.negative_logits, scored.mask, known, scored.num_valid)
+        return scored._replace(mask=mask, num_valid=num_valid)
 
     def _hard_negatives(self, scored: Scored, correction: str) -> Scored:
         """Keeps the num_hard_negatives valid negatives with the largest corrected logits
@@ -494,7 +552,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         negative_logits, mask, log_q, num_valid = formulas.hard_negatives(
             _ops.TF, scored.negative_logits, scored.mask, log_q,
             tf.minimum(self.num_hard_negatives, tf.shape(scored.negative_logits)[1]),
-            self.log_q_scale)
+            self.log_q_scale, scored.num_valid)
         return scored._replace(negative_logits=negative_logits, mask=mask, log_q=log_q,
                                diagonal_positive=False, num_valid=num_valid)
 
@@ -613,3 +671,44 @@ def _checked_columns(query_embeddings, candidate_embeddings, candidate_ids, scor
                 v.check_compatible_dim(name, value, axis, *other)
         checked.append(value)
     return tuple(checked)
+
+
+def _global_pool(sampler) -> bool:
+    """Whether `sampler`'s in-batch pool is the global batch under tf.distribute."""
+    in_batch = getattr(sampler, "in_batch", sampler)
+    return bool(getattr(in_batch, "global_batch", False))
+
+
+def _checked_known_positives(query_embeddings, candidate_embeddings, candidate_ids, query_ids,
+                             known_positive_ids, known_positives, has_sampler):
+    """`query_ids` [num_queries], `known_positive_ids` [num_queries, k] and `known_positives`
+    [num_queries, num_candidates] checked (dtype, rank, sizes; ids need `candidate_ids`;
+    `known_positives` names candidate columns, which a sampler's negatives are not)."""
+    for name, value in (("query_ids", query_ids), ("known_positive_ids", known_positive_ids)):
+        if value is not None and candidate_ids is None:
+            raise ValueError(f"`{name}` masks the candidates whose ids are known positives and "
+                             "needs `candidate_ids`; received candidate_ids=None.")
+    queries = ("query_embeddings", query_embeddings, 0)
+    if query_ids is not None:
+        query_ids = v.ids_tensor("query_ids", query_ids, rank=1)
+        v.check_compatible_dim("query_ids", query_ids, 0, *queries)
+    if known_positive_ids is not None:
+        known_positive_ids = v.ids_tensor("known_positive_ids", known_positive_ids, rank=2)
+        v.check_compatible_dim("known_positive_ids", known_positive_ids, 0, *queries)
+        if (known_positive_ids.dtype == tf.string) != (
+                tf.convert_to_tensor(candidate_ids).dtype == tf.string):
+            raise TypeError(
+                "`known_positive_ids` must be ids of the kind of `candidate_ids`; received "
+                f"known_positive_ids with dtype {known_positive_ids.dtype.name} and "
+                f"candidate_ids with dtype {tf.convert_to_tensor(candidate_ids).dtype.name}.")
+    if known_positives is not None:
+        if has_sampler:
+            raise ValueError(
+                "`known_positives` marks candidate columns; a sampler's negatives are not "
+                "the candidate columns: pass `query_ids` or `known_positive_ids` instead. "
+                "Received known_positives that is not None.")
+        known_positives = v.bool_tensor("known_positives", known_positives, rank=2)
+        v.check_compatible_dim("known_positives", known_positives, 0, *queries)
+        v.check_compatible_dim("known_positives", known_positives, 1,
+                               "candidate_embeddings", candidate_embeddings, 0)
+    return query_ids, known_positive_ids, known_positives

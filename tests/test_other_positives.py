@@ -1,0 +1,423 @@
+"""Other known positives masked (issue 47, item 3): the id mask, every correction against numpy,
+LogQRetrieval's query_ids / known_positive_ids / known_positives, hard negatives, the
+unbiasedness of Z_hat on a known catalog, and the argument errors."""
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from logq_core import formulas
+from tests import conftest
+from tests import reference
+from tfrs_logq import _ops
+from tfrs_logq import losses
+from tfrs_logq import negatives
+from tfrs_logq.tasks import LogQRetrieval
+
+
+def masked_reference(pos, neg, correction, neg_log_q=None, pos_log_q=None, mask=None,
+                     known=None, excludes=False, num_hard=None):
+    """Per-row loss and weight with known positives: the sums run over m_i k_i (k_i = not
+    known), log Q and "improved"'s n = sum_i m_i are those before the known mask; with
+    `num_hard`, the k largest corrected logits among m_i k_i, n unchanged."""
+    pos = np.asarray(pos, np.float64)
+    neg = np.asarray(neg, np.float64)
+    batch, num = neg.shape
+    mask = np.ones((batch, num), bool) if mask is None else np.asarray(mask)
+    known = np.zeros((batch, num), bool) if known is None else np.asarray(known)
+    log_q = np.zeros((batch, num)) if neg_log_q is None else np.broadcast_to(
+        np.asarray(neg_log_q, np.float64), (batch, num))
+    pos_log_q = np.zeros(batch) if pos_log_q is None else np.asarray(pos_log_q, np.float64)
+    losses_, weights = np.zeros(batch), np.zeros(batch)
+    for r in range(batch):
+        n = mask[r].sum()
+        if correction == "improved" and not excludes:
+            shift = np.log1p(-np.exp(pos_log_q[r]))
+        else:
+            shift = 0.0
+        corrected = neg[r] - ((log_q[r] - shift) if correction != "none" else 0.0)
+        columns = np.nonzero(mask[r] & ~known[r])[0]
+        if num_hard is not None:
+            columns = columns[np.argsort(-corrected[columns], kind="stable")[:num_hard]]
+        terms = corrected[columns]
+        if correction == "improved":
+            if n == 0 or len(terms) == 0:  # Z_hat = 0: P_hat = 1, weight and loss 0.
+                continue
+            lse = reference.logsumexp(terms)
+            weights[r] = 1.0 / (1.0 + np.exp(pos[r] - (lse - np.log(n))))
+            losses_[r] = weights[r] * (lse - pos[r])
+            continue
+        positive = pos[r] - (pos_log_q[r] if correction == "standard" else 0.0)
+        losses_[r] = reference.logsumexp(np.concatenate([[positive], terms])) - positive
+    return losses_, weights
+
+
+def known_reference(positive_ids, negative_ids, query_ids=None, known_ids=None, valid=None):
+    """The id mask by brute force: negative d of row r is known when a valid row with r's
+    query has d as its positive or among its known ids."""
+    positive_ids = np.asarray(positive_ids)
+    batch = len(positive_ids)
+    query_ids = np.arange(batch) if query_ids is None else np.asarray(query_ids)
+    valid = np.ones(batch, bool) if valid is None else np.asarray(valid)
+    negative_ids = np.asarray(negative_ids)
+    if negative_ids.ndim == 1:
+        negative_ids = np.broadcast_to(negative_ids, (batch, len(negative_ids)))
+    out = np.zeros(negative_ids.shape, bool)
+    for r in range(batch):
+        items = set()
+        for other in range(batch):
+            if valid[other] and query_ids[other] == query_ids[r]:
+                items.add(positive_ids[other])
+                if known_ids is not None:
+                    items.update(np.asarray(known_ids)[other].tolist())
+        out[r] = [d in items for d in negative_ids[r]]
+    return out
+
+
+# s_p = 0, two negatives with s = 0 and Q = 1/2, Q(p) = 1/4, the second a known positive:
+# none = log 2; standard = -log 4 + log(4 + 2) = log 1.5; standard_negatives = log(1 + 2) = log 3;
+# improved: Q' = 2/3, LSE = log 1.5, n = 2 (the known positive is still a draw),
+# P_hat = sigmoid(0 - log 1.5 + log 2) = 4/7, loss = (3/7) log 1.5. Recounting n = 1 would give
+# P_hat = sigmoid(-log 1.5) = 0.4 instead.
+EXACT = dict(none=np.log(2.0), standard=np.log(1.5), standard_negatives=np.log(3.0),
+             improved=3.0 / 7.0 * np.log(1.5))
+
+
+class LossTest(tf.test.TestCase, parameterized.TestCase):
+    """`known_positives` in the loss functions."""
+
+    @parameterized.parameters(*losses.CORRECTIONS)
+    def test_exact_values(self, correction):
+        got = losses.sampled_softmax_loss(
+            np.zeros([1], np.float32), np.zeros([1, 2], np.float32), correction=correction,
+            negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
+            positive_log_q=np.log([0.25]).astype(np.float32),
+            known_positives=np.array([[False, True]]))
+        self.assertAllClose(got, [EXACT[correction]], rtol=1e-6)
+
+    def test_improved_weight_counts_the_known_positive_as_a_draw(self):
+        kwargs = dict(negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
+                      positive_log_q=np.log([0.25]).astype(np.float32))
+        inputs = (np.zeros([1], np.float32), np.zeros([1, 2], np.float32))
+        self.assertAllClose(losses.improved_weight(
+            *inputs, known_positives=np.array([[False, True]]), **kwargs), [3.0 / 7.0])
+        # The same column through negative_mask is no draw: n = 1.
+        self.assertAllClose(losses.improved_weight(
+            *inputs, negative_mask=np.array([[True, False]]), **kwargs), [0.6])
+
+    @parameterized.product(correction=losses.CORRECTIONS, seed=[0, 1],
+                           per_row_log_q=[False, True])
+    def test_against_numpy(self, correction, seed, per_row_log_q):
+        pos, neg, neg_log_q, pos_log_q, mask = reference.sampled_inputs(
+            seed, per_row_log_q=per_row_log_q)
+        known = np.random.default_rng(seed + 10).random(neg.shape) < 0.3
+        known[1] = True  # Every negative of row 1 a known positive: loss 0 but "improved"'s n.
+        got = losses.sampled_softmax_loss(pos, neg, correction=correction,
+                                          negative_log_q=neg_log_q, positive_log_q=pos_log_q,
+                                          negative_mask=mask, known_positives=known)
+        want, _ = masked_reference(pos, neg, correction, neg_log_q, pos_log_q, mask, known)
+        self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
+        layer = losses.SampledSoftmaxLoss(correction)
+        self.assertAllClose(layer(pos, neg, neg_log_q, pos_log_q, mask, known_positives=known),
+                            want, rtol=1e-5, atol=1e-6)
+
+    def test_no_known_positive_changes_nothing(self):
+        pos, neg, neg_log_q, pos_log_q, mask = reference.sampled_inputs(3)
+        for correction in losses.CORRECTIONS:
+            self.assertAllClose(
+                losses.sampled_softmax_loss(pos, neg, correction=correction,
+                                            negative_log_q=neg_log_q, positive_log_q=pos_log_q,
+                                            negative_mask=mask,
+                                            known_positives=np.zeros(neg.shape, bool)),
+                losses.sampled_softmax_loss(pos, neg, correction=correction,
+                                            negative_log_q=neg_log_q, positive_log_q=pos_log_q,
+                                            negative_mask=mask))
+
+    def test_hard_negatives_never_mine_a_known_positive(self):
+        # Column 0 has the largest logit but is known; with k = 2 the kept columns are 1 and
+        # 2 and n stays 4 (the valid columns before both masks).
+        neg = np.array([[9.0, 3.0, 2.0, 1.0]], np.float32)
+        mask = np.ones_like(neg, bool)
+        known = np.array([[True, False, False, False]])
+        valid, num_valid = formulas.mask_known_positives(_ops.TF, neg, mask, known)
+        kept, kept_mask, _, n = formulas.hard_negatives(_ops.TF, neg, valid, None, 2,
+                                                        num_valid=num_valid)
+        self.assertAllEqual(kept, [[3.0, 2.0]])
+        self.assertAllEqual(kept_mask, [[True, True]])
+        self.assertAllEqual(n, [4.0])
+        # Fewer valid columns than k: a known column may be taken, but stays masked.
+        kept, kept_mask, _, _ = formulas.hard_negatives(_ops.TF, neg, valid, None, 4,
+                                                        num_valid=num_valid)
+        self.assertAllEqual(kept_mask, [[True, True, True, False]])
+
+    def test_errors_name_the_argument(self):
+        pos, neg = np.zeros([2], np.float32), np.zeros([2, 3], np.float32)
+        with self.assertRaisesRegex(ValueError, r"`known_positives` must have the shape of "
+                                    r"`negative_logits`.*received known_positives with shape "
+                                    r"\(2, 1\) and negative_logits with shape \(2, 3\)"):
+            losses.sampled_softmax_loss(pos, neg, correction="none",
+                                        known_positives=np.zeros([2, 1], bool))
+        with self.assertRaisesRegex(ValueError, r"received known_positives with shape \(3,\)"):
+            losses.sampled_softmax_loss(pos, neg, correction="none",
+                                        known_positives=np.zeros([3], bool))
+        with self.assertRaisesRegex(TypeError, r"`known_positives` must be a bool tensor.*"
+                                    r"received known_positives with dtype float32"):
+            losses.sampled_softmax_loss(pos, neg, correction="none",
+                                        known_positives=np.zeros([2, 3], np.float32))
+
+
+class IdMaskTest(tf.test.TestCase, parameterized.TestCase):
+    """`negatives.known_positive_mask` against brute force."""
+
+    @parameterized.product(seed=[0, 1, 2], per_row=[False, True], history=[False, True],
+                           padding=[False, True])
+    def test_against_brute_force(self, seed, per_row, history, padding):
+        rng = np.random.default_rng(seed)
+        batch, num, num_items = 12, 7, 15
+        positive_ids = rng.integers(1, num_items, batch)
+        query_ids = rng.integers(100, 104, batch)  # 4 users, about 3 rows each.
+        negative_ids = rng.integers(0, num_items, (batch, num) if per_row else num)
+        known_ids = rng.integers(0, num_items, (batch, 3)) if history else None
+        valid = rng.random(batch) > 0.3 if padding else None
+        got = negatives.known_positive_mask(positive_ids, negative_ids, query_ids, known_ids,
+                                            valid)
+        self.assertAllEqual(got, known_reference(positive_ids, negative_ids, query_ids,
+                                                 known_ids, valid))
+
+    def test_strings_and_no_query_ids(self):
+        got = negatives.known_positive_mask(
+            tf.constant(["a", "b", "c"]), tf.constant([["a", "b"], ["c", "z"], ["b", "c"]]),
+            query_ids=tf.constant(["u", "u", "v"]),
+            known_positive_ids=tf.constant([["z"], ["q"], ["a"]]))
+        self.assertAllEqual(got, [[True, True], [False, True], [False, True]])
+        # Without query ids each row is its own query: its positive and its own history.
+        got = negatives.known_positive_mask(tf.constant([5, 6]), tf.constant([5, 6, 7]),
+                                            known_positive_ids=tf.constant([[7], [0]]))
+        self.assertAllEqual(got, [[True, False, True], [False, True, False]])
+
+    def test_under_xla_and_for_an_empty_batch(self):
+        mask = tf.function(negatives.known_positive_mask, jit_compile=True)
+        self.assertAllEqual(mask(tf.constant([5, 6, 7, 5]), tf.constant([5, 6, 7, 8, 0]),
+                                 tf.constant([1, 1, 2, 3])),
+                            [[True, True, False, False, False], [True, True, False, False, False],
+                             [False, False, True, False, False],
+                             [True, False, False, False, False]])
+        self.assertEqual(negatives.known_positive_mask(
+            tf.zeros([0], tf.int64), tf.constant([5, 6], tf.int64)).shape, (0, 2))
+
+
+def _two_users(seed=0):
+    """6 queries of 3 users (two rows each) against 8 candidates, ids repeated."""
+    rng = np.random.default_rng(seed)
+    query = rng.normal(size=(6, 4)).astype(np.float32)
+    candidates = rng.normal(size=(8, 4)).astype(np.float32)
+    ids = np.array([1, 2, 3, 4, 2, 5, 6, 3], np.int64)
+    users = np.array([7, 7, 8, 8, 9, 9], np.int64)
+    probability = rng.uniform(0.01, 0.3, size=8).astype(np.float32)
+    return query, candidates, ids, users, probability
+
+
+class TaskTest(tf.test.TestCase, parameterized.TestCase):
+    """LogQRetrieval's query_ids, known_positive_ids and known_positives."""
+
+    @parameterized.product(correction=losses.CORRECTIONS, num_hard_negatives=[None, 3])
+    def test_candidate_columns_against_numpy(self, correction, num_hard_negatives):
+        query, candidates, ids, users, probability = _two_users()
+        history = np.array([[6], [0], [0], [0], [1], [0]])  # User 7 saw item 6, user 9 item 1.
+        task = LogQRetrieval(correction=correction, num_hard_negatives=num_hard_negatives)
+        got = task(query, candidates, candidate_ids=ids, query_ids=users,
+                   known_positive_ids=history, candidate_sampling_probability=probability)
+        scores = (query @ candidates.T).astype(np.float64)
+        valid = ~np.eye(6, 8, dtype=bool)
+        if correction == "improved":
+            valid &= ids[None, :] != ids[:6, None]
+        known = known_reference(ids[:6], ids, users, history)
+        self.assertAllEqual(known[0], [1, 1, 0, 0, 1, 0, 1, 0])  # Items 1, 2 and 6 of user 7.
+        log_q = np.log(probability.astype(np.float64))
+        want, _ = masked_reference(np.diag(scores[:, :6]), scores, correction, log_q,
+                                   log_q[:6], valid, known, num_hard=num_hard_negatives)
+        self.assertAllClose(got, want.sum(), rtol=1e-5)
+        # The explicit mask gives the same loss.
+        explicit = LogQRetrieval(correction=correction, num_hard_negatives=num_hard_negatives)
+        self.assertAllClose(explicit(query, candidates, candidate_ids=ids, known_positives=known,
+                                     candidate_sampling_probability=probability), got,
+                            rtol=1e-6)
+
+    @parameterized.product(correction=losses.CORRECTIONS, kind=["in_batch", "uniform", "mixed"])
+    def test_samplers_against_numpy(self, correction, kind):
+        num_items = 12
+        table = tf.random.normal([num_items, 4], seed=1)
+        ids = tf.constant([3, 7, 3, 9, 5, 7], tf.int64)
+        users = tf.constant([1, 1, 2, 2, 2, 3], tf.int64)
+        query = tf.random.normal([6, 4], seed=2)
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        q = np.linspace(1.0, 2.0, num_items)
+        q /= q.sum()
+        sampler = {"in_batch": lambda: negatives.InBatchSampler(probabilities=q, seed=3),
+                   "uniform": lambda: negatives.UniformSampler(num_items, 8, per_row=True,
+                                                               seed=3),
+                   "mixed": lambda: negatives.MixedSampler(num_items, 6, 4, probabilities=q,
+                                                           seed=3)}[kind]()
+        got = LogQRetrieval(correction=correction, sampler=sampler)(
+            query, embed(ids), candidate_ids=ids, candidate_embedding_fn=embed, query_ids=users)
+        sampler.reset()
+        neg = sampler(ids, ids, embed(ids), embedding_fn=embed)
+        neg_embeddings = neg.embeddings
+        qn = query.numpy()
+        if isinstance(neg_embeddings, tuple) or len(neg.ids.shape) == 2:
+            scores = np.einsum("qd,qkd->qk", qn, table.numpy()[neg.ids.numpy()])
+        else:
+            scores = qn @ neg_embeddings.numpy().T
+        known = known_reference(ids.numpy(), neg.ids.numpy(), users.numpy())
+        self.assertTrue(np.any(known & neg.mask.numpy()))  # Some are masked besides hits.
+        want, _ = masked_reference(np.sum(qn * table.numpy()[ids.numpy()], axis=1), scores,
+                                   correction, neg.log_q.numpy(), neg.positive_log_q.numpy(),
+                                   neg.mask.numpy(), known, excludes=neg.log_q_excludes_positive)
+        self.assertAllClose(got, want.sum(), rtol=1e-5)
+
+    def test_padding_rows_are_nobodys_positives(self):
+        table = tf.random.normal([10, 4], seed=1)
+        ids = tf.constant([3, 7, 1, 9], tf.int64)
+        users = tf.constant([1, 1, 1, 2], tf.int64)
+        pool = tf.constant([True, True, False, True])  # Row 2 is padding (id 1).
+        sampler = negatives.UniformSampler(10, 10, per_row=True, seed=0)
+        task = LogQRetrieval(correction="improved", sampler=sampler)
+        task(tf.random.normal([4, 4], seed=2), tf.gather(table, ids), candidate_ids=ids,
+             sample_weight=tf.constant([1.0, 1.0, 0.0, 1.0]), candidate_mask=pool,
+             candidate_embedding_fn=lambda i: tf.gather(table, i), query_ids=users)
+        got = negatives.known_positive_mask(ids, tf.constant([1, 3, 7, 9]), users,
+                                            valid_rows=pool)
+        self.assertAllEqual(got[0], [False, True, True, False])
+
+    def test_errors_name_the_argument(self):
+        query, candidates, ids, users, _ = _two_users()
+        task = LogQRetrieval(correction="none")
+        with self.assertRaisesRegex(ValueError, r"`query_ids` and `query_embeddings` disagree "
+                                    r"in size: query_ids.shape=\(5,\)"):
+            task(query, candidates, candidate_ids=ids, query_ids=users[:5])
+        with self.assertRaisesRegex(TypeError, r"`query_ids` must be an integer or string "
+                                    r"tensor of item ids; received query_ids with dtype float32"):
+            task(query, candidates, candidate_ids=ids, query_ids=users.astype(np.float32))
+        with self.assertRaisesRegex(ValueError, r"`query_ids` .*needs `candidate_ids`; "
+                                    r"received candidate_ids=None"):
+            task(query, candidates, query_ids=users)
+        with self.assertRaisesRegex(ValueError, r"`known_positive_ids` must have rank 2; "
+                                    r"received known_positive_ids with shape \(6,\)"):
+            task(query, candidates, candidate_ids=ids, known_positive_ids=users)
+        with self.assertRaisesRegex(TypeError, r"`known_positive_ids` must be ids of the kind "
+                                    r"of `candidate_ids`; received known_positive_ids with "
+                                    r"dtype string and candidate_ids with dtype int64"):
+            task(query, candidates, candidate_ids=ids, known_positive_ids=[["a"]] * 6)
+        with self.assertRaisesRegex(ValueError, r"`known_positives` and `candidate_embeddings` "
+                                    r"disagree in size: known_positives.shape=\(6, 6\)"):
+            task(query, candidates, known_positives=np.zeros([6, 6], bool))
+        with self.assertRaisesRegex(TypeError, r"`known_positives` must be a bool tensor.*"
+                                    r"received known_positives with dtype int64"):
+            task(query, candidates, known_positives=np.zeros([6, 8], np.int64))
+        sampled = LogQRetrieval(correction="none", sampler=negatives.InBatchSampler())
+        with self.assertRaisesRegex(ValueError, r"`known_positives` marks candidate columns.*"
+                                    r"Received known_positives that is not None"):
+            sampled(query, candidates[:6], candidate_ids=ids[:6],
+                    known_positives=np.zeros([6, 6], bool))
+
+
+class GlobalBatchTest(tf.test.TestCase, parameterized.TestCase):
+    """Under tf.distribute, a global in-batch pool masks the known positives of every
+    replica's rows: two replicas give the loss of one on the whole batch."""
+
+    @parameterized.parameters(("improved", True), ("improved", False), ("standard", True))
+    def test_two_replicas_equal_one(self, correction, by_query):
+        strategy = conftest.mirrored_strategy()
+        rng = np.random.default_rng(0)
+        ids = tf.constant([3, 7, 5, 9, 7, 3, 2, 4], tf.int64)
+        users = tf.constant([1, 2, 3, 4, 1, 2, 3, 4], tf.int64)  # Each user on both replicas.
+        history = tf.constant(rng.integers(1, 10, (8, 2)), tf.int64)
+        query = tf.constant(rng.normal(size=(8, 4)), tf.float32)
+        table = tf.constant(rng.normal(size=(10, 4)), tf.float32)
+        q = np.full(10, 0.1)
+
+        def loss(task, rows):
+            query_rows, id_rows, user_rows, history_rows = rows
+            return task(query_rows, tf.gather(table, id_rows), candidate_ids=id_rows,
+                        query_ids=user_rows if by_query else None,
+                        known_positive_ids=None if by_query else history_rows)
+
+        want = loss(LogQRetrieval(correction=correction, sampler=negatives.InBatchSampler(
+            probabilities=q, global_batch=True)), (query, ids, users, history))
+        with strategy.scope():
+            task = LogQRetrieval(correction=correction, sampler=negatives.InBatchSampler(
+                probabilities=q, global_batch=True))
+        rows = strategy.experimental_distribute_values_from_function(
+            lambda ctx: tuple(x[4 * ctx.replica_id_in_sync_group:][:4]
+                              for x in (query, ids, users, history)))
+        got = tf.function(lambda rows: strategy.reduce(
+            "SUM", strategy.run(lambda *r: loss(task, r), args=rows), axis=None))(rows)
+        self.assertAllClose(got, want, rtol=1e-5)
+
+
+class UnbiasednessTest(tf.test.TestCase, parameterized.TestCase):
+    """On a known catalog (Zipf q over 50 items), Z_hat with known positives masked has the
+    expectation sum_{d not in S_u} e^{s_d}; recounting n after the mask does not."""
+
+    POSITIVE = 3
+    KNOWN = (0, 1, 3, 7)  # S_u: the positive and three other positives, two of them head items.
+
+    def _z_hat(self, ids, log_q_prime, mask, recount=False):
+        """Z_hat per row through the library's "improved" weight, w = Z_hat / (1 + Z_hat) at
+        s_p = 0."""
+        scores = reference.SCORES[ids]
+        known = np.isin(ids, self.KNOWN)
+        kwargs = (dict(negative_mask=mask & ~known) if recount
+                  else dict(negative_mask=mask, known_positives=known))
+        weight = losses.improved_weight(
+            np.zeros(len(ids), np.float32), scores.astype(np.float32),
+            negative_log_q=log_q_prime.astype(np.float32), log_q_excludes_positive=True,
+            **kwargs).numpy().astype(np.float64)
+        return weight / (1.0 - weight)
+
+    def _check(self, z_hat, expected, factor=1.0):
+        mean, error = z_hat.mean(), z_hat.std() / np.sqrt(len(z_hat))
+        self.assertLess(abs(mean - factor * expected), 4 * error)
+
+    @parameterized.parameters(0, 1)
+    def test_per_draw_proposal(self, seed):
+        rows, draws = 4000, 20
+        rng = np.random.default_rng(seed)
+        q = reference.ZIPF_Q
+        ids = rng.choice(reference.NUM_ITEMS, size=(rows, draws), p=q)
+        mask = ids != self.POSITIVE  # The accidental hits.
+        log_q_prime = np.log(q[ids]) - np.log1p(-q[self.POSITIVE])
+        z_u = reference.partition_without(self.POSITIVE) - sum(
+            np.exp(float(reference.SCORES[d])) for d in self.KNOWN if d != self.POSITIVE)
+        self._check(self._z_hat(ids, log_q_prime, mask), z_u)
+        # AND-ing the known positives into the validity mask: Q'' = Q / (1 - Q(S_u)) is the
+        # law of the remaining draws, so E[Z_hat] = Z_u (1 - Q(p)) / (1 - Q(S_u)), 1.62 here.
+        factor = (1.0 - q[self.POSITIVE]) / (1.0 - q[list(self.KNOWN)].sum())
+        self.assertGreater(factor, 1.5)
+        biased = self._z_hat(ids, log_q_prime, mask, recount=True)
+        self._check(biased, z_u, factor)
+        self.assertGreater(biased.mean(), 1.4 * z_u)
+
+    @parameterized.parameters(0, 1)
+    def test_exact_mixture(self, seed):
+        # The mixed sampler's expected-draws form: u uniform and b q-draws per row,
+        # log Q' = log D - log n with D(d) = u / |D| + b q(d) (`formulas.mixture_log_q`).
+        rows, uniform, in_batch = 4000, 10, 10
+        rng = np.random.default_rng(seed)
+        q = reference.ZIPF_Q
+        ids = np.concatenate([rng.integers(0, reference.NUM_ITEMS, (rows, uniform)),
+                              rng.choice(reference.NUM_ITEMS, size=(rows, in_batch), p=q)], 1)
+        mask = ids != self.POSITIVE
+        log_q_prime, _ = formulas.mixture_log_q(
+            _ops.TF, tf.constant(np.log(q[ids]), tf.float32),
+            tf.fill([rows], float(np.log(q[self.POSITIVE]))), tf.constant(mask),
+            reference.NUM_ITEMS, float(uniform), float(in_batch))
+        z_u = reference.partition_without(self.POSITIVE) - sum(
+            np.exp(float(reference.SCORES[d])) for d in self.KNOWN if d != self.POSITIVE)
+        self._check(self._z_hat(ids, log_q_prime.numpy(), mask), z_u)
+        self.assertGreater(self._z_hat(ids, log_q_prime.numpy(), mask, recount=True).mean(),
+                           1.2 * z_u)
+
+
+if __name__ == "__main__":
+    tf.test.main()
