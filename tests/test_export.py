@@ -115,6 +115,26 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(served["ids"], want)
         self.assertEmpty(np.intersect1d(served["ids"][1], histories[1]))
 
+    def test_scann_never_answers_the_slots_its_index_could_not_fill(self):
+        # k near the catalog's size: the partitions searched hold fewer ids than asked, and
+        # ScaNN pads the answer with its first id at a NaN score. Those slots are dropped
+        # (the row answered exactly when left short), never served as item 1 again and again.
+        import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        model = _sasrec(1200)
+        path = export.export(model, os.path.join(tempfile.mkdtemp(), "scann"), k=1000,
+                             index="scann", max_length=LENGTH, scann_min_items=0)
+        serve = tf.saved_model.load(path).signatures["serving_default"]
+        history = np.random.default_rng(0).choice(np.arange(1, 1201), size=(4, 5),
+                                                  replace=False)
+        answer = serve(history=tf.constant(history, tf.int64))
+        ids = answer["ids"].numpy()
+        self.assertFalse(np.isnan(answer["scores"].numpy()).any())
+        self.assertEqual([len(np.unique(row)) for row in ids], [1000] * 4)
+        exact = retrieval.exact_top_k(model.query_embeddings(history).numpy(),
+                                      model.item_embeddings().numpy(), 1000,
+                                      exclude=list(history))
+        self.assertGreater(retrieval.overlap_at_k(ids, exact, 1000), 0.95)
+
     def test_scann_excludes_the_whole_history_and_keeps_to_allowed_sets(self):
         import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
         num_items = 12_000  # Above retrieval.SCANN_MIN_ITEMS: a real ScaNN index.

@@ -179,8 +179,11 @@ class _Serving(tf.Module):
         batch = tf.shape(queries)[0]
         scores = tf.reshape(scores, [batch, -1])
         ids = tf.reshape(tf.cast(ids, tf.int64), [batch, -1])
-        # Ids the index could not fill (empty partitions) count as unusable, like blocked ones.
-        usable = self._usable(ids, blocked)
+        # Slots the index could not fill (its searched partitions hold fewer ids than asked:
+        # ScaNN pads them with its first id at a NaN score) count as unusable, like blocked
+        # ids.
+        usable = tf.logical_and(self._usable(ids, blocked),
+                                tf.logical_not(tf.math.is_nan(scores)))
         missing = [[0, 0], [0, tf.maximum(self.k - tf.shape(ids)[1], 0)]]  # At least k columns.
         scores = tf.pad(tf.where(usable, scores, tf.constant(-np.inf, scores.dtype)), missing,
                         constant_values=-np.inf)

@@ -144,8 +144,9 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
 
     Excluded ids are dropped after the search, which asks for k plus the
     longest exclusion list so that k ids remain. A row the index returns too
-    few ids for (the tree can leave partitions empty, e.g. for barely trained
-    embeddings) is completed by exact search.
+    few ids for (the partitions searched can hold fewer than asked; ScaNN pads
+    the answer with row 0 at a NaN distance, which is dropped) is answered by
+    exact search.
 
     Args:
       min_items: fewer candidates than this are searched exactly.
@@ -167,12 +168,14 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
                                training_sample_size=min(len(items), 250_000))
     searcher = (builder.score_ah(2, anisotropic_quantization_threshold=0.2)
                 .reorder(max(settings["reorder"], wanted)).build())
-    found, _ = searcher.search_batched(queries, final_num_neighbors=wanted)
+    found, distances = searcher.search_batched(queries, final_num_neighbors=wanted)
     found = found.astype(np.int64) + first_id
     k = min(k, len(items))
     out = np.zeros([len(queries), k], np.int64)
     short = []
     for row, ids in enumerate(found):
+        # Slots the index could not fill come back as row 0 with a NaN distance.
+        ids = ids[~np.isnan(distances[row])]
         if exclude is not None and len(exclude[row]):
             ids = ids[~np.isin(ids, exclude[row])]
         if len(ids) < k:
