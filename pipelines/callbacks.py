@@ -9,7 +9,7 @@ before the callbacks that read its value (ModelCheckpoint, EarlyStopping);
 import json
 import os
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -307,11 +307,14 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
     over restarts): the lag of the estimate behind a drifting popularity.
     """
 
-    def __init__(self, estimator, example_days: np.ndarray, example_items: np.ndarray,
-                 num_items: int, batch_size: int, every: int, path: str, log_dir: str):
+    def __init__(self, estimator, days: np.ndarray, day_ends: np.ndarray,
+                 day_items: Callable[[int], np.ndarray], num_items: int, batch_size: int,
+                 every: int, path: str, log_dir: str):
+        """`days`: the stream's days in order; `day_ends[i]`: the examples before the end
+        of `days[i]`; `day_items(day)`: the items of that day's examples."""
         super().__init__()
         self.estimator, self.every, self.path = estimator, every, path
-        self.example_days, self.example_items = example_days, example_items
+        self.days, self.day_ends, self.day_items = days, day_ends, day_items
         self.num_items, self.batch_size = num_items, batch_size
         self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "train"))
         self.rows = []
@@ -326,9 +329,9 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
 
     def reading(self, step: int) -> Dict:
         """The errors at `step` (see the class docstring)."""
-        position = (step * self.batch_size - 1) % len(self.example_days)
-        day = int(self.example_days[position])
-        on_day = self.example_items[self.example_days == day]
+        position = (step * self.batch_size - 1) % int(self.day_ends[-1])
+        day = int(self.days[np.searchsorted(self.day_ends, position, side="right")])
+        on_day = self.day_items(day)
         truth = np.bincount(on_day, minlength=self.num_items + 1)[1:] / len(on_day)
         ids = tf.range(1, self.num_items + 1, dtype=tf.int64)
         estimate = np.exp(self.estimator.log_q(ids).numpy().astype(np.float64))

@@ -9,8 +9,10 @@ evaluation set.
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
+import time
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -19,6 +21,7 @@ import tensorflow_recommenders as tfrs
 
 from pipelines import configs
 from pipelines.data import builders
+from pipelines.data import day_store
 from pipelines.data import events as events_lib
 from pipelines.data import loaders
 from pipelines.data import splits as splits_lib
@@ -38,6 +41,8 @@ def load_data(config: configs.Config, run_dir: Optional[str] = None) -> Interact
     """The interactions of `config.data.dataset` (MovieLens: --data_path, else the file under
     $TFRS_LOGQ_DATA). An event log is encoded with the vocabularies of the run in `run_dir`
     when it has saved them (`save_vocabularies`)."""
+    if out_of_core(config):
+        return day_store_data(config, run_dir)[0]
     if config.data.dataset in configs.EVENT_LOGS:
         return event_log(config.data, config.model.dim, run_dir)[0].interactions
     if config.data.dataset == "synthetic":
@@ -68,14 +73,17 @@ def synthetic_data(config: configs.Config):
 CACHE_ENV = "TFRS_LOGQ_CACHE"
 
 
+def _cache_root() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
+                                                     "tfrs_logq")
+
+
 def web_synthetic_dir(data: configs.DataConfig) -> str:
     """Where the web-scale synthetic log of `data` lives: --data_path, else a directory named
     by its settings under $TFRS_LOGQ_CACHE (default ~/.cache/tfrs_logq)."""
     if data.data_path:
         return data.data_path
-    cache = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
-                                                      "tfrs_logq")
-    return os.path.join(cache, "web_synthetic", f"items{data.synthetic_items}-users"
+    return os.path.join(_cache_root(), "web_synthetic", f"items{data.synthetic_items}-users"
                         f"{data.synthetic_users}-days{data.synthetic_days}-events"
                         f"{data.synthetic_events_per_user:g}")
 
@@ -96,29 +104,103 @@ def event_files(data: configs.DataConfig) -> str:
     return data.data_path
 
 
-@functools.lru_cache(maxsize=2)
-def event_log(data: configs.DataConfig, dim: int,
-              run_dir: Optional[str] = None) -> Tuple[events_lib.EventLog, str]:
-    """(EventLog, glob) of an event-log dataset: encoded with the run's saved vocabularies
-    when `run_dir` holds them, else with vocabularies counted on the training days (the days
-    before the validation day with --split=next_day, every day otherwise)."""
+def _log_setup(data: configs.DataConfig, dim: int, run_dir: Optional[str],
+               need_span: bool = False):
+    """(files, columns, vocabularies, (first, last) time or None) of an event-log dataset:
+    the run's saved vocabularies when `run_dir` holds them, else counted on the training
+    days (the days before the validation day with --split=next_day, every day otherwise).
+    The time span is read when the count needs it, or with `need_span`."""
     pattern = event_files(data)
+    files = events_lib.event_files(pattern)
     columns = event_columns(data)
     vocabulary_dir = RunFiles(run_dir).vocabulary if run_dir else None
     saved = None
     if vocabulary_dir and _saved_for(vocabulary_dir, data):
         saved = events_lib.load_vocabularies(vocabulary_dir)
-    count_before = None
-    if data.split == "next_day" and saved is None:
-        first, last = events_lib.time_span(events_lib.event_files(pattern), columns)
-        test = splits_lib.test_day_number(first, last, data.test_day, data.day_seconds)
-        # The start of the validation day (the day before the test day).
-        count_before = ((first // data.day_seconds) + test - 1) * data.day_seconds
-    log = events_lib.load_events(
-        pattern, columns, min_item_count=data.min_item_count,
+    span, count_before = None, None
+    if data.split == "next_day" and (need_span or saved is None):
+        span = events_lib.time_span(files, columns)
+        if saved is None:
+            test = splits_lib.test_day_number(*span, data.test_day, data.day_seconds)
+            # The start of the validation day (the day before the test day).
+            count_before = ((span[0] // data.day_seconds) + test - 1) * data.day_seconds
+    vocabularies = events_lib.log_vocabularies(
+        files, columns, min_item_count=data.min_item_count,
         min_user_count=data.min_user_count, vocabularies=saved, count_before=count_before,
         max_entries=events_lib.entries_in_budget(data.max_vocabulary_mb, dim))
-    return log, pattern
+    return files, columns, vocabularies, span
+
+
+@functools.lru_cache(maxsize=2)
+def event_log(data: configs.DataConfig, dim: int,
+              run_dir: Optional[str] = None) -> Tuple[events_lib.EventLog, str]:
+    """(EventLog, glob) of an event-log dataset read into memory, encoded with the
+    vocabularies of `_log_setup`."""
+    started = time.time()
+    _, columns, vocabularies, _ = _log_setup(data, dim, run_dir)
+    counted = time.time()
+    log = events_lib.load_events(event_files(data), columns, vocabularies=vocabularies)
+    log.stats["seconds_vocabulary"] = round(counted - started, 1)
+    return log, event_files(data)
+
+
+def out_of_core(config: configs.Config) -> bool:
+    """Whether the run reads its event log out of core (`day_store`): the next-day split
+    trained in time order by the two-tower model. Other runs hold the log in memory (a
+    shuffled order draws from every example at once)."""
+    return (config.data.dataset in configs.EVENT_LOGS and config.data.split == "next_day"
+            and config.model.model == "two_tower" and config.training.order == "time")
+
+
+def day_store_dir(config: configs.Config, run_dir: Optional[str]) -> str:
+    """OUTPUT/day_store; without a run, a directory under $TFRS_LOGQ_CACHE named by the
+    settings."""
+    if run_dir:
+        return RunFiles(run_dir).day_store
+    key = json.dumps(_store_settings(config), sort_keys=True)
+    return os.path.join(_cache_root(), "day_store",
+                        hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def _store_settings(config: configs.Config) -> Dict:
+    return dict(history_length=config.model.history_length,
+                validation_queries=config.data.validation_queries,
+                test_queries=config.training.test_queries,
+                day_seconds=config.data.day_seconds, test_day=config.data.test_day,
+                settings_source=dataclasses.asdict(config.data))
+
+
+@functools.lru_cache(maxsize=2)
+def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
+    """(LogSummary, Split) of an `out_of_core` run: its store read back, or built first
+    (from the run's saved vocabularies when it has them)."""
+    directory = day_store_dir(config, run_dir)
+    settings = _store_settings(config)
+    with day_store.building(directory):
+        started = time.time()
+        built = day_store.is_built(directory, **settings)
+        files, columns, vocabularies, span = _log_setup(config.data, config.model.dim,
+                                                        run_dir, need_span=not built)
+        if not built:
+            day_store.build(
+                directory, events_lib.EncodedBatches(files, columns, vocabularies),
+                len(vocabularies["user"]), len(vocabularies["item"]), *span,
+                weighted=bool(columns.weight),
+                source=config.data.data_path or config.data.dataset,
+                stats={"seconds_vocabulary": round(time.time() - started, 1)},
+                say=lambda text: print(f"[day store] {text}", flush=True), **settings)
+    ids = {kind: np.concatenate([[""], vocab.ids]).astype(object)
+           for kind, vocab in vocabularies.items()}
+    return day_store.read(directory, ids["user"], ids["item"])
+
+
+def event_log_facts(config: configs.Config, run_dir: Optional[str]) -> Dict:
+    """An event-log run's read statistics and "integer_ids" (the id columns whose ids are
+    all int64), without reading the log again when the run has them."""
+    if out_of_core(config):
+        return day_store.facts(day_store_dir(config, run_dir))
+    log = event_log(config.data, config.model.dim, run_dir)[0]
+    return {**log.stats, "integer_ids": list(log.integer_ids)}
 
 
 def save_vocabularies(config: configs.Config, output_dir: str) -> None:
@@ -128,9 +210,10 @@ def save_vocabularies(config: configs.Config, output_dir: str) -> None:
     directory = RunFiles(output_dir).vocabulary
     if _saved_for(directory, config.data):
         return
-    log, pattern = event_log(config.data, config.model.dim, output_dir)
-    events_lib.save_vocabularies(directory, log, {"source": pattern,
-                                                  "data": dataclasses.asdict(config.data)})
+    data = load_data(config, output_dir)
+    facts = event_log_facts(config, output_dir)
+    events_lib.save_vocabularies(directory, data, facts, {
+        "source": event_files(config.data), "data": dataclasses.asdict(config.data)})
 
 
 def _saved_for(directory: str, data: configs.DataConfig) -> bool:
@@ -200,7 +283,7 @@ def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     dense_item = np.zeros(len(catalog.item_ids), np.int64)
     dense_item[item_index[1:]] = np.arange(1, len(item_index))
     # The split counts days from the log's first; the truth from its START_TIME.
-    first, last = int(data.timestamp.min()), int(data.timestamp.max())
+    first, last = data.time_span()
     first_day = (first - web_synthetic.START_TIME) // config.data.day_seconds
     test_day = splits_lib.test_day_number(first, last, config.data.test_day,
                                           config.data.day_seconds) + first_day
@@ -211,6 +294,8 @@ def make_split(config: configs.Config, data: Interactions,
                run_dir: Optional[str] = None) -> splits_lib.Split:
     """The split of `config`; its validation set holds at most `validation_queries` queries
     (an event log's weights: from the log read with `run_dir`'s vocabularies, as `data`)."""
+    if out_of_core(config):
+        return day_store_data(config, run_dir)[1]  # Subsampled as below when it was built.
     source = config.data.data_path or config.data.dataset
     if config.data.split == "loo":
         split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
@@ -241,10 +326,17 @@ def make_split(config: configs.Config, data: Interactions,
 def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, files: RunFiles):
     """`callbacks.EstimatorDrift` over the time-ordered training stream of `split`."""
     from pipelines import callbacks  # pylint: disable=import-outside-toplevel
-    examples = builders.two_tower_examples(split.train, split.train_times)
-    days = splits_lib.days(examples["time"], config.data.day_seconds)
-    items = examples["flat"][examples["position"]]
-    return callbacks.EstimatorDrift(estimator, days, items, split.num_items,
+    if split.stream is not None:
+        days, day_ends, day_items = split.stream.days, split.stream.day_ends, \
+            split.stream.day_items
+    else:
+        examples = builders.two_tower_examples(split.train, split.train_times)
+        example_days = splits_lib.days(examples["time"], config.data.day_seconds)
+        items = examples["flat"][examples["position"]]
+        days, counts = np.unique(example_days, return_counts=True)  # Time order: days run.
+        day_ends = np.cumsum(counts)
+        day_items = lambda day: items[example_days == day]  # pylint: disable=unnecessary-lambda-assignment
+    return callbacks.EstimatorDrift(estimator, days, day_ends, day_items, split.num_items,
                                     config.training.batch_size, config.training.drift_every,
                                     files.drift, files.logs)
 
@@ -362,7 +454,13 @@ def training_stream(config: configs.Config, split: splits_lib.Split,
     """The repeated, shuffled training batches (per replica, sharded by input pipeline, with
     an `input_context`), and the number of global batches in one pass (the last, partial
     one included with `config.training.partial_batches`)."""
-    if config.model.model == "sasrec":
+    if split.stream is not None:
+        stream = builders.day_store_dataset(split.stream, config.training.batch_size,
+                                            seed=config.training.seed,
+                                            input_context=input_context,
+                                            partial_batches=config.training.partial_batches,
+                                            shuffle_window=config.training.shuffle_window)
+    elif config.model.model == "sasrec":
         stream = builders.sasrec_dataset(split.train, config.model.max_length,
                                          config.training.batch_size,
                                          seed=config.training.seed, input_context=input_context,
@@ -383,7 +481,9 @@ def pass_steps(config: configs.Config, split: splits_lib.Split) -> int:
     """The number of global batches in one pass over the training examples (the last,
     partial one included with `config.training.partial_batches`), without building the
     stream."""
-    if config.model.model == "sasrec":
+    if split.stream is not None:
+        size = split.stream.num_examples
+    elif config.model.model == "sasrec":
         size = sum(len(s) >= 2 for s in split.train)  # One window per user with 2+ items.
     else:
         size = int(sum(max(len(s) - 1, 0) for s in split.train))

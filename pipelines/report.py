@@ -200,8 +200,8 @@ def export_run(model, config: configs.Config, output_dir: str, index: str = "bot
     if data is not None and config.data.dataset in configs.EVENT_LOGS:
         # An event log's own ids (strings, or int64 as the log has them) are the default.
         vocabularies["raw_ids"] = "default"
-        vocabularies["integer_ids"] = experiment.event_log(config.data, config.model.dim,
-                                                           output_dir)[0].integer_ids
+        vocabularies["integer_ids"] = tuple(
+            experiment.event_log_facts(config, output_dir)["integer_ids"])
     return [export_lib.export(model, RunFiles(output_dir).export(kind), k=k, index=kind,
                               max_length=experiment.query_length(config),
                               scann_min_items=config.training.scann_min_items,

@@ -10,6 +10,8 @@ reproduction's driver reads run directories without one.)
   OUTPUT/checkpoints/best     the best epoch's weights
   OUTPUT/logs/                TensorBoard (train/, validation/)
   OUTPUT/vocabulary/          an event log's user and item vocabularies (raw ids, counts)
+  OUTPUT/day_store/           an event log's next-day split read out of core (`day_store`;
+                              its training examples are deleted once training is done)
   OUTPUT/drift.json           the streaming estimator's error against each day's Q
   OUTPUT/metrics.json         the test report, written last
   OUTPUT/export/<index>/<v>/  SavedModels for serving
@@ -60,6 +62,10 @@ class RunFiles:
     @property
     def vocabulary(self) -> str:
         return self._path("vocabulary")
+
+    @property
+    def day_store(self) -> str:
+        return self._path("day_store")
 
     @property
     def drift(self) -> str:

@@ -39,6 +39,7 @@ from pipelines import configs
 from pipelines import distribute
 from pipelines import experiment
 from pipelines import report
+from pipelines.data import day_store
 from pipelines.data.interactions import DataError
 from pipelines.run_files import RunFiles
 from pipelines.run_files import RunInUse
@@ -281,6 +282,8 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         trained = progress.state
         if chief:  # progress.json now says training is done: the backup has served.
             shutil.rmtree(files.backup, ignore_errors=True)
+            if split.stream is not None:  # And so have the training examples on disk.
+                day_store.remove_examples(split.stream.directory)
     else:
         print(f"{output_dir} finished training earlier ({trained['epochs']} epochs); "
               "evaluating its best checkpoint.", flush=True)
@@ -326,8 +329,8 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         "git_revision": report.git_revision(),
     })
     if config.data.dataset in configs.EVENT_LOGS:
-        metrics["event_log"] = experiment.event_log(config.data, config.model.dim,
-                                                    output_dir)[0].stats
+        metrics["event_log"] = {key: value for key, value in experiment.event_log_facts(
+            config, output_dir).items() if key != "integer_ids"}
     with phases("export"):
         if files.has_best():
             # A plain copy of the best weights: the trained model's optimizer slots (Adagrad's

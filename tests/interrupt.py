@@ -10,6 +10,8 @@ POINT, at its N-th occurrence (1-based):
   progress         just after progress.json recorded an epoch, before its epoch-end backup
   evaluation       at the start of the test evaluation, training finished
   export           after the first SavedModel is written, before the second
+  day_store        while an event log's out-of-core store is built (after a buffer of
+                   events is written to the day buckets)
 """
 
 import os
@@ -23,6 +25,7 @@ from absl import app
 from pipelines import callbacks as callbacks_lib
 from pipelines import report
 from pipelines import train
+from pipelines.data import day_store
 
 
 def _kill():
@@ -61,6 +64,8 @@ def main():
         _after(report, "test_report", count, before=True)
     elif point == "export":
         _after(report.export_lib, "export", count)
+    elif point == "day_store":
+        _after(day_store._Buckets, "flush", count)  # pylint: disable=protected-access
     else:
         raise ValueError(f"unknown point {point!r}")
     sys.argv = [sys.argv[0]] + sys.argv[3:]

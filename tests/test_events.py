@@ -17,6 +17,7 @@ from pipelines import evaluate
 from pipelines import experiment
 from pipelines import train
 from pipelines.data import builders
+from pipelines.data import day_store
 from pipelines.data import events
 from pipelines.data import splits
 from pipelines.data import web_synthetic
@@ -86,7 +87,8 @@ class EventLogTest(tf.test.TestCase):
         log = events.load_events(pattern)
         self.assertEqual(log.stats["files"], 2)
         self.assertLen(log.interactions.user, 6)
-        events.save_vocabularies(os.path.join(self.dir, "vocabulary"), log, {})
+        events.save_vocabularies(os.path.join(self.dir, "vocabulary"), log.interactions,
+                                 {"integer_ids": list(log.integer_ids)}, {})
         saved = events.load_vocabularies(os.path.join(self.dir, "vocabulary"))
         again = events.load_events(pattern, vocabularies=saved)
         for field in ("user", "item", "timestamp"):
@@ -299,6 +301,90 @@ class TimeOrderTest(tf.test.TestCase):
         self.assertEqual(items, [5, 2, 3, 5, 2, 3])  # A window of 1: time order, each pass.
 
 
+class DayStoreTest(tf.test.TestCase):
+    """The out-of-core next-day split (`day_store`) against the in-memory one: the same
+    queries, counts and training batches, whatever the buffer."""
+
+    def _log(self, weighted):
+        catalog = web_synthetic.make_catalog(600, 300, 5, cluster_size=100, seed=1)
+        drawn = web_synthetic.draw_events(catalog, 10, seed=1)
+        rng = np.random.default_rng(0)
+        rows = list(zip(catalog.user_ids[drawn["user"]], drawn["item"] * 1000 + 7,
+                        drawn["time"], rng.choice([0.0, 1.0, 3.0], len(drawn["user"]))))
+        rows += rows[:50]  # Logged twice: dropped and counted on both paths.
+        header = "who,what,when" + (",reward" if weighted else "")
+        rows = rows if weighted else [row[:3] for row in rows]
+        path = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), rows, header)
+        return SMOKE.replace(dataset="events", data_path=path, user_column="who",
+                             item_column="what", time_column="when",
+                             weight_column="reward" if weighted else "", test_queries=200,
+                             validation_queries=100, shuffle_window=50, batch_size=32)
+
+    def _in_memory(self, config):
+        log = experiment.event_log(config.data, config.model.dim)[0]
+        split = splits.next_day(log.interactions, config.data.test_day,
+                                config.data.day_seconds, weights=log.weights)
+        return log, split._replace(
+            validation=splits.subsample(split.validation, config.data.validation_queries),
+            test=splits.subsample(split.test, config.training.test_queries))
+
+    def _check_equal(self, config, buffer_rows):
+        old = day_store.BUFFER_ROWS
+        day_store.BUFFER_ROWS = buffer_rows
+        try:
+            summary, split = experiment.day_store_data(config, tempfile.mkdtemp())
+        finally:
+            day_store.BUFFER_ROWS = old
+        log, reference = self._in_memory(config)
+        self.assertEqual(summary.duplicates, 50)
+        self.assertEqual(summary.duplicates, log.interactions.duplicates)
+        self.assertAllEqual(summary.counts(), log.interactions.counts())
+        self.assertAllEqual(summary.user_counts(), log.interactions.user_counts())
+        self.assertAllEqual(split.train_counts(), reference.train_counts())
+        for name in ("validation", "test"):
+            got, want = getattr(split, name), getattr(reference, name)
+            self.assertAllEqual(got.users, want.users)
+            for part in ("histories", "targets"):
+                self.assertEqual([a.tolist() for a in getattr(got, part)],
+                                 [a.tolist() for a in getattr(want, part)], (name, part))
+        steps = experiment.pass_steps(config, split)
+        self.assertEqual(steps, experiment.pass_steps(config, reference))
+        streamed = experiment.training_stream(config, split)[0]
+        in_memory = builders.two_tower_dataset(
+            reference.train, config.model.history_length, config.training.batch_size,
+            seed=config.training.seed, times=reference.train_times,
+            shuffle_window=config.training.shuffle_window, weights=reference.train_weights)
+        for got, want in zip(streamed.take(2 * steps + 1), in_memory.take(2 * steps + 1)):
+            self.assertEqual(sorted(got), sorted(want))
+            for key in want:
+                self.assertAllEqual(got[key], want[key], key)
+
+    def test_the_same_split_and_batches_as_in_memory(self):
+        self._check_equal(self._log(weighted=False), day_store.BUFFER_ROWS)
+
+    def test_weights_and_a_small_buffer_change_nothing(self):
+        # A buffer of 500 events writes each day in several parts.
+        self._check_equal(self._log(weighted=True), 500)
+
+    def test_histories_carry_over_days(self):
+        state = np.array([[0, 0, 0], [0, 7, 8]], np.int32)  # User 1's last items: 7, 8.
+        history = day_store._histories(state, np.array([1, 1, 1], np.int32),  # pylint: disable=protected-access
+                                       np.array([4, 5, 6], np.int32))
+        self.assertAllEqual(history, [[0, 7, 8], [7, 8, 4], [8, 4, 5]])
+        self.assertAllEqual(state[1], [4, 5, 6])
+
+    def test_an_empty_test_day_is_a_named_error_and_leaves_nothing(self):
+        directory = tempfile.mkdtemp()
+        path = _write_csv(os.path.join(directory, "log.csv"),
+                          [("a", "x", 0), ("a", "y", DAY), ("b", "x", DAY), ("a", "z", 2 * DAY),
+                           ("c", "x", 3 * DAY)])
+        config = SMOKE.replace(dataset="events", data_path=path, test_day=3)
+        out = os.path.join(directory, "run")
+        with self.assertRaisesRegex(DataError, r"the test day \(day 3\) holds no query"):
+            experiment.day_store_data(config, out)
+        self.assertEqual(os.listdir(out), [])
+
+
 class IndustrialRunTest(tf.test.TestCase):
 
     def test_industrial_smoke_run_serves_raw_ids_as_evaluated(self):
@@ -337,7 +423,10 @@ class IndustrialRunTest(tf.test.TestCase):
         truth = experiment.web_truth(config, data)
         self.assertIs(experiment.web_truth(config, data), truth)
         self.assertIsNot(experiment.web_truth(config, data._replace(
-            timestamp=data.timestamp.copy())), truth)
+            per_item=data.per_item.copy())), truth)
+        # Read out of core: the training examples were deleted once training was done.
+        self.assertIsNotNone(experiment.load_run(out)[2].stream)
+        self.assertFalse(day_store.has_examples(os.path.join(out, "day_store")))
         # pipelines.evaluate re-evaluates the run as its report did (ks, index, queries).
         again = evaluate.evaluate_run(out, "test", "exact")[1]
         for name, value in metrics["test_exact"].items():

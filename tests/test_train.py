@@ -675,20 +675,21 @@ class _ResumeCase(tf.test.TestCase):
     weights, to the bit."""
 
     reference = None
+    args = RESUME_ARGS
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.reference = tempfile.mkdtemp()
-        result = _cli("pipelines.train", *RESUME_ARGS, f"--output_dir={cls.reference}")
+        result = _cli("pipelines.train", *cls.args, f"--output_dir={cls.reference}")
         assert result.returncode == 0, result.stderr[-2000:]
 
     def _check(self, point, count):
         out = tempfile.mkdtemp()
-        killed = _cli("tests.interrupt", point, str(count), *RESUME_ARGS, f"--output_dir={out}")
+        killed = _cli("tests.interrupt", point, str(count), *self.args, f"--output_dir={out}")
         self.assertEqual(killed.returncode, -signal.SIGKILL, killed.stderr[-2000:])
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
-        resumed = _cli("pipelines.train", *RESUME_ARGS, f"--output_dir={out}")
+        resumed = _cli("pipelines.train", *self.args, f"--output_dir={out}")
         self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
         metrics, reference = (json.load(open(os.path.join(d, "metrics.json")))
                               for d in (out, self.reference))
@@ -721,6 +722,25 @@ class ResumeAnywhereTest(_ResumeCase):
     def test_kill_between_the_best_checkpoint_and_the_progress_file(self):
         self._check("best_checkpoint", 2)
 
+
+class ResumeOutOfCoreTest(_ResumeCase):
+    """The same for an event log read out of core (`day_store`): killed while its store is
+    built, or in training streamed from it."""
+
+    args = ["--preset=industrial_smoke", "--backup_every=40", "--index=both"]
+
+    @classmethod
+    def setUpClass(cls):
+        # The synthetic log, drawn once for the class (the subprocesses inherit the variable).
+        os.environ[experiment.CACHE_ENV] = tempfile.mkdtemp()
+        super().setUpClass()
+
+    def test_kill_while_the_store_is_built(self):
+        self._check("day_store", 1)
+
+    def test_kill_after_a_backup_mid_epoch(self):
+        out = self._check("backup", 1)
+        self.assertEqual(out["resumed_from_step"], 40)
 
 
 @pytest.mark.slow

@@ -165,6 +165,28 @@ def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batc
                    shuffle_window=shuffle_window if times is not None else None)
 
 
+def day_store_dataset(store, batch_size: int, seed: Optional[int] = None,
+                      training: bool = True,
+                      input_context: Optional[tf.distribute.InputContext] = None,
+                      partial_batches: bool = False,
+                      shuffle_window: Optional[int] = None) -> tf.data.Dataset:
+    """`two_tower_dataset`'s time-ordered batches, streamed from a `day_store.DayStore`.
+
+    The store's TFRecord chunks are read day after day and split into examples, which go
+    through the same shard, window shuffle, repeat and batching as `two_tower_dataset`
+    with `times`: the same batches, in the same order, with memory bounded by the shuffle
+    window and the read-ahead, not by the log.
+    """
+    from pipelines.data import day_store  # pylint: disable=import-outside-toplevel
+    if store.num_examples == 0:
+        raise ValueError("No user has 2 or more items to train on.")
+    dataset = tf.data.TFRecordDataset(store.example_files()).map(
+        lambda record: day_store.parse_chunk(record, store.history_length, store.weighted),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+    return _finish(dataset, store.num_examples, batch_size, seed, training, input_context,
+                   partial_batches=partial_batches, shuffle_window=shuffle_window)
+
+
 def eval_queries(histories: List[np.ndarray], users: np.ndarray, length: int,
                  batch_size: int = 1024) -> tf.data.Dataset:
     """Evaluation inputs in order: {"user", "inputs" (= "history")} with the last `length` items."""

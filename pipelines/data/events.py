@@ -5,6 +5,8 @@ record batches, twice: the first pass counts the user and item ids (their
 vocabularies), the second encodes every event into dense ids. Raw ids are
 never held for more than one batch; memory is the vocabularies plus 16 bytes
 (dense user, dense item, time) per kept event, plus 4 with a weight column.
+The next-day split trained in time order does not hold the events at all: its
+second pass (`EncodedBatches`) goes to disk, day by day (`day_store`).
 
 Ids may be strings or integers of any size (64-bit ids are read as int64 and
 kept as their decimal strings in the vocabulary). Dense ids number the ids by
@@ -309,13 +311,17 @@ def count_ids(files: Sequence[str], columns: EventColumns, max_entries: Optional
     return {kind: tables[0] for kind, tables in parts.items()}
 
 
+def source_name(files: Sequence[str]) -> str:
+    """The log's files, as an error names them: the first, and how many more."""
+    return files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
+
+
 def _check_budget(files, parts, max_entries) -> None:
     if max_entries is None:
         return
     entries = sum(tables[0].num_rows for tables in parts.values())
     if entries > max_entries:
-        raise DataError(files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} "
-                        "more files)", None,
+        raise DataError(source_name(files), None,
                         f"holds more than {entries:,} distinct users and items, over the "
                         f"{max_entries:,} the memory budget (--max_vocabulary_mb) allows; raise "
                         "--min_item_count / --min_user_count or the budget.")
@@ -336,6 +342,94 @@ def vocabulary(counts: "pyarrow.Table", min_count: int) -> Vocabulary:
                       kept["count"].to_numpy().astype(np.int64))
 
 
+def log_vocabularies(files: Sequence[str], columns: EventColumns, min_item_count: int = 1,
+                     min_user_count: int = 1,
+                     vocabularies: Optional[Dict[str, Vocabulary]] = None,
+                     max_entries: Optional[int] = None, batch_rows: int = BATCH_ROWS,
+                     count_before: Optional[int] = None) -> Dict[str, Vocabulary]:
+    """{"user", "item": Vocabulary} of the log: `vocabularies` when given (a saved run's),
+    else counted (arguments as in `load_events`). An empty vocabulary raises DataError."""
+    for name, value in (("min_item_count", min_item_count), ("min_user_count", min_user_count)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"--{name} must be a positive integer; received {name}={value!r}.")
+    if vocabularies is None:
+        counted = count_ids(files, columns, max_entries, batch_rows, count_before)
+        vocabularies = {"user": vocabulary(counted["user"], min_user_count),
+                        "item": vocabulary(counted["item"], min_item_count)}
+    for kind, vocab in vocabularies.items():
+        if not len(vocab):
+            raise DataError(source_name(files), None, f"no {kind} is seen --min_{kind}_count "
+                            "times or more; the vocabulary would be empty.")
+    return vocabularies
+
+
+class Encoded(NamedTuple):
+    """One record batch of the log in dense ids, the events out of vocabulary left out."""
+    user: np.ndarray              # [n] int32, 1-based
+    item: np.ndarray              # [n] int32, 1-based
+    time: np.ndarray              # [n] int64 seconds
+    weight: Optional[np.ndarray]  # [n] float32 (a log with a weight column), else None
+
+
+class EncodedBatches:
+    """The log's events in dense ids, batch after batch in file order (iterate once).
+
+    Every batch is checked (nulls, ids, times, weights: `DataError` naming the file, the
+    column and the row). After the iteration, `read` holds the events read and
+    `integer_ids()` the id columns whose every id is an int64 integer.
+    """
+
+    def __init__(self, files: Sequence[str], columns: EventColumns,
+                 vocabularies: Dict[str, Vocabulary], batch_rows: int = BATCH_ROWS):
+        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+        self.files, self.columns, self.batch_rows = files, columns, batch_rows
+        self.value_sets = {kind: pa.array(list(vocab.ids), pa.string())
+                           for kind, vocab in vocabularies.items()}
+        self.integer = {"user": True, "item": True}
+        self.read = 0
+
+    def integer_ids(self) -> Tuple[str, ...]:
+        return tuple(kind for kind in ("user", "item") if self.integer[kind])
+
+    def __iter__(self) -> Iterator[Encoded]:
+        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+        import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+        columns = self.columns
+        offsets: Dict[str, int] = {}
+        for path, batch in _batches(self.files, columns, self.batch_rows):
+            offset = offsets.get(path, 0)
+            offsets[path] = offset + batch.num_rows
+            for name in (columns.user, columns.item, columns.time):
+                _no_nulls(path, batch, name, offset)
+            self.read += batch.num_rows
+            dense = {}
+            for kind, name in (("user", columns.user), ("item", columns.item)):
+                ids, is_integer = _ids(batch, name)
+                if self.integer[kind] and not is_integer:  # A regex: only while needed.
+                    self.integer[kind] = _all_int64(ids)
+                dense[kind] = pc.index_in(ids, value_set=self.value_sets[kind])
+            keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
+            keep = keep.to_numpy(zero_copy_only=False)
+            weight = None
+            if columns.weight:
+                weight = batch.column(columns.weight)
+                if not (pa.types.is_integer(weight.type) or pa.types.is_floating(weight.type)):
+                    raise DataError(path, None, f"weight column {columns.weight!r} holds "
+                                    f"{weight.type}; weights are numbers.")
+                weight = weight.to_numpy(zero_copy_only=False).astype(np.float32)
+                bad = ~np.isfinite(weight) | (weight < 0)
+                if bad.any():
+                    row = int(np.flatnonzero(bad)[0])
+                    raise DataError(path, None, f"weight column {columns.weight!r} holds "
+                                    f"{weight[row]} in data row {offset + row + 1}; weights "
+                                    "are finite and >= 0.")
+                weight = weight[keep]
+            yield Encoded(
+                dense["user"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
+                dense["item"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
+                _seconds(path, batch, columns.time, offset)[keep], weight)
+
+
 def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_count: int = 1,
                 min_user_count: int = 1,
                 vocabularies: Optional[Dict[str, Vocabulary]] = None,
@@ -354,58 +448,19 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
       count_before: count the vocabularies on the events before this time only (the
         training days); the others are encoded with them.
     """
-    import pyarrow as pa  # pylint: disable=import-outside-toplevel
-    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
-    for name, value in (("min_item_count", min_item_count), ("min_user_count", min_user_count)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"--{name} must be a positive integer; received {name}={value!r}.")
     files = event_files(pattern)
     started = time.time()
-    if vocabularies is None:
-        counted = count_ids(files, columns, max_entries, batch_rows, count_before)
-        vocabularies = {"user": vocabulary(counted["user"], min_user_count),
-                        "item": vocabulary(counted["item"], min_item_count)}
+    vocabularies = log_vocabularies(files, columns, min_item_count, min_user_count,
+                                    vocabularies, max_entries, batch_rows, count_before)
     counted_at = time.time()
-    for kind, vocab in vocabularies.items():
-        if not len(vocab):
-            raise DataError(pattern, None, f"no {kind} is seen --min_{kind}_count times or "
-                            "more; the vocabulary would be empty.")
-    value_sets = {kind: pa.array(list(vocab.ids), pa.string())
-                  for kind, vocab in vocabularies.items()}
+    encoded = EncodedBatches(files, columns, vocabularies, batch_rows)
     users, items, times, weights = [], [], [], []
-    integer = {"user": True, "item": True}
-    read = 0
-    offsets: Dict[str, int] = {}
-    for path, batch in _batches(files, columns, batch_rows):
-        offset = offsets.get(path, 0)
-        offsets[path] = offset + batch.num_rows
-        for name in (columns.user, columns.item, columns.time):
-            _no_nulls(path, batch, name, offset)
-        read += batch.num_rows
-        dense = {}
-        for kind, name in (("user", columns.user), ("item", columns.item)):
-            ids, is_integer = _ids(batch, name)
-            if integer[kind] and not is_integer:  # A regex over the batch: only while needed.
-                integer[kind] = _all_int64(ids)
-            dense[kind] = pc.index_in(ids, value_set=value_sets[kind])
-        keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
-        keep = keep.to_numpy(zero_copy_only=False)
-        users.append(dense["user"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1)
-        items.append(dense["item"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1)
-        times.append(_seconds(path, batch, columns.time, offset)[keep])
-        if columns.weight:
-            weight = batch.column(columns.weight)
-            if not (pa.types.is_integer(weight.type) or pa.types.is_floating(weight.type)):
-                raise DataError(path, None, f"weight column {columns.weight!r} holds "
-                                f"{weight.type}; weights are numbers.")
-            weight = weight.to_numpy(zero_copy_only=False).astype(np.float32)
-            bad = ~np.isfinite(weight) | (weight < 0)
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise DataError(path, None, f"weight column {columns.weight!r} holds "
-                                f"{weight[row]} in data row {offset + row + 1}; weights are "
-                                "finite and >= 0.")
-            weights.append(weight[keep])
+    for batch in encoded:
+        users.append(batch.user)
+        items.append(batch.item)
+        times.append(batch.time)
+        if batch.weight is not None:
+            weights.append(batch.weight)
     user, item, when = (np.concatenate(parts) for parts in (users, items, times))
     if len(user) == 0:
         raise DataError(pattern, None, "no event has both its user and its item in the "
@@ -418,27 +473,26 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
         np.concatenate([[""], vocabularies["item"].ids]).astype(object), duplicates)
     report_duplicates(pattern, interactions)
     weight = np.concatenate(weights)[order] if columns.weight else None
-    stats = {"events_read": int(read), "events_kept": int(len(order)),
-             "events_dropped_out_of_vocabulary": int(read - len(user)),
+    stats = {"events_read": int(encoded.read), "events_kept": int(len(order)),
+             "events_dropped_out_of_vocabulary": int(encoded.read - len(user)),
              "events_dropped_duplicate": duplicates,
              "files": len(files), "seconds_vocabulary": round(counted_at - started, 1),
              "seconds_encode": round(time.time() - counted_at, 1)}
-    return EventLog(interactions, weight, tuple(kind for kind in ("user", "item")
-                                                if integer[kind]), stats)
+    return EventLog(interactions, weight, encoded.integer_ids(), stats)
 
 
 VOCABULARY_FILES = {"user": "users.parquet", "item": "items.parquet"}
 
 
-def save_vocabularies(directory: str, log: EventLog, settings: Dict) -> None:
+def save_vocabularies(directory: str, data, facts: Dict, settings: Dict) -> None:
     """Writes the item and user vocabularies (id, count; row i is dense id i + 1) and
-    vocabulary.json (which ids are integers, the read statistics, `settings`)."""
+    vocabulary.json (`facts`: which ids are integers and the read statistics; `settings`).
+
+    `data`: the log read (`Interactions`, or `day_store.LogSummary`)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     os.makedirs(directory, exist_ok=True)
-    data = log.interactions
-    for kind, raw, count in (("user", data.user_ids, np.bincount(data.user,
-                                                                 minlength=data.num_users + 1)),
+    for kind, raw, count in (("user", data.user_ids, data.user_counts()),
                              ("item", data.item_ids, data.counts())):
         table = pa.table({"id": pa.array(list(raw[1:]), pa.string()),
                           "count": pa.array(count[1:], pa.int64())})
@@ -446,7 +500,7 @@ def save_vocabularies(directory: str, log: EventLog, settings: Dict) -> None:
         pq.write_table(table, temporary)
         os.replace(temporary, os.path.join(directory, VOCABULARY_FILES[kind]))
     with open(os.path.join(directory, "vocabulary.json"), "w") as f:
-        json.dump({"integer_ids": list(log.integer_ids), **log.stats, **settings}, f, indent=1)
+        json.dump({**facts, **settings}, f, indent=1)
 
 
 def has_vocabularies(directory: str) -> bool:

@@ -59,6 +59,14 @@ class Interactions(NamedTuple):
         """[num_items + 1] interactions per item (index 0: padding, always 0)."""
         return np.bincount(self.item, minlength=self.num_items + 1)
 
+    def user_counts(self) -> np.ndarray:
+        """[num_users + 1] interactions per user (index 0: always 0)."""
+        return np.bincount(self.user, minlength=self.num_users + 1)
+
+    def time_span(self) -> Tuple[int, int]:
+        """(first, last) time."""
+        return int(self.timestamp.min()), int(self.timestamp.max())
+
 
 # With `keep_ids`, a file's largest id may exceed its number of distinct ids by this factor
 # (ids with no interaction cost an unused embedding row each); beyond it the file is refused,

@@ -6,7 +6,7 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-from pipelines.data.interactions import Interactions
+from pipelines.data.interactions import DataError, Interactions
 
 # gSASRec's validation users on ML-1M: 512 draws of RandomState(42) over
 # range(6040), compared with the 1-based user ids.
@@ -31,9 +31,14 @@ class Split(NamedTuple):
     train_times: Optional[List[np.ndarray]] = None
     # Per user, the weights of `train`'s events (a log with a weight column; else None).
     train_weights: Optional[List[np.ndarray]] = None
+    # The training examples on disk (`day_store.DayStore`: an event log's next-day split
+    # read out of core); `train` is then None.
+    stream: Optional[object] = None
 
     def train_counts(self) -> np.ndarray:
         """[num_items + 1] training interactions per item."""
+        if self.stream is not None:
+            return self.stream.item_counts
         flat = np.concatenate([np.asarray(s, np.int64) for s in self.train] or [[]])
         return np.bincount(flat.astype(np.int64), minlength=self.num_items + 1)
 
@@ -91,14 +96,21 @@ def leave_one_out(data: Interactions, train_gap: int = 0) -> Split:
 TEMPORAL_TARGETS = ("first", "all", "last", "successive")
 
 
-def subsample(eval_set: EvalSet, count: int, seed: int = 42) -> EvalSet:
-    """At most `count` of the queries, drawn without replacement (seeded), in their order."""
+def subsample_indices(size: int, count: int, seed: int = 42) -> np.ndarray:
+    """The sorted indices of at most `count` of `size` queries, drawn without replacement
+    (seeded): every index when `size` <= `count`."""
     if count < 1:
         raise ValueError(f"`count` must be a positive integer; received count={count!r}.")
-    if len(eval_set.users) <= count:
+    if size <= count:
+        return np.arange(size)
+    return np.sort(np.random.RandomState(seed).choice(size, count, replace=False))
+
+
+def subsample(eval_set: EvalSet, count: int, seed: int = 42) -> EvalSet:
+    """At most `count` of the queries, drawn without replacement (seeded), in their order."""
+    keep = subsample_indices(len(eval_set.users), count, seed)
+    if len(keep) == len(eval_set.users):
         return eval_set
-    keep = np.sort(np.random.RandomState(seed).choice(len(eval_set.users), count,
-                                                      replace=False))
     return EvalSet(eval_set.users[keep], [eval_set.histories[i] for i in keep],
                    [eval_set.targets[i] for i in keep])
 
@@ -194,6 +206,28 @@ def test_day_number(first: int, last: int, test_day: int = -1,
         else int(test_day)
 
 
+def check_test_day(source: str, test_day: int, test: int, last: int,
+                   day_seconds: int) -> None:
+    """Raises DataError unless the test day `test` leaves a training and a validation day
+    before it in a log of days 0..`last`."""
+    if not 2 <= test <= last:
+        raise DataError(source, None, f"--test_day={test_day} leaves no training day: the log "
+                        f"spans days 0..{last} ({day_seconds} s each) and the protocol needs a "
+                        "training day and a validation day before the test day.")
+
+
+def empty_day(source: str, name: str, number: int):
+    """The DataError of an evaluation day ("test" or "validation") without a query."""
+    return DataError(source, None, f"the {name} day (day {number}) holds no query: no user "
+                     "active that day has an earlier interaction.")
+
+
+def nothing_to_train(source: str, test: int):
+    """The DataError of a log with no event before the validation day."""
+    return DataError(source, None, f"no interaction precedes the validation day (day "
+                     f"{test - 1}): nothing to train on.")
+
+
 def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECONDS,
              source: str = "the log", weights: Optional[np.ndarray] = None) -> Split:
     """Train on the days before the validation day, validate on the day before the test day,
@@ -212,7 +246,6 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
     Raises:
       DataError: the test day holds no queries, or no day is left to train on.
     """
-    from pipelines.data.interactions import DataError  # pylint: disable=import-outside-toplevel
     if isinstance(day_seconds, bool) or not isinstance(day_seconds, (int, np.integer)) or (
             day_seconds < 1):
         raise ValueError(f"--day_seconds must be a positive integer; received {day_seconds!r}.")
@@ -220,10 +253,7 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
     last = int(day.max())
     test = test_day_number(int(data.timestamp.min()), int(data.timestamp.max()), test_day,
                            day_seconds)
-    if not 2 <= test <= last:
-        raise DataError(source, None, f"--test_day={test_day} leaves no training day: the log "
-                        f"spans days 0..{last} ({day_seconds} s each) and the protocol needs a "
-                        "training day and a validation day before the test day.")
+    check_test_day(source, test_day, test, last, day_seconds)
     part = np.where(day < test - 1, 0, np.where(day == test - 1, 1, np.where(day == test, 2, 3)))
     bounds = np.searchsorted(data.user, np.arange(data.num_users + 2))
     train, train_times, train_weights, before_test = [], [], [], []
@@ -241,10 +271,8 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
     for name, (eval_set, number) in {"test": (test_set, test),
                                      "validation": (validation, test - 1)}.items():
         if len(eval_set.users) == 0:
-            raise DataError(source, None, f"the {name} day (day {number}) holds no query: no "
-                            "user active that day has an earlier interaction.")
+            raise empty_day(source, name, number)
     if not (part == 0).any():
-        raise DataError(source, None, f"no interaction precedes the validation day (day "
-                        f"{test - 1}): nothing to train on.")
+        raise nothing_to_train(source, test)
     return Split(train, validation, test_set, data.num_items, train_times,
                  train_weights if weights is not None else None)

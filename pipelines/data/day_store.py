@@ -1,0 +1,497 @@
+"""The next-day split of an event log, out of core: memory bounded by the vocabularies and one
+day of events, not by the length of the log.
+
+`build` reads the log once more after its vocabularies are counted and writes a directory:
+
+- the events bucketed by day on disk, each day then de-duplicated and sorted (the rule of
+  every loader, `interactions.chronological`), one day in memory at a time;
+- the training examples of the two-tower model in time order (ties by user, then file
+  order), each with its user's previous `history_length` training items, as TFRecord files
+  of int32 chunks: a user's recent items are carried from day to day in a
+  [num_users + 1, history_length] table, not recovered from the whole log;
+- the validation and test queries of `splits.next_day` (a query per user active on the day
+  with an earlier event, targets the day's distinct items), subsampled to the run's query
+  counts before their histories are gathered, so only the chosen users' histories are held;
+- the counts every later step needs (training events per item, all events per user and item).
+
+The examples, batches and queries equal those of the in-memory path (`splits.next_day`,
+`builders.two_tower_dataset` with times): the tests compare them. The directory is written
+under a temporary name and renamed when complete, so a killed build is started again and a
+finished one is read back by evaluation and export.
+"""
+
+import contextlib
+import dataclasses
+import fcntl
+import glob
+import json
+import os
+import shutil
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from pipelines.data import splits as splits_lib
+from pipelines.data.interactions import DataError, chronological
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+# Events buffered (all days together) before they are written to the day buckets.
+BUFFER_ROWS = 1 << 22
+# Training examples per TFRecord record.
+CHUNK_ROWS = 1 << 13
+
+
+class LogSummary(NamedTuple):
+    """What the run needs of an event log read out of core (in place of `Interactions`).
+
+    Attributes:
+      num_users, num_items: vocabulary sizes (dense ids 1..num).
+      user_ids, item_ids: [num + 1] raw ids of the log, as strings (index 0 unused).
+      duplicates: exact duplicate events dropped.
+      first_time, last_time: the log's first and last time (seconds).
+      per_user, per_item: [num + 1] kept events per user / item, every day.
+    """
+    num_users: int
+    num_items: int
+    user_ids: np.ndarray
+    item_ids: np.ndarray
+    duplicates: int
+    first_time: int
+    last_time: int
+    per_user: np.ndarray
+    per_item: np.ndarray
+
+    def counts(self) -> np.ndarray:
+        """[num_items + 1] events per item (as `Interactions.counts`)."""
+        return self.per_item
+
+    def user_counts(self) -> np.ndarray:
+        """[num_users + 1] events per user (as `Interactions.user_counts`)."""
+        return self.per_user
+
+    def time_span(self) -> Tuple[int, int]:
+        return self.first_time, self.last_time
+
+
+@dataclasses.dataclass(frozen=True)
+class DayStore:
+    """The training side of a built store: what `builders.day_store_dataset` streams.
+
+    Attributes:
+      directory: the store's directory.
+      num_examples: training examples (each training event but a user's first).
+      history_length: items of history per example.
+      weighted: whether the examples carry the log's event weights.
+      days: [d] the training days, in order (counted from the log's first day).
+      day_ends: [d] the examples before the end of each training day (cumulative).
+      item_counts: [num_items + 1] training events per item.
+    """
+    directory: str
+    num_examples: int
+    history_length: int
+    weighted: bool
+    days: np.ndarray
+    day_ends: np.ndarray
+    item_counts: np.ndarray
+
+    def example_files(self) -> List[str]:
+        """The TFRecord files of the examples, in time order."""
+        return [os.path.join(self.directory, _examples_name(day)) for day in self.days]
+
+    def day_items(self, day: int) -> np.ndarray:
+        """The items of training day `day`'s examples, in stream order."""
+        return np.load(os.path.join(self.directory, f"items-{day:05d}.npy"))
+
+
+def _examples_name(day: int) -> str:
+    return f"examples-{day:05d}.tfrecord"
+
+
+def _day_dir(root: str, day: int) -> str:
+    return os.path.join(root, f"day-{day:05d}")
+
+
+def parse_chunk(record, history_length: int, weighted: bool):
+    """A TFRecord record of the store as {"user", "history", "item"[, "weight"]} tensors."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    chunk = tf.io.parse_tensor(record, tf.int32)
+    chunk.set_shape([None, 2 + history_length + int(weighted)])
+    features = {"user": chunk[:, 0], "item": chunk[:, 1],
+                "history": chunk[:, 2:2 + history_length]}
+    if weighted:
+        features["weight"] = tf.bitcast(chunk[:, 2 + history_length], tf.float32)
+    return features
+
+
+class _Buckets:
+    """Events bucketed by day on disk: `add` buffers, `flush` writes one part per day."""
+
+    def __init__(self, root: str, first_day_start: int, day_seconds: int, weighted: bool):
+        self.root, self.start, self.day_seconds = root, first_day_start, day_seconds
+        self.weighted = weighted
+        self.pending: List[Tuple[np.ndarray, ...]] = []
+        self.rows, self.parts = 0, 0
+        self.days = set()
+
+    def add(self, user, item, when, weight) -> None:
+        columns = (user, item, when) + ((weight,) if self.weighted else ())
+        self.pending.append(columns)
+        self.rows += len(user)
+        if self.rows >= BUFFER_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        columns = [np.concatenate(parts) for parts in zip(*self.pending)]
+        self.pending, self.rows = [], 0
+        day = (columns[2] - self.start) // self.day_seconds
+        order = np.argsort(day, kind="stable")  # File order kept within a day.
+        bounds = np.flatnonzero(np.diff(day[order])) + 1
+        for rows in np.split(order, bounds):
+            number = int(day[rows[0]])
+            os.makedirs(_day_dir(self.root, number), exist_ok=True)
+            path = os.path.join(_day_dir(self.root, number), f"part-{self.parts:06d}.npz")
+            np.savez(path, *(column[rows] for column in columns))
+            self.days.add(number)
+        self.parts += 1
+
+    def read(self, day: int) -> Tuple[np.ndarray, ...]:
+        """The day's events in file order: (user, item, time[, weight])."""
+        directory = _day_dir(self.root, day)
+        if not os.path.isdir(directory):
+            return ()
+        parts = []
+        for name in sorted(os.listdir(directory)):
+            with np.load(os.path.join(directory, name)) as part:
+                parts.append([part[f"arr_{i}"] for i in range(len(part.files))])
+        return tuple(np.concatenate(columns) for columns in zip(*parts))
+
+
+def _histories(state: np.ndarray, user: np.ndarray, item: np.ndarray) -> np.ndarray:
+    """[n, L] each event's previous L items of its user, and `state` advanced past the day.
+
+    `user` / `item`: the day's events sorted by user, then time; `state[u]`: user u's last
+    L items before the day (left-padded with 0). The events of a user form a block
+    [state[u], its items]; event j's history is the block's slice [j, j + L).
+    """
+    length = state.shape[1]
+    users, starts, sizes = np.unique(user, return_index=True, return_counts=True)
+    block_starts = np.arange(len(users)) * length + starts
+    blocks = np.empty(len(users) * length + len(user), np.int32)
+    state_slots = block_starts[:, None] + np.arange(length)
+    blocks[state_slots] = state[users]
+    in_block = np.arange(len(user)) - np.repeat(starts, sizes)
+    item_slots = np.repeat(block_starts, sizes) + length + in_block
+    blocks[item_slots] = item
+    history = blocks[(item_slots - length)[:, None] + np.arange(length)]
+    ends = block_starts + length + sizes
+    state[users] = blocks[ends[:, None] - length + np.arange(length)]
+    return history
+
+
+def _settings(history_length: int, validation_queries: Optional[int],
+              test_queries: Optional[int], day_seconds: int, test_day: int,
+              source: Dict) -> Dict:
+    return {"format": FORMAT_VERSION, "history_length": history_length,
+            "validation_queries": validation_queries or 0, "test_queries": test_queries or 0,
+            "day_seconds": day_seconds, "test_day": test_day, "source": source}
+
+
+def build(directory: str, encoded, num_users: int, num_items: int, first_time: int,
+          last_time: int, day_seconds: int, test_day: int, history_length: int,
+          validation_queries: Optional[int], test_queries: Optional[int],
+          weighted: bool, source: str, settings_source: Dict, stats: Optional[Dict] = None,
+          say=None) -> None:
+    """Writes the store of an encoded log to `directory` (see the module's docstring).
+
+    Args:
+      directory: where the store goes (written as `directory`.partial-PID, then renamed;
+        call under `building(directory)`, which also makes the left-overs of killed
+        builds safe to remove).
+      encoded: `events.EncodedBatches` of the log (iterated once).
+      num_users, num_items: the vocabulary sizes.
+      first_time, last_time: the log's time span (`events.time_span`).
+      day_seconds, test_day: as `splits.next_day`.
+      history_length: items of history per training example.
+      validation_queries, test_queries: queries kept (subsampled as `splits.subsample`
+        draws); 0 or None: every query.
+      weighted: `encoded` carries weights, kept with the examples.
+      source: the log, as errors name it.
+      settings_source: the data settings the store is made for (kept in its manifest;
+        `is_built` is False for a store made for others).
+      stats: more read statistics to keep (`facts`).
+      say: prints a progress line (None: silent).
+
+    Raises:
+      DataError: as `splits.next_day` (no training day, an empty evaluation day).
+    """
+    for stale in glob.glob(f"{glob.escape(directory)}.partial-*"):  # Killed builds'.
+        shutil.rmtree(stale, ignore_errors=True)
+    partial = f"{directory}.partial-{os.getpid()}"
+    try:
+        _build_into(partial, directory, encoded, num_users, num_items, first_time, last_time,
+                    day_seconds, test_day, history_length, validation_queries, test_queries,
+                    weighted, source, settings_source, stats, say)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # Nothing half-built is left behind.
+        raise
+
+
+def _build_into(partial, directory, encoded, num_users, num_items, first_time, last_time,
+                day_seconds, test_day, history_length, validation_queries, test_queries,
+                weighted, source, settings_source, stats, say) -> None:
+    """`build`, written in `partial` and renamed to `directory`."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    say = say or (lambda text: None)
+    started = time.time()
+    first_day_start = (first_time // day_seconds) * day_seconds
+    last = (last_time - first_day_start) // day_seconds
+    test = splits_lib.test_day_number(first_time, last_time, test_day, day_seconds)
+    splits_lib.check_test_day(source, test_day, test, last, day_seconds)
+    buckets = _Buckets(os.path.join(partial, "days"), first_day_start, day_seconds, weighted)
+    for batch in encoded:
+        buckets.add(batch.user, batch.item, batch.time, batch.weight)
+    buckets.flush()
+    read_seconds = time.time() - started
+    say(f"bucketed {encoded.read:,} events by day in {read_seconds:.0f} s")
+
+    # Pass 1: each day de-duplicated and sorted by user, then time, then file order.
+    user_counts = np.zeros(num_users + 1, np.int64)
+    item_counts = np.zeros(num_items + 1, np.int64)
+    train_item_counts = np.zeros(num_items + 1, np.int64)
+    before = {"validation": np.zeros(num_users + 1, np.int64), "test": None}
+    active = {}
+    duplicates = kept = 0
+    for day in range(last + 1):
+        columns = buckets.read(day)
+        if not columns:
+            continue
+        order, dropped = chronological(*columns[:3])
+        columns = tuple(column[order] for column in columns)
+        duplicates += dropped
+        kept += len(order)
+        np.savez(os.path.join(_day_dir(buckets.root, day), "sorted.npz"), *columns)
+        for name in os.listdir(_day_dir(buckets.root, day)):
+            if name.startswith("part-"):
+                os.remove(os.path.join(_day_dir(buckets.root, day), name))
+        user, item = columns[0], columns[1]
+        user_counts += np.bincount(user, minlength=num_users + 1)
+        item_counts += np.bincount(item, minlength=num_items + 1)
+        if day < test - 1:
+            before["validation"] += np.bincount(user, minlength=num_users + 1)
+            train_item_counts += np.bincount(item, minlength=num_items + 1)
+        elif day == test - 1:
+            before["test"] = before["validation"] + np.bincount(user, minlength=num_users + 1)
+            active["validation"] = np.unique(user)
+        elif day == test:
+            active["test"] = np.unique(user)
+    if before["test"] is None:
+        before["test"] = before["validation"]
+    if not before["validation"].any():
+        raise splits_lib.nothing_to_train(source, test)
+    # The queries: users active on the day with an earlier event, subsampled.
+    chosen = {}
+    for name, count, number in (("test", test_queries, test),
+                                ("validation", validation_queries, test - 1)):
+        users = active.get(name, np.zeros(0, np.int64))
+        users = users[before[name][users] > 0]
+        if len(users) == 0:
+            raise splits_lib.empty_day(source, name, number)
+        if count:
+            users = users[splits_lib.subsample_indices(len(users), count)]
+        chosen[name] = users
+    wanted = np.zeros(num_users + 1, np.int8)  # Bit 1: a validation query; bit 2: a test one.
+    wanted[chosen["validation"]] |= 1
+    wanted[chosen["test"]] |= 2
+
+    # Pass 2: the training examples in time order, and the chosen users' histories.
+    state = np.zeros([num_users + 1, history_length], np.int32)
+    seen = np.zeros(num_users + 1, np.int64)
+    kept_history = {"validation": [], "test": []}
+    days, day_ends, total = [], [], 0
+    targets = {}
+    for day in range(last + 1):
+        path = os.path.join(_day_dir(buckets.root, day), "sorted.npz")
+        if not os.path.exists(path):
+            continue
+        with np.load(path) as stored:
+            columns = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+        user, item = columns[0], columns[1]
+        if day == test - 1:
+            targets["validation"] = (user, item)
+        elif day == test:
+            targets["test"] = (user, item)
+        if day < test:
+            mine = (wanted[user] & 2).astype(bool)
+            kept_history["test"].append((user[mine], item[mine]))
+        if day >= test - 1:
+            continue
+        mine = (wanted[user] & 1).astype(bool)
+        kept_history["validation"].append((user[mine], item[mine]))
+        history = _histories(state, user, item)
+        # Each user's first training event has no history: it is no example.
+        first = np.ones(len(user), bool)
+        first[1:] = user[1:] != user[:-1]
+        fresh = first & (seen[user] == 0)
+        seen += np.bincount(user, minlength=num_users + 1)
+        keep = ~fresh
+        # Time order; ties by user, then file order (the order `chronological` left).
+        order = np.flatnonzero(keep)[np.argsort(columns[2][keep], kind="stable")]
+        packed = [user[order, None], item[order, None], history[order]]
+        if weighted:
+            packed.append(columns[3][order].view(np.int32)[:, None])
+        packed = np.concatenate(packed, axis=1).astype(np.int32)
+        with tf.io.TFRecordWriter(os.path.join(partial, _examples_name(day))) as writer:
+            for start in range(0, len(packed), CHUNK_ROWS):
+                writer.write(tf.io.serialize_tensor(packed[start:start + CHUNK_ROWS]).numpy())
+        np.save(os.path.join(partial, f"items-{day:05d}.npy"), item[order])
+        total += len(order)
+        days.append(day)
+        day_ends.append(total)
+    if total == 0:
+        raise DataError(source, None, "no user has two training events: nothing to train on.")
+    # The evaluation sets, as splits.next_day builds them (the chosen users only).
+    eval_sets = {}
+    for name in ("validation", "test"):
+        pairs = kept_history[name]
+        user = np.concatenate([p[0] for p in pairs]) if pairs else np.zeros(0, np.int32)
+        item = np.concatenate([p[1] for p in pairs]) if pairs else np.zeros(0, np.int32)
+        order = np.argsort(user, kind="stable")  # Days in order; within a day, time order.
+        user, item = user[order], item[order]
+        bounds = np.searchsorted(user, chosen[name])
+        ends = np.searchsorted(user, chosen[name], side="right")
+        histories = {int(u): item[b:e].astype(np.int64)
+                     for u, b, e in zip(chosen[name], bounds, ends)}
+        day_user, day_item = targets[name]
+        mine = np.isin(day_user, chosen[name])
+        eval_sets[name] = splits_lib._window_targets(  # pylint: disable=protected-access
+            histories, day_user[mine].astype(np.int64), day_item[mine].astype(np.int64),
+            "all")
+    shutil.rmtree(buckets.root)
+    _write_eval(partial, eval_sets)
+    np.savez(os.path.join(partial, "counts.npz"), user=user_counts, item=item_counts,
+             train_item=train_item_counts)
+    manifest = {"settings": _settings(history_length, validation_queries, test_queries,
+                                      day_seconds, test_day, settings_source),
+                "num_users": num_users, "num_items": num_items,
+                "first_time": int(first_time), "last_time": int(last_time),
+                "duplicates": int(duplicates), "events_kept": int(kept),
+                "num_examples": int(total), "weighted": weighted,
+                "days": days, "day_ends": day_ends, "test_day": int(test),
+                "facts": {"events_read": int(encoded.read), "events_kept": int(kept),
+                          "events_dropped_out_of_vocabulary": int(encoded.read - kept
+                                                                  - duplicates),
+                          "events_dropped_duplicate": int(duplicates),
+                          "files": len(encoded.files),
+                          "seconds_encode": round(time.time() - started, 1),
+                          "integer_ids": list(encoded.integer_ids()), **(stats or {})}}
+    with open(os.path.join(partial, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.replace(partial, directory)
+    say(f"wrote {total:,} training examples over {len(days)} days, "
+        f"{len(eval_sets['validation'].users):,} validation and "
+        f"{len(eval_sets['test'].users):,} test queries in {time.time() - started:.0f} s")
+
+
+@contextlib.contextmanager
+def building(directory: str):
+    """One process at a time builds the store in `directory` (or checks that it is built):
+    the processes of a multi-worker run wait for the first. The lock is taken on the parent
+    directory itself, so that it leaves no file behind."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    handle = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # Releases the lock.
+
+
+def _write_eval(directory: str, eval_sets: Dict[str, splits_lib.EvalSet]) -> None:
+    arrays = {}
+    for name, eval_set in eval_sets.items():
+        arrays[f"{name}_users"] = eval_set.users
+        for part in ("histories", "targets"):
+            values = getattr(eval_set, part)
+            arrays[f"{name}_{part}"] = np.concatenate(values) if values else np.zeros(0)
+            arrays[f"{name}_{part}_lengths"] = np.array([len(v) for v in values], np.int64)
+    np.savez(os.path.join(directory, "queries.npz"), **arrays)
+
+
+def _read_eval(directory: str, name: str) -> splits_lib.EvalSet:
+    with np.load(os.path.join(directory, "queries.npz")) as stored:
+        parts = {}
+        for part in ("histories", "targets"):
+            bounds = np.cumsum(stored[f"{name}_{part}_lengths"])[:-1]
+            parts[part] = np.split(stored[f"{name}_{part}"].astype(np.int64), bounds)
+        return splits_lib.EvalSet(stored[f"{name}_users"], parts["histories"],
+                                  parts["targets"])
+
+
+def is_built(directory: str, history_length: int, validation_queries: Optional[int],
+             test_queries: Optional[int], day_seconds: int, test_day: int,
+             settings_source: Dict) -> bool:
+    """Whether `directory` holds a complete store made with these settings."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        manifest = json.load(f)
+    return manifest["settings"] == json.loads(json.dumps(_settings(
+        history_length, validation_queries, test_queries, day_seconds, test_day,
+        settings_source)))
+
+
+def read(directory: str, user_ids: np.ndarray, item_ids: np.ndarray
+         ) -> Tuple[LogSummary, splits_lib.Split]:
+    """(LogSummary, Split) of a built store; the split's `stream` is its `DayStore`."""
+    with open(os.path.join(directory, MANIFEST)) as f:
+        manifest = json.load(f)
+    with np.load(os.path.join(directory, "counts.npz")) as counts:
+        user_counts, item_counts = counts["user"], counts["item"]
+        train_item = counts["train_item"]
+    summary = LogSummary(manifest["num_users"], manifest["num_items"], user_ids, item_ids,
+                         manifest["duplicates"], manifest["first_time"],
+                         manifest["last_time"], user_counts, item_counts)
+    store = DayStore(directory, manifest["num_examples"],
+                     manifest["settings"]["history_length"], manifest["weighted"],
+                     np.array(manifest["days"], np.int64),
+                     np.array(manifest["day_ends"], np.int64), train_item)
+    split = splits_lib.Split(None, _read_eval(directory, "validation"),
+                             _read_eval(directory, "test"), manifest["num_items"],
+                             stream=store)
+    return summary, split
+
+
+def remove_examples(directory: str) -> None:
+    """Deletes a store's training examples (kept: what evaluation and export read)."""
+    if not os.path.isdir(directory):
+        return
+    path = os.path.join(directory, MANIFEST)
+    for name in os.listdir(directory):
+        if name.startswith(("examples-", "items-")):
+            os.remove(os.path.join(directory, name))
+    if os.path.exists(path):
+        with open(path) as f:
+            manifest = json.load(f)
+        manifest["examples_removed"] = True
+        with open(path + ".partial", "w") as f:
+            json.dump(manifest, f, indent=1)
+        os.replace(path + ".partial", path)
+
+
+def has_examples(directory: str) -> bool:
+    with open(os.path.join(directory, MANIFEST)) as f:
+        return not json.load(f).get("examples_removed", False)
+
+
+def facts(directory: str) -> Dict:
+    """The read statistics of the store's log, and "integer_ids" (as `events.load_events`
+    reports them)."""
+    with open(os.path.join(directory, MANIFEST)) as f:
+        return json.load(f)["facts"]
