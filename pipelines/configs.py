@@ -198,6 +198,10 @@ class LossConfig:
     num_hard_negatives: int = _field(
         0, "--loss=sampled_softmax: keep each row's k negatives with the largest corrected "
         "logits (any correction); 0: every negative.")
+    mask_known_positives: bool = _field(
+        False, "--loss=sampled_softmax: mask each example's other known positives among its "
+        "negatives (SASRec: the sequence's other targets; two-tower: the user's other items "
+        "in the batch and its history), log Q and n unchanged; off: only its own positive.")
 
     def objective_settings(self) -> Dict[str, Any]:
         """The arguments of `make_objective` (all fields but where log Q comes from)."""
@@ -459,6 +463,10 @@ def validate(config: Config) -> Config:
             raise ValueError(f"--negatives={loss.negatives} --num_negatives="
                              f"{loss.num_negatives} --deduplicate={loss.deduplicate} "
                              f"--mixture={loss.mixture} do not make a sampler: {error}") from None
+    if config.loss.mask_known_positives and config.loss.loss != "sampled_softmax":
+        raise ValueError("--mask_known_positives masks the negatives of the sampled softmax: "
+                         "needs --loss=sampled_softmax; received --loss="
+                         f"{config.loss.loss} --mask_known_positives.")
     ks(config.training)  # Raises on a bad --ks.
     if config.data.dataset == "events" and not config.data.data_path:
         raise ValueError("--dataset=events needs --data_path: the event log (a CSV, TSV or "

@@ -6,6 +6,7 @@ Most probes call `configs.validate` in-process (what `pipelines.train` runs on i
 before any data loads); two child processes check the real command lines."""
 
 import ctypes
+import json
 import math
 import os
 import subprocess
@@ -65,6 +66,11 @@ PROBES = [
                              "--jit_compile='yes'."),
     ({"index": "annoy"}, "--index must be one of exact, scann, both; received "
                          "--index='annoy'."),
+    ({"loss": "gbce", "mask_known_positives": True},
+     "--mask_known_positives masks the negatives of the sampled softmax: needs "
+     "--loss=sampled_softmax; received --loss=gbce --mask_known_positives."),
+    ({"mask_known_positives": 1}, "--mask_known_positives must be true or false; received "
+                                  "--mask_known_positives=1."),
 ]
 
 
@@ -187,3 +193,17 @@ def test_command_lines():
     assert result.returncode == 1
     assert ("--against takes one search; received --index=both. Give --index=exact or "
             "--index=scann." in result.stderr), result.stderr[-3000:]
+
+
+def test_mask_known_positives_trains():
+    # The flag reaches the objective through the loss group (config.json), and the smoke run
+    # trains, tests and exports with it.
+    out = os.path.join(tempfile.mkdtemp(), "run")
+    result = _child("-m", "pipelines.train", "--preset=smoke", "--mask_known_positives",
+                    "--epochs=1", "--steps_per_epoch=5", "--index=exact", f"--output_dir={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["loss"]["mask_known_positives"] is True
+    with open(os.path.join(out, "metrics.json")) as f:
+        assert json.load(f)["test"]["recall@100"] > 0.0
+    assert configs.PRESETS["smoke"].loss.objective_settings()["mask_known_positives"] is False

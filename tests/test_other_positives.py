@@ -1,6 +1,7 @@
 """Other known positives masked (issue 47, item 3): the id mask, every correction against numpy,
 LogQRetrieval's query_ids / known_positive_ids / known_positives, hard negatives, the
-unbiasedness of Z_hat on a known catalog, and the argument errors."""
+unbiasedness of Z_hat on a known catalog, the argument errors, and the models' and pipelines'
+`mask_known_positives`."""
 
 import numpy as np
 import tensorflow as tf
@@ -12,6 +13,8 @@ from tests import reference
 from tfrs_logq import _ops
 from tfrs_logq import losses
 from tfrs_logq import negatives
+from tfrs_logq.models import RetrievalObjective, SASRec, TwoTower, make_objective
+from tfrs_logq.models.sasrec import sequence_ids
 from tfrs_logq.tasks import LogQRetrieval
 
 
@@ -417,6 +420,201 @@ class UnbiasednessTest(tf.test.TestCase, parameterized.TestCase):
         self._check(self._z_hat(ids, log_q_prime.numpy(), mask), z_u)
         self.assertGreater(self._z_hat(ids, log_q_prime.numpy(), mask, recount=True).mean(),
                            1.2 * z_u)
+
+
+NUM_ITEMS = 30
+# A Zipf-like q over ids 1..NUM_ITEMS (row 0: padding, never drawn).
+Q = np.concatenate([[1.0], 1.0 / np.arange(1, NUM_ITEMS + 1)])
+Q[1:] /= Q[1:].sum()
+Q = Q.astype(np.float32)
+
+
+class SASRecTest(tf.test.TestCase, parameterized.TestCase):
+    """SASRec's loss with `mask_known_positives`: each position's query is its sequence."""
+
+    # Two left-padded windows and one full one; sequences 0 and 2 repeat targets 4 and 9, and
+    # every sequence shares items with the others (in-batch negatives that are positives).
+    FEATURES = {"inputs": tf.constant([[0, 0, 3, 4, 5, 4], [0, 7, 8, 9, 2, 5],
+                                       [1, 9, 3, 6, 9, 2]]),
+                "targets": tf.constant([[0, 0, 4, 5, 4, 6], [0, 8, 9, 2, 5, 1],
+                                        [9, 3, 6, 9, 2, 4]])}
+
+    def _model(self, mask_known_positives, **settings):
+        objective = make_objective(NUM_ITEMS, probabilities=Q, seed=1, num_negatives=10_000,
+                                   mask_known_positives=mask_known_positives, **settings)
+        model = SASRec(NUM_ITEMS, objective, max_length=6, dim=8, num_blocks=1, dropout=0.0)
+        model(self.FEATURES["inputs"])
+        return model
+
+    def test_sequence_ids(self):
+        self.assertAllEqual(sequence_ids(tf.constant([3, 2])), [0, 0, 1, 1, 2, 2])
+
+    @parameterized.parameters(
+        dict(correction="none"), dict(correction="standard"), dict(correction="improved"),
+        dict(correction="improved", deduplicate=True),  # Horvitz-Thompson's log Q'.
+        dict(correction="improved", num_hard_negatives=4))
+    def test_equals_logq_retrieval_on_the_valid_positions(self, **settings):
+        # An in-batch pool cap above the batch's positions: no draw is random, so the loss can
+        # be built by hand: LogQRetrieval on the 15 valid positions, query = their sequence.
+        settings["negatives"] = "in_batch"
+        model = self._model(True, **settings)
+        targets = self.FEATURES["targets"]
+        valid = tf.not_equal(targets, 0)
+        sequence = model(self.FEATURES["inputs"], training=True)
+        rows = tf.cast(tf.boolean_mask(targets, valid), tf.int64)
+        queries = tf.boolean_mask(tf.repeat(tf.range(3, dtype=tf.int64)[:, None], 6, axis=1),
+                                  valid)
+        self.assertAllEqual(queries, [0] * 4 + [1] * 5 + [2] * 6)
+        task = model.objective.task
+        hand = LogQRetrieval(correction=task.correction, sampler=task.sampler,
+                             num_hard_negatives=task.num_hard_negatives)
+        want = hand(tf.boolean_mask(sequence, valid), model.output_embedding(rows),
+                    candidate_ids=rows, candidate_embedding_fn=model.output_embedding,
+                    query_ids=queries) / 15.0
+        got = model.compute_loss(self.FEATURES, training=True)
+        self.assertAllClose(got, want, rtol=1e-5)
+        # Under XLA too (the synthetic preset's step is compiled).
+        compiled = tf.function(lambda: model.compute_loss(self.FEATURES, training=True),
+                               jit_compile=True)
+        self.assertAllClose(compiled(), want, rtol=1e-5)
+        # Masking changes the loss: targets of the same sequence were negatives before.
+        without = self._model(False, **settings)
+        without.set_weights(model.get_weights())
+        self.assertNotAllClose(without.compute_loss(self.FEATURES, training=True), got)
+
+    def test_masks_exactly_the_sequences_other_targets(self):
+        # The library's id mask on the 15 valid targets: position (0, 2) (target 4) has every
+        # pool entry equal to a target of sequence 0 (4, 5, 6) masked, from any sequence.
+        targets = tf.cast(tf.boolean_mask(self.FEATURES["targets"],
+                                          self.FEATURES["targets"] > 0), tf.int64)
+        queries = tf.constant([0] * 4 + [1] * 5 + [2] * 6, tf.int64)
+        known = negatives.known_positive_mask(targets, targets, queries).numpy()
+        self.assertAllEqual(known, known_reference(targets.numpy(), targets.numpy(),
+                                                   queries.numpy()))
+        self.assertAllEqual(targets.numpy()[known[0]], [4, 5, 4, 6, 5, 6, 4])
+
+
+class TwoTowerTest(tf.test.TestCase, parameterized.TestCase):
+    """The two-tower loss with `mask_known_positives`: query = the user, known ids = its
+    history."""
+
+    # Users 1 and 2 have two examples each; histories hold other rows' items (padding 0).
+    FEATURES = {"user": tf.constant([1, 2, 1, 3, 2, 4]),
+                "history": tf.constant([[0, 5], [3, 7], [5, 11], [0, 0], [7, 12], [4, 13]]),
+                "item": tf.constant([11, 12, 13, 3, 4, 5])}
+
+    @parameterized.product(negatives_kind=["in_batch", "mixed"],
+                           correction=["none", "standard_negatives", "improved"])
+    def test_equals_logq_retrieval_with_users_and_histories(self, negatives_kind, correction):
+        objective = make_objective(NUM_ITEMS, negatives=negatives_kind, correction=correction,
+                                   probabilities=Q, seed=3, num_negatives=16,
+                                   mask_known_positives=True)
+        model = TwoTower(5, NUM_ITEMS, objective, dim=8)
+        model(self.FEATURES)
+        features = self.FEATURES
+        got = model.compute_loss(features, training=False)
+        conftest.reset_draws(objective)  # The hand-built call draws what the model's drew.
+        task = objective.task
+        items = tf.cast(features["item"], tf.int64)
+        want = LogQRetrieval(correction=correction, sampler=task.sampler)(
+            model.query_embeddings(features), model.candidate_embeddings(items),
+            candidate_ids=items, candidate_embedding_fn=model.candidate_embeddings,
+            query_ids=features["user"],
+            known_positive_ids=features["history"]) / 6.0
+        self.assertAllClose(got, want, rtol=1e-5)
+        if negatives_kind == "in_batch":
+            # Row 0 (user 1: items 11, 13, history 5): pool 11, 12, 13, 3, 4, 5 -> 11, 13 and 5.
+            known = negatives.known_positive_mask(items, items, features["user"],
+                                                  features["history"]).numpy()
+            self.assertAllEqual(known[0], [True, False, True, False, False, True])
+            plain = make_objective(NUM_ITEMS, negatives="in_batch", correction=correction,
+                                   probabilities=Q, num_negatives=16)
+            self.assertNotAllClose(plain(model.query_embeddings(features), items,
+                                         model.candidate_embeddings), got)
+
+    @parameterized.parameters("in_batch", "uniform", "mixed")
+    def test_padding_id_is_never_drawn(self, negatives_kind):
+        # The history's padding 0 is never a negative: the samplers draw ids from 1, and the
+        # in-batch pool holds the batch's items (>= 1).
+        objective = make_objective(5, negatives=negatives_kind, correction="improved",
+                                   probabilities=np.full(6, 0.2, np.float32), seed=0,
+                                   num_negatives=512)
+        ids = tf.constant([1, 2, 3, 4, 5, 1], tf.int64)
+        draws = objective.sampler(ids, ids, tf.zeros([6, 2]),
+                                  embedding_fn=lambda i: tf.zeros(tf.concat(
+                                      [tf.shape(i), [2]], 0))).ids.numpy()
+        self.assertEqual(draws.min(), 1)
+        self.assertEqual(draws.max(), 5)
+
+
+class ObjectiveOptionTest(tf.test.TestCase):
+    """`mask_known_positives` of the objective: config round trip, and the losses that take it."""
+
+    def test_config_round_trip(self):
+        objective = make_objective(NUM_ITEMS, negatives="mixed", num_negatives=8,
+                                   probabilities=Q, mask_known_positives=True)
+        restored = RetrievalObjective.from_config(objective.get_config())
+        self.assertTrue(restored.mask_known_positives)
+        self.assertEqual(restored.get_config(), objective.get_config())
+        self.assertFalse(make_objective(NUM_ITEMS, probabilities=Q).get_config()[
+            "mask_known_positives"])
+
+    def test_errors_name_the_argument(self):
+        with self.assertRaisesRegex(ValueError, r"`mask_known_positives` masks the negatives "
+                                    r"of the sampled softmax \(loss='sampled_softmax'\); "
+                                    r"received mask_known_positives=True with loss='gbce'"):
+            make_objective(NUM_ITEMS, loss="gbce", mask_known_positives=True)
+        with self.assertRaisesRegex(TypeError, r"`mask_known_positives` must be a bool; "
+                                    r"received mask_known_positives='yes'"):
+            make_objective(NUM_ITEMS, probabilities=Q, mask_known_positives="yes")
+        objective = make_objective(NUM_ITEMS, loss="full_softmax")
+        table = tf.zeros([NUM_ITEMS + 1, 4])
+        with self.assertRaisesRegex(ValueError, r"`query_ids` masks known positives among the "
+                                    r"negatives of the sampled softmax; received query_ids "
+                                    r"with loss='full_softmax'"):
+            objective(tf.zeros([2, 4]), tf.constant([1, 2]), lambda i: tf.gather(table, i),
+                      all_item_embeddings=lambda: table, query_ids=tf.constant([0, 0]))
+
+
+class GlobalSequenceIdsTest(tf.test.TestCase):
+    """Under tf.distribute with a global in-batch pool, SASRec's sequence ids are unique across
+    replicas: two replicas give the loss of one on the whole batch."""
+
+    def test_two_replicas_equal_one(self):
+        strategy = conftest.mirrored_strategy()
+        rng = np.random.default_rng(0)
+        targets = tf.constant([[0, 4, 5, 4], [7, 8, 9, 2], [0, 0, 4, 6], [9, 5, 9, 2]],
+                              tf.int64)
+        query = tf.constant(rng.normal(size=(16, 4)), tf.float32)
+        table = tf.constant(rng.normal(size=(NUM_ITEMS + 1, 4)), tf.float32)
+
+        def loss(objective, query_rows, target_rows):
+            flat = tf.reshape(target_rows, [-1])
+            return objective(query_rows, flat, lambda i: tf.gather(table, i),
+                             example_mask=tf.not_equal(flat, 0),
+                             query_ids=sequence_ids(tf.shape(target_rows)))
+
+        def objective():
+            return make_objective(NUM_ITEMS, negatives="in_batch", correction="improved",
+                                  probabilities=Q, num_negatives=10_000, global_batch=True,
+                                  mask_known_positives=True)
+
+        want = loss(objective(), query, targets)
+        with strategy.scope():
+            distributed = objective()
+        rows = strategy.experimental_distribute_values_from_function(
+            lambda ctx: (query[8 * ctx.replica_id_in_sync_group:][:8],
+                         targets[2 * ctx.replica_id_in_sync_group:][:2]))
+        got = tf.function(lambda rows: strategy.reduce(
+            "SUM", strategy.run(lambda *r: loss(distributed, *r), args=rows), axis=None))(rows)
+        self.assertAllClose(got, want, rtol=1e-5)
+        # Replica 1's sequence 0 is not replica 0's: with both numbered 0 the loss differs.
+        same = tf.function(lambda rows: strategy.reduce("SUM", strategy.run(
+            lambda q, t: distributed(q, tf.reshape(t, [-1]), lambda i: tf.gather(table, i),
+                                     example_mask=tf.not_equal(tf.reshape(t, [-1]), 0),
+                                     query_ids=tf.repeat(tf.range(2, dtype=tf.int64), 4)),
+            args=rows), axis=None))(rows)
+        self.assertNotAllClose(same, want)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,13 @@ class RetrievalObjective(tf.keras.layers.Layer):
         it with a `temperature` (scores then lie in [-1, 1]).
       num_hard_negatives: sampled softmax only: `LogQRetrieval`'s (None or 0: every
         negative).
+      mask_known_positives: sampled softmax only: the models pass each row's query
+        (`call`'s `query_ids`: SASRec's sequence, the two-tower's user) and the
+        two-tower its history (`known_positive_ids`), so that a negative that is
+        another known positive of the row (a target of the same user in the batch,
+        an item of its history) is masked rather than pushed down, with log Q and
+        "improved"'s n kept (`logq_core.formulas.mask_known_positives`). False
+        (default): only the row's own positive (accidental hits) is masked.
     """
 
     def __init__(self, num_items: int, loss: str = "sampled_softmax",
@@ -90,7 +97,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
                  binary_reduction: str = "sum", binary_accidental_hits: bool = True,
                  gbce_alpha: str = "paper", log_q_scale: float = 1.0,
                  l2_normalize: bool = False, num_hard_negatives: Optional[int] = None,
-                 **kwargs):
+                 mask_known_positives: bool = False, **kwargs):
         moved = sorted(set(kwargs) & set(_SAMPLER_SETTINGS + ("negatives", "in_batch_log_q")))
         if moved:
             raise TypeError(
@@ -113,6 +120,11 @@ class RetrievalObjective(tf.keras.layers.Layer):
                                                    binary_accidental_hits)
         self.gbce_alpha = v.check_choice("gbce_alpha", gbce_alpha, GBCE_ALPHAS)
         self.l2_normalize = v.check_bool("l2_normalize", l2_normalize)
+        self.mask_known_positives = v.check_bool("mask_known_positives", mask_known_positives)
+        if mask_known_positives and loss != "sampled_softmax":
+            raise ValueError("`mask_known_positives` masks the negatives of the sampled softmax "
+                             "(loss='sampled_softmax'); received mask_known_positives=True "
+                             f"with loss={loss!r}.")
         _check_sampler(loss, sampler)
         # Attribute names as the checkpoints of earlier runs have them.
         self.task = None
@@ -148,7 +160,9 @@ class RetrievalObjective(tf.keras.layers.Layer):
              all_item_embeddings: Optional[Callable[[], tf.Tensor]] = None,
              training: Optional[bool] = None,
              example_mask: Optional[tf.Tensor] = None,
-             example_weight: Optional[tf.Tensor] = None) -> tf.Tensor:
+             example_weight: Optional[tf.Tensor] = None,
+             query_ids: Optional[tf.Tensor] = None,
+             known_positive_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Mean loss over the examples.
 
         Args:
@@ -165,7 +179,18 @@ class RetrievalObjective(tf.keras.layers.Layer):
             (a reward): the loss is the weighted sum over the examples divided by their
             number. A zero-weight example is still an in-batch negative and still
             counted by a streaming estimator (it was drawn).
+          query_ids: sampled softmax only: optional [n] integer query of each row (the
+            user, SASRec's sequence): a negative whose id is the positive of a row of the
+            same query is masked (`LogQRetrieval.call`'s `query_ids`). Padding rows
+            (`example_mask` False) are nobody's positives. The models pass it with
+            `mask_known_positives`.
+          known_positive_ids: sampled softmax only: optional [n, k] ids of each row's other
+            known positives (the two-tower's history; pad with 0, which is never drawn).
         """
+        if self.task is None and (query_ids is not None or known_positive_ids is not None):
+            given = "query_ids" if query_ids is not None else "known_positive_ids"
+            raise ValueError(f"`{given}` masks known positives among the negatives of the "
+                             f"sampled softmax; received {given} with loss={self.loss!r}.")
         positive_ids = tf.cast(positive_ids, tf.int64)
         if self.l2_normalize:
             query_embeddings = self.embed(query_embeddings)
@@ -207,7 +232,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
                              sample_weight=weight, candidate_ids=positive_ids,
                              candidate_embedding_fn=item_embedding_fn, compute_metrics=False,
                              training=training, candidate_table=table,
-                             candidate_mask=pool_mask)
+                             candidate_mask=pool_mask, query_ids=query_ids,
+                             known_positive_ids=known_positive_ids)
             return loss / count
         query_embeddings = tf.cast(query_embeddings, tf.float32)
         if self.loss == "full_softmax":
@@ -250,7 +276,8 @@ class RetrievalObjective(tf.keras.layers.Layer):
                       binary_accidental_hits=self.binary_accidental_hits,
                       gbce_alpha=self.gbce_alpha, log_q_scale=self.log_q_scale,
                       l2_normalize=self.l2_normalize,
-                      num_hard_negatives=self.num_hard_negatives)
+                      num_hard_negatives=self.num_hard_negatives,
+                      mask_known_positives=self.mask_known_positives)
         return config
 
     @classmethod

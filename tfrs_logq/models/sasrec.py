@@ -192,6 +192,9 @@ class SASRec(tfrs.Model):
         (docs/results/README.md). Default: True for "sasrec", False for
         "gsasrec" (as the paper's code runs it).
       architecture: "sasrec" or "gsasrec" (see the module docstring).
+
+    The objective's `mask_known_positives` masks, among each position's negatives, the
+    other targets of its sequence (`compute_loss`).
     """
 
     def __init__(self, num_items: int, objective: RetrievalObjective, max_length: int = 200,
@@ -282,10 +285,29 @@ class SASRec(tfrs.Model):
         """Mean loss over the windows' non-padding positions.
 
         Every position stays a row, padding masked (`example_mask`), so that the
-        step's shapes do not depend on the batch and XLA compiles it once.
+        step's shapes do not depend on the batch and XLA compiles it once. With the
+        objective's `mask_known_positives`, each position's query is its sequence
+        (`sequence_ids`): every other target of the same sequence is masked among its
+        negatives (padding positions are nobody's targets).
         """
         sequence = self(features["inputs"], training=training)
         targets = tf.reshape(features["targets"], [-1])
+        query_ids = (sequence_ids(tf.shape(features["targets"]))
+                     if self.objective.mask_known_positives else None)
         return self.objective(tf.reshape(sequence, [-1, self.dim]), targets,
                               self.output_embedding, all_item_embeddings=self.item_embeddings,
-                              training=training, example_mask=tf.not_equal(targets, 0))
+                              training=training, example_mask=tf.not_equal(targets, 0),
+                              query_ids=query_ids)
+
+
+def sequence_ids(shape) -> tf.Tensor:
+    """[batch * length] int64 query id of each flattened position of a [batch, length]
+    window: its row (sequence) in the batch, made unique across the replicas of
+    tf.distribute (replica r's rows are numbered from r * 2^32), whose in-batch pool may
+    hold every replica's positions."""
+    batch, length = shape[0], shape[1]
+    rows = tf.range(tf.cast(batch, tf.int64), dtype=tf.int64)
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        rows += tf.cast(context.replica_id_in_sync_group, tf.int64) * (2 ** 32)
+    return tf.repeat(rows, length)

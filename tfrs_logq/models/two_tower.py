@@ -18,6 +18,9 @@ class TwoTower(tfrs.Model):
       num_users, num_items: vocabulary sizes (ids from 1; 0 is padding).
       objective: the `RetrievalObjective`.
       dim: embedding size.
+
+    The objective's `mask_known_positives` masks, among each example's negatives, the
+    user's other items in the batch and its history (`compute_loss`).
     """
 
     def __init__(self, num_users: int, num_items: int, objective: RetrievalObjective,
@@ -54,7 +57,14 @@ class TwoTower(tfrs.Model):
         return self.query_embeddings(features, training=training)
 
     def compute_loss(self, features, training=False):
+        """Mean loss over the batch's examples. With the objective's `mask_known_positives`,
+        a negative is masked when it is the item of another example of the same user
+        (`query_ids` = the user) or in the example's history (`known_positive_ids`; its
+        padding id 0 is never drawn: the samplers draw ids from 1)."""
+        known = {}
+        if self.objective.mask_known_positives:
+            known = dict(query_ids=features["user"], known_positive_ids=features["history"])
         return self.objective(self.query_embeddings(features, training=training),
                               features["item"], self.candidate_embeddings,
                               all_item_embeddings=self.item_embeddings, training=training,
-                              example_weight=features.get("weight"))
+                              example_weight=features.get("weight"), **known)
