@@ -22,7 +22,6 @@ at a time trains in a directory (OUTPUT/run.lock).
 import contextlib
 import json
 import os
-import resource
 import shutil
 import sys
 import time
@@ -39,6 +38,7 @@ from pipelines import configs
 from pipelines import distribute
 from pipelines import experiment
 from pipelines import report
+from pipelines.benchmarks import processes
 from pipelines.data import day_store
 from pipelines.data.interactions import DataError
 from pipelines.run_files import RunFiles
@@ -121,8 +121,8 @@ def _prepare_output_dir(output_dir: str) -> None:
 
 
 def peak_rss_mb() -> int:
-    """This process's peak resident memory so far, in MB (Linux reports KB)."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    """This process's peak resident memory so far, in MiB (`processes.peak_rss_mib`)."""
+    return round(processes.peak_rss_mib())
 
 
 class PhaseTimer:

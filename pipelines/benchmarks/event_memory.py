@@ -73,12 +73,11 @@ def _cell(path: str, events_per_user: float) -> None:
 
 
 def _read(stream, seconds: float) -> processes.Alone:
-    processes._reset_high_water()  # pylint: disable=protected-access
-    for _ in stream.take(FLAGS.batches):
-        pass
-    return processes.Alone(processes.peak_rss_mib(),
-                           processes._high_water_mib(),  # pylint: disable=protected-access
-                           seconds)
+    def batches():
+        for _ in stream.take(FLAGS.batches):
+            pass
+
+    return processes.Alone(*processes.while_running(batches), seconds)
 
 
 def main(argv):

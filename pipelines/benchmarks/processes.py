@@ -11,7 +11,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Callable, List, NamedTuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -24,18 +24,23 @@ class Alone(NamedTuple):
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory since it started, MiB: Linux's VmHWM before any
+    `_reset_high_water` (getrusage's ru_maxrss elsewhere). Not ru_maxrss on Linux: a child
+    inherits its parent's peak there (exec keeps the larger), so a benchmark cell started by
+    a parent that drew a 40M-event log read 5.6 GB where it held 3 GB."""
+    hwm = _high_water_mib()
+    return hwm if hwm is not None else resource.getrusage(
+        resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _high_water_mib() -> float:
-    """Peak resident memory since the last `_reset_high_water` (Linux's VmHWM), MiB; the
-    whole process's peak where /proc does not say."""
+def _high_water_mib() -> Optional[float]:
+    """Peak resident memory of this process image since it started or since the last
+    `_reset_high_water` (Linux's VmHWM), MiB; None where /proc does not say."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             return int(re.search(r"VmHWM:\s+(\d+)", status.read()).group(1)) / 1024
     except (OSError, AttributeError):
-        return peak_rss_mib()
+        return None
 
 
 def _reset_high_water() -> None:
@@ -47,16 +52,31 @@ def _reset_high_water() -> None:
         pass
 
 
+def while_running(work: Callable[[], object]) -> Tuple[float, float]:
+    """Runs `work`; returns (this process's peak resident memory, MiB, since it started,
+    `work` included; the peak while `work` ran, MiB)."""
+    before = peak_rss_mib()
+    _reset_high_water()
+    work()
+    during = _high_water_mib()
+    if during is None:  # No VmHWM: the whole process's peak is all there is.
+        during = before = peak_rss_mib()
+    return max(before, during), during
+
+
 def time_alone(step: Callable, batches, count: int) -> Alone:
     """Runs `step` once (it traces and compiles), then `count` times, timed one by one."""
     float(step(*batches[0]))
-    _reset_high_water()
     seconds = []
-    for i in range(count):
-        started = time.perf_counter()
-        float(step(*batches[(i + 1) % len(batches)]))
-        seconds.append(time.perf_counter() - started)
-    return Alone(peak_rss_mib(), _high_water_mib(), float(np.median(seconds)))
+
+    def steps():
+        for i in range(count):
+            started = time.perf_counter()
+            float(step(*batches[(i + 1) % len(batches)]))
+            seconds.append(time.perf_counter() - started)
+
+    peak, during = while_running(steps)
+    return Alone(peak, during, float(np.median(seconds)))
 
 
 def report(alone: Alone) -> None:

@@ -26,6 +26,7 @@ import fcntl
 import glob
 import json
 import os
+import resource
 import shutil
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -103,6 +104,11 @@ class DayStore:
     def day_items(self, day: int) -> np.ndarray:
         """The items of training day `day`'s examples, in stream order."""
         return np.load(os.path.join(self.directory, f"items-{day:05d}.npy"))
+
+
+def _peak_mib() -> float:
+    """This process's peak resident memory so far, MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _examples_name(day: int) -> str:
@@ -256,7 +262,8 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
         buckets.add(batch.user, batch.item, batch.time, batch.weight)
     buckets.flush()
     read_seconds = time.time() - started
-    say(f"bucketed {encoded.read:,} events by day in {read_seconds:.0f} s")
+    say(f"bucketed {encoded.read:,} events by day in {read_seconds:.0f} s (peak memory "
+        f"{_peak_mib():,.0f} MiB)")
 
     # Pass 1: each day de-duplicated and sorted by user, then time, then file order.
     user_counts = np.zeros(num_users + 1, np.int64)
@@ -292,6 +299,7 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
         before["test"] = before["validation"]
     if not before["validation"].any():
         raise splits_lib.nothing_to_train(source, test)
+    say(f"sorted the days (peak memory {_peak_mib():,.0f} MiB)")
     # The queries: users active on the day with an earlier event, subsampled.
     chosen = {}
     for name, count, number in (("test", test_queries, test),
@@ -392,7 +400,8 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
         json.dump(manifest, f, indent=1)
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(partial, directory)
-    say(f"wrote {total:,} training examples over {len(days)} days, "
+    say(f"wrote {total:,} training examples over {len(days)} days (peak memory "
+        f"{_peak_mib():,.0f} MiB), "
         f"{len(eval_sets['validation'].users):,} validation and "
         f"{len(eval_sets['test'].users):,} test queries in {time.time() - started:.0f} s")
 
