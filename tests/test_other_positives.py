@@ -617,5 +617,19 @@ class GlobalSequenceIdsTest(tf.test.TestCase):
         self.assertNotAllClose(same, want)
 
 
+def test_options_table_rows():
+    # The user guide's options table, as pipelines.benchmarks.options_synthetic prints it from
+    # docs/results/options_synthetic.json: mean +- std over seeds, NDCG@10 paired by seed.
+    import json  # pylint: disable=import-outside-toplevel
+    from pipelines.benchmarks import options_synthetic  # pylint: disable=import-outside-toplevel
+    with open(options_synthetic.RESULTS) as f:
+        runs = json.load(f)["runs"]
+    assert options_synthetic.row("hard32", runs) == (
+        "| hard32 | 0.0493 ± 0.0013 | 0.0259 ± 0.0016 | -0.0091 (SE 0.0028) |")
+    assert options_synthetic.row("mask_known_positives_nojit", runs, "default_nojit") == (
+        "| mask_known_positives_nojit | 0.0660 ± 0.0133 | 0.0333 ± 0.0068 "
+        "| +0.0061 (SE 0.0039) |")
+
+
 if __name__ == "__main__":
     tf.test.main()
