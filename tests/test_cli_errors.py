@@ -71,6 +71,13 @@ PROBES = [
      "--loss=sampled_softmax; received --loss=gbce --mask_known_positives."),
     ({"mask_known_positives": 1}, "--mask_known_positives must be true or false; received "
                                   "--mask_known_positives=1."),
+    # The synthetic preset's step under XLA asked for 43 GB and aborted.
+    ({"mask_known_positives": True, "jit_compile": True, "batch_size": 128, "max_length": 50,
+      "num_negatives": 256},
+     "--mask_known_positives under XLA (--jit_compile) compares each of the step's "
+     "batch_size * max_length positions' negatives with every position's target: 39.1 GiB "
+     "here, above 2 GiB; received --jit_compile --batch_size=128 --max_length=50 "
+     "--num_negatives=256. Add --nojit_compile"),
 ]
 
 
@@ -93,7 +100,10 @@ def test_presets_and_edges_pass():
         assert configs.validate(preset) == preset, name
     for overrides in ({"dropout": 0.0}, {"dropout": 0.999}, {"seed": 2**32 - 1},
                       {"split": "temporal", "test_fraction": 0.49}, {"gbce_t": 1.0},
-                      {"day_seconds": 86_400 * 10**9}, {"learning_rate": 1}):
+                      {"day_seconds": 86_400 * 10**9}, {"learning_rate": 1},
+                      {"mask_known_positives": True, "jit_compile": True},  # 50 MiB.
+                      {"mask_known_positives": True, "jit_compile": True, "batch_size": 128,
+                       "max_length": 50, "num_negatives": 256, "model": "two_tower"}):
         configs.validate(SMOKE.replace(**overrides))
 
 
