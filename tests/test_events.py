@@ -367,11 +367,13 @@ class DayStoreTest(tf.test.TestCase):
         self._check_equal(self._log(weighted=True), 500)
 
     def test_histories_carry_over_days(self):
-        state = np.array([[0, 0, 0], [0, 7, 8]], np.int32)  # User 1's last items: 7, 8.
-        history = day_store._histories(state, np.array([1, 1, 1], np.int32),  # pylint: disable=protected-access
-                                       np.array([4, 5, 6], np.int32))
-        self.assertAllEqual(history, [[0, 7, 8], [7, 8, 4], [8, 4, 5]])
-        self.assertAllEqual(state[1], [4, 5, 6])
+        # Users 1 and 2 (last items before the day: 7, 8 and none), events sorted by user.
+        state = np.array([[0, 0, 0], [0, 7, 8], [0, 0, 0]], np.int32)
+        blocks, starts = day_store._history_windows(  # pylint: disable=protected-access
+            state, np.array([1, 1, 1, 2, 2], np.int32), np.array([4, 5, 6, 9, 3], np.int32))
+        history = blocks[starts[:, None] + np.arange(3)]
+        self.assertAllEqual(history, [[0, 7, 8], [7, 8, 4], [8, 4, 5], [0, 0, 0], [0, 0, 9]])
+        self.assertAllEqual(state, [[0, 0, 0], [4, 5, 6], [0, 9, 3]])
 
     def test_an_empty_test_day_is_a_named_error_and_leaves_nothing(self):
         directory = tempfile.mkdtemp()

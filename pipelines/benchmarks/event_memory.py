@@ -27,27 +27,30 @@ from pipelines.benchmarks import processes
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("items", 1_000_000, "Items of the synthetic catalog.")
 flags.DEFINE_integer("users", 1_000_000, "Users of the synthetic log.")
-flags.DEFINE_list("events_per_user", ["10", "20", "40"], "Mean events per user: the log's "
-                  "length is users times this.")
+flags.DEFINE_list("logs", ["10:14", "20:14", "40:14", "20:28", "40:56"],
+                  "Logs to read, each EVENTS_PER_USER:DAYS (the log holds users times "
+                  "EVENTS_PER_USER events over DAYS days).")
 flags.DEFINE_list("paths", ["in_memory", "out_of_core"], "Readers to measure.")
 flags.DEFINE_integer("batches", 1000, "Training batches read from the stream.")
 flags.DEFINE_string("output", "", "Write the results here as JSON.")
-flags.DEFINE_string("cell", "", "Internal: run one cell (PATH:EVENTS_PER_USER) and report.")
+flags.DEFINE_string("cell", "", "Internal: run one cell (PATH:EVENTS_PER_USER:DAYS) and "
+                    "report.")
 
 
-def _config(events_per_user: float) -> configs.Config:
+def _config(log: str) -> configs.Config:
+    events_per_user, days = log.split(":")
     return configs.PRESETS["industrial"].replace(
         synthetic_items=FLAGS.items, synthetic_users=FLAGS.users,
-        synthetic_events_per_user=events_per_user)
+        synthetic_events_per_user=float(events_per_user), synthetic_days=int(days))
 
 
-def _cell(path: str, events_per_user: float) -> None:
+def _cell(path: str, log: str) -> None:
     """One cell, in this process: prints `processes.report`'s line (seconds: the read)."""
     # pylint: disable=import-outside-toplevel
     from pipelines import experiment
     from pipelines.data import builders
     from pipelines.data import splits as splits_lib
-    config = _config(events_per_user)
+    config = _config(log)
     started = time.time()
     if path == "out_of_core":
         run_dir = tempfile.mkdtemp(prefix="event_memory-")
@@ -83,27 +86,28 @@ def _read(stream, seconds: float) -> processes.Alone:
 def main(argv):
     del argv
     if FLAGS.cell:
-        path, events = FLAGS.cell.split(":")
-        _cell(path, float(events))
+        path, log = FLAGS.cell.split(":", 1)
+        _cell(path, log)
         return
     from pipelines import experiment  # pylint: disable=import-outside-toplevel
     rows = []
-    print("| events | reader | read and split (s) | peak RSS MiB | while streaming MiB |")
-    print("|---|---|---|---|---|")
-    for events in FLAGS.events_per_user:
-        # Draw the log first, alone, so that no cell's peak holds the generator's.
-        config = _config(float(events))
-        experiment.event_files(config.data)
+    print("| events | days | reader | read and split (s) | peak RSS MiB | while streaming MiB |")
+    print("|---|---|---|---|---|---|")
+    for log in FLAGS.logs:
+        config = _config(log)
+        experiment.event_files(config.data)  # Drawn first, in this process, if missing.
         for path in FLAGS.paths:
             alone = processes.run_alone("pipelines.benchmarks.event_memory", [
-                f"--cell={path}:{events}", f"--items={FLAGS.items}", f"--users={FLAGS.users}",
+                f"--cell={path}:{log}", f"--items={FLAGS.items}", f"--users={FLAGS.users}",
                 f"--batches={FLAGS.batches}"])
-            row = {"events_per_user": float(events), "reader": path,
+            row = {"events_per_user": config.data.synthetic_events_per_user,
+                   "days": config.data.synthetic_days, "reader": path,
                    "read_and_split_seconds": round(alone.seconds, 1),
                    "peak_rss_mib": round(alone.peak_mib), "streaming_peak_rss_mib":
                    round(alone.steps_peak_mib)}
             rows.append(row)
-            print(f"| {FLAGS.users * float(events):,.0f} | {path} | {alone.seconds:.1f} | "
+            print(f"| {FLAGS.users * config.data.synthetic_events_per_user:,.0f} | "
+                  f"{config.data.synthetic_days} | {path} | {alone.seconds:.1f} | "
                   f"{alone.peak_mib:.0f} | {alone.steps_peak_mib:.0f} |", flush=True)
     if FLAGS.output:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)

@@ -176,26 +176,28 @@ class _Buckets:
         return tuple(np.concatenate(columns) for columns in zip(*parts))
 
 
-def _histories(state: np.ndarray, user: np.ndarray, item: np.ndarray) -> np.ndarray:
-    """[n, L] each event's previous L items of its user, and `state` advanced past the day.
+def _history_windows(state: np.ndarray, user: np.ndarray,
+                     item: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(blocks, starts): event i's previous L items of its user are
+    blocks[starts[i]:starts[i] + L]; `state` is advanced past the day.
 
     `user` / `item`: the day's events sorted by user, then time; `state[u]`: user u's last
     L items before the day (left-padded with 0). The events of a user form a block
-    [state[u], its items]; event j's history is the block's slice [j, j + L).
+    [state[u], its items]; its j-th event's window starts j items into the block. No
+    [events, L] array is made: the caller copies the windows it keeps, a column at a time.
     """
     length = state.shape[1]
     users, starts, sizes = np.unique(user, return_index=True, return_counts=True)
     block_starts = np.arange(len(users)) * length + starts
     blocks = np.empty(len(users) * length + len(user), np.int32)
-    state_slots = block_starts[:, None] + np.arange(length)
-    blocks[state_slots] = state[users]
-    in_block = np.arange(len(user)) - np.repeat(starts, sizes)
-    item_slots = np.repeat(block_starts, sizes) + length + in_block
+    for j in range(length):
+        blocks[block_starts + j] = state[users, j]
+    item_slots = np.repeat(block_starts + length - starts, sizes) + np.arange(len(user))
     blocks[item_slots] = item
-    history = blocks[(item_slots - length)[:, None] + np.arange(length)]
     ends = block_starts + length + sizes
-    state[users] = blocks[ends[:, None] - length + np.arange(length)]
-    return history
+    for j in range(length):
+        state[users, j] = blocks[ends - length + j]
+    return blocks, item_slots - length
 
 
 def _settings(history_length: int, validation_queries: Optional[int],
@@ -339,7 +341,7 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
             continue
         mine = (wanted[user] & 1).astype(bool)
         kept_history["validation"].append((user[mine], item[mine]))
-        history = _histories(state, user, item)
+        blocks, windows = _history_windows(state, user, item)
         # Each user's first training event has no history: it is no example.
         first = np.ones(len(user), bool)
         first[1:] = user[1:] != user[:-1]
@@ -348,10 +350,14 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
         keep = ~fresh
         # Time order; ties by user, then file order (the order `chronological` left).
         order = np.flatnonzero(keep)[np.argsort(columns[2][keep], kind="stable")]
-        packed = [user[order, None], item[order, None], history[order]]
+        packed = np.empty([len(order), 2 + history_length + int(weighted)], np.int32)
+        packed[:, 0], packed[:, 1] = user[order], item[order]
+        windows = windows[order]
+        for j in range(history_length):  # A column at a time: no [events, L] index array.
+            packed[:, 2 + j] = blocks[windows + j]
         if weighted:
-            packed.append(columns[3][order].view(np.int32)[:, None])
-        packed = np.concatenate(packed, axis=1).astype(np.int32)
+            packed[:, -1] = columns[3][order].view(np.int32)
+        del blocks, windows
         with tf.io.TFRecordWriter(os.path.join(partial, _examples_name(day))) as writer:
             for start in range(0, len(packed), CHUNK_ROWS):
                 writer.write(tf.io.serialize_tensor(packed[start:start + CHUNK_ROWS]).numpy())
