@@ -7,7 +7,7 @@
 import os
 import subprocess
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -60,8 +60,9 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
             experiment.synthetic_data(config)[1].logits(split.test.users), queries @ items.T,
             exclude=split.test.histories)
     elif config.data.dataset == "web_synthetic" and data is not None:
-        report["kl_to_truth"] = web_kl(experiment.web_truth(config, data), split.test,
-                                       queries, items)
+        report["kl_to_truth"], report["calibration"] = web_kl(
+            experiment.web_truth(config, data), split.test, queries, items,
+            bands=retrieval.popularity_bands(split.train_counts()))
     report["by_popularity"] = _by_popularity(retrieved[indexes[0]], split, ks)
     return report
 
@@ -71,20 +72,40 @@ KL_QUERIES = 256
 
 
 def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarray,
-           count: int = KL_QUERIES, chunk: int = 32) -> float:
+           count: int = KL_QUERIES, chunk: int = 32,
+           bands: Optional[np.ndarray] = None) -> Tuple[float, Dict[str, List]]:
     """Mean KL(true law || model's softmax) over the vocabulary's items less each history,
     on `count` of the test queries (the law's mass on items outside the vocabulary is left
-    out: both laws are renormalised over the same candidates)."""
+    out: both laws are renormalised over the same candidates: the whole vocabulary, not the
+    test index); and the calibration of the
+    model's P(p | u) on those queries' targets p: {"model_log_p", "true_log_p"[, "band"]},
+    one entry per (query, target), the log probabilities of both softmaxes (what improved's
+    row weight 1 - P(p | u) estimates, against the truth), and the target's popularity band
+    (0 head, 1 torso, 2 tail) with `bands` (`retrieval.popularity_bands`)."""
     sample = splits_lib.subsample(test, count)
     rows = np.searchsorted(test.users, sample.users) if len(sample.users) < len(
         test.users) else np.arange(len(test.users))
     total = 0.0
+    calibration: Dict[str, List] = {"model_log_p": [], "true_log_p": []}
+    if bands is not None:
+        calibration["band"] = []
     for start in range(0, len(rows), chunk):
         part = rows[start:start + chunk]
         true = np.maximum(truth.log_probabilities(test.users[part]), -1e4)
-        total += len(part) * retrieval.kl_to_truth(
-            true, queries[part] @ items.T, exclude=[test.histories[r] for r in part])
-    return total / len(rows)
+        scores = queries[part] @ items.T
+        exclude = [test.histories[r] for r in part]
+        total += len(part) * retrieval.kl_to_truth(true, scores, exclude=exclude)
+        log_true = retrieval.candidate_log_softmax(true, exclude)
+        log_model = retrieval.candidate_log_softmax(scores, exclude)
+        for row, query in enumerate(part):
+            targets = np.asarray(test.targets[query], np.int64)
+            # A target also in the history is no candidate (-inf in both): left out.
+            targets = targets[np.isfinite(log_model[row, targets])]
+            calibration["model_log_p"] += np.round(log_model[row, targets], 4).tolist()
+            calibration["true_log_p"] += np.round(log_true[row, targets], 4).tolist()
+            if bands is not None:
+                calibration["band"] += bands[targets].astype(int).tolist()
+    return total / len(rows), calibration
 
 
 def baselines(config: configs.Config, split: splits_lib.Split,

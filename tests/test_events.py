@@ -402,6 +402,13 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertGreater(metrics["baselines"]["oracle"]["recall@10"],
                            metrics["baselines"]["popularity"]["recall@10"])
         self.assertGreater(metrics["kl_to_truth"], 0.0)
+        # The model's P(p | u) of the KL queries' targets next to the true one.
+        calibration = metrics["calibration"]
+        self.assertGreater(len(calibration["model_log_p"]), 256)
+        self.assertEqual(len(calibration["true_log_p"]), len(calibration["model_log_p"]))
+        self.assertEqual(len(calibration["band"]), len(calibration["model_log_p"]))
+        self.assertTrue(np.all(np.array(calibration["model_log_p"]) <= 0.0))
+        self.assertTrue(set(calibration["band"]) <= {0, 1, 2})
         self.assertEqual(metrics["event_log"]["files"], config.data.synthetic_days)
         drift = json.load(open(os.path.join(out, "drift.json")))["readings"]
         self.assertNotEmpty(drift)

@@ -263,6 +263,21 @@ def stratified_recall(retrieved: np.ndarray, targets: Sequence[np.ndarray], band
             for b, name in enumerate(("head", "torso", "tail"))}
 
 
+def candidate_log_softmax(logits: np.ndarray, exclude: Optional[Sequence[np.ndarray]] = None,
+                          first_id: int = 1) -> np.ndarray:
+    """[num_queries, num_ids] float64 log softmax of each row over its candidates: every id
+    from `first_id` on, less the row's `exclude` ids (its history); -inf elsewhere."""
+    logits = np.array(logits, np.float64)
+    candidate = np.ones(logits.shape, bool)
+    candidate[:, :first_id] = False
+    if exclude is not None:
+        for row, ids in enumerate(exclude):
+            candidate[row, np.asarray(ids, np.int64)] = False
+    logits = np.where(candidate, logits, -np.inf)
+    peak = logits.max(axis=1, keepdims=True)
+    return logits - peak - np.log(np.exp(logits - peak).sum(axis=1, keepdims=True))
+
+
 def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
                 exclude: Optional[Sequence[np.ndarray]] = None, first_id: int = 1) -> float:
     """Mean KL(P_true || P_model) in nats between per-query softmax laws over the candidates.
@@ -279,23 +294,13 @@ def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
       exclude: per query, ids that are not candidates.
       first_id: ids below it (padding) are not candidates.
     """
-    true_logits = np.array(true_logits, np.float64)
-    model_scores = np.array(model_scores, np.float64)
-    if true_logits.shape != model_scores.shape or true_logits.ndim != 2:
-        raise ValueError(f"`true_logits` {true_logits.shape} and `model_scores` "
-                         f"{model_scores.shape} must be the same [num_queries, num_ids] shape.")
-    candidate = np.ones(true_logits.shape, bool)
-    candidate[:, :first_id] = False
-    if exclude is not None:
-        for row, ids in enumerate(exclude):
-            candidate[row, np.asarray(ids, np.int64)] = False
-
-    def log_softmax(logits):
-        logits = np.where(candidate, logits, -np.inf)
-        peak = logits.max(axis=1, keepdims=True)
-        return logits - peak - np.log(np.exp(logits - peak).sum(axis=1, keepdims=True))
-
-    log_p, log_m = log_softmax(true_logits), log_softmax(model_scores)
+    if np.shape(true_logits) != np.shape(model_scores) or np.ndim(true_logits) != 2:
+        raise ValueError(f"`true_logits` {np.shape(true_logits)} and `model_scores` "
+                         f"{np.shape(model_scores)} must be the same [num_queries, num_ids] "
+                         "shape.")
+    log_p = candidate_log_softmax(true_logits, exclude, first_id)
+    log_m = candidate_log_softmax(model_scores, exclude, first_id)
+    candidate = np.isfinite(log_p) | np.isfinite(log_m)
     # Non-candidates hold -inf in both; zero them before the product (0 * -inf is nan).
     log_p, log_m = np.where(candidate, log_p, 0.0), np.where(candidate, log_m, 0.0)
     terms = np.where(candidate, np.exp(log_p) * (log_p - log_m), 0.0)
