@@ -118,6 +118,9 @@ class DataConfig:
         "test days).")
     synthetic_events_per_user: float = _field(
         20.0, "--dataset=web_synthetic: events per user over the log (> 0).")
+    synthetic_zipf: float = _field(
+        1.0, "--dataset=web_synthetic: the Zipf exponent of item popularity within a cluster "
+        "(> 0; larger is more skewed towards the head); 1.0: the logs written before the flag.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,6 +385,7 @@ _FLOAT_RANGES = {
     "adam_epsilon": (0.0, False, None, False, ""),
     "max_vocabulary_mb": (0.0, False, None, False, ""),
     "synthetic_events_per_user": (0.0, False, None, False, ""),
+    "synthetic_zipf": (0.0, False, None, False, ""),
     "table_learning_rate": (0.0, True, None, False, "0: --learning_rate"),
     "pseudo_count": (0.0, True, None, False, ""),
     "log_q_scale": (0.0, True, None, False, ""),

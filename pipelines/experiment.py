@@ -83,9 +83,12 @@ def web_synthetic_dir(data: configs.DataConfig) -> str:
     by its settings under $TFRS_LOGQ_CACHE (default ~/.cache/tfrs_logq)."""
     if data.data_path:
         return data.data_path
+    # The Zipf exponent names the directory only where it is not 1.0, so that the logs
+    # written before --synthetic_zipf keep their names.
+    zipf = "" if data.synthetic_zipf == 1.0 else f"-zipf{data.synthetic_zipf:g}"
     return os.path.join(_cache_root(), "web_synthetic", f"items{data.synthetic_items}-users"
                         f"{data.synthetic_users}-days{data.synthetic_days}-events"
-                        f"{data.synthetic_events_per_user:g}")
+                        f"{data.synthetic_events_per_user:g}{zipf}")
 
 
 def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
@@ -100,7 +103,8 @@ def event_files(data: configs.DataConfig) -> str:
     if data.dataset == "web_synthetic":
         return web_synthetic.ensure_log(web_synthetic_dir(data), data.synthetic_items,
                                         data.synthetic_users, data.synthetic_days,
-                                        data.synthetic_events_per_user)
+                                        data.synthetic_events_per_user,
+                                        exponent=data.synthetic_zipf)
     return data.data_path
 
 

@@ -123,6 +123,10 @@ def make_catalog(num_items: int, num_users: int, num_days: int, cluster_size: in
     if num_days < 3:
         raise ValueError(f"`num_days` must be at least 3 (train, validation and test days); "
                          f"received num_days={num_days}.")
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float, np.floating)) or not (
+            np.isfinite(exponent) and exponent > 0):
+        raise ValueError(f"`exponent` must be a finite number > 0; received "
+                         f"exponent={exponent!r}.")
     rng = np.random.default_rng(seed)
     num_clusters = max(1, -(-num_items // cluster_size))
     item_cluster = rng.permutation(np.arange(num_items) % num_clusters).astype(np.int32)
@@ -216,10 +220,11 @@ def draw_events(catalog: WebCatalog, events_per_user: float, seed: int = 0) -> D
 
 
 def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray],
-              seconds: float = 0.0) -> None:
+              seconds: float = 0.0, exponent: float = 1.0) -> None:
     """One Parquet file per day (columns user_id, item_id, timestamp), the truth (truth.npz)
-    and log.json (sizes; `seconds`, the time the log took to draw), written to a temporary
-    directory renamed to `directory`."""
+    and log.json (sizes; `exponent`, the Zipf exponent `make_catalog` drew it with; `seconds`,
+    the time the log took to draw), written to a temporary directory renamed to
+    `directory`."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     parent = os.path.dirname(os.path.abspath(directory))
@@ -244,6 +249,7 @@ def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]
         with open(os.path.join(temporary, "log.json"), "w") as f:
             json.dump({"events": int(len(events["user"])), "items": len(catalog.item_ids),
                        "users": len(catalog.user_ids), "days": catalog.num_days,
+                       "zipf_exponent": float(exponent),
                        "day_seconds": DAY_SECONDS, "start_time": START_TIME,
                        "seconds_draw_and_write": round(seconds, 1)}, f, indent=1)
         if os.path.exists(directory):
@@ -269,12 +275,23 @@ def log_files(directory: str) -> str:
 
 
 def ensure_log(directory: str, num_items: int, num_users: int, num_days: int,
-               events_per_user: float, seed: int = 0) -> str:
-    """Writes the log of these settings into `directory` unless it is already there (a
-    finished log has log.json); returns the glob of its files."""
-    if not os.path.exists(os.path.join(directory, "log.json")):
+               events_per_user: float, seed: int = 0, exponent: float = 1.0) -> str:
+    """Writes the log of these settings (`exponent`: the Zipf exponent, `make_catalog`'s)
+    into `directory` unless it is already there (a finished log has log.json); returns the
+    glob of its files. A log already there drawn with another exponent (log.json's
+    "zipf_exponent"; 1.0 for logs written before it was recorded) is a ValueError."""
+    summary = os.path.join(directory, "log.json")
+    if not os.path.exists(summary):
         started = time.time()
-        catalog = make_catalog(num_items, num_users, num_days, seed=seed)
+        catalog = make_catalog(num_items, num_users, num_days, exponent=exponent, seed=seed)
         write_log(directory, catalog, draw_events(catalog, events_per_user, seed=seed),
-                  seconds=time.time() - started)
+                  seconds=time.time() - started, exponent=exponent)
+    else:
+        with open(summary) as f:
+            written = json.load(f).get("zipf_exponent", 1.0)
+        if written != exponent:
+            raise ValueError(f"{directory} holds a log drawn with Zipf exponent {written:g}; "
+                             f"received --synthetic_zipf={exponent:g}. Give another "
+                             "--data_path, or leave it empty for the cache's directory of "
+                             "these settings.")
     return log_files(directory)
