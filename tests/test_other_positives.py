@@ -3,6 +3,12 @@ LogQRetrieval's query_ids / known_positive_ids / known_positives, hard negatives
 unbiasedness of Z_hat on a known catalog, the argument errors, and the models' and pipelines'
 `mask_known_positives`."""
 
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
@@ -207,6 +213,73 @@ class IdMaskTest(tf.test.TestCase, parameterized.TestCase):
                              [True, False, False, False, False]])
         self.assertEqual(negatives.known_positive_mask(
             tf.zeros([0], tf.int64), tf.constant([5, 6], tf.int64)).shape, (0, 2))
+
+    def test_compiled_memory_is_linear(self):
+        # The synthetic preset's SASRec step: 6,400 positions (128 sequences of 50), 256
+        # negatives each, 6,400 known pairs. A [positions * negatives, pairs] int32 array (how
+        # XLA lowers a searchsorted) would take 42 GB; the compiled function's largest array
+        # is [6400, 256], and it runs in well under 1 GB.
+        rows, num, items = 6400, 256, 3000
+        rng = np.random.default_rng(0)
+        row_queries = np.repeat(np.arange(128, dtype=np.int64) * 7 + 3, rows // 128)
+        known_items = rng.integers(1, items, rows)
+        negative_ids = rng.integers(0, items, (rows, num))
+        valid = rng.random(rows) > 0.1
+        args = [tf.constant(x) for x in (row_queries, negative_ids, row_queries, known_items,
+                                         valid)]
+        mask = tf.function(lambda *a: formulas.known_positive_ids_mask(_ops.TF, *a),
+                           jit_compile=True)
+        hlo = mask.experimental_get_compiler_ir(*args)(stage="hlo")
+        sizes = [int(np.prod([int(d) for d in dims.split(",") if d]))
+                 for dims in re.findall(r"\b(?:pred|[suf](?:8|16|32|64))\[([\d,]*)\]", hlo)]
+        self.assertGreater(len(sizes), 10)
+        self.assertEqual(max(sizes), rows * num)
+        known = {(q, d) for q, d, v in zip(row_queries, known_items, valid) if v}
+        want = np.array([[(q, d) in known for d in row] for q, row in
+                         zip(row_queries[::50], negative_ids[::50])])
+        got = mask(*args)
+        self.assertAllEqual(got[::50], want)
+        self.assertGreater(int(tf.reduce_sum(tf.cast(got, tf.int32))), 1000)
+
+    def test_jax_and_unknown_shapes(self):
+        # Keras 3 ops on JAX, compiled (jax.jit): the same mask as TensorFlow's, and no array
+        # above [batch, n] in its StableHLO. Traced with unknown shapes (31 search steps), the
+        # TensorFlow graph gives the same mask.
+        rng = np.random.default_rng(1)
+        row_queries = rng.integers(0, 40, 300)
+        negative_ids = rng.integers(0, 50, (300, 20))
+        known_queries = np.concatenate([row_queries, rng.integers(0, 40, 500)])
+        known_items = rng.integers(0, 50, 800)
+        valid = rng.random(800) > 0.2
+        arrays = (row_queries, negative_ids, known_queries, known_items, valid)
+        want = formulas.known_positive_ids_mask(_ops.TF, *[tf.constant(x) for x in arrays])
+        unknown = tf.function(lambda *a: formulas.known_positive_ids_mask(_ops.TF, *a),
+                              input_signature=[tf.TensorSpec([None] * x.ndim, x.dtype)
+                                               for x in map(np.asarray, arrays)])
+        self.assertAllEqual(unknown(*arrays), want)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "arrays.npz")
+            np.savez(path, *[np.asarray(x, np.int32) if x.dtype != bool else x
+                             for x in arrays])
+            script = (
+                "import re, sys, jax, numpy as np\n"
+                "from keras_logq import _ops\n"
+                "from logq_core import formulas\n"
+                "arrays = np.load(sys.argv[1])\n"
+                "args = [arrays[f'arr_{i}'] for i in range(5)]\n"
+                "f = jax.jit(lambda *a: formulas.known_positive_ids_mask(_ops.OPS, *a))\n"
+                "text = f.lower(*args).as_text()\n"
+                "sizes = [int(np.prod([int(d) for d in s.split('x')[:-1]] or [1]))\n"
+                "         for s in re.findall(r'tensor<([0-9x]*[a-z][0-9]*)>', text)]\n"
+                "np.save(sys.argv[1] + '.out.npy', np.asarray(f(*args)))\n"
+                "print(max(sizes))\n")
+            result = subprocess.run(
+                [sys.executable, "-c", script, path], capture_output=True, text=True,
+                timeout=120, env=dict(os.environ, KERAS_BACKEND="jax",
+                                      TF_USE_LEGACY_KERAS="0"))
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            self.assertEqual(int(result.stdout.split()[-1]), 300 * 20)
+            self.assertAllEqual(np.load(path + ".out.npy"), want)
 
 
 def _two_users(seed=0):
