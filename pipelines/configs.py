@@ -471,7 +471,6 @@ def validate(config: Config) -> Config:
         raise ValueError("--mask_known_positives masks the negatives of the sampled softmax: "
                          "needs --loss=sampled_softmax; received --loss="
                          f"{config.loss.loss} --mask_known_positives.")
-    _check_known_positives_under_xla(config)
     ks(config.training)  # Raises on a bad --ks.
     if config.data.dataset == "events" and not config.data.data_path:
         raise ValueError("--dataset=events needs --data_path: the event log (a CSV, TSV or "
@@ -511,33 +510,6 @@ def validate(config: Config) -> Config:
         raise ValueError("--dim must be a multiple of --num_heads; received "
                          f"--dim={config.model.dim} --num_heads={config.model.num_heads}.")
     return config
-
-
-# The most memory (bytes) that the known-positive mask may ask for in an XLA-compiled SASRec
-# step (see _check_known_positives_under_xla).
-XLA_KNOWN_MASK_BYTES = 2**31
-
-
-def _check_known_positives_under_xla(config: Config) -> None:
-    """Refuses --mask_known_positives where SASRec's XLA step cannot hold its id mask: XLA
-    lowers the mask's binary search (tf.searchsorted) to a dense int32 comparison of each of
-    the step's R = batch_size * max_length rows' num_negatives negatives with each of its R
-    targets, 4 R^2 num_negatives bytes (43 GB measured at the synthetic preset's R = 6,400,
-    256 negatives; the two-tower step is not compiled)."""
-    loss, model = config.loss, config.model
-    if not (loss.mask_known_positives and config.training.jit_compile
-            and model.model == "sasrec"):
-        return
-    rows = config.training.batch_size * model.max_length
-    needed = 4 * rows * rows * loss.num_negatives
-    if needed > XLA_KNOWN_MASK_BYTES:
-        raise ValueError(
-            "--mask_known_positives under XLA (--jit_compile) compares each of the step's "
-            "batch_size * max_length positions' negatives with every position's target: "
-            f"{needed / 2**30:.1f} GiB here, above {XLA_KNOWN_MASK_BYTES / 2**30:.0f} GiB; "
-            f"received --jit_compile --batch_size={config.training.batch_size} "
-            f"--max_length={model.max_length} --num_negatives={loss.num_negatives}. Add "
-            "--nojit_compile (a binary search per negative), or make the step smaller.")
 
 
 def ks(training: TrainingConfig) -> Tuple[int, ...]:
