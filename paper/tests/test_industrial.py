@@ -1,0 +1,295 @@
+"""Issue 48's campaign (`python -m paper.industrial`): its plan, its records and report (on
+hand-made runs), and a smoke campaign end to end (`slow`)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from paper import industrial_plan as plan_lib
+from paper import industrial_report as report_lib
+from paper.plan import command
+from pipelines import configs
+
+
+def fake_metrics(recall100: float, kl: float = 1.0, seed: int = 0) -> dict:
+    """The metrics.json fields a finished web-scale run leaves that the records keep."""
+    test = {"recall@10": recall100 / 2, "recall@100": recall100, "recall@1000": 0.9,
+            "ndcg@10": recall100 / 4, "ndcg@100": 0.2, "ndcg@1000": 0.3}
+    bands = {"head_recall@10": 0.3, "torso_recall@10": 0.1, "tail_recall@10": 0.0,
+             "head_recall@1000": 0.99, "torso_recall@1000": 0.8, "tail_recall@1000": 0.7}
+    true = np.linspace(-4.5, -1.0, 40)
+    return {"test": test, "test_exact": test, "kl_to_truth": kl, "by_popularity": bands,
+            "baselines": {"popularity": dict(test, **{"recall@100": 0.4},
+                                             by_popularity=bands),
+                          "oracle": dict(test, **{"recall@100": 0.7}, by_popularity=bands)},
+            "calibration": {"true_log_p": (true * math.log(10)).round(4).tolist(),
+                            "model_log_p": ((true / 2 - 2) * math.log(10)).round(4).tolist(),
+                            "band": [i % 3 for i in range(40)]},
+            "train_seconds": 10.0 + seed, "steps": 100, "epochs_run": 1,
+            "config": {"large": "left out of the record"}, "git_revision": "abc"}
+
+
+def write_fake(run: plan_lib.IndustrialRun, metrics: dict) -> None:
+    os.makedirs(run.run.directory, exist_ok=True)
+    with open(os.path.join(run.run.directory, "metrics.json"), "w") as f:
+        json.dump(metrics, f)
+
+
+def records_for(runs, values) -> report_lib.Records:
+    """Hand-made records: values[(experiment, setting, row)][seed] is Recall@100."""
+    result, by_record = {}, {}
+    for run in runs:  # A shared run has its owner's record (the owner is planned first).
+        table = values.get((run.experiment, run.setting, run.row))
+        if run.record not in by_record and table is not None and run.seed < len(table):
+            by_record[run.record] = dict(fake_metrics(table[run.seed], seed=run.seed),
+                                         experiment=run.owner)
+        if run.record in by_record:
+            result[(run.experiment, run.setting, run.row, run.seed)] = by_record[run.record]
+    return result
+
+
+class PlanTest(tf.test.TestCase):
+
+    def test_rows_flags_and_directories(self):
+        runs = plan_lib.plan(output_dir="out")
+        main = [r for r in runs if r.experiment == "main" and r.seed == 0]
+        self.assertEqual([r.row for r in main], ["none", "standard", "standard_negatives",
+                                                 "improved", "sampled_reference"])
+        self.assertEqual([r.run.overrides for r in main], [
+            {"correction": "none", "seed": 0}, {"correction": "standard", "seed": 0},
+            {"correction": "standard_negatives", "seed": 0},
+            {"correction": "improved", "seed": 0},
+            {"negatives": "uniform", "num_negatives": 8192, "correction": "improved",
+             "seed": 0}])
+        self.assertEqual({r.run.preset for r in runs}, {"industrial"})
+        self.assertEqual(main[3].run.directory, os.path.join("out", "main", "improved", "seed0"))
+        self.assertEqual(main[3].record, os.path.join("main", "improved", "seed0.json"))
+        self.assertEqual(command(main[4].run)[1:], [
+            "-m", "pipelines.train", "--preset=industrial",
+            f"--output_dir={os.path.join('out', 'main', 'sampled_reference', 'seed0')}",
+            "--correction=improved", "--negatives=uniform", "--num_negatives=8192",
+            "--seed=0"])
+        # 15 + 9 + 18 + 18 planned; the catalog's 1M and the skew's 1.0 cells are main's.
+        self.assertLen(runs, 60)
+        self.assertLen(plan_lib.unique(runs), 48)
+        inbatch = [r for r in runs if r.experiment == "inbatch" and r.seed == 2]
+        self.assertEqual([(r.row, r.run.overrides) for r in inbatch], [
+            ("none", {"negatives": "in_batch", "correction": "none", "seed": 2}),
+            ("standard", {"negatives": "in_batch", "correction": "standard", "seed": 2}),
+            ("improved", {"negatives": "in_batch", "correction": "improved", "seed": 2})])
+        self.assertEqual(inbatch[0].run.directory, os.path.join("out", "inbatch", "none",
+                                                                "seed2"))
+
+    def test_catalog_and_skew_cells(self):
+        runs = plan_lib.plan(["catalog", "skew"], seeds=1, output_dir="out")
+        by_key = {(r.experiment, r.key): r for r in runs}
+        small = by_key[("catalog", "improved-items100000")]
+        # As the 100k sweep of docs/speed.md: as many users, index 20,000, 5,000 queries.
+        self.assertEqual(small.run.overrides, {
+            "synthetic_items": 100_000, "synthetic_users": 100_000, "index_size": 20_000,
+            "test_queries": 5_000, "correction": "improved", "seed": 0})
+        large = by_key[("catalog", "standard-items5000000")]
+        self.assertEqual(large.run.overrides, {
+            "synthetic_items": 5_000_000, "synthetic_users": 1_000_000,
+            "index_size": 1_000_000, "test_queries": 20_000, "correction": "standard",
+            "seed": 0})
+        self.assertEqual(large.run.directory,
+                         os.path.join("out", "catalog", "standard-items5000000", "seed0"))
+        shared = by_key[("catalog", "standard-items1000000")]
+        self.assertEqual((shared.owner, shared.run.directory, shared.record),
+                         ("main", os.path.join("out", "main", "standard", "seed0"),
+                          os.path.join("main", "standard", "seed0.json")))
+        self.assertEqual(by_key[("skew", "improved-zipf1")].run.directory,
+                         os.path.join("out", "main", "improved", "seed0"))
+        skewed = by_key[("skew", "standard-zipf1.2")]
+        self.assertEqual(skewed.run.overrides, {"synthetic_zipf": 1.2, "correction": "standard",
+                                                "seed": 0})
+        self.assertEqual(skewed.run.directory, os.path.join("out", "skew", "standard-zipf1.2",
+                                                            "seed0"))
+        # More users where memory allows.
+        wide = plan_lib.plan(["catalog"], seeds=1, max_user_scale=5.0)
+        self.assertEqual(wide[-1].run.overrides["synthetic_users"], 5_000_000)
+        for run in plan_lib.unique(runs):  # Every run is a valid config.
+            configs.validate(configs.PRESETS[run.run.preset].replace(**run.run.overrides))
+
+    def test_smoke_is_the_same_plan_on_industrial_smoke(self):
+        full, smoke = plan_lib.plan(), plan_lib.plan(smoke=True, output_dir="s")
+        self.assertEqual([(r.experiment, r.row, r.seed) for r in full],
+                         [(r.experiment, r.row, r.seed) for r in smoke])
+        self.assertEqual({r.run.preset for r in smoke}, {"industrial_smoke"})
+        reference = [r for r in smoke if r.row == "sampled_reference"][0]
+        self.assertEqual(reference.run.overrides["num_negatives"], 512)
+        sizes = sorted({r.run.overrides.get("synthetic_items", 5000) for r in smoke
+                        if r.experiment == "catalog"})
+        self.assertEqual(sizes, [500, 5000, 25000])
+
+    def test_selection_and_errors(self):
+        runs = plan_lib.plan(["main"], seeds=2, only_rows=["standard", "improved"])
+        self.assertEqual([(r.row, r.seed) for r in runs], [
+            ("standard", 0), ("improved", 0), ("standard", 1), ("improved", 1)])
+        with self.assertRaisesRegex(ValueError, "--experiments must be among main, inbatch, "
+                                    "catalog, skew; received nope"):
+            plan_lib.plan(["nope"])
+        with self.assertRaisesRegex(ValueError, "--rows must be among .*received full"):
+            plan_lib.plan(only_rows=["full"])
+
+
+class RecordsAndReportTest(tf.test.TestCase):
+
+    def test_paired_differences_by_seed(self):
+        runs = plan_lib.plan()
+        records = records_for(runs, {("main", "", "standard"): [0.49, 0.50, 0.52],
+                                     ("main", "", "improved"): [0.50, 0.52, 0.55],
+                                     ("main", "", "none"): [0.30, 0.31]})
+        result = report_lib.paired(report_lib._by_seed(records, "main", "", "standard"),
+                                   report_lib._by_seed(records, "main", "", "improved"),
+                                   "recall@100")
+        # d = 0.01, 0.02, 0.03: mean 0.02, SE 0.01 / sqrt(3), t = 3.46 with 2 df: p = 0.074
+        # (for 2 df, p = 1 - t / sqrt(t^2 + 2)).
+        self.assertAllClose(result["d"], [0.01, 0.02, 0.03])
+        self.assertAllClose(result["se"], 0.01 / math.sqrt(3))
+        t = 0.02 / (0.01 / math.sqrt(3))
+        self.assertAllClose(result["p"], 1 - t / math.sqrt(t * t + 2))
+        text = report_lib.markdown(runs, records, "CMD", {})
+        self.assertIn("| improved − standard (TFRS) | 0, 1, 2 | +0.0100 (SE 0.0029, p 0.074) | "
+                      "+0.0200 (SE 0.0058, p 0.074) | +0.0000 (the same at every seed) | "
+                      "+0.0050 (SE 0.0014, p 0.074) | +0.0000 (the same at every seed) |", text)
+        # Two common seeds of none: standard − none over seeds 0 and 1.
+        self.assertIn("| standard (TFRS) − none | 0, 1 | +0.0950 (the same at every seed) | ",
+                      text)
+        # The catalog's 1M cell is main's runs.
+        self.assertIn("| improved − standard (TFRS), 1,000,000 items, 1,000,000 users | 0, 1, 2 "
+                      "| +0.0100 (SE 0.0029, p 0.074) |", text)
+        self.assertIn("| 1,000,000 items, mixed negatives | improved | 3 | 0.2617 ± 0.0126 | "
+                      "0.5233 ± 0.0252 | 0.9000 ± 0.0000 | 0.1308 ± 0.0063 | 1.000 ± 0.000 | "
+                      "11 ± 1 |", text)
+        self.assertIn("| 1,000,000 items, mixed negatives | *oracle* | 3 | 0.2617 ± 0.0126 | "
+                      "0.7000 ± 0.0000 |", text)
+        self.assertIn("| 1,000,000 items, mixed negatives | standard on negatives (paper) | "
+                      "0/3 | not run |", text)
+        # Calibration: model log10 P = true / 2 - 2 on the hand-made points.
+        self.assertIn("![calibration]", report_lib.markdown(runs, records, "CMD",
+                                                            {"main": "x.png"}))
+        self.assertIn("| 1,000,000 items, mixed negatives | improved | 120 | -0.625 |", text)
+        self.assertIn("## Advice\n\nNot written yet", text)
+        self.assertIn("- main: none seed 2; standard_negatives seeds 0, 1, 2; "
+                      "sampled_reference seeds 0, 1, 2.", text)
+        self.assertIn("- catalog: standard-items100000 seeds 0, 1, 2; improved-items100000 "
+                      "seeds 0, 1, 2; standard-items5000000 seeds 0, 1, 2; "
+                      "improved-items5000000 seeds 0, 1, 2.", text)
+
+    def test_calibration_bins(self):
+        points = {"true": np.array([-3.9, -3.8, -3.6, -1.2, -1.1, -0.2]),
+                  "model": np.array([-3.0, -3.2, -3.4, -1.0, -1.4, -0.1])}
+        x, y, n = report_lib.binned(points, width=0.5, least=2)
+        self.assertAllClose(x, [(-3.9 - 3.8 - 3.6) / 3, -1.15])
+        self.assertAllClose(y, [-3.2, -1.2])
+        self.assertAllEqual(n, [3, 2])
+
+    def test_advice_waits_for_every_row_then_is_written(self):
+        runs = plan_lib.plan()
+        values = {}
+        for run in runs:
+            base = {"none": 0.30, "standard": 0.50, "standard_negatives": 0.49,
+                    "improved": 0.52, "sampled_reference": 0.53}[run.row]
+            values[(run.experiment, run.setting, run.row)] = [base + 0.001 * s for s in
+                                                               range(3)]
+        values[("main", "", "improved")] = [0.52, 0.525, 0.531]
+        records = records_for(runs, values)
+        text = report_lib.markdown(runs, records, "CMD", {})
+        self.assertIn("## Advice\n\nWhich correction: at the preset's catalog with mixed "
+                      "negatives, improved has the highest mean Recall@100 (0.5253)", text)
+        # d = 0.020, 0.024, 0.029: mean 0.0243, SE 0.0026, t = 9.3 with 2 df: p = 0.011.
+        self.assertIn("beyond the seed-to-seed noise against none, standard (TFRS), standard "
+                      "on negatives (paper). Improved against standard (TFRS): better "
+                      "(+0.0243, SE 0.0026, p 0.011)", text)
+        self.assertIn("Catalog size, improved against standard (Recall@100): 100,000 items, "
+                      "100,000 users: better (+0.0200, the same at every seed); 1,000,000 "
+                      "items, 1,000,000 users: better (+0.0243, SE 0.0026, p 0.011)", text)
+        self.assertIn("mixed against in-batch, Recall@100 paired by seed: none level (+0.0000, "
+                      "the same at every seed)", text)
+        self.assertNotIn("Not written yet", text)
+        del records[("skew", "zipf1.2", "improved", 2)]
+        text = report_lib.markdown(runs, records, "CMD", {})
+        self.assertIn("Not written yet", text)
+        self.assertIn("- skew: improved-zipf1.2 seed 2.", text)
+
+    def test_driver_records_finished_runs_and_skips_them(self):
+        out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
+        report = os.path.join(results, "claim.md")
+        for run in plan_lib.plan(["main"], seeds=2, smoke=True, output_dir=out,
+                                 only_rows=["standard", "improved"]):
+            write_fake(run, fake_metrics({"standard": 0.5, "improved": 0.52}[run.row] + 0.01
+                                         * run.seed, seed=run.seed))
+        args = [sys.executable, "-m", "paper.industrial", "--smoke", "--experiments=main",
+                "--rows=standard,improved", "--seeds=2", f"--output_dir={out}",
+                f"--results_dir={results}", f"--report={report}"]
+        first = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+        self.assertEqual(first.returncode, 0, first.stderr[-2000:])
+        self.assertIn("4 runs planned, 4 already finished.", first.stdout)
+        self.assertNotIn("[1/", first.stdout)
+        record = os.path.join(results, "main", "improved", "seed1.json")
+        self.assertIn(f"to keep them in git: git add -- {results}/main/standard/seed0.json",
+                      first.stdout)
+        self.assertIn("git commit -q -m 'industrial claim: records of 4 finished runs' --",
+                      first.stdout)
+        with open(record) as f:
+            kept = json.load(f)
+        self.assertEqual((kept["experiment"], kept["row"], kept["seed"], kept["preset"]),
+                         ("main", "improved", 1, "industrial_smoke"))
+        self.assertAllClose(kept["test"]["recall@100"], 0.53)
+        self.assertNotIn("config", kept)
+        with open(record) as f:  # The calibration's lists stay on one line each.
+            self.assertLen([line for line in f if line.startswith('  "model_log_p": [')
+                            and line.rstrip().endswith("],")], 1)
+        with open(report) as f:
+            text = f.read()
+        self.assertIn("| improved − standard (TFRS) | 0, 1 | ", text)
+        self.assertIn("![calibration](calibration_main.png)", text)
+        self.assertTrue(os.path.exists(os.path.join(results, "calibration_main.png")))
+        again = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+        self.assertIn("4 runs planned, 4 already finished.", again.stdout)
+        self.assertNotIn("to keep them in git", again.stdout)  # Nothing new to record.
+
+
+@pytest.mark.slow
+class SmokeCampaignTest(tf.test.TestCase):
+
+    def test_two_rows_two_seeds_then_skipped(self):
+        out, results, cache = tempfile.mkdtemp(), tempfile.mkdtemp(), tempfile.mkdtemp()
+        args = [sys.executable, "-m", "paper.industrial", "--smoke", "--experiments=main",
+                "--rows=standard,improved", "--seeds=2", f"--output_dir={out}",
+                f"--results_dir={results}",
+                f"--parallel={min(2, len(os.sched_getaffinity(0)))}"]
+        env = dict(os.environ, TFRS_LOGQ_CACHE=cache)
+        first = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False,
+                               env=env)
+        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+        self.assertIn("4 runs planned, 0 already finished.", first.stdout)
+        for row in ("standard", "improved"):
+            for seed in (0, 1):
+                with open(os.path.join(results, "main", row, f"seed{seed}.json")) as f:
+                    kept = json.load(f)
+                self.assertEqual(kept["overrides"]["correction"], row)
+                self.assertLen(kept["calibration"]["model_log_p"],
+                               len(kept["calibration"]["true_log_p"]))
+                self.assertIn("oracle", kept["baselines"])
+        with open(os.path.join(results, "industrial_claim.md")) as f:
+            text = f.read()
+        self.assertRegex(text, r"\| improved − standard \(TFRS\) \| 0, 1 \| [-+]0\.\d{4} "
+                         r"\(SE [0-9.e-]+, p [0-9.e-]+\) \|")
+        self.assertIn("Not written yet", text)
+        again = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False,
+                               env=env)
+        self.assertIn("4 runs planned, 4 already finished.", again.stdout)
+
+
+if __name__ == "__main__":
+    tf.test.main()
