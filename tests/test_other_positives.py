@@ -702,6 +702,9 @@ def test_options_table_rows():
     assert options_synthetic.row("mask_known_positives_nojit", runs, "default_nojit") == (
         "| mask_known_positives_nojit | 0.0660 ± 0.0133 | 0.0333 ± 0.0068 "
         "| +0.0061 (SE 0.0039) |")
+    # Under XLA (the preset's default), against the default.
+    assert options_synthetic.row("mask_known_positives", runs) == (
+        "| mask_known_positives | 0.0897 ± 0.0139 | 0.0445 ± 0.0083 | +0.0096 (SE 0.0020) |")
 
 
 if __name__ == "__main__":
