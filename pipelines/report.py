@@ -20,10 +20,11 @@ from tfrs_logq import retrieval
 
 
 def _by_popularity(top, split: splits_lib.Split, ks) -> Dict[str, float]:
-    """Recall@k of head / torso / tail targets (thirds by training count), k = 10 and max."""
+    """Recall@k of head / torso / tail targets (thirds by training count), k = 10, 100 (when
+    among `ks`) and the largest."""
     bands = retrieval.popularity_bands(split.train_counts())
     result = {}
-    for k in sorted({min(10, max(ks)), max(ks)}):
+    for k in sorted({min(10, max(ks)), max(ks)} | ({100} & set(ks))):
         result.update(retrieval.stratified_recall(top, split.test.targets, bands, k))
     return result
 
