@@ -205,8 +205,7 @@ def _bands(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
         return []
     return ["", "Recall by popularity: the test targets in each third of the catalog by "
             "training count (head, torso, tail), mean over seeds. The runs record it at k = "
-            f"{', '.join(sorted({k.split('@')[1] for k in keys}, key=int))} "
-            "(`pipelines.report` keeps 10 and the largest k).", "",
+            f"{', '.join(sorted({k.split('@')[1] for k in keys}, key=int))}.", "",
             "| setting | ranker | " + " | ".join(k.replace("_recall", " R") for k in keys)
             + " |", "|---|---|" + "---|" * len(keys)] + lines
 
