@@ -151,6 +151,21 @@ def ids_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = 1)
     return tensor
 
 
+def id_vector(tensors: Tensors, name: str, value: Any):
+    """`value` as ids, one per row: shape [N], or [N, 1] as TFRS's tutorials give their labels
+    (TFRS accepts both). Returns (tensor, column): `column` is True for [N, 1], which the
+    caller flattens to [N] (same ids, same results). Any other static shape raises ValueError
+    naming the argument and the shape; an unknown rank is left to the caller."""
+    tensor = ids_tensor(tensors, name, value, rank=None)
+    shape = tensors.shape(tensor)
+    if shape is None or len(shape) == 1:
+        return tensor, False
+    if len(shape) == 2 and shape[1] == 1:
+        return tensor, True
+    raise ValueError(f"`{name}` must have shape [N] or [N, 1] (one id per row); received "
+                     f"{name} with shape {_shape_text(shape)}.")
+
+
 def _shape_text(shape) -> str:
     return "<unknown>" if shape is None else "(" + ", ".join(map(str, shape)) + (
         ",)" if len(shape) == 1 else ")")

@@ -8,6 +8,8 @@ docs/design.md ("log Q per sampler").
 
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+import numpy as np
+
 from logq_core import checks
 
 # The samplers by name: `make_sampler`'s first argument and the pipelines' --negatives.
@@ -57,6 +59,69 @@ class Negatives(NamedTuple):
     log_q_excludes_positive: bool = False
     log_q_checked: bool = False
     expected_draws: Any = None
+
+
+# A lookup layer's default special tokens (Keras StringLookup's mask and out-of-vocabulary
+# tokens): never items, so never in a catalog that uniform draws pick from.
+SPECIAL_TOKENS = ("", "[UNK]")
+
+
+def uniform_catalog(num_items: Any, first_id: Any = 0,
+                    vocabulary: Any = None) -> Tuple[int, Optional[list]]:
+    """(num_items, vocabulary) of the catalog that uniform negatives are drawn from.
+
+    Either the integer ids [first_id, first_id + num_items) (`vocabulary` None), or the ids
+    listed in `vocabulary`: distinct strings, or distinct integers (a sparse integer
+    catalog), in the item tower's own id space, with no out-of-vocabulary or mask token.
+    Its size is then `num_items` (given too, it must agree), and a uniform draw has
+    Q = 1 / num_items exactly (`logq_core.formulas.log_uniform_q`): the catalog is what
+    can be drawn, nothing else.
+
+    Returns:
+      num_items, and `vocabulary` as a list of str (bytes decoded) or of int, or None.
+    """
+    if isinstance(first_id, bool) or not isinstance(first_id, int) or first_id < 0:
+        raise ValueError(
+            f"`first_id` must be a non-negative integer; received first_id={first_id!r}.")
+    if vocabulary is None:
+        return checks.check_positive_int("num_items", num_items), None
+    if first_id != 0:
+        raise ValueError("`first_id` numbers an integer catalog [first_id, first_id + "
+                         "num_items); with a `vocabulary` the draws are its ids. Received "
+                         f"first_id={first_id!r} and a vocabulary.")
+    if isinstance(vocabulary, (str, bytes)):
+        raise TypeError("`vocabulary` must be a sequence of ids; received the single "
+                        f"{type(vocabulary).__name__} vocabulary={vocabulary!r}.")
+    values = np.asarray(vocabulary, dtype=object)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError("`vocabulary` must be a non-empty list of ids; received vocabulary "
+                         f"with shape {values.shape}.")
+    items = [x.decode() if isinstance(x, bytes) else
+             str(x) if isinstance(x, np.str_) else
+             int(x) if isinstance(x, np.integer) else x for x in values.tolist()]
+    kinds = {str if isinstance(x, str) else int if (
+        isinstance(x, int) and not isinstance(x, bool)) else type(x) for x in items}
+    if kinds not in ({str}, {int}):
+        raise TypeError("`vocabulary` must hold string ids or integer ids, one kind; received "
+                        f"vocabulary with values of types {sorted(k.__name__ for k in kinds)}.")
+    if len(set(items)) != len(items):
+        seen, repeated = set(), []
+        for x in items:
+            if x in seen and x not in repeated:
+                repeated.append(x)
+            seen.add(x)
+        raise ValueError(f"`vocabulary` must hold distinct ids; received {len(items)} ids, "
+                         f"{len(set(items))} distinct (repeated: {repeated[:3]!r}).")
+    special = [x for x in items if x in SPECIAL_TOKENS]
+    if special:
+        raise ValueError(
+            f"`vocabulary` must hold item ids only; received the lookup token(s) {special!r}, "
+            "which uniform draws would pick as items. Use "
+            "lookup.get_vocabulary(include_special_tokens=False), or `from_lookup(lookup)`.")
+    if num_items is not None and checks.check_positive_int("num_items", num_items) != len(items):
+        raise ValueError(f"`num_items` must be the vocabulary's size or None; received "
+                         f"num_items={num_items!r} and a vocabulary of {len(items)} ids.")
+    return len(items), items
 
 
 def check_mixed(mixture: str, deduplicate: bool) -> None:

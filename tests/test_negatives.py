@@ -77,6 +77,37 @@ SAMPLER_CASES = dict(
 )
 
 
+# The known catalog with string ids: item i of the Zipf catalog is "movie i". The samplers'
+# vocabulary lists them in another order, so a draw's position in it is not its item.
+CATALOG = np.array([f"movie {i}" for i in range(NUM_ITEMS)])
+SHUFFLED = CATALOG[np.random.default_rng(1).permutation(NUM_ITEMS)]
+
+
+class _Strings:
+    """Calls `sampler` with the catalog's string ids and reads its negatives back as the
+    catalog's integer items (for `_z_hat_draws`, which scores items)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.strings = tf.constant(CATALOG)
+        self.items = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            self.strings, tf.range(NUM_ITEMS, dtype=tf.int64)), default_value=-1)
+
+    def __call__(self, positive_ids, candidate_ids):
+        out = self.sampler(tf.gather(self.strings, positive_ids),
+                           tf.gather(self.strings, candidate_ids))
+        return out._replace(ids=self.items.lookup(out.ids))
+
+
+SAMPLER_CASES.update(
+    uniform_string_lookup=lambda: _Strings(negatives.UniformSampler.from_lookup(
+        tf.keras.layers.StringLookup(vocabulary=SHUFFLED), 8)),
+    mixed_exact_string_vocabulary=lambda: _Strings(negatives.MixedSampler(
+        num_uniform=4, num_in_batch=4, vocabulary=SHUFFLED,
+        probabilities=frequency.StaticFrequency(ZIPF_Q, vocabulary=CATALOG))),
+)
+
+
 class UnbiasednessTest(tf.test.TestCase, parameterized.TestCase):
     """Each sampler's log Q makes Z_hat unbiased for sum_{d != p} e^{s_d} (docs/design.md)."""
 
@@ -441,6 +472,161 @@ class UniformSamplerTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, r"UniformSampler draws integer ids; received "
                                     r"positive_ids with dtype string"):
             negatives.UniformSampler(10, 3)(tf.constant(["a"]))
+
+
+class VocabularySamplerTest(tf.test.TestCase):
+    """Samplers over a string (or sparse integer) vocabulary: ids in the tower's own space."""
+
+    def test_string_lookup_draws_its_items_never_the_oov_row(self):
+        lookup = tf.keras.layers.StringLookup(vocabulary=SHUFFLED[:10])
+        tower = tf.keras.Sequential([lookup, tf.keras.layers.Embedding(11, 3)])
+        sampler = negatives.UniformSampler.from_lookup(lookup, 1000, seed=4)
+        self.assertEqual((sampler.num_items, sampler.vocabulary), (10, list(SHUFFLED[:10])))
+        positives = tf.constant([SHUFFLED[0], SHUFFLED[3]])
+        out = sampler(positives, embedding_fn=tower)  # The tower as it is.
+        ids = out.ids.numpy().astype(str)
+        self.assertEqual(out.ids.dtype, tf.string)
+        self.assertEqual(set(ids), set(SHUFFLED[:10]))  # Every item, nothing else.
+        self.assertNotIn(0, lookup(out.ids).numpy())     # Never the out-of-vocabulary row.
+        counts = np.array([np.sum(ids == item) for item in SHUFFLED[:10]])
+        self.assertLess(((counts - 100.0) ** 2 / 100.0).sum(), 27.9)  # chi2(9), p = 0.001
+        self.assertAllClose(out.embeddings, tower(out.ids))
+        self.assertAllClose(out.log_q, np.full(1000, -np.log(10.0)))
+        self.assertAllClose(out.positive_log_q, np.full(2, -np.log(10.0)))
+        self.assertAllEqual(out.mask, ids[None, :] != positives.numpy().astype(str)[:, None])
+
+    def test_sparse_integer_vocabulary_and_per_row(self):
+        catalog = [7, 1003, 42, 99999]
+        sampler = negatives.UniformSampler.from_lookup(
+            tf.keras.layers.IntegerLookup(vocabulary=catalog), 400, per_row=True, seed=1)
+        out = sampler(tf.constant([7, 42, 42], tf.int32))
+        self.assertEqual(out.ids.dtype, tf.int32)
+        self.assertEqual(out.ids.shape, (3, 400))
+        for row in out.ids.numpy():
+            self.assertEqual(set(row.tolist()), set(catalog))
+        self.assertFalse(np.array_equal(out.ids[1], out.ids[2]))
+        self.assertAllClose(out.log_q, np.full((3, 400), -np.log(4.0)))
+
+    def test_mixed_uniform_half_draws_strings_and_log_q_uses_the_vocabulary_size(self):
+        q = np.array([0.1, 0.2, 0.3, 0.4])
+        vocabulary = ["a", "b", "c", "d"]
+        sampler = negatives.MixedSampler(num_uniform=3, num_in_batch=8, vocabulary=vocabulary,
+                                         probabilities=frequency.StaticFrequency(
+                                             q, vocabulary=vocabulary), seed=0)
+        batch = tf.constant(["d", "b", "d", "c"])
+        out = sampler(batch, batch)
+        items = np.array([vocabulary.index(x) for x in out.ids.numpy().astype(str)])
+        mask = out.mask.numpy()
+        self.assertEqual(items.shape, (7,))
+        draws = 3 / 4 + 3 * q  # As test_exact_mixture_log_q with integer ids.
+        for row in range(4):
+            self.assertAllClose(np.exp(out.log_q[row].numpy()), draws[items] / mask[row].sum(),
+                                rtol=1e-5)
+        self.assertAllClose(np.exp(out.positive_log_q), draws[[3, 1, 3, 2]] / 6, rtol=1e-5)
+
+    def test_serialization_round_trip(self):
+        for sampler in (negatives.UniformSampler(num_negatives=5, vocabulary=["x", "y", "z"],
+                                                 per_row=True, seed=2),
+                        negatives.UniformSampler(num_negatives=5, vocabulary=[3, 11]),
+                        negatives.MixedSampler(num_uniform=2, num_in_batch=3,
+                                               vocabulary=["x", "y", "z"],
+                                               probabilities=np.full(3, 1 / 3), seed=9)):
+            restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(sampler))
+            self.assertIsInstance(restored, type(sampler))
+            self.assertEqual(restored.get_config(), sampler.get_config())
+            self.assertEqual(restored.vocabulary, sampler.vocabulary)
+        self.assertEqual(restored.uniform.num_items, 3)
+        # Same seed, same vocabulary: the same draws.
+        a = negatives.UniformSampler(num_negatives=6, vocabulary=["x", "y", "z"], seed=3)
+        b = tf.keras.layers.deserialize(tf.keras.layers.serialize(a))
+        self.assertAllEqual(a(tf.constant(["x"])).ids, b(tf.constant(["x"])).ids)
+
+    def test_errors(self):
+        cases = [
+            (dict(vocabulary=["a", "b", "a"]), ValueError,
+             r"`vocabulary` must hold distinct ids; received 3 ids, 2 distinct "
+             r"\(repeated: \['a'\]\)"),
+            (dict(vocabulary=["[UNK]", "a"]), ValueError,
+             r"`vocabulary` must hold item ids only; received the lookup token\(s\) "
+             r"\['\[UNK\]'\]"),
+            (dict(vocabulary=["a", 3]), TypeError,
+             r"`vocabulary` must hold string ids or integer ids, one kind; received "
+             r"vocabulary with values of types \['int', 'str'\]"),
+            (dict(vocabulary=[]), ValueError, r"`vocabulary` must be a non-empty list of "
+             r"ids; received vocabulary with shape \(0,\)"),
+            (dict(vocabulary="abc"), TypeError, r"received the single str vocabulary='abc'"),
+            (dict(vocabulary=["a", "b"], first_id=1), ValueError,
+             r"Received first_id=1 and a vocabulary"),
+            (dict(vocabulary=["a", "b"], num_items=3), ValueError,
+             r"`num_items` must be the vocabulary's size or None; received num_items=3 and "
+             r"a vocabulary of 2 ids"),
+            (dict(num_items=None), ValueError,
+             r"`num_items` must be a positive integer; received num_items=None"),
+        ]
+        for kwargs, error, message in cases:
+            with self.assertRaisesRegex(error, message):
+                negatives.UniformSampler(num_negatives=2, **kwargs)
+        with self.assertRaisesRegex(ValueError, r"`num_uniform` must be a positive integer; "
+                                    r"received num_uniform=None"):
+            negatives.MixedSampler(num_in_batch=2, vocabulary=["a"])
+        with self.assertRaisesRegex(TypeError, r"UniformSampler draws string ids from its "
+                                    r"vocabulary; received positive_ids with dtype int64"):
+            negatives.UniformSampler(num_negatives=2, vocabulary=["a", "b"])(
+                tf.constant([1], tf.int64))
+        with self.assertRaisesRegex(TypeError, r"UniformSampler draws integer ids from its "
+                                    r"vocabulary; received positive_ids with dtype string"):
+            negatives.UniformSampler(num_negatives=2, vocabulary=[4, 5])(tf.constant(["a"]))
+        with self.assertRaisesRegex(TypeError, r"The vocabulary's ids \[4, 3000000000\] do "
+                                    r"not fit positive_ids' dtype; received positive_ids with "
+                                    r"dtype int32"):
+            negatives.UniformSampler(num_negatives=2, vocabulary=[4, 3_000_000_000])(
+                tf.constant([4], tf.int32))
+        with self.assertRaisesRegex(TypeError, r"`lookup` must be a Keras StringLookup or "
+                                    r"IntegerLookup layer .*received lookup=\['a'\]"):
+            negatives.UniformSampler.from_lookup(["a"], 2)
+        with self.assertRaisesRegex(ValueError, r"`lookup` has an empty vocabulary"):
+            negatives.MixedSampler.from_lookup(tf.keras.layers.StringLookup(), 2, 2)
+
+
+class ColumnIdsTest(tf.test.TestCase):
+    """[batch, 1] ids (TFRS's tutorials' labels) give exactly the [batch] results."""
+
+    def test_every_sampler_and_mask_takes_a_column(self):
+        ids = tf.constant([3, 1, 3, 2, 7], tf.int64)
+        table = tf.random.normal([8, 3], seed=0)
+        embed = lambda i: tf.gather(table, i)  # noqa: E731
+        q = np.full(8, 1 / 8, np.float32)
+        makers = [lambda: negatives.InBatchSampler(probabilities=q, max_pool_size=4, seed=1),
+                  lambda: negatives.InBatchSampler(deduplicate=True, probabilities=q, seed=1),
+                  lambda: negatives.UniformSampler(8, 6, seed=1),
+                  lambda: negatives.MixedSampler(8, 3, 3, per_row=True, probabilities=q,
+                                                 seed=1)]
+        for make in makers:
+            flat = make()(ids, ids, embed(ids), embedding_fn=embed)
+            column = make()(ids[:, None], ids[:, None], embed(ids), embedding_fn=embed)
+            for got, want in zip(column, flat):
+                if isinstance(want, tf.Tensor):
+                    self.assertAllEqual(got, want)
+            self.assertEqual(column.positive_log_q.shape, (5,))
+        self.assertAllEqual(negatives.accidental_hit_mask(ids[:, None], ids),
+                            negatives.accidental_hit_mask(ids, ids))
+        self.assertAllEqual(
+            negatives.known_positive_mask(ids[:, None], ids, query_ids=ids[:, None] % 2),
+            negatives.known_positive_mask(ids, ids, query_ids=ids % 2))
+
+    def test_other_shapes_are_refused_with_the_name_and_shape(self):
+        pairs = tf.constant([[3, 1], [2, 2]], tf.int64)
+        flat = tf.constant([3, 2], tf.int64)
+        with self.assertRaisesRegex(ValueError, r"`positive_ids` must have shape \[N\] or "
+                                    r"\[N, 1\] \(one id per row\); received positive_ids "
+                                    r"with shape \(2, 2\)"):
+            negatives.UniformSampler(8, 2)(pairs)
+        with self.assertRaisesRegex(ValueError, r"received candidate_ids with shape \(2, 2\)"):
+            negatives.InBatchSampler()(flat, pairs)
+        with self.assertRaisesRegex(ValueError, r"received positive_ids with shape \(2, 1, 1\)"):
+            negatives.MixedSampler(8, 2, 2)(flat[:, None, None], flat)
+        with self.assertRaisesRegex(ValueError, r"received query_ids with shape \(2, 2\)"):
+            negatives.known_positive_mask(flat, flat, query_ids=pairs)
 
 
 class MixedSamplerTest(tf.test.TestCase):

@@ -669,6 +669,75 @@ class ConfigAndErrorsTest(tf.test.TestCase):
             tf.constant(probability, tf.float32)), loss(tf.constant(probability, tf.float32)))
 
 
+class ColumnIdsTest(tf.test.TestCase, parameterized.TestCase):
+    """[batch, 1] ids, as TFRS's tutorials give their labels, give exactly the [batch] results."""
+
+    @parameterized.parameters("none", "standard", "improved")
+    def test_column_ids_give_the_flat_result(self, correction):
+        query, candidates, ids, probability, weight = _batch()
+        table = tf.random.normal([8, 4], seed=3)
+        cases = [dict(kwargs=dict(remove_accidental_hits=True),
+                      call=dict(candidate_sampling_probability=probability)),
+                 dict(kwargs=dict(sampler=None, frequency=np.full(8, 1 / 8, np.float32)),
+                      call=dict(query_ids=np.array([0, 1, 0, 2, 1, 3]))),
+                 dict(kwargs=dict(sampler="mixed"), call=dict(
+                     candidate_embedding_fn=lambda i: tf.gather(table, i),
+                     query_ids=np.array([0, 1, 0, 2, 1, 3])))]
+        for case in cases:
+            values = []
+            for as_column in (False, True):
+                kwargs = dict(case["kwargs"])
+                if kwargs.get("sampler") == "mixed":
+                    kwargs["sampler"] = negatives.MixedSampler(
+                        8, 3, 4, per_row=True, probabilities=np.full(8, 1 / 8), seed=5)
+                task = LogQRetrieval(correction=correction, **kwargs, **_metrics(candidates, ids))
+                call = dict(case["call"])
+                if as_column and "query_ids" in call:
+                    call["query_ids"] = call["query_ids"][:, None]
+                loss = task(query, candidates, sample_weight=weight,
+                            candidate_ids=ids[:, None] if as_column else ids, **call)
+                values.append([float(loss)] + _results(task))
+            self.assertEqual(values[1], values[0])  # Exactly.
+            self.assertGreater(values[0][0], 0.0)
+
+    def test_other_shapes_are_refused_with_the_name_and_shape(self):
+        query, candidates, ids, _, _ = _batch()
+        pairs = np.stack([ids, ids], axis=1)
+        with self.assertRaisesRegex(ValueError, r"`candidate_ids` must have shape \[N\] or "
+                                    r"\[N, 1\] \(one id per row\); received candidate_ids with "
+                                    r"shape \(8, 2\)"):
+            LogQRetrieval(remove_accidental_hits=True)(query, candidates, candidate_ids=pairs)
+        with self.assertRaisesRegex(ValueError, r"`query_ids` must have shape \[N\] or "
+                                    r"\[N, 1\] \(one id per row\); received query_ids with "
+                                    r"shape \(6, 2\)"):
+            LogQRetrieval()(query, candidates, candidate_ids=ids, query_ids=pairs[:6])
+        with self.assertRaisesRegex(ValueError, r"`candidate_ids` and `candidate_embeddings` "
+                                    r"disagree in size"):
+            LogQRetrieval()(query, candidates, candidate_ids=ids[:7, None])
+
+    def test_string_vocabulary_sampler_with_the_item_tower_as_it_is(self):
+        # The tutorial's string-keyed tower: the sampler draws titles, the tower embeds them.
+        titles = [f"title {i}" for i in range(12)]
+        lookup = tf.keras.layers.StringLookup(vocabulary=titles)
+        tower = tf.keras.Sequential([lookup, tf.keras.layers.Embedding(13, 4)])
+        ids = tf.constant([["title 3"], ["title 7"], ["title 3"], ["title 0"]])  # [batch, 1]
+        query = tf.random.normal([4, 4], seed=2)
+        sampler = negatives.MixedSampler.from_lookup(
+            lookup, 6, 4, per_row=True, seed=1,
+            probabilities=frequency.CountMinSketchEstimator(width=64, depth=2))
+        task = LogQRetrieval(correction="improved", sampler=sampler)
+        with tf.GradientTape() as tape:
+            loss = task(query, tower(ids[:, 0]), candidate_ids=ids, candidate_embedding_fn=tower)
+        self.assertTrue(np.isfinite(float(loss)) and float(loss) > 0.0)
+        gradient = tf.convert_to_tensor(tape.gradient(loss, tower.trainable_variables[0]))
+        touched = set(np.nonzero(np.abs(gradient.numpy()).sum(axis=1))[0].tolist())
+        self.assertNotIn(0, touched)              # The out-of-vocabulary row: never drawn.
+        self.assertGreater(len(touched - {1, 4, 8}), 0)  # Drawn titles got gradient.
+        with self.assertRaisesRegex(TypeError, r"`candidate_table` is read by integer id"):
+            task(query, tower(ids[:, 0]), candidate_ids=ids,
+                 candidate_table=tower.layers[1].embeddings)
+
+
 class ShapesAndIdsTest(tf.test.TestCase):
     """Sizes that would slice or broadcast silently, and ids outside `candidate_table`."""
 

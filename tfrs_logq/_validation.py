@@ -39,6 +39,14 @@ float_tensor = functools.partial(checks.float_tensor, TENSORS)
 bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
 ids_tensor = functools.partial(checks.ids_tensor, TENSORS)
 check_rank = functools.partial(checks.check_rank, TENSORS)
+
+
+def id_vector(name: str, value: Any) -> tf.Tensor:
+    """[N] integer or string ids, one per row, from [N] or [N, 1] (TFRS's tutorials' labels),
+    under `logq_core.checks.id_vector`: any other shape raises ValueError naming `name` and
+    the shape received."""
+    tensor, column = checks.id_vector(TENSORS, name, value)
+    return tensor[:, 0] if column else tensor
 check_compatible_dim = functools.partial(checks.check_compatible_dim, TENSORS)
 
 

@@ -30,7 +30,7 @@ correction is not invariant to the scale of Q.
 
 import random
 import types
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -51,10 +51,10 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
     """[batch, num_negatives] bool mask, False where a negative equals the row's positive.
 
     Args:
-      positive_ids: [batch] ids of each row's positive.
+      positive_ids: [batch] (or [batch, 1]) ids of each row's positive.
       negative_ids: [num_negatives] shared or [batch, num_negatives] per-row ids.
     """
-    positive_ids = tf.convert_to_tensor(positive_ids)
+    positive_ids = v.id_vector("positive_ids", positive_ids)
     negative_ids = tf.convert_to_tensor(negative_ids)
     if positive_ids.dtype == tf.string:
         # Compare integer codes, not strings: one tf.unique over the ids instead of
@@ -81,11 +81,11 @@ def known_positive_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor,
     (`logq_core.formulas.known_positive_ids_mask`): no [batch, batch] comparison.
 
     Args:
-      positive_ids: [batch] integer or string ids of the rows' positives.
+      positive_ids: [batch] (or [batch, 1]) integer or string ids of the rows' positives.
       negative_ids: [num_negatives] shared or [batch, num_negatives] per-row ids, of the
         kind of `positive_ids`.
-      query_ids: optional [batch] integer or string query id of each row (the user, the
-        sequence); None: every row is its own query.
+      query_ids: optional [batch] (or [batch, 1]) integer or string query id of each row
+        (the user, the sequence); None: every row is its own query.
       known_positive_ids: optional [batch, k] ids of each row's other known positives
         (a history). Pad with an id that is never a valid negative (the padding id).
       valid_rows: optional [batch] bool, False for padding rows: their positive and
@@ -94,8 +94,10 @@ def known_positive_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor,
         (for negatives drawn from the global batch); integer ids only (collectives carry
         no strings: string ids use the replica's own rows). No effect without replicas.
     """
-    positive_ids = tf.convert_to_tensor(positive_ids)
+    positive_ids = v.id_vector("positive_ids", positive_ids)
     negative_ids = tf.convert_to_tensor(negative_ids)
+    if query_ids is not None:
+        query_ids = v.id_vector("query_ids", query_ids)
     num_rows = tf.shape(positive_ids, out_type=tf.int64)[0]
     gather = (cross_replica_concat if global_batch and positive_ids.dtype != tf.string
               and (query_ids is None or tf.convert_to_tensor(query_ids).dtype != tf.string)
@@ -308,10 +310,10 @@ class InBatchSampler(NegativeSampler):
         """Draws the negatives.
 
         Args:
-          positive_ids: [batch] ids of each row's positive.
-          candidate_ids: [pool] ids of the batch's positives (the pool; for a
-            two-tower batch it is `positive_ids` itself; for a sequence batch,
-            every valid target of the batch).
+          positive_ids: [batch] (or [batch, 1]) ids of each row's positive.
+          candidate_ids: [pool] (or [pool, 1]) ids of the batch's positives (the
+            pool; for a two-tower batch it is `positive_ids` itself; for a sequence
+            batch, every valid target of the batch).
           candidate_embeddings: [pool, dim] their embeddings, or None.
           candidate_mask: optional [pool] bool, False for padding entries. With
             it (integer ids, or without deduplication) the pool keeps static
@@ -324,8 +326,8 @@ class InBatchSampler(NegativeSampler):
           `Negatives`.
         """
         del embedding_fn
-        positive_ids = v.ids_tensor("positive_ids", positive_ids)
-        ids = v.ids_tensor("candidate_ids", candidate_ids)
+        positive_ids = v.id_vector("positive_ids", positive_ids)
+        ids = v.id_vector("candidate_ids", candidate_ids)
         embeddings = candidate_embeddings
         if candidate_mask is not None:
             candidate_mask = v.bool_tensor("candidate_mask", candidate_mask, rank=1)
@@ -398,9 +400,24 @@ class InBatchSampler(NegativeSampler):
         return config
 
 
+def lookup_vocabulary(lookup) -> list:
+    """The item ids of a Keras `StringLookup` or `IntegerLookup` (the item tower's first
+    layer), without its out-of-vocabulary and mask tokens: the catalog a vocabulary sampler
+    draws from (`UniformSampler.from_lookup`, `MixedSampler.from_lookup`)."""
+    if not hasattr(lookup, "get_vocabulary"):
+        raise TypeError("`lookup` must be a Keras StringLookup or IntegerLookup layer (with "
+                        f"`get_vocabulary`); received lookup={lookup!r}.")
+    vocabulary = lookup.get_vocabulary(include_special_tokens=False)
+    if not len(vocabulary):  # pylint: disable=g-explicit-length-test
+        raise ValueError(f"`lookup` has an empty vocabulary (adapt it, or give it one); "
+                         f"received lookup={lookup!r}.")
+    return list(vocabulary)
+
+
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class UniformSampler(NegativeSampler):
-    """Negatives drawn uniformly, with replacement, from ids [first_id, first_id + num_items).
+    """Negatives drawn uniformly, with replacement, from the catalog: the integer ids
+    [first_id, first_id + num_items), or the ids of a `vocabulary`.
 
     By default the draws are shared by every row of the batch (TFRS's sampled
     softmax: one [batch, num_negatives] logits matmul). With `per_row=True`
@@ -408,26 +425,54 @@ class UniformSampler(NegativeSampler):
     draw per position); that costs batch x num_negatives embedding lookups.
     Q = 1 / num_items either way.
 
+    With a `vocabulary` (string ids, or sparse integer ids) the draws are its ids, in the
+    item tower's own id space: with string ids, `candidate_embedding_fn` is the string-keyed
+    item tower as it is, and the out-of-vocabulary row of its lookup is never drawn.
+    Q = 1 / len(vocabulary) exactly. `UniformSampler.from_lookup(lookup, num_negatives)`
+    takes the vocabulary of the tower's `StringLookup`:
+
+    >>> item_tower = tf.keras.Sequential([tf.keras.layers.StringLookup(vocabulary=movies),
+    ...                                   tf.keras.layers.Embedding(len(movies) + 1, 32)])
+    >>> sampler = UniformSampler.from_lookup(item_tower.layers[0], num_negatives=128)
+    >>> task = LogQRetrieval(sampler=sampler, correction="improved")
+    >>> task(query, item_tower(ids), candidate_ids=ids, candidate_embedding_fn=item_tower)
+
     Args:
-      num_items: catalog size |D|.
+      num_items: catalog size |D| (None with a `vocabulary`: its size).
       num_negatives: number of draws per call (per row when `per_row`).
-      first_id: smallest id of the catalog (e.g. 1 when id 0 is padding).
+      first_id: smallest id of an integer catalog (e.g. 1 when id 0 is padding); 0 with a
+        `vocabulary`.
       seed, **kwargs: see `NegativeSampler`. Uniform sampling needs no
         `probabilities`.
       per_row: draw separately for every row of the batch.
+      vocabulary: optional list of distinct string (or integer) ids, the catalog, without
+        out-of-vocabulary or mask tokens (`logq_core.samplers.uniform_catalog`). The
+        positives must be ids of the same kind.
     """
 
-    def __init__(self, num_items: int, num_negatives: int, first_id: int = 0,
-                 seed: Optional[int] = None, per_row: bool = False, **kwargs):
+    def __init__(self, num_items: Optional[int] = None, num_negatives: Optional[int] = None,
+                 first_id: int = 0, seed: Optional[int] = None, per_row: bool = False,
+                 vocabulary: Optional[Sequence] = None, **kwargs):
         kwargs.pop("probabilities", None)  # Present in configs; uniform needs none.
         super().__init__(probabilities=None, seed=seed, **kwargs)
-        self.num_items = v.check_positive_int("num_items", num_items)
+        self.num_items, self.vocabulary = samplers.uniform_catalog(num_items, first_id,
+                                                                   vocabulary)
         self.num_negatives = v.check_positive_int("num_negatives", num_negatives)
-        if isinstance(first_id, bool) or not isinstance(first_id, int) or first_id < 0:
-            raise ValueError(
-                f"`first_id` must be a non-negative integer; received first_id={first_id!r}.")
         self.first_id = first_id
         self.per_row = v.check_bool("per_row", per_row)
+        self._vocabulary_ids = None
+        if self.vocabulary is not None:
+            with tf.init_scope():
+                self._vocabulary_ids = tf.constant(
+                    self.vocabulary, tf.string if isinstance(self.vocabulary[0], str)
+                    else tf.int64)
+
+    @classmethod
+    def from_lookup(cls, lookup, num_negatives: int, **kwargs) -> "UniformSampler":
+        """A sampler over the vocabulary of `lookup` (the item tower's `StringLookup` or
+        `IntegerLookup`), its out-of-vocabulary and mask tokens left out
+        (`lookup_vocabulary`); **kwargs as the constructor's."""
+        return cls(num_negatives=num_negatives, vocabulary=lookup_vocabulary(lookup), **kwargs)
 
     @property
     def has_log_q(self) -> bool:
@@ -444,7 +489,8 @@ class UniformSampler(NegativeSampler):
         """Draws the negatives.
 
         Args:
-          positive_ids: [batch] integer ids of each row's positive.
+          positive_ids: [batch] (or [batch, 1]) integer ids of each row's positive; with a
+            `vocabulary`, ids of its kind (strings for a string vocabulary).
           candidate_ids, candidate_embeddings, candidate_mask: unused.
           embedding_fn: callable mapping ids of any shape to embeddings with a
             trailing `dim` axis, such as the item tower. Without it
@@ -455,20 +501,25 @@ class UniformSampler(NegativeSampler):
           [batch, num_negatives, dim].
         """
         del candidate_ids, candidate_embeddings, candidate_mask
-        positive_ids = v.ids_tensor("positive_ids", positive_ids)
-        if not positive_ids.dtype.is_integer:
-            raise TypeError(
-                "UniformSampler draws integer ids; received positive_ids with dtype "
-                f"{positive_ids.dtype.name}. Map string ids to integers first.")
+        positive_ids = v.id_vector("positive_ids", positive_ids)
         shape = ([tf.shape(positive_ids)[0], self.num_negatives] if self.per_row
                  else [self.num_negatives])
-        # int32 draws whenever the ids fit: 819,200 draws took 2.3-3.3 ms as int32 against
-        # 5.5-5.7 ms as int64 without XLA, 4.6-5.4 against 6.4-6.9 ms with it (README, Speed).
-        draw_dtype = (tf.int32 if self.first_id + self.num_items <= np.iinfo(np.int32).max
-                      else positive_ids.dtype)
-        ids = tf.cast(self.rng.uniform(shape, minval=self.first_id,
-                                       maxval=self.first_id + self.num_items, dtype=draw_dtype),
-                      positive_ids.dtype)
+        if self.vocabulary is not None:
+            ids = self._draw_from_vocabulary(positive_ids, shape)
+        else:
+            if not positive_ids.dtype.is_integer:
+                raise TypeError(
+                    "UniformSampler draws integer ids; received positive_ids with dtype "
+                    f"{positive_ids.dtype.name}. Map string ids to integers first, or draw "
+                    "from their vocabulary (`vocabulary=`, `UniformSampler.from_lookup`).")
+            # int32 draws whenever the ids fit: 819,200 draws took 2.3-3.3 ms as int32
+            # against 5.5-5.7 ms as int64 without XLA, 4.6-5.4 against 6.4-6.9 ms with it
+            # (README, Speed).
+            draw_dtype = (tf.int32 if self.first_id + self.num_items <= np.iinfo(np.int32).max
+                          else positive_ids.dtype)
+            ids = tf.cast(self.rng.uniform(shape, minval=self.first_id,
+                                           maxval=self.first_id + self.num_items,
+                                           dtype=draw_dtype), positive_ids.dtype)
         embeddings = None if embedding_fn is None else embedding_fn(ids)
         mask = accidental_hit_mask(positive_ids, ids)
         log_q = tf.fill(tf.shape(ids), self.log_uniform_q)
@@ -476,10 +527,27 @@ class UniformSampler(NegativeSampler):
         return Negatives(ids, embeddings, mask, log_q, positive_log_q, False,
                          log_q_checked=True, expected_draws=float(self.num_negatives))
 
+    def _draw_from_vocabulary(self, positive_ids: tf.Tensor, shape) -> tf.Tensor:
+        """Ids of the vocabulary at uniform positions, of the positives' dtype."""
+        strings = self._vocabulary_ids.dtype == tf.string
+        if strings != (positive_ids.dtype == tf.string) or not (
+                strings or positive_ids.dtype.is_integer):
+            raise TypeError(
+                f"UniformSampler draws {'string' if strings else 'integer'} ids from its "
+                f"vocabulary; received positive_ids with dtype {positive_ids.dtype.name}.")
+        if not strings and not (positive_ids.dtype.min <= min(self.vocabulary)
+                                and max(self.vocabulary) <= positive_ids.dtype.max):
+            raise TypeError(
+                f"The vocabulary's ids [{min(self.vocabulary)}, {max(self.vocabulary)}] do "
+                f"not fit positive_ids' dtype; received positive_ids with dtype "
+                f"{positive_ids.dtype.name}.")
+        positions = self.rng.uniform(shape, minval=0, maxval=self.num_items, dtype=tf.int32)
+        return tf.cast(tf.gather(self._vocabulary_ids, positions), positive_ids.dtype)
+
     def get_config(self):
         config = super().get_config()
         config.update(num_items=self.num_items, num_negatives=self.num_negatives,
-                      first_id=self.first_id, per_row=self.per_row)
+                      first_id=self.first_id, per_row=self.per_row, vocabulary=self.vocabulary)
         return config
 
 
@@ -499,8 +567,14 @@ class MixedSampler(NegativeSampler):
     (`deduplicate=True`), and correct every negative, the uniform ones too,
     with the unigram q (`mixture="paper"`).
 
+    With a `vocabulary` (string or sparse integer ids, see `UniformSampler`), the uniform
+    half draws its ids, in the item tower's own id space, and |D| is its size; the
+    probabilities must then read ids of that kind (a `CountMinSketchEstimator`, a
+    `StaticFrequency` with the vocabulary). `MixedSampler.from_lookup(lookup, num_uniform,
+    num_in_batch, probabilities=...)` takes the vocabulary of the tower's `StringLookup`.
+
     Args:
-      num_items: catalog size |D| of the uniform half.
+      num_items: catalog size |D| of the uniform half (None with a `vocabulary`).
       num_uniform: n_u, uniform draws per call (per row with `per_row`).
       num_in_batch: n_b, the most in-batch negatives kept.
       mixture: "exact" uses the mixture proposal for every negative: its
@@ -526,23 +600,41 @@ class MixedSampler(NegativeSampler):
         (uniform [batch, num_uniform, dim], in-batch [num_in_batch, dim]),
         whose scores `LogQRetrieval` concatenates (the in-batch half is not
         copied per row).
+      vocabulary: optional catalog of the uniform half, as in `UniformSampler`.
     """
 
-    def __init__(self, num_items: int, num_uniform: int, num_in_batch: int,
+    def __init__(self, num_items: Optional[int] = None, num_uniform: Optional[int] = None,
+                 num_in_batch: Optional[int] = None,
                  mixture: str = "exact", first_id: int = 0, global_batch: bool = False,
                  probabilities: frequency_lib.FrequencyLike = None,
                  seed: Optional[int] = None, deduplicate: bool = False, per_row: bool = False,
-                 **kwargs):
+                 vocabulary: Optional[Sequence] = None, **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         samplers.check_mixed(mixture, deduplicate)
         self.mixture = mixture
+        v.check_positive_int("num_uniform", num_uniform)
+        v.check_positive_int("num_in_batch", num_in_batch)
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
-                                      per_row=per_row, name="uniform")
+                                      per_row=per_row, vocabulary=vocabulary, name="uniform")
         # No probabilities: this sampler reads the in-batch half's ids, not its log Q, and
         # looks the log Q of every negative and positive up itself, once per step.
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
                                        global_batch=global_batch, log_q="unigram",
                                        seed=None if seed is None else seed + 1, name="in_batch")
+
+    @classmethod
+    def from_lookup(cls, lookup, num_uniform: int, num_in_batch: int,
+                    **kwargs) -> "MixedSampler":
+        """A sampler whose uniform half draws from the vocabulary of `lookup` (the item
+        tower's `StringLookup` or `IntegerLookup`), its out-of-vocabulary and mask tokens left
+        out (`lookup_vocabulary`); **kwargs as the constructor's (`probabilities`, ...)."""
+        return cls(num_uniform=num_uniform, num_in_batch=num_in_batch,
+                   vocabulary=lookup_vocabulary(lookup), **kwargs)
+
+    @property
+    def vocabulary(self) -> Optional[list]:
+        """The uniform half's vocabulary, or None (integer ids)."""
+        return self.uniform.vocabulary
 
     @property
     def per_row(self) -> bool:
@@ -564,8 +656,10 @@ class MixedSampler(NegativeSampler):
              embedding_fn: Optional[EmbeddingFn] = None) -> Negatives:
         """Draws the negatives: the uniform ones first, then the in-batch ones.
 
-        Arguments as in `InBatchSampler.call` and `UniformSampler.call`.
+        Arguments as in `InBatchSampler.call` and `UniformSampler.call` ([batch, 1] ids
+        taken as [batch]).
         """
+        positive_ids = v.id_vector("positive_ids", positive_ids)
         uniform = self.uniform(positive_ids, embedding_fn=embedding_fn)
         in_batch = self.in_batch(positive_ids, candidate_ids, candidate_embeddings,
                                  candidate_mask=candidate_mask)
@@ -601,7 +695,8 @@ class MixedSampler(NegativeSampler):
         config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
                       num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
                       first_id=self.uniform.first_id, global_batch=self.in_batch.global_batch,
-                      deduplicate=self.in_batch.deduplicate, per_row=self.uniform.per_row)
+                      deduplicate=self.in_batch.deduplicate, per_row=self.uniform.per_row,
+                      vocabulary=self.uniform.vocabulary)
         return config
 
 

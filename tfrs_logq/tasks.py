@@ -85,6 +85,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       them; a call without `training` counts as a training step.
     - Q is not clipped at 1e-6 (TFRS clips, which biases catalogs of more than
       about a million items).
+    - Ids (`candidate_ids`, `query_ids`) may be [batch] or [batch, 1], as TFRS
+      takes them (its tutorials' labels are [batch, 1]); other shapes are refused.
     - With extra candidates (num_candidates > num_queries), the factorized
       metrics get the positives' ids only (TFRS passes all ids and crashes).
     - `query_ids`, `known_positive_ids` and `known_positives` (`call`): a
@@ -245,14 +247,18 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
           candidate_sampling_probability: [num_candidates] per-draw sampling
             probability of each candidate column, in (0, 1]. Not with a
             sampler (give the sampler `probabilities` instead).
-          candidate_ids: [num_candidates] candidate ids: for accidental-hit
-            removal, id-based top-K metrics and samplers.
+          candidate_ids: [num_candidates] integer or string candidate ids, or
+            [num_candidates, 1] (the labels of TFRS's tutorials; as TFRS, taken as
+            the same ids): for accidental-hit removal, id-based top-K metrics,
+            frequency sources and samplers. Any other shape raises ValueError.
           compute_metrics: whether to update the factorized metrics.
           compute_batch_metrics: whether to update the batch metrics.
           score_mask: [num_queries, num_candidates] bool, False for candidate
             columns a query must not see as negatives. Not with a sampler.
           candidate_embedding_fn: maps ids to candidate embeddings (the item
             tower), for samplers that draw ids outside the batch (uniform, mixed).
+            A sampler over a vocabulary draws ids in the tower's own id space
+            (strings for a string vocabulary): this is the item tower as it is.
           candidate_table: with a sampler and integer ids, optional [num_ids,
             dim] embeddings of every id (row i = id i). The sampler's negatives
             are then scored by one [num_queries, num_ids] matmul against it and
@@ -270,12 +276,12 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             the pool when it is given (a zero-weight row of the pool is still drawn
             as a negative, so it is counted), else the rows with a nonzero sample
             weight.
-          query_ids: optional [num_queries] integer or string id of the query each
-            row belongs to (the user; in SASRec, the sequence whose positions are the
-            rows). A candidate or sampled negative whose id is the positive of any row
-            with the same query id is a known positive of the row: every other target
-            of the user in the batch, and the row's own positive (accidental hits,
-            then always removed). Needs `candidate_ids`.
+          query_ids: optional [num_queries] (or [num_queries, 1]) integer or string
+            id of the query each row belongs to (the user; in SASRec, the sequence
+            whose positions are the rows). A candidate or sampled negative whose id
+            is the positive of any row with the same query id is a known positive of
+            the row: every other target of the user in the batch, and the row's own
+            positive (accidental hits, then always removed). Needs `candidate_ids`.
           known_positive_ids: optional [num_queries, k] ids of each row's other known
             positives (a two-tower user's history), shared by the rows of its query;
             pad with an id that is never a valid negative. Needs `candidate_ids`.
@@ -489,6 +495,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if candidate_table is not None:
             # Ids only from the sampler; their scores are columns of one matmul.
             negatives = self.sampler(positive_ids, candidate_ids, candidate_mask=candidate_mask)
+            if not negatives.ids.dtype.is_integer:
+                raise TypeError(
+                    "`candidate_table` is read by integer id (row i = id i); received a "
+                    f"candidate_table and {type(self.sampler).__name__} ids with dtype "
+                    f"{negatives.ids.dtype.name}. Use `candidate_embedding_fn` instead.")
             table = v.float_tensor("candidate_table", candidate_table, rank=2)
             v.check_compatible_dim("candidate_table", table, 1, "query_embeddings",
                                    query_embeddings, -1)
@@ -656,11 +667,12 @@ def _check_enough_candidates(query_embeddings, candidate_embeddings):
 def _checked_columns(query_embeddings, candidate_embeddings, candidate_ids, score_mask,
                      candidate_mask):
     """`candidate_ids`, `score_mask` and `candidate_mask` checked (dtype, rank) to match the
-    queries and candidate columns: a [1]-sized one would broadcast silently."""
+    queries and candidate columns: a [1]-sized one would broadcast silently. [N, 1]
+    `candidate_ids` come back as [N]."""
     columns = ("candidate_embeddings", candidate_embeddings, 0)
     checked = []
     for name, value, convert, sizes in (
-            ("candidate_ids", candidate_ids, v.ids_tensor, [(0, columns)]),
+            ("candidate_ids", candidate_ids, v.id_vector, [(0, columns)]),
             ("score_mask", score_mask, functools.partial(v.bool_tensor, rank=2),
              [(0, ("query_embeddings", query_embeddings, 0)), (1, columns)]),
             ("candidate_mask", candidate_mask, functools.partial(v.bool_tensor, rank=1),
@@ -681,16 +693,17 @@ def _global_pool(sampler) -> bool:
 
 def _checked_known_positives(query_embeddings, candidate_embeddings, candidate_ids, query_ids,
                              known_positive_ids, known_positives, has_sampler):
-    """`query_ids` [num_queries], `known_positive_ids` [num_queries, k] and `known_positives`
-    [num_queries, num_candidates] checked (dtype, rank, sizes; ids need `candidate_ids`;
-    `known_positives` names candidate columns, which a sampler's negatives are not)."""
+    """`query_ids` [num_queries] (or [num_queries, 1], returned as [num_queries]),
+    `known_positive_ids` [num_queries, k] and `known_positives` [num_queries, num_candidates]
+    checked (dtype, rank, sizes; ids need `candidate_ids`; `known_positives` names candidate
+    columns, which a sampler's negatives are not)."""
     for name, value in (("query_ids", query_ids), ("known_positive_ids", known_positive_ids)):
         if value is not None and candidate_ids is None:
             raise ValueError(f"`{name}` masks the candidates whose ids are known positives and "
                              "needs `candidate_ids`; received candidate_ids=None.")
     queries = ("query_embeddings", query_embeddings, 0)
     if query_ids is not None:
-        query_ids = v.ids_tensor("query_ids", query_ids, rank=1)
+        query_ids = v.id_vector("query_ids", query_ids)
         v.check_compatible_dim("query_ids", query_ids, 0, *queries)
     if known_positive_ids is not None:
         known_positive_ids = v.ids_tensor("known_positive_ids", known_positive_ids, rank=2)
