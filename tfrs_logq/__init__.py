@@ -82,10 +82,12 @@ _ensure_legacy_keras()
 _list_devices_without_the_no_driver_line()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfrs_logq import evaluation
 from tfrs_logq import frequency
 from tfrs_logq import losses
 from tfrs_logq import negatives
 from tfrs_logq import tasks
+from tfrs_logq.evaluation import candidates
 from tfrs_logq.frequency import CountMinSketchEstimator
 from tfrs_logq.frequency import HashedFrequencyEstimator
 from tfrs_logq.frequency import StaticFrequency
@@ -112,6 +114,8 @@ __all__ = [
         "StaticFrequency",
         "UniformSampler",
         "bce_loss",
+        "candidates",
+        "evaluation",
         "frequency",
         "full_softmax_loss",
         "gbce_loss",
