@@ -1,0 +1,35 @@
+"""pipelines.examples.tfrs_sequential_tutorial at tiny size on a synthetic ratings file."""
+
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines.examples import tfrs_sequential_tutorial as tutorial
+
+
+class SequentialTutorialTest(tf.test.TestCase):
+
+    def test_windows_and_every_task_runs(self):
+        path = os.path.join(tempfile.mkdtemp(), "ratings.dat")
+        with open(path, "w", encoding="utf-8") as f:  # User 1: 3 events, user 2: 12.
+            for user, movies in ((1, [5, 7, 9]), (2, list(range(100, 112)))):
+                for t, movie in enumerate(movies):
+                    f.write(f"{user}::{movie}::4::{1000 + t}\n")
+        train, test, movies = tutorial.examples(path)
+        self.assertEqual(len(movies), 15)
+        self.assertEqual(train["context"].shape, (11, 10))
+        self.assertEqual(test["label"].tolist(), [["9"], ["111"]])
+        self.assertEqual(test["context"][0].tolist(), ["0"] * 8 + ["5", "7"])
+        self.assertEqual(test["context"][1].tolist(), [str(m) for m in range(101, 111)])
+        for kind in tutorial.TASKS:
+            result = tutorial.run(kind, train, test, movies, seed=0, epochs=1, batch_size=4,
+                                  dim=4, num_negatives=4)
+            self.assertEqual(sorted(result), [10, 50, 100])
+            self.assertEqual(result[50], 1.0)  # 15 movies: the top 50 holds every one.
+            self.assertTrue(0.0 <= result[10] <= 1.0)
+
+
+if __name__ == "__main__":
+    tf.test.main()
