@@ -4,6 +4,7 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from pipelines.examples import tfrs_sequential_tutorial as tutorial
@@ -29,6 +30,26 @@ class SequentialTutorialTest(tf.test.TestCase):
             self.assertEqual(sorted(result), [10, 50, 100])
             self.assertEqual(result[50], 1.0)  # 15 movies: the top 50 holds every one.
             self.assertTrue(0.0 <= result[10] <= 1.0)
+
+
+@pytest.mark.slow
+class MovieLensSubsetTest(tf.test.TestCase):
+    """The example on the first 300 users of MovieLens-1M (../shared/data or $TFRS_LOGQ_DATA)."""
+
+    def test_every_task_on_a_movielens_subset(self):
+        try:
+            path = tutorial.ratings_path()
+        except FileNotFoundError as error:
+            self.skipTest(f"MovieLens-1M is not here (it is not redistributed): {error}")
+        train, test, movies = tutorial.examples(path, max_users=300)
+        self.assertEqual(len(test["label"]), 300)
+        self.assertEqual(train["context"].shape[1], 10)
+        for kind in tutorial.TASKS:
+            result = tutorial.run(kind, train, test, movies, seed=0, epochs=1, batch_size=256,
+                                  dim=16, num_negatives=64)
+            self.assertEqual(sorted(result), [10, 50, 100])
+            # Better than chance: 100 of the subset's movies hold about 100 / |movies| of it.
+            self.assertGreater(result[100], 100 / len(movies), kind)
 
 
 if __name__ == "__main__":
