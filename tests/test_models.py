@@ -241,7 +241,7 @@ class ObjectiveOptionsTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"loss='full_softmax' scores the whole catalog "
                                     r"and takes no sampler; received sampler=UniformSampler\("
                                     r"seed=None, num_items=5, num_negatives=2, first_id=0, "
-                                    r"per_row=False\)"):
+                                    r"per_row=False, vocabulary=None\)"):
             RetrievalObjective(NUM_ITEMS, loss="full_softmax",
                                sampler=negatives.UniformSampler(5, 2))
 
