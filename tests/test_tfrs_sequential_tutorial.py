@@ -34,7 +34,7 @@ class SequentialTutorialTest(tf.test.TestCase):
 
 @pytest.mark.slow
 class MovieLensSubsetTest(tf.test.TestCase):
-    """The example on the first 300 users of MovieLens-1M (../shared/data or $TFRS_LOGQ_DATA)."""
+    """The example on the first 300 users of MovieLens-1M ($TFRS_LOGQ_DATA)."""
 
     def test_every_task_on_a_movielens_subset(self):
         try:

@@ -26,7 +26,7 @@ Data: MovieLens-1M in SASRec's `user item` format (`ml-1m/sasrec_ml-1m.txt.gz`),
 (gSASRec's validation users keep their second-to-last item out of training).
 
 Usage (JAX by default; KERAS_BACKEND=tensorflow works too):
-  python -m pipelines.examples.keras_sasrec --data_path=../shared/data/ml-1m/sasrec_ml-1m.txt.gz
+  python -m pipelines.examples.keras_sasrec --data_path=DATA/ml-1m/sasrec_ml-1m.txt.gz
 On a machine without TensorFlow (`pipelines/__init__` imports tfrs_logq, hence TensorFlow),
 run the file itself: `PYTHONPATH=. python pipelines/examples/keras_sasrec.py`; its data
 modules are then imported without the package's `__init__` (they need only numpy).
@@ -51,16 +51,13 @@ SASREC_FILE = os.path.join("ml-1m", "sasrec_ml-1m.txt.gz")
 
 
 def default_data_path() -> str:
-    """`ml-1m/sasrec_ml-1m.txt.gz` under TFRS_LOGQ_DATA, else under ../shared/data."""
-    directory = os.environ.get("TFRS_LOGQ_DATA") or os.path.join(os.path.dirname(ROOT),
-                                                                 "shared", "data")
-    return os.path.join(directory, SASREC_FILE)
+    """`ml-1m/sasrec_ml-1m.txt.gz` under TFRS_LOGQ_DATA (the current directory when unset)."""
+    return os.path.join(os.environ.get("TFRS_LOGQ_DATA", ""), SASREC_FILE)
 
 
 if __name__ == "__main__":
     flags.DEFINE_string("data_path", None, "SASRec-format `user item` file (plain or .gz); "
-                        "default: ml-1m/sasrec_ml-1m.txt.gz under TFRS_LOGQ_DATA, else under "
-                        "../shared/data.")
+                        "default: ml-1m/sasrec_ml-1m.txt.gz under TFRS_LOGQ_DATA.")
     flags.DEFINE_list("rows", list(ROWS), f"Losses to train, from {ROWS}.")
     flags.DEFINE_list("seeds", ["0"], "Seeds of the weights, the draws and the batches.")
     flags.DEFINE_integer("max_len", 50, "Positions per training window and per query.",

@@ -15,8 +15,8 @@ negatives and `FactorizedTopK`. Three tasks on the same towers, data and seeds:
 Each user's last event is the test example, the earlier ones train (the tutorial splits its
 examples at random). The script prints factorized top-10/50/100 on the test examples.
 
-Usage (MovieLens-1M ratings from --data_path, else $TFRS_LOGQ_DATA/ml-1m, else
-../shared/data/ml-1m; the data is never bundled):
+Usage (MovieLens-1M ratings from --data_path, else under $TFRS_LOGQ_DATA; the data is never
+bundled):
   python -m pipelines.examples.tfrs_sequential_tutorial --max_users=200 --epochs=1
 """
 
@@ -52,14 +52,13 @@ FLAGS = flags.FLAGS
 
 
 def ratings_path(data_path=None):
-    """--data_path, else ml-1m under $TFRS_LOGQ_DATA, else under ../shared/data."""
+    """--data_path, else the ratings under $TFRS_LOGQ_DATA."""
     if data_path:
         return data_path
-    for root in (os.environ.get(loaders.DATA_ENV, ""),
-                 os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")):
-        path = os.path.join(root, loaders.ML_1M_RATINGS_FILE) if root else ""
-        if path and os.path.exists(path):
-            return path
+    root = os.environ.get(loaders.DATA_ENV, "")
+    path = os.path.join(root, loaders.ML_1M_RATINGS_FILE) if root else ""
+    if path and os.path.exists(path):
+        return path
     raise FileNotFoundError(
         f"No MovieLens-1M ratings: pass --data_path, or set {loaders.DATA_ENV} to the directory "
         f"that holds {loaders.ML_1M_RATINGS_FILE}.")
