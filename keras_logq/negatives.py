@@ -70,6 +70,14 @@ class InBatchSampler(NegativeSampler):
     `fit`, `evaluate` and `predict`: a batch whose size TensorFlow traces as None (a
     `tf.data` pipeline's partial last batch, a `PyDataset`) is drawn from as any other.
 
+    The pool is the batch the step sees. Under `keras.distribution` on JAX
+    (`DataParallel`, or `ModelParallel` with a `LayoutMap` sharding the tables) Keras traces
+    the train step once on the global batch and XLA's SPMD partitioner splits the rows over
+    the devices, so the pool is the global batch and the gradients of each negative reach
+    the device that holds its row: the loss, gradients, weights and draws equal a
+    single-device run of the same global batch (`tests_keras3/test_distribution.py`). The
+    draws are the same whatever the sharding (JAX's random bits do not depend on it).
+
     Args:
       deduplicate: keep each distinct id once; log Q is then the
         Horvitz-Thompson per-draw equivalent of the inclusion probability
@@ -340,10 +348,18 @@ SAMPLERS = {"in_batch": InBatchSampler, "uniform": UniformSampler, "mixed": Mixe
 def make_sampler(negatives: str, **settings) -> NegativeSampler:
     """The sampler `negatives` ("in_batch", "uniform" or "mixed") that `settings` describe,
     as `tfrs_logq.negatives.make_sampler` builds it (`logq_core.samplers.sampler_arguments`
-    documents them). keras_logq draws in-batch negatives from the local batch only, so
-    `global_batch=True` is refused."""
+    documents them).
+
+    keras_logq's samplers draw from the batch that the compiled step sees. On JAX that is
+    the global batch, under `keras.distribution` too (`DataParallel`, `ModelParallel`:
+    Keras traces the step on the global batch and XLA shards it, see `InBatchSampler`), so
+    `global_batch=True` is what they do there and is accepted. On TensorFlow and PyTorch a
+    replica's step sees its own rows, so `global_batch=True` is refused."""
     kind, arguments = samplers.sampler_arguments(negatives, **settings)
-    if arguments.pop("global_batch", False):
-        raise ValueError("keras_logq's samplers draw in-batch negatives from the local batch; "
-                         "received global_batch=True.")
+    if arguments.pop("global_batch", False) and keras.backend.backend() != "jax":
+        raise ValueError(
+            "global_batch=True needs the JAX backend: keras_logq's samplers draw from the "
+            "batch the step sees, which is the global batch under keras.distribution on JAX, "
+            f"a replica's own rows on the {keras.backend.backend()} backend; received "
+            "global_batch=True.")
     return SAMPLERS[kind](**arguments)
