@@ -21,7 +21,10 @@ The tests share the numpy references and exact values of `tests/reference.py`.
   `masked_mean`, and the `SampledSoftmax` layer for the scores of a
   `keras_rs.layers.Retrieval`; each takes per-position (sequence) scores with a position
   mask too.
-- negatives: `InBatchSampler`, `UniformSampler`, `MixedSampler`, `make_sampler`.
+- negatives: `InBatchSampler`, `UniformSampler`, `MixedSampler`, `make_sampler`; the
+  uniform draws over ids [first_id, first_id + num_items) or a sparse integer `vocabulary`
+  (`from_lookup`: a `StringLookup`'s item indices); in-batch pools from the global batch
+  under `keras.distribution` on JAX.
 - frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
 """
 

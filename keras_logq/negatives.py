@@ -6,11 +6,14 @@ The pool logic and every log Q (Horvitz-Thompson, the exact mixture) are
 keep static shapes (padding, duplicates and dropped entries are masked slots,
 never removed), so every backend compiles the sampler once. Draws come from a
 `keras.random.SeedGenerator` held by the layer, whose state is saved with it.
-Integer ids only. `duplicates` pairs `InBatchSampler.call`'s tail with tfrs_logq's
+Integer ids only (Keras 3 has string tensors on TensorFlow only): the uniform draws come
+from ids [first_id, first_id + num_items) or from a sparse integer `vocabulary`
+(`from_lookup` draws a `StringLookup`'s indices, for string ids mapped before the model).
+Under `keras.distribution` on JAX the pool is the global batch (see `InBatchSampler`). `duplicates` pairs `InBatchSampler.call`'s tail with tfrs_logq's
 `_pool_of_slots` / `_finish`: both are the calls into `logq_core` and `get_config`.
 """
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -202,34 +205,86 @@ def _pad_pool(ids, slots, embeddings, min_size: int):
     return ids, slots, embeddings
 
 
+def _integer_catalog(num_items, first_id, vocabulary):
+    """`logq_core.samplers.uniform_catalog` for keras_logq, which draws integer ids only: a
+    vocabulary of strings is refused, saying what strings need."""
+    num_items, vocabulary = samplers.uniform_catalog(num_items, first_id, vocabulary)
+    if vocabulary is not None and isinstance(vocabulary[0], str):
+        raise TypeError(
+            "keras_logq's samplers draw integer ids: Keras 3 has string tensors on the "
+            "TensorFlow backend only, and JAX and PyTorch none. Map the strings to integers "
+            "before the model (a StringLookup in the input pipeline) and draw its indices "
+            "(`from_lookup(lookup, ...)`), or give the integer ids themselves as the "
+            f"vocabulary; received a vocabulary of strings (first {vocabulary[:3]!r}).")
+    return num_items, vocabulary
+
+
 @keras.saving.register_keras_serializable(package="keras_logq")
 class UniformSampler(NegativeSampler):
-    """Negatives drawn uniformly, with replacement, from ids [first_id, first_id + num_items).
+    """Negatives drawn uniformly, with replacement, from the catalog: the integer ids
+    [first_id, first_id + num_items), or the integer ids of a `vocabulary`.
 
-    Q = 1 / num_items. Shared by the rows by default; `per_row` draws
-    `num_negatives` for every row.
+    Q = 1 / num_items (the vocabulary's size with one) exactly. Shared by the rows by
+    default; `per_row` draws `num_negatives` for every row.
+
+    A `vocabulary` is a sparse integer catalog: the distinct ids that are items (raw
+    catalog ids with gaps, an `IntegerLookup`'s tokens), in the item tower's own id space,
+    so the ids drawn go to the tower (`embedding_fn`) as they are and no id outside the
+    vocabulary is ever drawn. Keras 3 has string tensors on the TensorFlow backend only, so
+    keras_logq draws integer ids on every backend: string ids go through a `StringLookup`
+    in the input pipeline (`tf.data`), the tower takes its indices, and
+    `UniformSampler.from_lookup(lookup, num_negatives)` draws the indices of its items,
+    never its out-of-vocabulary (or mask) index, with Q = 1 / (its number of items):
+
+    >>> lookup = keras.layers.StringLookup(vocabulary=movie_titles)  # index 0: [UNK]
+    >>> dataset = dataset.map(lambda x: {**x, "movie": lookup(x["movie_title"])})
+    >>> sampler = UniformSampler.from_lookup(lookup, num_negatives=128)  # ids 1..V
 
     Args:
-      num_items: catalog size |D|.
+      num_items: catalog size |D| (None with a `vocabulary`: its size).
       num_negatives: draws per call (per row with `per_row`).
-      first_id: smallest id (1 when id 0 is padding).
+      first_id: smallest id (1 when id 0 is padding); 0 with a `vocabulary`.
       per_row: draw separately for every row.
       seed, **kwargs: see `NegativeSampler`.
+      vocabulary: optional list of distinct integer ids, the catalog, without the lookup's
+        out-of-vocabulary or mask token (`logq_core.samplers.uniform_catalog`); the
+        positives' dtype must hold them.
     """
 
-    def __init__(self, num_items: int, num_negatives: int, first_id: int = 0,
-                 per_row: bool = False, seed: Optional[int] = None, **kwargs):
+    def __init__(self, num_items: Optional[int] = None, num_negatives: Optional[int] = None,
+                 first_id: int = 0, per_row: bool = False, seed: Optional[int] = None,
+                 vocabulary: Optional[Sequence[int]] = None, **kwargs):
         kwargs.pop("probabilities", None)
         super().__init__(probabilities=None, seed=seed, **kwargs)
-        self.num_items = checks.check_positive_int("num_items", num_items)
+        self.num_items, self.vocabulary = _integer_catalog(num_items, first_id, vocabulary)
         self.num_negatives = checks.check_positive_int("num_negatives", num_negatives)
-        self.first_id = checks.check_non_negative_int("first_id", first_id)
+        self.first_id = first_id
         self.per_row = checks.check_bool("per_row", per_row)
+
+    @classmethod
+    def from_lookup(cls, lookup, num_negatives: int, draw: str = "indices",
+                    **kwargs) -> "UniformSampler":
+        """A sampler over the items of `lookup` (a Keras `StringLookup` or `IntegerLookup`),
+        its out-of-vocabulary and mask tokens never drawn
+        (`logq_core.samplers.lookup_catalog`).
+
+        Args:
+          lookup: the lookup layer, adapted or given its vocabulary.
+          num_negatives: draws per call.
+          draw: "indices" (the ids the lookup gives its items, for a tower that takes the
+            lookup's output: the way string ids reach a model on every backend) or
+            "tokens" (an `IntegerLookup`'s integer items themselves, for a tower that
+            starts with the lookup; a `StringLookup`'s strings are refused).
+          **kwargs: as the constructor's (`per_row`, `seed`, ...).
+        """
+        return cls(num_negatives=num_negatives, **samplers.lookup_catalog(lookup, draw),
+                   **kwargs)
 
     def call(self, positive_ids, candidate_ids=None, candidate_embeddings=None,
              candidate_mask=None, embedding_fn: Optional[Callable] = None) -> Negatives:
         """Draws the negatives; `embedding_fn` maps ids to embeddings (the item tower).
-        The candidates are not read (uniform draws need none)."""
+        The candidates are not read (uniform draws need none). With a `vocabulary` the ids
+        drawn are of the positives' dtype, which must hold every id of the vocabulary."""
         del candidate_ids, candidate_embeddings, candidate_mask
         positive_ids = k.ids_tensor("positive_ids", positive_ids)
         if embedding_fn is not None and not callable(embedding_fn):
@@ -237,9 +292,16 @@ class UniformSampler(NegativeSampler):
                             f"item tower); received embedding_fn={embedding_fn!r}.")
         shape = ((ops.shape(positive_ids)[0], self.num_negatives) if self.per_row
                  else (self.num_negatives,))
-        ids = keras.random.randint(shape, self.first_id, self.first_id + self.num_items,
-                                   dtype=keras.backend.standardize_dtype(positive_ids.dtype),
-                                   seed=self.seed_generator)
+        dtype = keras.backend.standardize_dtype(positive_ids.dtype)
+        if self.vocabulary is None:
+            ids = keras.random.randint(shape, self.first_id, self.first_id + self.num_items,
+                                       dtype=dtype, seed=self.seed_generator)
+        else:
+            samplers.check_vocabulary_ids(self._caller, self.vocabulary, dtype)
+            positions = keras.random.randint(shape, 0, self.num_items, dtype="int32",
+                                             seed=self.seed_generator)
+            ids = ops.take(ops.convert_to_tensor(np.asarray(self.vocabulary, dtype)),
+                           positions, axis=0)
         embeddings = None
         if embedding_fn is not None:
             embeddings = k.float_tensor("embedding_fn(ids)", embedding_fn(ids),
@@ -255,7 +317,7 @@ class UniformSampler(NegativeSampler):
     def get_config(self):
         config = super().get_config()
         config.update(num_items=self.num_items, num_negatives=self.num_negatives,
-                      first_id=self.first_id, per_row=self.per_row)
+                      first_id=self.first_id, per_row=self.per_row, vocabulary=self.vocabulary)
         return config
 
 
@@ -263,8 +325,14 @@ class UniformSampler(NegativeSampler):
 class MixedSampler(NegativeSampler):
     """Mixed negative sampling (Yang et al. 2020): uniform draws plus in-batch negatives.
 
+    With a `vocabulary` (sparse integer ids, see `UniformSampler`) the uniform half draws
+    its ids, and |D| is its size; `MixedSampler.from_lookup(lookup, num_uniform,
+    num_in_batch, probabilities=...)` draws the indices of a lookup's items (string ids
+    mapped before the model), never its out-of-vocabulary index. The probabilities read the
+    ids the sampler draws (a `StaticFrequency` indexed by them, a sketch).
+
     Args:
-      num_items: catalog size of the uniform half.
+      num_items: catalog size of the uniform half (None with a `vocabulary`).
       num_uniform: n_u uniform draws (per row with `per_row`).
       num_in_batch: n_b, the most in-batch negatives kept.
       mixture: "exact" (the mixture proposal, exactly unbiased:
@@ -275,12 +343,15 @@ class MixedSampler(NegativeSampler):
       per_row: the uniform half is drawn per row; `embeddings` is then the
         pair (uniform [batch, n_u, dim], in-batch [n_b, dim]).
       probabilities, seed, **kwargs: see `NegativeSampler`.
+      vocabulary: optional catalog of the uniform half, distinct integer ids, as in
+        `UniformSampler`.
     """
 
-    def __init__(self, num_items: int, num_uniform: int, num_in_batch: int,
-                 mixture: str = "exact", first_id: int = 0, deduplicate: bool = False,
-                 per_row: bool = False, probabilities=None, seed: Optional[int] = None,
-                 **kwargs):
+    def __init__(self, num_items: Optional[int] = None, num_uniform: Optional[int] = None,
+                 num_in_batch: Optional[int] = None, mixture: str = "exact",
+                 first_id: int = 0, deduplicate: bool = False, per_row: bool = False,
+                 probabilities=None, seed: Optional[int] = None,
+                 vocabulary: Optional[Sequence[int]] = None, **kwargs):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         samplers.check_mixed(mixture, deduplicate)
         # Checked under the names given here, not those of the halves built from them.
@@ -288,7 +359,8 @@ class MixedSampler(NegativeSampler):
         checks.check_positive_int("num_in_batch", num_in_batch)
         self.mixture = mixture
         self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id,
-                                      per_row=per_row, seed=seed, name="uniform")
+                                      per_row=per_row, seed=seed, vocabulary=vocabulary,
+                                      name="uniform")
         # No probabilities: this sampler reads the in-batch half's ids, not its log Q, and
         # looks the log Q of every negative and positive up itself, once per step.
         self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
@@ -296,12 +368,35 @@ class MixedSampler(NegativeSampler):
                                        name="in_batch")
         self.uniform._caller = self.in_batch._caller = self._caller
         table = getattr(self.frequency, "num_items", None)  # A StaticFrequency's table.
-        if table is not None and first_id + num_items > table:
+        if table is not None and vocabulary is None and first_id + num_items > table:
             raise ValueError(
                 f"MixedSampler draws uniform ids in [first_id, first_id + num_items) = "
                 f"[{first_id}, {first_id + num_items}), but `probabilities` has {table} items "
                 f"(ids [0, {table})): the ids beyond would read a NaN log Q; received "
                 f"num_items={num_items}, first_id={first_id}.")
+        if table is not None and vocabulary is not None and not (
+                0 <= min(self.vocabulary) and max(self.vocabulary) < table):
+            raise ValueError(
+                f"MixedSampler draws the uniform ids of its vocabulary, but `probabilities` "
+                f"has {table} items (ids [0, {table})): the ids outside would read a NaN log "
+                f"Q; received a vocabulary with ids in [{min(self.vocabulary)}, "
+                f"{max(self.vocabulary)}].")
+
+    @classmethod
+    def from_lookup(cls, lookup, num_uniform: int, num_in_batch: int, draw: str = "indices",
+                    **kwargs) -> "MixedSampler":
+        """A sampler whose uniform half draws the items of `lookup` (a Keras `StringLookup`
+        or `IntegerLookup`), its out-of-vocabulary and mask tokens never drawn; `draw` as
+        in `UniformSampler.from_lookup`; **kwargs as the constructor's (`probabilities`,
+        ...)."""
+        return cls(num_uniform=num_uniform, num_in_batch=num_in_batch,
+                   **samplers.lookup_catalog(lookup, draw), **kwargs)
+
+    @property
+    def vocabulary(self) -> Optional[list]:
+        """The uniform half's vocabulary, or None (the ids [first_id, first_id +
+        num_items))."""
+        return self.uniform.vocabulary
 
     def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
              candidate_mask=None, embedding_fn=None) -> Negatives:
@@ -338,7 +433,7 @@ class MixedSampler(NegativeSampler):
         config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
                       num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
                       first_id=self.uniform.first_id, deduplicate=self.in_batch.deduplicate,
-                      per_row=self.uniform.per_row)
+                      per_row=self.uniform.per_row, vocabulary=self.uniform.vocabulary)
         return config
 
 

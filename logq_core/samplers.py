@@ -124,6 +124,72 @@ def uniform_catalog(num_items: Any, first_id: Any = 0,
     return len(items), items
 
 
+def check_vocabulary_ids(caller: str, vocabulary: list, dtype: str) -> None:
+    """Raises TypeError unless positive ids of `dtype` (a dtype name: "string", "int32",
+    ...) can hold the ids drawn from `vocabulary` (`uniform_catalog`'s list): ids of its
+    kind (strings for strings, integers for integers) and, for integers, a dtype whose
+    range holds every id of the vocabulary. `caller` names the sampler in the message."""
+    strings = isinstance(vocabulary[0], str)
+    try:
+        integer = dtype != "string" and np.issubdtype(np.dtype(dtype), np.integer)
+    except TypeError:  # A dtype numpy does not know (bfloat16, ...): not integer ids.
+        integer = False
+    if strings != (dtype == "string") or not (strings or integer):
+        raise TypeError(f"{caller} draws {'string' if strings else 'integer'} ids from its "
+                        f"vocabulary; received positive_ids with dtype {dtype}.")
+    if not strings:
+        low, high = min(vocabulary), max(vocabulary)
+        if not np.iinfo(dtype).min <= low <= high <= np.iinfo(dtype).max:
+            raise TypeError(f"The vocabulary's ids [{low}, {high}] do not fit positive_ids' "
+                            f"dtype; received positive_ids with dtype {dtype}.")
+
+
+def lookup_vocabulary(lookup: Any) -> list:
+    """The item ids of a Keras `StringLookup` or `IntegerLookup` (Keras 2 or 3; the item
+    tower's first layer), without its out-of-vocabulary and mask tokens: the catalog a
+    vocabulary sampler draws from (the samplers' `from_lookup`)."""
+    if not hasattr(lookup, "get_vocabulary"):
+        raise TypeError("`lookup` must be a Keras StringLookup or IntegerLookup layer (with "
+                        f"`get_vocabulary`); received lookup={lookup!r}.")
+    vocabulary = lookup.get_vocabulary(include_special_tokens=False)
+    if not len(vocabulary):  # pylint: disable=g-explicit-length-test
+        raise ValueError(f"`lookup` has an empty vocabulary (adapt it, or give it one); "
+                         f"received lookup={lookup!r}.")
+    return list(vocabulary)
+
+
+# What a sampler built from a lookup draws: the lookup's output indices of its items (the
+# ids a tower receives when the lookup runs before it, in the input pipeline), or the
+# items themselves (a tower that starts with the lookup).
+LOOKUP_DRAWS = ("indices", "tokens")
+
+
+def lookup_catalog(lookup: Any, draw: str) -> Dict[str, Any]:
+    """The catalog arguments (`num_items`, `first_id`, `vocabulary`) of a uniform sampler
+    over the items of `lookup` (a Keras `StringLookup` or `IntegerLookup`), the
+    out-of-vocabulary and mask tokens never drawn.
+
+    Args:
+      lookup: the lookup layer, adapted or given its vocabulary.
+      draw: "indices": the indices the lookup gives its items, which are contiguous and
+        follow its special tokens (a mask token, then the out-of-vocabulary indices), so
+        the catalog is [first_id, first_id + num_items), every item once; "tokens": the
+        items themselves, as a `vocabulary`.
+    """
+    checks.check_choice("draw", draw, LOOKUP_DRAWS)
+    items = lookup_vocabulary(lookup)
+    if draw == "tokens":
+        return dict(num_items=None, first_id=0, vocabulary=items)
+    invert, mode = getattr(lookup, "invert", False), getattr(lookup, "output_mode", "int")
+    if invert or mode != "int":
+        raise ValueError(
+            "draw='indices' needs a lookup that maps items to integer indices (invert=False, "
+            f"output_mode='int'); received a lookup with invert={invert!r}, "
+            f"output_mode={mode!r}.")
+    return dict(num_items=len(items), first_id=int(lookup.vocabulary_size()) - len(items),
+                vocabulary=None)
+
+
 def check_mixed(mixture: str, deduplicate: bool) -> None:
     """Raises unless the mixed sampler can correct this pool: a deduplicated in-batch half
     has an exact mixture only with its inclusion probabilities at the uniform draws too,

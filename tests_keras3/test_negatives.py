@@ -41,6 +41,39 @@ SAMPLER_CASES = dict(
                                                        probabilities=ZIPF_Q, seed=7),
 )
 
+# The known catalog with sparse integer ids: item i of the Zipf catalog has id SPARSE[i]
+# (distinct, in [0, 1000), gaps between them). The samplers' vocabulary lists them in
+# another order, so a draw's position in it is not its item; the probabilities are a table
+# indexed by id, whose gaps (never drawn, never read) hold a tiny probability.
+SPARSE = np.random.default_rng(2).choice(1000, NUM_ITEMS, replace=False)
+SPARSE_VOCABULARY = SPARSE[np.random.default_rng(3).permutation(NUM_ITEMS)].tolist()
+SPARSE_Q = np.full(1000, 1e-9)
+SPARSE_Q[SPARSE] = ZIPF_Q
+
+
+class _Sparse:
+    """Calls `sampler` with the catalog's sparse ids and reads its negatives back as the
+    catalog's items (for `_z_hats`, which scores items)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.items = np.full(1000, -1)
+        self.items[SPARSE] = np.arange(NUM_ITEMS)
+
+    def __call__(self, positive_ids, candidate_ids):
+        out = self.sampler(SPARSE[positive_ids].astype(np.int32),
+                           SPARSE[candidate_ids].astype(np.int32))
+        return out._replace(ids=self.items[numpy(out.ids)])
+
+
+SAMPLER_CASES.update(
+    uniform_sparse_vocabulary=lambda: _Sparse(negatives.UniformSampler(
+        num_negatives=8, vocabulary=SPARSE_VOCABULARY, seed=8)),
+    mixed_exact_sparse_vocabulary_per_row=lambda: _Sparse(negatives.MixedSampler(
+        num_uniform=4, num_in_batch=4, vocabulary=SPARSE_VOCABULARY, per_row=True,
+        probabilities=SPARSE_Q, seed=9)),
+)
+
 
 def _z_hats(sampler, positive, batch_size, trials, seed, log_q="q_prime"):
     """Z_hat of row 0 (positive fixed, the others drawn from q) over `trials` batches."""

@@ -400,18 +400,8 @@ class InBatchSampler(NegativeSampler):
         return config
 
 
-def lookup_vocabulary(lookup) -> list:
-    """The item ids of a Keras `StringLookup` or `IntegerLookup` (the item tower's first
-    layer), without its out-of-vocabulary and mask tokens: the catalog a vocabulary sampler
-    draws from (`UniformSampler.from_lookup`, `MixedSampler.from_lookup`)."""
-    if not hasattr(lookup, "get_vocabulary"):
-        raise TypeError("`lookup` must be a Keras StringLookup or IntegerLookup layer (with "
-                        f"`get_vocabulary`); received lookup={lookup!r}.")
-    vocabulary = lookup.get_vocabulary(include_special_tokens=False)
-    if not len(vocabulary):  # pylint: disable=g-explicit-length-test
-        raise ValueError(f"`lookup` has an empty vocabulary (adapt it, or give it one); "
-                         f"received lookup={lookup!r}.")
-    return list(vocabulary)
+# Kept under its name here: `logq_core.samplers.lookup_vocabulary`, shared with keras_logq.
+lookup_vocabulary = samplers.lookup_vocabulary
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -529,18 +519,8 @@ class UniformSampler(NegativeSampler):
 
     def _draw_from_vocabulary(self, positive_ids: tf.Tensor, shape) -> tf.Tensor:
         """Ids of the vocabulary at uniform positions, of the positives' dtype."""
-        strings = self._vocabulary_ids.dtype == tf.string
-        if strings != (positive_ids.dtype == tf.string) or not (
-                strings or positive_ids.dtype.is_integer):
-            raise TypeError(
-                f"UniformSampler draws {'string' if strings else 'integer'} ids from its "
-                f"vocabulary; received positive_ids with dtype {positive_ids.dtype.name}.")
-        if not strings and not (positive_ids.dtype.min <= min(self.vocabulary)
-                                and max(self.vocabulary) <= positive_ids.dtype.max):
-            raise TypeError(
-                f"The vocabulary's ids [{min(self.vocabulary)}, {max(self.vocabulary)}] do "
-                f"not fit positive_ids' dtype; received positive_ids with dtype "
-                f"{positive_ids.dtype.name}.")
+        samplers.check_vocabulary_ids("UniformSampler", self.vocabulary,
+                                      positive_ids.dtype.name)
         positions = self.rng.uniform(shape, minval=0, maxval=self.num_items, dtype=tf.int32)
         return tf.cast(tf.gather(self._vocabulary_ids, positions), positive_ids.dtype)
 
