@@ -34,8 +34,10 @@ pytestmark = pytest.mark.skipif(
 def _run(devices, samplers):
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("XLA_FLAGS", None)
+    # `-S` as this process (tests/test_keras3.py runs this suite so, without TensorFlow).
+    python = [sys.executable] + (["-S"] if sys.flags.no_site else [])
     result = subprocess.run(
-        [sys.executable, "-m", "tests_keras3.distributed", f"--devices={devices}",
+        python + ["-m", "tests_keras3.distributed", f"--devices={devices}",
          f"--samplers={','.join(samplers)}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
