@@ -33,7 +33,9 @@ INDEXES = ("exact", "scann", "both")
 # SavedModel's directory still is: tfrs_logq.export.INDEXES).
 INDEX_ALIASES = {"brute_force": "exact"}
 TABLE_OPTIMIZERS = ("adam", "adagrad")
-STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
+# How --strategy=parameter_server shards the tables (pipelines.distribute.variable_partitioner).
+PARTITIONERS = ("min_size", "fixed_shards")
 
 # Fields that must take one of a fixed set of values; each set is defined once, where the
 # value is used.

@@ -447,9 +447,10 @@ def track_random_generators(model: tf.keras.Model) -> None:
 def uses_xla(config: configs.Config, strategy: tf.distribute.Strategy) -> bool:
     """Whether the training step is compiled with XLA: `config.training.jit_compile`, for
     SASRec (whose step has static shapes) on one replica; the two-tower step and tf.distribute runs are
-    not compiled (not measured here)."""
+    not compiled (not measured here), nor a parameter-server worker's step (remote variables)."""
     return bool(config.training.jit_compile and config.model.model == "sasrec"
-                and strategy.num_replicas_in_sync == 1)
+                and strategy.num_replicas_in_sync == 1
+                and not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy))
 
 
 def training_stream(config: configs.Config, split: splits_lib.Split,
@@ -500,7 +501,11 @@ def training_input(config: configs.Config, split: splits_lib.Split, start: tf.Va
                    strategy: tf.distribute.Strategy):
     """What `fit` reads: the resumable stream from step `start` (`InputStart.step`), through
     `distribute_datasets_from_function` (per-replica batches, one shard per input pipeline)
-    when there are several replicas."""
+    when there are several replicas; under a ParameterServerStrategy, a `DatasetCreator`
+    that each worker runs (`worker_stream`; `start` is not read)."""
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return tf.keras.utils.experimental.DatasetCreator(
+            lambda context: worker_stream(config, split, context))
     if strategy.num_replicas_in_sync == 1:
         return resumable(training_stream(config, split)[0], start)
 
@@ -511,6 +516,21 @@ def training_input(config: configs.Config, split: splits_lib.Split, start: tf.Va
                          // input_context.num_input_pipelines)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def worker_stream(config: configs.Config, split: splits_lib.Split,
+                  input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+    """A parameter-server worker's training stream: the whole repeated stream (a coordinator
+    gives every worker input pipeline 0 of 1), started at a position of its own.
+
+    The dataset function is traced once and run on every worker, so the shuffle seed is the
+    same everywhere; each worker skips a number of batches drawn from its clock, uniform in
+    [0, one pass), so that the workers do not train on the same batches in lockstep. The
+    run is not resumable to the batch (the steps are asynchronous anyway).
+    """
+    stream, steps = training_stream(config, split, input_context)
+    clock = tf.cast(tf.timestamp() * 1e6, tf.int64)
+    return stream.skip(tf.math.floormod(clock, steps))
 
 
 def resumable(stream: tf.data.Dataset, start: tf.Variable,

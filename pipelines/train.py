@@ -57,8 +57,18 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                         **define)
     flags.DEFINE_enum("strategy", "default", list(configs.STRATEGIES),
                       "tf.distribute strategy: default (one device), mirrored (this machine's "
-                      "GPUs), multi_worker (workers from TF_CONFIG), tpu (unverified here).",
+                      "GPUs), multi_worker (workers from TF_CONFIG), parameter_server (the "
+                      "tables sharded over the \"ps\" tasks of TF_CONFIG, steps run "
+                      "asynchronously by its workers; in-batch negatives come from each "
+                      "worker's own batch), tpu (unverified here).", **define)
+    flags.DEFINE_enum("partitioner", "min_size", list(configs.PARTITIONERS),
+                      "--strategy=parameter_server: how the embedding tables (and their "
+                      "optimizer slots) are sharded over the parameter servers: min_size "
+                      "(MinSizePartitioner: shards of at least --min_shard_bytes, at most one "
+                      "per server) or fixed_shards (FixedShardsPartitioner: one per server).",
                       **define)
+    flags.DEFINE_integer("min_shard_bytes", 256 << 10,
+                         "--partitioner=min_size: the smallest shard, in bytes.", **define)
     definers = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
                 bool: flags.DEFINE_bool}
     for name, field in configs.FIELDS.items():
@@ -203,7 +213,11 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
     batch. With several workers, only the chief writes the run's files and
     evaluates; every worker restores the backup (BackupAndRestore), and each
     non-chief returns (and writes to OUTPUT/workers/worker-N/) a short report
-    with a digest of its estimator state.
+    with a digest of its estimator state. Under a ParameterServerStrategy this process
+    is the chief (the coordinator): the workers run the steps asynchronously, each on a
+    batch of `batch_size` of its own (in-batch negatives from that batch), the backup is
+    taken at each epoch's end, and metrics.json says where the tables' shards and the
+    estimator's state live ("placement").
 
     The chief holds OUTPUT/run.lock while it runs: a second run into the same
     directory raises `RunInUse`. A NaN or infinite training loss raises
@@ -226,6 +240,9 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
     started = time.time()
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
+    parameter_server = distribute.is_parameter_server(strategy)
+    if parameter_server and verbose == 1:
+        verbose = 2  # Keras has no progress bar for a coordinator's asynchronous steps.
     phases = PhaseTimer(say=_say if chief and verbose else None)
     with phases("data"):
         data = experiment.load_data(config, output_dir)
@@ -251,21 +268,26 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
                                 checkpoint, started, write=chief)
     input_start = callbacks_lib.InputStart()
     backup = callbacks_lib.EpochEndBackup(files.backup, save_freq=config.training.backup_every)
-    callbacks = [
-        callbacks_lib.StopOnNonFiniteLoss(),  # First: before a backup of a NaN step.
-        callbacks_lib.ValidationMetrics(config, split.validation,
-                                        split.test if chief else None),
-        backup,
-        input_start,  # After the backup, which restores the step.
-        checkpoint,
-        early_stopping,
-        tf.keras.callbacks.TensorBoard(files.logs),
-        progress,  # After the callbacks whose state it restores and records.
-        backup.after_epoch_end(),  # Last: an epoch's end is recorded before its backup.
-    ]
+    if parameter_server:
+        callbacks = _parameter_server_callbacks(config, split, files, input_start, checkpoint,
+                                                early_stopping, progress)
+    else:
+        callbacks = [
+            callbacks_lib.StopOnNonFiniteLoss(),  # First: before a backup of a NaN step.
+            callbacks_lib.ValidationMetrics(config, split.validation,
+                                            split.test if chief else None),
+            backup,
+            input_start,  # After the backup, which restores the step.
+            checkpoint,
+            early_stopping,
+            tf.keras.callbacks.TensorBoard(files.logs),
+            progress,  # After the callbacks whose state it restores and records.
+            backup.after_epoch_end(),  # Last: an epoch's end is recorded before its backup.
+        ]
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
-    if chief and streaming and config.training.drift_every and config.training.order == "time":
+    if (chief and streaming and config.training.drift_every and config.training.order == "time"
+            and not parameter_server):  # A per-step callback, which a coordinator refuses.
         callbacks.append(experiment.drift_callback(config, split, source, files))
     trained = progress.finished_run() if files.has_best() else None
     if trained is None:
@@ -273,7 +295,11 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         history = model.fit(experiment.training_input(config, split, input_start.step, strategy),
                             epochs=config.training.epochs, steps_per_epoch=steps_per_epoch,
                             callbacks=callbacks, verbose=verbose)
+        if parameter_server:  # Where the tables' shards and the estimator's state live.
+            placement = distribute.placement(experiment.embedding_tables(model),
+                                             source if streaming else None)
         progress.finish(
+            **({"placement": placement} if parameter_server else {}),
             steps=int(model.optimizer.iterations.numpy()),  # Before the best weights load.
             estimator_steps=int(source.step.numpy()) if streaming else None,
             # The last epoch's training logs (loss and the task's diagnostics).
@@ -291,7 +317,10 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
     steps, estimator_steps = trained["steps"], trained["estimator_steps"]
     replicas = {"strategy": type(strategy).__name__, "last_epoch": trained["last_epoch"],
                 "num_replicas": strategy.num_replicas_in_sync,
-                "estimator_state_digest": trained["estimator_state_digest"]}
+                "estimator_state_digest": trained["estimator_state_digest"],
+                **distribute.cluster_sizes(strategy)}
+    if "placement" in trained:
+        replicas["placement"] = trained["placement"]
     if not chief:
         worker = {"steps": steps, "estimator_steps": estimator_steps, **replicas}
         worker_dir = files.worker(strategy.cluster_resolver.task_id)
@@ -300,9 +329,10 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
             json.dump(worker, f, indent=1)
         return worker
     if files.has_best():
-        if strategy.num_replicas_in_sync > 1:
+        if strategy.num_replicas_in_sync > 1 or parameter_server:
             # Evaluate and export a plain copy: saving or reading the distributed model's
-            # on-read state (its metrics) would need every worker to take part.
+            # on-read state (its metrics) would need every worker to take part, and a
+            # parameter-server model's variables live on the servers.
             model = experiment.build_model(config, data, split)
         model.load_weights(files.best).expect_partial()
     phases.stop()
@@ -349,6 +379,37 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
     return metrics
 
 
+class _EpochNonFiniteLoss(callbacks_lib.StopOnNonFiniteLoss):
+    """`StopOnNonFiniteLoss` at each epoch's end, on the epoch's mean loss: a coordinator's
+    per-step logs are remote values that Keras does not fetch for per-step callbacks."""
+
+    on_train_batch_end = tf.keras.callbacks.Callback.on_train_batch_end
+
+    def on_epoch_end(self, epoch, logs=None):
+        callbacks_lib.StopOnNonFiniteLoss.on_train_batch_end(self, self.params["steps"] - 1,
+                                                             logs)
+
+
+def _parameter_server_callbacks(config, split, files, input_start, checkpoint, early_stopping,
+                                progress):
+    """The callbacks of a --strategy=parameter_server run (the chief): those of every run
+    at epoch granularity. The workers' steps are asynchronous, so a step count inside an
+    epoch names no state: the backup is taken at each epoch's end (after progress.json
+    records it), a non-finite loss is caught on the epoch's mean, and no drift is read."""
+    return [
+        _EpochNonFiniteLoss(),
+        callbacks_lib.ValidationMetrics(config, split.validation, split.test),
+        input_start,
+        checkpoint,
+        early_stopping,
+        tf.keras.callbacks.TensorBoard(files.logs),
+        progress,
+        # Last: after progress.json has recorded the epoch.
+        tf.keras.callbacks.BackupAndRestore(files.backup, save_freq="epoch",
+                                            delete_checkpoint=False),
+    ]
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -360,7 +421,14 @@ def main(argv):
         raise app.UsageError(str(error)) from None
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint saver logs at INFO every backup.
-    strategy = distribute.make_strategy(FLAGS.strategy)
+    if FLAGS.strategy == "parameter_server" and distribute.parameter_server_task():
+        distribute.serve_parameter_server_task()  # A worker or a parameter server.
+        return
+    try:
+        strategy = distribute.make_strategy(FLAGS.strategy, FLAGS.partitioner,
+                                            FLAGS.min_shard_bytes)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
     try:
         metrics = run(config, FLAGS.output_dir, strategy=strategy)
     except (OutputDirError, RunInUse, callbacks_lib.BackupError, callbacks_lib.NonFiniteLoss,
