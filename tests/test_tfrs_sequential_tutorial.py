@@ -26,10 +26,22 @@ class SequentialTutorialTest(tf.test.TestCase):
         self.assertEqual(test["context"][1].tolist(), [str(m) for m in range(101, 111)])
         for kind in tutorial.TASKS:
             result = tutorial.run(kind, train, test, movies, seed=0, epochs=1, batch_size=4,
-                                  dim=4, num_negatives=4)
+                                  dim=4, num_uniform=4)
             self.assertEqual(sorted(result), [10, 50, 100])
             self.assertEqual(result[50], 1.0)  # 15 movies: the top 50 holds every one.
             self.assertTrue(0.0 <= result[10] <= 1.0)
+
+    def test_results_resume_and_refuse_other_settings(self):
+        path = os.path.join(tempfile.mkdtemp(), "results.json")
+        settings = dict(epochs=3, batch_size=12800)
+        self.assertEqual(tutorial.load_results(path, settings), {"settings": settings, "runs": {}})
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('{"settings": {"epochs": 3, "batch_size": 12800}, '
+                    '"runs": {"improved/0": {"top_10": 0.25}}}')
+        self.assertEqual(tutorial.load_results(path, settings)["runs"],
+                         {"improved/0": {"top_10": 0.25}})
+        with self.assertRaisesRegex(Exception, "batch_size.: 256"):
+            tutorial.load_results(path, dict(epochs=3, batch_size=256))
 
 
 @pytest.mark.slow
@@ -46,7 +58,7 @@ class MovieLensSubsetTest(tf.test.TestCase):
         self.assertEqual(train["context"].shape[1], 10)
         for kind in tutorial.TASKS:
             result = tutorial.run(kind, train, test, movies, seed=0, epochs=1, batch_size=256,
-                                  dim=16, num_negatives=64)
+                                  dim=16, num_uniform=32)
             self.assertEqual(sorted(result), [10, 50, 100])
             # Better than chance: 100 of the subset's movies hold about 100 / |movies| of it.
             self.assertGreater(result[100], 100 / len(movies), kind)

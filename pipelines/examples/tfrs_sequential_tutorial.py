@@ -3,14 +3,17 @@ r"""TFRS's sequential-retrieval tutorial, with LogQRetrieval swapped in (issue 5
 The tutorial (tensorflow.org/recommenders/examples/sequential_retrieval): MovieLens-1M, each
 example the last 10 movies a user watched (string ids, "0" padding) and the next one as a
 [batch, 1] label, a GRU query tower, a `StringLookup` + `Embedding` item tower, in-batch
-negatives and `FactorizedTopK`. Three tasks on the same towers, data and seeds:
+negatives and `FactorizedTopK`, trained as published (Adagrad 0.1, batches of 12,800 from a
+10,000-example shuffle buffer, 3 epochs). Four tasks on the same towers, data and seeds:
 
 - `tutorial`: `tfrs.tasks.Retrieval()` as published (no correction, score-based top-k);
 - `tfrs_logq_hits`: TFRS with its own logQ (`candidate_sampling_probability`: each movie's
   training frequency) and `remove_accidental_hits=True`, the like-for-like baseline;
-- `improved`: `LogQRetrieval(correction="improved")` with a count-min sketch on the string
-  ids and mixed negatives, the uniform half drawn from the tower's vocabulary
-  (`MixedSampler.from_lookup`), the labels passed as they are ([batch, 1]).
+- `improved_in_batch`: `LogQRetrieval(correction="improved")` with a count-min sketch on the
+  string ids and the batch's own negatives, the like-for-like of `tfrs_logq_hits`;
+- `improved`: the same with mixed negatives: the whole batch plus `--num_uniform` draws from
+  the tower's vocabulary (`MixedSampler.from_lookup`), the labels passed as they are
+  ([batch, 1]).
 
 Each user's last event is the test example, the earlier ones train (the tutorial splits its
 examples at random). The script prints factorized top-10/50/100 on the test examples.
@@ -20,6 +23,7 @@ bundled):
   python -m pipelines.examples.tfrs_sequential_tutorial --max_users=200 --epochs=1
 """
 
+import json
 import os
 
 import numpy as np
@@ -32,7 +36,8 @@ import tensorflow_recommenders as tfrs  # pylint: disable=g-bad-import-order
 
 from pipelines.data import loaders
 
-TASKS = ("tutorial", "tfrs_logq_hits", "improved")
+TASKS = ("tutorial", "tfrs_logq_hits", "improved_in_batch", "improved")
+SHUFFLE_BUFFER = 10_000  # The tutorial's.
 KS = (10, 50, 100)
 CONTEXT = 10
 PADDING = "0"
@@ -41,12 +46,15 @@ if __name__ == "__main__":
     flags.DEFINE_string("data_path", None, "MovieLens-1M ratings.dat (plain or .gz).")
     flags.DEFINE_integer("max_users", 0, "Keep the first N users (0: all).", lower_bound=0)
     flags.DEFINE_integer("epochs", 3, "Training epochs.", lower_bound=1)
-    flags.DEFINE_integer("batch_size", 256, "Training batch size.", lower_bound=2)
-    flags.DEFINE_integer("dim", 32, "Embedding dimension.", lower_bound=1)
-    flags.DEFINE_integer("num_negatives", 256, "Mixed negatives (half uniform, half in-batch).",
+    flags.DEFINE_integer("batch_size", 12_800, "Training batch size (the tutorial's).",
                          lower_bound=2)
+    flags.DEFINE_integer("dim", 32, "Embedding dimension.", lower_bound=1)
+    flags.DEFINE_integer("num_uniform", 1024, "`improved`: uniform negatives from the vocabulary "
+                         "on top of the whole batch.", lower_bound=1)
     flags.DEFINE_list("seeds", ["0"], "Seeds.")
     flags.DEFINE_list("tasks", list(TASKS), f"Tasks among {', '.join(TASKS)}.")
+    flags.DEFINE_string("output", None, "JSON file of the results, written after each run; "
+                        "rerun with the same file to resume (its runs are not trained again).")
 
 FLAGS = flags.FLAGS
 
@@ -108,7 +116,7 @@ class SequentialModel(tfrs.Model):
                          compute_metrics=not training, training=training)
 
 
-def run(kind, train, test, movies, seed, epochs=3, batch_size=256, dim=32, num_negatives=256):
+def run(kind, train, test, movies, seed, epochs=3, batch_size=12_800, dim=32, num_uniform=1024):
     """Trains one task and returns its factorized top-k accuracies {k: value} on `test`."""
     tf.keras.utils.set_random_seed(seed)
     query_model = tf.keras.Sequential([
@@ -132,15 +140,19 @@ def run(kind, train, test, movies, seed, epochs=3, batch_size=256, dim=32, num_n
                 default_value=float(1.0 / counts.sum()))
             task = tfrs.tasks.Retrieval(metrics=metrics, remove_accidental_hits=True)
         else:
-            sampler = tfrs_logq.MixedSampler.from_lookup(
-                movie_model.layers[0], num_negatives - num_negatives // 2, num_negatives // 2,
-                seed=seed, probabilities=tfrs_logq.CountMinSketchEstimator())
+            estimator = tfrs_logq.CountMinSketchEstimator()
+            if kind == "improved":
+                sampler = tfrs_logq.MixedSampler.from_lookup(
+                    movie_model.layers[0], num_uniform, batch_size, seed=seed,
+                    probabilities=estimator)
+            else:
+                sampler = tfrs_logq.InBatchSampler(probabilities=estimator, seed=seed)
             task = tfrs_logq.LogQRetrieval(metrics=metrics, correction="improved",
                                            sampler=sampler)
     model = SequentialModel(query_model, movie_model, task, kind, probability)
     model.compile(optimizer=tf.keras.optimizers.Adagrad(learning_rate=0.1))
     train_ds = tf.data.Dataset.from_tensor_slices(train).shuffle(
-        len(train["label"]), seed=seed).batch(batch_size)
+        SHUFFLE_BUFFER, seed=seed).batch(batch_size)
     model.fit(train_ds, epochs=epochs, verbose=0)
     got = model.evaluate(tf.data.Dataset.from_tensor_slices(test).batch(batch_size),
                          verbose=0, return_dict=True)
@@ -156,13 +168,38 @@ def main(argv):
     train, test, movies = examples(ratings_path(FLAGS.data_path), FLAGS.max_users)
     print(f"{len(train['label'])} training and {len(test['label'])} test examples, "
           f"{len(movies)} movies")
+    settings = dict(epochs=FLAGS.epochs, batch_size=FLAGS.batch_size, dim=FLAGS.dim,
+                    num_uniform=FLAGS.num_uniform, max_users=FLAGS.max_users)
+    done = load_results(FLAGS.output, settings)
     print("| task | seed | " + " | ".join(f"top-{k}" for k in KS) + " |")
     print("|---|---|" + "---|" * len(KS))
     for kind in FLAGS.tasks:
         for seed in FLAGS.seeds:
-            result = run(kind, train, test, movies, int(seed), FLAGS.epochs, FLAGS.batch_size,
-                         FLAGS.dim, FLAGS.num_negatives)
-            print(f"| {kind} | {seed} | " + " | ".join(f"{result[k]:.4f}" for k in KS) + " |")
+            key = f"{kind}/{seed}"
+            if key not in done["runs"]:
+                result = run(kind, train, test, movies, int(seed), FLAGS.epochs,
+                             FLAGS.batch_size, FLAGS.dim, FLAGS.num_uniform)
+                done["runs"][key] = {f"top_{k}": result[k] for k in KS}
+                if FLAGS.output:
+                    with open(FLAGS.output + ".tmp", "w", encoding="utf-8") as f:
+                        json.dump(done, f, indent=1)
+                    os.replace(FLAGS.output + ".tmp", FLAGS.output)
+            row = done["runs"][key]
+            print(f"| {kind} | {seed} | " + " | ".join(f"{row[f'top_{k}']:.4f}" for k in KS)
+                  + " |")
+
+
+def load_results(path, settings):
+    """The results in `path` ({"settings", "runs": {"task/seed": {top_k: value}}}), or an empty
+    record; a file written with other settings is refused, naming both."""
+    if not path or not os.path.exists(path):
+        return {"settings": settings, "runs": {}}
+    with open(path, encoding="utf-8") as f:
+        done = json.load(f)
+    if done["settings"] != settings:
+        raise app.UsageError(f"--output={path} holds runs with settings {done['settings']}; "
+                             f"these flags give {settings}. Use another file.")
+    return done
 
 
 if __name__ == "__main__":
