@@ -206,7 +206,8 @@ def sampler_arguments(negatives: str, *, num_negatives: Optional[int] = None,
                       first_id: int = 0, probabilities: Any = None, seed: Optional[int] = None,
                       deduplicate: bool = False, log_q: str = "horvitz_thompson",
                       per_row: bool = False, global_batch: bool = False,
-                      mixture: str = "exact") -> Tuple[str, Dict[str, Any]]:
+                      mixture: str = "exact",
+                      vocabulary: Any = None) -> Tuple[str, Dict[str, Any]]:
     """(kind, constructor arguments) of the sampler that one set of settings describes.
 
     One set of settings serves every kind: a kind ignores the settings it has
@@ -221,6 +222,8 @@ def sampler_arguments(negatives: str, *, num_negatives: Optional[int] = None,
         n - n // 2 uniform and n // 2 in-batch.
       num_items, first_id: the catalog [first_id, first_id + num_items) of the
         uniform draws (uniform and mixed).
+      vocabulary: instead of `num_items`, the ids the uniform draws pick from, in the
+        item tower's own id space (see `uniform_catalog`).
       probabilities: the frequency source of log Q (in-batch and mixed).
       seed: the draws' seed.
       deduplicate, log_q, global_batch: the in-batch pool's (see InBatchSampler).
@@ -238,20 +241,23 @@ def sampler_arguments(negatives: str, *, num_negatives: Optional[int] = None,
         return negatives, dict(deduplicate=deduplicate, max_pool_size=num_negatives,
                                global_batch=global_batch, probabilities=probabilities,
                                seed=seed, log_q=log_q)
-    if num_items is None:
+    if num_items is None and vocabulary is None:
         raise ValueError(f"negatives={negatives!r} draws uniformly from the catalog and "
-                         "needs `num_items`; received num_items=None.")
+                         "needs `num_items` or a `vocabulary`; received neither.")
+    catalog = dict(num_items=num_items, first_id=first_id)
+    if vocabulary is not None:  # Checked, with num_items and first_id, by the sampler.
+        catalog = dict(catalog, vocabulary=vocabulary)
     if num_negatives is None:
         raise ValueError(f"negatives={negatives!r} draws a fixed number of negatives and "
                          "needs `num_negatives`; received num_negatives=None.")
     if negatives == "uniform":
-        return negatives, dict(num_items=num_items, num_negatives=num_negatives,
-                               first_id=first_id, seed=seed, per_row=per_row)
+        return negatives, dict(catalog, num_negatives=num_negatives, seed=seed,
+                               per_row=per_row)
     if num_negatives < 2:
         raise ValueError("negatives='mixed' needs num_negatives >= 2 (half uniform, half "
                          f"in-batch); received num_negatives={num_negatives}.")
-    return negatives, dict(num_items=num_items, num_uniform=num_negatives - num_negatives // 2,
+    return negatives, dict(catalog, num_uniform=num_negatives - num_negatives // 2,
                            num_in_batch=num_negatives // 2, mixture=mixture,
-                           first_id=first_id, global_batch=global_batch,
+                           global_batch=global_batch,
                            probabilities=probabilities, seed=seed, deduplicate=deduplicate,
                            per_row=per_row)

@@ -731,8 +731,18 @@ class MixedSamplerTest(tf.test.TestCase):
                                     r"'uniform', 'mixed'; received negatives='random'"):
             negatives.make_sampler("random", num_negatives=4)
         with self.assertRaisesRegex(ValueError, r"negatives='uniform' draws uniformly from the "
-                                    r"catalog and needs `num_items`; received num_items=None"):
+                                    r"catalog and needs `num_items` or a `vocabulary`; received "
+                                    r"neither"):
             negatives.make_sampler("uniform", num_negatives=4)
+        # A vocabulary instead of num_items: the constructors' own rules and log Q -log V.
+        words = ["b", "a", "zz"]
+        for kind in ("uniform", "mixed"):
+            sampler = negatives.make_sampler(kind, num_negatives=4, vocabulary=words, seed=1)
+            uniform = sampler.uniform if kind == "mixed" else sampler
+            self.assertEqual((uniform.vocabulary, uniform.num_items), (words, 3))
+        with self.assertRaisesRegex(ValueError, r"`num_items` must be the vocabulary's size or "
+                                    r"None; received num_items=5 and a vocabulary of 3 ids"):
+            negatives.make_sampler("uniform", num_negatives=4, num_items=5, vocabulary=words)
         with self.assertRaisesRegex(ValueError, r"negatives='mixed' needs num_negatives >= 2.*"
                                     r"received num_negatives=1"):
             negatives.make_sampler("mixed", num_negatives=1, num_items=5)

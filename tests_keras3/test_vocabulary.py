@@ -41,6 +41,16 @@ def test_sparse_integer_vocabulary_draws_its_ids_only_uniformly():
     np.testing.assert_array_equal(numpy(out.mask), ids[None, :] != positives[:, None])
 
 
+def test_make_sampler_takes_a_vocabulary_instead_of_num_items():
+    for kind in ("uniform", "mixed"):
+        sampler = keras_logq.make_sampler(kind, num_negatives=8, vocabulary=CATALOG, seed=1)
+        uniform = sampler.uniform if kind == "mixed" else sampler
+        assert (uniform.vocabulary, uniform.num_items) == (CATALOG, 4)
+    out = keras_logq.make_sampler("uniform", num_negatives=50, vocabulary=CATALOG, seed=1)(
+        np.array([7], np.int32), embedding_fn=lambda ids: keras.ops.zeros(ids.shape + (2,)))
+    assert set(numpy(out.ids).tolist()) <= set(CATALOG)
+
+
 def test_per_row_draws_of_the_positives_dtype():
     sampler = negatives.UniformSampler(num_negatives=400, vocabulary=CATALOG, per_row=True,
                                        seed=1)
