@@ -267,11 +267,12 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
     progress = callbacks_lib.TrainingProgress(files.progress, early_stopping,
                                 checkpoint, started, write=chief)
     input_start = callbacks_lib.InputStart()
-    backup = callbacks_lib.EpochEndBackup(files.backup, save_freq=config.training.backup_every)
     if parameter_server:
         callbacks = _parameter_server_callbacks(config, split, files, input_start, checkpoint,
                                                 early_stopping, progress)
     else:
+        backup = callbacks_lib.EpochEndBackup(files.backup,
+                                              save_freq=config.training.backup_every)
         callbacks = [
             callbacks_lib.StopOnNonFiniteLoss(),  # First: before a backup of a NaN step.
             callbacks_lib.ValidationMetrics(config, split.validation,
@@ -390,23 +391,38 @@ class _EpochNonFiniteLoss(callbacks_lib.StopOnNonFiniteLoss):
                                                              logs)
 
 
+class _EpochBackup(callbacks_lib.EpochEndBackup):
+    """`EpochEndBackup` at epoch ends only: it restores when training begins, and its
+    `after_epoch_end()` callback (placed last) takes the backup once the epoch's end is
+    recorded. A coordinator's step count inside an epoch names no state (the workers'
+    steps are asynchronous), so no backup is taken there."""
+
+    on_train_batch_end = tf.keras.callbacks.Callback.on_train_batch_end
+
+    def __init__(self, backup_dir: str):
+        super().__init__(backup_dir, save_freq="epoch")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._due_at_epoch_end = True  # Taken by after_epoch_end()'s callback.
+
+
 def _parameter_server_callbacks(config, split, files, input_start, checkpoint, early_stopping,
                                 progress):
     """The callbacks of a --strategy=parameter_server run (the chief): those of every run
-    at epoch granularity. The workers' steps are asynchronous, so a step count inside an
-    epoch names no state: the backup is taken at each epoch's end (after progress.json
-    records it), a non-finite loss is caught on the epoch's mean, and no drift is read."""
+    at epoch granularity. The backup is taken at each epoch's end (`_EpochBackup`), a
+    non-finite loss is caught on the epoch's mean, and no drift is read (per-step
+    callbacks cannot read a coordinator's steps)."""
+    backup = _EpochBackup(files.backup)
     return [
         _EpochNonFiniteLoss(),
         callbacks_lib.ValidationMetrics(config, split.validation, split.test),
-        input_start,
+        backup,
+        input_start,  # After the backup, which restores the step.
         checkpoint,
         early_stopping,
         tf.keras.callbacks.TensorBoard(files.logs),
-        progress,
-        # Last: after progress.json has recorded the epoch.
-        tf.keras.callbacks.BackupAndRestore(files.backup, save_freq="epoch",
-                                            delete_checkpoint=False),
+        progress,  # After the callbacks whose state it restores and records.
+        backup.after_epoch_end(),  # Last: an epoch's end is recorded before its backup.
     ]
 
 

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 
+import pytest
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
@@ -154,6 +155,47 @@ class TrainingTest(tf.test.TestCase):
         self.assertTrue(os.path.exists(os.path.join(out, "checkpoints", "best.index")))
         # Trained: above the 100 / 400 = 0.25 of a random ranking (0.43-0.45 in our runs).
         self.assertGreater(metrics["test"]["recall@100"], 0.3)
+
+
+@pytest.mark.slow
+class ResumeTest(tf.test.TestCase):
+    """The whole cluster killed after the first epoch and started again: the chief resumes
+    from the epoch's backup (weights, optimizer, estimator, progress)."""
+
+    def test_a_killed_cluster_resumes_from_the_epoch_backup(self):
+        out = tempfile.mkdtemp()
+        command = [sys.executable, "-m", "pipelines.train", "--strategy=parameter_server",
+                   "--preset=smoke", "--model=two_tower", "--history_length=8",
+                   "--frequency=count_min", "--epochs=3", "--steps_per_epoch=100",
+                   "--patience=5", "--index=exact", f"--output_dir={out}"]
+        tasks = cluster_lib.start_cluster(
+            command, cluster_lib.local_cluster(2, num_ps=2, chief=True))
+        chief = tasks["chief"][0]
+        try:
+            _wait_for(os.path.join(out, "progress.json"), [chief], timeout=300)
+            deadline = time.time() + 60  # The backup follows progress.json.
+            while tf.train.latest_checkpoint(os.path.join(out, "backup", "chief")) is None:
+                self.assertLess(time.time(), deadline, "no backup after the first epoch")
+                time.sleep(0.2)
+        finally:
+            chief.kill()
+            chief.wait()
+            cluster_lib.stop(tasks["ps"] + tasks["worker"])
+        tasks = cluster_lib.start_cluster(
+            command, cluster_lib.local_cluster(2, num_ps=2, chief=True))
+        chief = tasks["chief"][0]
+        try:
+            output = chief.communicate(timeout=400)[0]
+        finally:
+            chief.kill()
+            cluster_lib.stop(tasks["ps"] + tasks["worker"])
+        self.assertEqual(chief.returncode, 0, output[-3000:])
+        self.assertNotIn("Epoch 1/3", output)  # The first epoch came from the backup.
+        with open(os.path.join(out, "metrics.json")) as f:
+            metrics = json.load(f)
+        self.assertEqual((metrics["resumed_from_step"], metrics["steps"]), (100, 300))
+        self.assertEqual(metrics["estimator_steps"], 300)  # Restored with the backup.
+        self.assertEqual(metrics["epochs_run"], 3)
 
 
 class AsyncSketchTest(tf.test.TestCase):
