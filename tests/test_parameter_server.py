@@ -133,10 +133,11 @@ class TrainingTest(tf.test.TestCase):
             metrics = json.load(f)
         self.assertEqual(metrics["strategy"], "ParameterServerStrategyV2")
         self.assertEqual((metrics["num_workers"], metrics["num_ps"]), (2, 2))
-        self.assertEqual(metrics["steps"], 200)
-        # Every step updated the sketch once (its step counter is an atomic add on its
-        # server); a step cut off by the kill after its update and run again would count
-        # twice.
+        # The coordinator runs each of the 200 scheduled steps at least once: a step the
+        # killed worker had applied on the servers before dying, but not reported, is run
+        # again on the other worker and counts twice (201 in 1 of our 8 runs). The sketch
+        # counts updates the same way (its step counter is an atomic add on its server).
+        self.assertBetween(metrics["steps"], 200, 202)
         self.assertBetween(metrics["estimator_steps"], 200, 202)
         self.assertEqual(metrics["epochs_run"], 2)
         # fixed_shards: each table in 2 shards, one per server; the sketch whole on one.
