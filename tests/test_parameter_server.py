@@ -135,7 +135,7 @@ class TrainingTest(tf.test.TestCase):
         self.assertEqual((metrics["num_workers"], metrics["num_ps"]), (2, 2))
         # The coordinator runs each of the 200 scheduled steps at least once: a step the
         # killed worker had applied on the servers before dying, but not reported, is run
-        # again on the other worker and counts twice (201 in 1 of our 8 runs). The sketch
+        # again on the other worker and counts twice (201 in one of our runs). The sketch
         # counts updates the same way (its step counter is an atomic add on its server).
         self.assertBetween(metrics["steps"], 200, 202)
         self.assertBetween(metrics["estimator_steps"], 200, 202)
