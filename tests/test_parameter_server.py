@@ -89,6 +89,21 @@ class LocalClusterTest(tf.test.TestCase):
         self.assertIn("--workers must be an integer >= 1; received --workers=0", result.stderr)
 
 
+class CommandLineTest(tf.test.TestCase):
+
+    def test_a_chief_without_servers_says_so_and_adagrad_is_warned_about(self):
+        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.train", "--strategy=parameter_server",
+             "--preset=industrial_smoke", f"--output_dir={tempfile.mkdtemp()}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("--strategy=parameter_server needs at least one \"ps\" task in "
+                      "TF_CONFIG's cluster; received num_ps=0.", result.stderr)
+        self.assertIn("warning: --table_optimizer=adagrad (TFRS's CompositeOptimizer) diverged",
+                      result.stderr)
+
+
 def _wait_for(path, processes, timeout):
     """Waits until `path` exists; fails early when a process has exited."""
     deadline = time.time() + timeout
