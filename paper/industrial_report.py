@@ -411,7 +411,8 @@ def markdown(runs: Sequence[IndustrialRun], records: Records, command_line: str,
         f"{config.training.index_size:,} most trained items plus the day's positives, on "
         f"{config.training.test_queries:,} of its users (exact search; oracle: the true law, "
         "popularity: training counts, on the same queries and index). Mean ± sample std over "
-        "seeds (n).", "",
+        "seeds (n). `train s` is the training's wall-clock time, summed over resumes; most runs "
+        "shared the machine's 2 cores with other work, so read it as rough.", "",
         "Rows (each `--correction`; `pipelines.train`'s flags on top of the preset):", "",
         f"- {labels['none']}: sampled softmax, no correction.",
         f"- {labels['standard']}: log Q subtracted from every logit, the positive's too, as "
