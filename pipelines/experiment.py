@@ -409,19 +409,27 @@ def embedding_tables(model: tf.keras.Model) -> List[tf.Variable]:
     return list(tables.values())
 
 
-def make_optimizer(training: configs.TrainingConfig, model: tf.keras.Model):
+def make_optimizer(training: configs.TrainingConfig, model: tf.keras.Model,
+                   parameter_server: bool = False):
     """The optimizer of `training` for the built `model`: Adam, or TFRS's CompositeOptimizer
     with Adagrad on the embedding tables (sparse updates: only the rows a step touches) and
-    Adam on the other variables (`training.table_optimizer`)."""
+    Adam on the other variables (`training.table_optimizer`).
+
+    The composite holds Keras's legacy Adagrad and Adam, except with `parameter_server`
+    (a ParameterServerStrategy's model), where it holds the current ones: with 2
+    asynchronous workers the legacy pair diverged in 3 of 4 runs and the current pair in
+    none of 3 (docs/user_guide.md, parameter servers).
+    """
     adam = dict(learning_rate=training.learning_rate, epsilon=training.adam_epsilon)
     if training.table_optimizer == "adam":
         return tf.keras.optimizers.Adam(**adam)
     tables = embedding_tables(model)
     in_tables = {id(table) for table in tables}
     table_rate = training.table_learning_rate or training.learning_rate
+    optimizers = tf.keras.optimizers if parameter_server else tf.keras.optimizers.legacy
     return tfrs.experimental.optimizers.CompositeOptimizer([
-        (tf.keras.optimizers.legacy.Adagrad(table_rate), lambda: tables),
-        (tf.keras.optimizers.legacy.Adam(**adam),
+        (optimizers.Adagrad(table_rate), lambda: tables),
+        (optimizers.Adam(**adam),
          lambda: [v for v in model.trainable_variables if id(v) not in in_tables])])
 
 

@@ -60,9 +60,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       "GPUs), multi_worker (workers from TF_CONFIG), parameter_server (the "
                       "tables sharded over the \"ps\" tasks of TF_CONFIG, steps run "
                       "asynchronously by its workers; in-batch negatives come from each "
-                      "worker's own batch; use --table_optimizer=adam there: adagrad's "
-                      "composite optimizer diverged with 2 workers), tpu (unverified here).",
-                      **define)
+                      "worker's own batch), tpu (unverified here).", **define)
     flags.DEFINE_enum("partitioner", "min_size", list(configs.PARTITIONERS),
                       "--strategy=parameter_server: how the embedding tables (and their "
                       "optimizer slots) are sharded over the parameter servers: min_size "
@@ -252,7 +250,8 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         split = experiment.make_split(config, data, output_dir)
     with phases("build"), strategy.scope():
         model = experiment.build_model(config, data, split)
-        model.compile(optimizer=experiment.make_optimizer(config.training, model),
+        model.compile(optimizer=experiment.make_optimizer(config.training, model,
+                                                          parameter_server),
                       jit_compile=experiment.uses_xla(config, strategy))
     pass_steps = experiment.pass_steps(config, split)
     steps_per_epoch = config.training.steps_per_epoch or pass_steps
@@ -442,10 +441,6 @@ def main(argv):
     if FLAGS.strategy == "parameter_server" and distribute.parameter_server_task():
         distribute.serve_parameter_server_task()  # A worker or a parameter server.
         return
-    if FLAGS.strategy == "parameter_server" and config.training.table_optimizer == "adagrad":
-        print("warning: --table_optimizer=adagrad (TFRS's CompositeOptimizer) diverged with 2 "
-              "asynchronous workers in docs/user_guide.md's runs; --table_optimizer=adam trained "
-              "as one process does.", file=sys.stderr, flush=True)
     try:
         strategy = distribute.make_strategy(FLAGS.strategy, FLAGS.partitioner,
                                             FLAGS.min_shard_bytes)

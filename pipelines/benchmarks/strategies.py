@@ -86,7 +86,8 @@ def _train(args) -> Dict:
         model = TwoTower(args.items, args.items, objective, dim=config.model.dim)
         model({"user": tf.zeros([1], tf.int32),
                "history": tf.zeros([1, config.model.history_length], tf.int32)})
-        model.compile(optimizer=experiment.make_optimizer(config.training, model))
+        model.compile(optimizer=experiment.make_optimizer(
+            config.training, model, distribute.is_parameter_server(strategy)))
 
     def dataset(context=None):
         """The global batches; with several replicas, this pipeline's replicas' shares of
