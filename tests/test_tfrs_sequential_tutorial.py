@@ -43,6 +43,14 @@ class SequentialTutorialTest(tf.test.TestCase):
         with self.assertRaisesRegex(Exception, "batch_size.: 256"):
             tutorial.load_results(path, dict(epochs=3, batch_size=256))
 
+    def test_summary_is_mean_and_sample_std_over_seeds(self):
+        runs = {f"improved/{seed}": {"top_10": v, "top_50": 0.5, "top_100": 0.75}
+                for seed, v in enumerate((0.1, 0.2, 0.3))}
+        runs["tutorial/0"] = {"top_10": 0.125, "top_50": 0.25, "top_100": 0.5}
+        self.assertEqual(tutorial.summary(runs)[2:], [
+            "| tutorial | 1 | 0.1250 | 0.2500 | 0.5000 |",
+            "| improved | 3 | 0.2000 ± 0.1000 | 0.5000 ± 0.0000 | 0.7500 ± 0.0000 |"])
+
 
 @pytest.mark.slow
 class MovieLensSubsetTest(tf.test.TestCase):

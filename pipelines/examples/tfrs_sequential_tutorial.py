@@ -187,6 +187,25 @@ def main(argv):
             row = done["runs"][key]
             print(f"| {kind} | {seed} | " + " | ".join(f"{row[f'top_{k}']:.4f}" for k in KS)
                   + " |")
+    print()
+    print("\n".join(summary(done["runs"])))
+
+
+def summary(runs):
+    """Markdown lines: each task's factorized top-k, mean ± sample std over its seeds (n)."""
+    lines = ["| task | n | " + " | ".join(f"top-{k}" for k in KS) + " |",
+             "|---|---|" + "---|" * len(KS)]
+    for kind in TASKS:
+        rows = [row for key, row in runs.items() if key.split("/")[0] == kind]
+        if not rows:
+            continue
+        cells = []
+        for k in KS:
+            values = np.array([row[f"top_{k}"] for row in rows])
+            spread = f" ± {values.std(ddof=1):.4f}" if len(values) > 1 else ""
+            cells.append(f"{values.mean():.4f}{spread}")
+        lines.append(f"| {kind} | {len(rows)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def load_results(path, settings):
