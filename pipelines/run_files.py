@@ -25,6 +25,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -96,6 +97,16 @@ class RunFiles:
     def has_best(self) -> bool:
         """Whether a best checkpoint has been written."""
         return os.path.exists(self.best + ".index")
+
+    def prune_weights(self) -> None:
+        """Deletes a finished run's weights (checkpoints/, backup/, export/: gigabytes at a
+        million items); its reports (metrics.json, progress.json, logs/, ...) stay. Refuses a
+        run without metrics.json, whose weights a resume still needs."""
+        if not os.path.exists(self.metrics):
+            raise ValueError(f"prune_weights: the run in {self.directory!r} has not finished "
+                             "(no metrics.json); its weights are needed to resume it.")
+        for path in (os.path.dirname(self.best), self.backup, self._path("export")):
+            shutil.rmtree(path, ignore_errors=True)
 
     def has_trained(self) -> bool:
         """Whether a run has trained here (config.json alone is not progress)."""

@@ -30,6 +30,21 @@ class RunFilesTest(unittest.TestCase):
         open(files.best + ".index", "w").close()
         self.assertTrue(files.has_best())
 
+    def test_prune_weights_keeps_the_reports_of_a_finished_run(self):
+        files = RunFiles(tempfile.mkdtemp())
+        for path in (files.best + ".index", os.path.join(files.backup, "chief", "ckpt-1"),
+                     os.path.join(files.export("scann"), "1", "saved_model.pb"),
+                     os.path.join(files.logs, "train", "events"), files.progress):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").close()
+        with self.assertRaisesRegex(ValueError, r"has not finished \(no metrics.json\)"):
+            files.prune_weights()
+        self.assertTrue(files.has_best())  # Refused: nothing deleted.
+        open(files.metrics, "w").close()
+        files.prune_weights()
+        self.assertEqual(sorted(os.listdir(files.directory)),
+                         ["logs", "metrics.json", "progress.json"])
+        self.assertTrue(files.has_trained())
 
 if __name__ == "__main__":
     unittest.main()

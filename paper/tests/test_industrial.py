@@ -281,6 +281,12 @@ class SmokeCampaignTest(tf.test.TestCase):
                 self.assertLen(kept["calibration"]["model_log_p"],
                                len(kept["calibration"]["true_log_p"]))
                 self.assertIn("oracle", kept["baselines"])
+        # Each finished run's weights are gone (--keep_weights off), its metrics kept.
+        kept_files = [os.path.join(d, name) for d, dirs, names in os.walk(out)
+                      for name in dirs + names]
+        self.assertLen([p for p in kept_files if p.endswith("metrics.json")], 4)
+        self.assertEqual([p for p in kept_files if os.path.basename(p) in (
+            "checkpoints", "backup", "export")], [])
         with open(os.path.join(results, "industrial_claim.md")) as f:
             text = f.read()
         self.assertRegex(text, r"\| improved − standard \(TFRS\) \| 0, 1 \| [-+]0\.\d{4} "
