@@ -269,23 +269,25 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
                                 checkpoint, started, write=chief)
     input_start = callbacks_lib.InputStart()
     if parameter_server:
-        callbacks = _parameter_server_callbacks(config, split, files, input_start, checkpoint,
-                                                early_stopping, progress)
+        # Epoch granularity: a coordinator's steps reach no per-step callback, so the backup
+        # is taken at each epoch's end and a non-finite loss is caught on the epoch's mean.
+        non_finite, backup = _EpochNonFiniteLoss(), _EpochBackup(files.backup)
     else:
+        non_finite = callbacks_lib.StopOnNonFiniteLoss()
         backup = callbacks_lib.EpochEndBackup(files.backup,
                                               save_freq=config.training.backup_every)
-        callbacks = [
-            callbacks_lib.StopOnNonFiniteLoss(),  # First: before a backup of a NaN step.
-            callbacks_lib.ValidationMetrics(config, split.validation,
-                                            split.test if chief else None),
-            backup,
-            input_start,  # After the backup, which restores the step.
-            checkpoint,
-            early_stopping,
-            tf.keras.callbacks.TensorBoard(files.logs),
-            progress,  # After the callbacks whose state it restores and records.
-            backup.after_epoch_end(),  # Last: an epoch's end is recorded before its backup.
-        ]
+    callbacks = [
+        non_finite,  # First: before a backup of a NaN step.
+        callbacks_lib.ValidationMetrics(config, split.validation,
+                                        split.test if chief else None),
+        backup,
+        input_start,  # After the backup, which restores the step.
+        checkpoint,
+        early_stopping,
+        tf.keras.callbacks.TensorBoard(files.logs),
+        progress,  # After the callbacks whose state it restores and records.
+        backup.after_epoch_end(),  # Last: an epoch's end is recorded before its backup.
+    ]
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
     if (chief and streaming and config.training.drift_every and config.training.order == "time"
@@ -405,26 +407,6 @@ class _EpochBackup(callbacks_lib.EpochEndBackup):
 
     def on_epoch_end(self, epoch, logs=None):
         self._due_at_epoch_end = True  # Taken by after_epoch_end()'s callback.
-
-
-def _parameter_server_callbacks(config, split, files, input_start, checkpoint, early_stopping,
-                                progress):
-    """The callbacks of a --strategy=parameter_server run (the chief): those of every run
-    at epoch granularity. The backup is taken at each epoch's end (`_EpochBackup`), a
-    non-finite loss is caught on the epoch's mean, and no drift is read (per-step
-    callbacks cannot read a coordinator's steps)."""
-    backup = _EpochBackup(files.backup)
-    return [
-        _EpochNonFiniteLoss(),
-        callbacks_lib.ValidationMetrics(config, split.validation, split.test),
-        backup,
-        input_start,  # After the backup, which restores the step.
-        checkpoint,
-        early_stopping,
-        tf.keras.callbacks.TensorBoard(files.logs),
-        progress,  # After the callbacks whose state it restores and records.
-        backup.after_epoch_end(),  # Last: an epoch's end is recorded before its backup.
-    ]
 
 
 def main(argv):
