@@ -23,7 +23,8 @@ Usage (from the repository's root; a 1M-item run takes about 11 minutes on 2 cor
   python -m paper.industrial --experiments=inbatch           # in-batch negatives, 3 rows
   python -m paper.industrial --experiments=catalog           # 100k / 1M / 5M items
   python -m paper.industrial --experiments=skew              # Zipf 0.8 / 1.0 / 1.2
-  python -m paper.industrial                                 # all four, in that order
+  python -m paper.industrial --experiments=lr                # 3 x 3 learning rates, 100k items
+  python -m paper.industrial                                 # all five, in that order
   python -m paper.industrial ... --commit                    # commit each record and report
   python -m paper.industrial --report_only                   # the report from the records
   python -m paper.industrial --smoke --seeds=2 --rows=standard,improved   # seconds a run

@@ -22,6 +22,12 @@ Experiments (3 seeds each):
 - `skew`: standard and improved at Zipf exponents 0.8, 1.0 and 1.2 (`--synthetic_zipf`), at
   the preset's 1M items: the catalog the claim is about (the issue leaves the size open), and
   its 1.0 cell is `main`'s runs.
+- `lr`: standard and improved over a 3 x 3 grid of learning rates (the tables' Adagrad at 1/3,
+  1 and 10/3 of the preset's, the rest's Adam at 1/4, 1 and 5/2 of it: 1, 3, 10 and 0.005,
+  0.02, 0.05 at full size) on the catalog experiment's 100k-item log, one seed a point
+  (`EXPERIMENT_SEEDS`). The preset's rates were swept on that log with `improved` alone, and
+  its best point sat at the sweep's edge; this asks whether improved's place against
+  standard depends on them. The grid's centre is the catalog's 100k cell.
 
 A run whose flags equal those of a run planned before it (catalog's 1M cell and skew's 1.0
 cell are `main`'s standard and improved) is that run: same directory, same record, trained
@@ -43,9 +49,11 @@ from pipelines import configs
 from pipelines.benchmarks.rows import Row
 
 PRESET, SMOKE_PRESET = "industrial", "industrial_smoke"
-EXPERIMENTS = ("main", "inbatch", "catalog", "skew")
+EXPERIMENTS = ("main", "inbatch", "catalog", "skew", "lr")
 # Seeds 0 .. SEEDS - 1 of every row (the issue's 3); the report's advice waits for them all.
 SEEDS = 3
+# Experiments read at fewer seeds: at most this many (a grid of 9 points).
+EXPERIMENT_SEEDS = {"lr": 1}
 # The sampled reference draws this many times the preset's negatives, uniformly: 8192 at full
 # size (1024 rows x 8192 logits a step), 512 on industrial_smoke.
 REFERENCE_FACTOR = 8
@@ -54,6 +62,11 @@ CATALOG_SCALES = (0.1, 1.0, 5.0)
 # Users grow with the catalog up to this multiple of the preset's (see the module docstring).
 MAX_USER_SCALE = 1.0
 ZIPF_EXPONENTS = (0.8, 1.0, 1.2)
+# The lr experiment's grid, as multiples of the preset's learning rates (tables', rest's), on
+# the catalog experiment's cell at this scale.
+TABLE_LEARNING_RATE_FACTORS = (1 / 3, 1.0, 10 / 3)
+LEARNING_RATE_FACTORS = (0.25, 1.0, 2.5)
+LR_CATALOG_SCALE = 0.1
 # Test queries where the catalog is scaled: a twentieth of the users (5,000 at 100k, as the
 # sweep), at least this many and at most the preset's.
 MIN_TEST_QUERIES = 100
@@ -118,7 +131,24 @@ def experiment_rows(experiment: str) -> Tuple[str, ...]:
     return {"main": ("none", "standard", "standard_negatives", "improved", "sampled_reference"),
             "inbatch": ("none", "standard", "improved"),
             "catalog": ("standard", "improved"),
-            "skew": ("standard", "improved")}[experiment]
+            "skew": ("standard", "improved"),
+            "lr": ("standard", "improved")}[experiment]
+
+
+def experiment_seeds(experiment: str, seeds: int = SEEDS) -> int:
+    """How many of `seeds` the experiment trains (EXPERIMENT_SEEDS caps some)."""
+    return min(seeds, EXPERIMENT_SEEDS.get(experiment, seeds))
+
+
+def _scaled(config: configs.Config, scale: float, max_user_scale: float) -> Dict[str, object]:
+    """The flags of the catalog experiment's cell at `scale` times the preset's items (users
+    up to `max_user_scale` times the preset's, the index and the test queries with them)."""
+    items, users = config.data.synthetic_items, config.data.synthetic_users
+    scaled_users = int(round(users * min(scale, max_user_scale)))
+    return {"synthetic_items": int(round(items * scale)), "synthetic_users": scaled_users,
+            "index_size": int(round(config.training.index_size * scale)),
+            "test_queries": min(config.training.test_queries,
+                                max(scaled_users // 20, MIN_TEST_QUERIES))}
 
 
 def cells(experiment: str, preset: str = PRESET,
@@ -137,17 +167,32 @@ def cells(experiment: str, preset: str = PRESET,
             if scale == 1.0:
                 result.append(Cell(f"items{size}", f"{size:,} items, {users:,} users", {}))
                 continue
-            scaled_users = int(round(users * min(scale, max_user_scale)))
-            result.append(Cell(f"items{size}", f"{size:,} items, {scaled_users:,} users", {
-                "synthetic_items": size, "synthetic_users": scaled_users,
-                "index_size": int(round(config.training.index_size * scale)),
-                "test_queries": min(config.training.test_queries,
-                                    max(scaled_users // 20, MIN_TEST_QUERIES))}))
+            overrides = _scaled(config, scale, max_user_scale)
+            result.append(Cell(f"items{size}", f"{size:,} items, "
+                               f"{overrides['synthetic_users']:,} users", overrides))
         return result
     if experiment == "skew":
         return [Cell(f"zipf{exponent:g}", f"Zipf exponent {exponent:g}",
                      {} if exponent == 1.0 else {"synthetic_zipf": exponent})
                 for exponent in ZIPF_EXPONENTS]
+    if experiment == "lr":
+        # A rate equal to the preset's is left out of the flags, so that the grid's centre is
+        # the catalog's cell (the same flags: the same run).
+        base = _scaled(config, LR_CATALOG_SCALE, max_user_scale)
+        training = config.training
+        result = []
+        for table_factor in TABLE_LEARNING_RATE_FACTORS:
+            for factor in LEARNING_RATE_FACTORS:
+                table_rate = round(training.table_learning_rate * table_factor, 6)
+                rate = round(training.learning_rate * factor, 6)
+                overrides = dict(base)
+                if table_factor != 1.0:
+                    overrides["table_learning_rate"] = table_rate
+                if factor != 1.0:
+                    overrides["learning_rate"] = rate
+                result.append(Cell(f"adagrad{table_rate:g}-adam{rate:g}",
+                                   f"Adagrad {table_rate:g}, Adam {rate:g}", overrides))
+        return result
     raise ValueError(f"--experiments must be among {', '.join(EXPERIMENTS)}; received "
                      f"{experiment!r}.")
 
@@ -173,7 +218,7 @@ def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bo
     owners: Dict[Tuple, Tuple[str, str]] = {}  # Canonical flags: (experiment, folder).
     result = []
     for experiment in EXPERIMENTS:
-        for seed in range(seeds):
+        for seed in range(experiment_seeds(experiment, seeds)):
             for cell in cells(experiment, preset, max_user_scale):
                 for name in experiment_rows(experiment):
                     overrides = dict(cell.overrides, **known[name].overrides, seed=seed)

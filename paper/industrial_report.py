@@ -32,6 +32,7 @@ PAIRS = {
     "inbatch": (("standard", "none"), ("improved", "none"), ("improved", "standard")),
     "catalog": (("improved", "standard"),),
     "skew": (("improved", "standard"),),
+    "lr": (("improved", "standard"),),
 }
 # Mixed (main) against in-batch negatives, row by row, paired by seed.
 NEGATIVES_ROWS = ("none", "standard", "improved")
@@ -42,7 +43,8 @@ BANDS = ("head", "torso", "tail")
 TITLES = {"main": "Main: every row at the preset's catalog, mixed negatives",
           "inbatch": "In-batch negatives",
           "catalog": "Catalog size: standard against improved",
-          "skew": "Popularity skew: standard against improved"}
+          "skew": "Popularity skew: standard against improved",
+          "lr": "Learning rate: standard against improved on the 100k-item log"}
 
 Records = Dict[Tuple[str, str, str, int], Dict]   # (experiment, setting, row, seed): record
 CellRow = Tuple[str, str, str]                     # (experiment, setting, row)
@@ -203,11 +205,115 @@ def _bands(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
                     f"{np.mean([b[k] for b in bands if k in b]):.4f}" for k in keys) + " |")
     if not lines:
         return []
+    shares = _band_shares(records, experiment, cells)
     return ["", "Recall by popularity: the test targets in each third of the catalog by "
             "training count (head, torso, tail), mean over seeds. The runs record it at k = "
             f"{', '.join(sorted({k.split('@')[1] for k in keys}, key=int))}.", "",
             "| setting | ranker | " + " | ".join(k.replace("_recall", " R") for k in keys)
-            + " |", "|---|---|" + "---|" * len(keys)] + lines
+            + " |", "|---|---|" + "---|" * len(keys)] + lines + (
+            ["", "Where the test targets fall (every target of the KL's fixed sample of test "
+             "queries, one seed's counted once): " + "; ".join(shares) + ". These are thirds "
+             "of the catalog by item, not of the traffic: under a Zipf law the head third "
+             "holds nearly every event, so the torso and tail columns rest on few targets. "
+             "Read them against the oracle's row: where it reaches those items (at k = 1000) "
+             "and a model does not, the model misses them."] if shares else [])
+
+
+def band_shares(bands: Sequence[np.ndarray]) -> Optional[np.ndarray]:
+    """The share of targets in each popularity third (head, torso, tail), pooled over
+    `bands` (one array of 0/1/2 per seed); None when there is none."""
+    pooled = np.concatenate([np.asarray(b, np.int64) for b in bands]) if bands else None
+    if pooled is None or not len(pooled):
+        return None
+    return np.bincount(pooled, minlength=3)[:3] / len(pooled)
+
+
+def _band_shares(records: Records, experiment: str,
+                 cells: Sequence[plan_lib.Cell]) -> List[str]:
+    """Per cell, "label: head x%, torso y%, tail z% (n targets)", from the calibration's
+    bands: every row of one seed tests the same queries, so one record a seed."""
+    result = []
+    for cell in cells:
+        by_seed: Dict[int, Sequence[int]] = {}
+        for row in plan_lib.experiment_rows(experiment):
+            for seed, value in _by_seed(records, experiment, cell.setting, row).items():
+                band = value.get("calibration", {}).get("band")
+                if band and seed not in by_seed:
+                    by_seed[seed] = band
+        shares = band_shares(list(by_seed.values()))
+        if shares is not None:
+            count = sum(len(b) for b in by_seed.values())
+            result.append(f"{cell.label}: head {100 * shares[0]:.1f}%, torso "
+                          f"{100 * shares[1]:.1f}%, tail {100 * shares[2]:.1f}% ({count} "
+                          "targets)")
+    return result
+
+
+def _rate(records: Records, row: str, cell: plan_lib.Cell, name: str) -> Optional[float]:
+    """The mean over seeds of `name` for `row` at the lr experiment's `cell`; None if unrun."""
+    values = [metric(v, name) for v in _by_seed(records, "lr", cell.setting, row).values()]
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def best_rates(records: Records, row: str, cells: Sequence[plan_lib.Cell],
+               name: str = "recall@100") -> Optional[Tuple[plan_lib.Cell, float]]:
+    """The lr experiment's cell where `row` has the highest mean `name`, and that value."""
+    scored = [(cell, _rate(records, row, cell, name)) for cell in cells]
+    scored = [(cell, value) for cell, value in scored if value is not None]
+    return max(scored, key=lambda item: item[1]) if scored else None
+
+
+def _lr_table(records: Records, cells: Sequence[plan_lib.Cell], labels: Dict[str, str],
+              preset: str) -> List[str]:
+    """The lr experiment: per grid point, standard's and improved's Recall@10/100 and KL with
+    improved − standard; then each row's best point and the two compared there."""
+    training = configs.PRESETS[preset].training
+    names = (("recall@10", "Recall@10", 4), ("recall@100", "Recall@100", 4),
+             ("kl_to_truth", "KL", 3))
+    header = ["| Adagrad (tables) | Adam (rest) | n | "
+              + " | ".join(f"{title} standard | {title} improved | {title} d"
+                           for _, title, _ in names) + " |",
+              "|---|---|---|" + "---|" * (3 * len(names))]
+    lines = []
+    for cell in cells:
+        counts = [len(_by_seed(records, "lr", cell.setting, row)) for row in ("standard",
+                                                                           "improved")]
+        if not any(counts):
+            continue
+        parts = []
+        for name, _, places in names:
+            a, b = (_rate(records, row, cell, name) for row in ("standard", "improved"))
+            parts += ["–" if a is None else f"{a:.{places}f}",
+                      "–" if b is None else f"{b:.{places}f}",
+                      "–" if a is None or b is None else f"{b - a:+.{places}f}"]
+        tables = cell.overrides.get("table_learning_rate", training.table_learning_rate)
+        rest = cell.overrides.get("learning_rate", training.learning_rate)
+        lines.append(f"| {tables:g} | {rest:g} | {min(counts)} | " + " | ".join(parts) + " |")
+    if not lines:
+        return ["Not run yet (`python -m paper.industrial --experiments=lr`)."]
+    text = ["Each point one seed (seed 0): a single run's noise is about the main experiment's "
+            "seed-to-seed std (0.003–0.005 at Recall@10), so read the grid's shape, not one "
+            "point's d. The centre (the preset's rates) is the catalog experiment's 100k cell "
+            "at seed 0. d = improved − standard."]
+    best = {row: best_rates(records, row, cells) for row in ("standard", "improved")}
+    if all(best.values()):
+        (cell_s, value_s), (cell_i, value_i) = best["standard"], best["improved"]
+        ahead = {name: sum(1 for cell in cells
+                           if None not in (_rate(records, "standard", cell, name),
+                                           _rate(records, "improved", cell, name))
+                           and _rate(records, "improved", cell, name)
+                           > _rate(records, "standard", cell, name))
+                 for name in ("recall@10", "recall@100")}
+        measured = sum(1 for cell in cells
+                       if None not in (_rate(records, "standard", cell, "recall@100"),
+                                       _rate(records, "improved", cell, "recall@100")))
+        text.append(f"Each row at its own best point by Recall@100: {labels['standard']} "
+                    f"{value_s:.4f} ({cell_s.label}), {labels['improved']} {value_i:.4f} "
+                    f"({cell_i.label}), improved − standard {value_i - value_s:+.4f}. Improved "
+                    f"is ahead at {ahead['recall@10']} of {measured} points by Recall@10 and "
+                    f"{ahead['recall@100']} of {measured} by Recall@100.")
+    return header + lines + ["", " ".join(text)]
 
 
 def calibration_points(values: Sequence[Dict]) -> Optional[Dict[str, np.ndarray]]:
@@ -335,6 +441,19 @@ def _verdict(result: Optional[Dict], lower_better: bool = False) -> str:
     return f"{'better' if better else 'worse'} ({result['mean']:+.4f}, {_spread(result)})"
 
 
+def _rates_advice(records: Records, labels: Dict[str, str], preset: str) -> str:
+    """The advice's sentence on the learning rates (the lr experiment)."""
+    cells = plan_lib.cells("lr", preset)
+    best = {row: best_rates(records, row, cells) for row in ("standard", "improved")}
+    if not all(best.values()):
+        return "Learning rates: not measured."
+    (cell_s, value_s), (cell_i, value_i) = best["standard"], best["improved"]
+    return (f"Learning rates (the 100k-item log, one seed a point): each at its own best of 9 "
+            f"points, {labels['standard']} {value_s:.4f} ({cell_s.label}) and "
+            f"{labels['improved']} {value_i:.4f} ({cell_i.label}) Recall@100, improved − "
+            f"standard {value_i - value_s:+.4f}.")
+
+
 def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
     """The paragraph a user can act on, from complete records (every row, SEEDS seeds)."""
     def pair(b, a, name="recall@100", experiment="main", setting="", other=None):
@@ -377,6 +496,7 @@ def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
         f"{_verdict(pair('improved', 'standard', experiment='inbatch'))}.",
         f"Catalog size, improved against standard (Recall@100): {sweep('catalog')}.",
         f"Popularity skew, improved against standard (Recall@100): {sweep('skew')}.",
+        _rates_advice(records, labels, preset),
         f"How sure: {plan_lib.SEEDS} seeds a row, paired by seed; \"level\" means not resolved "
         "at p < 0.05 with 2 degrees of freedom (a difference must reach 4.3 SE), not shown "
         "equal."]
@@ -431,7 +551,10 @@ def markdown(runs: Sequence[IndustrialRun], records: Records, command_line: str,
         "(0.1x, 1x and 5x the catalog; users grow with it, as many as items as in the 100k "
         "learning-rate sweep of docs/speed.md, up to the preset's number: memory) and `skew` "
         "(`--synthetic_zipf`, the popularity's Zipf exponent, at the preset's catalog). The "
-        "catalog's 1x cell and the skew's 1.0 cell are `main`'s runs, trained once.", "",
+        "catalog's 1x cell and the skew's 1.0 cell are `main`'s runs, trained once. `lr`: "
+        "standard and improved over a 3 x 3 grid of learning rates around the preset's, on the "
+        "catalog's 0.1x log, one seed a point: the preset's rates were swept there with "
+        "improved alone (docs/speed.md), and its best point was the sweep's corner.", "",
         f"Command: `{command_line}` (resumes; `--report_only` rewrites this from the records).",
         "", f"Runs recorded: {done} of {total} (a run shared by two experiments counts once)."
         + (" Records: one JSON per run under "
@@ -444,6 +567,9 @@ def markdown(runs: Sequence[IndustrialRun], records: Records, command_line: str,
         cells = plan_lib.cells(experiment, preset)
         seeds = len({run.seed for run in planned})
         lines += ["", f"## {TITLES[experiment]}", ""]
+        if experiment == "lr":
+            lines += _lr_table(records, cells, labels, preset)
+            continue
         lines += _table(records, experiment, cells, labels, seeds)
         lines += _paired_table(records, _pairs(experiment, cells, labels))
         lines += _bands(records, experiment, cells, labels)
@@ -451,7 +577,8 @@ def markdown(runs: Sequence[IndustrialRun], records: Records, command_line: str,
     gaps = missing(plan_lib.plan(seeds=plan_lib.SEEDS, smoke=smoke), records)
     if gaps:
         lines += ["", "## Advice", "", f"Not written yet: the advice waits for "
-                  f"{plan_lib.SEEDS} seeds of every row of every experiment. Missing:"]
+                  f"{plan_lib.SEEDS} seeds of every row of every experiment (the lr grid: "
+                  f"{plan_lib.experiment_seeds('lr')} a point). Missing:"]
         lines += [f"- {experiment}: {'; '.join(items)}." for experiment, items in gaps.items()]
     else:
         lines += advice(records, labels, preset)
@@ -468,8 +595,8 @@ def write_report(runs: Sequence[IndustrialRun], results_dir: str, report_path: s
     labels = {name: row.label for name, row in plan_lib.rows(preset).items()}
     written, images = [], {}
     for experiment in plan_lib.EXPERIMENTS:
-        if not any(run.experiment == experiment for run in runs):
-            continue
+        if experiment == "lr" or not any(run.experiment == experiment for run in runs):
+            continue  # The lr grid's calibration is not plotted: 9 panels of one seed.
         path = os.path.join(results_dir, f"calibration_{experiment}.png")
         if plot_calibration(records, experiment, plan_lib.cells(experiment, preset), labels,
                             path):

@@ -76,9 +76,10 @@ class PlanTest(tf.test.TestCase):
             f"--output_dir={os.path.join('out', 'main', 'sampled_reference', 'seed0')}",
             "--correction=improved", "--negatives=uniform", "--num_negatives=8192",
             "--seed=0"])
-        # 15 + 9 + 18 + 18 planned; the catalog's 1M and the skew's 1.0 cells are main's.
-        self.assertLen(runs, 60)
-        self.assertLen(plan_lib.unique(runs), 48)
+        # 15 + 9 + 18 + 18 + 18 planned (lr: 9 points x 2 rows x 1 seed); the catalog's 1M
+        # and the skew's 1.0 cells are main's, the lr grid's centre is the catalog's 100k cell.
+        self.assertLen(runs, 78)
+        self.assertLen(plan_lib.unique(runs), 64)
         inbatch = [r for r in runs if r.experiment == "inbatch" and r.seed == 2]
         self.assertEqual([(r.row, r.run.overrides) for r in inbatch], [
             ("none", {"negatives": "in_batch", "correction": "none", "seed": 2}),
@@ -119,6 +120,36 @@ class PlanTest(tf.test.TestCase):
         for run in plan_lib.unique(runs):  # Every run is a valid config.
             configs.validate(configs.PRESETS[run.run.preset].replace(**run.run.overrides))
 
+    def test_lr_grid_one_seed_its_centre_the_catalogs_100k_cell(self):
+        runs = plan_lib.plan(["lr"], output_dir="out")
+        self.assertEqual({r.seed for r in runs}, {0})
+        self.assertLen(runs, 18)
+        rates = [(r.run.overrides.get("table_learning_rate"), r.run.overrides.get("learning_rate"))
+                 for r in runs if r.row == "improved"]
+        # None: the preset's own (3.0 and 0.02), left out of the flags.
+        self.assertEqual(rates, [(1.0, 0.005), (1.0, None), (1.0, 0.05), (None, 0.005),
+                                 (None, None), (None, 0.05), (10.0, 0.005), (10.0, None),
+                                 (10.0, 0.05)])
+        by_key = {r.key: r for r in runs}
+        centre = by_key["standard-adagrad3-adam0.02"]
+        self.assertEqual((centre.owner, centre.run.directory), (
+            "catalog", os.path.join("out", "catalog", "standard-items100000", "seed0")))
+        corner = by_key["improved-adagrad10-adam0.05"]
+        self.assertEqual(corner.run.overrides, {
+            "synthetic_items": 100_000, "synthetic_users": 100_000, "index_size": 20_000,
+            "test_queries": 5_000, "table_learning_rate": 10.0, "learning_rate": 0.05,
+            "correction": "improved", "seed": 0})
+        self.assertEqual(corner.run.directory, os.path.join(
+            "out", "lr", "improved-adagrad10-adam0.05", "seed0"))
+        self.assertLen(plan_lib.plan(["lr"], seeds=5), 18)  # Capped at EXPERIMENT_SEEDS.
+        self.assertLen(plan_lib.plan(["main"], seeds=1), 5)
+        smoke = plan_lib.cells("lr", "industrial_smoke")
+        self.assertEqual([c.setting for c in smoke][:3], [
+            "adagrad0.033333-adam0.00125", "adagrad0.033333-adam0.005",
+            "adagrad0.033333-adam0.0125"])
+        for run in plan_lib.unique(runs):
+            configs.validate(configs.PRESETS[run.run.preset].replace(**run.run.overrides))
+
     def test_smoke_is_the_same_plan_on_industrial_smoke(self):
         full, smoke = plan_lib.plan(), plan_lib.plan(smoke=True, output_dir="s")
         self.assertEqual([(r.experiment, r.row, r.seed) for r in full],
@@ -135,7 +166,7 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual([(r.row, r.seed) for r in runs], [
             ("standard", 0), ("improved", 0), ("standard", 1), ("improved", 1)])
         with self.assertRaisesRegex(ValueError, "--experiments must be among main, inbatch, "
-                                    "catalog, skew; received nope"):
+                                    "catalog, skew, lr; received nope"):
             plan_lib.plan(["nope"])
         with self.assertRaisesRegex(ValueError, "--rows must be among .*received full"):
             plan_lib.plan(only_rows=["full"])
@@ -193,6 +224,34 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertAllClose(y, [-3.2, -1.2])
         self.assertAllEqual(n, [3, 2])
 
+    def test_band_shares_and_lr_table(self):
+        self.assertAllClose(report_lib.band_shares([[0, 0, 1], [0, 2, 0, 0]]),
+                            [5 / 7, 1 / 7, 1 / 7])
+        self.assertIsNone(report_lib.band_shares([]))
+        runs = plan_lib.plan()
+        values = {}
+        for run in runs:
+            if run.experiment == "lr":
+                # Standard flat at 0.40; improved 0.38 except at Adagrad 10, Adam 0.05: 0.45.
+                high = run.setting == "adagrad10-adam0.05"
+                values[(run.experiment, run.setting, run.row)] = [
+                    0.40 if run.row == "standard" else 0.45 if high else 0.38]
+        records = records_for(runs, values)
+        text = report_lib.markdown(runs, records, "CMD", {})
+        self.assertIn("| 10 | 0.05 | 1 | 0.2000 | 0.2250 | +0.0250 | 0.4000 | 0.4500 | +0.0500 "
+                      "| 1.000 | 1.000 | +0.000 |", text)
+        self.assertIn("| 3 | 0.02 | 1 | 0.2000 | 0.1900 | -0.0100 |", text)
+        self.assertIn("Each row at its own best point by Recall@100: standard (TFRS) 0.4000 "
+                      "(Adagrad 1, Adam 0.005), improved 0.4500 (Adagrad 10, Adam 0.05), "
+                      "improved − standard +0.0500. Improved is ahead at 1 of 9 points by "
+                      "Recall@10 and 1 of 9 by Recall@100.", text)
+        # The fake runs' bands are 0, 1, 2 in turn: 14, 13, 13 of 40 targets.
+        self.assertIn("Where the test targets fall", report_lib.markdown(
+            runs, records_for(runs, {("main", "", "none"): [0.3]}), "CMD", {}))
+        self.assertIn("1,000,000 items, mixed negatives: head 35.0%, torso 32.5%, tail 32.5% "
+                      "(40 targets)", report_lib.markdown(
+                          runs, records_for(runs, {("main", "", "none"): [0.3]}), "CMD", {}))
+
     def test_advice_waits_for_every_row_then_is_written(self):
         runs = plan_lib.plan()
         values = {}
@@ -215,6 +274,10 @@ class RecordsAndReportTest(tf.test.TestCase):
                       "items, 1,000,000 users: better (+0.0243, SE 0.0026, p 0.011)", text)
         self.assertIn("mixed against in-batch, Recall@100 paired by seed: none level (+0.0000, "
                       "the same at every seed)", text)
+        self.assertIn("Learning rates (the 100k-item log, one seed a point): each at its own "
+                      "best of 9 points, standard (TFRS) 0.5000 (Adagrad 1, Adam 0.005) and "
+                      "improved 0.5200 (Adagrad 1, Adam 0.005) Recall@100, improved − standard "
+                      "+0.0200.", text)
         self.assertNotIn("Not written yet", text)
         del records[("skew", "zipf1.2", "improved", 2)]
         text = report_lib.markdown(runs, records, "CMD", {})
