@@ -34,7 +34,6 @@ TF = types.SimpleNamespace(
     reshape=tf.reshape,
     roll=lambda x, shift: tf.roll(x, shift, axis=0),
     scatter=tf.scatter_nd,
-    searchsorted=lambda sorted_values, values: tf.searchsorted(sorted_values, values),
     segment_sum=lambda data, segment_ids, num_segments: tf.math.unsorted_segment_sum(
         data, segment_ids, num_segments),
     shape=tf.shape,
