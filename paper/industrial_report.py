@@ -361,6 +361,7 @@ def _calibration(records: Records, experiment: str, cells: Sequence[plan_lib.Cel
                          + " | ".join(by_band) + f" | {(gap > 0).mean():.2f} |")
     if not lines:
         return []
+    mass = _mass(records, experiment, cells, labels)
     return (["", "Calibration of the row weights: improved's row weight is 1 − P(p|u) "
              "(docs/design.md, the gradient view), so a model whose softmax gives the target p "
              "the true P(p|u) weighs each row as the full softmax would. On the KL queries' "
@@ -369,7 +370,35 @@ def _calibration(records: Records, experiment: str, cells: Sequence[plan_lib.Cel
              "target's popularity third, and the share of targets the model over-weights."]
             + ([f"", f"![calibration]({image})"] if image else [])
             + ["", "| setting | row | targets | mean log10 ratio | head | torso | tail | "
-               "share over |", "|---|---|---|---|---|---|---|---|"] + lines)
+               "share over |", "|---|---|---|---|---|---|---|---|"] + lines + mass)
+
+
+def _mass(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
+          labels: Dict[str, str]) -> List[str]:
+    """Where each softmax puts its probability: the mean mass on each popularity third over
+    the KL queries, the model's against the truth's (runs that record it)."""
+    lines = []
+    for cell in cells:
+        truth = []
+        for row in plan_lib.experiment_rows(experiment):
+            values = [v["calibration"] for v in
+                      _by_seed(records, experiment, cell.setting, row).values()
+                      if v.get("calibration", {}).get("model_mass")]
+            if not values:
+                continue
+            model = np.mean([v["model_mass"] for v in values], axis=0)
+            truth += [v["true_mass"] for v in values]
+            lines.append(f"| {cell.label} | {labels[row]} | {len(values)} | "
+                         + " | ".join(f"{m:.3f}" for m in model) + " |")
+        if truth:
+            lines.append(f"| {cell.label} | *truth* | {len(truth)} | "
+                         + " | ".join(f"{m:.3f}" for m in np.mean(truth, axis=0)) + " |")
+    if not lines:
+        return []
+    return ["", "Where the softmax puts its probability: the mass on each third of the "
+            "catalog (by training count), averaged over the KL queries, against the true "
+            "law's on the same candidates (runs that record it).", "",
+            "| setting | row | n | head | torso | tail |", "|---|---|---|---|---|---|"] + lines
 
 
 def plot_calibration(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],

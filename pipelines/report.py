@@ -79,17 +79,22 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
     on `count` of the test queries (the law's mass on items outside the vocabulary is left
     out: both laws are renormalised over the same candidates: the whole vocabulary, not the
     test index); and the calibration of the
-    model's P(p | u) on those queries' targets p: {"model_log_p", "true_log_p"[, "band"]},
-    one entry per (query, target), the log probabilities of both softmaxes (what improved's
-    row weight 1 - P(p | u) estimates, against the truth), and the target's popularity band
-    (0 head, 1 torso, 2 tail) with `bands` (`retrieval.popularity_bands`)."""
+    model's P(p | u) on those queries' targets p: {"model_log_p", "true_log_p"[, "band",
+    "model_mass", "true_mass"]}, one entry per (query, target), the log probabilities of both
+    softmaxes (what improved's row weight 1 - P(p | u) estimates, against the truth), and the
+    target's popularity band (0 head, 1 torso, 2 tail) with `bands`
+    (`retrieval.popularity_bands`); with `bands`, also each softmax's mass on each band's
+    items, averaged over the queries (where the model's probability goes, against the
+    truth's: [head, torso, tail], each list summing to 1)."""
     sample = splits_lib.subsample(test, count)
     rows = np.searchsorted(test.users, sample.users) if len(sample.users) < len(
         test.users) else np.arange(len(test.users))
     total = 0.0
     calibration: Dict[str, List] = {"model_log_p": [], "true_log_p": []}
+    mass = {"model_mass": np.zeros(3), "true_mass": np.zeros(3)}
     if bands is not None:
         calibration["band"] = []
+        members = [bands == band for band in range(3)]
     for start in range(0, len(rows), chunk):
         part = rows[start:start + chunk]
         true = np.maximum(truth.log_probabilities(test.users[part]), -1e4)
@@ -106,6 +111,13 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
             calibration["true_log_p"] += np.round(log_true[row, targets], 4).tolist()
             if bands is not None:
                 calibration["band"] += bands[targets].astype(int).tolist()
+        if bands is not None:
+            for name, log_p in (("model_mass", log_model), ("true_mass", log_true)):
+                p = np.exp(log_p)
+                mass[name] += [p[:, member].sum() for member in members]
+    if bands is not None:
+        calibration.update({name: np.round(value / len(rows), 6).tolist()
+                            for name, value in mass.items()})
     return total / len(rows), calibration
 
 

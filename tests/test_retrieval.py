@@ -235,3 +235,48 @@ class EmbeddingGeometryTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class WebKlMassTest(tf.test.TestCase):
+    """`pipelines.report.web_kl`: the KL, the targets' calibration and each softmax's mass on
+    each popularity third, against a numpy reference on a 7-id catalog (id 0 padding)."""
+
+    def test_mass_by_band_and_calibration(self):
+        from pipelines import report  # pylint: disable=import-outside-toplevel
+        from pipelines.data import splits  # pylint: disable=import-outside-toplevel
+        rng = np.random.RandomState(0)
+        true_logits = rng.normal(size=(3, 7))
+
+        class Truth:
+            @staticmethod
+            def log_probabilities(users):
+                return true_logits[users]
+
+        test = splits.EvalSet(np.array([0, 1, 2]), [np.array([1]), np.array([], np.int64),
+                                                     np.array([2, 3])],
+                              [np.array([4]), np.array([1, 6]), np.array([5])])
+        queries, items = rng.normal(size=(3, 4)), rng.normal(size=(7, 4))
+        bands = np.array([-1, 0, 0, 1, 1, 2, 2])
+        kl, calibration = report.web_kl(Truth(), test, queries, items, chunk=2, bands=bands)
+
+        def log_softmax(logits, history):
+            keep = np.ones(7, bool)
+            keep[0] = False
+            keep[history] = False
+            logits = np.where(keep, logits, -np.inf)
+            return logits - np.log(np.exp(logits[keep]).sum())
+
+        model = [log_softmax(queries[u] @ items.T, test.histories[u]) for u in range(3)]
+        truth = [log_softmax(true_logits[u], test.histories[u]) for u in range(3)]
+        with np.errstate(invalid="ignore"):  # -inf - -inf off the candidates.
+            expected_kl = np.mean([np.sum(np.where(np.isfinite(t), np.exp(t) * (t - m), 0.0))
+                                   for t, m in zip(truth, model)])
+        self.assertAllClose(kl, expected_kl, atol=1e-6)
+        self.assertAllClose(calibration["model_log_p"],
+                            [model[0][4], model[1][1], model[1][6], model[2][5]], atol=1e-4)
+        self.assertEqual(calibration["band"], [1, 0, 2, 2])
+        for name, laws in (("model_mass", model), ("true_mass", truth)):
+            expected = np.mean([[np.exp(law[bands == b]).sum() for b in range(3)]
+                                for law in laws], axis=0)
+            self.assertAllClose(calibration[name], expected, atol=1e-6)
+            self.assertAllClose(sum(calibration[name]), 1.0, atol=1e-5)

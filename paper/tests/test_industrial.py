@@ -31,7 +31,8 @@ def fake_metrics(recall100: float, kl: float = 1.0, seed: int = 0) -> dict:
                           "oracle": dict(test, **{"recall@100": 0.7}, by_popularity=bands)},
             "calibration": {"true_log_p": (true * math.log(10)).round(4).tolist(),
                             "model_log_p": ((true / 2 - 2) * math.log(10)).round(4).tolist(),
-                            "band": [i % 3 for i in range(40)]},
+                            "band": [i % 3 for i in range(40)],
+                            "model_mass": [0.5, 0.3, 0.2], "true_mass": [0.9, 0.07, 0.03]},
             "train_seconds": 10.0 + seed, "steps": 100, "epochs_run": 1,
             "config": {"large": "left out of the record"}, "git_revision": "abc"}
 
@@ -245,6 +246,10 @@ class RecordsAndReportTest(tf.test.TestCase):
                       "(Adagrad 1, Adam 0.005), improved 0.4500 (Adagrad 10, Adam 0.05), "
                       "improved − standard +0.0500. Improved is ahead at 1 of 9 points by "
                       "Recall@10 and 1 of 9 by Recall@100.", text)
+        self.assertIn("| 1,000,000 items, mixed negatives | none | 1 | 0.500 | 0.300 | 0.200 |\n"
+                      "| 1,000,000 items, mixed negatives | *truth* | 1 | 0.900 | 0.070 | 0.030 |",
+                      report_lib.markdown(runs, records_for(runs, {("main", "", "none"): [0.3]}),
+                                          "CMD", {}))
         # The fake runs' bands are 0, 1, 2 in turn: 14, 13, 13 of 40 targets.
         self.assertIn("Where the test targets fall", report_lib.markdown(
             runs, records_for(runs, {("main", "", "none"): [0.3]}), "CMD", {}))
