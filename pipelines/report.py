@@ -70,22 +70,27 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
 
 # The web-scale log's KL is measured on this many test queries (a fixed sample).
 KL_QUERIES = 256
+# ... in chunks of at most 32 queries and this many (query, item) pairs: a chunk's arrays are
+# float64 [chunk, items], several alive at once (32 queries at 1M items, 6 at 5M).
+KL_CHUNK_PAIRS = 2 ** 25
 
 
 def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarray,
-           count: int = KL_QUERIES, chunk: int = 32,
+           count: int = KL_QUERIES, chunk: Optional[int] = None,
            bands: Optional[np.ndarray] = None) -> Tuple[float, Dict[str, List]]:
     """Mean KL(true law || model's softmax) over the vocabulary's items less each history,
-    on `count` of the test queries (the law's mass on items outside the vocabulary is left
-    out: both laws are renormalised over the same candidates: the whole vocabulary, not the
-    test index); and the calibration of the
-    model's P(p | u) on those queries' targets p: {"model_log_p", "true_log_p"[, "band",
+    on `count` of the test queries, `chunk` at a time (default: as many as KL_CHUNK_PAIRS
+    allows, at most 32) (the law's mass on items outside the vocabulary is left out: both
+    laws are renormalised over the same candidates: the whole vocabulary, not the test
+    index); and the calibration of the model's P(p | u) on those queries' targets p: {"model_log_p", "true_log_p"[, "band",
     "model_mass", "true_mass"]}, one entry per (query, target), the log probabilities of both
     softmaxes (what improved's row weight 1 - P(p | u) estimates, against the truth), and the
     target's popularity band (0 head, 1 torso, 2 tail) with `bands`
     (`retrieval.popularity_bands`); with `bands`, also each softmax's mass on each band's
     items, averaged over the queries (where the model's probability goes, against the
     truth's: [head, torso, tail], each list summing to 1)."""
+    if chunk is None:
+        chunk = max(1, min(32, KL_CHUNK_PAIRS // max(len(items), 1)))
     sample = splits_lib.subsample(test, count)
     rows = np.searchsorted(test.users, sample.users) if len(sample.users) < len(
         test.users) else np.arange(len(test.users))

@@ -258,6 +258,11 @@ class WebKlMassTest(tf.test.TestCase):
         queries, items = rng.normal(size=(3, 4)), rng.normal(size=(7, 4))
         bands = np.array([-1, 0, 0, 1, 1, 2, 2])
         kl, calibration = report.web_kl(Truth(), test, queries, items, chunk=2, bands=bands)
+        # The default chunk (all 3 queries at once here) gives the same numbers.
+        whole_kl, whole = report.web_kl(Truth(), test, queries, items, bands=bands)
+        self.assertAllClose(whole_kl, kl, atol=1e-12)
+        for name, value in calibration.items():
+            self.assertAllClose(whole[name], value, atol=1e-12)
 
         def log_softmax(logits, history):
             keep = np.ones(7, bool)
