@@ -22,6 +22,7 @@ Usage (from the repository's root; a 1M-item run takes about 11 minutes on 2 cor
   python -m paper.industrial --experiments=main              # 5 rows x 3 seeds, 1M items
   python -m paper.industrial --experiments=inbatch           # in-batch negatives, 3 rows
   python -m paper.industrial --experiments=catalog           # 100k / 1M / 5M items
+  python -m paper.industrial --experiments=catalog --settings=items100000   # one cell
   python -m paper.industrial --experiments=skew              # Zipf 0.8 / 1.0 / 1.2
   python -m paper.industrial --experiments=lr                # 3 x 3 learning rates, 100k items
   python -m paper.industrial                                 # all five, in that order
@@ -57,6 +58,9 @@ def define_flags() -> None:
                       f"Which experiments to train: {', '.join(plan_lib.EXPERIMENTS)}.")
     flags.DEFINE_integer("seeds", plan_lib.SEEDS, "Seeds 0 .. N-1 of every row.", lower_bound=1)
     flags.DEFINE_list("rows", [], "Only these rows (default: each experiment's own).")
+    flags.DEFINE_list("settings", [], "Only these settings of the experiments (their cells' "
+                      "names: items100000, items5000000, zipf0.8, adagrad1-adam0.005, ...; "
+                      "default: every one).")
     flags.DEFINE_bool("smoke", False, "The same plan on the industrial_smoke preset (seconds a "
                       f"run), its runs under {SMOKE_DIR} and its records and report under "
                       f"{SMOKE_DIR}/results unless --output_dir / --results_dir / --report say "
@@ -106,6 +110,8 @@ def command_line() -> str:
         parts.append(f"--seeds={FLAGS.seeds}")
     if FLAGS.rows:
         parts.append(f"--rows={','.join(FLAGS.rows)}")
+    if FLAGS.settings:
+        parts.append(f"--settings={','.join(FLAGS.settings)}")
     if FLAGS.max_user_scale != plan_lib.MAX_USER_SCALE:
         parts.append(f"--max_user_scale={FLAGS.max_user_scale:g}")
     return " ".join(parts)
@@ -122,7 +128,7 @@ def main(argv) -> None:
                               else REPORT)
     try:
         selected = plan_lib.plan(FLAGS.experiments, FLAGS.seeds, smoke, output_dir, FLAGS.rows,
-                                 FLAGS.max_user_scale)
+                                 FLAGS.max_user_scale, FLAGS.settings)
         # The report covers every experiment at SEEDS seeds (or more, if asked), whichever
         # this command trains.
         reported = plan_lib.plan(plan_lib.EXPERIMENTS, max(FLAGS.seeds, plan_lib.SEEDS), smoke,

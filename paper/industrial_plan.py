@@ -199,8 +199,10 @@ def cells(experiment: str, preset: str = PRESET,
 
 def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bool = False,
          output_dir: str = "runs/industrial", only_rows: Sequence[str] = (),
-         max_user_scale: float = MAX_USER_SCALE) -> List[IndustrialRun]:
-    """The runs of `experiments` (seeds 0 .. seeds - 1; `only_rows` keeps those rows), in the
+         max_user_scale: float = MAX_USER_SCALE,
+         only_settings: Sequence[str] = ()) -> List[IndustrialRun]:
+    """The runs of `experiments` (seeds 0 .. seeds - 1; `only_rows` keeps those rows and
+    `only_settings` those settings, the cells' names: "items100000", "zipf0.8"), in the
     order they are made: experiment by experiment, seed by seed within one, so that an
     interrupted experiment has every row at the same number of seeds. Ownership of a shared
     run is decided over every experiment in EXPERIMENTS' order, whichever are asked for."""
@@ -215,6 +217,13 @@ def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bo
     if not max_user_scale > 0:
         raise ValueError(f"--max_user_scale must be positive; received {max_user_scale}.")
     preset = SMOKE_PRESET if smoke else PRESET
+    settings = sorted({cell.setting for experiment in experiments
+                       for cell in cells(experiment, preset, max_user_scale) if cell.setting})
+    bad = [name for name in only_settings if name not in settings]
+    if bad:
+        raise ValueError(f"--settings must be among the experiments' settings "
+                         f"({', '.join(settings) or 'none: they have one each'}); received "
+                         f"{', '.join(bad)}.")
     owners: Dict[Tuple, Tuple[str, str]] = {}  # Canonical flags: (experiment, folder).
     result = []
     for experiment in EXPERIMENTS:
@@ -225,7 +234,8 @@ def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bo
                     folder = row_key(name, cell.setting)
                     owner, folder = owners.setdefault(tuple(sorted(overrides.items())),
                                                       (experiment, folder))
-                    if experiment not in experiments or only_rows and name not in only_rows:
+                    if (experiment not in experiments or only_rows and name not in only_rows
+                            or only_settings and cell.setting not in only_settings):
                         continue
                     row = known[name]._replace(name=folder,
                                                overrides=dict(cell.overrides,

@@ -171,6 +171,17 @@ class PlanTest(tf.test.TestCase):
             plan_lib.plan(["nope"])
         with self.assertRaisesRegex(ValueError, "--rows must be among .*received full"):
             plan_lib.plan(only_rows=["full"])
+        small = plan_lib.plan(["catalog", "skew"], only_settings=["items100000", "zipf0.8"])
+        self.assertEqual({(r.experiment, r.key) for r in small}, {
+            ("catalog", "standard-items100000"), ("catalog", "improved-items100000"),
+            ("skew", "standard-zipf0.8"), ("skew", "improved-zipf0.8")})
+        self.assertLen(small, 12)
+        with self.assertRaisesRegex(ValueError, r"--settings must be among the experiments' "
+                                    r"settings \(items100000, items1000000, items5000000\); "
+                                    "received zipf0.8"):
+            plan_lib.plan(["catalog"], only_settings=["zipf0.8"])
+        with self.assertRaisesRegex(ValueError, "none: they have one each"):
+            plan_lib.plan(["main"], only_settings=["items100000"])
 
 
 class RecordsAndReportTest(tf.test.TestCase):
