@@ -1,5 +1,5 @@
 """Issue 48's campaign, the paper's industrial claim on the web-scale synthetic log: its rows,
-its four experiments, their runs (each a `paper.plan.Run`, so that `paper.plan.command`,
+its five experiments, their runs (each a `paper.plan.Run`, so that `paper.plan.command`,
 `paper.records` and `paper.scheduler` train and read them as they do the ML-1M campaign's)
 and the small JSON record each finished run leaves in the results directory.
 
@@ -9,7 +9,7 @@ top training items plus the day's positives, Recall@10/100/1000 with popularity 
 oracle) with one row's and one setting's flags on top; `--smoke` plans the same on
 `industrial_smoke` (seconds a run).
 
-Experiments (3 seeds each):
+Experiments (3 seeds each, but `lr`):
 
 - `main`: the five rows at 1M items.
 - `inbatch`: `--negatives=in_batch` (what most TFRS users run): none, standard, improved.

@@ -6,7 +6,9 @@ Per experiment: Recall@10/100/1000 and NDCG@10 (mean ± std over seeds) with pop
 the oracle beside them, the KL from the true next-item law to the model's softmax, paired
 differences by seed (SE, paired t, p: `pipelines.significance.paired_t`), Recall by popularity
 thirds, and the calibration of the model's P(p|u) on the KL queries' targets against the true
-one. Then the advice, written only once every row of every experiment has SEEDS seeds.
+one, with where each softmax puts its mass; the lr experiment as one grid table. Then the
+advice, written only once every run of the plan is recorded (SEEDS seeds a row, the lr grid
+`industrial_plan.EXPERIMENT_SEEDS`).
 """
 
 import math
@@ -211,41 +213,41 @@ def _bands(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
             f"{', '.join(sorted({k.split('@')[1] for k in keys}, key=int))}.", "",
             "| setting | ranker | " + " | ".join(k.replace("_recall", " R") for k in keys)
             + " |", "|---|---|" + "---|" * len(keys)] + lines + (
-            ["", "Where the test targets fall (every target of the KL's fixed sample of test "
-             "queries, one seed's counted once): " + "; ".join(shares) + ". These are thirds "
-             "of the catalog by item, not of the traffic: under a Zipf law the head third "
-             "holds nearly every event, so the torso and tail columns rest on few targets. "
-             "Read them against the oracle's row: where it reaches those items (at k = 1000) "
-             "and a model does not, the model misses them."] if shares else [])
+            ["", "Where the test targets fall, on the KL's fixed sample of 256 test queries "
+             "(the same targets at every seed: the log and its queries do not depend on the "
+             "training seed): " + "; ".join(shares) + ". These are thirds of the catalog by "
+             "item, not of the traffic: under a Zipf law the head third holds nearly every "
+             "event, so a ranker's overall recall is almost all its head recall. Read the "
+             "torso and tail columns against the oracle's row: where it reaches those items "
+             "(at k = 1000) and a model does not, the model misses them."] if shares else [])
 
 
-def band_shares(bands: Sequence[np.ndarray]) -> Optional[np.ndarray]:
-    """The share of targets in each popularity third (head, torso, tail), pooled over
-    `bands` (one array of 0/1/2 per seed); None when there is none."""
-    pooled = np.concatenate([np.asarray(b, np.int64) for b in bands]) if bands else None
-    if pooled is None or not len(pooled):
+def band_shares(bands: Sequence[int]) -> Optional[np.ndarray]:
+    """The share of targets in each popularity third (head, torso, tail) among `bands`
+    (0/1/2 per target); None when there is none."""
+    bands = np.asarray(bands, np.int64)
+    if not len(bands):
         return None
-    return np.bincount(pooled, minlength=3)[:3] / len(pooled)
+    return np.bincount(bands, minlength=3)[:3] / len(bands)
 
 
 def _band_shares(records: Records, experiment: str,
                  cells: Sequence[plan_lib.Cell]) -> List[str]:
     """Per cell, "label: head x%, torso y%, tail z% (n targets)", from the calibration's
-    bands: every row of one seed tests the same queries, so one record a seed."""
+    bands. The log and its test queries do not depend on the training seed, so every record
+    of a cell has the same targets: the distinct lists are pooled (one, in practice)."""
     result = []
     for cell in cells:
-        by_seed: Dict[int, Sequence[int]] = {}
-        for row in plan_lib.experiment_rows(experiment):
-            for seed, value in _by_seed(records, experiment, cell.setting, row).items():
-                band = value.get("calibration", {}).get("band")
-                if band and seed not in by_seed:
-                    by_seed[seed] = band
-        shares = band_shares(list(by_seed.values()))
+        distinct = {tuple(value["calibration"]["band"])
+                    for row in plan_lib.experiment_rows(experiment)
+                    for value in _by_seed(records, experiment, cell.setting, row).values()
+                    if value.get("calibration", {}).get("band")}
+        pooled = [band for bands in sorted(distinct) for band in bands]
+        shares = band_shares(pooled)
         if shares is not None:
-            count = sum(len(b) for b in by_seed.values())
             result.append(f"{cell.label}: head {100 * shares[0]:.1f}%, torso "
-                          f"{100 * shares[1]:.1f}%, tail {100 * shares[2]:.1f}% ({count} "
-                          "targets)")
+                          f"{100 * shares[1]:.1f}%, tail {100 * shares[2]:.1f}% of "
+                          f"{len(pooled)} targets")
     return result
 
 
@@ -289,31 +291,51 @@ def _lr_table(records: Records, cells: Sequence[plan_lib.Cell], labels: Dict[str
                       "–" if a is None or b is None else f"{b - a:+.{places}f}"]
         tables = cell.overrides.get("table_learning_rate", training.table_learning_rate)
         rest = cell.overrides.get("learning_rate", training.learning_rate)
-        lines.append(f"| {tables:g} | {rest:g} | {min(counts)} | " + " | ".join(parts) + " |")
+        lines.append(f"| {tables:g} | {rest:g} | {counts[0]}/{counts[1]} | "
+                     + " | ".join(parts) + " |")
     if not lines:
         return ["Not run yet (`python -m paper.industrial --experiments=lr`)."]
-    text = ["Each point one seed (seed 0): a single run's noise is about the main experiment's "
-            "seed-to-seed std (0.003–0.005 at Recall@10), so read the grid's shape, not one "
-            "point's d. The centre (the preset's rates) is the catalog experiment's 100k cell "
-            "at seed 0. d = improved − standard."]
+    text = ["d = improved − standard; n = standard's/improved's runs. Each point is one run "
+            "(seed 0), with no standard error: read the grid's shape, not one point's d. The "
+            "centre (the preset's rates) is the catalog experiment's 100k cell at seed 0."]
+    spread = centre_spread(records, preset)
+    if spread is not None:
+        text.append(f"There, over {spread['seeds']} seeds, the seed-to-seed std is "
+                    f"{spread['recall@10']:.4f} at Recall@10 and {spread['recall@100']:.4f} at "
+                    "Recall@100 (the larger of the two rows').")
     best = {row: best_rates(records, row, cells) for row in ("standard", "improved")}
     if all(best.values()):
         (cell_s, value_s), (cell_i, value_i) = best["standard"], best["improved"]
-        ahead = {name: sum(1 for cell in cells
-                           if None not in (_rate(records, "standard", cell, name),
-                                           _rate(records, "improved", cell, name))
-                           and _rate(records, "improved", cell, name)
-                           > _rate(records, "standard", cell, name))
-                 for name in ("recall@10", "recall@100")}
-        measured = sum(1 for cell in cells
-                       if None not in (_rate(records, "standard", cell, "recall@100"),
-                                       _rate(records, "improved", cell, "recall@100")))
+        ahead = []
+        for name, title in (("recall@10", "Recall@10"), ("recall@100", "Recall@100")):
+            pairs = [(_rate(records, "standard", cell, name),
+                      _rate(records, "improved", cell, name)) for cell in cells]
+            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+            ahead.append(f"{sum(b > a for a, b in pairs)} of {len(pairs)} points by {title}")
         text.append(f"Each row at its own best point by Recall@100: {labels['standard']} "
                     f"{value_s:.4f} ({cell_s.label}), {labels['improved']} {value_i:.4f} "
-                    f"({cell_i.label}), improved − standard {value_i - value_s:+.4f}. Improved "
-                    f"is ahead at {ahead['recall@10']} of {measured} points by Recall@10 and "
-                    f"{ahead['recall@100']} of {measured} by Recall@100.")
+                    f"({cell_i.label}), improved − standard {value_i - value_s:+.4f} (unpaired, "
+                    f"each the best of up to {len(cells)} single runs). Improved is ahead at "
+                    f"{' and '.join(ahead)}.")
     return header + lines + ["", " ".join(text)]
+
+
+def centre_spread(records: Records, preset: str) -> Optional[Dict[str, float]]:
+    """The seed-to-seed std at the lr grid's centre (the catalog experiment's cell at
+    LR_CATALOG_SCALE): per metric, the larger of standard's and improved's; None with fewer
+    than 2 seeds of either."""
+    setting = next(cell.setting for cell in plan_lib.cells("catalog", preset)
+                   if cell.overrides.get("synthetic_items")
+                   == plan_lib.cells("lr", preset)[0].overrides["synthetic_items"])
+    runs = {row: _by_seed(records, "catalog", setting, row) for row in ("standard", "improved")}
+    seeds = min(len(r) for r in runs.values())
+    if seeds < 2:
+        return None
+    result = {"seeds": seeds}
+    for name in ("recall@10", "recall@100"):
+        result[name] = max(float(np.std([metric(v, name) for v in r.values()], ddof=1))
+                           for r in runs.values())
+    return result
 
 
 def calibration_points(values: Sequence[Dict]) -> Optional[Dict[str, np.ndarray]]:
@@ -379,7 +401,7 @@ def _mass(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
     the KL queries, the model's against the truth's (runs that record it)."""
     lines = []
     for cell in cells:
-        truth = []
+        truth = set()  # The same at every seed (the log and the queries do not change).
         for row in plan_lib.experiment_rows(experiment):
             values = [v["calibration"] for v in
                       _by_seed(records, experiment, cell.setting, row).values()
@@ -387,17 +409,18 @@ def _mass(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
             if not values:
                 continue
             model = np.mean([v["model_mass"] for v in values], axis=0)
-            truth += [v["true_mass"] for v in values]
+            truth |= {tuple(v["true_mass"]) for v in values}
             lines.append(f"| {cell.label} | {labels[row]} | {len(values)} | "
                          + " | ".join(f"{m:.3f}" for m in model) + " |")
         if truth:
-            lines.append(f"| {cell.label} | *truth* | {len(truth)} | "
-                         + " | ".join(f"{m:.3f}" for m in np.mean(truth, axis=0)) + " |")
+            lines.append(f"| {cell.label} | *truth* | | "
+                         + " | ".join(f"{m:.3f}" for m in np.mean(sorted(truth), axis=0))
+                         + " |")
     if not lines:
         return []
     return ["", "Where the softmax puts its probability: the mass on each third of the "
             "catalog (by training count), averaged over the KL queries, against the true "
-            "law's on the same candidates (runs that record it).", "",
+            "law's on the same candidates; n: the runs that record it (mean over them).", "",
             "| setting | row | n | head | torso | tail |", "|---|---|---|---|---|---|"] + lines
 
 
@@ -477,14 +500,17 @@ def _rates_advice(records: Records, labels: Dict[str, str], preset: str) -> str:
     if not all(best.values()):
         return "Learning rates: not measured."
     (cell_s, value_s), (cell_i, value_i) = best["standard"], best["improved"]
-    return (f"Learning rates (the 100k-item log, one seed a point): each at its own best of 9 "
-            f"points, {labels['standard']} {value_s:.4f} ({cell_s.label}) and "
+    spread = centre_spread(records, preset)
+    return (f"Learning rates (the 100k-item log, one seed a point): each at its own best of "
+            f"{len(cells)} points, {labels['standard']} {value_s:.4f} ({cell_s.label}) and "
             f"{labels['improved']} {value_i:.4f} ({cell_i.label}) Recall@100, improved − "
-            f"standard {value_i - value_s:+.4f}.")
+            f"standard {value_i - value_s:+.4f}, unpaired and without a test"
+            + (f" (the seed-to-seed std at the preset's rates is {spread['recall@100']:.4f})"
+               if spread else "") + ".")
 
 
 def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
-    """The paragraph a user can act on, from complete records (every row, SEEDS seeds)."""
+    """The paragraph a user can act on, from complete records (every run of the plan)."""
     def pair(b, a, name="recall@100", experiment="main", setting="", other=None):
         return paired(_by_seed(records, other or experiment, setting, a),
                       _by_seed(records, experiment, setting, b), name)

@@ -1,5 +1,7 @@
 """Tests of tfrs_logq.retrieval: exact top-k with filtering, and Recall@k / NDCG@k by hand."""
 
+from unittest import mock
+
 import numpy as np
 import tensorflow as tf
 
@@ -233,10 +235,6 @@ class EmbeddingGeometryTest(tf.test.TestCase):
             retrieval.embedding_geometry(np.zeros([2, 2]), np.array([[0, 0], [0, 0], [1, 1.0]]))
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class WebKlMassTest(tf.test.TestCase):
     """`pipelines.report.web_kl`: the KL, the targets' calibration and each softmax's mass on
     each popularity third, against a numpy reference on a 7-id catalog (id 0 padding)."""
@@ -263,6 +261,12 @@ class WebKlMassTest(tf.test.TestCase):
         self.assertAllClose(whole_kl, kl, atol=1e-12)
         for name, value in calibration.items():
             self.assertAllClose(whole[name], value, atol=1e-12)
+        # A catalog too large for 32 queries a chunk: 14 pairs over 7 ids is 2 queries.
+        with mock.patch.object(report, "KL_CHUNK_PAIRS", 14):
+            small_kl, small = report.web_kl(Truth(), test, queries, items, bands=bands)
+        self.assertAllClose(small_kl, kl, atol=1e-12)
+        for name, value in calibration.items():
+            self.assertAllClose(small[name], value, atol=1e-12)
 
         def log_softmax(logits, history):
             keep = np.ones(7, bool)
@@ -285,3 +289,7 @@ class WebKlMassTest(tf.test.TestCase):
                                 for law in laws], axis=0)
             self.assertAllClose(calibration[name], expected, atol=1e-6)
             self.assertAllClose(sum(calibration[name]), 1.0, atol=1e-5)
+
+
+if __name__ == "__main__":
+    tf.test.main()

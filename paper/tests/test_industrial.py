@@ -237,7 +237,7 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertAllEqual(n, [3, 2])
 
     def test_band_shares_and_lr_table(self):
-        self.assertAllClose(report_lib.band_shares([[0, 0, 1], [0, 2, 0, 0]]),
+        self.assertAllClose(report_lib.band_shares([0, 0, 1, 0, 2, 0, 0]),
                             [5 / 7, 1 / 7, 1 / 7])
         self.assertIsNone(report_lib.band_shares([]))
         runs = plan_lib.plan()
@@ -250,23 +250,25 @@ class RecordsAndReportTest(tf.test.TestCase):
                     0.40 if run.row == "standard" else 0.45 if high else 0.38]
         records = records_for(runs, values)
         text = report_lib.markdown(runs, records, "CMD", {})
-        self.assertIn("| 10 | 0.05 | 1 | 0.2000 | 0.2250 | +0.0250 | 0.4000 | 0.4500 | +0.0500 "
+        self.assertIn("| 10 | 0.05 | 1/1 | 0.2000 | 0.2250 | +0.0250 | 0.4000 | 0.4500 | +0.0500 "
                       "| 1.000 | 1.000 | +0.000 |", text)
-        self.assertIn("| 3 | 0.02 | 1 | 0.2000 | 0.1900 | -0.0100 |", text)
+        self.assertIn("| 3 | 0.02 | 1/1 | 0.2000 | 0.1900 | -0.0100 |", text)
         self.assertIn("Each row at its own best point by Recall@100: standard (TFRS) 0.4000 "
                       "(Adagrad 1, Adam 0.005), improved 0.4500 (Adagrad 10, Adam 0.05), "
-                      "improved − standard +0.0500. Improved is ahead at 1 of 9 points by "
-                      "Recall@10 and 1 of 9 by Recall@100.", text)
-        self.assertIn("| 1,000,000 items, mixed negatives | none | 1 | 0.500 | 0.300 | 0.200 |\n"
-                      "| 1,000,000 items, mixed negatives | *truth* | 1 | 0.900 | 0.070 | 0.030 |",
-                      report_lib.markdown(runs, records_for(runs, {("main", "", "none"): [0.3]}),
-                                          "CMD", {}))
+                      "improved − standard +0.0500 (unpaired, each the best of up to 9 single "
+                      "runs). Improved is ahead at 1 of 9 points by Recall@10 and 1 of 9 points "
+                      "by Recall@100.", text)
+        self.assertNotIn("seed-to-seed std", text)  # The centre has 1 seed here.
+        # Two seeds of one row: the model's mass averaged over them, the truth's shown once
+        # (the same log and queries at every seed), every target counted once.
+        two = report_lib.markdown(
+            runs, records_for(runs, {("main", "", "none"): [0.3, 0.31]}), "CMD", {})
+        self.assertIn("| 1,000,000 items, mixed negatives | none | 2 | 0.500 | 0.300 | 0.200 |\n"
+                      "| 1,000,000 items, mixed negatives | *truth* | | 0.900 | 0.070 | 0.030 |",
+                      two)
         # The fake runs' bands are 0, 1, 2 in turn: 14, 13, 13 of 40 targets.
-        self.assertIn("Where the test targets fall", report_lib.markdown(
-            runs, records_for(runs, {("main", "", "none"): [0.3]}), "CMD", {}))
         self.assertIn("1,000,000 items, mixed negatives: head 35.0%, torso 32.5%, tail 32.5% "
-                      "(40 targets)", report_lib.markdown(
-                          runs, records_for(runs, {("main", "", "none"): [0.3]}), "CMD", {}))
+                      "of 40 targets", two)
 
     def test_advice_waits_for_every_row_then_is_written(self):
         runs = plan_lib.plan()
@@ -293,7 +295,10 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertIn("Learning rates (the 100k-item log, one seed a point): each at its own "
                       "best of 9 points, standard (TFRS) 0.5000 (Adagrad 1, Adam 0.005) and "
                       "improved 0.5200 (Adagrad 1, Adam 0.005) Recall@100, improved − standard "
-                      "+0.0200.", text)
+                      "+0.0200, unpaired and without a test (the seed-to-seed std at the "
+                      "preset's rates is 0.0010).", text)
+        self.assertIn("There, over 3 seeds, the seed-to-seed std is 0.0005 at Recall@10 and "
+                      "0.0010 at Recall@100", text)
         self.assertNotIn("Not written yet", text)
         del records[("skew", "zipf1.2", "improved", 2)]
         text = report_lib.markdown(runs, records, "CMD", {})
