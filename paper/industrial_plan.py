@@ -25,9 +25,10 @@ Experiments (3 seeds each, but `lr`):
 - `lr`: standard and improved over a 3 x 3 grid of learning rates (the tables' Adagrad at 1/3,
   1 and 10/3 of the preset's, the rest's Adam at 1/4, 1 and 5/2 of it: 1, 3, 10 and 0.005,
   0.02, 0.05 at full size) on the catalog experiment's 100k-item log, one seed a point
-  (`EXPERIMENT_SEEDS`). The preset's rates were swept on that log with `improved` alone, and
-  its best point sat at the sweep's edge; this asks whether improved's place against
-  standard depends on them. The grid's centre is the catalog's 100k cell.
+  (`EXPERIMENT_SEEDS`), and at the preset's 1M items the tables' rate at 10/3 of the
+  preset's (LR_FULL_SCALE_FACTORS). The preset's rates were swept on the 100k log with
+  `improved` alone, and its best point sat at the sweep's edge; this asks whether improved's
+  place against standard depends on them. The grid's centre is the catalog's 100k cell.
 
 A run whose flags equal those of a run planned before it (catalog's 1M cell and skew's 1.0
 cell are `main`'s standard and improved) is that run: same directory, same record, trained
@@ -67,6 +68,9 @@ ZIPF_EXPONENTS = (0.8, 1.0, 1.2)
 TABLE_LEARNING_RATE_FACTORS = (1 / 3, 1.0, 10 / 3)
 LEARNING_RATE_FACTORS = (0.25, 1.0, 2.5)
 LR_CATALOG_SCALE = 0.1
+# ... and these points (same multiples) at the preset's own catalog, one seed each: whether
+# the grid's best point at 100k items moves improved against standard at 1M.
+LR_FULL_SCALE_FACTORS = ((10 / 3, 1.0),)
 # Test queries where the catalog is scaled: a twentieth of the users (5,000 at 100k, as the
 # sweep), at least this many and at most the preset's.
 MIN_TEST_QUERIES = 100
@@ -178,20 +182,25 @@ def cells(experiment: str, preset: str = PRESET,
     if experiment == "lr":
         # A rate equal to the preset's is left out of the flags, so that the grid's centre is
         # the catalog's cell (the same flags: the same run).
-        base = _scaled(config, LR_CATALOG_SCALE, max_user_scale)
         training = config.training
+        points = [(LR_CATALOG_SCALE, table_factor, factor)
+                  for table_factor in TABLE_LEARNING_RATE_FACTORS
+                  for factor in LEARNING_RATE_FACTORS]
+        points += [(1.0, table_factor, factor) for table_factor, factor in LR_FULL_SCALE_FACTORS]
         result = []
-        for table_factor in TABLE_LEARNING_RATE_FACTORS:
-            for factor in LEARNING_RATE_FACTORS:
-                table_rate = round(training.table_learning_rate * table_factor, 6)
-                rate = round(training.learning_rate * factor, 6)
-                overrides = dict(base)
-                if table_factor != 1.0:
-                    overrides["table_learning_rate"] = table_rate
-                if factor != 1.0:
-                    overrides["learning_rate"] = rate
-                result.append(Cell(f"adagrad{table_rate:g}-adam{rate:g}",
-                                   f"Adagrad {table_rate:g}, Adam {rate:g}", overrides))
+        for scale, table_factor, factor in points:
+            overrides = {} if scale == 1.0 else _scaled(config, scale, max_user_scale)
+            table_rate = round(training.table_learning_rate * table_factor, 6)
+            rate = round(training.learning_rate * factor, 6)
+            if table_factor != 1.0:
+                overrides["table_learning_rate"] = table_rate
+            if factor != 1.0:
+                overrides["learning_rate"] = rate
+            name = f"adagrad{table_rate:g}-adam{rate:g}"
+            label = f"Adagrad {table_rate:g}, Adam {rate:g}"
+            if scale == 1.0:  # The grid's own cells keep their short names.
+                name, label = f"items{items}-{name}", f"{items:,} items, {label}"
+            result.append(Cell(name, label, overrides))
         return result
     raise ValueError(f"--experiments must be among {', '.join(EXPERIMENTS)}; received "
                      f"{experiment!r}.")

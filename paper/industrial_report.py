@@ -273,10 +273,11 @@ def _lr_table(records: Records, cells: Sequence[plan_lib.Cell], labels: Dict[str
     training = configs.PRESETS[preset].training
     names = (("recall@10", "Recall@10", 4), ("recall@100", "Recall@100", 4),
              ("kl_to_truth", "KL", 3))
-    header = ["| Adagrad (tables) | Adam (rest) | n | "
+    config = configs.PRESETS[preset]
+    header = ["| items | Adagrad (tables) | Adam (rest) | n | "
               + " | ".join(f"{title} standard | {title} improved | {title} d"
                            for _, title, _ in names) + " |",
-              "|---|---|---|" + "---|" * (3 * len(names))]
+              "|---|---|---|---|" + "---|" * (3 * len(names))]
     lines = []
     for cell in cells:
         counts = [len(_by_seed(records, "lr", cell.setting, row)) for row in ("standard",
@@ -291,7 +292,8 @@ def _lr_table(records: Records, cells: Sequence[plan_lib.Cell], labels: Dict[str
                       "–" if a is None or b is None else f"{b - a:+.{places}f}"]
         tables = cell.overrides.get("table_learning_rate", training.table_learning_rate)
         rest = cell.overrides.get("learning_rate", training.learning_rate)
-        lines.append(f"| {tables:g} | {rest:g} | {counts[0]}/{counts[1]} | "
+        items = cell.overrides.get("synthetic_items", config.data.synthetic_items)
+        lines.append(f"| {items:,} | {tables:g} | {rest:g} | {counts[0]}/{counts[1]} | "
                      + " | ".join(parts) + " |")
     if not lines:
         return ["Not run yet (`python -m paper.industrial --experiments=lr`)."]
@@ -303,21 +305,54 @@ def _lr_table(records: Records, cells: Sequence[plan_lib.Cell], labels: Dict[str
         text.append(f"There, over {spread['seeds']} seeds, the seed-to-seed std is "
                     f"{spread['recall@10']:.4f} at Recall@10 and {spread['recall@100']:.4f} at "
                     "Recall@100 (the larger of the two rows').")
-    best = {row: best_rates(records, row, cells) for row in ("standard", "improved")}
+    grid = lr_grid(cells)
+    best = {row: best_rates(records, row, grid) for row in ("standard", "improved")}
     if all(best.values()):
         (cell_s, value_s), (cell_i, value_i) = best["standard"], best["improved"]
         ahead = []
         for name, title in (("recall@10", "Recall@10"), ("recall@100", "Recall@100")):
             pairs = [(_rate(records, "standard", cell, name),
-                      _rate(records, "improved", cell, name)) for cell in cells]
+                      _rate(records, "improved", cell, name)) for cell in grid]
             pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
             ahead.append(f"{sum(b > a for a, b in pairs)} of {len(pairs)} points by {title}")
         text.append(f"Each row at its own best point by Recall@100: {labels['standard']} "
                     f"{value_s:.4f} ({cell_s.label}), {labels['improved']} {value_i:.4f} "
                     f"({cell_i.label}), improved − standard {value_i - value_s:+.4f} (unpaired, "
-                    f"each the best of up to {len(cells)} single runs). Improved is ahead at "
+                    f"each the best of up to {len(grid)} single runs). Improved is ahead at "
                     f"{' and '.join(ahead)}.")
+    text += full_scale_check(records, cells)
     return header + lines + ["", " ".join(text)]
+
+
+def lr_grid(cells: Sequence[plan_lib.Cell]) -> List[plan_lib.Cell]:
+    """The lr experiment's grid: its cells on the scaled catalog (the others are at the
+    preset's own)."""
+    return [cell for cell in cells if "synthetic_items" in cell.overrides]
+
+
+def full_scale_check(records: Records, cells: Sequence[plan_lib.Cell]) -> List[str]:
+    """The lr experiment's points at the preset's catalog: improved − standard at seed 0
+    there, against the same seed at the preset's rates (main's runs)."""
+    text = []
+    for cell in cells:
+        if "synthetic_items" in cell.overrides:
+            continue
+        here = paired(*(_by_seed(records, "lr", cell.setting, row)
+                        for row in ("standard", "improved")), "recall@10")
+        if here is None:
+            continue
+        seeds = here["seeds"]
+        preset_rates = paired(*({seed: value for seed, value in
+                                 _by_seed(records, "main", "", row).items() if seed in seeds}
+                                for row in ("standard", "improved")), "recall@10")
+        values = {row: metric(_by_seed(records, "lr", cell.setting, row)[seeds[0]], "recall@10")
+                  for row in ("standard", "improved")}
+        text.append(f"At {cell.label} (seed {', '.join(map(str, seeds))}): Recall@10 standard "
+                    f"{values['standard']:.4f}, improved {values['improved']:.4f}, improved − "
+                    f"standard {here['mean']:+.4f}"
+                    + (f"; at the preset's rates, the same seed: {preset_rates['mean']:+.4f}"
+                       if preset_rates else "") + ".")
+    return text
 
 
 def centre_spread(records: Records, preset: str) -> Optional[Dict[str, float]]:
@@ -495,7 +530,7 @@ def _verdict(result: Optional[Dict], lower_better: bool = False) -> str:
 
 def _rates_advice(records: Records, labels: Dict[str, str], preset: str) -> str:
     """The advice's sentence on the learning rates (the lr experiment)."""
-    cells = plan_lib.cells("lr", preset)
+    cells = lr_grid(plan_lib.cells("lr", preset))
     best = {row: best_rates(records, row, cells) for row in ("standard", "improved")}
     if not all(best.values()):
         return "Learning rates: not measured."
@@ -506,7 +541,9 @@ def _rates_advice(records: Records, labels: Dict[str, str], preset: str) -> str:
             f"{labels['improved']} {value_i:.4f} ({cell_i.label}) Recall@100, improved − "
             f"standard {value_i - value_s:+.4f}, unpaired and without a test"
             + (f" (the seed-to-seed std at the preset's rates is {spread['recall@100']:.4f})"
-               if spread else "") + ".")
+               if spread else "") + "."
+            + "".join(" " + line for line in full_scale_check(records,
+                                                               plan_lib.cells("lr", preset))))
 
 
 def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:

@@ -77,10 +77,11 @@ class PlanTest(tf.test.TestCase):
             f"--output_dir={os.path.join('out', 'main', 'sampled_reference', 'seed0')}",
             "--correction=improved", "--negatives=uniform", "--num_negatives=8192",
             "--seed=0"])
-        # 15 + 9 + 18 + 18 + 18 planned (lr: 9 points x 2 rows x 1 seed); the catalog's 1M
-        # and the skew's 1.0 cells are main's, the lr grid's centre is the catalog's 100k cell.
-        self.assertLen(runs, 78)
-        self.assertLen(plan_lib.unique(runs), 64)
+        # 15 + 9 + 18 + 18 + 20 planned (lr: 9 points at 100k and 1 at 1M x 2 rows x 1 seed);
+        # the catalog's 1M and the skew's 1.0 cells are main's, the lr grid's centre is the
+        # catalog's 100k cell.
+        self.assertLen(runs, 80)
+        self.assertLen(plan_lib.unique(runs), 66)
         inbatch = [r for r in runs if r.experiment == "inbatch" and r.seed == 2]
         self.assertEqual([(r.row, r.run.overrides) for r in inbatch], [
             ("none", {"negatives": "in_batch", "correction": "none", "seed": 2}),
@@ -124,13 +125,18 @@ class PlanTest(tf.test.TestCase):
     def test_lr_grid_one_seed_its_centre_the_catalogs_100k_cell(self):
         runs = plan_lib.plan(["lr"], output_dir="out")
         self.assertEqual({r.seed for r in runs}, {0})
-        self.assertLen(runs, 18)
+        self.assertLen(runs, 20)
         rates = [(r.run.overrides.get("table_learning_rate"), r.run.overrides.get("learning_rate"))
                  for r in runs if r.row == "improved"]
         # None: the preset's own (3.0 and 0.02), left out of the flags.
         self.assertEqual(rates, [(1.0, 0.005), (1.0, None), (1.0, 0.05), (None, 0.005),
                                  (None, None), (None, 0.05), (10.0, 0.005), (10.0, None),
-                                 (10.0, 0.05)])
+                                 (10.0, 0.05), (10.0, None)])
+        full = {r.key: r for r in runs}["improved-items1000000-adagrad10-adam0.02"]
+        self.assertEqual(full.run.overrides, {"table_learning_rate": 10.0,
+                                              "correction": "improved", "seed": 0})
+        self.assertEqual(full.run.directory, os.path.join(
+            "out", "lr", "improved-items1000000-adagrad10-adam0.02", "seed0"))
         by_key = {r.key: r for r in runs}
         centre = by_key["standard-adagrad3-adam0.02"]
         self.assertEqual((centre.owner, centre.run.directory), (
@@ -142,7 +148,7 @@ class PlanTest(tf.test.TestCase):
             "correction": "improved", "seed": 0})
         self.assertEqual(corner.run.directory, os.path.join(
             "out", "lr", "improved-adagrad10-adam0.05", "seed0"))
-        self.assertLen(plan_lib.plan(["lr"], seeds=5), 18)  # Capped at EXPERIMENT_SEEDS.
+        self.assertLen(plan_lib.plan(["lr"], seeds=5), 20)  # Capped at EXPERIMENT_SEEDS.
         self.assertLen(plan_lib.plan(["main"], seeds=1), 5)
         smoke = plan_lib.cells("lr", "industrial_smoke")
         self.assertEqual([c.setting for c in smoke][:3], [
@@ -250,15 +256,18 @@ class RecordsAndReportTest(tf.test.TestCase):
                     0.40 if run.row == "standard" else 0.45 if high else 0.38]
         records = records_for(runs, values)
         text = report_lib.markdown(runs, records, "CMD", {})
-        self.assertIn("| 10 | 0.05 | 1/1 | 0.2000 | 0.2250 | +0.0250 | 0.4000 | 0.4500 | +0.0500 "
+        self.assertIn("| 100,000 | 10 | 0.05 | 1/1 | 0.2000 | 0.2250 | +0.0250 | 0.4000 | 0.4500 | +0.0500 "
                       "| 1.000 | 1.000 | +0.000 |", text)
-        self.assertIn("| 3 | 0.02 | 1/1 | 0.2000 | 0.1900 | -0.0100 |", text)
+        self.assertIn("| 100,000 | 3 | 0.02 | 1/1 | 0.2000 | 0.1900 | -0.0100 |", text)
         self.assertIn("Each row at its own best point by Recall@100: standard (TFRS) 0.4000 "
                       "(Adagrad 1, Adam 0.005), improved 0.4500 (Adagrad 10, Adam 0.05), "
                       "improved − standard +0.0500 (unpaired, each the best of up to 9 single "
                       "runs). Improved is ahead at 1 of 9 points by Recall@10 and 1 of 9 points "
                       "by Recall@100.", text)
         self.assertNotIn("seed-to-seed std", text)  # The centre has 1 seed here.
+        self.assertIn("| 1,000,000 | 10 | 0.02 | 1/1 | 0.2000 | 0.1900 | -0.0100 |", text)
+        self.assertIn("At 1,000,000 items, Adagrad 10, Adam 0.02 (seed 0): Recall@10 standard "
+                      "0.2000, improved 0.1900, improved − standard -0.0100.", text)
         # Two seeds of one row: the model's mass averaged over them, the truth's shown once
         # (the same log and queries at every seed), every target counted once.
         two = report_lib.markdown(
@@ -297,6 +306,10 @@ class RecordsAndReportTest(tf.test.TestCase):
                       "improved 0.5200 (Adagrad 1, Adam 0.005) Recall@100, improved − standard "
                       "+0.0200, unpaired and without a test (the seed-to-seed std at the "
                       "preset's rates is 0.0010).", text)
+        self.assertIn("(the seed-to-seed std at the preset's rates is 0.0010). At 1,000,000 "
+                      "items, Adagrad 10, Adam 0.02 (seed 0): Recall@10 standard 0.2500, "
+                      "improved 0.2600, improved − standard +0.0100; at the preset's rates, the "
+                      "same seed: +0.0100.", text)
         self.assertIn("There, over 3 seeds, the seed-to-seed std is 0.0005 at Recall@10 and "
                       "0.0010 at Recall@100", text)
         self.assertNotIn("Not written yet", text)
