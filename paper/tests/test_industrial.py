@@ -291,16 +291,21 @@ class RecordsAndReportTest(tf.test.TestCase):
         records = records_for(runs, values)
         text = report_lib.markdown(runs, records, "CMD", {})
         self.assertIn("## Advice\n\nWhich correction: at the preset's catalog with mixed "
-                      "negatives, improved has the highest mean Recall@100 (0.5253)", text)
-        # d = 0.020, 0.024, 0.029: mean 0.0243, SE 0.0026, t = 9.3 with 2 df: p = 0.011.
-        self.assertIn("beyond the seed-to-seed noise against none, standard (TFRS), standard "
-                      "on negatives (paper). Improved against standard (TFRS): better "
+                      "negatives, the best is by Recall@10 improved (0.2627; beyond the noise "
+                      "against every other correction) and by Recall@100 improved (0.5253; "
+                      "beyond the noise against every other correction).", text)
+        # d = 0.020, 0.024, 0.029: mean 0.0243, SE 0.0026, t = 9.3 with 2 df: p = 0.011
+        # (Recall@10 is half of Recall@100 in these records: the same p).
+        self.assertIn("Improved against standard (TFRS): Recall@10 better (+0.0122, SE 0.0013, "
+                      "p 0.011), Recall@100 better (+0.0243, SE 0.0026, p 0.011);", text)
+        self.assertIn("Catalog size, improved against standard: 100,000 items, 100,000 users: "
+                      "Recall@10 better (+0.0100, the same at every seed), Recall@100 better "
+                      "(+0.0200, the same at every seed); 1,000,000 items, 1,000,000 users: "
+                      "Recall@10 better (+0.0122, SE 0.0013, p 0.011), Recall@100 better "
                       "(+0.0243, SE 0.0026, p 0.011)", text)
-        self.assertIn("Catalog size, improved against standard (Recall@100): 100,000 items, "
-                      "100,000 users: better (+0.0200, the same at every seed); 1,000,000 "
-                      "items, 1,000,000 users: better (+0.0243, SE 0.0026, p 0.011)", text)
-        self.assertIn("mixed against in-batch, Recall@100 paired by seed: none level (+0.0000, "
-                      "the same at every seed)", text)
+        self.assertIn("mixed against in-batch, paired by seed: none Recall@10 level (+0.0000, "
+                      "the same at every seed), Recall@100 level (+0.0000, the same at every "
+                      "seed)", text)
         self.assertIn("Learning rates (the 100k-item log, one seed a point): each at its own "
                       "best of 9 points, standard (TFRS) 0.5000 (Adagrad 1, Adam 0.005) and "
                       "improved 0.5200 (Adagrad 1, Adam 0.005) Recall@100, improved − standard "
@@ -313,6 +318,12 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertIn("There, over 3 seeds, the seed-to-seed std is 0.0005 at Recall@10 and "
                       "0.0010 at Recall@100", text)
         self.assertNotIn("Not written yet", text)
+        # improved - standard = 0.000, +0.001, -0.003: level; standard leads by its mean.
+        values[("main", "", "improved")] = [0.50, 0.502, 0.499]
+        level = report_lib.markdown(runs, records_for(runs, values), "CMD", {})
+        self.assertIn("the best is by Recall@10 standard (TFRS) (0.2505; within the "
+                      "seed-to-seed noise of improved) and by Recall@100 standard (TFRS) "
+                      "(0.5010; within the seed-to-seed noise of improved).", level)
         del records[("skew", "zipf1.2", "improved", 2)]
         text = report_lib.markdown(runs, records, "CMD", {})
         self.assertIn("Not written yet", text)
