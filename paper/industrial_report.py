@@ -424,9 +424,11 @@ def _calibration(records: Records, experiment: str, cells: Sequence[plan_lib.Cel
              "the true P(p|u) weighs each row as the full softmax would. On the KL queries' "
              "targets: the mean of log10 P_model(p|u) − log10 P_true(p|u) (0: calibrated; "
              "negative: the model gives the target too little mass), overall and by the "
-             "target's popularity third, and the share of targets the model over-weights."]
+             "target's popularity third, and the share of targets the model over-weights. "
+             "points: targets × runs (the same targets at every seed, each run's model "
+             "read on them)."]
             + ([f"", f"![calibration]({image})"] if image else [])
-            + ["", "| setting | row | targets | mean log10 ratio | head | torso | tail | "
+            + ["", "| setting | row | points | mean log10 ratio | head | torso | tail | "
                "share over |", "|---|---|---|---|---|---|---|---|"] + lines + mass)
 
 
