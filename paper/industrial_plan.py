@@ -25,7 +25,7 @@ Experiments (3 seeds each, but `lr`):
 - `lr`: standard and improved over a 3 x 3 grid of learning rates (the tables' Adagrad at 1/3,
   1 and 10/3 of the preset's, the rest's Adam at 1/4, 1 and 5/2 of it: 1, 3, 10 and 0.005,
   0.02, 0.05 at full size) on the catalog experiment's 100k-item log, one seed a point
-  (`EXPERIMENT_SEEDS`), and at the preset's 1M items the tables' rate at 10/3 of the
+  (`EXPERIMENT_SEEDS`), and at the preset's 1M items the tables' rate at 1/3 and 10/3 of the
   preset's (LR_FULL_SCALE_FACTORS). The preset's rates were swept on the 100k log with
   `improved` alone, and its best point sat at the sweep's edge; this asks whether improved's
   place against standard depends on them. The grid's centre is the catalog's 100k cell.
@@ -68,9 +68,9 @@ ZIPF_EXPONENTS = (0.8, 1.0, 1.2)
 TABLE_LEARNING_RATE_FACTORS = (1 / 3, 1.0, 10 / 3)
 LEARNING_RATE_FACTORS = (0.25, 1.0, 2.5)
 LR_CATALOG_SCALE = 0.1
-# ... and these points (same multiples) at the preset's own catalog, one seed each: whether
-# the grid's best point at 100k items moves improved against standard at 1M.
-LR_FULL_SCALE_FACTORS = ((10 / 3, 1.0),)
+# ... and these points (same multiples) at the preset's own catalog, one seed each: the
+# tables' rate a step either side of the preset's, at 1M items.
+LR_FULL_SCALE_FACTORS = ((1 / 3, 1.0), (10 / 3, 1.0))
 # Test queries where the catalog is scaled: a twentieth of the users (5,000 at 100k, as the
 # sweep), at least this many and at most the preset's.
 MIN_TEST_QUERIES = 100

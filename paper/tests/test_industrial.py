@@ -77,11 +77,11 @@ class PlanTest(tf.test.TestCase):
             f"--output_dir={os.path.join('out', 'main', 'sampled_reference', 'seed0')}",
             "--correction=improved", "--negatives=uniform", "--num_negatives=8192",
             "--seed=0"])
-        # 15 + 9 + 18 + 18 + 20 planned (lr: 9 points at 100k and 1 at 1M x 2 rows x 1 seed);
+        # 15 + 9 + 18 + 18 + 22 planned (lr: 9 points at 100k and 2 at 1M x 2 rows x 1 seed);
         # the catalog's 1M and the skew's 1.0 cells are main's, the lr grid's centre is the
         # catalog's 100k cell.
-        self.assertLen(runs, 80)
-        self.assertLen(plan_lib.unique(runs), 66)
+        self.assertLen(runs, 82)
+        self.assertLen(plan_lib.unique(runs), 68)
         inbatch = [r for r in runs if r.experiment == "inbatch" and r.seed == 2]
         self.assertEqual([(r.row, r.run.overrides) for r in inbatch], [
             ("none", {"negatives": "in_batch", "correction": "none", "seed": 2}),
@@ -125,13 +125,13 @@ class PlanTest(tf.test.TestCase):
     def test_lr_grid_one_seed_its_centre_the_catalogs_100k_cell(self):
         runs = plan_lib.plan(["lr"], output_dir="out")
         self.assertEqual({r.seed for r in runs}, {0})
-        self.assertLen(runs, 20)
+        self.assertLen(runs, 22)
         rates = [(r.run.overrides.get("table_learning_rate"), r.run.overrides.get("learning_rate"))
                  for r in runs if r.row == "improved"]
         # None: the preset's own (3.0 and 0.02), left out of the flags.
         self.assertEqual(rates, [(1.0, 0.005), (1.0, None), (1.0, 0.05), (None, 0.005),
                                  (None, None), (None, 0.05), (10.0, 0.005), (10.0, None),
-                                 (10.0, 0.05), (10.0, None)])
+                                 (10.0, 0.05), (1.0, None), (10.0, None)])
         full = {r.key: r for r in runs}["improved-items1000000-adagrad10-adam0.02"]
         self.assertEqual(full.run.overrides, {"table_learning_rate": 10.0,
                                               "correction": "improved", "seed": 0})
@@ -148,7 +148,7 @@ class PlanTest(tf.test.TestCase):
             "correction": "improved", "seed": 0})
         self.assertEqual(corner.run.directory, os.path.join(
             "out", "lr", "improved-adagrad10-adam0.05", "seed0"))
-        self.assertLen(plan_lib.plan(["lr"], seeds=5), 20)  # Capped at EXPERIMENT_SEEDS.
+        self.assertLen(plan_lib.plan(["lr"], seeds=5), 22)  # Capped at EXPERIMENT_SEEDS.
         self.assertLen(plan_lib.plan(["main"], seeds=1), 5)
         smoke = plan_lib.cells("lr", "industrial_smoke")
         self.assertEqual([c.setting for c in smoke][:3], [
@@ -312,6 +312,9 @@ class RecordsAndReportTest(tf.test.TestCase):
                       "+0.0200, unpaired and without a test (the seed-to-seed std at the "
                       "preset's rates is 0.0010).", text)
         self.assertIn("(the seed-to-seed std at the preset's rates is 0.0010). At 1,000,000 "
+                      "items, Adagrad 1, Adam 0.02 (seed 0): Recall@10 standard 0.2500, "
+                      "improved 0.2600, improved − standard +0.0100; at the preset's rates, the "
+                      "same seed: +0.0100. At 1,000,000 "
                       "items, Adagrad 10, Adam 0.02 (seed 0): Recall@10 standard 0.2500, "
                       "improved 0.2600, improved − standard +0.0100; at the preset's rates, the "
                       "same seed: +0.0100.", text)
