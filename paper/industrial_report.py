@@ -524,7 +524,9 @@ def _verdict(result: Optional[Dict], lower_better: bool = False) -> str:
     """How a paired difference reads at p < 0.05."""
     if result is None:
         return "not measured"
-    if "p" not in result or result["p"] >= 0.05 or result["mean"] == 0:
+    if "p" not in result:
+        return f"untested ({result['mean']:+.4f}, {_spread(result)})"
+    if result["p"] >= 0.05 or result["mean"] == 0:
         return f"level ({result['mean']:+.4f}, {_spread(result)})"
     better = (result["mean"] < 0) if lower_better else (result["mean"] > 0)
     return f"{'better' if better else 'worse'} ({result['mean']:+.4f}, {_spread(result)})"
@@ -605,6 +607,9 @@ def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
         f"How sure: {plan_lib.SEEDS} seeds a row, paired by seed; \"level\" means not resolved "
         "at p < 0.05 with 2 degrees of freedom (a difference must reach 4.3 SE), not shown "
         "equal."]
+    if any("untested (" in line for line in text):
+        text[-1] += (" \"untested\": one seed, no test (a conditional catalog size that "
+                     "ran at one seed).")
     return ["", "## Advice", "", " ".join(text)]
 
 
@@ -679,14 +684,21 @@ def markdown(runs: Sequence[IndustrialRun], records: Records, command_line: str,
         lines += _paired_table(records, _pairs(experiment, cells, labels))
         lines += _bands(records, experiment, cells, labels)
         lines += _calibration(records, experiment, cells, labels, images.get(experiment))
-    gaps = missing(plan_lib.plan(seeds=plan_lib.SEEDS, smoke=smoke), records)
+    full_plan = plan_lib.plan(seeds=plan_lib.SEEDS, smoke=smoke)
+    gaps = missing([run for run in full_plan if run.required], records)
     if gaps:
         lines += ["", "## Advice", "", f"Not written yet: the advice waits for "
                   f"{plan_lib.SEEDS} seeds of every row of every experiment (the lr grid: "
-                  f"{plan_lib.experiment_seeds('lr')} a point). Missing:"]
+                  f"{plan_lib.experiment_seeds('lr')} a point; the conditional catalog "
+                  "sizes: what is recorded). Missing:"]
         lines += [f"- {experiment}: {'; '.join(items)}." for experiment, items in gaps.items()]
     else:
         lines += advice(records, labels, preset)
+    later = missing([run for run in full_plan if not run.required], records)
+    if later:
+        lines += ["", "Not run yet (conditional catalog sizes, read above at the seeds "
+                  "recorded): " + "; ".join(f"{experiment}: {'; '.join(items)}"
+                                            for experiment, items in later.items()) + "."]
     return "\n".join(lines) + "\n"
 
 

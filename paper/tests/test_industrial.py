@@ -231,7 +231,9 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertIn("- main: none seed 2; standard_negatives seeds 0, 1, 2; "
                       "sampled_reference seeds 0, 1, 2.", text)
         self.assertIn("- catalog: standard-items100000 seeds 0, 1, 2; improved-items100000 "
-                      "seeds 0, 1, 2; standard-items5000000 seeds 0, 1, 2; "
+                      "seeds 0, 1, 2.", text)
+        self.assertIn("Not run yet (conditional catalog sizes, read above at the seeds "
+                      "recorded): catalog: standard-items5000000 seeds 0, 1, 2; "
                       "improved-items5000000 seeds 0, 1, 2.", text)
 
     def test_calibration_bins(self):
@@ -327,10 +329,31 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertIn("the best is by Recall@10 standard (TFRS) (0.2505; within the "
                       "seed-to-seed noise of improved) and by Recall@100 standard (TFRS) "
                       "(0.5010; within the seed-to-seed noise of improved).", level)
+        # The conditional 5M cell: the advice does not wait for it, reads it at the seeds
+        # recorded (one seed: untested) and names those missing.
+        for row in ("standard", "improved"):
+            for seed in (1, 2):
+                del records[("catalog", "items5000000", row, seed)]
+        partial = report_lib.markdown(runs, records, "CMD", {})
+        self.assertNotIn("Not written yet", partial)
+        self.assertIn("5,000,000 items, 1,000,000 users: Recall@10 untested (+0.0100, 1 seed), "
+                      "Recall@100 untested (+0.0200, 1 seed).", partial)
+        self.assertIn("\"untested\": one seed, no test", partial)
+        self.assertIn("Not run yet (conditional catalog sizes, read above at the seeds "
+                      "recorded): catalog: standard-items5000000 seeds 1, 2; "
+                      "improved-items5000000 seeds 1, 2.", partial)
+        for row in ("standard", "improved"):
+            del records[("catalog", "items5000000", row, 0)]
+        none = report_lib.markdown(runs, records, "CMD", {})
+        self.assertIn("5,000,000 items, 1,000,000 users: Recall@10 not measured, Recall@100 "
+                      "not measured.", none)
         del records[("skew", "zipf1.2", "improved", 2)]
         text = report_lib.markdown(runs, records, "CMD", {})
         self.assertIn("Not written yet", text)
         self.assertIn("- skew: improved-zipf1.2 seed 2.", text)
+        self.assertNotIn("- catalog:", text)  # The 5M cell is not what it waits for.
+        self.assertIn("catalog: standard-items5000000 seeds 0, 1, 2; improved-items5000000 "
+                      "seeds 0, 1, 2.", text)
 
     def test_driver_records_finished_runs_and_skips_them(self):
         out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
