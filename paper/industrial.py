@@ -31,6 +31,7 @@ Usage (from the repository's root; a 1M-item run takes about 11 minutes on 2 cor
   python -m paper.industrial --smoke --seeds=2 --rows=standard,improved   # seconds a run
 """
 
+import json
 import os
 import shlex
 import subprocess
@@ -39,6 +40,7 @@ from typing import List, Sequence
 
 from absl import app
 from absl import flags
+import numpy as np
 
 from paper import industrial_plan as plan_lib
 from paper import industrial_report
@@ -74,6 +76,10 @@ def define_flags() -> None:
                        "of the preset's users (1M at full size: memory).")
     flags.DEFINE_bool("report_only", False, "Write the records of finished runs and the "
                       "report; train nothing.")
+    flags.DEFINE_bool("add_draws", False, "Add to each record whose calibration predates "
+                      "them each target's expected draws under its run's sampler (what the "
+                      "corrections' implied P(p|u) needs), from the run's day store under "
+                      "--output_dir; then as --report_only.")
     flags.DEFINE_bool("keep_weights", False, "Keep each finished run's checkpoints, backup "
                       "and SavedModels (3.6 GB a run at 1M items); by default they are deleted "
                       "once the run's record is written.")
@@ -98,6 +104,47 @@ def commit(paths: Sequence[str], message: str, run_it: bool) -> None:
             return
         time.sleep(2)
     print(f"could not commit: {message}", flush=True)
+
+
+def add_draws(run: plan_lib.IndustrialRun, results_dir: str) -> bool:
+    """Adds "draws" and "negatives" (`pipelines.report.expected_draws`) to the calibration of
+    the run's record where it lacks them (records older than `web_kl`'s own), from the run
+    directory's day store: the same fixed sample of test queries (`web_kl`), each one's
+    targets outside its history, in order. Checked against the record: as many targets, in
+    the same popularity thirds. Returns whether it wrote the record."""
+    # pylint: disable=import-outside-toplevel
+    from pipelines import configs
+    from pipelines import report as report_lib
+    from pipelines.data import day_store
+    from pipelines.data import splits
+    from tfrs_logq import retrieval
+    record = plan_lib.load_record(run, results_dir)
+    calibration = (record or {}).get("calibration") or {}
+    store = os.path.join(run.run.directory, "day_store")
+    if (not calibration.get("true_log_p") or "draws" in calibration
+            or not os.path.exists(os.path.join(store, "counts.npz"))):
+        return False
+    with open(os.path.join(run.run.directory, "config.json")) as f:
+        config = configs.Config.from_dict(json.load(f))
+    with np.load(os.path.join(store, "counts.npz")) as stored:
+        counts = stored["train_item"]
+    sample = splits.subsample(day_store.read_eval(store, "test"), report_lib.KL_QUERIES)
+    ids = np.concatenate([np.asarray(t, np.int64)[~np.isin(t, h)]
+                          for t, h in zip(sample.targets, sample.histories)])
+    bands = retrieval.popularity_bands(counts)[ids]
+    if len(ids) != len(calibration["true_log_p"]) or (
+            "band" in calibration and not np.array_equal(bands, calibration["band"])):
+        raise ValueError(f"{run.run.directory}: its day store's KL targets ({len(ids)}) do not "
+                         f"match its record's calibration ({len(calibration['true_log_p'])} "
+                         "targets, or other popularity thirds).")
+    draws, negatives = report_lib.expected_draws(config, counts)
+    calibration["draws"] = [float(f"{value:.5g}") for value in draws[ids]]
+    calibration["negatives"] = round(float(negatives), 3)
+    path = os.path.join(results_dir, run.record)
+    with open(path + ".partial", "w") as f:
+        f.write(plan_lib.dumps(record))
+    os.replace(path + ".partial", path)
+    return True
 
 
 def command_line() -> str:
@@ -143,6 +190,9 @@ def main(argv) -> None:
         commit(paths, message, FLAGS.commit)
 
     # Runs finished without a record (an earlier driver stopped before writing it).
+    if FLAGS.add_draws:
+        added = [run for run in plan_lib.unique(reported) if add_draws(run, results_dir)]
+        print(f"Added the expected draws to {len(added)} records.", flush=True)
     unrecorded = [run for run in plan_lib.unique(reported)
                   if plan_lib.trained(run) and plan_lib.load_record(run, results_dir) is None]
     if unrecorded:
@@ -152,7 +202,7 @@ def main(argv) -> None:
     pending = [run for run in todo if not plan_lib.trained(run)
                and plan_lib.load_record(run, results_dir) is None]
     print(f"{len(todo)} runs planned, {len(todo) - len(pending)} already finished.", flush=True)
-    if not FLAGS.report_only and pending:
+    if not (FLAGS.report_only or FLAGS.add_draws) and pending:
         try:
             slots = cpu_slots(min(FLAGS.parallel, len(pending)))
         except ValueError as error:

@@ -373,38 +373,75 @@ def centre_spread(records: Records, preset: str) -> Optional[Dict[str, float]]:
     return result
 
 
+def implied_log10_p(model_log10_p: np.ndarray, correction: str, draws: np.ndarray,
+                    negatives: float) -> Optional[np.ndarray]:
+    """log10 of a correction's implied P(p|u), the p_s of its row weight 1 - p_s
+    (docs/design.md, the gradient view), from the model's softmax P = P(p|u), the target's
+    expected draws D(p) among the row's negatives and their number n
+    (`pipelines.report.expected_draws`): the corrected negatives sum to about n Z, so
+    standard's p_s = P / (P + D(p) (1 - P)), standard_negatives' P / (P + n (1 - P)), and
+    improved's P_hat = P. None for none (its p_s depends on which items are drawn)."""
+    p = np.power(10.0, model_log10_p)
+    if correction == "improved":
+        return model_log10_p
+    if correction == "standard":
+        return model_log10_p - np.log10(p + draws * (1 - p))
+    if correction == "standard_negatives":
+        return model_log10_p - np.log10(p + negatives * (1 - p))
+    return None
+
+
 def calibration_points(values: Sequence[Dict]) -> Optional[Dict[str, np.ndarray]]:
     """The calibration entries of `values` (records) pooled: {"model", "true" (log10
-    P(p|u)), "band"}; None where none recorded one."""
-    parts = [v["calibration"] for v in values if v.get("calibration", {}).get("true_log_p")]
-    if not parts:
+    P(p|u)), "band"}, and "implied" (`implied_log10_p` of each record's correction) where
+    every record has the expected draws and a correction that implies one; None where none
+    recorded a calibration."""
+    values = [v for v in values if v.get("calibration", {}).get("true_log_p")]
+    if not values:
         return None
+    parts = [v["calibration"] for v in values]
     result = {key: np.concatenate([np.asarray(p[name], np.float64) / math.log(10)
                                    for p in parts])
               for key, name in (("model", "model_log_p"), ("true", "true_log_p"))}
     if all("band" in p for p in parts):
         result["band"] = np.concatenate([np.asarray(p["band"], np.int64) for p in parts])
+    implied = [None if "draws" not in v["calibration"] else implied_log10_p(
+        np.asarray(v["calibration"]["model_log_p"], np.float64) / math.log(10),
+        v.get("overrides", {}).get("correction", ""),
+        np.asarray(v["calibration"]["draws"], np.float64), v["calibration"]["negatives"])
+        for v in values]
+    if all(part is not None for part in implied):
+        result["implied"] = np.concatenate(implied)
     return result
 
 
 def binned(points: Dict[str, np.ndarray], width: float = BIN_WIDTH,
-           least: int = MIN_BIN) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean true log10 P, mean model log10 P, count) per bin of the true log10 P, bins
-    `width` wide on the log scale, those with at least `least` targets."""
+           least: int = MIN_BIN, key: str = "model"
+           ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean true log10 P, mean `key` log10 P (the model's, or "implied"), count) per bin of
+    the true log10 P, bins `width` wide on the log scale, those with at least `least`
+    targets."""
     bins = np.floor(points["true"] / width).astype(np.int64)
     xs, ys, ns = [], [], []
     for b in np.unique(bins):
         at = bins == b
         if at.sum() >= least:
             xs.append(points["true"][at].mean())
-            ys.append(points["model"][at].mean())
+            ys.append(points[key][at].mean())
             ns.append(int(at.sum()))
     return np.asarray(xs), np.asarray(ys), np.asarray(ns)
 
 
+def _gap_cells(gap: np.ndarray, points: Dict[str, np.ndarray]) -> str:
+    """Mean log10 ratio overall and by popularity third, as table cells."""
+    by_band = [("–" if "band" not in points or not (points["band"] == b).any() else
+                f"{gap[points['band'] == b].mean():+.3f}") for b in range(3)]
+    return f"{gap.mean():+.3f} | " + " | ".join(by_band)
+
+
 def _calibration(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
                  labels: Dict[str, str], image: Optional[str]) -> List[str]:
-    lines = []
+    softmax, weights = [], []
     for cell in cells:
         for row in plan_lib.experiment_rows(experiment):
             points = calibration_points(
@@ -412,24 +449,43 @@ def _calibration(records: Records, experiment: str, cells: Sequence[plan_lib.Cel
             if points is None:
                 continue
             gap = points["model"] - points["true"]
-            by_band = [("–" if "band" not in points or not (points["band"] == b).any() else
-                        f"{gap[points['band'] == b].mean():+.3f}") for b in range(3)]
-            lines.append(f"| {cell.label} | {labels[row]} | {len(gap)} | {gap.mean():+.3f} | "
-                         + " | ".join(by_band) + f" | {(gap > 0).mean():.2f} |")
-    if not lines:
+            softmax.append(f"| {cell.label} | {labels[row]} | {len(gap)} | "
+                           f"{_gap_cells(gap, points)} | {(gap > 0).mean():.2f} |")
+            if "implied" in points:
+                implied = points["implied"] - points["true"]
+                weights.append(
+                    f"| {cell.label} | {labels[row]} | {len(implied)} | "
+                    f"{_gap_cells(implied, points)} | "
+                    f"{np.mean(1 - np.power(10.0, points['implied'])):.4f} | "
+                    f"{np.mean(1 - np.power(10.0, points['true'])):.4f} |")
+    if not softmax:
         return []
-    mass = _mass(records, experiment, cells, labels)
-    return (["", "Calibration of the row weights: improved's row weight is 1 − P(p|u) "
-             "(docs/design.md, the gradient view), so a model whose softmax gives the target p "
-             "the true P(p|u) weighs each row as the full softmax would. On the KL queries' "
-             "targets: the mean of log10 P_model(p|u) − log10 P_true(p|u) (0: calibrated; "
-             "negative: the model gives the target too little mass), overall and by the "
-             "target's popularity third, and the share of targets the model over-weights. "
-             "points: targets × runs (the same targets at every seed, each run's model "
-             "read on them)."]
-            + ([f"", f"![calibration]({image})"] if image else [])
-            + ["", "| setting | row | points | mean log10 ratio | head | torso | tail | "
-               "share over |", "|---|---|---|---|---|---|---|---|"] + lines + mass)
+    lines = ["", "Calibration of each model's softmax: on the KL queries' targets, the mean "
+             "of log10 P_model(p|u) − log10 P_true(p|u) (0: calibrated; negative: the model "
+             "gives the target too little probability), overall and by the target's "
+             "popularity third, and the share of targets given more than their true "
+             "probability. points: targets × runs (the same targets at every seed, each "
+             "run's model read on them).", "",
+             "| setting | row | points | mean log10 ratio | head | torso | tail | "
+             "share above truth |", "|---|---|---|---|---|---|---|---|"] + softmax
+    if weights:
+        lines += ["", "The row weights: with the same negatives every correction pushes a row "
+                  "the same way and differs only in its weight 1 − p_s (docs/design.md, the "
+                  "gradient view), p_s being the correction's implied P(p|u); the full "
+                  "softmax's weight is 1 − P_true(p|u). From the trained model's softmax P "
+                  "on the same targets, and D(p), the target's expected draws among a row's "
+                  "n negatives under the run's sampler (its training frequency standing for "
+                  "the sketch's estimate; `pipelines.report.expected_draws`): improved's p_s "
+                  "is P itself; standard's P / (P + D(p) (1 − P)), above P wherever the "
+                  "sampler draws p less than once a row; the paper's standard on negatives' "
+                  "P / (P + n (1 − P)), about P / n. none's depends on which items are "
+                  "drawn and is left out. The plot and the table: the implied P against the "
+                  "true, and the mean weights."]
+        lines += ([f"", f"![row weights]({image})"] if image else [])
+        lines += ["", "| setting | row | points | implied vs true, mean log10 ratio | head | "
+                  "torso | tail | mean weight 1 − p_s | full softmax's 1 − P_true |",
+                  "|---|---|---|---|---|---|---|---|---|"] + weights
+    return lines + _mass(records, experiment, cells, labels)
 
 
 def _mass(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
@@ -463,16 +519,17 @@ def _mass(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
 
 def plot_calibration(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
                      labels: Dict[str, str], path: str) -> bool:
-    """One panel per setting: binned model log10 P(p|u) against the true one, one line per
-    row; False (nothing written) where no run recorded a calibration."""
+    """One panel per setting: each row's binned implied log10 P(p|u), the p_s of its row
+    weight (`implied_log10_p`), against the true one; False (nothing written) where no run
+    recorded one."""
     panels = []
     for cell in cells:
         lines = []
         for row in plan_lib.experiment_rows(experiment):
             points = calibration_points(
                 list(_by_seed(records, experiment, cell.setting, row).values()))
-            if points is not None:
-                x, y, _ = binned(points)
+            if points is not None and "implied" in points:
+                x, y, _ = binned(points, key="implied")
                 if len(x):
                     lines.append((labels[row], x, y))
         if lines:
@@ -492,7 +549,7 @@ def plot_calibration(records: Records, experiment: str, cells: Sequence[plan_lib
             axis.plot(x, y, marker="o", markersize=3, linewidth=1.2, label=label.split(" (")[0])
         axis.set_title(title, fontsize=9)
         axis.set_xlabel("true log10 P(p|u)", fontsize=8)
-        axis.set_ylabel("model log10 P(p|u)", fontsize=8)
+        axis.set_ylabel("implied log10 P(p|u) (weight 1 - p_s)", fontsize=8)
         axis.tick_params(labelsize=7)
     axes[0][0].legend(fontsize=6, loc="upper left", frameon=False)
     figure.tight_layout()

@@ -63,9 +63,39 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
     elif config.data.dataset == "web_synthetic" and data is not None:
         report["kl_to_truth"], report["calibration"] = web_kl(
             experiment.web_truth(config, data), split.test, queries, items,
-            bands=retrieval.popularity_bands(split.train_counts()))
+            bands=retrieval.popularity_bands(split.train_counts()),
+            draws=expected_draws(config, split.train_counts()))
     report["by_popularity"] = _by_popularity(retrieved[indexes[0]], split, ks)
     return report
+
+
+def expected_draws(config: configs.Config, counts: np.ndarray) -> Tuple[np.ndarray, float]:
+    """(D, n): D[d] the expected draws of id d among a row's negatives under the run's
+    sampler, with q = `counts` / their sum (the training frequency its estimator learns),
+    and n the row's expected draws in all: uniform, E_u = num_negatives over |D| ids; in-batch,
+    E_b = B - 1 draws from q (the batch's other positives); mixed, n - n // 2 uniform and
+    n // 2 in-batch slots, E_b = (n // 2) (B - 1) / B (`logq_core.formulas.mixture_log_q`,
+    `expected_in_batch_draws`).
+
+    They give each correction's implied P(p | u), the p_s of its row weight 1 - p_s
+    (docs/design.md, the gradient view), from the model's softmax P = P(p | u): the
+    corrected negatives' sum is about n Z (Z = sum over d != p of e^{s_d}), so standard's
+    p_s = P / (P + D(p) (1 - P)) and standard_negatives' P / (P + n (1 - P)); improved's
+    P_hat is P itself. Not none's: its draws' raw scores are not a function of P."""
+    loss, batch = config.loss, config.training.batch_size
+    counts = np.asarray(counts, np.float64)
+    q = counts / max(counts.sum(), 1.0)
+    num_items = max(len(counts) - 1, 1)  # Id 0 is padding.
+    if loss.negatives == "uniform":
+        uniform, in_batch = float(loss.num_negatives), 0.0
+    elif loss.negatives == "in_batch":
+        uniform, in_batch = 0.0, float(batch - 1)
+    else:
+        uniform = float(loss.num_negatives - loss.num_negatives // 2)
+        in_batch = (loss.num_negatives // 2) * (batch - 1) / batch
+    draws = uniform / num_items + in_batch * q
+    draws[0] = 0.0
+    return draws, uniform + in_batch
 
 
 # The web-scale log's KL is measured on this many test queries (a fixed sample).
@@ -77,7 +107,8 @@ KL_CHUNK_PAIRS = 2 ** 25
 
 def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarray,
            count: int = KL_QUERIES, chunk: Optional[int] = None,
-           bands: Optional[np.ndarray] = None) -> Tuple[float, Dict[str, List]]:
+           bands: Optional[np.ndarray] = None,
+           draws: Optional[Tuple[np.ndarray, float]] = None) -> Tuple[float, Dict[str, List]]:
     """Mean KL(true law || model's softmax) over the vocabulary's items less each history,
     on `count` of the test queries, `chunk` at a time (default: as many as KL_CHUNK_PAIRS
     allows, at most 32) (the law's mass on items outside the vocabulary is left out: both
@@ -88,7 +119,9 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
     target's popularity band (0 head, 1 torso, 2 tail) with `bands`
     (`retrieval.popularity_bands`); with `bands`, also each softmax's mass on each band's
     items, averaged over the queries (where the model's probability goes, against the
-    truth's: [head, torso, tail], each list summing to 1)."""
+    truth's: [head, torso, tail], each list summing to 1). With `draws` (`expected_draws`),
+    also "draws": each target's expected draws D(p) among a row's negatives, and
+    "negatives": the row's n (what each correction's implied P(p | u) needs)."""
     if chunk is None:
         chunk = max(1, min(32, KL_CHUNK_PAIRS // max(len(items), 1)))
     sample = splits_lib.subsample(test, count)
@@ -116,6 +149,9 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
             calibration["true_log_p"] += np.round(log_true[row, targets], 4).tolist()
             if bands is not None:
                 calibration["band"] += bands[targets].astype(int).tolist()
+            if draws is not None:
+                calibration.setdefault("draws", []).extend(
+                    float(f"{value:.5g}") for value in draws[0][targets])
         if bands is not None:
             for name, log_p in (("model_mass", log_model), ("true_mass", log_true)):
                 for row in log_p:  # One row at a time: a 5M-item chunk is 1.3 GB.
@@ -123,6 +159,9 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
     if bands is not None:
         calibration.update({name: np.round(value / len(rows), 6).tolist()
                             for name, value in mass.items()})
+    if draws is not None:
+        calibration["negatives"] = round(float(draws[1]), 3)
+        calibration.setdefault("draws", [])
     return total / len(rows), calibration
 
 

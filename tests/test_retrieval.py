@@ -5,6 +5,7 @@ from unittest import mock
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq import negatives
 from tfrs_logq import retrieval
 
 
@@ -255,15 +256,19 @@ class WebKlMassTest(tf.test.TestCase):
                               [np.array([4]), np.array([1, 6]), np.array([5])])
         queries, items = rng.normal(size=(3, 4)), rng.normal(size=(7, 4))
         bands = np.array([-1, 0, 0, 1, 1, 2, 2])
-        kl, calibration = report.web_kl(Truth(), test, queries, items, chunk=2, bands=bands)
+        draws = (np.arange(7) / 10.0, 5.5)
+        kl, calibration = report.web_kl(Truth(), test, queries, items, chunk=2, bands=bands,
+                                        draws=draws)
         # The default chunk (all 3 queries at once here) gives the same numbers.
-        whole_kl, whole = report.web_kl(Truth(), test, queries, items, bands=bands)
+        whole_kl, whole = report.web_kl(Truth(), test, queries, items, bands=bands,
+                                        draws=draws)
         self.assertAllClose(whole_kl, kl, atol=1e-12)
         for name, value in calibration.items():
             self.assertAllClose(whole[name], value, atol=1e-12)
         # A catalog too large for 32 queries a chunk: 14 pairs over 7 ids is 2 queries.
         with mock.patch.object(report, "KL_CHUNK_PAIRS", 14):
-            small_kl, small = report.web_kl(Truth(), test, queries, items, bands=bands)
+            small_kl, small = report.web_kl(Truth(), test, queries, items, bands=bands,
+                                            draws=draws)
         self.assertAllClose(small_kl, kl, atol=1e-12)
         for name, value in calibration.items():
             self.assertAllClose(small[name], value, atol=1e-12)
@@ -284,11 +289,44 @@ class WebKlMassTest(tf.test.TestCase):
         self.assertAllClose(calibration["model_log_p"],
                             [model[0][4], model[1][1], model[1][6], model[2][5]], atol=1e-4)
         self.assertEqual(calibration["band"], [1, 0, 2, 2])
+        # Each target's expected draws D(p), and the row's n.
+        self.assertAllClose(calibration["draws"], [0.4, 0.1, 0.6, 0.5])
+        self.assertEqual(calibration["negatives"], 5.5)
         for name, laws in (("model_mass", model), ("true_mass", truth)):
             expected = np.mean([[np.exp(law[bands == b]).sum() for b in range(3)]
                                 for law in laws], axis=0)
             self.assertAllClose(calibration[name], expected, atol=1e-6)
             self.assertAllClose(sum(calibration[name]), 1.0, atol=1e-5)
+
+    def test_expected_draws_are_the_samplers_own(self):
+        """`report.expected_draws` against the library's samplers on a 5-item catalog: the
+        mixed sampler's per-draw log Q' = log D(d) - log n_valid and its positive's
+        log Q = log D(p) - log n (`logq_core.formulas.mixture_log_q`); in-batch, D = (B - 1) q;
+        uniform, n / |D|."""
+        from pipelines import configs, report  # pylint: disable=import-outside-toplevel
+        counts = np.array([0, 400, 300, 150, 100, 50])  # q = .4, .3, .15, .1, .05
+        q = np.concatenate([[1e-9], counts[1:] / 1000]).astype(np.float32)
+        config = configs.Config().replace(negatives="mixed", num_negatives=6, batch_size=8)
+        draws, n = report.expected_draws(config, counts)
+        # 3 uniform slots over 5 items and 3 in-batch slots, E_b = 3 * 7 / 8 = 2.625 q-draws.
+        self.assertAllClose(draws, [0, 0.6 + 1.05, 0.6 + 0.7875, 0.6 + 0.39375, 0.6 + 0.2625,
+                                    0.6 + 0.13125])
+        self.assertAllClose(n, 5.625)
+        sampler = negatives.make_sampler("mixed", num_negatives=6, num_items=5, first_id=1,
+                                         probabilities=q, seed=3)
+        positives = tf.constant([1, 2, 3, 1, 4, 5, 1, 2], tf.int64)
+        drawn = sampler(positives, positives)
+        valid = drawn.mask.numpy().sum(axis=1, keepdims=True)
+        ids = np.broadcast_to(drawn.ids.numpy(), drawn.mask.shape)
+        self.assertAllClose(np.exp(drawn.log_q.numpy()) * valid, draws[ids], rtol=1e-5)
+        self.assertAllClose(np.exp(drawn.positive_log_q.numpy()) * n,
+                            draws[positives.numpy()], rtol=1e-5)
+        draws, n = report.expected_draws(config.replace(negatives="in_batch"), counts)
+        self.assertAllClose(draws[1:], 7 * counts[1:] / 1000)
+        self.assertEqual(n, 7.0)
+        draws, n = report.expected_draws(config.replace(negatives="uniform"), counts)
+        self.assertAllClose(draws[1:], np.full(5, 6 / 5))
+        self.assertEqual(n, 6.0)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ def fake_metrics(recall100: float, kl: float = 1.0, seed: int = 0) -> dict:
             "calibration": {"true_log_p": (true * math.log(10)).round(4).tolist(),
                             "model_log_p": ((true / 2 - 2) * math.log(10)).round(4).tolist(),
                             "band": [i % 3 for i in range(40)],
-                            "model_mass": [0.5, 0.3, 0.2], "true_mass": [0.9, 0.07, 0.03]},
+                            "model_mass": [0.5, 0.3, 0.2], "true_mass": [0.9, 0.07, 0.03],
+                            "draws": np.logspace(-3, 1, 40).round(6).tolist(),
+                            "negatives": 1024.0},
             "train_seconds": 10.0 + seed, "steps": 100, "epochs_run": 1,
             "config": {"large": "left out of the record"}, "git_revision": "abc"}
 
@@ -50,7 +52,7 @@ def records_for(runs, values) -> report_lib.Records:
         table = values.get((run.experiment, run.setting, run.row))
         if run.record not in by_record and table is not None and run.seed < len(table):
             by_record[run.record] = dict(fake_metrics(table[run.seed], seed=run.seed),
-                                         experiment=run.owner)
+                                         experiment=run.owner, overrides=run.run.overrides)
         if run.record in by_record:
             result[(run.experiment, run.setting, run.row, run.seed)] = by_record[run.record]
     return result
@@ -224,9 +226,23 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertIn("| 1,000,000 items, mixed negatives | standard on negatives (paper) | "
                       "0/3 | not run |", text)
         # Calibration: model log10 P = true / 2 - 2 on the hand-made points.
-        self.assertIn("![calibration]", report_lib.markdown(runs, records, "CMD",
-                                                            {"main": "x.png"}))
+        self.assertIn("![row weights](x.png)", report_lib.markdown(runs, records, "CMD",
+                                                                  {"main": "x.png"}))
         self.assertIn("| 1,000,000 items, mixed negatives | improved | 120 | -0.625 |", text)
+        # The row weights: improved's implied P is the model's; standard's P / (P + D(1 - P));
+        # none has none.
+        true = np.linspace(-4.5, -1.0, 40)
+        p, draws = 10 ** (true / 2 - 2), np.logspace(-3, 1, 40)
+        weights = text.split("| full softmax's 1 − P_true |")[1].split("\n\n")[0]
+        full = np.mean(1 - 10 ** true)
+        for row, p_s in (("standard (TFRS)", 1 / (1 + draws * (1 - p) / p)),
+                         ("improved", p)):
+            gap = np.log10(p_s) - true
+            bands = " | ".join(f"{gap[np.arange(40) % 3 == b].mean():+.3f}" for b in range(3))
+            self.assertIn(f"| 1,000,000 items, mixed negatives | {row} | 120 | "
+                          f"{gap.mean():+.3f} | {bands} | {np.mean(1 - p_s):.4f} | "
+                          f"{full:.4f} |", weights)
+        self.assertNotIn("| none |", weights)
         self.assertIn("## Advice\n\nNot written yet", text)
         self.assertIn("- main: none seed 2; standard_negatives seeds 0, 1, 2; "
                       "sampled_reference seeds 0, 1, 2.", text)
@@ -235,6 +251,80 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertIn("Not run yet (conditional catalog sizes, read above at the seeds "
                       "recorded): catalog: standard-items5000000 seeds 0, 1, 2; "
                       "improved-items5000000 seeds 0, 1, 2.", text)
+
+    def test_implied_p_is_the_sampled_row_weights(self):
+        """`implied_log10_p` against the p_s of actual draws: 2,000 mixed negatives (half
+        uniform over 50 items, half from q) with the mixture's log Q, the accidental hits
+        masked; the mean p_s over 400 draws of each correction's logits, within 3%."""
+        rng = np.random.RandomState(0)
+        num_items, n = 50, 2000
+        scores = rng.normal(size=num_items) * 1.5
+        q = rng.dirichlet(np.ones(num_items) * 0.5)
+        draws = n / 2 / num_items + n / 2 * q   # D(d): expected draws of d over a row.
+        log_p = scores - np.log(np.exp(scores).sum())
+        for p in (int(np.argmax(q)), int(np.argmin(q)), 7):
+            sampled = {"standard": [], "standard_negatives": [], "improved": []}
+            for _ in range(400):
+                ids = np.concatenate([rng.randint(num_items, size=n // 2),
+                                      rng.choice(num_items, size=n // 2, p=q)])
+                ids = ids[ids != p]   # Accidental hits masked.
+                log_q = np.log(draws[ids] / n)
+                lse = np.log(np.exp(scores[ids] - log_q).sum())
+                sampled["standard"].append(1 / (1 + np.exp(lse - scores[p]
+                                                           + np.log(draws[p] / n))))
+                sampled["standard_negatives"].append(
+                    1 / (1 + np.exp(np.log(np.exp(scores[ids] - log_q).sum()) - scores[p])))
+                # improved: P_hat = sigmoid(s_p - (LSE' - log n)), Q' = Q / (1 - Q(p)).
+                lse_prime = np.log(np.exp(scores[ids] - log_q
+                                          + np.log(1 - draws[p] / n)).sum())
+                sampled["improved"].append(1 / (1 + np.exp(lse_prime - np.log(len(ids))
+                                                           - scores[p])))
+            for correction, values in sampled.items():
+                implied = report_lib.implied_log10_p(np.array([log_p[p] / math.log(10)]),
+                                                     correction, draws[[p]], float(n))
+                self.assertAllClose(10 ** implied[0], np.mean(values), rtol=0.03,
+                                    msg=f"{correction}, item {p}")
+        self.assertIsNone(report_lib.implied_log10_p(np.zeros(1), "none", np.ones(1), 1.0))
+
+    def test_add_draws_from_the_runs_day_store(self):
+        """`paper.industrial.add_draws` fills a record's calibration from its run's day
+        store: the KL sample's targets outside each history, in order, and their expected
+        draws under the run's sampler; a record that does not match is refused."""
+        from paper import industrial  # pylint: disable=import-outside-toplevel
+        from pipelines.data import day_store, splits  # pylint: disable=import-outside-toplevel
+        from pipelines import report  # pylint: disable=import-outside-toplevel
+        run = plan_lib.plan(output_dir=self.get_temp_dir())[0]
+        results = os.path.join(self.get_temp_dir(), "results")
+        store = os.path.join(run.run.directory, "day_store")
+        os.makedirs(store)
+        counts = np.array([0, 400, 300, 150, 100, 50, 0])
+        np.savez(os.path.join(store, "counts.npz"), train_item=counts)
+        queries = splits.EvalSet(np.array([0, 1, 2]),
+                                 [np.array([1]), np.array([], np.int64), np.array([2, 3])],
+                                 [np.array([4]), np.array([1, 6]), np.array([5, 2])])
+        day_store._write_eval(store, {"test": queries, "validation": queries})
+        config = configs.Config().replace(negatives="mixed", num_negatives=6, batch_size=8)
+        with open(os.path.join(run.run.directory, "config.json"), "w") as f:
+            json.dump(config.as_dict(), f)
+        record = {"row": run.row, "calibration": {"true_log_p": [-1.0] * 4,
+                                                  "model_log_p": [-2.0] * 4,
+                                                  "band": [1, 0, 2, 2]}}
+        path = os.path.join(results, run.record)
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as f:
+            json.dump(record, f)
+        self.assertTrue(industrial.add_draws(run, results))
+        draws, n = report.expected_draws(config, counts)
+        with open(path) as f:
+            calibration = json.load(f)["calibration"]
+        self.assertAllClose(calibration["draws"], draws[[4, 1, 6, 5]], rtol=1e-4)
+        self.assertEqual(calibration["negatives"], round(n, 3))
+        self.assertFalse(industrial.add_draws(run, results))  # Already there.
+        record["calibration"]["true_log_p"] = [-1.0] * 5
+        with open(path, "w") as f:
+            json.dump(record, f)
+        with self.assertRaisesRegex(ValueError, "do not match its record's calibration"):
+            industrial.add_draws(run, results)
 
     def test_calibration_bins(self):
         points = {"true": np.array([-3.9, -3.8, -3.6, -1.2, -1.1, -0.2]),
@@ -399,7 +489,7 @@ class RecordsAndReportTest(tf.test.TestCase):
         with open(report) as f:
             text = f.read()
         self.assertIn("| improved − standard (TFRS) | 0, 1 | ", text)
-        self.assertIn("![calibration](calibration_main.png)", text)
+        self.assertIn("![row weights](calibration_main.png)", text)
         self.assertTrue(os.path.exists(os.path.join(results, "calibration_main.png")))
         again = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
         self.assertIn("4 runs planned, 4 already finished.", again.stdout)

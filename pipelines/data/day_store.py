@@ -438,7 +438,8 @@ def _write_eval(directory: str, eval_sets: Dict[str, splits_lib.EvalSet]) -> Non
     np.savez(os.path.join(directory, "queries.npz"), **arrays)
 
 
-def _read_eval(directory: str, name: str) -> splits_lib.EvalSet:
+def read_eval(directory: str, name: str) -> splits_lib.EvalSet:
+    """The store's "validation" or "test" queries."""
     with np.load(os.path.join(directory, "queries.npz")) as stored:
         parts = {}
         for part in ("histories", "targets"):
@@ -477,8 +478,8 @@ def read(directory: str, user_ids: np.ndarray, item_ids: np.ndarray
                      manifest["settings"]["history_length"], manifest["weighted"],
                      np.array(manifest["days"], np.int64),
                      np.array(manifest["day_ends"], np.int64), train_item)
-    split = splits_lib.Split(None, _read_eval(directory, "validation"),
-                             _read_eval(directory, "test"), manifest["num_items"],
+    split = splits_lib.Split(None, read_eval(directory, "validation"),
+                             read_eval(directory, "test"), manifest["num_items"],
                              stream=store)
     return summary, split
 
