@@ -649,11 +649,12 @@ def _in_short(records: Records, labels: Dict[str, str], preset: str, best: str) 
                             _by_seed(records, "main", "", best), "recall@10")
     verdict = _verdict(mixed_vs_batch).split(" ")[0]
     change = abs(mixed_vs_batch["mean"]) if mixed_vs_batch else 0.0
-    negatives = {"worse": f"in-batch negatives (mixed ones lowered its Recall@10 by "
-                          f"{change:.4f})",
-                 "better": f"mixed negatives (in-batch ones lowered its Recall@10 by "
-                           f"{change:.4f})"}.get(
-                     verdict, "in-batch or mixed negatives (level at Recall@10)")
+    items = f"{configs.PRESETS[preset].data.synthetic_items:,} items"
+    negatives = {"worse": f"in-batch negatives (at {items}, mixed ones lowered its "
+                          f"Recall@10 by {change:.4f})",
+                 "better": f"mixed negatives (at {items}, in-batch ones lowered its "
+                           f"Recall@10 by {change:.4f})"}.get(
+                     verdict, f"in-batch or mixed negatives (level at Recall@10 at {items})")
     counts = []
     for name, title in ADVICE_METRICS:
         t = tally(records, preset, name)

@@ -113,8 +113,9 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
     on `count` of the test queries, `chunk` at a time (default: as many as KL_CHUNK_PAIRS
     allows, at most 32) (the law's mass on items outside the vocabulary is left out: both
     laws are renormalised over the same candidates: the whole vocabulary, not the test
-    index); and the calibration of the model's P(p | u) on those queries' targets p: {"model_log_p", "true_log_p"[, "band",
-    "model_mass", "true_mass"]}, one entry per (query, target), the log probabilities of both
+    index); and the calibration of the model's P(p | u) on those queries' targets p:
+    {"model_log_p", "true_log_p"[, "band", "model_mass", "true_mass"]}, one entry per
+    (query, target), the log probabilities of both
     softmaxes (what improved's row weight 1 - P(p | u) estimates, against the truth), and the
     target's popularity band (0 head, 1 torso, 2 tail) with `bands`
     (`retrieval.popularity_bands`); with `bands`, also each softmax's mass on each band's
