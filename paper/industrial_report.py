@@ -174,8 +174,11 @@ def _table(records: Records, experiment: str, cells: Sequence[plan_lib.Cell],
                 + f" | {_pm([v['kl_to_truth'] for v in values if 'kl_to_truth' in v], 3)} | "
                 + f"{_pm([v['train_seconds'] for v in values if 'train_seconds' in v], 0)} |")
         # The baselines depend on the log and the test queries, not on the loss: one per seed.
+        # The same at every seed (the log and its queries do not depend on it): the value.
         for name in ("popularity", "oracle"):
-            cells_text = [_pm(_baseline(pooled, name, m)) for m in METRICS]
+            values = [_baseline(pooled, name, m) for m in METRICS]
+            cells_text = [f"{v[0]:.4f}" if v and max(v) - min(v) < 1e-12 else _pm(v)
+                          for v in values]
             if any(text != "–" for text in cells_text):
                 lines.append(f"| {cell.label} | *{name}* | {len(pooled)} | "
                              + " | ".join(cells_text) + " | | |")
