@@ -28,6 +28,7 @@ Usage (from the repository's root; a 1M-item run takes about 11 minutes on 2 cor
   python -m paper.industrial                                 # all five, in that order
   python -m paper.industrial ... --commit                    # commit each record and report
   python -m paper.industrial --report_only                   # the report from the records
+  python -m paper.industrial --add_draws    # records from before web_kl's "draws": from runs/
   python -m paper.industrial --smoke --seeds=2 --rows=standard,improved   # seconds a run
 """
 
