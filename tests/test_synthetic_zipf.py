@@ -86,6 +86,37 @@ class SyntheticZipfTest(tf.test.TestCase):
                                         "--synthetic_zipf=1"):
                 experiment.event_files(other.data)
 
+    def test_a_log_written_twice_keeps_the_first(self):
+        """Two runs starting together on a new cache both draw the log: the second to finish
+        keeps the first's files (which the first may be reading), also when the first renames
+        its copy into place between the second's check and its own rename."""
+        catalog = web_synthetic.make_catalog(300, 100, 3)
+        events = web_synthetic.draw_events(catalog, 3.0)
+        with tempfile.TemporaryDirectory() as cache:
+            directory = os.path.join(cache, "log")
+
+            def written_in() -> float:
+                with open(os.path.join(directory, "log.json")) as f:
+                    return json.load(f)["seconds_draw_and_write"]
+
+            web_synthetic.write_log(directory, catalog, events, seconds=1.0)
+            first = os.stat(os.path.join(directory, "day-0000.parquet")).st_ino
+            web_synthetic.write_log(directory, catalog, events, seconds=2.0)
+            self.assertEqual(os.stat(os.path.join(directory, "day-0000.parquet")).st_ino, first)
+            self.assertEqual(written_in(), 1.0)
+            # The race: the other copy (log.json 1.0) lands just before this one's rename.
+            winner = os.path.join(cache, "winner")
+            os.rename(directory, winner)
+            rename = os.rename
+
+            def lose_the_race(source, target):
+                rename(winner, target)
+                rename(source, target)  # Raises: the target is there and not empty.
+
+            with mock.patch.object(web_synthetic.os, "rename", side_effect=lose_the_race):
+                web_synthetic.write_log(directory, catalog, events, seconds=3.0)
+            self.assertEqual(written_in(), 1.0)
+            self.assertEqual(sorted(os.listdir(cache)), ["log"])  # No temporary left.
 
 if __name__ == "__main__":
     tf.test.main()

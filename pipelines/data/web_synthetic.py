@@ -224,7 +224,9 @@ def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]
     """One Parquet file per day (columns user_id, item_id, timestamp), the truth (truth.npz)
     and log.json (sizes; `exponent`, the Zipf exponent `make_catalog` drew it with; `seconds`,
     the time the log took to draw), written to a temporary directory renamed to
-    `directory`."""
+    `directory`. A finished log already there (log.json) is kept and this one dropped: two
+    runs that start together on a new cache draw the same log (same settings, same seed), and
+    the one that finishes second must not delete the files the first is reading."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     parent = os.path.dirname(os.path.abspath(directory))
@@ -252,9 +254,16 @@ def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]
                        "zipf_exponent": float(exponent),
                        "day_seconds": DAY_SECONDS, "start_time": START_TIME,
                        "seconds_draw_and_write": round(seconds, 1)}, f, indent=1)
-        if os.path.exists(directory):
+        finished = os.path.join(directory, "log.json")
+        if os.path.exists(finished):
+            return
+        if os.path.exists(directory):  # Not a finished log (no log.json): replaced.
             shutil.rmtree(directory)
-        os.rename(temporary, directory)
+        try:
+            os.rename(temporary, directory)
+        except OSError:  # Another process renamed its own copy in between.
+            if not os.path.exists(finished):
+                raise
     finally:
         if os.path.exists(temporary):
             shutil.rmtree(temporary, ignore_errors=True)
