@@ -110,8 +110,8 @@ def commit(paths: Sequence[str], message: str, run_it: bool) -> None:
 def add_draws(run: plan_lib.IndustrialRun, results_dir: str) -> bool:
     """Adds "draws" and "negatives" (`pipelines.report.expected_draws`) to the calibration of
     the run's record where it lacks them (records older than `web_kl`'s own), from the run
-    directory's day store: the same fixed sample of test queries (`web_kl`), each one's
-    targets outside its history, in order. Checked against the record: as many targets, in
+    directory's day store: the same fixed sample of test queries and the same targets
+    (`web_kl`, `calibration_targets`). Checked against the record: as many targets, in
     the same popularity thirds. Returns whether it wrote the record."""
     # pylint: disable=import-outside-toplevel
     from pipelines import configs
@@ -130,7 +130,7 @@ def add_draws(run: plan_lib.IndustrialRun, results_dir: str) -> bool:
     with np.load(os.path.join(store, "counts.npz")) as stored:
         counts = stored["train_item"]
     sample = splits.subsample(day_store.read_eval(store, "test"), report_lib.KL_QUERIES)
-    ids = np.concatenate([np.asarray(t, np.int64)[~np.isin(t, h)]
+    ids = np.concatenate([report_lib.calibration_targets(t, h)
                           for t, h in zip(sample.targets, sample.histories)])
     bands = retrieval.popularity_bands(counts)[ids]
     if len(ids) != len(calibration["true_log_p"]) or (

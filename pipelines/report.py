@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from logq_core import samplers
 from pipelines import configs
 from pipelines import experiment
 from pipelines.data import splits as splits_lib
@@ -61,41 +62,53 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
             experiment.synthetic_data(config)[1].logits(split.test.users), queries @ items.T,
             exclude=split.test.histories)
     elif config.data.dataset == "web_synthetic" and data is not None:
+        counts = split.train_counts()
         report["kl_to_truth"], report["calibration"] = web_kl(
             experiment.web_truth(config, data), split.test, queries, items,
-            bands=retrieval.popularity_bands(split.train_counts()),
-            draws=expected_draws(config, split.train_counts()))
+            bands=retrieval.popularity_bands(counts), draws=expected_draws(config, counts))
     report["by_popularity"] = _by_popularity(retrieved[indexes[0]], split, ks)
     return report
 
 
 def expected_draws(config: configs.Config, counts: np.ndarray) -> Tuple[np.ndarray, float]:
     """(D, n): D[d] the expected draws of id d among a row's negatives under the run's
-    sampler, with q = `counts` / their sum (the training frequency its estimator learns),
-    and n the row's expected draws in all: uniform, E_u = num_negatives over |D| ids; in-batch,
-    E_b = B - 1 draws from q (the batch's other positives); mixed, n - n // 2 uniform and
-    n // 2 in-batch slots, E_b = (n // 2) (B - 1) / B (`logq_core.formulas.mixture_log_q`,
-    `expected_in_batch_draws`).
+    sampler (the one `logq_core.samplers.sampler_arguments` makes of its flags), with q =
+    `counts` / their sum (the training frequency its estimator learns), and n the row's
+    expected draws in all: E_u uniform slots over the |D| ids plus E_b = kept (B - 1) / B
+    q-draws among the kept in-batch slots (`logq_core.formulas.expected_in_batch_draws`;
+    kept: the pool's cap, at most the batch B).
 
     They give each correction's implied P(p | u), the p_s of its row weight 1 - p_s
     (docs/design.md, the gradient view), from the model's softmax P = P(p | u): the
     corrected negatives' sum is about n Z (Z = sum over d != p of e^{s_d}), so standard's
     p_s = P / (P + D(p) (1 - P)) and standard_negatives' P / (P + n (1 - P)); improved's
-    P_hat is P itself. Not none's: its draws' raw scores are not a function of P."""
+    P_hat is P itself. Not none's: its draws' raw scores are not a function of P. That
+    needs log Q = log D - log n: a deduplicated pool or the paper's mixture is refused."""
     loss, batch = config.loss, config.training.batch_size
+    if loss.deduplicate or loss.mixture != "exact":
+        raise ValueError("expected_draws reads log Q as the exact mixture's (log D - log n): "
+                         "needs --nodeduplicate and --mixture=exact; received --deduplicate="
+                         f"{loss.deduplicate} --mixture={loss.mixture}.")
     counts = np.asarray(counts, np.float64)
-    q = counts / max(counts.sum(), 1.0)
     num_items = max(len(counts) - 1, 1)  # Id 0 is padding.
-    if loss.negatives == "uniform":
-        uniform, in_batch = float(loss.num_negatives), 0.0
-    elif loss.negatives == "in_batch":
-        uniform, in_batch = 0.0, float(batch - 1)
-    else:
-        uniform = float(loss.num_negatives - loss.num_negatives // 2)
-        in_batch = (loss.num_negatives // 2) * (batch - 1) / batch
-    draws = uniform / num_items + in_batch * q
+    kind, arguments = samplers.sampler_arguments(loss.negatives, num_items=num_items,
+                                                 num_negatives=loss.num_negatives)
+    uniform = float({"uniform": arguments.get("num_negatives"),
+                     "mixed": arguments.get("num_uniform")}.get(kind) or 0)
+    kept = {"in_batch": arguments.get("max_pool_size"),
+            "mixed": arguments.get("num_in_batch")}.get(kind, 0)
+    kept = batch if kept is None else min(kept, batch)
+    in_batch = kept * (batch - 1) / batch
+    draws = uniform / num_items + in_batch * counts / max(counts.sum(), 1.0)
     draws[0] = 0.0
     return draws, uniform + in_batch
+
+
+def calibration_targets(targets, history) -> np.ndarray:
+    """The targets of a query that `web_kl`'s calibration reads, in order: those outside its
+    history (a target also in the history is no candidate: -inf in both softmaxes)."""
+    targets = np.asarray(targets, np.int64)
+    return targets[~np.isin(targets, np.asarray(history, np.int64))]
 
 
 # The web-scale log's KL is measured on this many test queries (a fixed sample).
@@ -143,9 +156,7 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
         log_true = retrieval.candidate_log_softmax(true, exclude)
         log_model = retrieval.candidate_log_softmax(scores, exclude)
         for row, query in enumerate(part):
-            targets = np.asarray(test.targets[query], np.int64)
-            # A target also in the history is no candidate (-inf in both): left out.
-            targets = targets[np.isfinite(log_model[row, targets])]
+            targets = calibration_targets(test.targets[query], test.histories[query])
             calibration["model_log_p"] += np.round(log_model[row, targets], 4).tolist()
             calibration["true_log_p"] += np.round(log_true[row, targets], 4).tolist()
             if bands is not None:

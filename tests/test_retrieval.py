@@ -321,12 +321,25 @@ class WebKlMassTest(tf.test.TestCase):
         self.assertAllClose(np.exp(drawn.log_q.numpy()) * valid, draws[ids], rtol=1e-5)
         self.assertAllClose(np.exp(drawn.positive_log_q.numpy()) * n,
                             draws[positives.numpy()], rtol=1e-5)
+        # In-batch: the pool capped at num_negatives = 6 of the batch's 8 entries keeps
+        # E_b = 6 * 7 / 8 q-draws, as the sampler itself counts them; uncapped, B - 1 = 7.
         draws, n = report.expected_draws(config.replace(negatives="in_batch"), counts)
+        self.assertAllClose(draws[1:], 5.25 * counts[1:] / 1000)
+        self.assertEqual(n, 5.25)
+        pooled = negatives.make_sampler("in_batch", num_negatives=6, probabilities=q, seed=3)
+        self.assertAllClose(float(pooled(positives, positives).expected_draws), 5.25)
+        draws, n = report.expected_draws(
+            config.replace(negatives="in_batch", num_negatives=8), counts)
         self.assertAllClose(draws[1:], 7 * counts[1:] / 1000)
         self.assertEqual(n, 7.0)
         draws, n = report.expected_draws(config.replace(negatives="uniform"), counts)
         self.assertAllClose(draws[1:], np.full(5, 6 / 5))
         self.assertEqual(n, 6.0)
+        for bad, message in (({"deduplicate": True}, "--deduplicate=True --mixture=exact"),
+                             ({"mixture": "paper"}, "--deduplicate=False --mixture=paper")):
+            with self.assertRaisesRegex(ValueError, "needs --nodeduplicate and "
+                                        f"--mixture=exact; received {message}"):
+                report.expected_draws(config.replace(**bad), counts)
 
 
 if __name__ == "__main__":
