@@ -580,16 +580,25 @@ def missing(runs: Sequence[IndustrialRun], records: Records) -> Dict[str, List[s
     return result
 
 
-def _verdict(result: Optional[Dict], lower_better: bool = False) -> str:
-    """How a paired difference reads at p < 0.05."""
+def _verdict_word(result: Optional[Dict], lower_better: bool = False) -> str:
+    """How a paired difference reads at p < 0.05: "better", "worse", "level", "untested"
+    (one seed) or "missing"."""
     if result is None:
-        return "not measured"
+        return "missing"
     if "p" not in result:
-        return f"untested ({result['mean']:+.4f}, {_spread(result)})"
+        return "untested"
     if result["p"] >= 0.05 or result["mean"] == 0:
-        return f"level ({result['mean']:+.4f}, {_spread(result)})"
+        return "level"
     better = (result["mean"] < 0) if lower_better else (result["mean"] > 0)
-    return f"{'better' if better else 'worse'} ({result['mean']:+.4f}, {_spread(result)})"
+    return "better" if better else "worse"
+
+
+def _verdict(result: Optional[Dict], lower_better: bool = False) -> str:
+    """`_verdict_word` with the difference and its spread."""
+    word = _verdict_word(result, lower_better)
+    if word == "missing":
+        return "not measured"
+    return f"{word} ({result['mean']:+.4f}, {_spread(result)})"
 
 
 def _rates_advice(records: Records, labels: Dict[str, str], preset: str) -> str:
@@ -633,15 +642,10 @@ def tally(records: Records, preset: str, name: str) -> Dict[str, List[str]]:
             if key in seen:
                 continue
             seen.add(key)
-            diff = paired(_by_seed(records, experiment, cell.setting, "standard"),
-                          _by_seed(records, experiment, cell.setting, "improved"), name)
-            if diff is None:
-                result["missing"].append(cell.label)
-            elif "p" not in diff:
-                result["untested"].append(cell.label)
-            else:
-                verdict = _verdict(diff).split(" ")[0]
-                result[verdict].append(cell.label)
+            result[_verdict_word(paired(
+                _by_seed(records, experiment, cell.setting, "standard"),
+                _by_seed(records, experiment, cell.setting, "improved"), name))].append(
+                    cell.label)
     return result
 
 
@@ -650,7 +654,7 @@ def _in_short(records: Records, labels: Dict[str, str], preset: str, best: str) 
     fared against standard over every setting measured."""
     mixed_vs_batch = paired(_by_seed(records, "inbatch", "", best),
                             _by_seed(records, "main", "", best), "recall@10")
-    verdict = _verdict(mixed_vs_batch).split(" ")[0]
+    verdict = _verdict_word(mixed_vs_batch)
     change = abs(mixed_vs_batch["mean"]) if mixed_vs_batch else 0.0
     items = f"{configs.PRESETS[preset].data.synthetic_items:,} items"
     negatives = {"worse": f"in-batch negatives (at {items}, mixed ones lowered its "
@@ -707,7 +711,7 @@ def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
                          for cell in plan_lib.cells(experiment, preset))
 
     # The paper's claim: improved ahead of its own standard at Recall@10/100/1000.
-    claim = {name: _verdict(pair("improved", "standard_negatives", name)).split(" ")[0]
+    claim = {name: _verdict_word(pair("improved", "standard_negatives", name))
              for name in ("recall@10", "recall@100", "recall@1000")}
     better = [name for name, verdict in claim.items() if verdict == "better"]
     reproduced = ("reproduced" if len(better) == len(claim) else
@@ -746,7 +750,7 @@ def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
         f"How sure: {plan_lib.SEEDS} seeds a row, paired by seed; \"level\" means not resolved "
         "at p < 0.05 with 2 degrees of freedom (a difference must reach 4.3 SE), not shown "
         "equal."]
-    if any("untested (" in line for line in text):
+    if any(tally(records, preset, name)["untested"] for name, _ in ADVICE_METRICS):
         text[-1] += (" \"untested\": one seed, no test (a conditional catalog size that "
                      "ran at one seed).")
     return ["", "## Advice", "", " ".join(text)]
