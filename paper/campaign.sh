@@ -116,7 +116,7 @@ runner() {  # The worktree's runner: paper.reproduce, or where the worktree is o
   if [ -e "$CAMPAIGN_DIR/paper/reproduce.py" ]; then
     echo paper.reproduce
   else
-    echo pipelines.benchmarks.reproduce
+    echo benchmarks.reproduce
   fi
 }
 

@@ -47,7 +47,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 from paper.plan import Run
 from paper.records import finished, load
 from pipelines import configs
-from pipelines.benchmarks.rows import Row
+from benchmarks.rows import Row
 
 PRESET, SMOKE_PRESET = "industrial", "industrial_smoke"
 EXPERIMENTS = ("main", "inbatch", "catalog", "skew", "lr")

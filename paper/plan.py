@@ -3,7 +3,7 @@ the `pipelines.train` command each run is.
 
 Every (row, seed) is one `python -m pipelines.train` process with its own output directory,
 OUTPUT_DIR/EXPERIMENT/ROW/seedN (`Run.directory`). The rows themselves (their losses as
-`pipelines.train` flags) are `pipelines.benchmarks.rows`.
+`pipelines.train` flags) are `benchmarks.rows`.
 """
 
 import os
@@ -11,7 +11,7 @@ import sys
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from pipelines import configs
-from pipelines.benchmarks.rows import OFFICIAL_PROFILES, ROWS, ROWS_BY_NAME, Row, as_released
+from benchmarks.rows import OFFICIAL_PROFILES, ROWS, ROWS_BY_NAME, Row, as_released
 
 PROFILES = ("cpu", "paper", "official", "official_cpu")
 SYNTHETIC_PRESET = "synthetic_two_tower"

@@ -16,7 +16,9 @@ import tensorflow as tf
 
 from pipelines import configs
 from pipelines import experiment
+from pipelines.data import builders
 from pipelines.data import splits as splits_lib
+from pipelines.run_files import RunFiles
 
 VALIDATION_METRIC = "val_ndcg@10"
 # The diagnostic test curve's epoch logs (`ValidationMetrics`), and the most test queries it
@@ -355,3 +357,20 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
         with open(temporary, "w") as f:
             json.dump({"every": self.every, "readings": self.rows}, f, indent=1)
         os.replace(temporary, self.path)
+
+
+def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, files: RunFiles):
+    """`EstimatorDrift` over the time-ordered training stream of `split`."""
+    if split.stream is not None:
+        days, day_ends, day_items = split.stream.days, split.stream.day_ends, \
+            split.stream.day_items
+    else:
+        examples = builders.two_tower_examples(split.train, split.train_times)
+        example_days = splits_lib.days(examples["time"], config.data.day_seconds)
+        items = examples["flat"][examples["position"]]
+        days, counts = np.unique(example_days, return_counts=True)  # Time order: days run.
+        day_ends = np.cumsum(counts)
+        day_items = lambda day: items[example_days == day]  # pylint: disable=unnecessary-lambda-assignment
+    return EstimatorDrift(estimator, days, day_ends, day_items, split.num_items,
+                                    config.training.batch_size, config.training.drift_every,
+                                    files.drift, files.logs)

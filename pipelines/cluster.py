@@ -112,12 +112,12 @@ def stop(processes: Sequence[subprocess.Popen]) -> List[Optional[str]]:
     return [p.communicate()[0] for p in processes]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipelines.cluster") -> int:
     """`python -m pipelines.cluster --workers=N --ps=M -- COMMAND...`: COMMAND as a chief,
     N workers and M parameter servers (M = 0: N MultiWorkerMirroredStrategy workers) on
     this machine; the exit status of the chief (of the first failing worker without
     parameter servers)."""
-    parser = argparse.ArgumentParser(prog="python -m pipelines.cluster",
+    parser = argparse.ArgumentParser(prog=prog,
                                      description=main.__doc__)
     parser.add_argument("--workers", type=int, default=2, help="Worker processes.")
     parser.add_argument("--ps", type=int, default=2,

@@ -359,6 +359,29 @@ def _stored(values: Mapping[str, Any]) -> Dict[str, Any]:
     return flat
 
 
+
+def read_config_file(path: str) -> Dict[str, Any]:
+    """{field: value} of a JSON file for `--config_file`: some fields, flat
+    ({"dim": 32, "correction": "standard"}), or a run's whole config.json (nested by group),
+    which re-runs that run's config. Unknown fields raise ValueError naming the file."""
+    import json  # pylint: disable=import-outside-toplevel
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except OSError as error:
+        raise ValueError(f"--config_file={path} cannot be read ({error.strerror}).") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--config_file={path} is not JSON ({error}).") from None
+    if not isinstance(values, Mapping):
+        raise ValueError(f"--config_file={path} must hold a JSON object of config fields; "
+                         f"received a {type(values).__name__}.")
+    fields = _stored(values)
+    unknown = sorted(name for name in fields if RENAMED.get(name, name) not in GROUP_OF)
+    if unknown:
+        raise ValueError(f"--config_file={path} has fields that Config lacks: "
+                         f"{', '.join(unknown)}; its fields are {', '.join(sorted(GROUP_OF))}.")
+    return fields
+
 # Integer fields: their least value (and what it means when special). Every integer is also
 # below 2^31 (TensorFlow's int32 sizes and counts) but for those in _INTEGER_HIGHS.
 _INTEGER_LOWS = {
@@ -608,4 +631,17 @@ PRESETS: Dict[str, Config] = {
                               num_negatives=32, negatives="mixed", correction="improved",
                               learning_rate=0.005, epochs=2, steps_per_epoch=25, patience=2,
                               backup_every=5),
+}
+
+# One line per preset, for `tfrs-logq --help` (the comments above say more).
+PRESET_SUMMARIES: Dict[str, str] = {
+    "paper": "SASRec on ML-1M at the paper's settings (sequence 200, dim 128, 128 + 128 mixed).",
+    "official": "The paper's released ML-1M protocol (gSASRec, its negatives and early stopping).",
+    "official_cpu": "The released protocol at sequence 50 and dim 64, for 2 CPU cores.",
+    "cpu": "SASRec on ML-1M sized for 2 CPU cores (sequence 50, dim 64, at most 120 epochs).",
+    "synthetic": "The main job: SASRec on the embedded synthetic catalog, improved, mixed, ScaNN.",
+    "synthetic_two_tower": "A two-tower model on the synthetic catalog (the paper campaign's).",
+    "industrial": "The industrial protocol: 1M items, 20M events, next-day test, count-min sketch.",
+    "industrial_smoke": "The industrial protocol at a size for tests: seconds.",
+    "smoke": "A tiny synthetic SASRec run for tests and quick checks: seconds.",
 }

@@ -327,24 +327,6 @@ def make_split(config: configs.Config, data: Interactions,
                           test=test)
 
 
-def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, files: RunFiles):
-    """`callbacks.EstimatorDrift` over the time-ordered training stream of `split`."""
-    from pipelines import callbacks  # pylint: disable=import-outside-toplevel
-    if split.stream is not None:
-        days, day_ends, day_items = split.stream.days, split.stream.day_ends, \
-            split.stream.day_items
-    else:
-        examples = builders.two_tower_examples(split.train, split.train_times)
-        example_days = splits_lib.days(examples["time"], config.data.day_seconds)
-        items = examples["flat"][examples["position"]]
-        days, counts = np.unique(example_days, return_counts=True)  # Time order: days run.
-        day_ends = np.cumsum(counts)
-        day_items = lambda day: items[example_days == day]  # pylint: disable=unnecessary-lambda-assignment
-    return callbacks.EstimatorDrift(estimator, days, day_ends, day_items, split.num_items,
-                                    config.training.batch_size, config.training.drift_every,
-                                    files.drift, files.logs)
-
-
 def count_min_width(num_items: int) -> int:
     """The count-min sketch's width for a catalog: at least 2^18, else the power of two at or
     above twice the catalog (collisions then inflate an item's count by at most about half

@@ -10,6 +10,8 @@ is still accepted), the ScaNN index to export/scann/.
 `saved_model_cli show --all --dir OUTPUT_DIR/export/brute_force/1` lists the signatures.
 """
 
+from typing import List, Optional
+
 import tensorflow as tf
 from absl import app
 from absl import flags
@@ -46,6 +48,12 @@ def main(argv):
         print(f"Wrote {path}")
 
 
-if __name__ == "__main__":
+def run_job(argv: Optional[List[str]] = None) -> None:
+    """`python -m pipelines.export` and `tfrs-logq export`: defines the flags and runs `main`
+    (argv[0] is the program's name; None: sys.argv)."""
     define_flags()
-    app.run(main)
+    app.run(main, argv=argv)
+
+
+if __name__ == "__main__":
+    run_job()

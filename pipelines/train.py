@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -38,7 +38,7 @@ from pipelines import configs
 from pipelines import distribute
 from pipelines import experiment
 from pipelines import report
-from pipelines.benchmarks import processes
+from pipelines import memory
 from pipelines.data import day_store
 from pipelines.data.interactions import DataError
 from pipelines.run_files import RunFiles
@@ -55,6 +55,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.", **define)
     flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).",
                         **define)
+    flags.DEFINE_string("config_file", None,
+                        "A JSON file of config fields applied over --preset (flat, or a run's "
+                        "config.json); the flags given override it.", **define)
     flags.DEFINE_enum("strategy", "default", list(configs.STRATEGIES),
                       "tf.distribute strategy: default (one device), mirrored (this machine's "
                       "GPUs), multi_worker (workers from TF_CONFIG), parameter_server (the "
@@ -79,13 +82,17 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> configs.Config:
-    """The preset, with every flag that was given applied, validated."""
+    """The preset, with --config_file's fields, then every flag that was given, applied;
+    validated."""
     if flag_values.preset not in configs.PRESETS:
         raise ValueError(f"--preset must be one of {', '.join(configs.PRESETS)}; received "
                          f"--preset={flag_values.preset!r}.")
+    config = configs.PRESETS[flag_values.preset]
+    if flag_values.config_file:
+        config = config.replace(**configs.read_config_file(flag_values.config_file))
     overrides = {name: flag_values[name].value for name in configs.FIELDS
                  if flag_values[name].value is not None}
-    return configs.validate(configs.PRESETS[flag_values.preset].replace(**overrides))
+    return configs.validate(config.replace(**overrides))
 
 
 # ---------------------------------------------------------------------------- run
@@ -131,8 +138,8 @@ def _prepare_output_dir(output_dir: str) -> None:
 
 
 def peak_rss_mb() -> int:
-    """This process's peak resident memory so far, in MiB (`processes.peak_rss_mib`)."""
-    return round(processes.peak_rss_mib())
+    """This process's peak resident memory so far, in MiB (`memory.peak_rss_mib`)."""
+    return round(memory.peak_rss_mib())
 
 
 class PhaseTimer:
@@ -292,7 +299,7 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
     streaming = getattr(source, "streaming", False)
     if (chief and streaming and config.training.drift_every and config.training.order == "time"
             and not parameter_server):  # A per-step callback, which a coordinator refuses.
-        callbacks.append(experiment.drift_callback(config, split, source, files))
+        callbacks.append(callbacks_lib.drift_callback(config, split, source, files))
     trained = progress.finished_run() if files.has_best() else None
     if trained is None:
         phases.start("train")
@@ -448,6 +455,12 @@ def main(argv):
     print(f"\nWrote {RunFiles(FLAGS.output_dir).metrics}")
 
 
-if __name__ == "__main__":
+def run_job(argv: Optional[List[str]] = None) -> None:
+    """`python -m pipelines.train` and `tfrs-logq train`: defines the flags and runs `main`
+    (argv[0] is the program's name; None: sys.argv)."""
     define_flags()
-    app.run(main)
+    app.run(main, argv=argv)
+
+
+if __name__ == "__main__":
+    run_job()

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipelines.benchmarks import ann
-from pipelines.benchmarks import estimator_accuracy
-from pipelines.benchmarks import gradient_bias
+from benchmarks import ann
+from benchmarks import estimator_accuracy
+from benchmarks import gradient_bias
 from tfrs_logq import frequency
 
 
 def run_benchmark(name: str, *flags: str, timeout: int) -> subprocess.CompletedProcess:
-    """Runs `python -m pipelines.benchmarks.NAME FLAGS...`, capturing its output."""
-    return subprocess.run([sys.executable, "-m", f"pipelines.benchmarks.{name}", *flags],
+    """Runs `python -m benchmarks.NAME FLAGS...`, capturing its output."""
+    return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *flags],
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

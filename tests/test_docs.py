@@ -452,7 +452,7 @@ def _as_command(text: str) -> Command:
 # Commands that must pass: each checker accepts what is right.
 POSITIVE_CONTROLS = [
     "python -m pipelines.train --preset=smoke --output_dir=RUN --help",
-    "python -m pipelines.examples.keras_rs_two_tower --users=200 --items=300 --epochs=2",
+    "python -m examples.keras_rs_two_tower --users=200 --items=300 --epochs=2",
     "python paper/park.py pack RUN ARCHIVE",
     "python paper/park.py pack RUN",
     "bash paper/campaign.sh status",

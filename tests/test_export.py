@@ -287,7 +287,7 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         # The user guide's command: trains the smoke preset, sends a filtered request to both
         # exports, and prints the REST body it sent.
         result = subprocess.run(
-            [sys.executable, "-m", "pipelines.examples.filtered_serving", "--repeats=2"],
+            [sys.executable, "-m", "examples.filtered_serving", "--repeats=2"],
             capture_output=True, text=True, timeout=600, check=False,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])

@@ -135,7 +135,7 @@ def test_keras_logq_imports_and_passes_its_suite_without_tensorflow(tmp_path):
 def test_keras_rs_two_tower_example_runs_on_jax():
     _require("jax")
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.examples.keras_rs_two_tower", "--users=200",
+        [sys.executable, "-m", "examples.keras_rs_two_tower", "--users=200",
          "--items=300", "--epochs=2", "--batch_size=64"], cwd=ROOT, env=_child_env("jax"),
         capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-4000:]

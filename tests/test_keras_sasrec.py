@@ -1,8 +1,8 @@
-"""pipelines.examples.keras_sasrec (Keras 3, JAX) on a tiny SASRec-format file.
+"""examples.keras_sasrec (Keras 3, JAX) on a tiny SASRec-format file.
 
 The example runs in a child process (Keras 3 picks its backend per process, and this
 one runs Keras 2 for TFRS). The slow test runs it as a GPU machine without TensorFlow
-would: the file itself, in a Python whose packages lack the TensorFlow family.
+would: `python -m examples.keras_sasrec` in a Python whose packages lack the TensorFlow family.
 """
 
 import importlib.util
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipelines.examples import keras_sasrec
+from examples import keras_sasrec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,7 +63,7 @@ def test_example_runs_on_a_tiny_file(tmp_path):
     rows = ["mixed_improved"]
     output = tmp_path / "results.json"
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.examples.keras_sasrec",
+        [sys.executable, "-m", "examples.keras_sasrec",
          f"--data_path={_tiny_file(tmp_path)}", f"--rows={','.join(rows)}", *TINY_FLAGS,
          f"--output={output}"], cwd=ROOT, env=_env(), capture_output=True, text=True,
         timeout=600, check=False)
@@ -78,14 +78,14 @@ def test_example_runs_on_a_tiny_file(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_example_runs_without_tensorflow(tmp_path):
-    """As on a GPU machine with JAX and no TensorFlow: the file itself, every row."""
+    """As on a GPU machine with JAX and no TensorFlow, as documented, every row."""
     from tests.test_keras3 import _site_packages_without_tensorflow  # pylint: disable=import-outside-toplevel
     site = tmp_path / "site"
     site.mkdir()
     env = _env(PYTHONPATH=os.pathsep.join([_site_packages_without_tensorflow(str(site)),
                                            ROOT]))
     result = subprocess.run(
-        [sys.executable, "-S", os.path.join("pipelines", "examples", "keras_sasrec.py"),
+        [sys.executable, "-S", "-m", "examples.keras_sasrec",
          f"--data_path={_tiny_file(tmp_path)}", *TINY_FLAGS], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -691,10 +691,10 @@ class GlobalSequenceIdsTest(tf.test.TestCase):
 
 
 def test_options_table_rows():
-    # The user guide's options table, as pipelines.benchmarks.options_synthetic prints it from
+    # The user guide's options table, as benchmarks.options_synthetic prints it from
     # docs/results/options_synthetic.json: mean +- std over seeds, NDCG@10 paired by seed.
     import json  # pylint: disable=import-outside-toplevel
-    from pipelines.benchmarks import options_synthetic  # pylint: disable=import-outside-toplevel
+    from benchmarks import options_synthetic  # pylint: disable=import-outside-toplevel
     with open(options_synthetic.RESULTS) as f:
         runs = json.load(f)["runs"]
     assert options_synthetic.row("hard32", runs) == (

@@ -213,13 +213,13 @@ class ResumeTest(tf.test.TestCase):
 
 
 class AsyncSketchTest(tf.test.TestCase):
-    """pipelines.benchmarks.async_sketch at a small size (its own process: it becomes a
+    """benchmarks.async_sketch at a small size (its own process: it becomes a
     cluster's chief)."""
 
     def test_plain_updates_commute_and_conservative_ones_lose_draws(self):
         path = os.path.join(tempfile.mkdtemp(), "async.json")
         result = subprocess.run(
-            [sys.executable, "-m", "pipelines.benchmarks.async_sketch", "--items=500",
+            [sys.executable, "-m", "benchmarks.async_sketch", "--items=500",
              "--batch=128", "--steps=200", "--repeats=2", "--width=2048",
              "--variants=plain_decay1,conservative_decay1", f"--out={path}"],
             cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -203,6 +203,24 @@ class ParityWithTfrsTest(tf.test.TestCase, parameterized.TestCase):
             got = LogQRetrieval()(query, candidates, candidate_sampling_probability=csp)
             self.assertAllClose(got, want, rtol=1e-5)
 
+    def test_call_takes_tfrs_arguments_in_order_and_the_rest_by_keyword(self):
+        import inspect  # pylint: disable=import-outside-toplevel
+        ours = inspect.signature(LogQRetrieval.call).parameters
+        theirs = inspect.signature(tfrs.tasks.Retrieval.call).parameters
+        positional = [name for name, p in ours.items()
+                      if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        self.assertEqual(positional, list(theirs))
+        self.assertEqual([name for name, p in ours.items()
+                          if p.kind == inspect.Parameter.KEYWORD_ONLY],
+                         ["training", "candidate_embedding_fn", "candidate_table",
+                          "candidate_mask", "query_ids", "known_positive_ids",
+                          "known_positives"])
+        query, candidates, ids, probability, weight = _batch()
+        # A ninth argument by position (once candidate_embedding_fn) is refused.
+        with self.assertRaisesRegex(TypeError, "positional argument"):
+            LogQRetrieval().call(query, candidates, weight, probability, ids, True, True, None,
+                                 lambda x: x)
+
     def test_custom_loss_and_score_mask(self):
         query, candidates, ids, probability, weight = _batch()
         score_mask = np.random.default_rng(1).random((6, 8)) > 0.3

@@ -1,4 +1,4 @@
-"""pipelines.examples.tfrs_sequential_tutorial at tiny size on a synthetic ratings file."""
+"""examples.tfrs_sequential_tutorial at tiny size on a synthetic ratings file."""
 
 import os
 import tempfile
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipelines.examples import tfrs_sequential_tutorial as tutorial
+from examples import tfrs_sequential_tutorial as tutorial
 
 
 class SequentialTutorialTest(tf.test.TestCase):

@@ -118,7 +118,7 @@ def uses_scann(num_items: int, min_items: int = SCANN_MIN_ITEMS) -> bool:
 
 
 # From this many items on, ScaNN searches a tenth of its leaves and re-scores 20k candidates
-# exactly: `pipelines.benchmarks.ann` (k = 100, 2 cores, 2026-11-26) measured the smaller
+# exactly: `benchmarks.ann` (k = 100, 2 cores, 2026-11-26) measured the smaller
 # catalogs' settings (a fifth of the leaves, 6k re-scored) returning 0.833 / 0.881 of the exact
 # top-100 at 5M items (trained / clustered embeddings, 14.6x / 12.4x BruteForce's speed), and
 # these 0.968 / 0.965 at 22.7x / 14.4x; at 1M items 0.997 / 0.971 against 0.958 / 0.931.

@@ -1,59 +1,20 @@
 """LogQRetrieval: a drop-in for `tfrs.tasks.Retrieval` with the improved logQ correction."""
 
-import functools
-from typing import List, NamedTuple, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
-import numpy as np
 import tensorflow as tf
 from tensorflow_recommenders import metrics as tfrs_metrics
 from tensorflow_recommenders.tasks import base
 
-from logq_core import checks
 from logq_core import formulas
-from tfrs_logq import _ops
+from tfrs_logq import _task_inputs as task_inputs
 from tfrs_logq import _validation as v
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import losses as losses_lib
 from tfrs_logq import negatives as negatives_lib
-
-# The value tfrs.tasks.Retrieval gives to removed logits, for custom losses
-# and batch metrics, which see a logits matrix.
-MIN_FLOAT = np.finfo(np.float32).min / 100.0
+from tfrs_logq import scoring
 
 TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
-
-
-class Scored(NamedTuple):
-    """One step's logits and what the loss needs of them, whichever path made them.
-
-    Attributes:
-      positive_logits: [batch] s_p (temperature applied).
-      negative_logits: [batch, n] s_i.
-      mask: [batch, n] bool, True for a valid negative.
-      log_q: [n] or [batch, n] log Q of the negatives, or None.
-      positive_log_q: [batch] log Q of the positives, or None.
-      log_q_excludes_positive: `log_q` already is log Q'.
-      diagonal_positive: `negative_logits` are the candidate columns, row i's positive in
-        column i (masked out of `mask`), and `log_q` is per column: the losses that keep the
-        positive in the denominator then run as one fused softmax cross-entropy.
-      log_q_checked: the sampler already checked the values `log_q` was derived from
-        (`Negatives.log_q_checked`): the loss does not check them again.
-      num_valid: [batch] "improved"'s n when it is not the count of `mask` (hard
-        negatives: the valid negatives before mining; known positives: before their
-        mask), or None.
-      negative_ids: [n] or [batch, n] ids of a sampler's negatives, or None (the
-        candidate columns, whose ids are `candidate_ids`).
-    """
-    positive_logits: tf.Tensor
-    negative_logits: tf.Tensor
-    mask: tf.Tensor
-    log_q: Optional[tf.Tensor]
-    positive_log_q: Optional[tf.Tensor]
-    log_q_excludes_positive: bool = False
-    diagonal_positive: bool = False
-    log_q_checked: bool = False
-    num_valid: Optional[tf.Tensor] = None
-    negative_ids: Optional[tf.Tensor] = None
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -225,17 +186,24 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
              compute_metrics: bool = True,
              compute_batch_metrics: bool = True,
              score_mask: Optional[tf.Tensor] = None,
-             candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None,
+             *,
              training: Optional[bool] = None,
+             # What a sampler reads besides the batch:
+             candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None,
              candidate_table: Optional[tf.Tensor] = None,
              candidate_mask: Optional[tf.Tensor] = None,
+             # Other known positives of each query, masked out of its negatives:
              query_ids: Optional[tf.Tensor] = None,
              known_positive_ids: Optional[tf.Tensor] = None,
              known_positives: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Computes the task loss and updates the metrics.
 
         Row i of `query_embeddings` chose the candidate in row i of
-        `candidate_embeddings`.
+        `candidate_embeddings`. The first eight arguments are TFRS's
+        `Retrieval.call`'s, in its order; the rest are keyword-only: `training`,
+        the sampler's inputs (`candidate_embedding_fn`, `candidate_table`,
+        `candidate_mask`) and each query's other known positives (`query_ids`,
+        `known_positive_ids`, `known_positives`).
 
         Args:
           query_embeddings: [num_queries, dim] query representations, or
@@ -255,6 +223,12 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
           compute_batch_metrics: whether to update the batch metrics.
           score_mask: [num_queries, num_candidates] bool, False for candidate
             columns a query must not see as negatives. Not with a sampler.
+          training: whether this is a training step. Unless it is False, a
+            streaming frequency estimator is first updated with the positives'
+            ids (`candidate_ids[:num_queries]`): the rows `candidate_mask` keeps in
+            the pool when it is given (a zero-weight row of the pool is still drawn
+            as a negative, so it is counted), else the rows with a nonzero sample
+            weight.
           candidate_embedding_fn: maps ids to candidate embeddings (the item
             tower), for samplers that draw ids outside the batch (uniform, mixed).
             A sampler over a vocabulary draws ids in the tower's own id space
@@ -270,12 +244,6 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             for padding candidates: they never enter the in-batch pool. Give
             their rows a zero `sample_weight`. Shapes stay static (padding
             becomes masked slots), so that XLA compiles the step once.
-          training: whether this is a training step. Unless it is False, a
-            streaming frequency estimator is first updated with the positives'
-            ids (`candidate_ids[:num_queries]`): the rows `candidate_mask` keeps in
-            the pool when it is given (a zero-weight row of the pool is still drawn
-            as a negative, so it is counted), else the rows with a nonzero sample
-            weight.
           query_ids: optional [num_queries] (or [num_queries, 1]) integer or string
             id of the query each row belongs to (the user; in SASRec, the sequence
             whose positions are the rows). A candidate or sampled negative whose id
@@ -299,12 +267,12 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         Returns:
           Scalar loss: the sum over queries of sample-weighted per-example losses.
         """
-        query_embeddings, candidate_embeddings, sample_weight = _checked_embeddings(
+        query_embeddings, candidate_embeddings, sample_weight = task_inputs.checked_embeddings(
             query_embeddings, candidate_embeddings, sample_weight)
-        candidate_ids, score_mask, checked_mask = _checked_columns(
+        candidate_ids, score_mask, checked_mask = task_inputs.checked_columns(
             query_embeddings, candidate_embeddings, candidate_ids, score_mask,
             None if self.sampler is None else candidate_mask)
-        query_ids, known_positive_ids, known_positives = _checked_known_positives(
+        query_ids, known_positive_ids, known_positives = task_inputs.checked_known_positives(
             query_embeddings, candidate_embeddings, candidate_ids, query_ids,
             known_positive_ids, known_positives, self.sampler is not None)
         candidate_mask = candidate_mask if self.sampler is None else checked_mask
@@ -317,21 +285,26 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                     "`candidate_mask` masks a sampler's pool; without a sampler, mask "
                     "candidate columns with `score_mask`. Received candidate_mask that is not "
                     "None.")
-            scored = self._candidate_columns(query_embeddings, candidate_embeddings,
-                                             candidate_sampling_probability, candidate_ids,
-                                             score_mask)
+            scored = scoring.candidate_columns(
+                query_embeddings, candidate_embeddings, candidate_sampling_probability,
+                candidate_ids, score_mask, temperature=self.temperature,
+                frequency=self.frequency, correction=self.correction,
+                remove_accidental_hits=self.remove_accidental_hits)
         else:
-            scored = self._sampled(query_embeddings, candidate_embeddings,
-                                   candidate_sampling_probability, candidate_ids, score_mask,
-                                   candidate_embedding_fn, candidate_table, candidate_mask)
+            scored = scoring.sampled_columns(
+                query_embeddings, candidate_embeddings, candidate_sampling_probability,
+                candidate_ids, score_mask, candidate_embedding_fn, candidate_table,
+                candidate_mask, sampler=self.sampler, temperature=self.temperature)
         if query_ids is not None or known_positive_ids is not None or (
                 known_positives is not None):
-            scored = self._without_known_positives(
+            scored = scoring.without_known_positives(
                 scored, candidate_ids, query_ids, known_positive_ids, known_positives,
-                None if candidate_mask is None else candidate_mask[:num_queries])
+                None if candidate_mask is None else candidate_mask[:num_queries],
+                sampler=self.sampler)
         correction = self._resolve_correction(scored.log_q)
         if self.num_hard_negatives is not None:
-            scored = self._hard_negatives(scored, correction)
+            scored = scoring.hard_negatives(scored, correction, self.num_hard_negatives,
+                                            self.log_q_scale)
         loss, update_ops = self._total_loss(scored, correction, sample_weight,
                                             compute_batch_metrics)
         if compute_metrics and query_embeddings.shape.rank == 2:
@@ -346,7 +319,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
 
-    def _total_loss(self, scored: Scored, correction: str, sample_weight,
+    def _total_loss(self, scored: scoring.Scored, correction: str, sample_weight,
                     compute_batch_metrics):
         """(the summed loss, the metric updates of the loss, the batch metrics and the
         diagnostics)."""
@@ -373,7 +346,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             loss = tf.reduce_sum(per_example)
         labels = logits = None
         if self._loss is not None or (compute_batch_metrics and self._batch_metrics):
-            labels, logits = self._logits_matrix(scored, correction, self.log_q_scale)
+            labels, logits = scoring.logits_matrix(scored, correction, self.log_q_scale)
         if self._loss is not None:
             loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
         update_ops += [metric.update_state(loss) for metric in self._loss_metrics]
@@ -429,158 +402,6 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 "neither")
         return self.correction
 
-    def _temperature(self, logits: tf.Tensor) -> tf.Tensor:
-        return logits if self.temperature is None else logits / self.temperature
-
-    def _candidate_columns(self, query_embeddings, candidate_embeddings,
-                           candidate_sampling_probability, candidate_ids, score_mask):
-        """TFRS semantics: every candidate column is a negative except the row's own positive."""
-        scores = self._temperature(_ops.scores(query_embeddings, candidate_embeddings))
-        num_queries = tf.shape(scores)[0]
-        num_candidates = tf.shape(scores)[1]
-        positive_logits = tf.linalg.diag_part(scores[:, :num_queries])
-        mask = tf.logical_not(tf.cast(tf.eye(num_queries, num_candidates), tf.bool))
-        if self.remove_accidental_hits and candidate_ids is None:
-            raise ValueError(
-                "remove_accidental_hits=True needs `candidate_ids`; received candidate_ids=None.")
-        if candidate_ids is not None:
-            candidate_ids = v.ids_tensor("candidate_ids", candidate_ids)
-            if self.remove_accidental_hits or self.correction == "improved":
-                mask = tf.logical_and(mask, negatives_lib.accidental_hit_mask(
-                    candidate_ids[:num_queries], candidate_ids))
-        if score_mask is not None:
-            mask = tf.logical_and(mask, v.bool_tensor("score_mask", score_mask, rank=2))
-        log_q = positive_log_q = None
-        if self.frequency is not None and candidate_sampling_probability is not None:
-            raise ValueError(
-                "The task has a `frequency` source; received candidate_sampling_probability "
-                "as well. Pass one of them.")
-        if self.frequency is not None:
-            if candidate_ids is None:
-                raise ValueError(
-                    "The task's `frequency` reads log Q by id and needs `candidate_ids`; "
-                    "received candidate_ids=None.")
-            log_q = self.frequency.log_q(candidate_ids)
-            positive_log_q = log_q[:num_queries]
-        elif candidate_sampling_probability is not None:
-            probabilities = v.check_probabilities("candidate_sampling_probability",
-                                                  candidate_sampling_probability)
-            v.check_rank("candidate_sampling_probability", probabilities, 1)
-            v.check_compatible_dim("candidate_sampling_probability", probabilities, 0,
-                                   "candidate_embeddings", candidate_embeddings, 0)
-            log_q = tf.math.log(probabilities)
-            positive_log_q = log_q[:num_queries]
-        return Scored(positive_logits, scores, mask, log_q, positive_log_q,
-                      diagonal_positive=True)
-
-    def _sampled(self, query_embeddings, candidate_embeddings, candidate_sampling_probability,
-                 candidate_ids, score_mask, candidate_embedding_fn, candidate_table=None,
-                 candidate_mask=None):
-        """Negatives from the sampler; the positives are the first num_queries candidates."""
-        for name, value in (("candidate_sampling_probability", candidate_sampling_probability),
-                            ("score_mask", score_mask)):
-            if value is not None:
-                raise ValueError(
-                    f"`{name}` cannot be combined with a sampler (its negatives are not the "
-                    f"candidate columns); give the sampler `probabilities`. Received {name} "
-                    "that is not None.")
-        if candidate_ids is None:
-            raise ValueError(
-                "A sampler needs `candidate_ids` (for accidental hits and log Q); received "
-                "candidate_ids=None.")
-        num_queries = tf.shape(query_embeddings)[0]
-        positive_embeddings = candidate_embeddings[:num_queries]
-        positive_ids = candidate_ids[:num_queries]
-        positive_logits = self._temperature(_ops.row_scores(query_embeddings, positive_embeddings))
-        if candidate_table is not None:
-            # Ids only from the sampler; their scores are columns of one matmul.
-            negatives = self.sampler(positive_ids, candidate_ids, candidate_mask=candidate_mask)
-            if not negatives.ids.dtype.is_integer:
-                raise TypeError(
-                    "`candidate_table` is read by integer id (row i = id i); received a "
-                    f"candidate_table and {type(self.sampler).__name__} ids with dtype "
-                    f"{negatives.ids.dtype.name}. Use `candidate_embedding_fn` instead.")
-            table = v.float_tensor("candidate_table", candidate_table, rank=2)
-            v.check_compatible_dim("candidate_table", table, 1, "query_embeddings",
-                                   query_embeddings, -1)
-            full = _ops.scores(query_embeddings, table)
-            # An id without a row (an in-batch id or a uniform draw past the table) is
-            # invalid, as in `StaticFrequency`: never a clamped row under XLA.
-            ids, valid = v.table_rows("negatives.ids", negatives.ids,
-                                      tf.shape(table, out_type=tf.int64)[0]
-                                      if table.shape[0] is None else int(table.shape[0]),
-                                      "one per row of `candidate_table`")
-            ids = tf.cast(ids, tf.int32)  # In range, so int32 holds them.
-            columns = v.nan_unless(valid, tf.gather(full, ids, axis=1)
-                                   if negatives.ids.shape.rank == 1
-                                   else tf.gather(full, ids, batch_dims=1))
-            return Scored(positive_logits, self._temperature(columns), negatives.mask,
-                          negatives.log_q, negatives.positive_log_q,
-                          negatives.log_q_excludes_positive,
-                          log_q_checked=negatives.log_q_checked, negative_ids=negatives.ids)
-        negatives = self.sampler(positive_ids, candidate_ids, candidate_embeddings,
-                                 candidate_mask=candidate_mask,
-                                 embedding_fn=candidate_embedding_fn)
-        if negatives.embeddings is None:
-            raise ValueError(
-                f"{type(self.sampler).__name__} drew ids outside the batch and needs "
-                "`candidate_embedding_fn` (the item tower) to embed them; received "
-                "candidate_embedding_fn=None.")
-        negative_embeddings = negatives.embeddings
-        if isinstance(negative_embeddings, tuple):  # (per-row part, shared part).
-            negative_embeddings = tuple(v.float_tensor("negative embeddings", part)
-                                        for part in negative_embeddings)
-        else:
-            negative_embeddings = v.float_tensor("negative embeddings", negative_embeddings)
-        negative_logits = self._temperature(_ops.scores(query_embeddings, negative_embeddings))
-        return Scored(positive_logits, negative_logits, negatives.mask, negatives.log_q,
-                      negatives.positive_log_q, negatives.log_q_excludes_positive,
-                      log_q_checked=negatives.log_q_checked, negative_ids=negatives.ids)
-
-    def _without_known_positives(self, scored: Scored, candidate_ids, query_ids,
-                                 known_positive_ids, known_positives, valid_rows) -> Scored:
-        """`scored` with each row's known positives masked and "improved"'s n counted before
-        (`logq_core.formulas.mask_known_positives`)."""
-        known = known_positives
-        if query_ids is not None or known_positive_ids is not None:
-            num_queries = tf.shape(scored.positive_logits)[0]
-            positive_ids = candidate_ids[:num_queries]
-            negative_ids = (candidate_ids if scored.negative_ids is None
-                            else scored.negative_ids)
-            # A pool drawn from every replica's rows: so is the known set.
-            by_ids = negatives_lib.known_positive_mask(
-                positive_ids, negative_ids, query_ids, known_positive_ids, valid_rows,
-                global_batch=scored.negative_ids is not None and _global_pool(self.sampler))
-            known = by_ids if known is None else tf.logical_or(known, by_ids)
-        mask, num_valid = formulas.mask_known_positives(
-            _ops.TF, scored.negative_logits, scored.mask, known, scored.num_valid)
-        return scored._replace(mask=mask, num_valid=num_valid)
-
-    def _hard_negatives(self, scored: Scored, correction: str) -> Scored:
-        """Keeps the num_hard_negatives valid negatives with the largest corrected logits
-        (`logq_core.formulas.hard_negatives`); `num_valid` keeps the count before mining."""
-        log_q = None if correction == "none" else scored.log_q
-        negative_logits, mask, log_q, num_valid = formulas.hard_negatives(
-            _ops.TF, scored.negative_logits, scored.mask, log_q,
-            tf.minimum(self.num_hard_negatives, tf.shape(scored.negative_logits)[1]),
-            self.log_q_scale, scored.num_valid)
-        return scored._replace(negative_logits=negative_logits, mask=mask, log_q=log_q,
-                               diagonal_positive=False, num_valid=num_valid)
-
-    @staticmethod
-    def _logits_matrix(scored: Scored, correction: str, log_q_scale: float = 1.0):
-        """[batch, 1 + N] labels and corrected logits, positive first, removed ones at MIN_FLOAT."""
-        positive_logits, negative_logits = scored.positive_logits, scored.negative_logits
-        if correction == "standard":
-            positive_logits = positive_logits - formulas.scaled(scored.positive_log_q,
-                                                                log_q_scale)
-        if correction in ("standard", "standard_negatives"):
-            negative_logits = negative_logits - formulas.scaled(scored.log_q, log_q_scale)
-        negative_logits = tf.where(scored.mask, negative_logits, MIN_FLOAT)
-        logits = tf.concat([positive_logits[:, tf.newaxis], negative_logits], axis=1)
-        labels = tf.one_hot(tf.zeros_like(positive_logits, tf.int32), tf.shape(logits)[1])
-        return labels, logits
-
     def get_config(self):
         """Config of every argument except `metrics` (factorized metrics hold a candidate index)."""
         config = super().get_config()
@@ -609,119 +430,3 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if config.get("sampler") is not None:
             config["sampler"] = tf.keras.layers.deserialize(config["sampler"])
         return cls(**config)
-
-
-def _shape(tensor: tf.Tensor) -> str:
-    return checks._shape_text(  # pylint: disable=protected-access
-        None if tensor.shape.rank is None else tuple(tensor.shape.as_list()))
-
-
-def _checked_embeddings(query_embeddings, candidate_embeddings, sample_weight):
-    """The task's float inputs, checked (dtype, rank, matching sizes) and cast to float32.
-
-    Every size that would broadcast or slice silently is checked: fewer candidate rows than
-    queries (the extra queries would have no positive, and a loss of 0), a "maxsim" query
-    with no head (every score -inf), a `sample_weight` of another length (a [1] weight
-    would broadcast over the batch).
-    """
-    query_embeddings = v.float_tensor("query_embeddings", query_embeddings)
-    if query_embeddings.shape.rank not in (2, 3):
-        raise ValueError(
-            "`query_embeddings` must have shape [num_queries, dim] or "
-            "[num_queries, num_heads, dim]; received query_embeddings with shape "
-            f"{_shape(query_embeddings)}.")
-    if query_embeddings.shape.rank == 3 and query_embeddings.shape[1] == 0:
-        raise ValueError(
-            "`query_embeddings` of shape [num_queries, num_heads, dim] are scored by their "
-            "best head (\"maxsim\") and need num_heads >= 1; received query_embeddings with "
-            f"shape {_shape(query_embeddings)}.")
-    candidate_embeddings = v.float_tensor("candidate_embeddings", candidate_embeddings, rank=2)
-    v.check_compatible_dim("query_embeddings", query_embeddings, -1,
-                           "candidate_embeddings", candidate_embeddings, -1)
-    candidate_embeddings = _check_enough_candidates(query_embeddings, candidate_embeddings)
-    if sample_weight is not None:
-        sample_weight = v.float_tensor("sample_weight", sample_weight, rank=1)
-        v.check_compatible_dim("sample_weight", sample_weight, 0,
-                               "query_embeddings", query_embeddings, 0)
-    return query_embeddings, candidate_embeddings, sample_weight
-
-
-def _check_enough_candidates(query_embeddings, candidate_embeddings):
-    """`candidate_embeddings`, checked to hold a row (the positive) for every query: at trace
-    time where both sizes are known, else by a graph assertion."""
-    message = ("`candidate_embeddings` must have at least one row per query (row i is query "
-               "i's positive; extra rows are extra negatives)")
-    num_queries, num_candidates = query_embeddings.shape[0], candidate_embeddings.shape[0]
-    if num_queries is not None and num_candidates is not None:
-        if num_candidates < num_queries:
-            raise ValueError(f"{message}; received candidate_embeddings with shape "
-                             f"{_shape(candidate_embeddings)} for query_embeddings with "
-                             f"shape {_shape(query_embeddings)}.")
-        return candidate_embeddings
-    with tf.control_dependencies([tf.debugging.assert_greater_equal(
-            tf.shape(candidate_embeddings)[0], tf.shape(query_embeddings)[0],
-            message=message + "; received fewer candidate rows than queries")]):
-        return tf.identity(candidate_embeddings)
-
-
-def _checked_columns(query_embeddings, candidate_embeddings, candidate_ids, score_mask,
-                     candidate_mask):
-    """`candidate_ids`, `score_mask` and `candidate_mask` checked (dtype, rank) to match the
-    queries and candidate columns: a [1]-sized one would broadcast silently. [N, 1]
-    `candidate_ids` come back as [N]."""
-    columns = ("candidate_embeddings", candidate_embeddings, 0)
-    checked = []
-    for name, value, convert, sizes in (
-            ("candidate_ids", candidate_ids, v.id_vector, [(0, columns)]),
-            ("score_mask", score_mask, functools.partial(v.bool_tensor, rank=2),
-             [(0, ("query_embeddings", query_embeddings, 0)), (1, columns)]),
-            ("candidate_mask", candidate_mask, functools.partial(v.bool_tensor, rank=1),
-             [(0, columns)])):
-        if value is not None:
-            value = convert(name, value)
-            for axis, other in sizes:
-                v.check_compatible_dim(name, value, axis, *other)
-        checked.append(value)
-    return tuple(checked)
-
-
-def _global_pool(sampler) -> bool:
-    """Whether `sampler`'s in-batch pool is the global batch under tf.distribute."""
-    in_batch = getattr(sampler, "in_batch", sampler)
-    return bool(getattr(in_batch, "global_batch", False))
-
-
-def _checked_known_positives(query_embeddings, candidate_embeddings, candidate_ids, query_ids,
-                             known_positive_ids, known_positives, has_sampler):
-    """`query_ids` [num_queries] (or [num_queries, 1], returned as [num_queries]),
-    `known_positive_ids` [num_queries, k] and `known_positives` [num_queries, num_candidates]
-    checked (dtype, rank, sizes; ids need `candidate_ids`; `known_positives` names candidate
-    columns, which a sampler's negatives are not)."""
-    for name, value in (("query_ids", query_ids), ("known_positive_ids", known_positive_ids)):
-        if value is not None and candidate_ids is None:
-            raise ValueError(f"`{name}` masks the candidates whose ids are known positives and "
-                             "needs `candidate_ids`; received candidate_ids=None.")
-    queries = ("query_embeddings", query_embeddings, 0)
-    if query_ids is not None:
-        query_ids = v.id_vector("query_ids", query_ids)
-        v.check_compatible_dim("query_ids", query_ids, 0, *queries)
-    if known_positive_ids is not None:
-        known_positive_ids = v.ids_tensor("known_positive_ids", known_positive_ids, rank=2)
-        v.check_compatible_dim("known_positive_ids", known_positive_ids, 0, *queries)
-        if (known_positive_ids.dtype == tf.string) != (
-                tf.convert_to_tensor(candidate_ids).dtype == tf.string):
-            raise TypeError(
-                "`known_positive_ids` must be ids of the kind of `candidate_ids`; received "
-                f"known_positive_ids with dtype {known_positive_ids.dtype.name} and "
-                f"candidate_ids with dtype {tf.convert_to_tensor(candidate_ids).dtype.name}.")
-    if known_positives is not None:
-        if has_sampler:
-            raise ValueError(
-                "`known_positives` marks candidate columns; a sampler's negatives are not "
-                "the candidate columns: pass `query_ids` or `known_positive_ids` instead. "
-                "Received known_positives that is not None.")
-        known_positives = v.bool_tensor("known_positives", known_positives, rank=2)
-        v.check_compatible_dim("known_positives", known_positives, 0, *queries)
-        v.check_compatible_dim("known_positives", known_positives, 1,
-                               "candidate_embeddings", candidate_embeddings, 0)
-    return query_ids, known_positive_ids, known_positives

@@ -1,9 +1,9 @@
 r"""Training options against the default on the synthetic catalog: the user guide's options table.
 
 Usage:
-  python -m pipelines.benchmarks.options_synthetic --name=mask_known_positives \
+  python -m benchmarks.options_synthetic --name=mask_known_positives \
       --seeds=0,1,2 -- --mask_known_positives
-  python -m pipelines.benchmarks.options_synthetic  # Only prints the table.
+  python -m benchmarks.options_synthetic  # Only prints the table.
 
 Each seed S of option NAME runs, one at a time,
   python -m pipelines.train --preset=synthetic --index=exact --epochs=8 --patience=100 \
@@ -26,7 +26,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results",
+RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "results",
                        "options_synthetic.json")
 COMMAND = ("python -m pipelines.train --preset=synthetic --index=exact --epochs=8 "
            "--patience=100 --seed=S [option]")

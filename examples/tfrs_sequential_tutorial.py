@@ -20,7 +20,7 @@ examples at random). The script prints factorized top-10/50/100 on the test exam
 
 Usage (MovieLens-1M ratings from --data_path, else under $TFRS_LOGQ_DATA; the data is never
 bundled):
-  python -m pipelines.examples.tfrs_sequential_tutorial --max_users=200 --epochs=1
+  python -m examples.tfrs_sequential_tutorial --max_users=200 --epochs=1
 """
 
 import json

@@ -1,6 +1,6 @@
 r"""Milliseconds per SASRec training step for every row of the reproduction, with and without XLA.
 
-For each preset and each row of the paper's Table 1 (`pipelines.benchmarks.rows`,
+For each preset and each row of the paper's Table 1 (`benchmarks.rows`,
 as that preset's profile runs it: under `official` / `official_cpu` the rows are
 the released scripts'), it builds the model and the training stream exactly as
 `pipelines.train` does, and times compiled training steps (forward, loss,
@@ -10,9 +10,9 @@ positions) per second, and the XLA / no-XLA ratio. Timings from one run on a
 shared machine: compare within a run only.
 
 Usage:
-  python -m pipelines.benchmarks.train_step                        # cpu and official_cpu
-  python -m pipelines.benchmarks.train_step --presets=paper,official --rounds=2
-  python -m pipelines.benchmarks.train_step --rows=in_batch-improved --xla=false
+  python -m benchmarks.train_step                        # cpu and official_cpu
+  python -m benchmarks.train_step --presets=paper,official --rounds=2
+  python -m benchmarks.train_step --rows=in_batch-improved --xla=false
 """
 
 import os
@@ -26,7 +26,7 @@ from absl import flags
 
 from pipelines import configs
 from pipelines import experiment
-from pipelines.benchmarks import rows as table
+from benchmarks import rows as table
 from pipelines.data import loaders
 
 FLAGS = flags.FLAGS
@@ -34,7 +34,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     flags.DEFINE_list("presets", ["cpu", "official_cpu"], "Presets to time (their profiles' rows).")
-    flags.DEFINE_list("rows", [], "Rows of pipelines.benchmarks.rows (default: Table 1's, not "
+    flags.DEFINE_list("rows", [], "Rows of benchmarks.rows (default: Table 1's, not "
                       "the official-only ones).")
     flags.DEFINE_list("xla", ["false", "true"], "jit_compile settings to time.")
     flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is reported.", lower_bound=1)

@@ -19,7 +19,7 @@ reported. On 2 CPU cores no speed-up is expected: the replicas share the
 cores. The figure to watch is the overhead.
 
 Usage:
-  python -m pipelines.benchmarks.scaling
+  python -m benchmarks.scaling
 """
 
 import json
@@ -155,7 +155,7 @@ def run_worker() -> None:
 
 
 def run_workers():
-    args = [sys.executable, "-m", "pipelines.benchmarks.scaling", "--worker",
+    args = [sys.executable, "-m", "benchmarks.scaling", "--worker",
             f"--batch_size={FLAGS.batch_size}", f"--num_items={FLAGS.num_items}",
             f"--dim={FLAGS.dim}", f"--rounds={FLAGS.rounds}",
             f"--steps_per_round={FLAGS.steps_per_round}"]

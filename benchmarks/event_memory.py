@@ -8,7 +8,7 @@ time-ordered training stream of the industrial preset, and reads `--batches` bat
 it. It reports the process's peak resident memory, the peak while the batches were read,
 and the seconds the read and split took.
 
-  python -m pipelines.benchmarks.event_memory --events_per_user=10,20,40
+  python -m benchmarks.event_memory --events_per_user=10,20,40
 """
 
 import json
@@ -22,7 +22,7 @@ from absl import flags
 
 import tfrs_logq  # noqa: F401  pylint: disable=unused-import  (sets TF_USE_LEGACY_KERAS)
 from pipelines import configs
-from pipelines.benchmarks import processes
+from benchmarks import processes
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("items", 1_000_000, "Items of the synthetic catalog.")
@@ -97,7 +97,7 @@ def main(argv):
         config = _config(log)
         experiment.event_files(config.data)  # Drawn first, in this process, if missing.
         for path in FLAGS.paths:
-            alone = processes.run_alone("pipelines.benchmarks.event_memory", [
+            alone = processes.run_alone("benchmarks.event_memory", [
                 f"--cell={path}:{log}", f"--items={FLAGS.items}", f"--users={FLAGS.users}",
                 f"--batches={FLAGS.batches}"])
             row = {"events_per_user": config.data.synthetic_events_per_user,

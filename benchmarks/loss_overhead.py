@@ -21,10 +21,10 @@ size (where TFRS's step alone needs 17 GB, so the variants cannot share one
 process) and reports its peak resident memory and median step time.
 
 Usage:
-  python -m pipelines.benchmarks.loss_overhead --batch_sizes=8192 --rounds=3 --steps_per_round=5
-  python -m pipelines.benchmarks.loss_overhead          # the grid up to batch 8192
-  python -m pipelines.benchmarks.loss_overhead --tutorial
-  python -m pipelines.benchmarks.loss_overhead --memory --batch_sizes=16384
+  python -m benchmarks.loss_overhead --batch_sizes=8192 --rounds=3 --steps_per_round=5
+  python -m benchmarks.loss_overhead          # the grid up to batch 8192
+  python -m benchmarks.loss_overhead --tutorial
+  python -m benchmarks.loss_overhead --memory --batch_sizes=16384
 """
 
 import gzip
@@ -37,8 +37,8 @@ import tensorflow_recommenders as tfrs
 from absl import app
 from absl import flags
 
-from pipelines.benchmarks import processes
-from pipelines.benchmarks.steps import time_interleaved, zipf_batches
+from benchmarks import processes
+from benchmarks.steps import time_interleaved, zipf_batches
 from pipelines.data import loaders
 from tfrs_logq import frequency
 from tfrs_logq import losses
@@ -298,7 +298,7 @@ def run_memory() -> None:
     print("| variant | peak RSS (MiB) | ms/step | vs TFRS |\n|---|---|---|---|")
     times = {}
     for name, reference in names.items():
-        alone = processes.run_alone("pipelines.benchmarks.loss_overhead", [
+        alone = processes.run_alone("benchmarks.loss_overhead", [
             f"--memory_variant={name}", f"--batch_sizes={batch_size}", "--ids=int",
             f"--num_items={FLAGS.num_items}", f"--dim={FLAGS.dim}",
             f"--rounds={FLAGS.rounds}", f"--steps_per_round={FLAGS.steps_per_round}"])

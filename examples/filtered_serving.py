@@ -13,7 +13,7 @@ Exits with status 1 when an answer holds an id outside the allowed set, an exclu
 history id, or when the brute-force answer differs from exact search.
 
 Usage:
-  python -m pipelines.examples.filtered_serving [--run=OUTPUT_DIR] [--users=2] [--allowed=40]
+  python -m examples.filtered_serving [--run=OUTPUT_DIR] [--users=2] [--allowed=40]
 """
 
 import json

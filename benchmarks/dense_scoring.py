@@ -15,8 +15,8 @@ steps on 100,000 items, about 10 s each, dominate) and the switch picked the fas
 12 settings (ratio 16; the crossover lay between 13 and 53 items per negative on 3,416 items).
 
 Usage:
-  python -m pipelines.benchmarks.dense_scoring
-  python -m pipelines.benchmarks.dense_scoring --catalogs=3416,100000 --negatives=16,256
+  python -m benchmarks.dense_scoring
+  python -m benchmarks.dense_scoring --catalogs=3416,100000 --negatives=16,256
 """
 
 import contextlib
@@ -27,7 +27,7 @@ import tensorflow as tf
 from absl import app
 from absl import flags
 
-from pipelines.benchmarks.steps import time_interleaved
+from benchmarks.steps import time_interleaved
 from tfrs_logq.models import objective as objective_lib
 
 FLAGS = flags.FLAGS

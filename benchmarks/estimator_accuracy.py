@@ -19,11 +19,11 @@ estimator, just before the drift:
 
 Then, for the Zipf 1.0 stream, the head items' readings next to the truth, and
 for each estimator its throughput and its cost as a fraction of the two-tower
-training step of `pipelines.benchmarks.loss_overhead` (batch 1024), timed
+training step of `benchmarks.loss_overhead` (batch 1024), timed
 interleaved in one run.
 
 Usage:
-  python -m pipelines.benchmarks.estimator_accuracy --output_dir runs/estimator_accuracy
+  python -m benchmarks.estimator_accuracy --output_dir runs/estimator_accuracy
 """
 
 import json
@@ -37,8 +37,8 @@ from absl import app
 from absl import flags
 from tqdm import tqdm
 
-from pipelines.benchmarks import catalog
-from pipelines.benchmarks import steps as steps_lib
+from benchmarks import catalog
+from benchmarks import steps as steps_lib
 from tfrs_logq import frequency
 from tfrs_logq.tasks import LogQRetrieval
 

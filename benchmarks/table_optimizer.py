@@ -15,7 +15,7 @@ medians and each one's ratio to its own step at the smallest catalog are printed
 from one run only: compare within a run.
 
 Usage:
-  python -m pipelines.benchmarks.table_optimizer --catalogs=10000,1000000 --batch_size=1024
+  python -m benchmarks.table_optimizer --catalogs=10000,1000000 --batch_size=1024
 """
 
 from absl import app
@@ -23,7 +23,7 @@ from absl import flags
 
 from pipelines import configs
 from pipelines import experiment
-from pipelines.benchmarks import steps
+from benchmarks import steps
 from tfrs_logq import tasks
 
 FLAGS = flags.FLAGS

@@ -25,28 +25,25 @@ Data: MovieLens-1M in SASRec's `user item` format (`ml-1m/sasrec_ml-1m.txt.gz`),
 `pipelines.data.loaders.load_sasrec` and split by `pipelines.data.splits.leave_one_out`
 (gSASRec's validation users keep their second-to-last item out of training).
 
-Usage (JAX by default; KERAS_BACKEND=tensorflow works too):
-  python -m pipelines.examples.keras_sasrec --data_path=DATA/ml-1m/sasrec_ml-1m.txt.gz
-On a machine without TensorFlow (`pipelines/__init__` imports tfrs_logq, hence TensorFlow),
-run the file itself: `PYTHONPATH=. python pipelines/examples/keras_sasrec.py`; its data
-modules are then imported without the package's `__init__` (they need only numpy).
+Usage, from a clone with `pip install -e ".[keras]" jax` (no TensorFlow needed; JAX by
+default, KERAS_BACKEND=tensorflow or torch works too):
+  python -m examples.keras_sasrec --data_path=DATA/ml-1m/sasrec_ml-1m.txt.gz
 """
 
-import importlib.util
 import json
 import math
 import os
-import sys
 import time
-import types
 
 import numpy as np
 from absl import app
 from absl import flags
 
+from pipelines.data import loaders
+from pipelines.data import splits
+
 FLAGS = flags.FLAGS
 ROWS = ("bce", "in_batch_none", "in_batch_improved", "mixed_none", "mixed_improved")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SASREC_FILE = os.path.join("ml-1m", "sasrec_ml-1m.txt.gz")
 
 
@@ -79,20 +76,6 @@ if __name__ == "__main__":
                              message=f"--rows must be among {ROWS}.")
 
 
-def data_modules():
-    """(loaders, splits) of `pipelines.data`. Without TensorFlow, `pipelines/__init__` (which
-    imports tfrs_logq) cannot run, so the two modules, which need only numpy, are imported
-    under empty parent packages instead."""
-    if "pipelines" not in sys.modules and importlib.util.find_spec("tensorflow") is None:
-        for name, path in (("pipelines", "pipelines"),
-                           ("pipelines.data", os.path.join("pipelines", "data"))):
-            package = types.ModuleType(name)
-            package.__path__ = [os.path.join(ROOT, path)]
-            sys.modules[name] = package
-    from pipelines.data import loaders, splits  # pylint: disable=import-outside-toplevel
-    return loaders, splits
-
-
 def left_padded(sequences, max_len: int) -> np.ndarray:
     """[n, max_len] int32: each sequence's last `max_len` items, zeros (padding) first."""
     out = np.zeros((len(sequences), max_len), np.int32)
@@ -118,7 +101,6 @@ def training_windows(train, max_len: int):
 
 def load(data_path: str, max_len: int):
     """(training windows dict, test EvalSet, num_items, item probabilities [num_items + 1])."""
-    loaders, splits = data_modules()
     split = splits.leave_one_out(loaders.load_sasrec(data_path))
     inputs, targets = training_windows(split.train[1:], max_len)
     counts = np.bincount(targets[targets > 0], minlength=split.num_items + 1).astype(float)

@@ -19,7 +19,7 @@ resident memory of every process (VmHWM, the servers' read from /proc before the
 stopped), and the sketch's error against the stream's true q at the end (mean |log q -
 log q_true| weighted by q, and by popularity third).
 
-  python -m pipelines.benchmarks.strategies --out=docs/results/strategies_1m.json
+  python -m benchmarks.strategies --out=docs/results/strategies_1m.json
 """
 
 import argparse
@@ -63,7 +63,7 @@ def _train(args) -> Dict:
     import tfrs_logq  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from pipelines import configs, distribute, experiment  # pylint: disable=import-outside-toplevel
-    from pipelines.benchmarks import processes  # pylint: disable=import-outside-toplevel
+    from pipelines import memory  # pylint: disable=import-outside-toplevel
     from tfrs_logq.frequency import CountMinSketchEstimator  # pylint: disable=import-outside-toplevel
     from tfrs_logq.models import TwoTower, make_objective  # pylint: disable=import-outside-toplevel
 
@@ -134,7 +134,7 @@ def _train(args) -> Dict:
             "estimator_log_error": {"weighted": round(float((error * q_true[1:]).sum()), 4),
                                     **{name: round(float(error[ids_].mean()), 4) for name, ids_
                                        in zip(("head", "torso", "tail"), thirds)}},
-            "peak_rss_mib": round(processes.peak_rss_mib())}
+            "peak_rss_mib": round(memory.peak_rss_mib())}
 
 
 def _peak_of(pid: int) -> Optional[int]:
@@ -160,7 +160,7 @@ def run_variant(variant: str, flags: List[str], workers: int = 2) -> Dict:
     """Starts `variant`'s processes, waits for them and returns the chief's measures with
     every process's peak memory."""
     from pipelines import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
-    command = [sys.executable, "-m", "pipelines.benchmarks.strategies", "--run", variant] + flags
+    command = [sys.executable, "-m", "benchmarks.strategies", "--run", variant] + flags
     if variant in ("default", "mirrored"):
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode:
@@ -195,7 +195,7 @@ def run_variant(variant: str, flags: List[str], workers: int = 2) -> Dict:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m pipelines.benchmarks.strategies",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.strategies",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1024)

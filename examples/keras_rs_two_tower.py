@@ -17,7 +17,7 @@ catalog, each user's training items excluded, and the script prints
 Recall@10 and NDCG@10 on the test targets.
 
 Usage (JAX by default; KERAS_BACKEND=tensorflow or torch works too):
-  python -m pipelines.examples.keras_rs_two_tower
+  python -m examples.keras_rs_two_tower
 """
 
 import os

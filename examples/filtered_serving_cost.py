@@ -8,7 +8,7 @@ two [batch, catalog] masks to the history's; on the ScaNN export, rows whose all
 small for the index's re-scored candidates to hold k of its items are searched exactly.
 
 Usage:
-  python -m pipelines.examples.filtered_serving_cost --catalog=100000 --batch_size=64
+  python -m examples.filtered_serving_cost --catalog=100000 --batch_size=64
 """
 
 import os
@@ -20,7 +20,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from pipelines.examples.filtered_serving import median_ms
+from examples.filtered_serving import median_ms
 from tfrs_logq import export
 from tfrs_logq.models import RetrievalObjective, SASRec
 

@@ -10,7 +10,7 @@ and compared with the full-softmax gradient by relative L2 error
 printed beside it.
 
 Usage:
-  python -m pipelines.benchmarks.gradient_bias --output_dir runs/gradient_bias
+  python -m benchmarks.gradient_bias --output_dir runs/gradient_bias
 """
 
 import json
@@ -23,7 +23,7 @@ from absl import app
 from absl import flags
 from tqdm import tqdm
 
-from pipelines.benchmarks import catalog
+from benchmarks import catalog
 from tfrs_logq import losses
 from tfrs_logq import negatives
 

@@ -28,7 +28,7 @@ variant it reports the bias and spread of the asynchronous q against the synchro
 by true probability, and weighted by the true q), the error of both against the true q,
 and the step counters.
 
-  python -m pipelines.benchmarks.async_sketch --out=docs/results/async_sketch.json
+  python -m benchmarks.async_sketch --out=docs/results/async_sketch.json
 """
 
 import argparse
@@ -210,7 +210,7 @@ def measure(variants: Dict[str, Dict], items: int, batch: int, steps: int, repea
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m pipelines.benchmarks.async_sketch",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.async_sketch",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=256)

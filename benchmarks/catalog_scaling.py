@@ -26,8 +26,8 @@ the whole process (import, build, steps) and over the steps after the first. Tim
 one run only: compare within a run.
 
 Usage:
-  python -m pipelines.benchmarks.catalog_scaling --rounds=3 --steps_per_round=3
-  python -m pipelines.benchmarks.catalog_scaling --catalogs=10000,1000000 --batch_sizes=1024 \
+  python -m benchmarks.catalog_scaling --rounds=3 --steps_per_round=3
+  python -m benchmarks.catalog_scaling --catalogs=10000,1000000 --batch_sizes=1024 \
       --memory=false
 """
 
@@ -41,8 +41,9 @@ from absl import flags
 
 from pipelines import configs
 from pipelines import experiment
-from pipelines.benchmarks import processes
-from pipelines.benchmarks import steps
+from benchmarks import processes
+from pipelines import memory as memory_lib
+from benchmarks import steps
 from tfrs_logq import frequency
 from tfrs_logq import losses
 from tfrs_logq import negatives
@@ -50,7 +51,7 @@ from tfrs_logq.tasks import LogQRetrieval
 
 FLAGS = flags.FLAGS
 TFRS = "tfrs Retrieval"
-MODULE = "pipelines.benchmarks.catalog_scaling"
+MODULE = "benchmarks.catalog_scaling"
 
 
 def define_flags() -> None:
@@ -204,7 +205,7 @@ def main(argv) -> None:
     print(f"{largest:,} items / {smallest:,} items, same variant and batch: worst "
           f"{growth[worst]:.3f}x ({worst[1]}, batch {worst[0]}); above 1.2x in "
           f"{sum(g > 1.2 for g in growth.values())} of {len(growth)}.")
-    print(f"Peak RSS of this process: {processes.peak_rss_mib():.0f} MiB.")
+    print(f"Peak RSS of this process: {memory_lib.peak_rss_mib():.0f} MiB.")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ two-tower interactions. Timings from one run, on ML-1M when $TFRS_LOGQ_DATA
 holds it, else on the synthetic catalog.
 
 Usage:
-  python -m pipelines.benchmarks.input_pipeline
+  python -m benchmarks.input_pipeline
 """
 
 import os

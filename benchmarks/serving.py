@@ -8,7 +8,7 @@ ms per request. Exclusion costs one [batch, catalog] mask, so memory grows with
 batch x catalog, not with the history's length.
 
 Usage:
-  python -m pipelines.benchmarks.serving --catalogs=100000,1000000 --batch_size=256
+  python -m benchmarks.serving --catalogs=100000,1000000 --batch_size=256
 """
 
 import json

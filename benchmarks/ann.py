@@ -26,8 +26,8 @@ Then, in one run:
 Target at 5M items: recall@100 >= 0.95 at >= 10x BruteForce's queries per second.
 
 Usage:
-  python -m pipelines.benchmarks.ann
-  python -m pipelines.benchmarks.ann --embeddings=clustered --catalogs=1000000,5000000 \
+  python -m benchmarks.ann
+  python -m benchmarks.ann --embeddings=clustered --catalogs=1000000,5000000 \
       --search=default,100:600
 """
 
@@ -40,7 +40,7 @@ import tensorflow_recommenders as tfrs
 from absl import app
 from absl import flags
 
-from pipelines.benchmarks import catalog
+from benchmarks import catalog
 from pipelines.data import builders
 from pipelines.data import splits
 from pipelines.data import synthetic

@@ -6,7 +6,7 @@ from typing import Callable, Dict
 import numpy as np
 import tensorflow as tf
 
-from pipelines.benchmarks import catalog
+from benchmarks import catalog
 
 
 class TwoTower(tf.keras.Model):

@@ -1,0 +1,66 @@
+"""`tfrs-logq JOB [FLAGS...]`: the pipelines' jobs behind one command.
+
+Each job is also `python -m pipelines.JOB` with the same flags; `tfrs-logq JOB --help`
+lists a job's flags, `tfrs-logq --help` the jobs and the presets.
+
+  tfrs-logq train --preset=synthetic --output_dir=runs/demo
+  tfrs-logq evaluate runs/demo --index=scann
+  tfrs-logq export runs/demo --index=exact
+  tfrs-logq cluster --workers=2 --ps=2 -- tfrs-logq train --strategy=parameter_server ...
+"""
+
+import importlib
+import sys
+from typing import List, NamedTuple, Optional
+
+PROG = "tfrs-logq"
+
+
+class Job(NamedTuple):
+    module: str  # Its module: `python -m MODULE` runs it too.
+    summary: str
+
+
+JOBS = {
+    "train": Job("pipelines.train", "Train a preset (data -> fit -> test evaluation -> export)."),
+    "evaluate": Job("pipelines.evaluate", "Re-evaluate a run from its checkpoint; --against "
+                                          "compares two runs query by query."),
+    "export": Job("pipelines.export", "Export a run as SavedModels (exact search and ScaNN)."),
+    "cluster": Job("pipelines.cluster", "Run a command as a local cluster (a chief, workers "
+                                        "and parameter servers)."),
+}
+
+
+def usage() -> str:
+    """The text of `tfrs-logq --help`: the jobs, then the presets of `train --preset`."""
+    from pipelines import configs  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
+    width = max(map(len, [*JOBS, *configs.PRESETS]))
+    lines = [f"usage: {PROG} JOB [FLAGS...]   ({PROG} JOB --help: the job's flags)", "",
+             "jobs:"]
+    lines += [f"  {name:<{width}}  {job.summary}" for name, job in JOBS.items()]
+    lines += ["", f"presets ({PROG} train --preset=NAME; any field can be overridden by its "
+                  "flag or --config_file):"]
+    lines += [f"  {name:<{width}}  {configs.PRESET_SUMMARIES[name]}" for name in configs.PRESETS]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Runs `tfrs-logq JOB FLAGS...` (argv without the program's name; None: sys.argv[1:])."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in JOBS:
+        print(f"{PROG}: unknown job {name!r}; the jobs are {', '.join(JOBS)} "
+              f"(`{PROG} --help` lists them).", file=sys.stderr)
+        return 2
+    module = importlib.import_module(JOBS[name].module)
+    if name == "cluster":  # argparse, not absl.
+        return module.main(rest, prog=f"{PROG} cluster")
+    module.run_job([f"{PROG} {name}", *rest])  # absl's app.run: exits with the job's status.
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
