@@ -40,9 +40,10 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
+import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+# isort: split
+import numpy as np
 import tensorflow as tf
 
 from pipelines import cluster as cluster_lib
@@ -54,8 +55,11 @@ VARIANTS = {
     "conservative_decay1": dict(decay=1.0, conservative=True),
     "plain_decay0.95": dict(decay=0.95, conservative=False),
 }
-_SERVE = [sys.executable, "-c",
-          "from pipelines import distribute; distribute.serve_parameter_server_task()"]
+_SERVE = [
+    sys.executable,
+    "-c",
+    "from pipelines import distribute; distribute.serve_parameter_server_task()",
+]
 
 
 def zipf_stream(items: int, batch: int, steps: int, seed: int = 0):
@@ -93,12 +97,16 @@ def synchronous(stream: np.ndarray, variant: Dict, width: int, depth: int) -> Di
     update = tf.function(sketch.update)
     for ids in stream:
         update(tf.constant(ids))
-    return {"q": q_of(sketch, int(stream.max()) + 1), "step": int(sketch.step.numpy()),
-            "draws": draws(sketch)}
+    return {
+        "q": q_of(sketch, int(stream.max()) + 1),
+        "step": int(sketch.step.numpy()),
+        "draws": draws(sketch),
+    }
 
 
-def asynchronous(strategy, stream: np.ndarray, variant: Dict, width: int, depth: int,
-                 items: int) -> Dict:
+def asynchronous(
+    strategy, stream: np.ndarray, variant: Dict, width: int, depth: int, items: int
+) -> Dict:
     """The sketch after the stream's steps scheduled on the cluster's workers (each step
     one closure, `update` under `strategy.run`, as a training step calls it)."""
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
@@ -112,10 +120,13 @@ def asynchronous(strategy, stream: np.ndarray, variant: Dict, width: int, depth:
     for ids in stream:
         coordinator.schedule(step, args=(tf.constant(ids),))
     coordinator.join()
-    return {"q": q_of(sketch, items), "step": int(sketch.step.numpy()),
-            "steps_since_rescale": int(sketch.steps_since_rescale.numpy()),
-            "draws": draws(sketch),
-            "devices": sorted({w.device for w in sketch.weights})}
+    return {
+        "q": q_of(sketch, items),
+        "step": int(sketch.step.numpy()),
+        "steps_since_rescale": int(sketch.steps_since_rescale.numpy()),
+        "draws": draws(sketch),
+        "devices": sorted({w.device for w in sketch.weights}),
+    }
 
 
 def thirds(q_true: np.ndarray) -> Dict[str, np.ndarray]:
@@ -143,7 +154,8 @@ def compare(q_async: np.ndarray, q_sync: np.ndarray, q_true: np.ndarray) -> Dict
     out["max_abs_relative_error"] = float(np.abs(r).max())
     out["log_error_sync"] = float((np.abs(np.log(q_sync / q_true)) * q_true).sum())
     out["log_error_async"] = float(
-        (np.abs(np.log(q_async / q_true[np.newaxis, :])) * q_true).sum(axis=1).mean())
+        (np.abs(np.log(q_async / q_true[np.newaxis, :])) * q_true).sum(axis=1).mean()
+    )
     return out
 
 
@@ -159,20 +171,31 @@ def _exit_if_a_server_dies(servers, server_log, finished: threading.Event, say) 
     os._exit(1)  # pylint: disable=protected-access
 
 
-def measure(variants: Dict[str, Dict], items: int, batch: int, steps: int, repeats: int,
-            workers: int, ps: int, width: int, depth: int,
-            say=print) -> Dict:
+def measure(
+    variants: Dict[str, Dict],
+    items: int,
+    batch: int,
+    steps: int,
+    repeats: int,
+    workers: int,
+    ps: int,
+    width: int,
+    depth: int,
+    say=print,
+) -> Dict:
     """Starts a local cluster (`workers` workers and `ps` parameter servers as processes,
     this process its chief), runs every variant synchronously once and asynchronously
     `repeats` times, stops the cluster and returns the comparison of each variant."""
     stream, q_true = zipf_stream(items, batch, steps)
     cluster = cluster_lib.local_cluster(workers, ps, chief=True)
     server_log = tempfile.TemporaryFile("w+")  # The servers' output, shown if they fail.
-    servers = cluster_lib.start_cluster(_SERVE, {k: v for k, v in cluster.items()
-                                                 if k != "chief"}, output=server_log)
+    servers = cluster_lib.start_cluster(
+        _SERVE, {k: v for k, v in cluster.items() if k != "chief"}, output=server_log
+    )
     finished = threading.Event()
-    watchdog = threading.Thread(target=_exit_if_a_server_dies,
-                                args=(servers, server_log, finished, say), daemon=True)
+    watchdog = threading.Thread(
+        target=_exit_if_a_server_dies, args=(servers, server_log, finished, say), daemon=True
+    )
     watchdog.start()
     os.environ["TF_CONFIG"] = cluster_lib.tf_config(cluster, 0, "chief")
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
@@ -183,16 +206,20 @@ def measure(variants: Dict[str, Dict], items: int, batch: int, steps: int, repea
         for name, variant in variants.items():
             started = time.time()
             sync = synchronous(stream, variant, width, depth)
-            runs = [asynchronous(strategy, stream, variant, width, depth, items)
-                    for _ in range(repeats)]
+            runs = [
+                asynchronous(strategy, stream, variant, width, depth, items) for _ in range(repeats)
+            ]
             results[name] = {
                 "variant": variant,
                 **compare(np.stack([run["q"] for run in runs]), sync["q"], q_true),
-                "sync_step": sync["step"], "async_steps": [run["step"] for run in runs],
+                "sync_step": sync["step"],
+                "async_steps": [run["step"] for run in runs],
                 "async_steps_since_rescale": [run["steps_since_rescale"] for run in runs],
                 "state_devices": runs[0]["devices"],
-                "sync_draws": sync["draws"], "async_draws": [run["draws"] for run in runs],
-                "seconds": round(time.time() - started, 1)}
+                "sync_draws": sync["draws"],
+                "async_draws": [run["draws"] for run in runs],
+                "seconds": round(time.time() - started, 1),
+            }
             say(f"{name}: {json.dumps({k: results[name][k] for k in ('bias', 'sd')})}")
     except BaseException:
         server_log.seek(0)
@@ -203,15 +230,25 @@ def measure(variants: Dict[str, Dict], items: int, batch: int, steps: int, repea
         os.environ.pop("TF_CONFIG", None)
         for processes in servers.values():
             cluster_lib.stop(processes)
-    return {"items": items, "batch": batch, "steps": steps, "repeats": repeats,
-            "workers": workers, "ps": ps, "width": width, "depth": depth,
-            "stream": "Zipf(1), seed 0", "variants": results}
+    return {
+        "items": items,
+        "batch": batch,
+        "steps": steps,
+        "repeats": repeats,
+        "workers": workers,
+        "ps": ps,
+        "width": width,
+        "depth": depth,
+        "stream": "Zipf(1), seed 0",
+        "variants": results,
+    }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.async_sketch",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.async_sketch", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=1200)
@@ -220,17 +257,29 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--ps", type=int, default=2)
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"Comma-separated, of {', '.join(VARIANTS)}.")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"Comma-separated, of {', '.join(VARIANTS)}."
+    )
     parser.add_argument("--out", default=None, help="Where the JSON goes (else stdout only).")
     args = parser.parse_args(argv)
     names: List[str] = [n for n in args.variants.split(",") if n]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
-        parser.error(f"--variants must name some of {', '.join(VARIANTS)}; received "
-                     f"--variants={args.variants!r}.")
-    result = measure({n: VARIANTS[n] for n in names}, args.items, args.batch, args.steps,
-                     args.repeats, args.workers, args.ps, args.width, args.depth)
+        parser.error(
+            f"--variants must name some of {', '.join(VARIANTS)}; received "
+            f"--variants={args.variants!r}."
+        )
+    result = measure(
+        {n: VARIANTS[n] for n in names},
+        args.items,
+        args.batch,
+        args.steps,
+        args.repeats,
+        args.workers,
+        args.ps,
+        args.width,
+        args.depth,
+    )
     text = json.dumps(result, indent=1)
     if args.out:
         with open(args.out, "w") as f:

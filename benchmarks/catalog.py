@@ -1,4 +1,5 @@
-"""Synthetic Zipf catalogs shared by the benchmarks (no flags here, so any benchmark may import it)."""
+"""Synthetic Zipf catalogs shared by the benchmarks (no flags here, so any benchmark may
+import it)."""
 
 import numpy as np
 

@@ -33,8 +33,13 @@ flags.DEFINE_integer("num_items", 2000, "Catalog size.", lower_bound=10)
 flags.DEFINE_float("zipf_exponent", 1.0, "Popularity q(d) ~ rank^-exponent.", lower_bound=0.0)
 flags.DEFINE_list("num_negatives", ["4", "16", "64", "256"], "Values of n to study.")
 flags.DEFINE_integer("trials", 3000, "Draws averaged per configuration.", lower_bound=10)
-flags.DEFINE_float("tail_quantile", 0.75, "The tail positive is the item at this popularity "
-                   "rank quantile (0 = most popular).", lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_float(
+    "tail_quantile",
+    0.75,
+    "The tail positive is the item at this popularity rank quantile (0 = most popular).",
+    lower_bound=0.0,
+    upper_bound=1.0,
+)
 flags.DEFINE_list("samplers", ["in_batch", "uniform", "mixed"], "Samplers to study.")
 flags.DEFINE_integer("seed", 0, "Seed of the score vector and of the draws.")
 
@@ -43,16 +48,24 @@ CORRECTIONS = losses.CORRECTIONS
 
 # For each sampler kind, the library sampler that yields n negatives per row.
 SAMPLER_BUILDERS = {
-    "in_batch": lambda num_items, n, q, seed: negatives.InBatchSampler(probabilities=q,
-                                                                       seed=seed),
+    "in_batch": lambda num_items, n, q, seed: negatives.InBatchSampler(probabilities=q, seed=seed),
     "uniform": lambda num_items, n, q, seed: negatives.UniformSampler(num_items, n, seed=seed),
     "mixed": lambda num_items, n, q, seed: negatives.MixedSampler(
-        num_items, n - n // 2, n // 2, probabilities=q, seed=seed),
+        num_items, n - n // 2, n // 2, probabilities=q, seed=seed
+    ),
 }
 
 
-def expected_gradient(sampler, kind: str, correction: str, scores: np.ndarray, q: np.ndarray,
-                      positive: int, n: int, trials: int):
+def expected_gradient(
+    sampler,
+    kind: str,
+    correction: str,
+    scores: np.ndarray,
+    q: np.ndarray,
+    positive: int,
+    n: int,
+    trials: int,
+):
     """Mean and per-coordinate variance of d loss / d s over `trials` draws."""
     num_items = scores.shape[0]
     scores = tf.constant(scores, tf.float32)
@@ -64,25 +77,36 @@ def expected_gradient(sampler, kind: str, correction: str, scores: np.ndarray, q
     @tf.function
     def run():
         def body(step, total, total_sq):
-            batch = tf.concat([tf.constant([positive], tf.int64),
-                               tf.random.categorical(log_q_table, num_batch_draws)[0]], axis=0)
+            batch = tf.concat(
+                [
+                    tf.constant([positive], tf.int64),
+                    tf.random.categorical(log_q_table, num_batch_draws)[0],
+                ],
+                axis=0,
+            )
             with tf.GradientTape() as tape:
                 tape.watch(scores)
                 neg = sampler(batch, batch)
                 loss = losses.sampled_softmax_loss(
-                    tf.gather(scores, batch[:1]), tf.gather(scores, neg.ids)[tf.newaxis, :],
+                    tf.gather(scores, batch[:1]),
+                    tf.gather(scores, neg.ids)[tf.newaxis, :],
                     correction=correction,
-                    negative_log_q=(neg.log_q if neg.log_q is None or neg.log_q.shape.rank == 1
-                                    else neg.log_q[:1]),
+                    negative_log_q=(
+                        neg.log_q
+                        if neg.log_q is None or neg.log_q.shape.rank == 1
+                        else neg.log_q[:1]
+                    ),
                     positive_log_q=None if neg.positive_log_q is None else neg.positive_log_q[:1],
                     negative_mask=neg.mask[:1],
-                    log_q_excludes_positive=neg.log_q_excludes_positive)
+                    log_q_excludes_positive=neg.log_q_excludes_positive,
+                )
             grad = tf.convert_to_tensor(tape.gradient(loss, scores))
             return step + 1, total + grad, total_sq + grad * grad
 
         zeros = tf.zeros([num_items])
-        _, total, total_sq = tf.while_loop(lambda step, *_: step < trials, body,
-                                           (tf.constant(0), zeros, zeros))
+        _, total, total_sq = tf.while_loop(
+            lambda step, *_: step < trials, body, (tf.constant(0), zeros, zeros)
+        )
         return total / trials, total_sq / trials
 
     mean, mean_sq = run()
@@ -104,23 +128,38 @@ def run_study(num_items, exponent, num_negatives, trials, tail_quantile, sampler
     scores = rng.normal(size=num_items).astype(np.float32)
     positives = {"head": 0, "tail": int(round(tail_quantile * (num_items - 1)))}
     tf.random.set_seed(seed)
-    configs = [(kind, n, correction, label) for kind in samplers for n in num_negatives
-               for correction in CORRECTIONS for label in positives]
+    configs = [
+        (kind, n, correction, label)
+        for kind in samplers
+        for n in num_negatives
+        for correction in CORRECTIONS
+        for label in positives
+    ]
     rows = []
     for kind, n, correction, label in tqdm(configs, desc="gradient bias", unit="config"):
         positive = positives[label]
         sampler = SAMPLER_BUILDERS[kind](num_items, n, q, seed)
         started = time.perf_counter()
-        mean, variance = expected_gradient(sampler, kind, correction, scores, q, positive, n,
-                                           trials)
+        mean, variance = expected_gradient(
+            sampler, kind, correction, scores, q, positive, n, trials
+        )
         truth = full_softmax_gradient(scores, positive)
         norm = np.linalg.norm(truth)
         error = np.linalg.norm(mean - truth) / norm
         noise = np.sqrt(variance.clip(min=0).sum() / trials) / norm
-        rows.append(dict(sampler=kind, n=n, correction=correction, positive=label,
-                         positive_id=positive, positive_q=float(q[positive]),
-                         relative_error=float(error), noise_floor=float(noise),
-                         seconds=time.perf_counter() - started))
+        rows.append(
+            dict(
+                sampler=kind,
+                n=n,
+                correction=correction,
+                positive=label,
+                positive_id=positive,
+                positive_q=float(q[positive]),
+                relative_error=float(error),
+                noise_floor=float(noise),
+                seconds=time.perf_counter() - started,
+            )
+        )
     return rows
 
 
@@ -144,6 +183,7 @@ def format_table(rows) -> str:
 
 def plot(rows, path: str) -> None:
     import matplotlib  # pylint: disable=g-import-not-at-top
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
@@ -153,11 +193,25 @@ def plot(rows, path: str) -> None:
     for ax, label in zip(axes, ("head", "tail")):
         for color, kind in zip(("C0", "C1", "C2", "C3"), samplers):
             for correction in CORRECTIONS:
-                sel = sorted((r for r in rows if r["sampler"] == kind and r["positive"] == label
-                              and r["correction"] == correction), key=lambda r: r["n"])
-                ax.plot([r["n"] for r in sel], [r["relative_error"] for r in sel],
-                        styles[correction], color=color, marker="o", ms=3,
-                        label=f"{kind}, {correction}")
+                sel = sorted(
+                    (
+                        r
+                        for r in rows
+                        if r["sampler"] == kind
+                        and r["positive"] == label
+                        and r["correction"] == correction
+                    ),
+                    key=lambda r: r["n"],
+                )
+                ax.plot(
+                    [r["n"] for r in sel],
+                    [r["relative_error"] for r in sel],
+                    styles[correction],
+                    color=color,
+                    marker="o",
+                    ms=3,
+                    label=f"{kind}, {correction}",
+                )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("negatives per example n")
@@ -176,33 +230,54 @@ def main(argv):
     try:
         num_negatives = [int(x) for x in FLAGS.num_negatives]
     except ValueError as error:
-        raise app.UsageError(f"--num_negatives must be integers; received "
-                             f"{FLAGS.num_negatives!r}.") from error
+        raise app.UsageError(
+            f"--num_negatives must be integers; received {FLAGS.num_negatives!r}."
+        ) from error
     if any(n < 2 for n in num_negatives):
         raise app.UsageError(f"--num_negatives must be >= 2; received {FLAGS.num_negatives!r}.")
     for kind in FLAGS.samplers:
         if kind not in SAMPLER_BUILDERS:
-            raise app.UsageError(f"--samplers must name in_batch, uniform or mixed; received "
-                                 f"{kind!r}.")
+            raise app.UsageError(
+                f"--samplers must name in_batch, uniform or mixed; received {kind!r}."
+            )
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     started = time.perf_counter()
-    rows = run_study(FLAGS.num_items, FLAGS.zipf_exponent, num_negatives, FLAGS.trials,
-                     FLAGS.tail_quantile, FLAGS.samplers, FLAGS.seed)
+    rows = run_study(
+        FLAGS.num_items,
+        FLAGS.zipf_exponent,
+        num_negatives,
+        FLAGS.trials,
+        FLAGS.tail_quantile,
+        FLAGS.samplers,
+        FLAGS.seed,
+    )
     table = format_table(rows)
     with open(os.path.join(FLAGS.output_dir, "gradient_bias.json"), "w") as f:
-        json.dump(dict(flags={k: getattr(FLAGS, k) for k in (
-            "num_items", "zipf_exponent", "trials", "tail_quantile", "seed")}, rows=rows), f,
-            indent=1)
+        json.dump(
+            dict(
+                flags={
+                    k: getattr(FLAGS, k)
+                    for k in ("num_items", "zipf_exponent", "trials", "tail_quantile", "seed")
+                },
+                rows=rows,
+            ),
+            f,
+            indent=1,
+        )
     with open(os.path.join(FLAGS.output_dir, "gradient_bias.md"), "w") as f:
         f.write(table + "\n")
     png = os.path.join(FLAGS.output_dir, "gradient_bias.png")
     plot(rows, png)
-    print(f"\nRelative L2 error of the expected gradient vs full softmax "
-          f"({FLAGS.num_items} items, Zipf({FLAGS.zipf_exponent}), {FLAGS.trials} draws each; "
-          "Monte Carlo noise floor in brackets)\n")
+    print(
+        f"\nRelative L2 error of the expected gradient vs full softmax "
+        f"({FLAGS.num_items} items, Zipf({FLAGS.zipf_exponent}), {FLAGS.trials} draws each; "
+        "Monte Carlo noise floor in brackets)\n"
+    )
     print(table)
-    print(f"\nWrote {png} and gradient_bias.{{json,md}} in {FLAGS.output_dir} "
-          f"({time.perf_counter() - started:.0f} s).")
+    print(
+        f"\nWrote {png} and gradient_bias.{{json,md}} in {FLAGS.output_dir} "
+        f"({time.perf_counter() - started:.0f} s)."
+    )
 
 
 if __name__ == "__main__":

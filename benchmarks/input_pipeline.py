@@ -61,13 +61,16 @@ def main(argv):
     del argv
     tf.get_logger().setLevel("ERROR")
     dataset = FLAGS.dataset or ("ml-1m" if os.path.exists(loaders.ML_1M_SASREC) else "synthetic")
-    print(f"Dataset {dataset}, preset cpu; one run, {FLAGS.batches} batches / "
-          f"{FLAGS.train_steps} steps per figure.\n")
+    print(
+        f"Dataset {dataset}, preset cpu; one run, {FLAGS.batches} batches / "
+        f"{FLAGS.train_steps} steps per figure.\n"
+    )
     print("| builder | pipeline examples/s | training step examples/s | ratio (target >= 5x) |")
     print("|---|---|---|---|")
     for model_name in ("sasrec", "two_tower"):
-        config = configs.PRESETS["cpu"].replace(dataset=dataset, model=model_name,
-                                                history_length=50)
+        config = configs.PRESETS["cpu"].replace(
+            dataset=dataset, model=model_name, history_length=50
+        )
         data = experiment.load_data(config)
         split = experiment.make_split(config, data)
         stream, _ = experiment.training_stream(config, split)

@@ -31,6 +31,9 @@ import gzip
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
+import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
+
+# isort: split
 import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
@@ -38,7 +41,8 @@ from absl import app
 from absl import flags
 
 from benchmarks import processes
-from benchmarks.steps import time_interleaved, zipf_batches
+from benchmarks.steps import time_interleaved
+from benchmarks.steps import zipf_batches
 from pipelines.data import loaders
 from tfrs_logq import frequency
 from tfrs_logq import losses
@@ -46,28 +50,45 @@ from tfrs_logq.tasks import LogQRetrieval
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_items", 100_000, "Item (and user) vocabulary size.", lower_bound=2)
-flags.DEFINE_list("batch_sizes", ["256", "1024", "4096", "8192"],
-                  "Examples per step. At 16384 TFRS's step alone peaks at 17 GB: a process "
-                  "holding every variant was OOM-killed at 24 GB (use --memory there).")
+flags.DEFINE_list(
+    "batch_sizes",
+    ["256", "1024", "4096", "8192"],
+    "Examples per step. At 16384 TFRS's step alone peaks at 17 GB: a process "
+    "holding every variant was OOM-killed at 24 GB (use --memory there).",
+)
 flags.DEFINE_list("ids", ["int", "string"], "Id kinds: int, string.")
-flags.DEFINE_list("sources", ["column", "static", "count_min", "hashed"],
-                  "Where Q comes from: the column's given probability, a StaticFrequency, or a "
-                  "streaming estimator (count_min, hashed).")
+flags.DEFINE_list(
+    "sources",
+    ["column", "static", "count_min", "hashed"],
+    "Where Q comes from: the column's given probability, a StaticFrequency, or a "
+    "streaming estimator (count_min, hashed).",
+)
 flags.DEFINE_list("corrections", list(losses.CORRECTIONS), "Corrections to time.")
 flags.DEFINE_integer("dim", 64, "Embedding dimension.", lower_bound=1)
-flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median over rounds is reported.",
-                     lower_bound=1)
+flags.DEFINE_integer(
+    "rounds", 3, "Interleaved rounds; the median over rounds is reported.", lower_bound=1
+)
 flags.DEFINE_integer("steps_per_round", 5, "Steps timed per variant and round.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed of the data and the weights.")
-flags.DEFINE_enum("optimizer", "adam", ["adam", "adagrad"],
-                  "The grid's optimizer: Adam(1e-3), whose dense update of every table row "
-                  "dominates a large catalog's step, or Adagrad(0.1), which leaves the loss's "
-                  "own cost to compare.")
+flags.DEFINE_enum(
+    "optimizer",
+    "adam",
+    ["adam", "adagrad"],
+    "The grid's optimizer: Adam(1e-3), whose dense update of every table row "
+    "dominates a large catalog's step, or Adagrad(0.1), which leaves the loss's "
+    "own cost to compare.",
+)
 flags.DEFINE_bool("tutorial", False, "Time TFRS's basic-retrieval flow instead of the grid.")
-flags.DEFINE_bool("memory", False, "Peak memory and step time per variant at the largest "
-                  "batch size, one process each.")
-flags.DEFINE_string("memory_variant", "", "Internal: run this variant alone and print its "
-                    "peak memory and median step time.")
+flags.DEFINE_bool(
+    "memory",
+    False,
+    "Peak memory and step time per variant at the largest batch size, one process each.",
+)
+flags.DEFINE_string(
+    "memory_variant",
+    "",
+    "Internal: run this variant alone and print its peak memory and median step time.",
+)
 
 TFRS_NONE = "tfrs Retrieval"
 
@@ -82,8 +103,7 @@ class Towers(tf.keras.Model):
         def tower():
             layers = []
             if vocabulary is not None:
-                layers.append(tf.keras.layers.StringLookup(vocabulary=vocabulary,
-                                                           mask_token=None))
+                layers.append(tf.keras.layers.StringLookup(vocabulary=vocabulary, mask_token=None))
                 size = len(vocabulary) + 1
             else:
                 size = num_ids
@@ -103,8 +123,9 @@ def make_source(kind: str, q: np.ndarray, vocabulary: Optional[List[str]]):
     return frequency.HashedFrequencyEstimator(seed=1)
 
 
-def make_step(towers: tf.keras.Model, task, optimizer,
-              probability_fn: Optional[Callable]) -> Callable:
+def make_step(
+    towers: tf.keras.Model, task, optimizer, probability_fn: Optional[Callable]
+) -> Callable:
     """A compiled step: the task's loss on in-batch negatives, gradients, update.
 
     `probability_fn(items, given)` returns the Q passed to the task as
@@ -115,9 +136,13 @@ def make_step(towers: tf.keras.Model, task, optimizer,
     def step(users, items, given):
         probability = None if probability_fn is None else probability_fn(items, given)
         with tf.GradientTape() as tape:
-            loss = task(towers.user_tower(users), towers.item_tower(items),
-                        candidate_sampling_probability=probability, candidate_ids=items,
-                        compute_metrics=False)
+            loss = task(
+                towers.user_tower(users),
+                towers.item_tower(items),
+                candidate_sampling_probability=probability,
+                candidate_ids=items,
+                compute_metrics=False,
+            )
         variables = towers.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
@@ -125,12 +150,15 @@ def make_step(towers: tf.keras.Model, task, optimizer,
     return step
 
 
-def variants(q: np.ndarray, vocabulary: Optional[List[str]], sources, corrections
-             ) -> Dict[str, Tuple[Callable, Optional[str]]]:
+def variants(
+    q: np.ndarray, vocabulary: Optional[List[str]], sources, corrections
+) -> Dict[str, Tuple[Callable, Optional[str]]]:
     """name -> (factory of (task, probability_fn), the TFRS variant it is compared with)."""
     out: Dict[str, Tuple[Callable, Optional[str]]] = {
-        TFRS_NONE: (lambda: (tfrs.tasks.Retrieval(remove_accidental_hits=True), None), None)}
+        TFRS_NONE: (lambda: (tfrs.tasks.Retrieval(remove_accidental_hits=True), None), None)
+    }
     for source in sources:
+
         def tfrs_factory(source=source):
             if source == "column":
                 return tfrs.tasks.Retrieval(remove_accidental_hits=True), lambda _, g: g
@@ -140,21 +168,35 @@ def variants(q: np.ndarray, vocabulary: Optional[List[str]], sources, correction
                 if estimator.streaming:
                     estimator.update(items)
                 return tf.exp(estimator.log_q(items))
+
             return tfrs.tasks.Retrieval(remove_accidental_hits=True), probability
+
         out[f"tfrs Retrieval, Q: {source}"] = (tfrs_factory, None)
     for correction in corrections:
-        for source in (sources if correction != "none" else [None]):
+        for source in sources if correction != "none" else [None]:
+
             def ours_factory(source=source, correction=correction):
                 if source is None:
                     return LogQRetrieval(correction="none", remove_accidental_hits=True), None
                 if source == "column":
-                    return (LogQRetrieval(correction=correction, remove_accidental_hits=True),
-                            lambda _, g: g)
-                return (LogQRetrieval(correction=correction, remove_accidental_hits=True,
-                                      frequency=make_source(source, q, vocabulary)), None)
+                    return (
+                        LogQRetrieval(correction=correction, remove_accidental_hits=True),
+                        lambda _, g: g,
+                    )
+                return (
+                    LogQRetrieval(
+                        correction=correction,
+                        remove_accidental_hits=True,
+                        frequency=make_source(source, q, vocabulary),
+                    ),
+                    None,
+                )
+
             name = f"LogQRetrieval {correction}" + ("" if source is None else f", Q: {source}")
-            out[name] = (ours_factory, TFRS_NONE if source is None
-                         else f"tfrs Retrieval, Q: {source}")
+            out[name] = (
+                ours_factory,
+                TFRS_NONE if source is None else f"tfrs Retrieval, Q: {source}",
+            )
     return out
 
 
@@ -162,8 +204,11 @@ def build(factory, num_ids, vocabulary):
     """The compiled step of one variant, on fresh towers."""
     towers = Towers(num_ids, FLAGS.dim, FLAGS.seed, vocabulary)
     task, probability_fn = factory()
-    optimizer = (tf.keras.optimizers.Adam(1e-3) if FLAGS.optimizer == "adam"
-                 else tf.keras.optimizers.Adagrad(0.1))
+    optimizer = (
+        tf.keras.optimizers.Adam(1e-3)
+        if FLAGS.optimizer == "adam"
+        else tf.keras.optimizers.Adagrad(0.1)
+    )
     return make_step(towers, task, optimizer, probability_fn)
 
 
@@ -175,8 +220,9 @@ def cell_batches(batch_size: int, ids: str):
     if ids == "string":
         vocabulary = [f"item-{i}" for i in range(FLAGS.num_items)]
         table = tf.constant(vocabulary)
-        batches = [(tf.gather(table, users), tf.gather(table, items), p)
-                   for users, items, p in batches]
+        batches = [
+            (tf.gather(table, users), tf.gather(table, items), p) for users, items, p in batches
+        ]
     return batches, q, vocabulary
 
 
@@ -186,37 +232,49 @@ def run_grid() -> None:
         for batch_size in [int(b) for b in FLAGS.batch_sizes]:
             batches, q, vocabulary = cell_batches(batch_size, ids)
             table = variants(q, vocabulary, FLAGS.sources, FLAGS.corrections)
-            steps = {name: build(factory, FLAGS.num_items, vocabulary)
-                     for name, (factory, _) in table.items()}
+            steps = {
+                name: build(factory, FLAGS.num_items, vocabulary)
+                for name, (factory, _) in table.items()
+            }
             medians = time_interleaved(steps, batches, FLAGS.rounds, FLAGS.steps_per_round)
-            print(f"\n{ids} ids, batch {batch_size}:\n\n| variant | ms/step | vs TFRS |\n|---|---|---|")
+            print(
+                f"\n{ids} ids, batch {batch_size}:\n\n"
+                "| variant | ms/step | vs TFRS |\n|---|---|---|"
+            )
             for name, (_, reference) in table.items():
                 ratio = "" if reference is None else f"{medians[name] / medians[reference]:.3f}x"
                 print(f"| {name} | {medians[name] * 1e3:.1f} | {ratio} |")
                 if reference is not None:
                     ratios.setdefault((ids, name), {})[batch_size] = (
-                        medians[name] / medians[reference])
+                        medians[name] / medians[reference]
+                    )
     sizes = [int(b) for b in FLAGS.batch_sizes]
     print("\nLogQRetrieval / the matching TFRS step (target <= 1.05x):\n")
     print("| ids | variant | " + " | ".join(f"batch {b}" for b in sizes) + " |")
     print("|---|---|" + "---|" * len(sizes))
     for (ids, name), by_size in ratios.items():
-        print(f"| {ids} | {name} | " + " | ".join(
-            f"{by_size[b]:.3f}x" if b in by_size else "" for b in sizes) + " |")
+        print(
+            f"| {ids} | {name} | "
+            + " | ".join(f"{by_size[b]:.3f}x" if b in by_size else "" for b in sizes)
+            + " |"
+        )
     worst = max(r for by_size in ratios.values() for r in by_size.values())
     print(f"\nWorst ratio: {worst:.3f}x")
 
 
 def movielens_titles():
-    """(user ids, titles) of ML-1M's ratings as strings, or None without them under $TFRS_LOGQ_DATA."""
+    """(user ids, titles) of ML-1M's ratings as strings, or None without them under
+    $TFRS_LOGQ_DATA."""
     movies = os.path.join(loaders.DATA_DIR, "ml-1m", "movies.dat.gz")
     if not (os.path.exists(movies) and os.path.exists(loaders.ML_1M_RATINGS)):
         return None
     with gzip.open(movies, "rt", encoding="latin-1") as f:
         titles = dict(line.rstrip("\n").split("::")[:2] for line in f)
     data = loaders.load_grouplens()
-    return (data.user_ids[data.user].astype(str),
-            np.array([titles.get(i, i) for i in data.item_ids])[data.item])
+    return (
+        data.user_ids[data.user].astype(str),
+        np.array([titles.get(i, i) for i in data.item_ids])[data.item],
+    )
 
 
 def run_tutorial() -> None:
@@ -226,57 +284,87 @@ def run_tutorial() -> None:
         q = 1.0 / np.arange(1, 3001)
         users = rng.integers(0, 6000, size=1_000_000).astype(str)
         titles = np.array([f"Movie {i} (1999)" for i in range(3000)])[
-            rng.choice(3000, size=1_000_000, p=q / q.sum())]
-        print("MovieLens-1M is not under $TFRS_LOGQ_DATA: a synthetic Zipf catalog of 3,000 titles.")
+            rng.choice(3000, size=1_000_000, p=q / q.sum())
+        ]
+        print(
+            "MovieLens-1M is not under $TFRS_LOGQ_DATA: a synthetic Zipf catalog of 3,000 titles."
+        )
     else:
         users, titles = found
     user_vocabulary = sorted(set(users.tolist()))
     title_vocabulary, counts = np.unique(titles, return_counts=True)
     title_vocabulary = title_vocabulary.tolist()
     batch_size, dim = 8192, 32
-    order = np.random.default_rng(FLAGS.seed).permutation(len(users))[:8 * batch_size]
-    batches = [(tf.constant(users[order[i:i + batch_size]]),
-                tf.constant(titles[order[i:i + batch_size]]), tf.zeros([batch_size]))
-               for i in range(0, len(order), batch_size)]
+    order = np.random.default_rng(FLAGS.seed).permutation(len(users))[: 8 * batch_size]
+    batches = [
+        (
+            tf.constant(users[order[i : i + batch_size]]),
+            tf.constant(titles[order[i : i + batch_size]]),
+            tf.zeros([batch_size]),
+        )
+        for i in range(0, len(order), batch_size)
+    ]
     static = counts / counts.sum()
 
     def tutorial_model():
         class Tutorial(tf.keras.Model):
             def __init__(self):
                 super().__init__()
-                self.user_tower = tf.keras.Sequential([
-                    tf.keras.layers.StringLookup(vocabulary=user_vocabulary, mask_token=None),
-                    tf.keras.layers.Embedding(len(user_vocabulary) + 1, dim)])
-                self.item_tower = tf.keras.Sequential([
-                    tf.keras.layers.StringLookup(vocabulary=title_vocabulary, mask_token=None),
-                    tf.keras.layers.Embedding(len(title_vocabulary) + 1, dim)])
+                self.user_tower = tf.keras.Sequential(
+                    [
+                        tf.keras.layers.StringLookup(vocabulary=user_vocabulary, mask_token=None),
+                        tf.keras.layers.Embedding(len(user_vocabulary) + 1, dim),
+                    ]
+                )
+                self.item_tower = tf.keras.Sequential(
+                    [
+                        tf.keras.layers.StringLookup(vocabulary=title_vocabulary, mask_token=None),
+                        tf.keras.layers.Embedding(len(title_vocabulary) + 1, dim),
+                    ]
+                )
+
         return Tutorial()
 
     def ours(correction, source):
-        return lambda: (LogQRetrieval(correction=correction, remove_accidental_hits=True,
-                                      frequency=source() if source else None), None)
+        return lambda: (
+            LogQRetrieval(
+                correction=correction,
+                remove_accidental_hits=True,
+                frequency=source() if source else None,
+            ),
+            None,
+        )
 
     cases = {
         "tfrs Retrieval (the tutorial's task)": lambda: (tfrs.tasks.Retrieval(), None),
         "tfrs Retrieval, accidental hits removed": lambda: (
-            tfrs.tasks.Retrieval(remove_accidental_hits=True), None),
+            tfrs.tasks.Retrieval(remove_accidental_hits=True),
+            None,
+        ),
         "LogQRetrieval none": ours("none", None),
         "LogQRetrieval standard, count-min sketch": ours(
-            "standard", lambda: frequency.CountMinSketchEstimator(seed=1)),
+            "standard", lambda: frequency.CountMinSketchEstimator(seed=1)
+        ),
         "LogQRetrieval improved, count-min sketch": ours(
-            "improved", lambda: frequency.CountMinSketchEstimator(seed=1)),
+            "improved", lambda: frequency.CountMinSketchEstimator(seed=1)
+        ),
         "LogQRetrieval improved, StaticFrequency": ours(
-            "improved", lambda: frequency.StaticFrequency(static.astype(np.float32),
-                                                          vocabulary=title_vocabulary)),
+            "improved",
+            lambda: frequency.StaticFrequency(
+                static.astype(np.float32), vocabulary=title_vocabulary
+            ),
+        ),
     }
     steps = {}
     for name, factory in cases.items():
         model = tutorial_model()
         task, probability_fn = factory()
         steps[name] = make_step(model, task, tf.keras.optimizers.Adagrad(0.1), probability_fn)
-    print(f"TFRS basic-retrieval flow: {len(user_vocabulary)} users, {len(title_vocabulary)} "
-          f"titles (string ids), batch {batch_size}, dim {dim}, Adagrad(0.1); "
-          f"{FLAGS.rounds} interleaved rounds of {FLAGS.steps_per_round} steps.\n")
+    print(
+        f"TFRS basic-retrieval flow: {len(user_vocabulary)} users, {len(title_vocabulary)} "
+        f"titles (string ids), batch {batch_size}, dim {dim}, Adagrad(0.1); "
+        f"{FLAGS.rounds} interleaved rounds of {FLAGS.steps_per_round} steps.\n"
+    )
     medians = time_interleaved(steps, batches, FLAGS.rounds, FLAGS.steps_per_round)
     base = medians["tfrs Retrieval, accidental hits removed"]
     print("| variant | ms/step | vs tfrs (hits removed) |\n|---|---|---|")
@@ -288,32 +376,44 @@ def run_memory() -> None:
     batch_size = max(int(b) for b in FLAGS.batch_sizes)
     # Each variant with Q per column, and the TFRS variant it is compared with (the column
     # source reads no frequencies, so no data is needed to list them).
-    names = {name: reference for name, (_, reference) in
-             variants(None, None, ["column"], list(losses.CORRECTIONS)).items()}
+    names = {
+        name: reference
+        for name, (_, reference) in variants(
+            None, None, ["column"], list(losses.CORRECTIONS)
+        ).items()
+    }
     steps = FLAGS.rounds * FLAGS.steps_per_round
-    print(f"One process per variant, batch {batch_size}, int ids ({FLAGS.num_items} items, "
-          f"dim {FLAGS.dim}): peak resident memory, and the median of {steps} steps after the "
-          "first (processes run one after another, so the times are less comparable than "
-          "the interleaved grid's).\n")
+    print(
+        f"One process per variant, batch {batch_size}, int ids ({FLAGS.num_items} items, "
+        f"dim {FLAGS.dim}): peak resident memory, and the median of {steps} steps after the "
+        "first (processes run one after another, so the times are less comparable than "
+        "the interleaved grid's).\n"
+    )
     print("| variant | peak RSS (MiB) | ms/step | vs TFRS |\n|---|---|---|---|")
     times = {}
     for name, reference in names.items():
-        alone = processes.run_alone("benchmarks.loss_overhead", [
-            f"--memory_variant={name}", f"--batch_sizes={batch_size}", "--ids=int",
-            f"--num_items={FLAGS.num_items}", f"--dim={FLAGS.dim}",
-            f"--rounds={FLAGS.rounds}", f"--steps_per_round={FLAGS.steps_per_round}"])
+        alone = processes.run_alone(
+            "benchmarks.loss_overhead",
+            [
+                f"--memory_variant={name}",
+                f"--batch_sizes={batch_size}",
+                "--ids=int",
+                f"--num_items={FLAGS.num_items}",
+                f"--dim={FLAGS.dim}",
+                f"--rounds={FLAGS.rounds}",
+                f"--steps_per_round={FLAGS.steps_per_round}",
+            ],
+        )
         times[name] = alone.seconds
         ratio = "" if reference is None else f"{times[name] / times[reference]:.3f}x"
-        print(f"| {name} | {alone.peak_mib:.0f} | {times[name] * 1e3:.1f} | {ratio} |",
-              flush=True)
+        print(f"| {name} | {alone.peak_mib:.0f} | {times[name] * 1e3:.1f} | {ratio} |", flush=True)
 
 
 def run_memory_variant() -> None:
     """Prints this variant's peak RSS and median step time at the batch size (`processes`)."""
     batch_size = int(FLAGS.batch_sizes[0])
     batches, q, vocabulary = cell_batches(batch_size, "int")
-    factory, _ = variants(q, vocabulary, ["column"], list(losses.CORRECTIONS))[
-        FLAGS.memory_variant]
+    factory, _ = variants(q, vocabulary, ["column"], list(losses.CORRECTIONS))[FLAGS.memory_variant]
     step = build(factory, FLAGS.num_items, vocabulary)
     processes.report(processes.time_alone(step, batches, FLAGS.rounds * FLAGS.steps_per_round))
 

@@ -26,23 +26,38 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "results",
-                       "options_synthetic.json")
-COMMAND = ("python -m pipelines.train --preset=synthetic --index=exact --epochs=8 "
-           "--patience=100 --seed=S [option]")
+RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "results", "options_synthetic.json")
+COMMAND = (
+    "python -m pipelines.train --preset=synthetic --index=exact --epochs=8 "
+    "--patience=100 --seed=S [option]"
+)
 BASE_FLAGS = ["--preset=synthetic", "--index=exact", "--epochs=8", "--patience=100"]
 
 
 def run_seed(seed: int, option: Sequence[str], root: str) -> Dict:
     """Trains one run of `option` at `seed` in a directory under `root`; its record."""
     out = os.path.join(root, f"seed{seed}")
-    subprocess.run([sys.executable, "-m", "pipelines.train", *BASE_FLAGS, f"--seed={seed}",
-                    *option, f"--output_dir={out}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.train",
+            *BASE_FLAGS,
+            f"--seed={seed}",
+            *option,
+            f"--output_dir={out}",
+        ],
+        check=True,
+    )
     with open(os.path.join(out, "metrics.json")) as f:
         metrics = json.load(f)
-    return {"seed": seed, "recall@10": metrics["test"]["recall@10"],
-            "ndcg@10": metrics["test"]["ndcg@10"], "git_revision": metrics["git_revision"],
-            "train_seconds": metrics["train_seconds"]}
+    return {
+        "seed": seed,
+        "recall@10": metrics["test"]["recall@10"],
+        "ndcg@10": metrics["test"]["ndcg@10"],
+        "git_revision": metrics["git_revision"],
+        "train_seconds": metrics["train_seconds"],
+    }
 
 
 def row(name: str, runs: Dict[str, List[Dict]], baseline: str = "default") -> str:
@@ -57,18 +72,19 @@ def row(name: str, runs: Dict[str, List[Dict]], baseline: str = "default") -> st
     cells = [name, mean_std("recall@10"), mean_std("ndcg@10"), ""]
     if name != baseline and baseline in runs:
         default = {r["seed"]: r["ndcg@10"] for r in runs[baseline]}
-        paired = np.array([r["ndcg@10"] - default[r["seed"]] for r in records
-                           if r["seed"] in default])
+        paired = np.array(
+            [r["ndcg@10"] - default[r["seed"]] for r in records if r["seed"] in default]
+        )
         if len(paired) > 1:
-            cells[3] = (f"{paired.mean():+.4f} (SE "
-                        f"{paired.std(ddof=1) / np.sqrt(len(paired)):.4f})")
+            cells[3] = f"{paired.mean():+.4f} (SE {paired.std(ddof=1) / np.sqrt(len(paired)):.4f})"
     return "| " + " | ".join(cells) + " |"
 
 
 def main(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--name", default="", help="The option's key in the JSON; empty: "
-                        "only print the table.")
+    parser.add_argument(
+        "--name", default="", help="The option's key in the JSON; empty: only print the table."
+    )
     parser.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds.")
     parser.add_argument("--baseline", default="default", help="The row NAME is paired with.")
     parser.add_argument("option", nargs="*", help="The option's flags of pipelines.train.")

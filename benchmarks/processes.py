@@ -18,6 +18,7 @@ from pipelines.memory import while_running
 
 class Alone(NamedTuple):
     """What one variant's process measured."""
+
     peak_mib: float  # Peak resident memory of the whole process (imports, build, steps).
     steps_peak_mib: float  # Peak resident memory while the timed steps ran (after the first).
     seconds: float  # Median seconds per timed step.
@@ -45,10 +46,12 @@ def report(alone: Alone) -> None:
 
 def run_alone(module: str, flags: List[str]) -> Alone:
     """Runs `python -m module flags...` (one variant, which calls `report`) and reads it."""
-    result = subprocess.run([sys.executable, "-m", module, *flags], capture_output=True,
-                            text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", module, *flags], capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"{module} {' '.join(flags)} exited with {result.returncode}:\n"
-                           f"{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{module} {' '.join(flags)} exited with {result.returncode}:\n{result.stderr[-3000:]}"
+        )
     peak, steps_peak, seconds = result.stdout.strip().splitlines()[-1].split()
     return Alone(float(peak), float(steps_peak), float(seconds))

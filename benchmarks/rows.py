@@ -20,6 +20,7 @@ class Row(NamedTuple):
     says what the row then is. `official_only` rows (no paper number) compare
     like with like under the released protocol.
     """
+
     name: str
     label: str
     overrides: Dict[str, object]
@@ -31,8 +32,10 @@ class Row(NamedTuple):
 
 def as_released(row: Row) -> Row:
     """The row as the official profiles run it (its released script's options and label)."""
-    return row._replace(label=row.released_label or f"{row.label} [{row.script}]",
-                        overrides=dict(row.overrides, **(row.released or {})))
+    return row._replace(
+        label=row.released_label or f"{row.label} [{row.script}]",
+        overrides=dict(row.overrides, **(row.released or {})),
+    )
 
 
 def _softmax(negatives: str, correction: str) -> Dict[str, object]:
@@ -42,37 +45,78 @@ def _softmax(negatives: str, correction: str) -> Dict[str, object]:
 # Khrylchenko et al. 2025, Table 1, in its order, then the rows that only the released protocol
 # runs.
 ROWS = (
-    Row("bce", "BCE (1 uniform negative)", {"loss": "bce", "num_negatives": 1},
-        script="train_sasrec.py"),
+    Row(
+        "bce",
+        "BCE (1 uniform negative)",
+        {"loss": "bce", "num_negatives": 1},
+        script="train_sasrec.py",
+    ),
     Row("gbce", "gBCE (t = 0.75)", {"loss": "gbce"}, script="gSASRec-pytorch train_gsasrec.py"),
-    Row("uniform", "sampled softmax, uniform", _softmax("uniform", "none"),
-        script="train_uniform.py"),
-    Row("in_batch-none", "in-batch, no logQ", _softmax("in_batch", "none"),
-        script="train_in_batch.py"),
-    Row("in_batch-standard", "in-batch, standard logQ", _softmax("in_batch", "standard"),
-        script="train_in_batch_logq_old.py", released={"correction": "standard_negatives"},
-        released_label="in-batch, standard logQ on negatives only [train_in_batch_logq_old.py]"),
-    Row("in_batch-improved", "in-batch, improved logQ", _softmax("in_batch", "improved"),
-        script="train_in_batch_logq_new.py", released={"negatives": "mixed"},
-        released_label="\"in-batch\", improved logQ: mixed negatives "
-                       "[train_in_batch_logq_new.py]"),
+    Row(
+        "uniform",
+        "sampled softmax, uniform",
+        _softmax("uniform", "none"),
+        script="train_uniform.py",
+    ),
+    Row(
+        "in_batch-none",
+        "in-batch, no logQ",
+        _softmax("in_batch", "none"),
+        script="train_in_batch.py",
+    ),
+    Row(
+        "in_batch-standard",
+        "in-batch, standard logQ",
+        _softmax("in_batch", "standard"),
+        script="train_in_batch_logq_old.py",
+        released={"correction": "standard_negatives"},
+        released_label="in-batch, standard logQ on negatives only [train_in_batch_logq_old.py]",
+    ),
+    Row(
+        "in_batch-improved",
+        "in-batch, improved logQ",
+        _softmax("in_batch", "improved"),
+        script="train_in_batch_logq_new.py",
+        released={"negatives": "mixed"},
+        released_label='"in-batch", improved logQ: mixed negatives [train_in_batch_logq_new.py]',
+    ),
     Row("mixed-none", "mixed, no logQ", _softmax("mixed", "none"), script="train_mns.py"),
-    Row("mixed-standard", "mixed, standard logQ", _softmax("mixed", "standard"),
-        script="train_mns_log_old.py", released={"correction": "standard_negatives"},
-        released_label="mixed, standard logQ on negatives only [train_mns_log_old.py]"),
-    Row("mixed-improved", "mixed, improved logQ", _softmax("mixed", "improved"),
-        script="train_mns_log_new.py"),
-    Row("full_softmax", "full softmax", {"loss": "full_softmax"},
-        script="train_full_softmax.py"),
+    Row(
+        "mixed-standard",
+        "mixed, standard logQ",
+        _softmax("mixed", "standard"),
+        script="train_mns_log_old.py",
+        released={"correction": "standard_negatives"},
+        released_label="mixed, standard logQ on negatives only [train_mns_log_old.py]",
+    ),
+    Row(
+        "mixed-improved",
+        "mixed, improved logQ",
+        _softmax("mixed", "improved"),
+        script="train_mns_log_new.py",
+    ),
+    Row("full_softmax", "full softmax", {"loss": "full_softmax"}, script="train_full_softmax.py"),
     # Like with like under the released protocol; no released script, no paper number.
-    Row("in_batch-improved_pool", "in-batch (released pool), improved logQ",
-        _softmax("in_batch", "improved"), official_only=True,
-        released_label="in-batch (released pool), improved logQ [no released script]"),
-    Row("in_batch-standard_tfrs", "in-batch, standard logQ (TFRS)",
-        _softmax("in_batch", "standard"), official_only=True,
-        released_label="in-batch, standard logQ as TFRS (positive corrected too)"),
-    Row("mixed-standard_tfrs", "mixed, standard logQ (TFRS)", _softmax("mixed", "standard"),
+    Row(
+        "in_batch-improved_pool",
+        "in-batch (released pool), improved logQ",
+        _softmax("in_batch", "improved"),
         official_only=True,
-        released_label="mixed, standard logQ as TFRS (positive corrected too)"),
+        released_label="in-batch (released pool), improved logQ [no released script]",
+    ),
+    Row(
+        "in_batch-standard_tfrs",
+        "in-batch, standard logQ (TFRS)",
+        _softmax("in_batch", "standard"),
+        official_only=True,
+        released_label="in-batch, standard logQ as TFRS (positive corrected too)",
+    ),
+    Row(
+        "mixed-standard_tfrs",
+        "mixed, standard logQ (TFRS)",
+        _softmax("mixed", "standard"),
+        official_only=True,
+        released_label="mixed, standard logQ as TFRS (positive corrected too)",
+    ),
 )
 ROWS_BY_NAME = {row.name: row for row in ROWS}

@@ -22,7 +22,8 @@ from absl import app
 from absl import flags
 
 from tfrs_logq import export
-from tfrs_logq.models import RetrievalObjective, SASRec
+from tfrs_logq.models import RetrievalObjective
+from tfrs_logq.models import SASRec
 
 FLAGS = flags.FLAGS
 
@@ -56,19 +57,44 @@ def define_flags() -> None:
     flags.DEFINE_integer("repeats", 5, "Requests timed (the first is warm-up).", lower_bound=1)
 
 
-def measure(num_items: int, batch_size: int, history: int, max_length: int, dim: int,
-            repeats: int, directory: str) -> dict:
+def measure(
+    num_items: int,
+    batch_size: int,
+    history: int,
+    max_length: int,
+    dim: int,
+    repeats: int,
+    directory: str,
+) -> dict:
     """Exports a SASRec over `num_items` (once per size) and serves it in a subprocess."""
     path = os.path.join(directory, str(num_items))
     if not os.path.exists(path):
-        model = SASRec(num_items, RetrievalObjective(num_items, loss="full_softmax"),
-                       max_length=max_length, dim=dim, num_blocks=2)
+        model = SASRec(
+            num_items,
+            RetrievalObjective(num_items, loss="full_softmax"),
+            max_length=max_length,
+            dim=dim,
+            num_blocks=2,
+        )
         model(tf.zeros([1, max_length], tf.int32))
         export.export(model, path, k=100, index="brute_force", version=1)
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     result = subprocess.run(
-        [sys.executable, "-c", _SERVE, os.path.join(path, "1"), str(batch_size), str(history),
-         str(num_items), str(repeats)], capture_output=True, text=True, check=False, env=env)
+        [
+            sys.executable,
+            "-c",
+            _SERVE,
+            os.path.join(path, "1"),
+            str(batch_size),
+            str(history),
+            str(num_items),
+            str(repeats),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -76,17 +102,29 @@ def measure(num_items: int, batch_size: int, history: int, max_length: int, dim:
 
 def main(argv):
     del argv
-    print(f"brute-force export, batch {FLAGS.batch_size}, max_length {FLAGS.max_length}, "
-          f"dim {FLAGS.dim}; peak resident memory of the serving process\n")
+    print(
+        f"brute-force export, batch {FLAGS.batch_size}, max_length {FLAGS.max_length}, "
+        f"dim {FLAGS.dim}; peak resident memory of the serving process\n"
+    )
     print("| catalog | history per user | loaded (MiB) | peak after serving (MiB) | ms/request |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         for catalog in map(int, FLAGS.catalogs):
             for history in map(int, FLAGS.histories):
-                row = measure(catalog, FLAGS.batch_size, history, FLAGS.max_length, FLAGS.dim,
-                              FLAGS.repeats, directory)
-                print(f"| {catalog:,} | {history:,} | {row['loaded_mib']:,.0f} | "
-                      f"{row['peak_mib']:,.0f} | {row['ms']:.0f} |", flush=True)
+                row = measure(
+                    catalog,
+                    FLAGS.batch_size,
+                    history,
+                    FLAGS.max_length,
+                    FLAGS.dim,
+                    FLAGS.repeats,
+                    directory,
+                )
+                print(
+                    f"| {catalog:,} | {history:,} | {row['loaded_mib']:,.0f} | "
+                    f"{row['peak_mib']:,.0f} | {row['ms']:.0f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The timed two-tower training step shared by the benchmarks (no flags here, so any may import it)."""
+"""The timed two-tower training step shared by the benchmarks (no flags here, so any may
+import it)."""
 
 import time
 from typing import Callable, Dict
@@ -15,12 +16,18 @@ class TwoTower(tf.keras.Model):
     def __init__(self, num_users: int, num_items: int, dim: int, seed: int):
         super().__init__()
         init = tf.keras.initializers.RandomNormal(stddev=0.05, seed=seed)
-        self.user_tower = tf.keras.Sequential([
-            tf.keras.layers.Embedding(num_users, dim, embeddings_initializer=init),
-            tf.keras.layers.Dense(dim)])
-        self.item_tower = tf.keras.Sequential([
-            tf.keras.layers.Embedding(num_items, dim, embeddings_initializer=init),
-            tf.keras.layers.Dense(dim)])
+        self.user_tower = tf.keras.Sequential(
+            [
+                tf.keras.layers.Embedding(num_users, dim, embeddings_initializer=init),
+                tf.keras.layers.Dense(dim),
+            ]
+        )
+        self.item_tower = tf.keras.Sequential(
+            [
+                tf.keras.layers.Embedding(num_items, dim, embeddings_initializer=init),
+                tf.keras.layers.Dense(dim),
+            ]
+        )
 
 
 def zipf_batches(num_items: int, batch_size: int, count: int, seed: int, exponent=1.0):
@@ -35,10 +42,14 @@ def zipf_batches(num_items: int, batch_size: int, count: int, seed: int, exponen
     return batches, q
 
 
-def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
-                    use_probability: bool, extra: Callable = None,
-                    optimizer: tf.keras.optimizers.Optimizer = None,
-                    task_arguments: Callable = None) -> Callable:
+def make_train_step(
+    model: TwoTower,
+    task: tf.keras.layers.Layer,
+    use_probability: bool,
+    extra: Callable = None,
+    optimizer: tf.keras.optimizers.Optimizer = None,
+    task_arguments: Callable = None,
+) -> Callable:
     """A compiled step: loss of `task` on in-batch negatives, gradients, optimizer update.
 
     Args:
@@ -60,11 +71,17 @@ def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
         if extra is not None:
             extra(items)
         with tf.GradientTape() as tape:
-            arguments = dict(candidate_sampling_probability=(
-                probability if use_probability else None))
+            arguments = dict(
+                candidate_sampling_probability=(probability if use_probability else None)
+            )
             arguments.update(task_arguments(items) if task_arguments is not None else {})
-            loss = task(model.user_tower(users), model.item_tower(items), candidate_ids=items,
-                        compute_metrics=False, **arguments)
+            loss = task(
+                model.user_tower(users),
+                model.item_tower(items),
+                candidate_ids=items,
+                compute_metrics=False,
+                **arguments,
+            )
         variables = model.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
@@ -72,8 +89,9 @@ def make_train_step(model: TwoTower, task: tf.keras.layers.Layer,
     return step
 
 
-def time_interleaved(steps: Dict[str, Callable], batches, rounds: int,
-                     steps_per_round: int) -> Dict[str, float]:
+def time_interleaved(
+    steps: Dict[str, Callable], batches, rounds: int, steps_per_round: int
+) -> Dict[str, float]:
     """Median seconds per step of each variant, the variants interleaved round by round.
 
     `batches`: one list of batches for every variant, or {variant: its list}.

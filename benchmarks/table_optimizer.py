@@ -21,9 +21,9 @@ Usage:
 from absl import app
 from absl import flags
 
+from benchmarks import steps
 from pipelines import configs
 from pipelines import experiment
-from benchmarks import steps
 from tfrs_logq import tasks
 
 FLAGS = flags.FLAGS
@@ -37,8 +37,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("steps_per_round", 5, "Steps per round and variant.")
 
 
-def time_catalog(num_items: int, batch_size: int, dim: int, rounds: int,
-                 steps_per_round: int):
+def time_catalog(num_items: int, batch_size: int, dim: int, rounds: int, steps_per_round: int):
     """{optimizer: median seconds per step} at one catalog size."""
     batches, _ = steps.zipf_batches(num_items, batch_size, 8, seed=0)
     variants = {}
@@ -46,26 +45,36 @@ def time_catalog(num_items: int, batch_size: int, dim: int, rounds: int,
         model = steps.TwoTower(num_items, num_items, dim, seed=0)
         model.user_tower(batches[0][0])
         model.item_tower(batches[0][1])
-        training = configs.TrainingConfig(learning_rate=1e-3, table_optimizer=kind,
-                                          table_learning_rate=0.1)
+        training = configs.TrainingConfig(
+            learning_rate=1e-3, table_optimizer=kind, table_learning_rate=0.1
+        )
         variants[kind] = steps.make_train_step(
-            model, tasks.LogQRetrieval(correction="improved"), use_probability=True,
-            optimizer=experiment.make_optimizer(training, model))
+            model,
+            tasks.LogQRetrieval(correction="improved"),
+            use_probability=True,
+            optimizer=experiment.make_optimizer(training, model),
+        )
     return steps.time_interleaved(variants, batches, rounds, steps_per_round)
 
 
 def main(argv) -> None:
     del argv
     catalogs = [int(c) for c in FLAGS.catalogs]
-    medians = {n: time_catalog(n, FLAGS.batch_size, FLAGS.dim, FLAGS.rounds,
-                               FLAGS.steps_per_round) for n in catalogs}
-    print(f"\nTwo-tower step, batch {FLAGS.batch_size}, dim {FLAGS.dim}, improved correction "
-          f"(ms per step; x: against the same optimizer at {catalogs[0]:,} items):\n")
+    medians = {
+        n: time_catalog(n, FLAGS.batch_size, FLAGS.dim, FLAGS.rounds, FLAGS.steps_per_round)
+        for n in catalogs
+    }
+    print(
+        f"\nTwo-tower step, batch {FLAGS.batch_size}, dim {FLAGS.dim}, improved correction "
+        f"(ms per step; x: against the same optimizer at {catalogs[0]:,} items):\n"
+    )
     print("| items | " + " | ".join(configs.TABLE_OPTIMIZERS) + " |")
     print("|---|" + "---|" * len(configs.TABLE_OPTIMIZERS))
     for n in catalogs:
-        cells = [f"{1e3 * medians[n][k]:.1f} ({medians[n][k] / medians[catalogs[0]][k]:.2f}x)"
-                 for k in configs.TABLE_OPTIMIZERS]
+        cells = [
+            f"{1e3 * medians[n][k]:.1f} ({medians[n][k] / medians[catalogs[0]][k]:.2f}x)"
+            for k in configs.TABLE_OPTIMIZERS
+        ]
         print(f"| {n:,} | " + " | ".join(cells) + " |")
 
 

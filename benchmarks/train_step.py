@@ -24,9 +24,9 @@ import tensorflow as tf
 from absl import app
 from absl import flags
 
+from benchmarks import rows as table
 from pipelines import configs
 from pipelines import experiment
-from benchmarks import rows as table
 from pipelines.data import loaders
 
 FLAGS = flags.FLAGS
@@ -34,8 +34,9 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     flags.DEFINE_list("presets", ["cpu", "official_cpu"], "Presets to time (their profiles' rows).")
-    flags.DEFINE_list("rows", [], "Rows of benchmarks.rows (default: Table 1's, not "
-                      "the official-only ones).")
+    flags.DEFINE_list(
+        "rows", [], "Rows of benchmarks.rows (default: Table 1's, not the official-only ones)."
+    )
     flags.DEFINE_list("xla", ["false", "true"], "jit_compile settings to time.")
     flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is reported.", lower_bound=1)
     flags.DEFINE_integer("steps_per_round", 5, "Steps per variant and round.", lower_bound=1)
@@ -55,8 +56,7 @@ def make_step(config: configs.Config, xla: bool):
     split = experiment.make_split(config, data)
     stream, _ = experiment.training_stream(config, split)
     model = experiment.build_model(config, data, split)
-    model.compile(optimizer=experiment.make_optimizer(config.training, model),
-                  jit_compile=xla)
+    model.compile(optimizer=experiment.make_optimizer(config.training, model), jit_compile=xla)
     step = tf.function(model.train_step, jit_compile=xla, reduce_retracing=True)
     batches = [batch for batch in stream.take(8)]
     return step, batches
@@ -93,8 +93,10 @@ def main(argv):
     dataset = FLAGS.dataset or ("ml-1m" if os.path.exists(loaders.ML_1M_SASREC) else "synthetic")
     rows: List[str] = FLAGS.rows or [r.name for r in table.ROWS if not r.official_only]
     xla_settings = [value.lower() in ("true", "1", "yes") for value in FLAGS.xla]
-    print(f"SASRec training step on {dataset}; {FLAGS.rounds} interleaved rounds of "
-          f"{FLAGS.steps_per_round} steps per variant, one run.\n")
+    print(
+        f"SASRec training step on {dataset}; {FLAGS.rounds} interleaved rounds of "
+        f"{FLAGS.steps_per_round} steps per variant, one run.\n"
+    )
     for preset in FLAGS.presets:
         steps, positions = {}, {}
         for name in rows:
@@ -105,15 +107,20 @@ def main(argv):
             for xla in xla_settings:
                 steps[(name, xla)] = make_step(config, xla)
             batches = steps[(name, xla_settings[0])][1]
-            positions[name] = np.mean([int(tf.reduce_sum(tf.cast(b["targets"] > 0, tf.int32)))
-                                       for b in batches])
+            positions[name] = np.mean(
+                [int(tf.reduce_sum(tf.cast(b["targets"] > 0, tf.int32))) for b in batches]
+            )
         medians = time_steps(steps, FLAGS.rounds, FLAGS.steps_per_round)
         config = configs.PRESETS[preset]
-        print(f"Preset {preset} (sequence {config.model.max_length}, dim {config.model.dim}, "
-              f"batch {config.training.batch_size}):\n")
+        print(
+            f"Preset {preset} (sequence {config.model.max_length}, dim {config.model.dim}, "
+            f"batch {config.training.batch_size}):\n"
+        )
         header = " | ".join(f"ms/step ({'XLA' if x else 'no XLA'})" for x in xla_settings)
-        print(f"| row | {header} | examples/s (best) |" + (" XLA / no XLA |"
-                                                           if len(xla_settings) == 2 else ""))
+        print(
+            f"| row | {header} | examples/s (best) |"
+            + (" XLA / no XLA |" if len(xla_settings) == 2 else "")
+        )
         print("|---|" + "---|" * (len(xla_settings) + 1 + (len(xla_settings) == 2)))
         for name in positions:
             ms = [medians[(name, x)] * 1e3 for x in xla_settings]

@@ -22,7 +22,8 @@ from absl import logging
 
 from examples.filtered_serving import median_ms
 from tfrs_logq import export
-from tfrs_logq.models import RetrievalObjective, SASRec
+from tfrs_logq.models import RetrievalObjective
+from tfrs_logq.models import SASRec
 
 FLAGS = flags.FLAGS
 
@@ -41,32 +42,49 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.ERROR)
     import scann  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
-    model = SASRec(FLAGS.catalog, RetrievalObjective(FLAGS.catalog, loss="full_softmax"),
-                   max_length=50, dim=64)
+
+    model = SASRec(
+        FLAGS.catalog, RetrievalObjective(FLAGS.catalog, loss="full_softmax"), max_length=50, dim=64
+    )
     model(tf.zeros([1, 50], tf.int32))
     rng = np.random.default_rng(0)
     catalog, batch = np.arange(1, FLAGS.catalog + 1), FLAGS.batch_size
     plain = {"history": tf.constant(rng.integers(1, FLAGS.catalog + 1, [batch, FLAGS.history]))}
     exclude = tf.constant(rng.integers(1, FLAGS.catalog + 1, [batch, FLAGS.exclude]))
-    print(f"SASRec over {FLAGS.catalog:,} items, dim 64, batch {batch}, history "
-          f"{FLAGS.history}, {FLAGS.exclude} extra exclusions, k {FLAGS.k}; median ms per "
-          "request\n")
-    print("| index | plain | " + " | ".join(
-        f"filtered, allowed {int(n):,}" if int(n) else "filtered, exclusions only"
-        for n in FLAGS.allowed) + " |")
+    print(
+        f"SASRec over {FLAGS.catalog:,} items, dim 64, batch {batch}, history "
+        f"{FLAGS.history}, {FLAGS.exclude} extra exclusions, k {FLAGS.k}; median ms per "
+        "request\n"
+    )
+    print(
+        "| index | plain | "
+        + " | ".join(
+            f"filtered, allowed {int(n):,}" if int(n) else "filtered, exclusions only"
+            for n in FLAGS.allowed
+        )
+        + " |"
+    )
     print("|---" * (2 + len(FLAGS.allowed)) + "|")
     with tempfile.TemporaryDirectory() as directory:
         for index in export.INDEXES:
-            path = export.export(model, os.path.join(directory, index), k=FLAGS.k, index=index,
-                                 scann_min_items=0)
+            path = export.export(
+                model, os.path.join(directory, index), k=FLAGS.k, index=index, scann_min_items=0
+            )
             signatures = tf.saved_model.load(path).signatures
             times = [median_ms(signatures["serving_default"], plain, FLAGS.repeats)]
             for size in map(int, FLAGS.allowed):
-                allowed = np.stack([rng.choice(catalog, size, replace=False)
-                                    for _ in range(batch)]) if size else np.zeros([batch, 1])
-                times.append(median_ms(signatures["serving_filtered"], {
-                    **plain, "allowed": tf.constant(allowed, tf.int64), "exclude": exclude},
-                    FLAGS.repeats))
+                allowed = (
+                    np.stack([rng.choice(catalog, size, replace=False) for _ in range(batch)])
+                    if size
+                    else np.zeros([batch, 1])
+                )
+                times.append(
+                    median_ms(
+                        signatures["serving_filtered"],
+                        {**plain, "allowed": tf.constant(allowed, tf.int64), "exclude": exclude},
+                        FLAGS.repeats,
+                    )
+                )
             print(f"| {index} | " + " | ".join(f"{t:.0f}" for t in times) + " |", flush=True)
 
 

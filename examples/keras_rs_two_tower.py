@@ -37,8 +37,9 @@ if __name__ == "__main__":
     flags.DEFINE_integer("users", 3000, "Synthetic users.", lower_bound=10)
     flags.DEFINE_integer("items", 3000, "Synthetic items.", lower_bound=200)
     flags.DEFINE_integer("dim", 32, "Embedding dimension.", lower_bound=1)
-    flags.DEFINE_integer("batch_size", 1024, "In-batch negatives per row: batch_size - 1.",
-                         lower_bound=2)
+    flags.DEFINE_integer(
+        "batch_size", 1024, "In-batch negatives per row: batch_size - 1.", lower_bound=2
+    )
     flags.DEFINE_integer("epochs", 20, "Passes over the training interactions.", lower_bound=1)
     flags.DEFINE_float("learning_rate", 0.01, "Adam's learning rate.", lower_bound=0.0)
     flags.DEFINE_float("temperature", 0.1, "Scores are divided by it.", lower_bound=1e-6)
@@ -56,12 +57,18 @@ def build_data(users: int, items: int, seed: int):
     counts[0] = 0.0
     # Items never trained on get a pseudo-count of 1/2 so that log Q is finite.
     probabilities = np.maximum(counts, 0.5) / np.maximum(counts, 0.5).sum()
-    return (train_users.astype(np.int32), train_items.astype(np.int32), split.test,
-            probabilities)
+    return (train_users.astype(np.int32), train_items.astype(np.int32), split.test, probabilities)
 
 
-def make_model(loss: str, num_users: int, num_items: int, dim: int, temperature: float,
-               probabilities: np.ndarray, seed: int):
+def make_model(
+    loss: str,
+    num_users: int,
+    num_items: int,
+    dim: int,
+    temperature: float,
+    probabilities: np.ndarray,
+    seed: int,
+):
     """A two-tower keras.Model whose `compute_loss` is keras-rs's or keras_logq's."""
     import keras  # pylint: disable=import-outside-toplevel
     import keras_rs  # pylint: disable=import-outside-toplevel
@@ -75,23 +82,24 @@ def make_model(loss: str, num_users: int, num_items: int, dim: int, temperature:
         def __init__(self):
             super().__init__()
             init = keras.initializers.RandomNormal(stddev=0.1, seed=seed)
-            self.user_tower = keras.layers.Embedding(num_users + 1, dim,
-                                                     embeddings_initializer=init)
-            self.item_tower = keras.layers.Embedding(num_items + 1, dim,
-                                                     embeddings_initializer=init)
+            self.user_tower = keras.layers.Embedding(
+                num_users + 1, dim, embeddings_initializer=init
+            )
+            self.item_tower = keras.layers.Embedding(
+                num_items + 1, dim, embeddings_initializer=init
+            )
             self.frequency = keras_logq.StaticFrequency(probabilities)
             self.correction = keras_rs.layers.SamplingProbabilityCorrection()
             self.remove_hits = keras_rs.layers.RemoveAccidentalHits()
             self.sampled_softmax = keras_logq.SampledSoftmax(
-                correction="standard" if loss == "standard" else "improved",
-                temperature=temperature)
+                correction="standard" if loss == "standard" else "improved", temperature=temperature
+            )
             self.retrieval = keras_rs.layers.BruteForceRetrieval(k=10, return_scores=False)
 
         def call(self, inputs):
             return self.user_tower(inputs["user"]), self.item_tower(inputs["item"])
 
-        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None,
-                         training=True):
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
             del y, sample_weight, training
             query, candidates = y_pred
             item_ids = x["item"]
@@ -99,12 +107,14 @@ def make_model(loss: str, num_users: int, num_items: int, dim: int, temperature:
             labels = ops.eye(ops.shape(scores)[0])
             log_q = self.frequency.log_q(item_ids)
             if loss != "keras_rs_standard":
-                return ops.mean(self.sampled_softmax(scores, labels, candidate_log_q=log_q,
-                                                     candidate_ids=item_ids))
+                return ops.mean(
+                    self.sampled_softmax(
+                        scores, labels, candidate_log_q=log_q, candidate_ids=item_ids
+                    )
+                )
             scores = self.correction(scores / temperature, ops.exp(log_q)[None, :])
             scores = self.remove_hits(scores, labels, item_ids)
-            return ops.mean(keras.losses.categorical_crossentropy(labels, scores,
-                                                                  from_logits=True))
+            return ops.mean(keras.losses.categorical_crossentropy(labels, scores, from_logits=True))
 
     return TwoTower()
 
@@ -113,13 +123,14 @@ def evaluate(model, test: splits.EvalSet, num_items: int, k: int = 10):
     """Recall@k and NDCG@k of the test targets, training items excluded, with keras-rs's
     BruteForceRetrieval over the whole catalog."""
     from keras import ops  # pylint: disable=import-outside-toplevel
+
     longest = max(len(h) for h in test.histories)
     model.retrieval.k = k + longest
     items = np.arange(1, num_items + 1, dtype=np.int32)
     model.retrieval.update_candidates(model.item_tower(items), items)
     hits, gains = [], []
     for start in range(0, len(test.users), 512):
-        users = test.users[start:start + 512].astype(np.int32)
+        users = test.users[start : start + 512].astype(np.int32)
         top = ops.convert_to_numpy(model.retrieval(model.user_tower(users)))
         for row, user_top in enumerate(top):
             seen = set(test.histories[start + row].tolist())
@@ -131,15 +142,25 @@ def evaluate(model, test: splits.EvalSet, num_items: int, k: int = 10):
     return float(np.mean(hits)), float(np.mean(gains))
 
 
-def run(losses=LOSSES, users=3000, items=3000, dim=32, batch_size=1024, epochs=20,
-        learning_rate=0.01, temperature=0.1, seed=0, verbose=1):
+def run(
+    losses=LOSSES,
+    users=3000,
+    items=3000,
+    dim=32,
+    batch_size=1024,
+    epochs=20,
+    learning_rate=0.01,
+    temperature=0.1,
+    seed=0,
+    verbose=1,
+):
     """Trains one model per loss on the same data and batches; returns {loss: metrics}."""
     import keras  # pylint: disable=import-outside-toplevel
 
     train_users, train_items, test, probabilities = build_data(users, items, seed)
     order = np.random.default_rng(seed).permutation(len(train_users))
     # Whole batches only: in-batch scores are square.
-    order = order[:len(order) // batch_size * batch_size]
+    order = order[: len(order) // batch_size * batch_size]
     data = dict(user=train_users[order], item=train_items[order])
     results = {}
     for loss in losses:
@@ -158,23 +179,39 @@ def main(argv):
     del argv
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras  # pylint: disable=import-outside-toplevel
+
     unknown = sorted(set(FLAGS.losses) - set(LOSSES))
     if unknown:
         raise app.UsageError(f"--losses must be among {LOSSES}; received {unknown}.")
-    results = run(FLAGS.losses, FLAGS.users, FLAGS.items, FLAGS.dim, FLAGS.batch_size,
-                  FLAGS.epochs, FLAGS.learning_rate, FLAGS.temperature, FLAGS.seed)
-    print(f"\nkeras-rs two-tower on the synthetic catalog ({FLAGS.users} users, {FLAGS.items} "
-          f"items, leave-one-out), backend {keras.backend.backend()}, batch {FLAGS.batch_size}, "
-          f"{FLAGS.epochs} epochs, seed {FLAGS.seed}; BruteForceRetrieval, training items "
-          "excluded:\n")
+    results = run(
+        FLAGS.losses,
+        FLAGS.users,
+        FLAGS.items,
+        FLAGS.dim,
+        FLAGS.batch_size,
+        FLAGS.epochs,
+        FLAGS.learning_rate,
+        FLAGS.temperature,
+        FLAGS.seed,
+    )
+    print(
+        f"\nkeras-rs two-tower on the synthetic catalog ({FLAGS.users} users, {FLAGS.items} "
+        f"items, leave-one-out), backend {keras.backend.backend()}, batch {FLAGS.batch_size}, "
+        f"{FLAGS.epochs} epochs, seed {FLAGS.seed}; BruteForceRetrieval, training items "
+        "excluded:\n"
+    )
     print("| loss | Recall@10 | NDCG@10 | training (s) |")
     print("|---|---|---|---|")
-    names = dict(keras_rs_standard="keras-rs SamplingProbabilityCorrection (standard logQ)",
-                 standard="keras_logq SampledSoftmax(correction=\"standard\")",
-                 improved="keras_logq SampledSoftmax(correction=\"improved\")")
+    names = dict(
+        keras_rs_standard="keras-rs SamplingProbabilityCorrection (standard logQ)",
+        standard='keras_logq SampledSoftmax(correction="standard")',
+        improved='keras_logq SampledSoftmax(correction="improved")',
+    )
     for loss, metrics in results.items():
-        print(f"| {names[loss]} | {metrics['recall_at_10']:.4f} | {metrics['ndcg_at_10']:.4f} | "
-              f"{metrics['train_seconds']:.0f} |")
+        print(
+            f"| {names[loss]} | {metrics['recall_at_10']:.4f} | {metrics['ndcg_at_10']:.4f} | "
+            f"{metrics['train_seconds']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

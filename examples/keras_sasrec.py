@@ -53,27 +53,34 @@ def default_data_path() -> str:
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("data_path", None, "SASRec-format `user item` file (plain or .gz); "
-                        "default: ml-1m/sasrec_ml-1m.txt.gz under TFRS_LOGQ_DATA.")
+    flags.DEFINE_string(
+        "data_path",
+        None,
+        "SASRec-format `user item` file (plain or .gz); "
+        "default: ml-1m/sasrec_ml-1m.txt.gz under TFRS_LOGQ_DATA.",
+    )
     flags.DEFINE_list("rows", list(ROWS), f"Losses to train, from {ROWS}.")
     flags.DEFINE_list("seeds", ["0"], "Seeds of the weights, the draws and the batches.")
-    flags.DEFINE_integer("max_len", 50, "Positions per training window and per query.",
-                         lower_bound=2)
+    flags.DEFINE_integer(
+        "max_len", 50, "Positions per training window and per query.", lower_bound=2
+    )
     flags.DEFINE_integer("dim", 64, "Embedding dimension.", lower_bound=2)
     flags.DEFINE_integer("num_blocks", 2, "Self-attention blocks.", lower_bound=1)
-    flags.DEFINE_integer("num_heads", 1, "Attention heads (dim must divide by them).",
-                         lower_bound=1)
+    flags.DEFINE_integer(
+        "num_heads", 1, "Attention heads (dim must divide by them).", lower_bound=1
+    )
     flags.DEFINE_float("dropout", 0.2, "Dropout rate.", lower_bound=0.0, upper_bound=0.9)
     flags.DEFINE_integer("batch_size", 128, "Windows per batch.", lower_bound=1)
     flags.DEFINE_integer("epochs", 8, "Passes over the training windows.", lower_bound=1)
     flags.DEFINE_float("learning_rate", 1e-3, "Adam's learning rate.", lower_bound=0.0)
-    flags.DEFINE_integer("pool", 256, "In-batch negatives kept per batch (max_pool_size).",
-                         lower_bound=1)
-    flags.DEFINE_integer("num_uniform", 128, "Uniform negatives of the mixed rows.",
-                         lower_bound=1)
+    flags.DEFINE_integer(
+        "pool", 256, "In-batch negatives kept per batch (max_pool_size).", lower_bound=1
+    )
+    flags.DEFINE_integer("num_uniform", 128, "Uniform negatives of the mixed rows.", lower_bound=1)
     flags.DEFINE_string("output", None, "Also write the results as JSON to this file.")
-    flags.register_validator("rows", lambda rows: set(rows) <= set(ROWS),
-                             message=f"--rows must be among {ROWS}.")
+    flags.register_validator(
+        "rows", lambda rows: set(rows) <= set(ROWS), message=f"--rows must be among {ROWS}."
+    )
 
 
 def left_padded(sequences, max_len: int) -> np.ndarray:
@@ -82,7 +89,7 @@ def left_padded(sequences, max_len: int) -> np.ndarray:
     for row, sequence in enumerate(sequences):
         tail = np.asarray(sequence[-max_len:])
         if len(tail):
-            out[row, max_len - len(tail):] = tail
+            out[row, max_len - len(tail) :] = tail
     return out
 
 
@@ -95,7 +102,7 @@ def training_windows(train, max_len: int):
         for end in range(len(sequence) - 1, 0, -max_len):
             start = max(0, end - max_len)
             inputs.append(sequence[start:end])
-            targets.append(sequence[start + 1:end + 1])
+            targets.append(sequence[start + 1 : end + 1])
     return left_padded(inputs, max_len), left_padded(targets, max_len)
 
 
@@ -107,13 +114,27 @@ def load(data_path: str, max_len: int):
     # Items never a training target get a pseudo-count of 1/2, so that log Q is finite.
     counts = np.maximum(counts, 0.5)
     counts[0] = 0.5
-    return (dict(inputs=inputs, targets=targets), split.test, split.num_items,
-            counts / counts.sum())
+    return (
+        dict(inputs=inputs, targets=targets),
+        split.test,
+        split.num_items,
+        counts / counts.sum(),
+    )
 
 
-def make_model(row: str, num_items: int, probabilities: np.ndarray, max_len: int, dim: int,
-               num_blocks: int, num_heads: int, dropout: float, pool: int, num_uniform: int,
-               seed: int):
+def make_model(
+    row: str,
+    num_items: int,
+    probabilities: np.ndarray,
+    max_len: int,
+    dim: int,
+    num_blocks: int,
+    num_heads: int,
+    dropout: float,
+    pool: int,
+    num_uniform: int,
+    seed: int,
+):
     """A SASRec keras.Model whose `compute_loss` is the loss of `row` (one of ROWS)."""
     import keras  # pylint: disable=import-outside-toplevel
     from keras import ops  # pylint: disable=import-outside-toplevel
@@ -122,7 +143,7 @@ def make_model(row: str, num_items: int, probabilities: np.ndarray, max_len: int
 
     negatives, _, correction = row.partition("_")
     if negatives == "in":  # in_batch_<correction>
-        negatives, correction = "in_batch", row[len("in_batch_"):]
+        negatives, correction = "in_batch", row[len("in_batch_") :]
 
     class SASRec(keras.Model):
         """Item and position embeddings, causal pre-norm self-attention blocks."""
@@ -135,26 +156,32 @@ def make_model(row: str, num_items: int, probabilities: np.ndarray, max_len: int
             self.dropout = keras.layers.Dropout(dropout, seed=seed)
             self.blocks = []
             for block in range(num_blocks):
-                self.blocks.append(dict(
-                    attention_norm=keras.layers.LayerNormalization(epsilon=1e-6),
-                    attention=keras.layers.MultiHeadAttention(
-                        num_heads, dim // num_heads, dropout=dropout, seed=seed + block),
-                    ffn_norm=keras.layers.LayerNormalization(epsilon=1e-6),
-                    ffn_in=keras.layers.Dense(dim, activation="relu"),
-                    ffn_out=keras.layers.Dense(dim),
-                    ffn_dropout=keras.layers.Dropout(dropout, seed=seed + block)))
+                self.blocks.append(
+                    dict(
+                        attention_norm=keras.layers.LayerNormalization(epsilon=1e-6),
+                        attention=keras.layers.MultiHeadAttention(
+                            num_heads, dim // num_heads, dropout=dropout, seed=seed + block
+                        ),
+                        ffn_norm=keras.layers.LayerNormalization(epsilon=1e-6),
+                        ffn_in=keras.layers.Dense(dim, activation="relu"),
+                        ffn_out=keras.layers.Dense(dim),
+                        ffn_dropout=keras.layers.Dropout(dropout, seed=seed + block),
+                    )
+                )
             self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6)
             frequency = keras_logq.StaticFrequency(probabilities)
             if negatives == "bce":
-                self.sampler = keras_logq.UniformSampler(num_items, 1, first_id=1,
-                                                         per_row=True, seed=seed)
+                self.sampler = keras_logq.UniformSampler(
+                    num_items, 1, first_id=1, per_row=True, seed=seed
+                )
             elif negatives == "in_batch":
-                self.sampler = keras_logq.InBatchSampler(max_pool_size=pool,
-                                                         probabilities=frequency, seed=seed)
+                self.sampler = keras_logq.InBatchSampler(
+                    max_pool_size=pool, probabilities=frequency, seed=seed
+                )
             else:
-                self.sampler = keras_logq.MixedSampler(num_items, num_uniform, pool,
-                                                       first_id=1, probabilities=frequency,
-                                                       seed=seed)
+                self.sampler = keras_logq.MixedSampler(
+                    num_items, num_uniform, pool, first_id=1, probabilities=frequency, seed=seed
+                )
 
         def call(self, ids, training=False):
             """[batch, max_len] item ids (0 pads, on the left; or the training dict, its
@@ -167,15 +194,13 @@ def make_model(row: str, num_items: int, probabilities: np.ndarray, max_len: int
             attention_mask = ops.logical_and(causal[None], real[:, None, :])
             for block in self.blocks:
                 h = block["attention_norm"](x)
-                x = x + block["attention"](h, h, attention_mask=attention_mask,
-                                           training=training)
+                x = x + block["attention"](h, h, attention_mask=attention_mask, training=training)
                 h = block["ffn_out"](block["ffn_in"](block["ffn_norm"](x)))
                 x = x + block["ffn_dropout"](h, training=training)
                 x = x * ops.cast(real, x.dtype)[..., None]
             return self.final_norm(x)
 
-        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None,
-                         training=True):
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
             del y, sample_weight, training
             targets = x["targets"]
             real = ops.greater(targets, 0)
@@ -186,12 +211,16 @@ def make_model(row: str, num_items: int, probabilities: np.ndarray, max_len: int
                 negative = self.items(ops.reshape(draws.ids, (*ops.shape(targets), 1)))
                 per_position = keras_logq.bce_loss(
                     ops.sum(y_pred * positives, axis=-1),
-                    ops.einsum("bld,blnd->bln", y_pred, negative), position_mask=real)
+                    ops.einsum("bld,blnd->bln", y_pred, negative),
+                    position_mask=real,
+                )
             else:
-                draws = self.sampler(flat, targets, positives, candidate_mask=real,
-                                     embedding_fn=self.items)
+                draws = self.sampler(
+                    flat, targets, positives, candidate_mask=real, embedding_fn=self.items
+                )
                 per_position = keras_logq.negatives_loss(
-                    y_pred, positives, draws, correction=correction, position_mask=real)
+                    y_pred, positives, draws, correction=correction, position_mask=real
+                )
             return keras_logq.masked_mean(per_position, real)
 
         def last_state(self, ids):
@@ -205,15 +234,16 @@ def evaluate(model, test, max_len: int, k: int = 10, chunk: int = 512):
     """(Recall@k, NDCG@k) of each test user's target over the whole catalog, the user's
     history excluded."""
     from keras import ops  # pylint: disable=import-outside-toplevel
+
     table = ops.convert_to_numpy(model.items.embeddings)[1:]  # Items 1..num_items.
     hits, gains = [], []
     for start in range(0, len(test.users), chunk):
-        histories = test.histories[start:start + chunk]
+        histories = test.histories[start : start + chunk]
         state = ops.convert_to_numpy(model.last_state(left_padded(histories, max_len)))
         scores = state @ table.T
         for row, history in enumerate(histories):
             scores[row, np.asarray(history) - 1] = -np.inf
-        targets = np.array([int(t[0]) - 1 for t in test.targets[start:start + chunk]])
+        targets = np.array([int(t[0]) - 1 for t in test.targets[start : start + chunk]])
         target_scores = scores[np.arange(len(targets)), targets]
         # Rank: items scored above the target (ties count against it).
         ranks = np.sum(scores >= target_scores[:, None], axis=1) - 1
@@ -222,57 +252,101 @@ def evaluate(model, test, max_len: int, k: int = 10, chunk: int = 512):
     return float(np.mean(np.concatenate(hits))), float(np.mean(np.concatenate(gains)))
 
 
-def run(data_path: str, rows=ROWS, seeds=(0,), max_len=50, dim=64, num_blocks=2, num_heads=1,
-        dropout=0.2, batch_size=128, epochs=8, learning_rate=1e-3, pool=256, num_uniform=128,
-        verbose=2, on_result=None):
+def run(
+    data_path: str,
+    rows=ROWS,
+    seeds=(0,),
+    max_len=50,
+    dim=64,
+    num_blocks=2,
+    num_heads=1,
+    dropout=0.2,
+    batch_size=128,
+    epochs=8,
+    learning_rate=1e-3,
+    pool=256,
+    num_uniform=128,
+    verbose=2,
+    on_result=None,
+):
     """Trains one model per row and seed on the same windows, seed by seed (every row of a
     seed before the next seed); returns {"rows": {row: {seed: metrics}}, ...} with
     Recall@10, NDCG@10 and training seconds. `on_result(results)` is called after each
     model (to save what is done so far)."""
     import keras  # pylint: disable=import-outside-toplevel
+
     data, test, num_items, probabilities = load(data_path, max_len)
-    results = dict(num_windows=int(len(data["inputs"])), num_items=int(num_items),
-                   num_test_users=int(len(test.users)), rows={row: {} for row in rows})
+    results = dict(
+        num_windows=int(len(data["inputs"])),
+        num_items=int(num_items),
+        num_test_users=int(len(test.users)),
+        rows={row: {} for row in rows},
+    )
     for seed in seeds:
         for row in rows:
             keras.utils.set_random_seed(seed)
-            model = make_model(row, num_items, probabilities, max_len, dim, num_blocks,
-                               num_heads, dropout, pool, num_uniform, seed)
+            model = make_model(
+                row,
+                num_items,
+                probabilities,
+                max_len,
+                dim,
+                num_blocks,
+                num_heads,
+                dropout,
+                pool,
+                num_uniform,
+                seed,
+            )
             model.compile(optimizer=keras.optimizers.Adam(learning_rate))
             start = time.time()
-            history = model.fit(data, batch_size=batch_size, epochs=epochs, shuffle=True,
-                                verbose=verbose)
+            history = model.fit(
+                data, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose
+            )
             seconds = time.time() - start
             recall, ndcg = evaluate(model, test, max_len)
             results["rows"][row][str(seed)] = dict(
-                recall_at_10=recall, ndcg_at_10=ndcg, train_seconds=seconds,
-                final_loss=float(history.history["loss"][-1]))
-            print(f"{row} seed {seed}: Recall@10 {recall:.4f} NDCG@10 {ndcg:.4f} "
-                  f"({seconds:.0f} s)", flush=True)
+                recall_at_10=recall,
+                ndcg_at_10=ndcg,
+                train_seconds=seconds,
+                final_loss=float(history.history["loss"][-1]),
+            )
+            print(
+                f"{row} seed {seed}: Recall@10 {recall:.4f} NDCG@10 {ndcg:.4f} ({seconds:.0f} s)",
+                flush=True,
+            )
             if on_result is not None:
                 on_result(results)
     return results
 
 
-NAMES = dict(bce="BCE, 1 uniform negative per position (SASRec)",
-             in_batch_none="in-batch, no correction", in_batch_improved="in-batch, improved",
-             mixed_none="mixed, no correction", mixed_improved="mixed, improved")
+NAMES = dict(
+    bce="BCE, 1 uniform negative per position (SASRec)",
+    in_batch_none="in-batch, no correction",
+    in_batch_improved="in-batch, improved",
+    mixed_none="mixed, no correction",
+    mixed_improved="mixed, improved",
+)
 
 
 def table(results) -> str:
     """The Markdown table of `run`'s results: mean and standard deviation over the seeds."""
-    lines = ["| loss | Recall@10 | NDCG@10 | Recall@10 per seed | training (s) per run |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| loss | Recall@10 | NDCG@10 | Recall@10 per seed | training (s) per run |",
+        "|---|---|---|---|---|",
+    ]
     for row, by_seed in results["rows"].items():
         if not by_seed:
             continue
         recall = np.array([m["recall_at_10"] for m in by_seed.values()])
         ndcg = np.array([m["ndcg_at_10"] for m in by_seed.values()])
         seconds = np.mean([m["train_seconds"] for m in by_seed.values()])
-        spread = (lambda x: f" ± {x.std(ddof=1):.4f}" if len(x) > 1 else "")  # noqa: E731
-        lines.append(f"| {NAMES[row]} | {recall.mean():.4f}{spread(recall)} | "
-                     f"{ndcg.mean():.4f}{spread(ndcg)} | "
-                     f"{', '.join(f'{r:.4f}' for r in recall)} | {seconds:.0f} |")
+        spread = lambda x: f" ± {x.std(ddof=1):.4f}" if len(x) > 1 else ""  # noqa: E731
+        lines.append(
+            f"| {NAMES[row]} | {recall.mean():.4f}{spread(recall)} | "
+            f"{ndcg.mean():.4f}{spread(ndcg)} | "
+            f"{', '.join(f'{r:.4f}' for r in recall)} | {seconds:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -280,42 +354,68 @@ def main(argv):
     del argv
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras  # pylint: disable=import-outside-toplevel
+
     if FLAGS.dim % FLAGS.num_heads:
-        raise app.UsageError(f"--dim must divide by --num_heads; received dim={FLAGS.dim}, "
-                             f"num_heads={FLAGS.num_heads}.")
+        raise app.UsageError(
+            f"--dim must divide by --num_heads; received dim={FLAGS.dim}, "
+            f"num_heads={FLAGS.num_heads}."
+        )
     try:
         seeds = [int(seed) for seed in FLAGS.seeds]
     except ValueError:
         raise app.UsageError(f"--seeds must be integers; received {FLAGS.seeds}.") from None
     data_path = FLAGS.data_path or default_data_path()
     if not os.path.exists(data_path):
-        raise app.UsageError(f"No such data file: {data_path}. Pass --data_path, or set "
-                             "TFRS_LOGQ_DATA to the directory that holds "
-                             f"{SASREC_FILE}.")
-    settings = dict(rows=FLAGS.rows, seeds=seeds, max_len=FLAGS.max_len, dim=FLAGS.dim,
-                    num_blocks=FLAGS.num_blocks, num_heads=FLAGS.num_heads,
-                    dropout=FLAGS.dropout, batch_size=FLAGS.batch_size, epochs=FLAGS.epochs,
-                    learning_rate=FLAGS.learning_rate, pool=FLAGS.pool,
-                    num_uniform=FLAGS.num_uniform)
+        raise app.UsageError(
+            f"No such data file: {data_path}. Pass --data_path, or set "
+            "TFRS_LOGQ_DATA to the directory that holds "
+            f"{SASREC_FILE}."
+        )
+    settings = dict(
+        rows=FLAGS.rows,
+        seeds=seeds,
+        max_len=FLAGS.max_len,
+        dim=FLAGS.dim,
+        num_blocks=FLAGS.num_blocks,
+        num_heads=FLAGS.num_heads,
+        dropout=FLAGS.dropout,
+        batch_size=FLAGS.batch_size,
+        epochs=FLAGS.epochs,
+        learning_rate=FLAGS.learning_rate,
+        pool=FLAGS.pool,
+        num_uniform=FLAGS.num_uniform,
+    )
     device = keras.backend.backend()
     if device == "jax":
         import jax  # pylint: disable=import-outside-toplevel
+
         device = f"jax on {jax.devices()[0].device_kind}"
 
     def save(results):
         if FLAGS.output:
             with open(FLAGS.output, "w", encoding="utf-8") as f:
-                json.dump(dict(settings=settings, device=device, keras=keras.__version__,
-                               data=os.path.basename(data_path), **results), f, indent=1)
+                json.dump(
+                    dict(
+                        settings=settings,
+                        device=device,
+                        keras=keras.__version__,
+                        data=os.path.basename(data_path),
+                        **results,
+                    ),
+                    f,
+                    indent=1,
+                )
 
     results = run(data_path, on_result=save, **settings)
-    print(f"\nSASRec (Keras 3) on {os.path.basename(data_path)}, leave-one-out, "
-          f"{results['num_windows']} training windows of {FLAGS.max_len}, "
-          f"{results['num_test_users']} test users over {results['num_items']} items "
-          f"(history excluded), backend {device}, batch {FLAGS.batch_size}, "
-          f"{FLAGS.epochs} epochs, {FLAGS.num_blocks} blocks of dim {FLAGS.dim}, in-batch "
-          f"pool {FLAGS.pool}, mixed {FLAGS.num_uniform} uniform + {FLAGS.pool} in-batch, "
-          f"seeds {', '.join(map(str, seeds))}:\n")
+    print(
+        f"\nSASRec (Keras 3) on {os.path.basename(data_path)}, leave-one-out, "
+        f"{results['num_windows']} training windows of {FLAGS.max_len}, "
+        f"{results['num_test_users']} test users over {results['num_items']} items "
+        f"(history excluded), backend {device}, batch {FLAGS.batch_size}, "
+        f"{FLAGS.epochs} epochs, {FLAGS.num_blocks} blocks of dim {FLAGS.dim}, in-batch "
+        f"pool {FLAGS.pool}, mixed {FLAGS.num_uniform} uniform + {FLAGS.pool} in-batch, "
+        f"seeds {', '.join(map(str, seeds))}:\n"
+    )
     print(table(results))
 
 

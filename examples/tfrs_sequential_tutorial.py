@@ -26,13 +26,14 @@ bundled):
 import json
 import os
 
+import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
+
+# isort: split
 import numpy as np
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
 from absl import app
 from absl import flags
-
-import tfrs_logq  # First: routes tf.keras to Keras 2.  # pylint: disable=g-bad-import-order
-import tensorflow as tf  # pylint: disable=g-bad-import-order
-import tensorflow_recommenders as tfrs  # pylint: disable=g-bad-import-order
 
 from pipelines.data import loaders
 
@@ -46,15 +47,24 @@ if __name__ == "__main__":
     flags.DEFINE_string("data_path", None, "MovieLens-1M ratings.dat (plain or .gz).")
     flags.DEFINE_integer("max_users", 0, "Keep the first N users (0: all).", lower_bound=0)
     flags.DEFINE_integer("epochs", 3, "Training epochs.", lower_bound=1)
-    flags.DEFINE_integer("batch_size", 12_800, "Training batch size (the tutorial's).",
-                         lower_bound=2)
+    flags.DEFINE_integer(
+        "batch_size", 12_800, "Training batch size (the tutorial's).", lower_bound=2
+    )
     flags.DEFINE_integer("dim", 32, "Embedding dimension.", lower_bound=1)
-    flags.DEFINE_integer("num_uniform", 1024, "`improved`: uniform negatives from the vocabulary "
-                         "on top of the whole batch.", lower_bound=1)
+    flags.DEFINE_integer(
+        "num_uniform",
+        1024,
+        "`improved`: uniform negatives from the vocabulary on top of the whole batch.",
+        lower_bound=1,
+    )
     flags.DEFINE_list("seeds", ["0"], "Seeds.")
     flags.DEFINE_list("tasks", list(TASKS), f"Tasks among {', '.join(TASKS)}.")
-    flags.DEFINE_string("output", None, "JSON file of the results, written after each run; "
-                        "rerun with the same file to resume (its runs are not trained again).")
+    flags.DEFINE_string(
+        "output",
+        None,
+        "JSON file of the results, written after each run; "
+        "rerun with the same file to resume (its runs are not trained again).",
+    )
 
 FLAGS = flags.FLAGS
 
@@ -69,7 +79,8 @@ def ratings_path(data_path=None):
         return path
     raise FileNotFoundError(
         f"No MovieLens-1M ratings: pass --data_path, or set {loaders.DATA_ENV} to the directory "
-        f"that holds {loaders.ML_1M_RATINGS_FILE}.")
+        f"that holds {loaders.ML_1M_RATINGS_FILE}."
+    )
 
 
 def examples(path, max_users=0):
@@ -84,7 +95,7 @@ def examples(path, max_users=0):
         end = start + int(np.sum(users == users[start]))
         timeline = names[items[start:end]].tolist()
         for t in range(1, len(timeline)):
-            window = timeline[max(0, t - CONTEXT):t]
+            window = timeline[max(0, t - CONTEXT) : t]
             contexts.append([PADDING] * (CONTEXT - len(window)) + window)
             labels.append([timeline[t]])
             last.append(t == len(timeline) - 1)
@@ -108,54 +119,84 @@ class SequentialModel(tfrs.Model):
         if self.kind == "tutorial":
             return self.task(query, candidates, compute_metrics=not training)
         if self.kind == "tfrs_logq_hits":
-            return self.task(query, candidates, candidate_ids=labels[:, 0],
-                             candidate_sampling_probability=self.probability.lookup(
-                                 labels[:, 0]), compute_metrics=not training)
-        return self.task(query, candidates, candidate_ids=labels,
-                         candidate_embedding_fn=self.movie_model,
-                         compute_metrics=not training, training=training)
+            return self.task(
+                query,
+                candidates,
+                candidate_ids=labels[:, 0],
+                candidate_sampling_probability=self.probability.lookup(labels[:, 0]),
+                compute_metrics=not training,
+            )
+        return self.task(
+            query,
+            candidates,
+            candidate_ids=labels,
+            candidate_embedding_fn=self.movie_model,
+            compute_metrics=not training,
+            training=training,
+        )
 
 
 def run(kind, train, test, movies, seed, epochs=3, batch_size=12_800, dim=32, num_uniform=1024):
     """Trains one task and returns its factorized top-k accuracies {k: value} on `test`."""
     tf.keras.utils.set_random_seed(seed)
-    query_model = tf.keras.Sequential([
-        tf.keras.layers.StringLookup(vocabulary=movies, mask_token=None),
-        tf.keras.layers.Embedding(len(movies) + 1, dim), tf.keras.layers.GRU(dim)])
-    movie_model = tf.keras.Sequential([
-        tf.keras.layers.StringLookup(vocabulary=movies, mask_token=None),
-        tf.keras.layers.Embedding(len(movies) + 1, dim)])
+    query_model = tf.keras.Sequential(
+        [
+            tf.keras.layers.StringLookup(vocabulary=movies, mask_token=None),
+            tf.keras.layers.Embedding(len(movies) + 1, dim),
+            tf.keras.layers.GRU(dim),
+        ]
+    )
+    movie_model = tf.keras.Sequential(
+        [
+            tf.keras.layers.StringLookup(vocabulary=movies, mask_token=None),
+            tf.keras.layers.Embedding(len(movies) + 1, dim),
+        ]
+    )
     catalog = tf.data.Dataset.from_tensor_slices(movies)
     probability = None
     if kind == "tutorial":
-        task = tfrs.tasks.Retrieval(metrics=tfrs.metrics.FactorizedTopK(
-            candidates=catalog.batch(128).map(movie_model), ks=KS))
+        task = tfrs.tasks.Retrieval(
+            metrics=tfrs.metrics.FactorizedTopK(
+                candidates=catalog.batch(128).map(movie_model), ks=KS
+            )
+        )
     else:
         metrics = tfrs.metrics.FactorizedTopK(
-            candidates=tfrs_logq.candidates(catalog, movie_model), ks=KS)
+            candidates=tfrs_logq.candidates(catalog, movie_model), ks=KS
+        )
         if kind == "tfrs_logq_hits":
             values, counts = np.unique(train["label"][:, 0], return_counts=True)
-            probability = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-                tf.constant(values), tf.constant(counts / counts.sum(), tf.float32)),
-                default_value=float(1.0 / counts.sum()))
+            probability = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(values), tf.constant(counts / counts.sum(), tf.float32)
+                ),
+                default_value=float(1.0 / counts.sum()),
+            )
             task = tfrs.tasks.Retrieval(metrics=metrics, remove_accidental_hits=True)
         else:
             estimator = tfrs_logq.CountMinSketchEstimator()
             if kind == "improved":
                 sampler = tfrs_logq.MixedSampler.from_lookup(
-                    movie_model.layers[0], num_uniform, batch_size, seed=seed,
-                    probabilities=estimator)
+                    movie_model.layers[0],
+                    num_uniform,
+                    batch_size,
+                    seed=seed,
+                    probabilities=estimator,
+                )
             else:
                 sampler = tfrs_logq.InBatchSampler(probabilities=estimator, seed=seed)
-            task = tfrs_logq.LogQRetrieval(metrics=metrics, correction="improved",
-                                           sampler=sampler)
+            task = tfrs_logq.LogQRetrieval(metrics=metrics, correction="improved", sampler=sampler)
     model = SequentialModel(query_model, movie_model, task, kind, probability)
     model.compile(optimizer=tf.keras.optimizers.Adagrad(learning_rate=0.1))
-    train_ds = tf.data.Dataset.from_tensor_slices(train).shuffle(
-        SHUFFLE_BUFFER, seed=seed).batch(batch_size)
+    train_ds = (
+        tf.data.Dataset.from_tensor_slices(train)
+        .shuffle(SHUFFLE_BUFFER, seed=seed)
+        .batch(batch_size)
+    )
     model.fit(train_ds, epochs=epochs, verbose=0)
-    got = model.evaluate(tf.data.Dataset.from_tensor_slices(test).batch(batch_size),
-                         verbose=0, return_dict=True)
+    got = model.evaluate(
+        tf.data.Dataset.from_tensor_slices(test).batch(batch_size), verbose=0, return_dict=True
+    )
     return {k: float(got[f"factorized_top_k/top_{k}_categorical_accuracy"]) for k in KS}
 
 
@@ -163,13 +204,21 @@ def main(argv):
     del argv
     for kind in FLAGS.tasks:
         if kind not in TASKS:
-            raise app.UsageError(f"--tasks must name tasks among {', '.join(TASKS)}; "
-                                 f"received {kind!r}.")
+            raise app.UsageError(
+                f"--tasks must name tasks among {', '.join(TASKS)}; received {kind!r}."
+            )
     train, test, movies = examples(ratings_path(FLAGS.data_path), FLAGS.max_users)
-    print(f"{len(train['label'])} training and {len(test['label'])} test examples, "
-          f"{len(movies)} movies")
-    settings = dict(epochs=FLAGS.epochs, batch_size=FLAGS.batch_size, dim=FLAGS.dim,
-                    num_uniform=FLAGS.num_uniform, max_users=FLAGS.max_users)
+    print(
+        f"{len(train['label'])} training and {len(test['label'])} test examples, "
+        f"{len(movies)} movies"
+    )
+    settings = dict(
+        epochs=FLAGS.epochs,
+        batch_size=FLAGS.batch_size,
+        dim=FLAGS.dim,
+        num_uniform=FLAGS.num_uniform,
+        max_users=FLAGS.max_users,
+    )
     done = load_results(FLAGS.output, settings)
     print("| task | seed | " + " | ".join(f"top-{k}" for k in KS) + " |")
     print("|---|---|" + "---|" * len(KS))
@@ -177,24 +226,34 @@ def main(argv):
         for seed in FLAGS.seeds:
             key = f"{kind}/{seed}"
             if key not in done["runs"]:
-                result = run(kind, train, test, movies, int(seed), FLAGS.epochs,
-                             FLAGS.batch_size, FLAGS.dim, FLAGS.num_uniform)
+                result = run(
+                    kind,
+                    train,
+                    test,
+                    movies,
+                    int(seed),
+                    FLAGS.epochs,
+                    FLAGS.batch_size,
+                    FLAGS.dim,
+                    FLAGS.num_uniform,
+                )
                 done["runs"][key] = {f"top_{k}": result[k] for k in KS}
                 if FLAGS.output:
                     with open(FLAGS.output + ".tmp", "w", encoding="utf-8") as f:
                         json.dump(done, f, indent=1)
                     os.replace(FLAGS.output + ".tmp", FLAGS.output)
             row = done["runs"][key]
-            print(f"| {kind} | {seed} | " + " | ".join(f"{row[f'top_{k}']:.4f}" for k in KS)
-                  + " |")
+            print(f"| {kind} | {seed} | " + " | ".join(f"{row[f'top_{k}']:.4f}" for k in KS) + " |")
     print()
     print("\n".join(summary(done["runs"])))
 
 
 def summary(runs):
     """Markdown lines: each task's factorized top-k, mean ± sample std over its seeds (n)."""
-    lines = ["| task | n | " + " | ".join(f"top-{k}" for k in KS) + " |",
-             "|---|---|" + "---|" * len(KS)]
+    lines = [
+        "| task | n | " + " | ".join(f"top-{k}" for k in KS) + " |",
+        "|---|---|" + "---|" * len(KS),
+    ]
     for kind in TASKS:
         rows = [row for key, row in runs.items() if key.split("/")[0] == kind]
         if not rows:
@@ -216,8 +275,10 @@ def load_results(path, settings):
     with open(path, encoding="utf-8") as f:
         done = json.load(f)
     if done["settings"] != settings:
-        raise app.UsageError(f"--output={path} holds runs with settings {done['settings']}; "
-                             f"these flags give {settings}. Use another file.")
+        raise app.UsageError(
+            f"--output={path} holds runs with settings {done['settings']}; "
+            f"these flags give {settings}. Use another file."
+        )
     return done
 
 

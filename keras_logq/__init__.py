@@ -28,7 +28,6 @@ The tests share the numpy references and exact values of `tests/reference.py`.
 - frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
 """
 
-from logq_core import __version__  # noqa: F401  pylint: disable=unused-import
 from keras_logq import frequency
 from keras_logq import losses
 from keras_logq import negatives
@@ -48,6 +47,7 @@ from keras_logq.negatives import MixedSampler
 from keras_logq.negatives import Negatives
 from keras_logq.negatives import UniformSampler
 from keras_logq.negatives import make_sampler
+from logq_core import __version__  # noqa: F401  pylint: disable=unused-import
 
 __all__ = [
     "CountMinSketchEstimator",

@@ -27,12 +27,45 @@ def _num_columns(x):
 
 
 OPS = types.SimpleNamespace(
-    **{name: getattr(ops, name) for name in (
-        "arange", "argsort", "broadcast_to", "cast", "concatenate", "cumsum", "equal", "exp",
-        "expm1", "log", "log1p", "logical_and", "logical_or", "logsumexp", "maximum", "min",
-        "minimum", "not_equal", "ones", "reshape", "roll", "scatter", "segment_sum", "shape",
-        "sigmoid", "softplus", "stack", "stop_gradient", "sum", "take", "take_along_axis",
-        "top_k", "where", "zeros_like")},
+    **{
+        name: getattr(ops, name)
+        for name in (
+            "arange",
+            "argsort",
+            "broadcast_to",
+            "cast",
+            "concatenate",
+            "cumsum",
+            "equal",
+            "exp",
+            "expm1",
+            "log",
+            "log1p",
+            "logical_and",
+            "logical_or",
+            "logsumexp",
+            "maximum",
+            "min",
+            "minimum",
+            "not_equal",
+            "ones",
+            "reshape",
+            "roll",
+            "scatter",
+            "segment_sum",
+            "shape",
+            "sigmoid",
+            "softplus",
+            "stack",
+            "stop_gradient",
+            "sum",
+            "take",
+            "take_along_axis",
+            "top_k",
+            "where",
+            "zeros_like",
+        )
+    },
     num_columns=_num_columns,
 )
 
@@ -50,7 +83,10 @@ def _static_shape(tensor):
 TENSORS = checks.Tensors(
     convert=ops.convert_to_tensor,
     dtype=lambda tensor: keras.backend.standardize_dtype(tensor.dtype),
-    shape=_static_shape, cast=ops.cast, string_ids=False)
+    shape=_static_shape,
+    cast=ops.cast,
+    string_ids=False,
+)
 float_tensor = functools.partial(checks.float_tensor, TENSORS)
 bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
 ids_tensor = functools.partial(checks.ids_tensor, TENSORS)
@@ -71,8 +107,11 @@ def table_rows(ids, num_rows):
     in a table of `num_rows` rows (an int, or a scalar tensor), compared as signed integers
     that hold every id (an int64 id of 2**32 + 1 is not compared as 1; a uint id above the
     int32 range turns negative, hence invalid)."""
-    wide = "int64" if keras.backend.standardize_dtype(ids.dtype) in (
-        "int64", "uint64", "uint32") else "int32"
+    wide = (
+        "int64"
+        if keras.backend.standardize_dtype(ids.dtype) in ("int64", "uint64", "uint32")
+        else "int32"
+    )
     ids = ops.cast(ids, wide)
     if not isinstance(num_rows, int):
         num_rows = ops.cast(num_rows, wide)

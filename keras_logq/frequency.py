@@ -27,9 +27,8 @@ the call into `logq_core.formulas.count_min_log_q` and the config, not the maths
 
 from typing import Any, Optional
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 from keras_logq import _ops as k
@@ -95,37 +94,60 @@ class StaticFrequency(FrequencyEstimator):
         try:
             values = np.asarray(probabilities, dtype=np.float64)
         except (TypeError, ValueError) as error:
-            raise ValueError("`probabilities` must be a non-empty 1-D array of values in (0, 1] "
-                             f"(or a keras_logq estimator); received {probabilities!r}.") from error
-        if (values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values))
-                or np.any(values <= 0) or np.any(values > 1)):
+            raise ValueError(
+                "`probabilities` must be a non-empty 1-D array of values in (0, 1] "
+                f"(or a keras_logq estimator); received {probabilities!r}."
+            ) from error
+        if (
+            values.ndim != 1
+            or values.size == 0
+            or not np.all(np.isfinite(values))
+            or np.any(values <= 0)
+            or np.any(values > 1)
+        ):
             raise ValueError(
                 "`probabilities` must be a non-empty 1-D array of values in (0, 1]; received "
                 f"probabilities={values.ravel()[:6]!r}{' ...' if values.size > 6 else ''} with "
-                f"shape {values.shape}.")
+                f"shape {values.shape}."
+            )
         self.num_items = int(values.size)
         self._initial = np.log(values).astype(np.float32)
         self.log_probabilities = self.add_weight(
-            name="log_probabilities", shape=(self.num_items,), trainable=False,
-            initializer=keras.initializers.Constant(self._initial), dtype="float32")
+            name="log_probabilities",
+            shape=(self.num_items,),
+            trainable=False,
+            initializer=keras.initializers.Constant(self._initial),
+            dtype="float32",
+        )
         self.built = True
 
     @classmethod
-    def from_counts(cls, counts: Any, pseudo_count: float = 0.0,
-                    **kwargs) -> "StaticFrequency":
+    def from_counts(cls, counts: Any, pseudo_count: float = 0.0, **kwargs) -> "StaticFrequency":
         """Q(d) = (counts[d] + pseudo_count) / sum(counts + pseudo_count)."""
-        if (isinstance(pseudo_count, bool) or not isinstance(pseudo_count, (int, float))
-                or not np.isfinite(pseudo_count) or pseudo_count < 0):
-            raise ValueError("`pseudo_count` must be a non-negative number; received "
-                             f"pseudo_count={pseudo_count!r}.")
+        if (
+            isinstance(pseudo_count, bool)
+            or not isinstance(pseudo_count, (int, float))
+            or not np.isfinite(pseudo_count)
+            or pseudo_count < 0
+        ):
+            raise ValueError(
+                "`pseudo_count` must be a non-negative number; received "
+                f"pseudo_count={pseudo_count!r}."
+            )
         counts = np.asarray(counts, dtype=np.float64)
         smoothed = counts + pseudo_count
-        if (counts.ndim != 1 or counts.size == 0 or np.any(smoothed <= 0)
-                or not np.all(np.isfinite(counts)) or np.any(counts < 0)):
+        if (
+            counts.ndim != 1
+            or counts.size == 0
+            or np.any(smoothed <= 0)
+            or not np.all(np.isfinite(counts))
+            or np.any(counts < 0)
+        ):
             raise ValueError(
                 "`counts` must be a non-empty 1-D array of positive counts (add a smoothing "
                 f"pseudo-count for unseen items); received counts={counts[:6]!r}"
-                f"{' ...' if counts.size > 6 else ''} with shape {counts.shape}.")
+                f"{' ...' if counts.size > 6 else ''} with shape {counts.shape}."
+            )
         return cls(probabilities=smoothed / smoothed.sum(), **kwargs)
 
     def log_q(self, ids):
@@ -137,8 +159,11 @@ class StaticFrequency(FrequencyEstimator):
     def get_config(self):
         config = super().get_config()
         # In float64, so that log(exp(.)) gives back the stored float32 log-probabilities.
-        config.update(probabilities=np.exp(keras.ops.convert_to_numpy(
-            self.log_probabilities).astype(np.float64)).tolist())
+        config.update(
+            probabilities=np.exp(
+                keras.ops.convert_to_numpy(self.log_probabilities).astype(np.float64)
+            ).tolist()
+        )
         return config
 
 
@@ -165,18 +190,20 @@ class MultiplyShiftHash:
         self.depth, self.width = depth, width
         rng = np.random.RandomState(seed)
         # Odd multipliers a and offsets b below 2^32, stored as int32 bit patterns.
-        self.a = np.array([_as_int32(int(x) | 1) for x in rng.randint(0, 2**32, depth,
-                                                                       dtype=np.uint64)],
-                          np.int32)
-        self.b = np.array([_as_int32(int(x)) for x in rng.randint(0, 2**32, depth,
-                                                                   dtype=np.uint64)], np.int32)
+        self.a = np.array(
+            [_as_int32(int(x) | 1) for x in rng.randint(0, 2**32, depth, dtype=np.uint64)], np.int32
+        )
+        self.b = np.array(
+            [_as_int32(int(x)) for x in rng.randint(0, 2**32, depth, dtype=np.uint64)], np.int32
+        )
         self._shift = 32 - int(np.log2(width))
         self._offsets = (np.arange(depth, dtype=np.int32) * width)[:, None]
 
     def __call__(self, ids):
         keys = ops.cast(ids, "int32")[None, :]
         mixed = keys * ops.convert_to_tensor(self.a[:, None]) + ops.convert_to_tensor(
-            self.b[:, None])  # mod 2^32 by int32 wrap-around.
+            self.b[:, None]
+        )  # mod 2^32 by int32 wrap-around.
         buckets = ops.bitwise_and(ops.right_shift(mixed, self._shift), self.width - 1)
         return buckets + ops.convert_to_tensor(self._offsets)
 
@@ -209,9 +236,16 @@ class CountMinSketchEstimator(FrequencyEstimator):
 
     streaming = True
 
-    def __init__(self, width: int = 2**18, depth: int = 4, decay: float = 0.999,
-                 conservative: bool = False, min_count: float = 0.5, seed: int = 0,
-                 **kwargs):
+    def __init__(
+        self,
+        width: int = 2**18,
+        depth: int = 4,
+        decay: float = 0.999,
+        conservative: bool = False,
+        min_count: float = 0.5,
+        seed: int = 0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.width = checks.check_power_of_two("width", width)
         self.depth = checks.check_positive_int("depth", depth)
@@ -222,12 +256,14 @@ class CountMinSketchEstimator(FrequencyEstimator):
         self._hash = MultiplyShiftHash(self.depth, self.width, self.seed)
         self._log_growth = -float(np.log(self.decay))
         state = dict(trainable=False, initializer="zeros")
-        self.counts = self.add_weight(name="counts", shape=(self.depth * self.width,),
-                                      dtype="float32", **state)
+        self.counts = self.add_weight(
+            name="counts", shape=(self.depth * self.width,), dtype="float32", **state
+        )
         self.total = self.add_weight(name="total", shape=(), dtype="float32", **state)
         self.step = self.add_weight(name="step", shape=(), dtype="int32", **state)
-        self.steps_since_rescale = self.add_weight(name="steps_since_rescale", shape=(),
-                                                   dtype="int32", **state)
+        self.steps_since_rescale = self.add_weight(
+            name="steps_since_rescale", shape=(), dtype="int32", **state
+        )
         self.built = True
 
     def _unit(self, steps):
@@ -240,8 +276,11 @@ class CountMinSketchEstimator(FrequencyEstimator):
             mask = k.bool_tensor("mask", mask)
             k.check_same_shape("mask", mask, "ids", ids)
         ids = ops.reshape(ids, (-1,))
-        weights = (ops.ones_like(ids, "float32") if mask is None else
-                   ops.reshape(ops.cast(mask, "float32"), (-1,)))
+        weights = (
+            ops.ones_like(ids, "float32")
+            if mask is None
+            else ops.reshape(ops.cast(mask, "float32"), (-1,))
+        )
         steps = self.steps_since_rescale + 1
         counts, total = self.counts.value, self.total.value
         if self._log_growth > 0.0:
@@ -254,14 +293,17 @@ class CountMinSketchEstimator(FrequencyEstimator):
         if self.conservative and ids.shape[0] == 0:
             self.counts.assign(counts)  # An empty step only decays (torch's segment ops fail).
         elif self.conservative:
-            indices, targets = formulas.conservative_targets(k.OPS, counts, self._hash, ids,
-                                                             weights, unit)
-            self.counts.assign(ops.maximum(counts, ops.segment_max(targets, indices,
-                                                                   num_segments=size)))
+            indices, targets = formulas.conservative_targets(
+                k.OPS, counts, self._hash, ids, weights, unit
+            )
+            self.counts.assign(
+                ops.maximum(counts, ops.segment_max(targets, indices, num_segments=size))
+            )
         else:
             indices = ops.reshape(self._hash(ids), (-1, 1))
-            values = ops.reshape(ops.broadcast_to(weights * unit,
-                                                  (self.depth, ops.shape(ids)[0])), (-1,))
+            values = ops.reshape(
+                ops.broadcast_to(weights * unit, (self.depth, ops.shape(ids)[0])), (-1,)
+            )
             self.counts.assign(counts + ops.scatter(indices, values, (size,)))
         self.total.assign(total + ops.sum(weights) * unit)
         self.step.assign(self.step + 1)
@@ -274,17 +316,27 @@ class CountMinSketchEstimator(FrequencyEstimator):
 
     def log_q(self, ids):
         ids = k.ids_tensor("ids", ids, rank=None)
-        log_q = formulas.count_min_log_q(k.OPS, self.counts,
-                                         self._hash(ops.reshape(ids, (-1,))), self.total,
-                                         self._unit(self.steps_since_rescale),
-                                         self.min_count, self.width)
+        log_q = formulas.count_min_log_q(
+            k.OPS,
+            self.counts,
+            self._hash(ops.reshape(ids, (-1,))),
+            self.total,
+            self._unit(self.steps_since_rescale),
+            self.min_count,
+            self.width,
+        )
         return ops.reshape(log_q, ops.shape(ids))
 
     def get_config(self):
         config = super().get_config()
-        config.update(width=self.width, depth=self.depth, decay=self.decay,
-                      conservative=self.conservative, min_count=self.min_count,
-                      seed=self.seed)
+        config.update(
+            width=self.width,
+            depth=self.depth,
+            decay=self.decay,
+            conservative=self.conservative,
+            min_count=self.min_count,
+            seed=self.seed,
+        )
         return config
 
 
@@ -318,22 +370,29 @@ class HashedFrequencyEstimator(FrequencyEstimator):
 
     streaming = True
 
-    def __init__(self, num_buckets: int = 2**17, num_hashes: int = 2, alpha: float = 0.01,
-                 initialization: str = "first_gap", seed: int = 0, **kwargs):
+    def __init__(
+        self,
+        num_buckets: int = 2**17,
+        num_hashes: int = 2,
+        alpha: float = 0.01,
+        initialization: str = "first_gap",
+        seed: int = 0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_buckets = checks.check_power_of_two("num_buckets", num_buckets)
         self.num_hashes = checks.check_positive_int("num_hashes", num_hashes)
         self.alpha = checks.check_unit_interval("alpha", alpha)
-        self.initialization = checks.check_choice("initialization", initialization,
-                                                  formulas.INTER_ARRIVAL_INITIALIZATIONS)
+        self.initialization = checks.check_choice(
+            "initialization", initialization, formulas.INTER_ARRIVAL_INITIALIZATIONS
+        )
         self.seed = checks.check_non_negative_int("seed", seed)
         self._hash = MultiplyShiftHash(self.num_hashes, self.num_buckets, self.seed)
         # One extra slot at the end takes the writes of masked ids; it is never read.
         size = self.num_hashes * self.num_buckets + 1
         self._sink = size - 1
         state = dict(trainable=False, initializer="zeros")
-        self.last_step = self.add_weight(name="last_step", shape=(size,), dtype="int32",
-                                         **state)
+        self.last_step = self.add_weight(name="last_step", shape=(size,), dtype="int32", **state)
         self.gap = self.add_weight(name="gap", shape=(size,), dtype="float32", **state)
         self.step = self.add_weight(name="step", shape=(), dtype="int32", **state)
         self.num_ids = self.add_weight(name="num_ids", shape=(), dtype="int32", **state)
@@ -350,29 +409,43 @@ class HashedFrequencyEstimator(FrequencyEstimator):
         step = self.step + 1
         indices = ops.reshape(ops.where(valid[None, :], self._hash(ids), self._sink), (-1,))
         last_step, gap = self.last_step.value, self.gap.value
-        updated = formulas.inter_arrival_update(k.OPS, ops.take(last_step, indices),
-                                                ops.take(gap, indices), step, self.alpha,
-                                                self.initialization)
+        updated = formulas.inter_arrival_update(
+            k.OPS,
+            ops.take(last_step, indices),
+            ops.take(gap, indices),
+            step,
+            self.alpha,
+            self.initialization,
+        )
         # Duplicate and colliding ids of one step write identical values.
         self.gap.assign(ops.scatter_update(gap, indices[:, None], updated))
-        self.last_step.assign(ops.scatter_update(
-            last_step, indices[:, None], ops.cast(ops.ones_like(indices) * step, "int32")))
+        self.last_step.assign(
+            ops.scatter_update(
+                last_step, indices[:, None], ops.cast(ops.ones_like(indices) * step, "int32")
+            )
+        )
         self.step.assign(step)
         self.num_ids.assign(self.num_ids + ops.sum(ops.cast(valid, "int32")))
 
     @property
     def draws_per_step(self):
         """b: the mean number of ids per update (at least 1)."""
-        return ops.maximum(ops.cast(self.num_ids, "float32")
-                           / ops.maximum(ops.cast(self.step, "float32"), 1.0), 1.0)
+        return ops.maximum(
+            ops.cast(self.num_ids, "float32") / ops.maximum(ops.cast(self.step, "float32"), 1.0),
+            1.0,
+        )
 
     def log_step_inclusion_probability(self, ids):
         """log pi(d) = -log(gap): the measured log probability of appearing in a step."""
         ids = k.ids_tensor("ids", ids, rank=None)
         indices = self._hash(ops.reshape(ids, (-1,)))
-        gaps = formulas.inter_arrival_gap(k.OPS, ops.take(self.last_step, indices),
-                                          ops.take(self.gap, indices), self.step,
-                                          self.num_buckets)
+        gaps = formulas.inter_arrival_gap(
+            k.OPS,
+            ops.take(self.last_step, indices),
+            ops.take(self.gap, indices),
+            self.step,
+            self.num_buckets,
+        )
         return ops.reshape(-ops.log(gaps), ops.shape(ids))
 
     def log_q(self, ids):
@@ -382,13 +455,20 @@ class HashedFrequencyEstimator(FrequencyEstimator):
     def log_inclusion_probability(self, ids, num_draws):
         """log(1 - (1 - pi)^(n / b)), from the measured per-step pi."""
         return formulas.log_inclusion_probability(
-            k.OPS, self.log_step_inclusion_probability(ids),
-            _num_draws(num_draws) / self.draws_per_step)
+            k.OPS,
+            self.log_step_inclusion_probability(ids),
+            _num_draws(num_draws) / self.draws_per_step,
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_buckets=self.num_buckets, num_hashes=self.num_hashes,
-                      alpha=self.alpha, initialization=self.initialization, seed=self.seed)
+        config.update(
+            num_buckets=self.num_buckets,
+            num_hashes=self.num_hashes,
+            alpha=self.alpha,
+            initialization=self.initialization,
+            seed=self.seed,
+        )
         return config
 
 

@@ -97,13 +97,19 @@ class _Positions:
     sets its loss to 0.
     """
 
-    def __init__(self, positive_logits, negative_logits, position_mask,
-                 negative_mask=None, negative_log_q=None, positive_log_q=None):
+    def __init__(
+        self,
+        positive_logits,
+        negative_logits,
+        position_mask,
+        negative_mask=None,
+        negative_log_q=None,
+        positive_log_q=None,
+    ):
         self.positive = k.float_tensor("positive_logits", positive_logits)
         self.sequence = _rank(self.positive) == 2
         self._shape = ops.shape(self.positive)
-        self.mask = _position_mask("position_mask", position_mask, "positive_logits",
-                                   self.positive)
+        self.mask = _position_mask("position_mask", position_mask, "positive_logits", self.positive)
         self.negative = negative_logits
         self.negative_mask, self.negative_log_q = negative_mask, negative_log_q
         self.positive_log_q = positive_log_q
@@ -115,12 +121,14 @@ class _Positions:
     def _flatten(self):
         positions = self.positive
         negative = k.float_tensor("negative_logits", self.negative, rank=3)
-        self.negative = _flat_positions("negative_logits", negative, "positive_logits",
-                                        positions)
+        self.negative = _flat_positions("negative_logits", negative, "positive_logits", positions)
         if self.negative_mask is not None:
             self.negative_mask = _flat_positions(
-                "negative_mask", k.bool_tensor("negative_mask", self.negative_mask, rank=3),
-                "positive_logits", positions)
+                "negative_mask",
+                k.bool_tensor("negative_mask", self.negative_mask, rank=3),
+                "positive_logits",
+                positions,
+            )
         if self.negative_log_q is not None:
             log_q = k.float_tensor("negative_log_q", self.negative_log_q)
             if _rank(log_q) == 3:  # [batch, length, n]; [n] and [1, n] are shared.
@@ -138,8 +146,11 @@ class _Positions:
         k.check_compatible_dim("position_mask", real, 0, "negative_logits", negative, 0)
         self.negative = ops.where(real[:, None], negative, 0.0)
         keep = ops.broadcast_to(real[:, None], ops.shape(self.negative))
-        self.negative_mask = (keep if self.negative_mask is None else ops.logical_and(
-            k.bool_tensor("negative_mask", self.negative_mask, rank=2), keep))
+        self.negative_mask = (
+            keep
+            if self.negative_mask is None
+            else ops.logical_and(k.bool_tensor("negative_mask", self.negative_mask, rank=2), keep)
+        )
         if self.negative_log_q is not None:
             log_q = k.float_tensor("negative_log_q", self.negative_log_q)
             if _rank(log_q) == 2 and log_q.shape[0] != 1:
@@ -147,7 +158,8 @@ class _Positions:
             self.negative_log_q = log_q
         if self.positive_log_q is not None:
             self.positive_log_q = ops.where(
-                real, k.float_tensor("positive_log_q", self.positive_log_q), -1.0)
+                real, k.float_tensor("positive_log_q", self.positive_log_q), -1.0
+            )
 
     def restore(self, rows):
         """[rows] values as the caller's [batch] or [batch, length], 0 at padding."""
@@ -156,44 +168,77 @@ class _Positions:
         return rows if self.mask is None else ops.where(self.mask, rows, 0.0)
 
 
-def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
-                          positive_log_q=None, negative_mask=None,
-                          log_q_excludes_positive=False, log_q_scale=1.0,
-                          num_hard_negatives=None):
+def sampled_softmax_terms(
+    positive_logits,
+    negative_logits,
+    correction,
+    negative_log_q=None,
+    positive_log_q=None,
+    negative_mask=None,
+    log_q_excludes_positive=False,
+    log_q_scale=1.0,
+    num_hard_negatives=None,
+):
     """(`sampled_softmax_loss`, the improved weight w or None), arguments as there,
     `correction` already checked."""
     corrected = correction != "none" and negative_log_q is not None
     if corrected or num_hard_negatives is not None:
         positive_logits, negative_logits, negative_mask = _prepare_sampled(
-            positive_logits, negative_logits, negative_mask)
+            positive_logits, negative_logits, negative_mask
+        )
     if corrected:
         # [1, n] is accepted here (keras-rs users pass it) and handed on as [n].
         negative_log_q = _per_column(
-            "negative_log_q", k.float_tensor("negative_log_q", negative_log_q),
-            "negative_logits", negative_logits)
+            "negative_log_q",
+            k.float_tensor("negative_log_q", negative_log_q),
+            "negative_logits",
+            negative_logits,
+        )
     num_valid = None
     if num_hard_negatives is not None:
-        num_hard_negatives = checks.check_positive_int("num_hard_negatives",
-                                                       num_hard_negatives)
+        num_hard_negatives = checks.check_positive_int("num_hard_negatives", num_hard_negatives)
         if negative_mask is None:
             negative_mask = ops.ones(ops.shape(negative_logits), "bool")
         # Checked before the ranking: an invalid log Q must not be mined away unseen.
         log_q = k.nan_unless_log_probabilities(negative_log_q) if corrected else None
         negative_logits, negative_mask, log_q, num_valid = formulas.hard_negatives(
-            k.OPS, negative_logits, negative_mask, log_q,
+            k.OPS,
+            negative_logits,
+            negative_mask,
+            log_q,
             min(num_hard_negatives, negative_logits.shape[1] or num_hard_negatives),
-            formulas.check_log_q_scale(log_q_scale))
+            formulas.check_log_q_scale(log_q_scale),
+        )
         negative_log_q = negative_log_q if log_q is None else log_q
     return formulas.checked_sampled_softmax_terms(
-        k.OPS, k.TENSORS, lambda name, log_q: k.nan_unless_log_probabilities(log_q),
-        positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
-        negative_mask, log_q_excludes_positive, log_q_scale, num_valid)
+        k.OPS,
+        k.TENSORS,
+        lambda name, log_q: k.nan_unless_log_probabilities(log_q),
+        positive_logits,
+        negative_logits,
+        correction,
+        negative_log_q,
+        positive_log_q,
+        negative_mask,
+        log_q_excludes_positive,
+        log_q_scale,
+        num_valid,
+    )
 
 
-def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
-                         negative_log_q=None, positive_log_q=None, negative_mask=None,
-                         log_q_excludes_positive: bool = False, log_q_scale: float = 1.0,
-                         num_hard_negatives: Optional[int] = None, position_mask=None):
+def sampled_softmax_loss(
+    positive_logits,
+    negative_logits,
+    *,
+    correction: str,
+    negative_log_q=None,
+    positive_log_q=None,
+    negative_mask=None,
+    log_q_excludes_positive: bool = False,
+    log_q_scale: float = 1.0,
+    num_hard_negatives: Optional[int] = None,
+    position_mask=None,
+):
     r"""Sampled-softmax loss per example with no, the standard or the improved logQ correction.
 
     The maths of `tfrs_logq.losses.sampled_softmax_loss` (docs/design.md), on any
@@ -244,26 +289,58 @@ def sampled_softmax_loss(positive_logits, negative_logits, *, correction: str,
       TypeError: non-float logits or log Q, non-bool mask.
     """
     checks.check_choice("correction", correction, CORRECTIONS)
-    rows = _Positions(positive_logits, negative_logits, position_mask, negative_mask,
-                      negative_log_q, positive_log_q)
-    loss, _ = sampled_softmax_terms(rows.positive, rows.negative, correction,
-                                    rows.negative_log_q, rows.positive_log_q,
-                                    rows.negative_mask, log_q_excludes_positive, log_q_scale,
-                                    num_hard_negatives)
+    rows = _Positions(
+        positive_logits,
+        negative_logits,
+        position_mask,
+        negative_mask,
+        negative_log_q,
+        positive_log_q,
+    )
+    loss, _ = sampled_softmax_terms(
+        rows.positive,
+        rows.negative,
+        correction,
+        rows.negative_log_q,
+        rows.positive_log_q,
+        rows.negative_mask,
+        log_q_excludes_positive,
+        log_q_scale,
+        num_hard_negatives,
+    )
     return rows.restore(loss)
 
 
-def improved_weight(positive_logits, negative_logits, *, negative_log_q, positive_log_q=None,
-                    negative_mask=None, log_q_excludes_positive: bool = False,
-                    position_mask=None):
+def improved_weight(
+    positive_logits,
+    negative_logits,
+    *,
+    negative_log_q,
+    positive_log_q=None,
+    negative_mask=None,
+    log_q_excludes_positive: bool = False,
+    position_mask=None,
+):
     """The improved correction's [batch] (or [batch, length]) weight w = 1 - P_hat (0 for
     rows with no valid negative and padding positions), for logging; arguments as in
     `sampled_softmax_loss`."""
-    rows = _Positions(positive_logits, negative_logits, position_mask, negative_mask,
-                      negative_log_q, positive_log_q)
-    _, weight = sampled_softmax_terms(rows.positive, rows.negative, "improved",
-                                      rows.negative_log_q, rows.positive_log_q,
-                                      rows.negative_mask, log_q_excludes_positive)
+    rows = _Positions(
+        positive_logits,
+        negative_logits,
+        position_mask,
+        negative_mask,
+        negative_log_q,
+        positive_log_q,
+    )
+    _, weight = sampled_softmax_terms(
+        rows.positive,
+        rows.negative,
+        "improved",
+        rows.negative_log_q,
+        rows.positive_log_q,
+        rows.negative_mask,
+        log_q_excludes_positive,
+    )
     return rows.restore(weight)
 
 
@@ -328,22 +405,31 @@ def bce_loss(positive_logits, negative_logits, negative_mask=None, position_mask
     Returns:
       [batch] (or [batch, length]) float32 losses, 0 at padding.
     """
-    return _binary_cross_entropy(positive_logits, negative_logits, negative_mask,
-                                 position_mask, lambda negative: 1.0)
+    return _binary_cross_entropy(
+        positive_logits, negative_logits, negative_mask, position_mask, lambda negative: 1.0
+    )
 
 
-def _binary_cross_entropy(positive_logits, negative_logits, negative_mask, position_mask,
-                          beta_of):
+def _binary_cross_entropy(positive_logits, negative_logits, negative_mask, position_mask, beta_of):
     """BCE of the (per-position) inputs; `beta_of` maps the [rows, n] negatives to beta."""
     rows = _Positions(positive_logits, negative_logits, position_mask, negative_mask)
-    positive, negative, negative_mask = _prepare_sampled(rows.positive, rows.negative,
-                                                         rows.negative_mask)
-    return rows.restore(formulas.binary_cross_entropy(k.OPS, positive, negative,
-                                                      negative_mask, beta_of(negative)))
+    positive, negative, negative_mask = _prepare_sampled(
+        rows.positive, rows.negative, rows.negative_mask
+    )
+    return rows.restore(
+        formulas.binary_cross_entropy(k.OPS, positive, negative, negative_mask, beta_of(negative))
+    )
 
 
-def gbce_loss(positive_logits, negative_logits, *, num_items: int, t: float,
-              negative_mask=None, position_mask=None):
+def gbce_loss(
+    positive_logits,
+    negative_logits,
+    *,
+    num_items: int,
+    t: float,
+    negative_mask=None,
+    position_mask=None,
+):
     """gBCE (gSASRec; Petrov & Macdonald 2023), per example; beta from `formulas.gbce_beta`.
 
     Args:
@@ -357,19 +443,31 @@ def gbce_loss(positive_logits, negative_logits, *, num_items: int, t: float,
     Returns:
       [batch] (or [batch, length]) float32 losses, 0 at padding.
     """
+
     def beta_of(negative):
         if negative.shape[1] is None:
-            raise ValueError("gbce_loss needs a static number of negatives; received "
-                             f"negative_logits with shape {tuple(negative.shape)}.")
+            raise ValueError(
+                "gbce_loss needs a static number of negatives; received "
+                f"negative_logits with shape {tuple(negative.shape)}."
+            )
         return formulas.gbce_beta(int(negative.shape[1]), num_items, t)
 
-    return _binary_cross_entropy(positive_logits, negative_logits, negative_mask,
-                                 position_mask, beta_of)
+    return _binary_cross_entropy(
+        positive_logits, negative_logits, negative_mask, position_mask, beta_of
+    )
 
 
-def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correction: str,
-                   temperature: float = 1.0, log_q_scale: float = 1.0,
-                   num_hard_negatives: Optional[int] = None, position_mask=None):
+def negatives_loss(
+    query_embeddings,
+    positive_embeddings,
+    negatives,
+    *,
+    correction: str,
+    temperature: float = 1.0,
+    log_q_scale: float = 1.0,
+    num_hard_negatives: Optional[int] = None,
+    position_mask=None,
+):
     """The per-example loss of the negatives a `keras_logq.negatives` sampler drew.
 
     Args:
@@ -391,45 +489,64 @@ def negatives_loss(query_embeddings, positive_embeddings, negatives, *, correcti
     checks.check_choice("correction", correction, CORRECTIONS)
     temperature = checks.check_positive_float("temperature", temperature)
     if not isinstance(negatives, Negatives):
-        raise TypeError("`negatives` must be the `Negatives` a keras_logq sampler returns; "
-                        f"received negatives of type {type(negatives).__name__}.")
+        raise TypeError(
+            "`negatives` must be the `Negatives` a keras_logq sampler returns; "
+            f"received negatives of type {type(negatives).__name__}."
+        )
     if negatives.embeddings is None:
-        raise ValueError("`negatives` carry no embeddings: give the sampler the candidates' "
-                         "embeddings (or an `embedding_fn` for uniform draws).")
+        raise ValueError(
+            "`negatives` carry no embeddings: give the sampler the candidates' "
+            "embeddings (or an `embedding_fn` for uniform draws)."
+        )
     query = k.float_tensor("query_embeddings", query_embeddings)
     positive = k.float_tensor("positive_embeddings", positive_embeddings)
     k.check_same_shape("positive_embeddings", positive, "query_embeddings", query)
     shape = None
     if _rank(query) == 3:
         shape = ops.shape(query)[:2]
-        position_mask = _position_mask("position_mask", position_mask, "query_embeddings",
-                                       query[:, :, 0])
+        position_mask = _position_mask(
+            "position_mask", position_mask, "query_embeddings", query[:, :, 0]
+        )
         if position_mask is not None:
             position_mask = ops.reshape(position_mask, (-1,))
         query = ops.reshape(query, (-1, query.shape[-1]))
         positive = ops.reshape(positive, (-1, positive.shape[-1]))
     query = k.float_tensor("query_embeddings", query, rank=2)
-    parts = (negatives.embeddings if isinstance(negatives.embeddings, (tuple, list))
-             else (negatives.embeddings,))
+    parts = (
+        negatives.embeddings
+        if isinstance(negatives.embeddings, (tuple, list))
+        else (negatives.embeddings,)
+    )
     parts = [k.float_tensor("negatives.embeddings", part) for part in parts]
     for part in parts:
         if len(part.shape) not in (2, 3):
-            raise ValueError("`negatives.embeddings` must be [n, dim] or [batch, n, dim]; "
-                             f"received a part with shape {tuple(part.shape)}.")
+            raise ValueError(
+                "`negatives.embeddings` must be [n, dim] or [batch, n, dim]; "
+                f"received a part with shape {tuple(part.shape)}."
+            )
         k.check_compatible_dim("negatives.embeddings", part, -1, "query_embeddings", query, 1)
         if len(part.shape) == 3:
-            k.check_compatible_dim("negatives.embeddings", part, 0, "query_embeddings", query,
-                                   0)
+            k.check_compatible_dim("negatives.embeddings", part, 0, "query_embeddings", query, 0)
     positive = ops.sum(query * positive, axis=1)
-    scores = [ops.einsum("bd,bnd->bn", query, part) if len(part.shape) == 3
-              else ops.matmul(query, ops.transpose(part)) for part in parts]
+    scores = [
+        ops.einsum("bd,bnd->bn", query, part)
+        if len(part.shape) == 3
+        else ops.matmul(query, ops.transpose(part))
+        for part in parts
+    ]
     negative_logits = scores[0] if len(scores) == 1 else ops.concatenate(scores, axis=1)
     loss = sampled_softmax_loss(
-        positive / temperature, negative_logits / temperature, correction=correction,
-        negative_log_q=negatives.log_q, positive_log_q=negatives.positive_log_q,
+        positive / temperature,
+        negative_logits / temperature,
+        correction=correction,
+        negative_log_q=negatives.log_q,
+        positive_log_q=negatives.positive_log_q,
         negative_mask=negatives.mask,
-        log_q_excludes_positive=negatives.log_q_excludes_positive, log_q_scale=log_q_scale,
-        num_hard_negatives=num_hard_negatives, position_mask=position_mask)
+        log_q_excludes_positive=negatives.log_q_excludes_positive,
+        log_q_scale=log_q_scale,
+        num_hard_negatives=num_hard_negatives,
+        position_mask=position_mask,
+    )
     return loss if shape is None else ops.reshape(loss, shape)
 
 
@@ -440,13 +557,16 @@ def _positives(labels, scores):
         if scores.shape[0] is not None and scores.shape[0] != scores.shape[1]:
             raise ValueError(
                 "Without `labels` the scores must be square (in-batch: column i is row "
-                f"i's positive); received scores with shape {tuple(scores.shape)}.")
+                f"i's positive); received scores with shape {tuple(scores.shape)}."
+            )
         return ops.cast(ops.eye(ops.shape(scores)[0]), "bool")
     labels = ops.convert_to_tensor(labels)
     dtype = keras.backend.standardize_dtype(labels.dtype)
     if not dtype.startswith(("float", "bfloat", "int", "uint", "bool")):
-        raise TypeError("`labels` must be a float, integer or bool tensor of one-hot labels; "
-                        f"received labels with dtype {dtype}.")
+        raise TypeError(
+            "`labels` must be a float, integer or bool tensor of one-hot labels; "
+            f"received labels with dtype {dtype}."
+        )
     k.check_rank("labels", labels, 2)
     k.check_same_shape("labels", labels, "scores", scores)
     return labels if dtype == "bool" else ops.greater(labels, ops.zeros_like(labels))
@@ -508,26 +628,44 @@ class SampledSoftmax(keras.layers.Layer):
       **kwargs: standard Keras layer arguments.
     """
 
-    def __init__(self, correction: str = "improved", temperature: float = 1.0,
-                 log_q_excludes_positive: bool = False, log_q_scale: float = 1.0,
-                 num_hard_negatives: Optional[int] = None, reduction: str = "none",
-                 **kwargs):
+    def __init__(
+        self,
+        correction: str = "improved",
+        temperature: float = 1.0,
+        log_q_excludes_positive: bool = False,
+        log_q_scale: float = 1.0,
+        num_hard_negatives: Optional[int] = None,
+        reduction: str = "none",
+        **kwargs,
+    ):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.correction = checks.check_choice("correction", correction, CORRECTIONS)
         self.temperature = checks.check_positive_float("temperature", temperature)
-        self.log_q_excludes_positive = checks.check_bool("log_q_excludes_positive",
-                                                         log_q_excludes_positive)
+        self.log_q_excludes_positive = checks.check_bool(
+            "log_q_excludes_positive", log_q_excludes_positive
+        )
         self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
         self.num_hard_negatives = checks.check_positive_int(
-            "num_hard_negatives", num_hard_negatives, allow_none=True)
+            "num_hard_negatives", num_hard_negatives, allow_none=True
+        )
         self.reduction = checks.check_choice("reduction", reduction, REDUCTIONS)
         self.supports_masking = True  # The position mask (see `call`).
         self.built = True
 
-    def call(self, scores=None, labels=None, candidate_log_q=None, candidate_ids=None,
-             negative_mask=None, query_embeddings=None, candidate_embeddings=None,
-             mask=None, scores_mask=None, query_embeddings_mask=None):
+    def call(
+        self,
+        scores=None,
+        labels=None,
+        candidate_log_q=None,
+        candidate_ids=None,
+        negative_mask=None,
+        query_embeddings=None,
+        candidate_embeddings=None,
+        mask=None,
+        scores_mask=None,
+        query_embeddings_mask=None,
+    ):
         """Returns the per-example losses: [batch], or [batch, length] per position (a
         scalar with `reduction` "mean" or "sum").
 
@@ -553,8 +691,7 @@ class SampledSoftmax(keras.layers.Layer):
             passes it (the mask a masking layer attached to `scores` or to
             `query_embeddings`); `mask` wins when given.
         """
-        mask = next((m for m in (mask, scores_mask, query_embeddings_mask) if m is not None),
-                    None)
+        mask = next((m for m in (mask, scores_mask, query_embeddings_mask) if m is not None), None)
         scores = self._scores(scores, query_embeddings, candidate_embeddings)
         shape = None
         if _rank(scores) == 3:
@@ -562,7 +699,8 @@ class SampledSoftmax(keras.layers.Layer):
                 raise ValueError(
                     "SampledSoftmax needs `labels` with per-position scores [batch, length, "
                     f"num_candidates]; received scores with shape {tuple(scores.shape)} and "
-                    "labels=None.")
+                    "labels=None."
+                )
             shape = ops.shape(scores)[:2]
             mask = _position_mask("mask", mask, "scores[:, :, 0]", scores[:, :, 0])
             labels = ops.convert_to_tensor(labels)
@@ -570,22 +708,36 @@ class SampledSoftmax(keras.layers.Layer):
             labels = _flat_positions("labels", labels, "scores", scores)
 
             def rows(name, value):
-                return (_flat_positions(name, value, "scores", scores)
-                        if value is not None and _rank(value) == 3 else value)
+                return (
+                    _flat_positions(name, value, "scores", scores)
+                    if value is not None and _rank(value) == 3
+                    else value
+                )
 
-            candidate_log_q = rows("candidate_log_q", None if candidate_log_q is None else
-                                   k.float_tensor("candidate_log_q", candidate_log_q))
-            candidate_ids = rows("candidate_ids", None if candidate_ids is None else
-                                 k.ids_tensor("candidate_ids", candidate_ids, rank=None))
-            negative_mask = rows("negative_mask", None if negative_mask is None else
-                                 k.bool_tensor("negative_mask", negative_mask))
+            candidate_log_q = rows(
+                "candidate_log_q",
+                None
+                if candidate_log_q is None
+                else k.float_tensor("candidate_log_q", candidate_log_q),
+            )
+            candidate_ids = rows(
+                "candidate_ids",
+                None
+                if candidate_ids is None
+                else k.ids_tensor("candidate_ids", candidate_ids, rank=None),
+            )
+            negative_mask = rows(
+                "negative_mask",
+                None if negative_mask is None else k.bool_tensor("negative_mask", negative_mask),
+            )
             scores = ops.reshape(scores, (-1, ops.shape(scores)[2]))
         else:
             scores = k.float_tensor("scores", scores, rank=2)
             mask = _position_mask("mask", mask, "scores[:, 0]", scores[:, 0])
         real = None if mask is None else ops.reshape(mask, (-1,))
-        loss, examples = self._rows(scores, labels, candidate_log_q, candidate_ids,
-                                    negative_mask, real)
+        loss, examples = self._rows(
+            scores, labels, candidate_log_q, candidate_ids, negative_mask, real
+        )
         if shape is not None:
             loss, examples = ops.reshape(loss, shape), ops.reshape(examples, shape)
         if self.reduction == "none":
@@ -601,20 +753,27 @@ class SampledSoftmax(keras.layers.Layer):
         if real is not None:  # A padding row has no positive: no example, loss 0.
             is_positive = ops.logical_and(is_positive, real[:, None])
         if self.correction != "none" and candidate_log_q is None:
-            raise formulas.missing_log_q(self.correction, "`candidate_log_q`",
-                                         "candidate_log_q=None")
+            raise formulas.missing_log_q(
+                self.correction, "`candidate_log_q`", "candidate_log_q=None"
+            )
         if candidate_log_q is not None:
             candidate_log_q = _per_column(
-                "candidate_log_q", k.float_tensor("candidate_log_q", candidate_log_q),
-                "scores", scores)
+                "candidate_log_q",
+                k.float_tensor("candidate_log_q", candidate_log_q),
+                "scores",
+                scores,
+            )
         if candidate_ids is not None:
             candidate_ids = _per_column(
-                "candidate_ids", k.ids_tensor("candidate_ids", candidate_ids, rank=None),
-                "scores", scores)
+                "candidate_ids",
+                k.ids_tensor("candidate_ids", candidate_ids, rank=None),
+                "scores",
+                scores,
+            )
         if negative_mask is not None:
             negative_mask = _per_column(
-                "negative_mask", k.bool_tensor("negative_mask", negative_mask),
-                "scores", scores)
+                "negative_mask", k.bool_tensor("negative_mask", negative_mask), "scores", scores
+            )
         # Shapes are checked; from here on [N] and [B, N] broadcast against the scores.
         num_positives = ops.sum(ops.cast(is_positive, "int32"), axis=1)
         one_positive = ops.equal(num_positives, 1)
@@ -624,10 +783,12 @@ class SampledSoftmax(keras.layers.Layer):
         # with no gradient, then set below.
         mask = ops.logical_and(ops.logical_not(is_positive), one_positive[:, None])
         if candidate_ids is not None:
-            positive_ids = ops.sum(ops.where(is_positive, candidate_ids,
-                                             ops.zeros_like(candidate_ids)), axis=1)
-            mask = ops.logical_and(mask, formulas.accidental_hit_mask(k.OPS, positive_ids,
-                                                                      candidate_ids))
+            positive_ids = ops.sum(
+                ops.where(is_positive, candidate_ids, ops.zeros_like(candidate_ids)), axis=1
+            )
+            mask = ops.logical_and(
+                mask, formulas.accidental_hit_mask(k.OPS, positive_ids, candidate_ids)
+            )
         if negative_mask is not None:
             mask = ops.logical_and(mask, negative_mask)
         positive = ops.sum(ops.where(is_positive, scores, 0.0), axis=1)
@@ -638,9 +799,17 @@ class SampledSoftmax(keras.layers.Layer):
             positive_log_q = ops.where(one_positive, positive_log_q, -1.0)
             if real is not None and _rank(candidate_log_q) == 2:
                 candidate_log_q = ops.where(one_positive[:, None], candidate_log_q, -1.0)
-        loss, _ = sampled_softmax_terms(positive, scores, self.correction, candidate_log_q,
-                                        positive_log_q, mask, self.log_q_excludes_positive,
-                                        self.log_q_scale, self.num_hard_negatives)
+        loss, _ = sampled_softmax_terms(
+            positive,
+            scores,
+            self.correction,
+            candidate_log_q,
+            positive_log_q,
+            mask,
+            self.log_q_excludes_positive,
+            self.log_q_scale,
+            self.num_hard_negatives,
+        )
         loss = ops.where(ops.equal(num_positives, 0), 0.0, loss)
         return ops.where(num_positives > 1, float("nan"), loss), num_positives > 0
 
@@ -649,28 +818,42 @@ class SampledSoftmax(keras.layers.Layer):
         temperature, given or from embeddings."""
         if scores is None:
             if query_embeddings is None or candidate_embeddings is None:
-                raise ValueError("SampledSoftmax needs `scores`, or `query_embeddings` and "
-                                 "`candidate_embeddings`; received neither.")
+                raise ValueError(
+                    "SampledSoftmax needs `scores`, or `query_embeddings` and "
+                    "`candidate_embeddings`; received neither."
+                )
             query = k.float_tensor("query_embeddings", query_embeddings)
             if _rank(query) not in (2, 3):
-                raise ValueError("`query_embeddings` must be [batch, dim] or [batch, length, "
-                                 f"dim]; received query_embeddings with shape "
-                                 f"{tuple(query.shape)}.")
+                raise ValueError(
+                    "`query_embeddings` must be [batch, dim] or [batch, length, "
+                    f"dim]; received query_embeddings with shape "
+                    f"{tuple(query.shape)}."
+                )
             candidates = k.float_tensor("candidate_embeddings", candidate_embeddings, rank=2)
-            k.check_compatible_dim("query_embeddings", query, _rank(query) - 1,
-                                   "candidate_embeddings", candidates, 1)
+            k.check_compatible_dim(
+                "query_embeddings", query, _rank(query) - 1, "candidate_embeddings", candidates, 1
+            )
             scores = ops.matmul(query, ops.transpose(candidates))
         elif query_embeddings is not None or candidate_embeddings is not None:
-            given = [name for name, value in (("query_embeddings", query_embeddings),
-                                              ("candidate_embeddings", candidate_embeddings))
-                     if value is not None]
-            raise ValueError("SampledSoftmax takes `scores` or the embeddings, not both; "
-                             f"received scores and {' and '.join(given)}.")
+            given = [
+                name
+                for name, value in (
+                    ("query_embeddings", query_embeddings),
+                    ("candidate_embeddings", candidate_embeddings),
+                )
+                if value is not None
+            ]
+            raise ValueError(
+                "SampledSoftmax takes `scores` or the embeddings, not both; "
+                f"received scores and {' and '.join(given)}."
+            )
         scores = k.float_tensor("scores", scores)
         if _rank(scores) not in (2, 3):
-            raise ValueError("`scores` must be [batch, num_candidates] or [batch, length, "
-                             f"num_candidates]; received scores with shape "
-                             f"{tuple(scores.shape)}.")
+            raise ValueError(
+                "`scores` must be [batch, num_candidates] or [batch, length, "
+                f"num_candidates]; received scores with shape "
+                f"{tuple(scores.shape)}."
+            )
         return scores / self.temperature
 
     def compute_mask(self, inputs, previous_mask):
@@ -689,8 +872,12 @@ class SampledSoftmax(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(correction=self.correction, temperature=self.temperature,
-                      log_q_excludes_positive=self.log_q_excludes_positive,
-                      log_q_scale=self.log_q_scale,
-                      num_hard_negatives=self.num_hard_negatives, reduction=self.reduction)
+        config.update(
+            correction=self.correction,
+            temperature=self.temperature,
+            log_q_excludes_positive=self.log_q_excludes_positive,
+            log_q_scale=self.log_q_scale,
+            num_hard_negatives=self.num_hard_negatives,
+            reduction=self.reduction,
+        )
         return config

@@ -9,15 +9,15 @@ never removed), so every backend compiles the sampler once. Draws come from a
 Integer ids only (Keras 3 has string tensors on TensorFlow only): the uniform draws come
 from ids [first_id, first_id + num_items) or from a sparse integer `vocabulary`
 (`from_lookup` draws a `StringLookup`'s indices, for string ids mapped before the model).
-Under `keras.distribution` on JAX the pool is the global batch (see `InBatchSampler`). `duplicates` pairs `InBatchSampler.call`'s tail with tfrs_logq's
+Under `keras.distribution` on JAX the pool is the global batch (see `InBatchSampler`).
+`duplicates` pairs `InBatchSampler.call`'s tail with tfrs_logq's
 `_pool_of_slots` / `_finish`: both are the calls into `logq_core` and `get_config`.
 """
 
 from typing import Callable, Optional, Sequence
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 from keras_logq import _ops as k
@@ -27,6 +27,7 @@ from logq_core import formulas
 from logq_core import samplers
 from logq_core.samplers import IN_BATCH_LOG_Q
 from logq_core.samplers import Negatives
+
 
 class NegativeSampler(keras.layers.Layer):
     """Base class: the probability source and the seed generator.
@@ -59,9 +60,14 @@ class NegativeSampler(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(probabilities=(None if self.frequency is None else
-                                     keras.saving.serialize_keras_object(self.frequency)),
-                      seed=self.seed)
+        config.update(
+            probabilities=(
+                None
+                if self.frequency is None
+                else keras.saving.serialize_keras_object(self.frequency)
+            ),
+            seed=self.seed,
+        )
         return config
 
 
@@ -94,17 +100,30 @@ class InBatchSampler(NegativeSampler):
       probabilities, seed, **kwargs: see `NegativeSampler`.
     """
 
-    def __init__(self, deduplicate: bool = False, max_pool_size: Optional[int] = None,
-                 log_q: str = "horvitz_thompson", probabilities=None,
-                 seed: Optional[int] = None, **kwargs):
+    def __init__(
+        self,
+        deduplicate: bool = False,
+        max_pool_size: Optional[int] = None,
+        log_q: str = "horvitz_thompson",
+        probabilities=None,
+        seed: Optional[int] = None,
+        **kwargs,
+    ):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         self.deduplicate = checks.check_bool("deduplicate", deduplicate)
-        self.max_pool_size = checks.check_positive_int("max_pool_size", max_pool_size,
-                                                       allow_none=True)
+        self.max_pool_size = checks.check_positive_int(
+            "max_pool_size", max_pool_size, allow_none=True
+        )
         self.log_q_mode = checks.check_choice("log_q", log_q, IN_BATCH_LOG_Q)
 
-    def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
-             candidate_mask=None, embedding_fn=None) -> Negatives:
+    def call(
+        self,
+        positive_ids,
+        candidate_ids,
+        candidate_embeddings=None,
+        candidate_mask=None,
+        embedding_fn=None,
+    ) -> Negatives:
         """Draws the negatives.
 
         The pool may have a size known only when the step runs (TensorFlow traces a
@@ -126,8 +145,9 @@ class InBatchSampler(NegativeSampler):
         """
         del embedding_fn
         positive_ids = k.ids_tensor("positive_ids", positive_ids)
-        ids, slots, candidate_embeddings = self._candidates(candidate_ids, candidate_mask,
-                                                            candidate_embeddings)
+        ids, slots, candidate_embeddings = self._candidates(
+            candidate_ids, candidate_mask, candidate_embeddings
+        )
         size = ids.shape[0]
         keys = subset_size = None
         if self.max_pool_size is not None:
@@ -135,26 +155,45 @@ class InBatchSampler(NegativeSampler):
                 # A short batch: pad to `max_pool_size` masked slots, so that the kept
                 # pool below has that static size whatever the batch.
                 ids, slots, candidate_embeddings = _pad_pool(
-                    ids, slots, candidate_embeddings, self.max_pool_size)
-            subset_size = self.max_pool_size if size is None else min(self.max_pool_size,
-                                                                      size)
+                    ids, slots, candidate_embeddings, self.max_pool_size
+                )
+            subset_size = self.max_pool_size if size is None else min(self.max_pool_size, size)
             keys = keras.random.uniform(ops.shape(ids)[:1], seed=self.seed_generator)
         if size is None:
             size = ops.shape(ids)[0]
         keep, ids, mask, num_draws, kept, pool_size = formulas.pool_of_slots(
-            k.OPS, positive_ids, ids, slots, deduplicate=self.deduplicate,
-            sentinel=np.iinfo(keras.backend.standardize_dtype(ids.dtype)).max, size=size,
-            keys=keys, subset_size=subset_size)
+            k.OPS,
+            positive_ids,
+            ids,
+            slots,
+            deduplicate=self.deduplicate,
+            sentinel=np.iinfo(keras.backend.standardize_dtype(ids.dtype)).max,
+            size=size,
+            keys=keys,
+            subset_size=subset_size,
+        )
         embeddings = candidate_embeddings
         if keep is not None and embeddings is not None:
             embeddings = ops.take(embeddings, keep, axis=0)
         log_q, positive_log_q, excludes = formulas.in_batch_log_q(
-            k.OPS, self.frequency, positive_ids, ids, mask, num_draws, kept, pool_size,
-            horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson")
-        expected_draws = (None if self.deduplicate else
-                          formulas.expected_in_batch_draws(k.OPS, num_draws, kept, pool_size))
-        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes,
-                         expected_draws=expected_draws)
+            k.OPS,
+            self.frequency,
+            positive_ids,
+            ids,
+            mask,
+            num_draws,
+            kept,
+            pool_size,
+            horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson",
+        )
+        expected_draws = (
+            None
+            if self.deduplicate
+            else formulas.expected_in_batch_draws(k.OPS, num_draws, kept, pool_size)
+        )
+        return Negatives(
+            ids, embeddings, mask, log_q, positive_log_q, excludes, expected_draws=expected_draws
+        )
 
     def _candidates(self, candidate_ids, candidate_mask, candidate_embeddings):
         """([pool] ids, [pool] bool slots, [pool, dim] embeddings or None): the candidates
@@ -165,31 +204,35 @@ class InBatchSampler(NegativeSampler):
             raise ValueError(
                 f"{self._caller} needs `candidate_ids` of rank 1 ([pool]) or more ([batch, "
                 "length], flattened), of known rank; received candidate_ids with shape "
-                f"{'unknown' if shape is None else '()'}.")
+                f"{'unknown' if shape is None else '()'}."
+            )
         if candidate_mask is not None:
             candidate_mask = k.bool_tensor("candidate_mask", candidate_mask, rank=len(shape))
             k.check_same_shape("candidate_mask", candidate_mask, "candidate_ids", ids)
         if candidate_embeddings is not None:
-            candidate_embeddings = k.float_tensor("candidate_embeddings", candidate_embeddings,
-                                                  rank=len(shape) + 1, cast=False)
+            candidate_embeddings = k.float_tensor(
+                "candidate_embeddings", candidate_embeddings, rank=len(shape) + 1, cast=False
+            )
             for axis in range(len(shape)):
-                k.check_compatible_dim("candidate_embeddings", candidate_embeddings, axis,
-                                       "candidate_ids", ids, axis)
+                k.check_compatible_dim(
+                    "candidate_embeddings", candidate_embeddings, axis, "candidate_ids", ids, axis
+                )
         if len(shape) > 1:
             ids = ops.reshape(ids, (-1,))
             if candidate_mask is not None:
                 candidate_mask = ops.reshape(candidate_mask, (-1,))
             if candidate_embeddings is not None:
                 candidate_embeddings = ops.reshape(
-                    candidate_embeddings, (-1, candidate_embeddings.shape[-1]))
-        slots = (ops.ones(ops.shape(ids)[:1], "bool") if candidate_mask is None
-                 else candidate_mask)
+                    candidate_embeddings, (-1, candidate_embeddings.shape[-1])
+                )
+        slots = ops.ones(ops.shape(ids)[:1], "bool") if candidate_mask is None else candidate_mask
         return ids, slots, candidate_embeddings
 
     def get_config(self):
         config = super().get_config()
-        config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size,
-                      log_q=self.log_q_mode)
+        config.update(
+            deduplicate=self.deduplicate, max_pool_size=self.max_pool_size, log_q=self.log_q_mode
+        )
         return config
 
 
@@ -201,7 +244,8 @@ def _pad_pool(ids, slots, embeddings, min_size: int):
     slots = ops.concatenate([slots, ops.zeros((missing,), "bool")], axis=0)
     if embeddings is not None:
         embeddings = ops.concatenate(
-            [embeddings, ops.zeros((missing, embeddings.shape[-1]), embeddings.dtype)], axis=0)
+            [embeddings, ops.zeros((missing, embeddings.shape[-1]), embeddings.dtype)], axis=0
+        )
     return ids, slots, embeddings
 
 
@@ -215,7 +259,8 @@ def _integer_catalog(num_items, first_id, vocabulary):
             "TensorFlow backend only, and JAX and PyTorch none. Map the strings to integers "
             "before the model (a StringLookup in the input pipeline) and draw its indices "
             "(`from_lookup(lookup, ...)`), or give the integer ids themselves as the "
-            f"vocabulary; received a vocabulary of strings (first {vocabulary[:3]!r}).")
+            f"vocabulary; received a vocabulary of strings (first {vocabulary[:3]!r})."
+        )
     return num_items, vocabulary
 
 
@@ -251,9 +296,16 @@ class UniformSampler(NegativeSampler):
         positives' dtype must hold them.
     """
 
-    def __init__(self, num_items: Optional[int] = None, num_negatives: Optional[int] = None,
-                 first_id: int = 0, per_row: bool = False, seed: Optional[int] = None,
-                 vocabulary: Optional[Sequence[int]] = None, **kwargs):
+    def __init__(
+        self,
+        num_items: Optional[int] = None,
+        num_negatives: Optional[int] = None,
+        first_id: int = 0,
+        per_row: bool = False,
+        seed: Optional[int] = None,
+        vocabulary: Optional[Sequence[int]] = None,
+        **kwargs,
+    ):
         kwargs.pop("probabilities", None)
         super().__init__(probabilities=None, seed=seed, **kwargs)
         self.num_items, self.vocabulary = _integer_catalog(num_items, first_id, vocabulary)
@@ -262,8 +314,9 @@ class UniformSampler(NegativeSampler):
         self.per_row = checks.check_bool("per_row", per_row)
 
     @classmethod
-    def from_lookup(cls, lookup, num_negatives: int, draw: str = "indices",
-                    **kwargs) -> "UniformSampler":
+    def from_lookup(
+        cls, lookup, num_negatives: int, draw: str = "indices", **kwargs
+    ) -> "UniformSampler":
         """A sampler over the items of `lookup` (a Keras `StringLookup` or `IntegerLookup`),
         its out-of-vocabulary and mask tokens never drawn
         (`logq_core.samplers.lookup_catalog`).
@@ -277,47 +330,75 @@ class UniformSampler(NegativeSampler):
             starts with the lookup; a `StringLookup`'s strings are refused).
           **kwargs: as the constructor's (`per_row`, `seed`, ...).
         """
-        return cls(num_negatives=num_negatives, **samplers.lookup_catalog(lookup, draw),
-                   **kwargs)
+        return cls(num_negatives=num_negatives, **samplers.lookup_catalog(lookup, draw), **kwargs)
 
-    def call(self, positive_ids, candidate_ids=None, candidate_embeddings=None,
-             candidate_mask=None, embedding_fn: Optional[Callable] = None) -> Negatives:
+    def call(
+        self,
+        positive_ids,
+        candidate_ids=None,
+        candidate_embeddings=None,
+        candidate_mask=None,
+        embedding_fn: Optional[Callable] = None,
+    ) -> Negatives:
         """Draws the negatives; `embedding_fn` maps ids to embeddings (the item tower).
         The candidates are not read (uniform draws need none). With a `vocabulary` the ids
         drawn are of the positives' dtype, which must hold every id of the vocabulary."""
         del candidate_ids, candidate_embeddings, candidate_mask
         positive_ids = k.ids_tensor("positive_ids", positive_ids)
         if embedding_fn is not None and not callable(embedding_fn):
-            raise TypeError("`embedding_fn` must be a callable mapping ids to embeddings (the "
-                            f"item tower); received embedding_fn={embedding_fn!r}.")
-        shape = ((ops.shape(positive_ids)[0], self.num_negatives) if self.per_row
-                 else (self.num_negatives,))
+            raise TypeError(
+                "`embedding_fn` must be a callable mapping ids to embeddings (the "
+                f"item tower); received embedding_fn={embedding_fn!r}."
+            )
+        shape = (
+            (ops.shape(positive_ids)[0], self.num_negatives)
+            if self.per_row
+            else (self.num_negatives,)
+        )
         dtype = keras.backend.standardize_dtype(positive_ids.dtype)
         if self.vocabulary is None:
-            ids = keras.random.randint(shape, self.first_id, self.first_id + self.num_items,
-                                       dtype=dtype, seed=self.seed_generator)
+            ids = keras.random.randint(
+                shape,
+                self.first_id,
+                self.first_id + self.num_items,
+                dtype=dtype,
+                seed=self.seed_generator,
+            )
         else:
             samplers.check_vocabulary_ids(self._caller, self.vocabulary, dtype)
-            positions = keras.random.randint(shape, 0, self.num_items, dtype="int32",
-                                             seed=self.seed_generator)
-            ids = ops.take(ops.convert_to_tensor(np.asarray(self.vocabulary, dtype)),
-                           positions, axis=0)
+            positions = keras.random.randint(
+                shape, 0, self.num_items, dtype="int32", seed=self.seed_generator
+            )
+            ids = ops.take(
+                ops.convert_to_tensor(np.asarray(self.vocabulary, dtype)), positions, axis=0
+            )
         embeddings = None
         if embedding_fn is not None:
-            embeddings = k.float_tensor("embedding_fn(ids)", embedding_fn(ids),
-                                        rank=len(shape) + 1, cast=False)
+            embeddings = k.float_tensor(
+                "embedding_fn(ids)", embedding_fn(ids), rank=len(shape) + 1, cast=False
+            )
             for axis in range(len(shape)):
                 k.check_compatible_dim("embedding_fn(ids)", embeddings, axis, "ids", ids, axis)
         mask = formulas.accidental_hit_mask(k.OPS, positive_ids, ids)
         log_q = formulas.log_uniform_q(self.num_items)
-        return Negatives(ids, embeddings, mask, ops.full(shape, log_q),
-                         ops.full((ops.shape(positive_ids)[0],), log_q),
-                         expected_draws=float(self.num_negatives))
+        return Negatives(
+            ids,
+            embeddings,
+            mask,
+            ops.full(shape, log_q),
+            ops.full((ops.shape(positive_ids)[0],), log_q),
+            expected_draws=float(self.num_negatives),
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_items=self.num_items, num_negatives=self.num_negatives,
-                      first_id=self.first_id, per_row=self.per_row, vocabulary=self.vocabulary)
+        config.update(
+            num_items=self.num_items,
+            num_negatives=self.num_negatives,
+            first_id=self.first_id,
+            per_row=self.per_row,
+            vocabulary=self.vocabulary,
+        )
         return config
 
 
@@ -347,25 +428,44 @@ class MixedSampler(NegativeSampler):
         `UniformSampler`.
     """
 
-    def __init__(self, num_items: Optional[int] = None, num_uniform: Optional[int] = None,
-                 num_in_batch: Optional[int] = None, mixture: str = "exact",
-                 first_id: int = 0, deduplicate: bool = False, per_row: bool = False,
-                 probabilities=None, seed: Optional[int] = None,
-                 vocabulary: Optional[Sequence[int]] = None, **kwargs):
+    def __init__(
+        self,
+        num_items: Optional[int] = None,
+        num_uniform: Optional[int] = None,
+        num_in_batch: Optional[int] = None,
+        mixture: str = "exact",
+        first_id: int = 0,
+        deduplicate: bool = False,
+        per_row: bool = False,
+        probabilities=None,
+        seed: Optional[int] = None,
+        vocabulary: Optional[Sequence[int]] = None,
+        **kwargs,
+    ):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         samplers.check_mixed(mixture, deduplicate)
         # Checked under the names given here, not those of the halves built from them.
         checks.check_positive_int("num_uniform", num_uniform)
         checks.check_positive_int("num_in_batch", num_in_batch)
         self.mixture = mixture
-        self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id,
-                                      per_row=per_row, seed=seed, vocabulary=vocabulary,
-                                      name="uniform")
+        self.uniform = UniformSampler(
+            num_items,
+            num_uniform,
+            first_id=first_id,
+            per_row=per_row,
+            seed=seed,
+            vocabulary=vocabulary,
+            name="uniform",
+        )
         # No probabilities: this sampler reads the in-batch half's ids, not its log Q, and
         # looks the log Q of every negative and positive up itself, once per step.
-        self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
-                                       log_q="unigram", seed=None if seed is None else seed + 1,
-                                       name="in_batch")
+        self.in_batch = InBatchSampler(
+            deduplicate=deduplicate,
+            max_pool_size=num_in_batch,
+            log_q="unigram",
+            seed=None if seed is None else seed + 1,
+            name="in_batch",
+        )
         self.uniform._caller = self.in_batch._caller = self._caller
         table = getattr(self.frequency, "num_items", None)  # A StaticFrequency's table.
         if table is not None and vocabulary is None and first_id + num_items > table:
@@ -373,24 +473,34 @@ class MixedSampler(NegativeSampler):
                 f"MixedSampler draws uniform ids in [first_id, first_id + num_items) = "
                 f"[{first_id}, {first_id + num_items}), but `probabilities` has {table} items "
                 f"(ids [0, {table})): the ids beyond would read a NaN log Q; received "
-                f"num_items={num_items}, first_id={first_id}.")
-        if table is not None and vocabulary is not None and not (
-                0 <= min(self.vocabulary) and max(self.vocabulary) < table):
+                f"num_items={num_items}, first_id={first_id}."
+            )
+        if (
+            table is not None
+            and vocabulary is not None
+            and not (0 <= min(self.vocabulary) and max(self.vocabulary) < table)
+        ):
             raise ValueError(
                 f"MixedSampler draws the uniform ids of its vocabulary, but `probabilities` "
                 f"has {table} items (ids [0, {table})): the ids outside would read a NaN log "
                 f"Q; received a vocabulary with ids in [{min(self.vocabulary)}, "
-                f"{max(self.vocabulary)}].")
+                f"{max(self.vocabulary)}]."
+            )
 
     @classmethod
-    def from_lookup(cls, lookup, num_uniform: int, num_in_batch: int, draw: str = "indices",
-                    **kwargs) -> "MixedSampler":
+    def from_lookup(
+        cls, lookup, num_uniform: int, num_in_batch: int, draw: str = "indices", **kwargs
+    ) -> "MixedSampler":
         """A sampler whose uniform half draws the items of `lookup` (a Keras `StringLookup`
         or `IntegerLookup`), its out-of-vocabulary and mask tokens never drawn; `draw` as
         in `UniformSampler.from_lookup`; **kwargs as the constructor's (`probabilities`,
         ...)."""
-        return cls(num_uniform=num_uniform, num_in_batch=num_in_batch,
-                   **samplers.lookup_catalog(lookup, draw), **kwargs)
+        return cls(
+            num_uniform=num_uniform,
+            num_in_batch=num_in_batch,
+            **samplers.lookup_catalog(lookup, draw),
+            **kwargs,
+        )
 
     @property
     def vocabulary(self) -> Optional[list]:
@@ -398,42 +508,64 @@ class MixedSampler(NegativeSampler):
         num_items))."""
         return self.uniform.vocabulary
 
-    def call(self, positive_ids, candidate_ids, candidate_embeddings=None,
-             candidate_mask=None, embedding_fn=None) -> Negatives:
+    def call(
+        self,
+        positive_ids,
+        candidate_ids,
+        candidate_embeddings=None,
+        candidate_mask=None,
+        embedding_fn=None,
+    ) -> Negatives:
         """Uniform negatives first, then in-batch ones; arguments as the two samplers'."""
         # The halves' `call`, not `__call__`: an error then reads "Exception encountered
         # when calling MixedSampler.call()", the layer the user called.
         uniform = self.uniform.call(positive_ids, embedding_fn=embedding_fn)
-        in_batch = self.in_batch.call(positive_ids, candidate_ids, candidate_embeddings,
-                                      candidate_mask=candidate_mask)
+        in_batch = self.in_batch.call(
+            positive_ids, candidate_ids, candidate_embeddings, candidate_mask=candidate_mask
+        )
         per_row = self.uniform.per_row
         in_batch_ids = in_batch.ids
         if per_row:
-            in_batch_ids = ops.broadcast_to(in_batch_ids[None, :],
-                                            (ops.shape(uniform.ids)[0], in_batch_ids.shape[0]))
+            in_batch_ids = ops.broadcast_to(
+                in_batch_ids[None, :], (ops.shape(uniform.ids)[0], in_batch_ids.shape[0])
+            )
         ids = ops.concatenate([uniform.ids, in_batch_ids], axis=-1)
         embeddings = None
         if uniform.embeddings is not None and in_batch.embeddings is not None:
-            embeddings = ((uniform.embeddings, in_batch.embeddings) if per_row else
-                          ops.concatenate([uniform.embeddings, in_batch.embeddings], axis=0))
+            embeddings = (
+                (uniform.embeddings, in_batch.embeddings)
+                if per_row
+                else ops.concatenate([uniform.embeddings, in_batch.embeddings], axis=0)
+            )
         mask = ops.concatenate([uniform.mask, in_batch.mask], axis=1)
         if self.frequency is None:
             return Negatives(ids, embeddings, mask, None, None)
-        log_q_ids, positive_log_q = formulas.log_q_of_both(k.OPS, self._log_q, ids,
-                                                           positive_ids)
+        log_q_ids, positive_log_q = formulas.log_q_of_both(k.OPS, self._log_q, ids, positive_ids)
         if self.mixture == "paper":
             return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q)
         log_q_mix, positive_log_q = formulas.mixture_log_q(
-            k.OPS, log_q_ids, positive_log_q, mask, self.uniform.num_items,
-            uniform.expected_draws, in_batch.expected_draws)
+            k.OPS,
+            log_q_ids,
+            positive_log_q,
+            mask,
+            self.uniform.num_items,
+            uniform.expected_draws,
+            in_batch.expected_draws,
+        )
         return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True)
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
-                      num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
-                      first_id=self.uniform.first_id, deduplicate=self.in_batch.deduplicate,
-                      per_row=self.uniform.per_row, vocabulary=self.uniform.vocabulary)
+        config.update(
+            num_items=self.uniform.num_items,
+            num_uniform=self.uniform.num_negatives,
+            num_in_batch=self.in_batch.max_pool_size,
+            mixture=self.mixture,
+            first_id=self.uniform.first_id,
+            deduplicate=self.in_batch.deduplicate,
+            per_row=self.uniform.per_row,
+            vocabulary=self.uniform.vocabulary,
+        )
         return config
 
 
@@ -456,5 +588,6 @@ def make_sampler(negatives: str, **settings) -> NegativeSampler:
             "global_batch=True needs the JAX backend: keras_logq's samplers draw from the "
             "batch the step sees, which is the global batch under keras.distribution on JAX, "
             f"a replica's own rows on the {keras.backend.backend()} backend; received "
-            "global_batch=True.")
+            "global_batch=True."
+        )
     return SAMPLERS[kind](**arguments)

@@ -15,7 +15,8 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(
             f"`{name}` must be one of {', '.join(repr(c) for c in choices)}; "
-            f"received {name}={value!r}.")
+            f"received {name}={value!r}."
+        )
     return value
 
 
@@ -31,16 +32,14 @@ def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Optio
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive integer; received {name}={value!r}.")
+        raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
     return int(value)
 
 
 def check_non_negative_int(name: str, value: Any) -> int:
     """Returns `value` as int if it is an integer >= 0, else raises ValueError."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(
-            f"`{name}` must be a non-negative integer; received {name}={value!r}.")
+        raise ValueError(f"`{name}` must be a non-negative integer; received {name}={value!r}.")
     return int(value)
 
 
@@ -48,17 +47,23 @@ def check_positive_float(name: str, value: Any, allow_none: bool = False) -> Opt
     """Returns `value` as float if it is a finite positive number, else raises ValueError."""
     if value is None and allow_none:
         return None
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
-            or not np.isfinite(value) or value <= 0):
-        raise ValueError(
-            f"`{name}` must be a positive number; received {name}={value!r}.")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.number))
+        or not np.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"`{name}` must be a positive number; received {name}={value!r}.")
     return float(value)
 
 
 def check_unit_interval(name: str, value: Any) -> float:
     """Returns `value` as float if it is a number in (0, 1], else raises ValueError."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.floating))
-            or not 0.0 < value <= 1.0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.floating))
+        or not 0.0 < value <= 1.0
+    ):
         raise ValueError(f"`{name}` must be a number in (0, 1]; received {name}={value!r}.")
     return float(value)
 
@@ -72,14 +77,21 @@ def check_seed(name: str, value: Any) -> Optional[int]:
 
 def check_power_of_two(name: str, value: Any) -> int:
     """Returns `value` as int if it is a power of two (>= 2), else raises ValueError."""
-    value_ok = (not isinstance(value, bool) and isinstance(value, (int, np.integer))
-                and value >= 2 and (int(value) & (int(value) - 1)) == 0)
+    value_ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, np.integer))
+        and value >= 2
+        and (int(value) & (int(value) - 1)) == 0
+    )
     if not value_ok:
         raise ValueError(
-            f"`{name}` must be a power of two (2, 4, ..., 2**30); received {name}={value!r}.")
+            f"`{name}` must be a power of two (2, 4, ..., 2**30); received {name}={value!r}."
+        )
     if value > 2**30:
-        raise ValueError(f"`{name}` must be at most 2**30; received {name}={value!r} "
-                         f"(2**{math.log2(value):.0f}).")
+        raise ValueError(
+            f"`{name}` must be at most 2**30; received {name}={value!r} "
+            f"(2**{math.log2(value):.0f})."
+        )
     return int(value)
 
 
@@ -101,6 +113,7 @@ class Tensors(NamedTuple):
       cast: (tensor, dtype name) -> tensor.
       string_ids: whether ids may be strings (TensorFlow), or must be integers.
     """
+
     convert: Callable[[Any], Any]
     dtype: Callable[[Any], str]
     shape: Callable[[Any], Optional[Tuple[Optional[int], ...]]]
@@ -108,8 +121,9 @@ class Tensors(NamedTuple):
     string_ids: bool
 
 
-def float_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = None,
-                 cast: bool = True):
+def float_tensor(
+    tensors: Tensors, name: str, value: Any, rank: Optional[int] = None, cast: bool = True
+):
     """`value` as a float32 tensor (of `rank`, if given); TypeError for non-float input.
 
     Integer inputs are rejected rather than cast: an integer tensor of logits or
@@ -119,8 +133,9 @@ def float_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = 
     tensor = tensors.convert(value)
     dtype = tensors.dtype(tensor)
     if not dtype.startswith(("float", "bfloat", "half", "double")):
-        raise TypeError(f"`{name}` must be a floating-point tensor; received {name} with "
-                        f"dtype {dtype}.")
+        raise TypeError(
+            f"`{name}` must be a floating-point tensor; received {name} with dtype {dtype}."
+        )
     check_rank(tensors, name, tensor, rank)
     return tensors.cast(tensor, "float32") if cast else tensor
 
@@ -130,8 +145,10 @@ def bool_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = N
     tensor = tensors.convert(value)
     dtype = tensors.dtype(tensor)
     if dtype != "bool":
-        raise TypeError(f"`{name}` must be a bool tensor (True for a valid entry); received "
-                        f"{name} with dtype {dtype}.")
+        raise TypeError(
+            f"`{name}` must be a bool tensor (True for a valid entry); received "
+            f"{name} with dtype {dtype}."
+        )
     check_rank(tensors, name, tensor, rank)
     return tensor
 
@@ -143,10 +160,15 @@ def ids_tensor(tensors: Tensors, name: str, value: Any, rank: Optional[int] = 1)
     dtype = tensors.dtype(tensor)
     if not (dtype.startswith(("int", "uint")) or (tensors.string_ids and dtype == "string")):
         kinds = "an integer or string" if tensors.string_ids else "an integer"
-        hint = ("" if tensors.string_ids else
-                " Map string ids to integers first (keras.layers.StringLookup).")
-        raise TypeError(f"`{name}` must be {kinds} tensor of item ids; received {name} with "
-                        f"dtype {dtype}.{hint}")
+        hint = (
+            ""
+            if tensors.string_ids
+            else " Map string ids to integers first (keras.layers.StringLookup)."
+        )
+        raise TypeError(
+            f"`{name}` must be {kinds} tensor of item ids; received {name} with "
+            f"dtype {dtype}.{hint}"
+        )
     check_rank(tensors, name, tensor, rank)
     return tensor
 
@@ -162,25 +184,32 @@ def id_vector(tensors: Tensors, name: str, value: Any):
         return tensor, False
     if len(shape) == 2 and shape[1] == 1:
         return tensor, True
-    raise ValueError(f"`{name}` must have shape [N] or [N, 1] (one id per row); received "
-                     f"{name} with shape {_shape_text(shape)}.")
+    raise ValueError(
+        f"`{name}` must have shape [N] or [N, 1] (one id per row); received "
+        f"{name} with shape {_shape_text(shape)}."
+    )
 
 
 def _shape_text(shape) -> str:
-    return "<unknown>" if shape is None else "(" + ", ".join(map(str, shape)) + (
-        ",)" if len(shape) == 1 else ")")
+    return (
+        "<unknown>"
+        if shape is None
+        else "(" + ", ".join(map(str, shape)) + (",)" if len(shape) == 1 else ")")
+    )
 
 
 def check_rank(tensors: Tensors, name: str, tensor, rank: Optional[int]) -> None:
     """Raises ValueError when the static rank of `tensor` is known and differs from `rank`."""
     shape = tensors.shape(tensor)
     if rank is not None and shape is not None and len(shape) != rank:
-        raise ValueError(f"`{name}` must have rank {rank}; received {name} with shape "
-                         f"{_shape_text(shape)}.")
+        raise ValueError(
+            f"`{name}` must have rank {rank}; received {name} with shape {_shape_text(shape)}."
+        )
 
 
-def check_compatible_dim(tensors: Tensors, name_a: str, a, axis_a: int,
-                         name_b: str, b, axis_b: int) -> None:
+def check_compatible_dim(
+    tensors: Tensors, name_a: str, a, axis_a: int, name_b: str, b, axis_b: int
+) -> None:
     """Raises ValueError when two statically known dimensions differ."""
     shape_a, shape_b = tensors.shape(a), tensors.shape(b)
     dim_a = None if shape_a is None else shape_a[axis_a]
@@ -189,7 +218,8 @@ def check_compatible_dim(tensors: Tensors, name_a: str, a, axis_a: int,
         raise ValueError(
             f"`{name_a}` and `{name_b}` disagree in size: {name_a}.shape="
             f"{_shape_text(shape_a)} (axis {axis_a}) but {name_b}.shape="
-            f"{_shape_text(shape_b)} (axis {axis_b}).")
+            f"{_shape_text(shape_b)} (axis {axis_b})."
+        )
 
 
 def check_same_shape(tensors: Tensors, name: str, tensor, of_name: str, of) -> None:
@@ -200,10 +230,13 @@ def check_same_shape(tensors: Tensors, name: str, tensor, of_name: str, of) -> N
     if shape is None or of_shape is None:
         return
     if len(shape) != len(of_shape) or any(
-            a is not None and b is not None and a != b for a, b in zip(shape, of_shape)):
-        raise ValueError(f"`{name}` must have the shape of `{of_name}`, one entry per entry; "
-                         f"received {name} with shape {_shape_text(shape)} and {of_name} with "
-                         f"shape {_shape_text(of_shape)}.")
+        a is not None and b is not None and a != b for a, b in zip(shape, of_shape)
+    ):
+        raise ValueError(
+            f"`{name}` must have the shape of `{of_name}`, one entry per entry; "
+            f"received {name} with shape {_shape_text(shape)} and {of_name} with "
+            f"shape {_shape_text(of_shape)}."
+        )
 
 
 def per_column_tensor(tensors: Tensors, name: str, tensor, of_name: str, of) -> bool:
@@ -232,14 +265,20 @@ def per_column_tensor(tensors: Tensors, name: str, tensor, of_name: str, of) -> 
     if not ok:
         hint = ""
         if len(shape) == 2 and shape[1] == 1 and columns not in (None, 1):
-            hint = (" A [B, 1] column would give every candidate of a row the same value; "
-                    "pass one value per candidate, as [N] or [1, N].")
-        size = ", ".join(f"{letter}={value}" for letter, value in (("B", rows), ("N", columns))
-                         if value is not None)
+            hint = (
+                " A [B, 1] column would give every candidate of a row the same value; "
+                "pass one value per candidate, as [N] or [1, N]."
+            )
+        size = ", ".join(
+            f"{letter}={value}"
+            for letter, value in (("B", rows), ("N", columns))
+            if value is not None
+        )
         raise ValueError(
             f"`{name}` must have shape [N] or [1, N] (shared by the rows) or [B, N] (per row), "
             f"one value per column of `{of_name}` ({size}); received {name} with shape "
-            f"{_shape_text(shape)} and {of_name} with shape {_shape_text(of_shape)}.{hint}")
+            f"{_shape_text(shape)} and {of_name} with shape {_shape_text(of_shape)}.{hint}"
+        )
     return len(shape) == 2 and shape[0] == 1
 
 
@@ -252,8 +291,9 @@ def logits_inputs(tensors: Tensors, positive_logits, negative_logits, negative_m
     if negative_mask is not None:
         negative_mask = bool_tensor(tensors, "negative_mask", negative_mask, rank=2)
         for axis in (0, 1):
-            check_compatible_dim(tensors, "negative_mask", negative_mask, axis,
-                                 "negative_logits", negative, axis)
+            check_compatible_dim(
+                tensors, "negative_mask", negative_mask, axis, "negative_logits", negative, axis
+            )
     return positive, negative, negative_mask
 
 
@@ -277,8 +317,10 @@ def log_q_tensor(tensors: Tensors, name: str, log_q, logits, of_positives: bool)
     shape = tensors.shape(log_q)
     if shape is not None:
         if len(shape) not in (1, 2):
-            raise ValueError(f"`{name}` must have shape [N] or [B, N]; received {name} with "
-                             f"shape {_shape_text(shape)}.")
+            raise ValueError(
+                f"`{name}` must have shape [N] or [B, N]; received {name} with "
+                f"shape {_shape_text(shape)}."
+            )
         check_compatible_dim(tensors, name, log_q, -1, "negative_logits", logits, 1)
         if len(shape) == 2:
             check_compatible_dim(tensors, name, log_q, 0, "negative_logits", logits, 0)

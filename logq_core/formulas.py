@@ -61,19 +61,21 @@ def exclude_positive(ops, log_q, positive_log_q):
 def needs_positive_log_q(correction: str, log_q_excludes_positive: bool) -> bool:
     """Whether `correction` reads the positive's log Q: "standard" corrects the positive's
     logit; "improved" turns Q into Q' with it unless the negatives' log Q already is Q'."""
-    return correction == "standard" or (correction == "improved"
-                                        and not log_q_excludes_positive)
+    return correction == "standard" or (correction == "improved" and not log_q_excludes_positive)
 
 
 def missing_log_q(correction: str, where: str, received: str) -> ValueError:
     """The one error for a correction that has no log Q to read: `where` names what to
     pass, `received` what came instead."""
-    return ValueError(f"correction={correction!r} needs sampling probabilities: pass {where}; "
-                      f"received {received}.")
+    return ValueError(
+        f"correction={correction!r} needs sampling probabilities: pass {where}; "
+        f"received {received}."
+    )
 
 
-def check_log_q_given(correction: str, negative_log_q, positive_log_q,
-                      log_q_excludes_positive: bool) -> None:
+def check_log_q_given(
+    correction: str, negative_log_q, positive_log_q, log_q_excludes_positive: bool
+) -> None:
     """Raises ValueError when `correction` (one of CORRECTIONS, checked by the caller) needs
     a log Q the caller left out."""
     if correction == "none":
@@ -81,19 +83,26 @@ def check_log_q_given(correction: str, negative_log_q, positive_log_q,
     if negative_log_q is None:
         raise missing_log_q(correction, "`negative_log_q`", "negative_log_q=None")
     if needs_positive_log_q(correction, log_q_excludes_positive) and positive_log_q is None:
-        hint = ("" if correction == "standard" else
-                " (or pass log_q_excludes_positive=True with Q' in negative_log_q)")
+        hint = (
+            ""
+            if correction == "standard"
+            else " (or pass log_q_excludes_positive=True with Q' in negative_log_q)"
+        )
         raise ValueError(
-            f"correction={correction!r} needs `positive_log_q`{hint}; received "
-            "positive_log_q=None.")
+            f"correction={correction!r} needs `positive_log_q`{hint}; received positive_log_q=None."
+        )
 
 
 def check_log_q_scale(log_q_scale) -> float:
     """`log_q_scale` (lambda) as a float: finite and >= 0."""
-    if isinstance(log_q_scale, bool) or not isinstance(log_q_scale, (int, float)) or not (
-            math.isfinite(log_q_scale) and log_q_scale >= 0):
-        raise ValueError(f"`log_q_scale` must be a finite number >= 0; received "
-                         f"log_q_scale={log_q_scale!r}.")
+    if (
+        isinstance(log_q_scale, bool)
+        or not isinstance(log_q_scale, (int, float))
+        or not (math.isfinite(log_q_scale) and log_q_scale >= 0)
+    ):
+        raise ValueError(
+            f"`log_q_scale` must be a finite number >= 0; received log_q_scale={log_q_scale!r}."
+        )
     return float(log_q_scale)
 
 
@@ -102,9 +111,19 @@ def scaled(log_q, log_q_scale: float):
     return log_q if log_q_scale == 1.0 else log_q * log_q_scale
 
 
-def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_log_q=None,
-                          positive_log_q=None, mask=None, log_q_excludes_positive=False,
-                          log_q_scale: float = 1.0, num_valid=None, known_positives=None):
+def sampled_softmax_terms(
+    ops,
+    positive,
+    negatives,
+    correction: str,
+    negative_log_q=None,
+    positive_log_q=None,
+    mask=None,
+    log_q_excludes_positive=False,
+    log_q_scale: float = 1.0,
+    num_valid=None,
+    known_positives=None,
+):
     """The sampled-softmax loss per row and, for "improved", its weight w = 1 - P_hat.
 
     none:               -s_p + log(e^{s_p} + sum_i m_i e^{s_i})
@@ -141,25 +160,38 @@ def sampled_softmax_terms(ops, positive, negatives, correction: str, negative_lo
     if correction == "none":
         return softmax_with_positive(ops, positive, negatives, mask), None
     if correction == "standard_negatives":
-        return softmax_with_positive(ops, positive, negatives - scaled(
-            negative_log_q, log_q_scale), mask), None
+        return softmax_with_positive(
+            ops, positive, negatives - scaled(negative_log_q, log_q_scale), mask
+        ), None
     if correction == "standard":
-        return softmax_with_positive(ops, positive - scaled(positive_log_q, log_q_scale),
-                                     negatives - scaled(negative_log_q, log_q_scale),
-                                     mask), None
+        return softmax_with_positive(
+            ops,
+            positive - scaled(positive_log_q, log_q_scale),
+            negatives - scaled(negative_log_q, log_q_scale),
+            mask,
+        ), None
     # Only an unknown correction gets here besides "improved": it must not pass for it.
     checks.check_choice("correction", correction, CORRECTIONS)
     if not log_q_excludes_positive:
         negative_log_q = exclude_positive(ops, negative_log_q, positive_log_q)
-    return improved(ops, positive, negatives - scaled(negative_log_q, log_q_scale), mask,
-                    num_valid)
+    return improved(ops, positive, negatives - scaled(negative_log_q, log_q_scale), mask, num_valid)
 
 
-def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negatives,
-                                  correction: str, negative_log_q=None, positive_log_q=None,
-                                  mask=None, log_q_excludes_positive=False,
-                                  log_q_scale: float = 1.0, num_valid=None,
-                                  known_positives=None):
+def checked_sampled_softmax_terms(
+    ops,
+    tensors,
+    log_q_values,
+    positive,
+    negatives,
+    correction: str,
+    negative_log_q=None,
+    positive_log_q=None,
+    mask=None,
+    log_q_excludes_positive=False,
+    log_q_scale: float = 1.0,
+    num_valid=None,
+    known_positives=None,
+):
     """`sampled_softmax_terms` on unchecked inputs, as both frameworks' losses take them.
 
     Args:
@@ -174,17 +206,36 @@ def checked_sampled_softmax_terms(ops, tensors, log_q_values, positive, negative
     check_log_q_given(correction, negative_log_q, positive_log_q, log_q_excludes_positive)
     positive, negatives, mask = checks.logits_inputs(tensors, positive, negatives, mask)
     if known_positives is not None:
-        known_positives = checks.mask_like_logits(tensors, "known_positives", known_positives,
-                                                  negatives)
+        known_positives = checks.mask_like_logits(
+            tensors, "known_positives", known_positives, negatives
+        )
     if correction != "none":
-        negative_log_q = log_q_values("negative_log_q", checks.log_q_tensor(
-            tensors, "negative_log_q", negative_log_q, negatives, of_positives=False))
+        negative_log_q = log_q_values(
+            "negative_log_q",
+            checks.log_q_tensor(
+                tensors, "negative_log_q", negative_log_q, negatives, of_positives=False
+            ),
+        )
     if needs_positive_log_q(correction, log_q_excludes_positive):
-        positive_log_q = log_q_values("positive_log_q", checks.log_q_tensor(
-            tensors, "positive_log_q", positive_log_q, positive, of_positives=True))
-    return sampled_softmax_terms(ops, positive, negatives, correction, negative_log_q,
-                                 positive_log_q, mask, log_q_excludes_positive,
-                                 check_log_q_scale(log_q_scale), num_valid, known_positives)
+        positive_log_q = log_q_values(
+            "positive_log_q",
+            checks.log_q_tensor(
+                tensors, "positive_log_q", positive_log_q, positive, of_positives=True
+            ),
+        )
+    return sampled_softmax_terms(
+        ops,
+        positive,
+        negatives,
+        correction,
+        negative_log_q,
+        positive_log_q,
+        mask,
+        log_q_excludes_positive,
+        check_log_q_scale(log_q_scale),
+        num_valid,
+        known_positives,
+    )
 
 
 def softmax_with_positive(ops, positive, negatives, mask):
@@ -198,8 +249,7 @@ def softmax_with_positive(ops, positive, negatives, mask):
     return ops.softplus(lse - positive)
 
 
-def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0,
-                   num_valid=None):
+def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0, num_valid=None):
     """Each row's k valid negatives with the largest corrected logits (hard-negative mining,
     for any correction).
 
@@ -236,8 +286,9 @@ def hard_negatives(ops, negatives, mask, log_q, k: int, log_q_scale: float = 1.0
         # negative reaches the loss whichever columns are kept: top_k orders NaN first on
         # one backend and last on another, so it could otherwise be mined away unseen.
         kept = kept + ops.sum(ops.where(mask, log_q * 0.0, 0.0), axis=1)[:, None]
-        log_q = take(ops.broadcast_to(log_q, ops.shape(ranking)) if len(log_q.shape) == 1
-                     else log_q)
+        log_q = take(
+            ops.broadcast_to(log_q, ops.shape(ranking)) if len(log_q.shape) == 1 else log_q
+        )
     return kept, take(mask), log_q, num_valid
 
 
@@ -290,7 +341,8 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
     if num_items <= num_negatives:
         raise ValueError(
             "`num_items` must exceed the number of negatives per positive "
-            f"({num_negatives}); received num_items={num_items}.")
+            f"({num_negatives}); received num_items={num_items}."
+        )
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
         raise ValueError(f"`t` must be a number in [0, 1]; received t={t!r}.")
     alpha = num_negatives / (num_items - 1)
@@ -328,14 +380,16 @@ def horvitz_thompson_log_scale(ops, mask, kept, pool_size):
       kept: int scalar k', pool entries kept after subsampling.
       pool_size: int scalar k, entries of the deduplicated pool.
     """
-    log_subsample = (ops.log(ops.cast(ops.maximum(kept, 1), "float32"))
-                     - ops.log(ops.cast(ops.maximum(pool_size, 1), "float32")))
+    log_subsample = ops.log(ops.cast(ops.maximum(kept, 1), "float32")) - ops.log(
+        ops.cast(ops.maximum(pool_size, 1), "float32")
+    )
     num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)
     return log_subsample - ops.log(ops.maximum(num_valid, 1.0))
 
 
-def mixture_log_q(ops, log_q_ids, positive_log_q, mask, num_items: int, uniform_draws,
-                  in_batch_draws):
+def mixture_log_q(
+    ops, log_q_ids, positive_log_q, mask, num_items: int, uniform_draws, in_batch_draws
+):
     """The mixed sampler's exact per-draw-equivalent log Q', and the positive's log Q.
 
     Every slot of either half is a draw over the whole catalog: a uniform slot from 1/|D|;
@@ -388,8 +442,11 @@ def expected_in_batch_draws(ops, num_draws, kept, pool_size):
     """E_b = kept (B - 1) / B: the expected q-draws among `kept` slots of a pool (without
     deduplication) of B = `pool_size` entries, `num_draws` = B - 1 of them other rows'
     positives (`pool_of_slots` returns all three)."""
-    return (ops.cast(kept, "float32") * ops.cast(num_draws, "float32")
-            / ops.maximum(ops.cast(pool_size, "float32"), 1.0))
+    return (
+        ops.cast(kept, "float32")
+        * ops.cast(num_draws, "float32")
+        / ops.maximum(ops.cast(pool_size, "float32"), 1.0)
+    )
 
 
 # ---------------------------------------------------------------- other known positives
@@ -454,14 +511,18 @@ def mask_known_positives(ops, negatives, mask, known_positives, num_valid=None):
       ([batch, n] bool mask & ~known_positives, [batch] float32 n).
     """
     if num_valid is None:
-        num_valid = (ops.sum(ops.zeros_like(negatives), axis=1) + ops.num_columns(negatives)
-                     if mask is None else ops.sum(ops.cast(mask, "float32"), axis=1))
+        num_valid = (
+            ops.sum(ops.zeros_like(negatives), axis=1) + ops.num_columns(negatives)
+            if mask is None
+            else ops.sum(ops.cast(mask, "float32"), axis=1)
+        )
     keep = ops.logical_not(known_positives)
     return (keep if mask is None else ops.logical_and(mask, keep)), num_valid
 
 
-def known_positive_ids_mask(ops, row_queries, negative_ids, known_queries, known_items,
-                            known_valid=None):
+def known_positive_ids_mask(
+    ops, row_queries, negative_ids, known_queries, known_items, known_valid=None
+):
     """[batch, n] bool, True where negative j of row r is a known positive of r's query.
 
     The known set S is a list of pairs (query, item): the batch's rows as (query id,
@@ -496,18 +557,22 @@ def known_positive_ids_mask(ops, row_queries, negative_ids, known_queries, known
     if known_valid is None:
         count = ops.cast(size, "int32")
     else:  # The valid pairs first: the table is their first `count` entries.
-        order = ops.take(order, ops.argsort(ops.take(
-            1 - ops.cast(known_valid, "int32"), order, axis=0)), axis=0)
+        order = ops.take(
+            order, ops.argsort(ops.take(1 - ops.cast(known_valid, "int32"), order, axis=0)), axis=0
+        )
         count = ops.sum(ops.cast(known_valid, "int32"))
     # One entry past the end, so that the tables can be read with m = 0.
-    queries = ops.concatenate([ops.take(known_queries, order, axis=0),
-                               ops.zeros_like(known_queries[:1])], axis=0)
-    items = ops.concatenate([ops.take(known_items, order, axis=0),
-                             ops.zeros_like(known_items[:1])], axis=0)
+    queries = ops.concatenate(
+        [ops.take(known_queries, order, axis=0), ops.zeros_like(known_queries[:1])], axis=0
+    )
+    items = ops.concatenate(
+        [ops.take(known_items, order, axis=0), ops.zeros_like(known_items[:1])], axis=0
+    )
     last = ops.maximum(ops.cast(size, "int32") - 1, 0)
     static_size = known_items.shape[0]
-    steps = [2**k for k in reversed(range(31 if static_size is None
-                                          else int(static_size).bit_length()))]
+    steps = [
+        2**k for k in reversed(range(31 if static_size is None else int(static_size).bit_length()))
+    ]
 
     def bound(table, values, start, end, below):
         """Position of each value's lower bound (`below`: entries < value) or upper bound
@@ -516,8 +581,7 @@ def known_positive_ids_mask(ops, row_queries, negative_ids, known_queries, known
         for step in steps:
             candidate = position + step
             entry = ops.take(table, ops.minimum(candidate - 1, last), axis=0)
-            move = ops.logical_and(candidate <= end,
-                                   entry < values if below else entry <= values)
+            move = ops.logical_and(candidate <= end, entry < values if below else entry <= values)
             position = ops.where(move, candidate, position)
         return position
 
@@ -530,10 +594,10 @@ def known_positive_ids_mask(ops, row_queries, negative_ids, known_queries, known
     start = bound(queries, row_queries, zero, zero + count, below=True)
     end = bound(queries, row_queries, start, zero + count, below=False)
     end = ops.broadcast_to(end[:, None], shape)
-    position = bound(items, negative_ids, ops.broadcast_to(start[:, None], shape), end,
-                     below=True)
-    return ops.logical_and(position < end,
-                           ops.equal(ops.take(items, position, axis=0), negative_ids))
+    position = bound(items, negative_ids, ops.broadcast_to(start[:, None], shape), end, below=True)
+    return ops.logical_and(
+        position < end, ops.equal(ops.take(items, position, axis=0), negative_ids)
+    )
 
 
 # ---------------------------------------------------------------- static-shape pools
@@ -551,8 +615,19 @@ def accidental_hit_mask(ops, positive_ids, negative_ids):
     return ops.not_equal(positive_ids[:, None], negative_ids)
 
 
-def pool_of_slots(ops, positive_ids, ids, slots, *, deduplicate: bool, sentinel, size,
-                  keys=None, subset_size=None, hit_mask=None):
+def pool_of_slots(
+    ops,
+    positive_ids,
+    ids,
+    slots,
+    *,
+    deduplicate: bool,
+    sentinel,
+    size,
+    keys=None,
+    subset_size=None,
+    hit_mask=None,
+):
     """The in-batch pool with static shapes: padding and duplicates stay as masked slots.
 
     Args:
@@ -582,14 +657,18 @@ def pool_of_slots(ops, positive_ids, ids, slots, *, deduplicate: bool, sentinel,
     if keys is not None:
         keep = random_subset(ops, keys, subset_size, valid=slots)
         ids, slots = ops.take(ids, keep, axis=0), ops.take(slots, keep, axis=0)
-    hits = (hit_mask(positive_ids, ids) if hit_mask is not None
-            else accidental_hit_mask(ops, positive_ids, ids))
+    hits = (
+        hit_mask(positive_ids, ids)
+        if hit_mask is not None
+        else accidental_hit_mask(ops, positive_ids, ids)
+    )
     mask = ops.logical_and(hits, slots[None, :])
     return keep, ids, mask, num_draws, ops.sum(ops.cast(slots, "int32")), pool_size
 
 
-def in_batch_log_q(ops, frequency, positive_ids, ids, mask, num_draws, kept, pool_size,
-                   horvitz_thompson: bool):
+def in_batch_log_q(
+    ops, frequency, positive_ids, ids, mask, num_draws, kept, pool_size, horvitz_thompson: bool
+):
     """(log Q of the pool's ids, log Q of the positives, whether it is already log Q').
 
     The unigram q of the frequency source for a pool without deduplication
@@ -608,8 +687,15 @@ def in_batch_log_q(ops, frequency, positive_ids, ids, mask, num_draws, kept, poo
         log_q, positive_log_q = log_q_of_both(ops, frequency.log_q, ids, positive_ids)
         return log_q, positive_log_q, False
     log_q, positive_log_q = horvitz_thompson_log_q(
-        ops, frequency.log_inclusion_probability, positive_ids, ids, mask, num_draws, kept,
-        pool_size)
+        ops,
+        frequency.log_inclusion_probability,
+        positive_ids,
+        ids,
+        mask,
+        num_draws,
+        kept,
+        pool_size,
+    )
     return log_q, positive_log_q, True
 
 
@@ -631,8 +717,9 @@ def log_q_of_both(ops, lookup, ids, positive_ids):
     return ops.reshape(values[:size], ops.shape(ids)), values[size:]
 
 
-def horvitz_thompson_log_q(ops, log_inclusion_probability, positive_ids, ids, mask,
-                           num_draws, kept, pool_size):
+def horvitz_thompson_log_q(
+    ops, log_inclusion_probability, positive_ids, ids, mask, num_draws, kept, pool_size
+):
     """The deduplicated pool's per-draw-equivalent log Q', already without the positive.
 
     A distinct id d != p is in the pool with probability pi(d) = 1 - (1 - q(d))^(B-1)
@@ -651,7 +738,8 @@ def horvitz_thompson_log_q(ops, log_inclusion_probability, positive_ids, ids, ma
     log_scale = horvitz_thompson_log_scale(ops, mask, kept, pool_size)
     num_draws = ops.maximum(num_draws, 1)
     log_pi, positive_log_pi = log_q_of_both(
-        ops, lambda both: log_inclusion_probability(both, num_draws), ids, positive_ids)
+        ops, lambda both: log_inclusion_probability(both, num_draws), ids, positive_ids
+    )
     return log_pi[None, :] + log_scale[:, None], positive_log_pi + log_scale
 
 
@@ -680,9 +768,10 @@ def first_of_each_id(ops, ids, valid, sentinel, size):
     keyed = ops.where(valid, ids, sentinel)
     order = ops.argsort(keyed)
     ordered = ops.take(keyed, order, axis=0)
-    starts = ops.concatenate([ops.ones([1], "int32"),
-                              ops.cast(ops.not_equal(ordered[1:], ordered[:-1]), "int32")],
-                             axis=0)
+    starts = ops.concatenate(
+        [ops.ones([1], "int32"), ops.cast(ops.not_equal(ordered[1:], ordered[:-1]), "int32")],
+        axis=0,
+    )
     first = ops.scatter(order[:, None], starts, [size])
     return ops.logical_and(ops.cast(first, "bool"), valid)
 
@@ -744,15 +833,15 @@ def conservative_targets(ops, counts, indices_of, keys, weights, unit):
     order = ops.argsort(keys)
     keys, weights = ops.take(keys, order, axis=0), ops.take(weights, order, axis=0)
     num = ops.shape(keys)[0]
-    starts = ops.logical_or(ops.equal(ops.arange(num), 0),
-                            ops.not_equal(keys, ops.roll(keys, 1)))
+    starts = ops.logical_or(ops.equal(ops.arange(num), 0), ops.not_equal(keys, ops.roll(keys, 1)))
     segments = ops.cumsum(ops.cast(starts, "int32")) - 1
-    id_weight = ops.take(ops.segment_sum(weights, segments, num_segments=num), segments,
-                         axis=0)
+    id_weight = ops.take(ops.segment_sum(weights, segments, num_segments=num), segments, axis=0)
     indices = indices_of(keys)
     estimate = over_rows(ops.minimum, ops.take(counts, indices, axis=0)) + id_weight * unit
-    return (ops.reshape(indices, (-1,)),
-            ops.reshape(ops.broadcast_to(estimate, ops.shape(indices)), (-1,)))
+    return (
+        ops.reshape(indices, (-1,)),
+        ops.reshape(ops.broadcast_to(estimate, ops.shape(indices)), (-1,)),
+    )
 
 
 # --------------------------------------------------------------- inter-arrival gaps (Yi et al.)

@@ -51,6 +51,7 @@ class Negatives(NamedTuple):
         `positive_log_q` from it by formulas that keep them finite, so the loss
         need not check the [batch, n] values again.
     """
+
     ids: Any
     embeddings: Any
     mask: Any
@@ -66,8 +67,9 @@ class Negatives(NamedTuple):
 SPECIAL_TOKENS = ("", "[UNK]")
 
 
-def uniform_catalog(num_items: Any, first_id: Any = 0,
-                    vocabulary: Any = None) -> Tuple[int, Optional[list]]:
+def uniform_catalog(
+    num_items: Any, first_id: Any = 0, vocabulary: Any = None
+) -> Tuple[int, Optional[list]]:
     """(num_items, vocabulary) of the catalog that uniform negatives are drawn from.
 
     Either the integer ids [first_id, first_id + num_items) (`vocabulary` None), or the ids
@@ -82,45 +84,72 @@ def uniform_catalog(num_items: Any, first_id: Any = 0,
     """
     if isinstance(first_id, bool) or not isinstance(first_id, int) or first_id < 0:
         raise ValueError(
-            f"`first_id` must be a non-negative integer; received first_id={first_id!r}.")
+            f"`first_id` must be a non-negative integer; received first_id={first_id!r}."
+        )
     if vocabulary is None:
         return checks.check_positive_int("num_items", num_items), None
     if first_id != 0:
-        raise ValueError("`first_id` numbers an integer catalog [first_id, first_id + "
-                         "num_items); with a `vocabulary` the draws are its ids. Received "
-                         f"first_id={first_id!r} and a vocabulary.")
+        raise ValueError(
+            "`first_id` numbers an integer catalog [first_id, first_id + "
+            "num_items); with a `vocabulary` the draws are its ids. Received "
+            f"first_id={first_id!r} and a vocabulary."
+        )
     if isinstance(vocabulary, (str, bytes)):
-        raise TypeError("`vocabulary` must be a sequence of ids; received the single "
-                        f"{type(vocabulary).__name__} vocabulary={vocabulary!r}.")
+        raise TypeError(
+            "`vocabulary` must be a sequence of ids; received the single "
+            f"{type(vocabulary).__name__} vocabulary={vocabulary!r}."
+        )
     values = np.asarray(vocabulary, dtype=object)
     if values.ndim != 1 or values.size == 0:
-        raise ValueError("`vocabulary` must be a non-empty list of ids; received vocabulary "
-                         f"with shape {values.shape}.")
-    items = [x.decode() if isinstance(x, bytes) else
-             str(x) if isinstance(x, np.str_) else
-             int(x) if isinstance(x, np.integer) else x for x in values.tolist()]
-    kinds = {str if isinstance(x, str) else int if (
-        isinstance(x, int) and not isinstance(x, bool)) else type(x) for x in items}
+        raise ValueError(
+            "`vocabulary` must be a non-empty list of ids; received vocabulary "
+            f"with shape {values.shape}."
+        )
+    items = [
+        x.decode()
+        if isinstance(x, bytes)
+        else str(x)
+        if isinstance(x, np.str_)
+        else int(x)
+        if isinstance(x, np.integer)
+        else x
+        for x in values.tolist()
+    ]
+    kinds = {
+        str
+        if isinstance(x, str)
+        else int
+        if (isinstance(x, int) and not isinstance(x, bool))
+        else type(x)
+        for x in items
+    }
     if kinds not in ({str}, {int}):
-        raise TypeError("`vocabulary` must hold string ids or integer ids, one kind; received "
-                        f"vocabulary with values of types {sorted(k.__name__ for k in kinds)}.")
+        raise TypeError(
+            "`vocabulary` must hold string ids or integer ids, one kind; received "
+            f"vocabulary with values of types {sorted(k.__name__ for k in kinds)}."
+        )
     if len(set(items)) != len(items):
         seen, repeated = set(), []
         for x in items:
             if x in seen and x not in repeated:
                 repeated.append(x)
             seen.add(x)
-        raise ValueError(f"`vocabulary` must hold distinct ids; received {len(items)} ids, "
-                         f"{len(set(items))} distinct (repeated: {repeated[:3]!r}).")
+        raise ValueError(
+            f"`vocabulary` must hold distinct ids; received {len(items)} ids, "
+            f"{len(set(items))} distinct (repeated: {repeated[:3]!r})."
+        )
     special = [x for x in items if x in SPECIAL_TOKENS]
     if special:
         raise ValueError(
             f"`vocabulary` must hold item ids only; received the lookup token(s) {special!r}, "
             "which uniform draws would pick as items. Use "
-            "lookup.get_vocabulary(include_special_tokens=False), or `from_lookup(lookup)`.")
+            "lookup.get_vocabulary(include_special_tokens=False), or `from_lookup(lookup)`."
+        )
     if num_items is not None and checks.check_positive_int("num_items", num_items) != len(items):
-        raise ValueError(f"`num_items` must be the vocabulary's size or None; received "
-                         f"num_items={num_items!r} and a vocabulary of {len(items)} ids.")
+        raise ValueError(
+            f"`num_items` must be the vocabulary's size or None; received "
+            f"num_items={num_items!r} and a vocabulary of {len(items)} ids."
+        )
     return len(items), items
 
 
@@ -135,13 +164,17 @@ def check_vocabulary_ids(caller: str, vocabulary: list, dtype: str) -> None:
     except TypeError:  # A dtype numpy does not know (bfloat16, ...): not integer ids.
         integer = False
     if strings != (dtype == "string") or not (strings or integer):
-        raise TypeError(f"{caller} draws {'string' if strings else 'integer'} ids from its "
-                        f"vocabulary; received positive_ids with dtype {dtype}.")
+        raise TypeError(
+            f"{caller} draws {'string' if strings else 'integer'} ids from its "
+            f"vocabulary; received positive_ids with dtype {dtype}."
+        )
     if not strings:
         low, high = min(vocabulary), max(vocabulary)
         if not np.iinfo(dtype).min <= low <= high <= np.iinfo(dtype).max:
-            raise TypeError(f"The vocabulary's ids [{low}, {high}] do not fit positive_ids' "
-                            f"dtype; received positive_ids with dtype {dtype}.")
+            raise TypeError(
+                f"The vocabulary's ids [{low}, {high}] do not fit positive_ids' "
+                f"dtype; received positive_ids with dtype {dtype}."
+            )
 
 
 def lookup_vocabulary(lookup: Any) -> list:
@@ -149,12 +182,16 @@ def lookup_vocabulary(lookup: Any) -> list:
     tower's first layer), without its out-of-vocabulary and mask tokens: the catalog a
     vocabulary sampler draws from (the samplers' `from_lookup`)."""
     if not hasattr(lookup, "get_vocabulary"):
-        raise TypeError("`lookup` must be a Keras StringLookup or IntegerLookup layer (with "
-                        f"`get_vocabulary`); received lookup={lookup!r}.")
+        raise TypeError(
+            "`lookup` must be a Keras StringLookup or IntegerLookup layer (with "
+            f"`get_vocabulary`); received lookup={lookup!r}."
+        )
     vocabulary = lookup.get_vocabulary(include_special_tokens=False)
     if not len(vocabulary):  # pylint: disable=g-explicit-length-test
-        raise ValueError(f"`lookup` has an empty vocabulary (adapt it, or give it one); "
-                         f"received lookup={lookup!r}.")
+        raise ValueError(
+            f"`lookup` has an empty vocabulary (adapt it, or give it one); "
+            f"received lookup={lookup!r}."
+        )
     return list(vocabulary)
 
 
@@ -185,9 +222,11 @@ def lookup_catalog(lookup: Any, draw: str) -> Dict[str, Any]:
         raise ValueError(
             "draw='indices' needs a lookup that maps items to integer indices (invert=False, "
             f"output_mode='int'); received a lookup with invert={invert!r}, "
-            f"output_mode={mode!r}.")
-    return dict(num_items=len(items), first_id=int(lookup.vocabulary_size()) - len(items),
-                vocabulary=None)
+            f"output_mode={mode!r}."
+        )
+    return dict(
+        num_items=len(items), first_id=int(lookup.vocabulary_size()) - len(items), vocabulary=None
+    )
 
 
 def check_mixed(mixture: str, deduplicate: bool) -> None:
@@ -198,16 +237,25 @@ def check_mixed(mixture: str, deduplicate: bool) -> None:
     if checks.check_bool("deduplicate", deduplicate) and mixture == "exact":
         raise ValueError(
             "MixedSampler(deduplicate=True) needs mixture='paper' (the exact mixture of a "
-            "deduplicated pool is not implemented); received mixture='exact'.")
+            "deduplicated pool is not implemented); received mixture='exact'."
+        )
 
 
-def sampler_arguments(negatives: str, *, num_negatives: Optional[int] = None,
-                      num_items: Optional[int] = None,
-                      first_id: int = 0, probabilities: Any = None, seed: Optional[int] = None,
-                      deduplicate: bool = False, log_q: str = "horvitz_thompson",
-                      per_row: bool = False, global_batch: bool = False,
-                      mixture: str = "exact",
-                      vocabulary: Any = None) -> Tuple[str, Dict[str, Any]]:
+def sampler_arguments(
+    negatives: str,
+    *,
+    num_negatives: Optional[int] = None,
+    num_items: Optional[int] = None,
+    first_id: int = 0,
+    probabilities: Any = None,
+    seed: Optional[int] = None,
+    deduplicate: bool = False,
+    log_q: str = "horvitz_thompson",
+    per_row: bool = False,
+    global_batch: bool = False,
+    mixture: str = "exact",
+    vocabulary: Any = None,
+) -> Tuple[str, Dict[str, Any]]:
     """(kind, constructor arguments) of the sampler that one set of settings describes.
 
     One set of settings serves every kind: a kind ignores the settings it has
@@ -231,33 +279,52 @@ def sampler_arguments(negatives: str, *, num_negatives: Optional[int] = None,
     """
     checks.check_choice("negatives", negatives, KINDS)
     num_negatives = checks.check_positive_int("num_negatives", num_negatives, allow_none=True)
-    for name, value in (("deduplicate", deduplicate), ("per_row", per_row),
-                        ("global_batch", global_batch)):
+    for name, value in (
+        ("deduplicate", deduplicate),
+        ("per_row", per_row),
+        ("global_batch", global_batch),
+    ):
         checks.check_bool(name, value)
     checks.check_choice("log_q", log_q, IN_BATCH_LOG_Q)
     checks.check_seed("seed", seed)
     check_mixed(mixture, deduplicate if negatives == "mixed" else False)
     if negatives == "in_batch":
-        return negatives, dict(deduplicate=deduplicate, max_pool_size=num_negatives,
-                               global_batch=global_batch, probabilities=probabilities,
-                               seed=seed, log_q=log_q)
+        return negatives, dict(
+            deduplicate=deduplicate,
+            max_pool_size=num_negatives,
+            global_batch=global_batch,
+            probabilities=probabilities,
+            seed=seed,
+            log_q=log_q,
+        )
     if num_items is None and vocabulary is None:
-        raise ValueError(f"negatives={negatives!r} draws uniformly from the catalog and "
-                         "needs `num_items` or a `vocabulary`; received neither.")
+        raise ValueError(
+            f"negatives={negatives!r} draws uniformly from the catalog and "
+            "needs `num_items` or a `vocabulary`; received neither."
+        )
     catalog = dict(num_items=num_items, first_id=first_id)
     if vocabulary is not None:  # Checked, with num_items and first_id, by the sampler.
         catalog = dict(catalog, vocabulary=vocabulary)
     if num_negatives is None:
-        raise ValueError(f"negatives={negatives!r} draws a fixed number of negatives and "
-                         "needs `num_negatives`; received num_negatives=None.")
+        raise ValueError(
+            f"negatives={negatives!r} draws a fixed number of negatives and "
+            "needs `num_negatives`; received num_negatives=None."
+        )
     if negatives == "uniform":
-        return negatives, dict(catalog, num_negatives=num_negatives, seed=seed,
-                               per_row=per_row)
+        return negatives, dict(catalog, num_negatives=num_negatives, seed=seed, per_row=per_row)
     if num_negatives < 2:
-        raise ValueError("negatives='mixed' needs num_negatives >= 2 (half uniform, half "
-                         f"in-batch); received num_negatives={num_negatives}.")
-    return negatives, dict(catalog, num_uniform=num_negatives - num_negatives // 2,
-                           num_in_batch=num_negatives // 2, mixture=mixture,
-                           global_batch=global_batch,
-                           probabilities=probabilities, seed=seed, deduplicate=deduplicate,
-                           per_row=per_row)
+        raise ValueError(
+            "negatives='mixed' needs num_negatives >= 2 (half uniform, half "
+            f"in-batch); received num_negatives={num_negatives}."
+        )
+    return negatives, dict(
+        catalog,
+        num_uniform=num_negatives - num_negatives // 2,
+        num_in_batch=num_negatives // 2,
+        mixture=mixture,
+        global_batch=global_batch,
+        probabilities=probabilities,
+        seed=seed,
+        deduplicate=deduplicate,
+        per_row=per_row,
+    )

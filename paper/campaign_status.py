@@ -50,8 +50,10 @@ def run_line(run: str, name: str) -> str:
         return f"{name}: {epochs} epochs, no validation value yet"
     # EarlyStopping stops once `patience` epochs have followed the best (0-based) epoch.
     last = state["best_epoch"] + patience + 1
-    line = (f"{name}: {epochs} epochs, best validation {state['best']:.4f} after "
-            f"{state['best_epoch'] + 1}; stops after {last} at the earliest ({last - epochs} more)")
+    line = (
+        f"{name}: {epochs} epochs, best validation {state['best']:.4f} after "
+        f"{state['best_epoch'] + 1}; stops after {last} at the earliest ({last - epochs} more)"
+    )
     times = []
     if os.path.exists(files.train_log):
         with open(files.train_log) as f:
@@ -59,8 +61,10 @@ def run_line(run: str, name: str) -> str:
     if times:
         recent = [int(t) for t in times[-LAST_EPOCHS:]]
         per_epoch = sum(recent) / len(recent)
-        line += (f"; {per_epoch:.0f} s an epoch over the last {len(recent)}, "
-                 f"so at least {(last - epochs) * per_epoch / 3600:.1f} h")
+        line += (
+            f"; {per_epoch:.0f} s an epoch over the last {len(recent)}, "
+            f"so at least {(last - epochs) * per_epoch / 3600:.1f} h"
+        )
     return line
 
 
@@ -86,23 +90,27 @@ def pair_lines(runs_dir: str) -> List[str]:
                 if not os.path.isdir(run_a) or not (_in_progress(run_a) or _in_progress(run_b)):
                     continue
                 parts = []
-                for what, curve in (("validation NDCG@10", curves.validation_curve),
-                                    ("test curve NDCG@20", curves.test_curve)):
+                for what, curve in (
+                    ("validation NDCG@10", curves.validation_curve),
+                    ("test curve NDCG@20", curves.test_curve),
+                ):
                     text = common_difference(curve(run_a), curve(run_b))
                     if text:
                         parts.append(f"{what} {text}")
                 if parts:
-                    lines.append(f"{report} {seed}, {question} ({row} - {base}): "
-                                 + "; ".join(parts))
+                    lines.append(
+                        f"{report} {seed}, {question} ({row} - {base}): " + "; ".join(parts)
+                    )
     return lines
 
 
 def status(runs_dir: str) -> List[str]:
     """`run_line` of every run in progress under `runs_dir`, then `pair_lines`."""
-    lines = [run_line(os.path.dirname(path), os.path.relpath(os.path.dirname(path), runs_dir))
-             for path in sorted(glob.glob(os.path.join(runs_dir, "*", "*", "seed*",
-                                                       "progress.json")))
-             if _in_progress(os.path.dirname(path))]
+    lines = [
+        run_line(os.path.dirname(path), os.path.relpath(os.path.dirname(path), runs_dir))
+        for path in sorted(glob.glob(os.path.join(runs_dir, "*", "*", "seed*", "progress.json")))
+        if _in_progress(os.path.dirname(path))
+    ]
     if not lines:
         return [f"no run in progress under {runs_dir}"]
     return lines + pair_lines(runs_dir)

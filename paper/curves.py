@@ -24,6 +24,7 @@ def logged_curve(run_directory: str, writer: str, tag: str) -> Dict[int, float]:
     restart)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
+
     curve = {}
     for path in sorted(glob.glob(os.path.join(RunFiles(run_directory).logs, writer, "events*"))):
         try:
@@ -55,8 +56,9 @@ def validation_plateau(curve: Dict[int, float], start: int = PLATEAU_FROM) -> Op
     return float(np.mean(late)) if len(late) >= PLATEAU_MIN_EPOCHS else None
 
 
-def window_difference(base: Dict[int, float], row: Dict[int, float],
-                      start: int = PLATEAU_FROM) -> Optional[float]:
+def window_difference(
+    base: Dict[int, float], row: Dict[int, float], start: int = PLATEAU_FROM
+) -> Optional[float]:
     """mean(row) - mean(base) over the epochs both curves hold from `start` up to the
     shorter curve's last epoch (so a longer run's later, higher epochs do not count);
     None when that window holds fewer than PLATEAU_MIN_EPOCHS epochs."""

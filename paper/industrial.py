@@ -39,13 +39,14 @@ import subprocess
 import time
 from typing import List, Sequence
 
+import numpy as np
 from absl import app
 from absl import flags
-import numpy as np
 
 from paper import industrial_plan as plan_lib
 from paper import industrial_report
-from paper.scheduler import cpu_slots, run_all
+from paper.scheduler import cpu_slots
+from paper.scheduler import run_all
 from pipelines.run_files import RunFiles
 
 FLAGS = flags.FLAGS
@@ -57,37 +58,68 @@ SMOKE_DIR = os.path.join("runs", "industrial_smoke")
 
 
 def define_flags() -> None:
-    flags.DEFINE_list("experiments", list(plan_lib.EXPERIMENTS),
-                      f"Which experiments to train: {', '.join(plan_lib.EXPERIMENTS)}.")
+    flags.DEFINE_list(
+        "experiments",
+        list(plan_lib.EXPERIMENTS),
+        f"Which experiments to train: {', '.join(plan_lib.EXPERIMENTS)}.",
+    )
     flags.DEFINE_integer("seeds", plan_lib.SEEDS, "Seeds 0 .. N-1 of every row.", lower_bound=1)
     flags.DEFINE_list("rows", [], "Only these rows (default: each experiment's own).")
-    flags.DEFINE_list("settings", [], "Only these settings of the experiments (their cells' "
-                      "names: items100000, items5000000, zipf0.8, adagrad1-adam0.005, ...; "
-                      "default: every one).")
-    flags.DEFINE_bool("smoke", False, "The same plan on the industrial_smoke preset (seconds a "
-                      f"run), its runs under {SMOKE_DIR} and its records and report under "
-                      f"{SMOKE_DIR}/results unless --output_dir / --results_dir / --report say "
-                      "otherwise.")
+    flags.DEFINE_list(
+        "settings",
+        [],
+        "Only these settings of the experiments (their cells' "
+        "names: items100000, items5000000, zipf0.8, adagrad1-adam0.005, ...; "
+        "default: every one).",
+    )
+    flags.DEFINE_bool(
+        "smoke",
+        False,
+        "The same plan on the industrial_smoke preset (seconds a "
+        f"run), its runs under {SMOKE_DIR} and its records and report under "
+        f"{SMOKE_DIR}/results unless --output_dir / --results_dir / --report say "
+        "otherwise.",
+    )
     flags.DEFINE_string("output_dir", "", f"Where the runs go (default {OUTPUT_DIR}).")
-    flags.DEFINE_string("results_dir", "", f"Where the records and plots go (default "
-                        f"{RESULTS_DIR}).")
+    flags.DEFINE_string(
+        "results_dir", "", f"Where the records and plots go (default {RESULTS_DIR})."
+    )
     flags.DEFINE_string("report", "", f"The report's path (default {REPORT}).")
-    flags.DEFINE_float("max_user_scale", plan_lib.MAX_USER_SCALE,
-                       "The catalog experiment's users grow with its items up to this multiple "
-                       "of the preset's users (1M at full size: memory).")
-    flags.DEFINE_bool("report_only", False, "Write the records of finished runs and the "
-                      "report; train nothing.")
-    flags.DEFINE_bool("add_draws", False, "Add to each record whose calibration predates "
-                      "them each target's expected draws under its run's sampler (what the "
-                      "corrections' implied P(p|u) needs), from the run's day store under "
-                      "--output_dir; then as --report_only.")
-    flags.DEFINE_bool("keep_weights", False, "Keep each finished run's checkpoints, backup "
-                      "and SavedModels (3.6 GB a run at 1M items); by default they are deleted "
-                      "once the run's record is written.")
-    flags.DEFINE_bool("commit", False, "Commit each record and the report as it is written "
-                      "(else print the command that would).")
-    flags.DEFINE_integer("parallel", 1, "Runs trained at once, each pinned to its share of the "
-                         "CPUs (paper.scheduler).", lower_bound=1)
+    flags.DEFINE_float(
+        "max_user_scale",
+        plan_lib.MAX_USER_SCALE,
+        "The catalog experiment's users grow with its items up to this multiple "
+        "of the preset's users (1M at full size: memory).",
+    )
+    flags.DEFINE_bool(
+        "report_only", False, "Write the records of finished runs and the report; train nothing."
+    )
+    flags.DEFINE_bool(
+        "add_draws",
+        False,
+        "Add to each record whose calibration predates "
+        "them each target's expected draws under its run's sampler (what the "
+        "corrections' implied P(p|u) needs), from the run's day store under "
+        "--output_dir; then as --report_only.",
+    )
+    flags.DEFINE_bool(
+        "keep_weights",
+        False,
+        "Keep each finished run's checkpoints, backup "
+        "and SavedModels (3.6 GB a run at 1M items); by default they are deleted "
+        "once the run's record is written.",
+    )
+    flags.DEFINE_bool(
+        "commit",
+        False,
+        "Commit each record and the report as it is written (else print the command that would).",
+    )
+    flags.DEFINE_integer(
+        "parallel",
+        1,
+        "Runs trained at once, each pinned to its share of the CPUs (paper.scheduler).",
+        lower_bound=1,
+    )
 
 
 def commit(paths: Sequence[str], message: str, run_it: bool) -> None:
@@ -99,8 +131,10 @@ def commit(paths: Sequence[str], message: str, run_it: bool) -> None:
         print(f"to keep them in git: {shlex.join(add)} && {shlex.join(keep)}", flush=True)
         return
     for _ in range(5):
-        if (subprocess.run(add, check=False).returncode == 0
-                and subprocess.run(keep, check=False).returncode == 0):
+        if (
+            subprocess.run(add, check=False).returncode == 0
+            and subprocess.run(keep, check=False).returncode == 0
+        ):
             print(f"committed: {message}", flush=True)
             return
         time.sleep(2)
@@ -119,25 +153,33 @@ def add_draws(run: plan_lib.IndustrialRun, results_dir: str) -> bool:
     from pipelines.data import day_store
     from pipelines.data import splits
     from tfrs_logq import retrieval
+
     record = plan_lib.load_record(run, results_dir)
     calibration = (record or {}).get("calibration") or {}
     store = os.path.join(run.run.directory, "day_store")
-    if (not calibration.get("true_log_p") or "draws" in calibration
-            or not os.path.exists(os.path.join(store, "counts.npz"))):
+    if (
+        not calibration.get("true_log_p")
+        or "draws" in calibration
+        or not os.path.exists(os.path.join(store, "counts.npz"))
+    ):
         return False
     with open(os.path.join(run.run.directory, "config.json")) as f:
         config = configs.Config.from_dict(json.load(f))
     with np.load(os.path.join(store, "counts.npz")) as stored:
         counts = stored["train_item"]
     sample = splits.subsample(day_store.read_eval(store, "test"), report_lib.KL_QUERIES)
-    ids = np.concatenate([report_lib.calibration_targets(t, h)
-                          for t, h in zip(sample.targets, sample.histories)])
+    ids = np.concatenate(
+        [report_lib.calibration_targets(t, h) for t, h in zip(sample.targets, sample.histories)]
+    )
     bands = retrieval.popularity_bands(counts)[ids]
     if len(ids) != len(calibration["true_log_p"]) or (
-            "band" in calibration and not np.array_equal(bands, calibration["band"])):
-        raise ValueError(f"{run.run.directory}: its day store's KL targets ({len(ids)}) do not "
-                         f"match its record's calibration ({len(calibration['true_log_p'])} "
-                         "targets, or other popularity thirds).")
+        "band" in calibration and not np.array_equal(bands, calibration["band"])
+    ):
+        raise ValueError(
+            f"{run.run.directory}: its day store's KL targets ({len(ids)}) do not "
+            f"match its record's calibration ({len(calibration['true_log_p'])} "
+            "targets, or other popularity thirds)."
+        )
     draws, negatives = report_lib.expected_draws(config, counts)
     calibration["draws"] = [float(f"{value:.5g}") for value in draws[ids]]
     calibration["negatives"] = round(float(negatives), 3)
@@ -170,38 +212,57 @@ def main(argv) -> None:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     smoke = FLAGS.smoke
     output_dir = FLAGS.output_dir or (SMOKE_DIR if smoke else OUTPUT_DIR)
-    results_dir = FLAGS.results_dir or (os.path.join(SMOKE_DIR, "results") if smoke
-                                        else RESULTS_DIR)
-    report = FLAGS.report or (os.path.join(results_dir, "industrial_claim.md") if smoke
-                              else REPORT)
+    results_dir = FLAGS.results_dir or (
+        os.path.join(SMOKE_DIR, "results") if smoke else RESULTS_DIR
+    )
+    report = FLAGS.report or (os.path.join(results_dir, "industrial_claim.md") if smoke else REPORT)
     try:
-        selected = plan_lib.plan(FLAGS.experiments, FLAGS.seeds, smoke, output_dir, FLAGS.rows,
-                                 FLAGS.max_user_scale, FLAGS.settings)
+        selected = plan_lib.plan(
+            FLAGS.experiments,
+            FLAGS.seeds,
+            smoke,
+            output_dir,
+            FLAGS.rows,
+            FLAGS.max_user_scale,
+            FLAGS.settings,
+        )
         # The report covers every experiment at SEEDS seeds (or more, if asked), whichever
         # this command trains.
-        reported = plan_lib.plan(plan_lib.EXPERIMENTS, max(FLAGS.seeds, plan_lib.SEEDS), smoke,
-                                 output_dir, max_user_scale=FLAGS.max_user_scale)
+        reported = plan_lib.plan(
+            plan_lib.EXPERIMENTS,
+            max(FLAGS.seeds, plan_lib.SEEDS),
+            smoke,
+            output_dir,
+            max_user_scale=FLAGS.max_user_scale,
+        )
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     line = command_line()
 
     def write(paths: List[str], message: str) -> None:
-        paths = paths + industrial_report.write_report(reported, results_dir, report, line,
-                                                       smoke)
+        paths = paths + industrial_report.write_report(reported, results_dir, report, line, smoke)
         commit(paths, message, FLAGS.commit)
 
     # Runs finished without a record (an earlier driver stopped before writing it).
     if FLAGS.add_draws:
         added = [run for run in plan_lib.unique(reported) if add_draws(run, results_dir)]
         print(f"Added the expected draws to {len(added)} records.", flush=True)
-    unrecorded = [run for run in plan_lib.unique(reported)
-                  if plan_lib.trained(run) and plan_lib.load_record(run, results_dir) is None]
+    unrecorded = [
+        run
+        for run in plan_lib.unique(reported)
+        if plan_lib.trained(run) and plan_lib.load_record(run, results_dir) is None
+    ]
     if unrecorded:
-        write([plan_lib.write_record(run, results_dir) for run in unrecorded],
-              f"industrial claim: records of {len(unrecorded)} finished runs")
+        write(
+            [plan_lib.write_record(run, results_dir) for run in unrecorded],
+            f"industrial claim: records of {len(unrecorded)} finished runs",
+        )
     todo = plan_lib.unique(selected)
-    pending = [run for run in todo if not plan_lib.trained(run)
-               and plan_lib.load_record(run, results_dir) is None]
+    pending = [
+        run
+        for run in todo
+        if not plan_lib.trained(run) and plan_lib.load_record(run, results_dir) is None
+    ]
     print(f"{len(todo)} runs planned, {len(todo) - len(pending)} already finished.", flush=True)
     if not (FLAGS.report_only or FLAGS.add_draws) and pending:
         try:
@@ -215,11 +276,13 @@ def main(argv) -> None:
             if not FLAGS.keep_weights:
                 RunFiles(done.run.directory).prune_weights()
             test = plan_lib.load_record(done, results_dir)
-            print(f"[{number}/{len(pending)}] {done.owner}/{done.key} seed {done.seed}: "
-                  f"Recall@100 {test['test'].get('recall@100', float('nan')):.4f}, KL "
-                  f"{test.get('kl_to_truth', float('nan')):.3f} ({seconds:.0f} s)", flush=True)
-            write([path], f"industrial claim: {done.owner}/{done.key} seed {done.seed} "
-                  "finished")
+            print(
+                f"[{number}/{len(pending)}] {done.owner}/{done.key} seed {done.seed}: "
+                f"Recall@100 {test['test'].get('recall@100', float('nan')):.4f}, KL "
+                f"{test.get('kl_to_truth', float('nan')):.3f} ({seconds:.0f} s)",
+                flush=True,
+            )
+            write([path], f"industrial claim: {done.owner}/{done.key} seed {done.seed} finished")
     paths = industrial_report.write_report(reported, results_dir, report, line, smoke)
     print(f"Wrote {', '.join(paths)}.", flush=True)
 

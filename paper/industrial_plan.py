@@ -44,10 +44,11 @@ import os
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from paper.plan import Run
-from paper.records import finished, load
-from pipelines import configs
 from benchmarks.rows import Row
+from paper.plan import Run
+from paper.records import finished
+from paper.records import load
+from pipelines import configs
 
 PRESET, SMOKE_PRESET = "industrial", "industrial_smoke"
 EXPERIMENTS = ("main", "inbatch", "catalog", "skew", "lr")
@@ -98,19 +99,30 @@ def rows(preset: str = PRESET) -> Dict[str, Row]:
     weight wherever the model already ranks p well); `standard_negatives` compares it with
     n Z (too large)."""
     negatives = REFERENCE_FACTOR * configs.PRESETS[preset].loss.num_negatives
-    return {row.name: row for row in (
-        Row("none", "none", {"correction": "none"}),
-        Row("standard", "standard (TFRS)", {"correction": "standard"}),
-        Row("standard_negatives", "standard on negatives (paper)",
-            {"correction": "standard_negatives"}),
-        Row("improved", "improved", {"correction": "improved"}),
-        Row("sampled_reference", f"uniform reference ({negatives})",
-            {"negatives": "uniform", "num_negatives": negatives, "correction": "improved"}))}
+    return {
+        row.name: row
+        for row in (
+            Row("none", "none", {"correction": "none"}),
+            Row("standard", "standard (TFRS)", {"correction": "standard"}),
+            Row(
+                "standard_negatives",
+                "standard on negatives (paper)",
+                {"correction": "standard_negatives"},
+            ),
+            Row("improved", "improved", {"correction": "improved"}),
+            Row(
+                "sampled_reference",
+                f"uniform reference ({negatives})",
+                {"negatives": "uniform", "num_negatives": negatives, "correction": "improved"},
+            ),
+        )
+    }
 
 
 class Cell(NamedTuple):
     """One setting of an experiment: its name ("" for the preset's own), its description,
     its flags, and whether the advice waits for its seeds (CONDITIONAL_CATALOG_SCALES)."""
+
     setting: str
     label: str
     overrides: Dict[str, object]
@@ -119,12 +131,12 @@ class Cell(NamedTuple):
 
 class IndustrialRun(NamedTuple):
     experiment: str
-    row: str          # A key of `rows()`.
-    setting: str      # The cell's setting ("" for the preset's own).
+    row: str  # A key of `rows()`.
+    setting: str  # The cell's setting ("" for the preset's own).
     seed: int
-    run: Run          # What pipelines.train runs (paper.plan's Run).
-    record: str       # Its record, relative to the results directory.
-    owner: str        # The experiment that owns the run (another when it is shared).
+    run: Run  # What pipelines.train runs (paper.plan's Run).
+    record: str  # Its record, relative to the results directory.
+    owner: str  # The experiment that owns the run (another when it is shared).
     required: bool = True  # Whether the report's advice waits for it (its cell's).
 
     @property
@@ -138,11 +150,13 @@ def row_key(row: str, setting: str) -> str:
 
 
 def experiment_rows(experiment: str) -> Tuple[str, ...]:
-    return {"main": ("none", "standard", "standard_negatives", "improved", "sampled_reference"),
-            "inbatch": ("none", "standard", "improved"),
-            "catalog": ("standard", "improved"),
-            "skew": ("standard", "improved"),
-            "lr": ("standard", "improved")}[experiment]
+    return {
+        "main": ("none", "standard", "standard_negatives", "improved", "sampled_reference"),
+        "inbatch": ("none", "standard", "improved"),
+        "catalog": ("standard", "improved"),
+        "skew": ("standard", "improved"),
+        "lr": ("standard", "improved"),
+    }[experiment]
 
 
 def experiment_seeds(experiment: str, seeds: int = SEEDS) -> int:
@@ -155,14 +169,19 @@ def _scaled(config: configs.Config, scale: float, max_user_scale: float) -> Dict
     up to `max_user_scale` times the preset's, the index and the test queries with them)."""
     items, users = config.data.synthetic_items, config.data.synthetic_users
     scaled_users = int(round(users * min(scale, max_user_scale)))
-    return {"synthetic_items": int(round(items * scale)), "synthetic_users": scaled_users,
-            "index_size": int(round(config.training.index_size * scale)),
-            "test_queries": min(config.training.test_queries,
-                                max(scaled_users // 20, MIN_TEST_QUERIES))}
+    return {
+        "synthetic_items": int(round(items * scale)),
+        "synthetic_users": scaled_users,
+        "index_size": int(round(config.training.index_size * scale)),
+        "test_queries": min(
+            config.training.test_queries, max(scaled_users // 20, MIN_TEST_QUERIES)
+        ),
+    }
 
 
-def cells(experiment: str, preset: str = PRESET,
-          max_user_scale: float = MAX_USER_SCALE) -> List[Cell]:
+def cells(
+    experiment: str, preset: str = PRESET, max_user_scale: float = MAX_USER_SCALE
+) -> List[Cell]:
     """The settings of `experiment` on `preset`."""
     config = configs.PRESETS[preset]
     items, users = config.data.synthetic_items, config.data.synthetic_users
@@ -178,21 +197,33 @@ def cells(experiment: str, preset: str = PRESET,
                 result.append(Cell(f"items{size}", f"{size:,} items, {users:,} users", {}))
                 continue
             overrides = _scaled(config, scale, max_user_scale)
-            result.append(Cell(f"items{size}", f"{size:,} items, "
-                               f"{overrides['synthetic_users']:,} users", overrides,
-                               required=scale not in CONDITIONAL_CATALOG_SCALES))
+            result.append(
+                Cell(
+                    f"items{size}",
+                    f"{size:,} items, {overrides['synthetic_users']:,} users",
+                    overrides,
+                    required=scale not in CONDITIONAL_CATALOG_SCALES,
+                )
+            )
         return result
     if experiment == "skew":
-        return [Cell(f"zipf{exponent:g}", f"Zipf exponent {exponent:g}",
-                     {} if exponent == 1.0 else {"synthetic_zipf": exponent})
-                for exponent in ZIPF_EXPONENTS]
+        return [
+            Cell(
+                f"zipf{exponent:g}",
+                f"Zipf exponent {exponent:g}",
+                {} if exponent == 1.0 else {"synthetic_zipf": exponent},
+            )
+            for exponent in ZIPF_EXPONENTS
+        ]
     if experiment == "lr":
         # A rate equal to the preset's is left out of the flags, so that the grid's centre is
         # the catalog's cell (the same flags: the same run).
         training = config.training
-        points = [(LR_CATALOG_SCALE, table_factor, factor)
-                  for table_factor in TABLE_LEARNING_RATE_FACTORS
-                  for factor in LEARNING_RATE_FACTORS]
+        points = [
+            (LR_CATALOG_SCALE, table_factor, factor)
+            for table_factor in TABLE_LEARNING_RATE_FACTORS
+            for factor in LEARNING_RATE_FACTORS
+        ]
         points += [(1.0, table_factor, factor) for table_factor, factor in LR_FULL_SCALE_FACTORS]
         result = []
         for scale, table_factor, factor in points:
@@ -209,14 +240,20 @@ def cells(experiment: str, preset: str = PRESET,
                 name, label = f"items{items}-{name}", f"{items:,} items, {label}"
             result.append(Cell(name, label, overrides))
         return result
-    raise ValueError(f"--experiments must be among {', '.join(EXPERIMENTS)}; received "
-                     f"{experiment!r}.")
+    raise ValueError(
+        f"--experiments must be among {', '.join(EXPERIMENTS)}; received {experiment!r}."
+    )
 
 
-def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bool = False,
-         output_dir: str = "runs/industrial", only_rows: Sequence[str] = (),
-         max_user_scale: float = MAX_USER_SCALE,
-         only_settings: Sequence[str] = ()) -> List[IndustrialRun]:
+def plan(
+    experiments: Sequence[str] = EXPERIMENTS,
+    seeds: int = SEEDS,
+    smoke: bool = False,
+    output_dir: str = "runs/industrial",
+    only_rows: Sequence[str] = (),
+    max_user_scale: float = MAX_USER_SCALE,
+    only_settings: Sequence[str] = (),
+) -> List[IndustrialRun]:
     """The runs of `experiments` (seeds 0 .. seeds - 1; `only_rows` keeps those rows and
     `only_settings` those settings, the cells' names: "items100000", "zipf0.8"), in the
     order they are made: experiment by experiment, seed by seed within one, so that an
@@ -224,8 +261,9 @@ def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bo
     run is decided over every experiment in EXPERIMENTS' order, whichever are asked for."""
     unknown = [name for name in experiments if name not in EXPERIMENTS]
     if unknown:
-        raise ValueError(f"--experiments must be among {', '.join(EXPERIMENTS)}; received "
-                         f"{', '.join(unknown)}.")
+        raise ValueError(
+            f"--experiments must be among {', '.join(EXPERIMENTS)}; received {', '.join(unknown)}."
+        )
     known = rows(SMOKE_PRESET if smoke else PRESET)
     bad = [name for name in only_rows if name not in known]
     if bad:
@@ -233,13 +271,21 @@ def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bo
     if not max_user_scale > 0:
         raise ValueError(f"--max_user_scale must be positive; received {max_user_scale}.")
     preset = SMOKE_PRESET if smoke else PRESET
-    settings = sorted({cell.setting for experiment in experiments
-                       for cell in cells(experiment, preset, max_user_scale) if cell.setting})
+    settings = sorted(
+        {
+            cell.setting
+            for experiment in experiments
+            for cell in cells(experiment, preset, max_user_scale)
+            if cell.setting
+        }
+    )
     bad = [name for name in only_settings if name not in settings]
     if bad:
-        raise ValueError(f"--settings must be among the experiments' settings "
-                         f"({', '.join(settings) or 'none: they have one each'}); received "
-                         f"{', '.join(bad)}.")
+        raise ValueError(
+            f"--settings must be among the experiments' settings "
+            f"({', '.join(settings) or 'none: they have one each'}); received "
+            f"{', '.join(bad)}."
+        )
     owners: Dict[Tuple, Tuple[str, str]] = {}  # Canonical flags: (experiment, folder).
     result = []
     for experiment in EXPERIMENTS:
@@ -248,20 +294,33 @@ def plan(experiments: Sequence[str] = EXPERIMENTS, seeds: int = SEEDS, smoke: bo
                 for name in experiment_rows(experiment):
                     overrides = dict(cell.overrides, **known[name].overrides, seed=seed)
                     folder = row_key(name, cell.setting)
-                    owner, folder = owners.setdefault(tuple(sorted(overrides.items())),
-                                                      (experiment, folder))
-                    if (experiment not in experiments or only_rows and name not in only_rows
-                            or only_settings and cell.setting not in only_settings):
+                    owner, folder = owners.setdefault(
+                        tuple(sorted(overrides.items())), (experiment, folder)
+                    )
+                    if (
+                        experiment not in experiments
+                        or only_rows
+                        and name not in only_rows
+                        or only_settings
+                        and cell.setting not in only_settings
+                    ):
                         continue
-                    row = known[name]._replace(name=folder,
-                                               overrides=dict(cell.overrides,
-                                                              **known[name].overrides))
+                    row = known[name]._replace(
+                        name=folder, overrides=dict(cell.overrides, **known[name].overrides)
+                    )
                     directory = os.path.join(output_dir, owner, folder, f"seed{seed}")
-                    result.append(IndustrialRun(
-                        experiment, name, cell.setting, seed,
-                        Run(row, FREQUENCY, seed, preset, overrides, directory),
-                        os.path.join(owner, folder, f"seed{seed}.json"), owner,
-                        cell.required))
+                    result.append(
+                        IndustrialRun(
+                            experiment,
+                            name,
+                            cell.setting,
+                            seed,
+                            Run(row, FREQUENCY, seed, preset, overrides, directory),
+                            os.path.join(owner, folder, f"seed{seed}.json"),
+                            owner,
+                            cell.required,
+                        )
+                    )
     return result
 
 
@@ -279,11 +338,28 @@ def unique(runs: Sequence[IndustrialRun]) -> List[IndustrialRun]:
 
 # The fields of a run's metrics.json kept in its record (the rest is config, already in the
 # record's flags, or large).
-RECORD_FIELDS = ("test", "test_exact", "test_scann", "ann_overlap@1000", "baselines",
-                 "by_popularity", "kl_to_truth", "calibration", "train_seconds",
-                 "wall_seconds", "steps", "epochs_run", "num_items", "num_users",
-                 "num_test_queries", "index_items", "peak_rss_mb", "phase_seconds",
-                 "git_revision", "event_log")
+RECORD_FIELDS = (
+    "test",
+    "test_exact",
+    "test_scann",
+    "ann_overlap@1000",
+    "baselines",
+    "by_popularity",
+    "kl_to_truth",
+    "calibration",
+    "train_seconds",
+    "wall_seconds",
+    "steps",
+    "epochs_run",
+    "num_items",
+    "num_users",
+    "num_test_queries",
+    "index_items",
+    "peak_rss_mb",
+    "phase_seconds",
+    "git_revision",
+    "event_log",
+)
 
 
 def record(run: IndustrialRun) -> Dict:
@@ -291,9 +367,18 @@ def record(run: IndustrialRun) -> Dict:
     ran with) and what it measured (RECORD_FIELDS of its metrics.json)."""
     metrics = load(run.run)
     kept = {name: metrics[name] for name in RECORD_FIELDS if name in metrics}
-    return dict({"experiment": run.owner, "row": run.row, "setting": run.setting,
-                 "seed": run.seed, "preset": run.run.preset,
-                 "overrides": run.run.overrides, "directory": run.run.directory}, **kept)
+    return dict(
+        {
+            "experiment": run.owner,
+            "row": run.row,
+            "setting": run.setting,
+            "seed": run.seed,
+            "preset": run.run.preset,
+            "overrides": run.run.overrides,
+            "directory": run.run.directory,
+        },
+        **kept,
+    )
 
 
 def dumps(value: Dict) -> str:

@@ -75,10 +75,12 @@ def check_outside_git(archive: str) -> str:
     """`archive`, after checking that it lies outside every git work tree."""
     tree = _work_tree(archive)
     if tree is not None:
-        raise ValueError(f"archive={archive!r} is inside the git work tree {tree}: a parked run "
-                         "is a binary, kept out of git. Give a path outside it, or none for "
-                         f"the park directory (${PARK_DIR_VARIABLE}, by default "
-                         f"{DEFAULT_PARK_DIR}).")
+        raise ValueError(
+            f"archive={archive!r} is inside the git work tree {tree}: a parked run "
+            "is a binary, kept out of git. Give a path outside it, or none for "
+            f"the park directory (${PARK_DIR_VARIABLE}, by default "
+            f"{DEFAULT_PARK_DIR})."
+        )
     return archive
 
 
@@ -101,8 +103,10 @@ def _check_backup(backup_dir: str) -> str:
     """The latest checkpoint under `backup_dir`, after reading every tensor of it."""
     if not os.path.isdir(backup_dir):
         raise FileNotFoundError(f"no backup in {backup_dir}: the run has not written one yet.")
-    latest = [tf.train.latest_checkpoint(os.path.dirname(state))
-              for state in glob.glob(os.path.join(backup_dir, "**", "checkpoint"), recursive=True)]
+    latest = [
+        tf.train.latest_checkpoint(os.path.dirname(state))
+        for state in glob.glob(os.path.join(backup_dir, "**", "checkpoint"), recursive=True)
+    ]
     if not latest or None in latest:
         raise FileNotFoundError(f"no complete backup in {backup_dir}.")
     for prefix in latest:
@@ -124,9 +128,12 @@ def _slim_best(run_dir: str) -> Dict[str, int]:
     reloaded = experiment.build_model(config, data, split)
     reloaded.load_weights(files.best).expect_partial()
     if len(reloaded.weights) != len(weights) or not all(
-            np.array_equal(a, b.numpy()) for a, b in zip(weights, reloaded.weights)):
-        raise RuntimeError(f"{run_dir}: the slimmed best checkpoint does not give back the "
-                           "best weights; nothing was packed.")
+        np.array_equal(a, b.numpy()) for a, b in zip(weights, reloaded.weights)
+    ):
+        raise RuntimeError(
+            f"{run_dir}: the slimmed best checkpoint does not give back the "
+            "best weights; nothing was packed."
+        )
     after = sum(os.path.getsize(p) for p in glob.glob(files.best + ".*"))
     return {"best_bytes_before": before, "best_bytes_after": after, "weights": len(weights)}
 
@@ -142,16 +149,22 @@ def pack(run_dir: str, archive: Optional[str] = None) -> Dict:
     if not os.path.exists(files.config):
         raise FileNotFoundError(f"run_dir={run_dir!r} holds no training run (no config.json).")
     if os.path.exists(files.metrics):
-        raise ValueError(f"run_dir={run_dir!r} has finished (metrics.json): its results are "
-                         "its report, there is no run in progress to carry.")
+        raise ValueError(
+            f"run_dir={run_dir!r} has finished (metrics.json): its results are "
+            "its report, there is no run in progress to carry."
+        )
     with tempfile.TemporaryDirectory() as scratch:
         stage = os.path.join(scratch, os.path.basename(os.path.normpath(run_dir)))
-        shutil.copytree(run_dir, stage, ignore=lambda d, names: [
-            n for n in names if d == run_dir and n in _LEFT_BEHIND])
+        shutil.copytree(
+            run_dir,
+            stage,
+            ignore=lambda d, names: [n for n in names if d == run_dir and n in _LEFT_BEHIND],
+        )
         staged = RunFiles(stage)
         backup = _check_backup(staged.backup)
-        records = sum(_keep_whole_records(p) for p in
-                      glob.glob(os.path.join(staged.logs, "*", "events*")))
+        records = sum(
+            _keep_whole_records(p) for p in glob.glob(os.path.join(staged.logs, "*", "events*"))
+        )
         slim = _slim_best(stage) if staged.has_best() else {}
         progress = {}
         if os.path.exists(staged.progress):
@@ -161,9 +174,14 @@ def pack(run_dir: str, archive: Optional[str] = None) -> Dict:
         with tarfile.open(archive + ".partial", "w:gz") as tar:
             tar.add(stage, arcname=os.path.basename(stage))
         os.replace(archive + ".partial", archive)
-    return {"archive": archive, "bytes": os.path.getsize(archive),
-            "backup": os.path.basename(backup), "event_records": records,
-            "progress": progress, **slim}
+    return {
+        "archive": archive,
+        "bytes": os.path.getsize(archive),
+        "backup": os.path.basename(backup),
+        "event_records": records,
+        "progress": progress,
+        **slim,
+    }
 
 
 def _check_links(archive: str, members) -> None:
@@ -176,9 +194,11 @@ def _check_links(archive: str, members) -> None:
         parents = [name[:i] for i, c in enumerate(name) if c == "/"]
         through = next((parent for parent in parents if parent in links), None)
         if through is not None or (name in links and name in seen):
-            raise ValueError(f"archive={archive!r}: its entry {name!r} would be written "
-                             f"through the link {through or name!r}; unpacking never follows "
-                             "a link. The archive was not written by `pack`.")
+            raise ValueError(
+                f"archive={archive!r}: its entry {name!r} would be written "
+                f"through the link {through or name!r}; unpacking never follows "
+                "a link. The archive was not written by `pack`."
+            )
         seen.add(name)
 
 
@@ -197,7 +217,8 @@ def _check_inside(archive: str, run: str) -> None:
                     f"archive={archive!r}: its link {entry!r} -> {os.readlink(path)!r} "
                     "points outside the run (resolved: "
                     f"{os.path.relpath(target, os.path.dirname(run))!r}); a run's files "
-                    "stay inside it, and nothing was unpacked.")
+                    "stay inside it, and nothing was unpacked."
+                )
 
 
 def unpack(archive: str, run_dir: str) -> str:
@@ -209,8 +230,10 @@ def unpack(archive: str, run_dir: str) -> str:
         whose resolved target lies outside the run; `run_dir` is then not created.
     """
     if os.path.exists(run_dir):
-        raise FileExistsError(f"run_dir={run_dir!r} exists: it may hold a newer state of the "
-                              "run than the archive; move it away to unpack.")
+        raise FileExistsError(
+            f"run_dir={run_dir!r} exists: it may hold a newer state of the "
+            "run than the archive; move it away to unpack."
+        )
     os.makedirs(os.path.dirname(os.path.abspath(run_dir)), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(run_dir))) as scratch:
         with tarfile.open(archive, "r:gz") as tar:
@@ -223,22 +246,29 @@ def unpack(archive: str, run_dir: str) -> str:
                 # The filter refuses absolute and `..` paths and links out of `scratch`.
                 tar.extractall(scratch, members=members, filter="data")
             except tarfile.FilterError as error:
-                raise ValueError(f"archive={archive!r}: {error}; a run's files stay inside "
-                                 "it, and nothing was unpacked.") from None
+                raise ValueError(
+                    f"archive={archive!r}: {error}; a run's files stay inside "
+                    "it, and nothing was unpacked."
+                ) from None
         run = os.path.join(scratch, tops.pop())
         if os.path.islink(run) or not os.path.isdir(run):
-            raise ValueError(f"archive={archive!r}: its run {os.path.basename(run)!r} is not a "
-                             "directory; nothing was unpacked.")
+            raise ValueError(
+                f"archive={archive!r}: its run {os.path.basename(run)!r} is not a "
+                "directory; nothing was unpacked."
+            )
         _check_inside(archive, run)
         os.rename(run, run_dir)
     return run_dir
 
 
 def main(argv) -> int:
-    usage = ("usage: park.py pack RUN_DIR [ARCHIVE.tar.gz] | park.py unpack ARCHIVE.tar.gz "
-             f"RUN_DIR (archives by default in ${PARK_DIR_VARIABLE}, else {DEFAULT_PARK_DIR})")
-    if not (argv[1:2] == ["pack"] and len(argv) in (3, 4)
-            or argv[1:2] == ["unpack"] and len(argv) == 4):
+    usage = (
+        "usage: park.py pack RUN_DIR [ARCHIVE.tar.gz] | park.py unpack ARCHIVE.tar.gz "
+        f"RUN_DIR (archives by default in ${PARK_DIR_VARIABLE}, else {DEFAULT_PARK_DIR})"
+    )
+    if not (
+        argv[1:2] == ["pack"] and len(argv) in (3, 4) or argv[1:2] == ["unpack"] and len(argv) == 4
+    ):
         print(usage, file=sys.stderr)
         return 2
     print(f"model code: {os.path.dirname(pipelines.__file__)}", flush=True)

@@ -7,7 +7,10 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from paper import curves
-from paper.plan import ROWS, Run, plan, row_key
+from paper.plan import ROWS
+from paper.plan import Run
+from paper.plan import plan
+from paper.plan import row_key
 from pipelines.run_files import RunFiles
 
 # A report's per-run records, by (row, frequency source, seed).
@@ -20,8 +23,9 @@ def _key(run: Run) -> Tuple[str, str, int]:
 
 def finished(run: Run, recorded: Optional[Recorded] = None) -> bool:
     """Whether the run's directory holds metrics.json, or `recorded` holds the run."""
-    return (os.path.exists(RunFiles(run.directory).metrics)
-            or (recorded is not None and _key(run) in recorded))
+    return os.path.exists(RunFiles(run.directory).metrics) or (
+        recorded is not None and _key(run) in recorded
+    )
 
 
 def load_recorded(path: str) -> Recorded:
@@ -38,12 +42,13 @@ def load_recorded(path: str) -> Recorded:
     for number, record in enumerate(report.get("runs", [])):
         missing = [key for key in ("row", "frequency", "seed") if key not in record]
         if missing:
-            raise ValueError(f"{path}: run {number} of its \"runs\" lacks "
-                             f"{', '.join(missing)}; it was not written by this runner.")
+            raise ValueError(
+                f'{path}: run {number} of its "runs" lacks '
+                f"{', '.join(missing)}; it was not written by this runner."
+            )
         record = dict(record)
         if "baselines" not in record:
-            entry = report.get("summary", {}).get(row_key(record["row"], record["frequency"]),
-                                                  {})
+            entry = report.get("summary", {}).get(row_key(record["row"], record["frequency"]), {})
             baselines = {}
             if "popularity_ndcg@20" in entry:
                 baselines["popularity"] = {"ndcg@20": entry["popularity_ndcg@20"][0]}
@@ -54,26 +59,53 @@ def load_recorded(path: str) -> Recorded:
     return recorded
 
 
-def with_finished_runs(runs: Sequence[Run], dataset: str, split: str, profile: str,
-                       frequencies: Sequence[str], output_dir: str, data_path: str = "",
-                       preset: str = "", temporal_targets: str = "first",
-                       max_seeds: int = 20, recorded: Optional[Recorded] = None) -> List[Run]:
+def with_finished_runs(
+    runs: Sequence[Run],
+    dataset: str,
+    split: str,
+    profile: str,
+    frequencies: Sequence[str],
+    output_dir: str,
+    data_path: str = "",
+    preset: str = "",
+    temporal_targets: str = "first",
+    max_seeds: int = 20,
+    recorded: Optional[Recorded] = None,
+) -> List[Run]:
     """`runs`, plus every finished (or `recorded`) run of the same experiment they leave out
     (other rows, more seeds), in table order: a sweep over some rows never drops the others
     from the report."""
     names = {run.row.name for run in runs}
-    default = plan(dataset, split, profile, 1, [], frequencies, output_dir, data_path, preset,
-                   temporal_targets)
+    default = plan(
+        dataset, split, profile, 1, [], frequencies, output_dir, data_path, preset, temporal_targets
+    )
     rows = [row.name for row in ROWS if row.name in names | {r.row.name for r in default}]
     planned = {run.directory for run in runs}
-    extra = [run for run in plan(dataset, split, profile, max_seeds, rows, frequencies,
-                                 output_dir, data_path, preset, temporal_targets)
-             if run.directory not in planned and finished(run, recorded)]
+    extra = [
+        run
+        for run in plan(
+            dataset,
+            split,
+            profile,
+            max_seeds,
+            rows,
+            frequencies,
+            output_dir,
+            data_path,
+            preset,
+            temporal_targets,
+        )
+        if run.directory not in planned and finished(run, recorded)
+    ]
     order = {name: i for i, name in enumerate(rows)}
-    return sorted(list(runs) + extra, key=lambda r: (order[r.row.name],
-                                                     frequencies.index(r.frequency)
-                                                     if r.frequency in frequencies else 0,
-                                                     r.seed))
+    return sorted(
+        list(runs) + extra,
+        key=lambda r: (
+            order[r.row.name],
+            frequencies.index(r.frequency) if r.frequency in frequencies else 0,
+            r.seed,
+        ),
+    )
 
 
 def load(run: Run, recorded: Optional[Recorded] = None) -> Dict:

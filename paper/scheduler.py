@@ -11,7 +11,9 @@ import threading
 import time
 from typing import List, Optional, Sequence
 
-from paper.plan import Run, command, label
+from paper.plan import Run
+from paper.plan import command
+from paper.plan import label
 from pipelines.run_files import RunFiles
 
 
@@ -22,8 +24,10 @@ def cpu_slots(parallel: int, cpus: Optional[Sequence[int]] = None) -> List[Optio
         return [None]
     cpus = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
     if parallel > len(cpus):
-        raise ValueError(f"--parallel={parallel} is more than the {len(cpus)} CPUs this "
-                         "process may use; each run needs at least one.")
+        raise ValueError(
+            f"--parallel={parallel} is more than the {len(cpus)} CPUs this "
+            "process may use; each run needs at least one."
+        )
     size, extra = divmod(len(cpus), parallel)
     slots, start = [], 0
     for slot in range(parallel):
@@ -46,12 +50,14 @@ def execute(run: Run, cpus: Optional[Sequence[int]] = None) -> float:
     with open(files.train_log, "a") as log:
         log.write(" ".join(command(run)) + (f"  # CPUs {list(cpus)}" if cpus else "") + "\n")
         log.flush()
-        process = subprocess.run(command(run), stdout=log, stderr=subprocess.STDOUT,
-                                 env=env, preexec_fn=pin, check=False)
+        process = subprocess.run(
+            command(run), stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=pin, check=False
+        )
     seconds = time.time() - started
     if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command(run))} exited with {process.returncode}; see "
-                           f"{files.train_log}.")
+        raise RuntimeError(
+            f"{' '.join(command(run))} exited with {process.returncode}; see {files.train_log}."
+        )
     with open(files.wall_seconds, "w") as f:
         json.dump({"seconds": seconds}, f)  # This session's share of the run (it may resume).
     return seconds
@@ -70,8 +76,11 @@ def run_all(pending: Sequence[Run], slots: Sequence[Optional[List[int]]]):
         try:
             if failed.is_set():
                 return None  # An earlier run failed: do not start this one.
-            print(f"[{number}/{len(pending)}] {label(run)}: {' '.join(command(run))}"
-                  + (f"  # CPUs {cpus}" if cpus else ""), flush=True)
+            print(
+                f"[{number}/{len(pending)}] {label(run)}: {' '.join(command(run))}"
+                + (f"  # CPUs {cpus}" if cpus else ""),
+                flush=True,
+            )
             return number, run, execute(run, cpus)
         except BaseException:
             failed.set()

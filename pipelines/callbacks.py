@@ -70,15 +70,19 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     `finish` marks the training done, so that a rerun goes straight to evaluation.
     """
 
-    def __init__(self, path: str, early_stopping: tf.keras.callbacks.EarlyStopping,
-                 checkpoint: tf.keras.callbacks.ModelCheckpoint, started: float,
-                 write: bool = True):
+    def __init__(
+        self,
+        path: str,
+        early_stopping: tf.keras.callbacks.EarlyStopping,
+        checkpoint: tf.keras.callbacks.ModelCheckpoint,
+        started: float,
+        write: bool = True,
+    ):
         super().__init__()
         self.path, self.write, self.started = path, write, started
         self.early_stopping, self.checkpoint = early_stopping, checkpoint
-        self.step = 0                     # The step training (re)started from.
-        self.state = {"epochs": 0, "values": [], "best": None, "best_epoch": None,
-                      "seconds": 0.0}
+        self.step = 0  # The step training (re)started from.
+        self.state = {"epochs": 0, "values": [], "best": None, "best_epoch": None, "seconds": 0.0}
         self.prior_seconds = 0.0
 
     def on_train_begin(self, logs=None):
@@ -89,11 +93,12 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         steps_per_epoch = (self.params or {}).get("steps")
         values = state.get("values", [None] * state["epochs"])  # Files of older versions.
         if steps_per_epoch:
-            values = values[:self.step // steps_per_epoch]
+            values = values[: self.step // steps_per_epoch]
         self.state = {**state, **_best_of(values, self.checkpoint.monitor_op)}
         self.prior_seconds = self.state["seconds"]
         self.checkpoint.best = self.early_stopping.best = (
-            self.checkpoint.best if self.state["best"] is None else self.state["best"])
+            self.checkpoint.best if self.state["best"] is None else self.state["best"]
+        )
         if self.state["best"] is not None:
             self.early_stopping.best_epoch = self.state["best_epoch"]
             # As EarlyStopping counts: epochs finished since the best one.
@@ -106,8 +111,9 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.checkpoint.monitor)
         values = self.state["values"][:epoch] + [None if value is None else float(value)]
-        self.state.update(_best_of(values, self.checkpoint.monitor_op),
-                          seconds=round(self.seconds(), 1))
+        self.state.update(
+            _best_of(values, self.checkpoint.monitor_op), seconds=round(self.seconds(), 1)
+        )
         self._write()
 
     def finish(self, **record) -> None:
@@ -148,8 +154,7 @@ def _best_of(values, better) -> Dict:
     for epoch, value in enumerate(values):
         if value is not None and (best is None or better(value, best)):
             best, best_epoch = value, epoch
-    return {"epochs": len(values), "values": list(values), "best": best,
-            "best_epoch": best_epoch}
+    return {"epochs": len(values), "values": list(values), "best": best, "best_epoch": best_epoch}
 
 
 class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
@@ -180,8 +185,14 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
         had_backup = os.path.isdir(self.backup_dir) and bool(os.listdir(self.backup_dir))
         try:
             super().on_train_begin(logs)
-        except (tf.errors.OpError, ValueError, IndexError, TypeError, KeyError,
-                OSError) as error:  # What TensorFlow raises on torn or garbled files.
+        except (
+            tf.errors.OpError,
+            ValueError,
+            IndexError,
+            TypeError,
+            KeyError,
+            OSError,
+        ) as error:  # What TensorFlow raises on torn or garbled files.
             raise BackupError(self.backup_dir, error) from None
         step = int(self.model.optimizer.iterations.numpy())
         if had_backup and step == 0:
@@ -203,8 +214,12 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
 
     def on_train_batch_end(self, batch, logs=None):
         steps = (self.params or {}).get("steps")
-        if not (self.save_freq and steps and batch == steps - 1
-                and self._batches_count + 1 >= self.save_freq):
+        if not (
+            self.save_freq
+            and steps
+            and batch == steps - 1
+            and self._batches_count + 1 >= self.save_freq
+        ):
             super().on_train_batch_end(batch, logs)
             return
         self._training_state.backup_if_preempted()
@@ -217,7 +232,6 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
 
 
 class _AfterEpochEnd(tf.keras.callbacks.Callback):
-
     def __init__(self, backup: EpochEndBackup):
         super().__init__()
         self.backup = backup
@@ -227,8 +241,10 @@ class _AfterEpochEnd(tf.keras.callbacks.Callback):
             return
         self.backup._due_at_epoch_end = False  # pylint: disable=protected-access
         if not self.model.stop_training and epoch < self.params["epochs"] - 1:
-            self.backup._backup(epoch=epoch,  # pylint: disable=protected-access
-                                batch=self.params["steps"] - 1)
+            self.backup._backup(
+                epoch=epoch,  # pylint: disable=protected-access
+                batch=self.params["steps"] - 1,
+            )
 
 
 class BackupError(RuntimeError):
@@ -238,7 +254,8 @@ class BackupError(RuntimeError):
         super().__init__(
             f"The training backup in {directory} cannot be read ({str(cause).strip()}); it was "
             "probably cut off by a kill while being written. Delete that directory to train "
-            "this run again from step 0 (same flags, same result).")
+            "this run again from step 0 (same flags, same result)."
+        )
 
 
 class NonFiniteLoss(RuntimeError):
@@ -261,7 +278,8 @@ class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
             raise NonFiniteLoss(
                 f"The training loss is {loss} at step {step} (epoch {self._epoch}, batch "
                 f"{batch}): training stopped, nothing exported. Lower --learning_rate (or "
-                "--table_learning_rate), or check the data and flags for extreme values.")
+                "--table_learning_rate), or check the data and flags for extreme values."
+            )
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -276,12 +294,19 @@ class ValidationMetrics(tf.keras.callbacks.Callback):
     them under train/ as epoch_test_*): a diagnostic that nothing in training reads.
     """
 
-    def __init__(self, config: configs.Config, eval_set: splits_lib.EvalSet,
-                 test_set: Optional[splits_lib.EvalSet] = None):
+    def __init__(
+        self,
+        config: configs.Config,
+        eval_set: splits_lib.EvalSet,
+        test_set: Optional[splits_lib.EvalSet] = None,
+    ):
         super().__init__()
         self.config, self.eval_set = config, eval_set
-        self.test_set = (None if test_set is None or not config.training.test_curve_every
-                         else splits_lib.subsample(test_set, TEST_CURVE_QUERIES))
+        self.test_set = (
+            None
+            if test_set is None or not config.training.test_curve_every
+            else splits_lib.subsample(test_set, TEST_CURVE_QUERIES)
+        )
 
     def on_epoch_end(self, epoch, logs=None):
         metrics = experiment.evaluate(self.model, self.config, self.eval_set, ks=(10,))
@@ -291,7 +316,7 @@ class ValidationMetrics(tf.keras.callbacks.Callback):
         logs[VALIDATION_METRIC] = metrics["ndcg@10"]
         if self.test_set is not None and (epoch + 1) % self.config.training.test_curve_every == 0:
             test = experiment.evaluate(self.model, self.config, self.test_set, ks=(20,))
-            logs.update({name: test[name[len("test_"):]] for name in TEST_CURVE_METRICS})
+            logs.update({name: test[name[len("test_") :]] for name in TEST_CURVE_METRICS})
 
 
 class EstimatorDrift(tf.keras.callbacks.Callback):
@@ -309,9 +334,18 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
     over restarts): the lag of the estimate behind a drifting popularity.
     """
 
-    def __init__(self, estimator, days: np.ndarray, day_ends: np.ndarray,
-                 day_items: Callable[[int], np.ndarray], num_items: int, batch_size: int,
-                 every: int, path: str, log_dir: str):
+    def __init__(
+        self,
+        estimator,
+        days: np.ndarray,
+        day_ends: np.ndarray,
+        day_items: Callable[[int], np.ndarray],
+        num_items: int,
+        batch_size: int,
+        every: int,
+        path: str,
+        log_dir: str,
+    ):
         """`days`: the stream's days in order; `day_ends[i]`: the examples before the end
         of `days[i]`; `day_items(day)`: the items of that day's examples."""
         super().__init__()
@@ -339,10 +373,14 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
         estimate = np.exp(self.estimator.log_q(ids).numpy().astype(np.float64))
         top = np.argsort(-truth, kind="stable")[:1000]
         top = top[truth[top] > 0]
-        return {"step": step, "day": day,
-                "total_variation": float(0.5 * np.abs(estimate - truth).sum()),
-                "median_abs_log_error@1000": float(np.median(np.abs(
-                    np.log(estimate[top]) - np.log(truth[top]))))}
+        return {
+            "step": step,
+            "day": day,
+            "total_variation": float(0.5 * np.abs(estimate - truth).sum()),
+            "median_abs_log_error@1000": float(
+                np.median(np.abs(np.log(estimate[top]) - np.log(truth[top])))
+            ),
+        }
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
@@ -362,8 +400,7 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
 def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, files: RunFiles):
     """`EstimatorDrift` over the time-ordered training stream of `split`."""
     if split.stream is not None:
-        days, day_ends, day_items = split.stream.days, split.stream.day_ends, \
-            split.stream.day_items
+        days, day_ends, day_items = split.stream.days, split.stream.day_ends, split.stream.day_items
     else:
         examples = builders.two_tower_examples(split.train, split.train_times)
         example_days = splits_lib.days(examples["time"], config.data.day_seconds)
@@ -371,6 +408,14 @@ def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, f
         days, counts = np.unique(example_days, return_counts=True)  # Time order: days run.
         day_ends = np.cumsum(counts)
         day_items = lambda day: items[example_days == day]  # pylint: disable=unnecessary-lambda-assignment
-    return EstimatorDrift(estimator, days, day_ends, day_items, split.num_items,
-                                    config.training.batch_size, config.training.drift_every,
-                                    files.drift, files.logs)
+    return EstimatorDrift(
+        estimator,
+        days,
+        day_ends,
+        day_items,
+        split.num_items,
+        config.training.batch_size,
+        config.training.drift_every,
+        files.drift,
+        files.logs,
+    )

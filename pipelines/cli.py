@@ -23,23 +23,30 @@ class Job(NamedTuple):
 
 JOBS = {
     "train": Job("pipelines.train", "Train a preset (data -> fit -> test evaluation -> export)."),
-    "evaluate": Job("pipelines.evaluate", "Re-evaluate a run from its checkpoint; --against "
-                                          "compares two runs query by query."),
+    "evaluate": Job(
+        "pipelines.evaluate",
+        "Re-evaluate a run from its checkpoint; --against compares two runs query by query.",
+    ),
     "export": Job("pipelines.export", "Export a run as SavedModels (exact search and ScaNN)."),
-    "cluster": Job("pipelines.cluster", "Run a command as a local cluster (a chief, workers "
-                                        "and parameter servers)."),
+    "cluster": Job(
+        "pipelines.cluster",
+        "Run a command as a local cluster (a chief, workers and parameter servers).",
+    ),
 }
 
 
 def usage() -> str:
     """The text of `tfrs-logq --help`: the jobs, then the presets of `train --preset`."""
     from pipelines import configs  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
+
     width = max(map(len, [*JOBS, *configs.PRESETS]))
-    lines = [f"usage: {PROG} JOB [FLAGS...]   ({PROG} JOB --help: the job's flags)", "",
-             "jobs:"]
+    lines = [f"usage: {PROG} JOB [FLAGS...]   ({PROG} JOB --help: the job's flags)", "", "jobs:"]
     lines += [f"  {name:<{width}}  {job.summary}" for name, job in JOBS.items()]
-    lines += ["", f"presets ({PROG} train --preset=NAME; any field can be overridden by its "
-                  "flag or --config_file):"]
+    lines += [
+        "",
+        f"presets ({PROG} train --preset=NAME; any field can be overridden by its "
+        "flag or --config_file):",
+    ]
     lines += [f"  {name:<{width}}  {configs.PRESET_SUMMARIES[name]}" for name in configs.PRESETS]
     return "\n".join(lines)
 
@@ -52,8 +59,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in JOBS:
-        print(f"{PROG}: unknown job {name!r}; the jobs are {', '.join(JOBS)} "
-              f"(`{PROG} --help` lists them).", file=sys.stderr)
+        print(
+            f"{PROG}: unknown job {name!r}; the jobs are {', '.join(JOBS)} "
+            f"(`{PROG} --help` lists them).",
+            file=sys.stderr,
+        )
         return 2
     module = importlib.import_module(JOBS[name].module)
     if name == "cluster":  # argparse, not absl.

@@ -38,8 +38,7 @@ def _check_count(name: str, value, minimum: int) -> int:
     return value
 
 
-def local_cluster(num_workers: int, num_ps: int = 0, chief: bool = False
-                  ) -> Dict[str, List[str]]:
+def local_cluster(num_workers: int, num_ps: int = 0, chief: bool = False) -> Dict[str, List[str]]:
     """{"worker": ["127.0.0.1:PORT", ...]} on ports that were free a moment ago; with
     `num_ps` > 0 also "ps" tasks, and with `chief` one "chief" task (ParameterServerStrategy
     needs both)."""
@@ -57,8 +56,9 @@ def local_cluster(num_workers: int, num_ps: int = 0, chief: bool = False
     cluster, start = {}, 0
     for task_type in ("chief", "worker", "ps"):
         if sizes[task_type]:
-            cluster[task_type] = [f"127.0.0.1:{port}"
-                                  for port in ports[start:start + sizes[task_type]]]
+            cluster[task_type] = [
+                f"127.0.0.1:{port}" for port in ports[start : start + sizes[task_type]]
+            ]
             start += sizes[task_type]
     return cluster
 
@@ -66,33 +66,52 @@ def local_cluster(num_workers: int, num_ps: int = 0, chief: bool = False
 def tf_config(cluster: Dict[str, List[str]], index: int, task_type: str = "worker") -> str:
     """The TF_CONFIG value of task `index` of type `task_type` of `cluster`."""
     if task_type not in cluster:
-        raise ValueError(f"`task_type` must be one of {', '.join(cluster)}; received "
-                         f"task_type={task_type!r}.")
+        raise ValueError(
+            f"`task_type` must be one of {', '.join(cluster)}; received task_type={task_type!r}."
+        )
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
-def start_task(command: Sequence[str], cluster: Dict[str, List[str]], task_type: str,
-               index: int, output=subprocess.PIPE) -> subprocess.Popen:
+def start_task(
+    command: Sequence[str],
+    cluster: Dict[str, List[str]],
+    task_type: str,
+    index: int,
+    output=subprocess.PIPE,
+) -> subprocess.Popen:
     """Starts `command` as task `index` of type `task_type` (its TF_CONFIG set); output is
     captured (stderr into stdout) unless `output` says where it goes."""
-    return subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, TF_CONFIG=tf_config(cluster, index, task_type)))
+    return subprocess.Popen(
+        list(command),
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, TF_CONFIG=tf_config(cluster, index, task_type)),
+    )
 
 
-def start_workers(command: Sequence[str], cluster: Dict[str, List[str]],
-                  ) -> List[subprocess.Popen]:
+def start_workers(
+    command: Sequence[str],
+    cluster: Dict[str, List[str]],
+) -> List[subprocess.Popen]:
     """Starts `command` once per worker of `cluster`, each with its TF_CONFIG; output is
     captured (stderr into stdout)."""
     return [start_task(command, cluster, "worker", i) for i in range(len(cluster["worker"]))]
 
 
-def start_cluster(command: Sequence[str], cluster: Dict[str, List[str]], output=subprocess.PIPE
-                  ) -> Dict[str, List[subprocess.Popen]]:
+def start_cluster(
+    command: Sequence[str], cluster: Dict[str, List[str]], output=subprocess.PIPE
+) -> Dict[str, List[subprocess.Popen]]:
     """Starts `command` once per task of `cluster` (parameter servers, then workers, then
     the chief), each with its TF_CONFIG: {task type: [process, ...]}."""
-    return {task_type: [start_task(command, cluster, task_type, i, output)
-                        for i in range(len(cluster[task_type]))]
-            for task_type in TASK_TYPES if task_type in cluster}
+    return {
+        task_type: [
+            start_task(command, cluster, task_type, i, output)
+            for i in range(len(cluster[task_type]))
+        ]
+        for task_type in TASK_TYPES
+        if task_type in cluster
+    }
 
 
 def wait_workers(processes: Sequence[subprocess.Popen], timeout: float) -> List[str]:
@@ -117,19 +136,25 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipelines.
     N workers and M parameter servers (M = 0: N MultiWorkerMirroredStrategy workers) on
     this machine; the exit status of the chief (of the first failing worker without
     parameter servers)."""
-    parser = argparse.ArgumentParser(prog=prog,
-                                     description=main.__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
     parser.add_argument("--workers", type=int, default=2, help="Worker processes.")
-    parser.add_argument("--ps", type=int, default=2,
-                        help="Parameter-server processes (0: a MultiWorkerMirroredStrategy "
-                             "cluster of workers only).")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="The command every task runs, after --.")
+    parser.add_argument(
+        "--ps",
+        type=int,
+        default=2,
+        help="Parameter-server processes (0: a MultiWorkerMirroredStrategy "
+        "cluster of workers only).",
+    )
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help="The command every task runs, after --."
+    )
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        parser.error("give the command to run after --, e.g. -- python -m pipelines.train "
-                     "--strategy=parameter_server --output_dir=runs/ps")
+        parser.error(
+            "give the command to run after --, e.g. -- python -m pipelines.train "
+            "--strategy=parameter_server --output_dir=runs/ps"
+        )
     for flag, value, minimum in (("--workers", args.workers, 1), ("--ps", args.ps, 0)):
         if value < minimum:
             parser.error(f"{flag} must be an integer >= {minimum}; received {flag}={value}.")

@@ -12,8 +12,9 @@ import tensorflow as tf
 from pipelines import configs
 
 
-def make_strategy(name: str, partitioner: str = "min_size",
-                  min_shard_bytes: int = 256 << 10) -> tf.distribute.Strategy:
+def make_strategy(
+    name: str, partitioner: str = "min_size", min_shard_bytes: int = 256 << 10
+) -> tf.distribute.Strategy:
     """The tf.distribute strategy called `name` (one of configs.STRATEGIES).
 
     "multi_worker" and "parameter_server" read the cluster from TF_CONFIG; "tpu"
@@ -29,9 +30,11 @@ def make_strategy(name: str, partitioner: str = "min_size",
         os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         return tf.distribute.experimental.ParameterServerStrategy(
-            resolver, variable_partitioner=variable_partitioner(
-                partitioner, len(resolver.cluster_spec().as_dict().get("ps", [])),
-                min_shard_bytes))
+            resolver,
+            variable_partitioner=variable_partitioner(
+                partitioner, len(resolver.cluster_spec().as_dict().get("ps", [])), min_shard_bytes
+            ),
+        )
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
@@ -43,8 +46,9 @@ def make_strategy(name: str, partitioner: str = "min_size",
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
-    raise ValueError(f"--strategy must be one of {', '.join(configs.STRATEGIES)}; received "
-                     f"--strategy={name!r}.")
+    raise ValueError(
+        f"--strategy must be one of {', '.join(configs.STRATEGIES)}; received --strategy={name!r}."
+    )
 
 
 class TablePartitioner(tf.distribute.experimental.partitioners.Partitioner):
@@ -66,8 +70,9 @@ class TablePartitioner(tf.distribute.experimental.partitioners.Partitioner):
         return self.partitioner(shape, dtype, axis)
 
 
-def variable_partitioner(kind: str, num_ps: int, min_shard_bytes: int = 256 << 10
-                         ) -> TablePartitioner:
+def variable_partitioner(
+    kind: str, num_ps: int, min_shard_bytes: int = 256 << 10
+) -> TablePartitioner:
     """The `variable_partitioner` of a ParameterServerStrategy over `num_ps` servers.
 
     kind: "min_size" (`MinSizePartitioner`: shards of at least `min_shard_bytes`, at most
@@ -75,20 +80,30 @@ def variable_partitioner(kind: str, num_ps: int, min_shard_bytes: int = 256 << 1
     whatever the table's size). Either applies to the tables only (`TablePartitioner`).
     """
     if kind not in configs.PARTITIONERS:
-        raise ValueError(f"--partitioner must be one of {', '.join(configs.PARTITIONERS)}; "
-                         f"received --partitioner={kind!r}.")
+        raise ValueError(
+            f"--partitioner must be one of {', '.join(configs.PARTITIONERS)}; "
+            f"received --partitioner={kind!r}."
+        )
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 1:
-        raise ValueError("--strategy=parameter_server needs at least one \"ps\" task in "
-                         f"TF_CONFIG's cluster; received num_ps={num_ps!r}.")
-    if isinstance(min_shard_bytes, bool) or not isinstance(min_shard_bytes, int) or (
-            min_shard_bytes < 1):
-        raise ValueError("--min_shard_bytes must be a positive integer; received "
-                         f"--min_shard_bytes={min_shard_bytes!r}.")
+        raise ValueError(
+            '--strategy=parameter_server needs at least one "ps" task in '
+            f"TF_CONFIG's cluster; received num_ps={num_ps!r}."
+        )
+    if (
+        isinstance(min_shard_bytes, bool)
+        or not isinstance(min_shard_bytes, int)
+        or (min_shard_bytes < 1)
+    ):
+        raise ValueError(
+            "--min_shard_bytes must be a positive integer; received "
+            f"--min_shard_bytes={min_shard_bytes!r}."
+        )
     partitioners = tf.distribute.experimental.partitioners
     if kind == "fixed_shards":
         return TablePartitioner(partitioners.FixedShardsPartitioner(num_shards=num_ps))
-    return TablePartitioner(partitioners.MinSizePartitioner(min_shard_bytes=min_shard_bytes,
-                                                            max_shards=num_ps))
+    return TablePartitioner(
+        partitioners.MinSizePartitioner(min_shard_bytes=min_shard_bytes, max_shards=num_ps)
+    )
 
 
 def is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
@@ -111,11 +126,18 @@ def serve_parameter_server_task() -> None:
     chief's ClusterCoordinator sends it the steps and the variables."""
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")  # As on the chief.
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                                  task_index=resolver.task_id, protocol="grpc", start=True)
-    print(f"{resolver.task_type} {resolver.task_id} serving at "
-          f"{resolver.cluster_spec().task_address(resolver.task_type, resolver.task_id)}",
-          flush=True)
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=resolver.task_type,
+        task_index=resolver.task_id,
+        protocol="grpc",
+        start=True,
+    )
+    print(
+        f"{resolver.task_type} {resolver.task_id} serving at "
+        f"{resolver.cluster_spec().task_address(resolver.task_type, resolver.task_id)}",
+        flush=True,
+    )
     server.join()
 
 
@@ -125,26 +147,31 @@ def cluster_sizes(strategy: tf.distribute.Strategy) -> Dict[str, int]:
     if not is_parameter_server(strategy):
         return {}
     extended = strategy.extended
-    return {"num_workers": extended._num_workers,  # pylint: disable=protected-access
-            "num_ps": extended._num_ps}  # pylint: disable=protected-access
+    return {
+        "num_workers": extended._num_workers,  # pylint: disable=protected-access
+        "num_ps": extended._num_ps,
+    }  # pylint: disable=protected-access
 
 
-def placement(tables: Sequence[tf.Variable], estimator: Optional[tf.keras.layers.Layer] = None
-              ) -> Dict[str, Dict[str, List[str]]]:
+def placement(
+    tables: Sequence[tf.Variable], estimator: Optional[tf.keras.layers.Layer] = None
+) -> Dict[str, Dict[str, List[str]]]:
     """Where a parameter-server model keeps its state: {"tables": {name: [device of each
     shard]}, "estimator": {name: [device]}} (a table that was not sharded has one)."""
     shards: Dict[str, List[str]] = {}
     for table in tables:  # A sharded table's layer lists its shards, named .../part_N.
         for shard in getattr(table, "variables", [table]):
-            shards.setdefault(re.sub(r"/part_\d+(:\d+)?$", "", shard.name), []).append(
-                shard.device)
-    return {"tables": shards, "estimator": {w.name: [w.device] for w in
-                                           (estimator.weights if estimator else [])}}
+            shards.setdefault(re.sub(r"/part_\d+(:\d+)?$", "", shard.name), []).append(shard.device)
+    return {
+        "tables": shards,
+        "estimator": {w.name: [w.device] for w in (estimator.weights if estimator else [])},
+    }
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """True where this process writes the run's files (every process but MWMS's non-chiefs)."""
     return strategy.extended.should_checkpoint
+
 
 def state_digest(layer: tf.keras.layers.Layer) -> str:
     """sha256 of a layer's weights: equal on every worker when the state is synchronised."""

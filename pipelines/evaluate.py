@@ -34,8 +34,8 @@ from absl import logging
 
 from pipelines import configs
 from pipelines import experiment
-from pipelines import report
 from pipelines import per_query
+from pipelines import report
 from pipelines.run_files import RunFiles
 from tfrs_logq import retrieval
 
@@ -44,25 +44,48 @@ FLAGS = flags.FLAGS
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     define = dict(flag_values=flag_values)
-    flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.",
-                      **define)
-    flags.DEFINE_enum("index", "exact", [*configs.INDEXES, *configs.INDEX_ALIASES],
-                      "The search: exact, a ScaNN index (exact under the run's "
-                      "--scann_min_items items), or both, one table each; brute_force is an "
-                      "old name of exact. --against and --per_query_out take one.", **define)
-    flags.DEFINE_bool("geometry", False, "Also print the embedding geometry (collapse check) "
-                      "of the model's items and the split's queries.", **define)
-    flags.DEFINE_string("against", None, "Another run on the same data and split: compare "
-                        "OUTPUT_DIR with it query by query (paired) instead.", **define)
-    flags.DEFINE_string("output_json", None, "With --against: also write the comparison "
-                        "to this JSON file.", **define)
-    flags.DEFINE_string("per_query_out", None, "Write each query's metrics to this .npz, "
-                        "which --against then reads in place of the run (no checkpoint).",
-                        **define)
+    flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.", **define)
+    flags.DEFINE_enum(
+        "index",
+        "exact",
+        [*configs.INDEXES, *configs.INDEX_ALIASES],
+        "The search: exact, a ScaNN index (exact under the run's "
+        "--scann_min_items items), or both, one table each; brute_force is an "
+        "old name of exact. --against and --per_query_out take one.",
+        **define,
+    )
+    flags.DEFINE_bool(
+        "geometry",
+        False,
+        "Also print the embedding geometry (collapse check) "
+        "of the model's items and the split's queries.",
+        **define,
+    )
+    flags.DEFINE_string(
+        "against",
+        None,
+        "Another run on the same data and split: compare "
+        "OUTPUT_DIR with it query by query (paired) instead.",
+        **define,
+    )
+    flags.DEFINE_string(
+        "output_json",
+        None,
+        "With --against: also write the comparison to this JSON file.",
+        **define,
+    )
+    flags.DEFINE_string(
+        "per_query_out",
+        None,
+        "Write each query's metrics to this .npz, "
+        "which --against then reads in place of the run (no checkpoint).",
+        **define,
+    )
 
 
-def evaluate_indexes(output_dir: str, split: str = "test", index: str = "exact",
-                     geometry: bool = False):
+def evaluate_indexes(
+    output_dir: str, split: str = "test", index: str = "exact", geometry: bool = False
+):
     """(config, {search: metrics}, geometry or None) of the run in `output_dir` on `split`,
     from its best checkpoint, by each search of `index` (exact, scann or both); with
     `geometry`, `retrieval.embedding_geometry` of its items and the split's queries."""
@@ -70,22 +93,28 @@ def evaluate_indexes(output_dir: str, split: str = "test", index: str = "exact",
     config, model, data_split, _ = experiment.load_run(output_dir)
     eval_set = data_split.test if split == "test" else data_split.validation
     queries = experiment.query_embeddings(model, config, eval_set)
-    metrics = {search: experiment.evaluate_split(model, config, data_split, split,
-                                                 index=search, queries=queries)
-               for search in searches}
-    shape = (retrieval.embedding_geometry(queries, model.item_embeddings().numpy())
-             if geometry else None)
+    metrics = {
+        search: experiment.evaluate_split(
+            model, config, data_split, split, index=search, queries=queries
+        )
+        for search in searches
+    }
+    shape = (
+        retrieval.embedding_geometry(queries, model.item_embeddings().numpy()) if geometry else None
+    )
     return config, metrics, shape
 
 
-def evaluate_run(output_dir: str, split: str = "test", index: str = "exact",
-                 geometry: bool = False):
+def evaluate_run(
+    output_dir: str, split: str = "test", index: str = "exact", geometry: bool = False
+):
     """Metrics of the run in `output_dir` on `split` by one search (exact or scann), from its
     best checkpoint; with `geometry`, also `retrieval.embedding_geometry` of its items and
     the split's queries (under the key "geometry")."""
     if len(configs.indexes(index)) != 1:
-        raise ValueError(f"`index` must be exact or scann; received index={index!r} (both: "
-                         "`evaluate_indexes`).")
+        raise ValueError(
+            f"`index` must be exact or scann; received index={index!r} (both: `evaluate_indexes`)."
+        )
     config, metrics, shape = evaluate_indexes(output_dir, split, index, geometry)
     metrics = next(iter(metrics.values()))
     if shape is not None:
@@ -100,17 +129,23 @@ def per_query_values(source: str, split: str = "test", index: str = "exact") -> 
     if source.endswith(per_query.SUFFIX):
         record = per_query.load(source)
         if (record["split"], record["index"]) != (split, index):
-            raise ValueError(f"{source} holds the {record['split']} split by {record['index']} "
-                             f"search; asked for the {split} split by {index} search.")
+            raise ValueError(
+                f"{source} holds the {record['split']} split by {record['index']} "
+                f"search; asked for the {split} split by {index} search."
+            )
         return record
     config, model, data_split, _ = experiment.load_run(source)
     eval_set = data_split.test if split == "test" else data_split.validation
-    return {"users": np.asarray(eval_set.users),
-            "targets_digest": per_query.targets_digest(eval_set.targets),
-            "split": split, "index": index,
-            "description": f"{config.data.dataset}, split {config.data.split}",
-            "values": experiment.evaluate_split(model, config, data_split, split, index=index,
-                                                per_query=True)}
+    return {
+        "users": np.asarray(eval_set.users),
+        "targets_digest": per_query.targets_digest(eval_set.targets),
+        "split": split,
+        "index": index,
+        "description": f"{config.data.dataset}, split {config.data.split}",
+        "values": experiment.evaluate_split(
+            model, config, data_split, split, index=index, per_query=True
+        ),
+    }
 
 
 def check_against_report(record: Dict, output_dir: str, tolerance: float = 1e-6) -> None:
@@ -128,11 +163,13 @@ def check_against_report(record: Dict, output_dir: str, tolerance: float = 1e-6)
             raise ValueError(
                 f"{output_dir}: {name} evaluates to {float(np.mean(values)):.6f} here but "
                 f"{reported[name]:.6f} in its metrics.json; the code evaluating it differs from "
-                "the code that trained it, so its per-query values are not written.")
+                "the code that trained it, so its per-query values are not written."
+            )
 
 
-def compare_runs(output_dir: str, against: str, split: str = "test", index: str = "exact"
-                 ) -> Dict[str, Dict[str, float]]:
+def compare_runs(
+    output_dir: str, against: str, split: str = "test", index: str = "exact"
+) -> Dict[str, Dict[str, float]]:
     """Paired comparison, query by query, of `output_dir` (b) with `against` (a) on `split`:
     per metric, `significance.paired` of their per-query values (d = b - a). Each is a run
     directory or a `--per_query_out` file; both must hold the same queries and targets."""
@@ -142,12 +179,16 @@ def compare_runs(output_dir: str, against: str, split: str = "test", index: str 
 
 def format_comparison(comparison: Dict[str, Dict[str, float]], name_b: str, name_a: str) -> str:
     """Markdown table of `compare_runs`: both means, d, its SE over queries, t and p."""
-    lines = [f"| metric | {name_b} | {name_a} | d | SE (queries) | t | p |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| metric | {name_b} | {name_a} | d | SE (queries) | t | p |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for metric, row in comparison.items():
-        lines.append(f"| {metric} | {row['mean_b']:.4f} | {row['mean_a']:.4f} | "
-                     f"{row['difference']:+.4f} | {row['se']:.4f} | {row['t']:.2f} | "
-                     f"{row['p']:.3g} |")
+        lines.append(
+            f"| {metric} | {row['mean_b']:.4f} | {row['mean_a']:.4f} | "
+            f"{row['difference']:+.4f} | {row['se']:.4f} | {row['t']:.2f} | "
+            f"{row['p']:.3g} |"
+        )
     return "\n".join(lines)
 
 
@@ -157,52 +198,72 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     output_dir = argv[1]
-    modes = [f"--{name}" for name in ("per_query_out", "against", "geometry")
-             if FLAGS[name].value]
+    modes = [f"--{name}" for name in ("per_query_out", "against", "geometry") if FLAGS[name].value]
     if len(modes) > 1:
         raise app.UsageError(f"{' and '.join(modes)} are separate jobs; give one of them.")
     if FLAGS.output_json and not FLAGS.against:
-        raise app.UsageError(f"--output_json={FLAGS.output_json} writes --against's comparison; "
-                             "give --against too.")
+        raise app.UsageError(
+            f"--output_json={FLAGS.output_json} writes --against's comparison; give --against too."
+        )
     searches = configs.indexes(FLAGS.index)
     index = searches[0]
     if len(searches) > 1 and (FLAGS.against or FLAGS.per_query_out):
         mode = "--against" if FLAGS.against else "--per_query_out"
-        raise app.UsageError(f"{mode} takes one search; received --index={FLAGS.index}. "
-                             "Give --index=exact or --index=scann.")
+        raise app.UsageError(
+            f"{mode} takes one search; received --index={FLAGS.index}. "
+            "Give --index=exact or --index=scann."
+        )
     if FLAGS.per_query_out:
         values = per_query_values(output_dir, FLAGS.split, index)
         check_against_report(values, output_dir)
         per_query.save(values, FLAGS.per_query_out)
-        print(f"Wrote {FLAGS.per_query_out}: {len(values['users'])} {FLAGS.split} queries, "
-              f"{index} search")
+        print(
+            f"Wrote {FLAGS.per_query_out}: {len(values['users'])} {FLAGS.split} queries, "
+            f"{index} search"
+        )
         return
     if FLAGS.against:
         comparison = compare_runs(output_dir, FLAGS.against, FLAGS.split, index)
         n = next(iter(comparison.values()))["n"]
-        print(f"{output_dir} (b) against {FLAGS.against} (a), {FLAGS.split} split, "
-              f"{index} search, {n} queries; d = b - a, its standard error over queries "
-              "(the evaluation set's noise, not the seeds'):\n")
+        print(
+            f"{output_dir} (b) against {FLAGS.against} (a), {FLAGS.split} split, "
+            f"{index} search, {n} queries; d = b - a, its standard error over queries "
+            "(the evaluation set's noise, not the seeds'):\n"
+        )
         print(format_comparison(comparison, "b", "a"))
         if FLAGS.output_json:
             with open(FLAGS.output_json, "w") as f:
-                json.dump({"b": output_dir, "a": FLAGS.against, "split": FLAGS.split,
-                           "index": index, "metrics": comparison}, f, indent=1)
+                json.dump(
+                    {
+                        "b": output_dir,
+                        "a": FLAGS.against,
+                        "split": FLAGS.split,
+                        "index": index,
+                        "metrics": comparison,
+                    },
+                    f,
+                    indent=1,
+                )
             print(f"\nWrote {FLAGS.output_json}")
         return
-    config, by_search, geometry = evaluate_indexes(output_dir, FLAGS.split, FLAGS.index,
-                                                   FLAGS.geometry)
+    config, by_search, geometry = evaluate_indexes(
+        output_dir, FLAGS.split, FLAGS.index, FLAGS.geometry
+    )
     for number, (search, metrics) in enumerate(by_search.items()):
         if number:
             print()
-        print(f"{config.model.model} on {config.data.dataset} ({config.data.split}), "
-              f"{FLAGS.split} split, {search} search, history filtered:\n")
+        print(
+            f"{config.model.model} on {config.data.dataset} ({config.data.split}), "
+            f"{FLAGS.split} split, {search} search, history filtered:\n"
+        )
         print(report.format_metrics({"test": metrics}))
     if geometry is not None:
-        print(f"\nEmbedding geometry ({FLAGS.split} queries): "
-              f"mean item direction norm {geometry['mean_direction_norm']:.3f}, "
-              f"score std per query {geometry['score_std']:.3f}, "
-              f"mean item norm {geometry['item_norm']:.3f}")
+        print(
+            f"\nEmbedding geometry ({FLAGS.split} queries): "
+            f"mean item direction norm {geometry['mean_direction_norm']:.3f}, "
+            f"score std per query {geometry['score_std']:.3f}, "
+            f"mean item norm {geometry['item_norm']:.3f}"
+        )
     path = RunFiles(output_dir).metrics
     if FLAGS.split == "test" and os.path.exists(path):
         with open(path) as f:
@@ -210,8 +271,7 @@ def main(argv):
         for search, metrics in by_search.items():
             saved[f"test_{search}"] = metrics
         # "test" is the run's first search (exact, unless it searched by ScaNN only).
-        run_index = ("config" in saved
-                     and configs.Config.from_dict(saved["config"]).training.index)
+        run_index = "config" in saved and configs.Config.from_dict(saved["config"]).training.index
         if run_index:
             first = configs.indexes(run_index)[0]
             if first in by_search:

@@ -15,6 +15,9 @@ import os
 import time
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
+import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
+
+# isort: split
 import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
@@ -27,12 +30,14 @@ from pipelines.data import loaders
 from pipelines.data import splits as splits_lib
 from pipelines.data import synthetic
 from pipelines.data import web_synthetic
-from pipelines.data.interactions import DataError, Interactions
+from pipelines.data.interactions import DataError
+from pipelines.data.interactions import Interactions
 from pipelines.run_files import RunFiles
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import retrieval
-from tfrs_logq.models import SASRec, TwoTower, make_objective
-
+from tfrs_logq.models import SASRec
+from tfrs_logq.models import TwoTower
+from tfrs_logq.models import make_objective
 
 # ---------------------------------------------------------------------------- data
 
@@ -54,8 +59,9 @@ def load_data(config: configs.Config, run_dir: Optional[str] = None) -> Interact
     if config.data.dataset == "ml-1m-tfds":
         return loaders.load_tfds(data_dir=config.data.data_path or None)
     if not config.data.data_path:
-        raise ValueError(f"--dataset={config.data.dataset} needs --data_path (Steam is not "
-                         "bundled).")
+        raise ValueError(
+            f"--dataset={config.data.dataset} needs --data_path (Steam is not bundled)."
+        )
     if config.data.dataset == "steam":
         return loaders.load_sasrec(config.data.data_path)
     return loaders.load_steam_reviews(config.data.data_path)
@@ -64,18 +70,19 @@ def load_data(config: configs.Config, run_dir: Optional[str] = None) -> Interact
 @functools.lru_cache(maxsize=2)
 def synthetic_data(config: configs.Config):
     """(Interactions, SyntheticCatalog) of the synthetic dataset of `config`."""
-    return synthetic.make_synthetic(num_users=config.data.synthetic_users,
-                                    num_items=config.data.synthetic_items,
-                                    temperature=config.data.synthetic_temperature,
-                                    seed=config.training.seed)
+    return synthetic.make_synthetic(
+        num_users=config.data.synthetic_users,
+        num_items=config.data.synthetic_items,
+        temperature=config.data.synthetic_temperature,
+        seed=config.training.seed,
+    )
 
 
 CACHE_ENV = "TFRS_LOGQ_CACHE"
 
 
 def _cache_root() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
-                                                     "tfrs_logq")
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfrs_logq")
 
 
 def web_synthetic_dir(data: configs.DataConfig) -> str:
@@ -86,30 +93,38 @@ def web_synthetic_dir(data: configs.DataConfig) -> str:
     # The Zipf exponent names the directory only where it is not 1.0, so that the logs
     # written before --synthetic_zipf keep their names.
     zipf = "" if data.synthetic_zipf == 1.0 else f"-zipf{data.synthetic_zipf:g}"
-    return os.path.join(_cache_root(), "web_synthetic", f"items{data.synthetic_items}-users"
-                        f"{data.synthetic_users}-days{data.synthetic_days}-events"
-                        f"{data.synthetic_events_per_user:g}{zipf}")
+    return os.path.join(
+        _cache_root(),
+        "web_synthetic",
+        f"items{data.synthetic_items}-users"
+        f"{data.synthetic_users}-days{data.synthetic_days}-events"
+        f"{data.synthetic_events_per_user:g}{zipf}",
+    )
 
 
 def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
     if data.dataset == "web_synthetic":
         return events_lib.EventColumns()
-    return events_lib.EventColumns(data.user_column, data.item_column, data.time_column,
-                                   data.weight_column)
+    return events_lib.EventColumns(
+        data.user_column, data.item_column, data.time_column, data.weight_column
+    )
 
 
 def event_files(data: configs.DataConfig) -> str:
     """The glob of the event log of `data` (the web-scale synthetic log written if missing)."""
     if data.dataset == "web_synthetic":
-        return web_synthetic.ensure_log(web_synthetic_dir(data), data.synthetic_items,
-                                        data.synthetic_users, data.synthetic_days,
-                                        data.synthetic_events_per_user,
-                                        exponent=data.synthetic_zipf)
+        return web_synthetic.ensure_log(
+            web_synthetic_dir(data),
+            data.synthetic_items,
+            data.synthetic_users,
+            data.synthetic_days,
+            data.synthetic_events_per_user,
+            exponent=data.synthetic_zipf,
+        )
     return data.data_path
 
 
-def _log_setup(data: configs.DataConfig, dim: int, run_dir: Optional[str],
-               need_span: bool = False):
+def _log_setup(data: configs.DataConfig, dim: int, run_dir: Optional[str], need_span: bool = False):
     """(files, columns, vocabularies, (first, last) time or None) of an event-log dataset:
     the run's saved vocabularies when `run_dir` holds them, else counted on the training
     days (the days before the validation day with --split=next_day, every day otherwise).
@@ -129,15 +144,21 @@ def _log_setup(data: configs.DataConfig, dim: int, run_dir: Optional[str],
             # The start of the validation day (the day before the test day).
             count_before = ((span[0] // data.day_seconds) + test - 1) * data.day_seconds
     vocabularies = events_lib.log_vocabularies(
-        files, columns, min_item_count=data.min_item_count,
-        min_user_count=data.min_user_count, vocabularies=saved, count_before=count_before,
-        max_entries=events_lib.entries_in_budget(data.max_vocabulary_mb, dim))
+        files,
+        columns,
+        min_item_count=data.min_item_count,
+        min_user_count=data.min_user_count,
+        vocabularies=saved,
+        count_before=count_before,
+        max_entries=events_lib.entries_in_budget(data.max_vocabulary_mb, dim),
+    )
     return files, columns, vocabularies, span
 
 
 @functools.lru_cache(maxsize=2)
-def event_log(data: configs.DataConfig, dim: int,
-              run_dir: Optional[str] = None) -> Tuple[events_lib.EventLog, str]:
+def event_log(
+    data: configs.DataConfig, dim: int, run_dir: Optional[str] = None
+) -> Tuple[events_lib.EventLog, str]:
     """(EventLog, glob) of an event-log dataset read into memory, encoded with the
     vocabularies of `_log_setup`."""
     started = time.time()
@@ -152,8 +173,12 @@ def out_of_core(config: configs.Config) -> bool:
     """Whether the run reads its event log out of core (`day_store`): the next-day split
     trained in time order by the two-tower model. Other runs hold the log in memory (a
     shuffled order draws from every example at once)."""
-    return (config.data.dataset in configs.EVENT_LOGS and config.data.split == "next_day"
-            and config.model.model == "two_tower" and config.training.order == "time")
+    return (
+        config.data.dataset in configs.EVENT_LOGS
+        and config.data.split == "next_day"
+        and config.model.model == "two_tower"
+        and config.training.order == "time"
+    )
 
 
 def day_store_dir(config: configs.Config, run_dir: Optional[str]) -> str:
@@ -162,16 +187,18 @@ def day_store_dir(config: configs.Config, run_dir: Optional[str]) -> str:
     if run_dir:
         return RunFiles(run_dir).day_store
     key = json.dumps(_store_settings(config), sort_keys=True)
-    return os.path.join(_cache_root(), "day_store",
-                        hashlib.sha256(key.encode()).hexdigest()[:16])
+    return os.path.join(_cache_root(), "day_store", hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 def _store_settings(config: configs.Config) -> Dict:
-    return dict(history_length=config.model.history_length,
-                validation_queries=config.data.validation_queries,
-                test_queries=config.training.test_queries,
-                day_seconds=config.data.day_seconds, test_day=config.data.test_day,
-                settings_source=dataclasses.asdict(config.data))
+    return dict(
+        history_length=config.model.history_length,
+        validation_queries=config.data.validation_queries,
+        test_queries=config.training.test_queries,
+        day_seconds=config.data.day_seconds,
+        test_day=config.data.test_day,
+        settings_source=dataclasses.asdict(config.data),
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -183,18 +210,26 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
     with day_store.building(directory):
         started = time.time()
         built = day_store.is_built(directory, **settings)
-        files, columns, vocabularies, span = _log_setup(config.data, config.model.dim,
-                                                        run_dir, need_span=not built)
+        files, columns, vocabularies, span = _log_setup(
+            config.data, config.model.dim, run_dir, need_span=not built
+        )
         if not built:
             day_store.build(
-                directory, events_lib.EncodedBatches(files, columns, vocabularies),
-                len(vocabularies["user"]), len(vocabularies["item"]), *span,
+                directory,
+                events_lib.EncodedBatches(files, columns, vocabularies),
+                len(vocabularies["user"]),
+                len(vocabularies["item"]),
+                *span,
                 weighted=bool(columns.weight),
                 source=config.data.data_path or config.data.dataset,
                 stats={"seconds_vocabulary": round(time.time() - started, 1)},
-                say=lambda text: print(f"[day store] {text}", flush=True), **settings)
-    ids = {kind: np.concatenate([[""], vocab.ids]).astype(object)
-           for kind, vocab in vocabularies.items()}
+                say=lambda text: print(f"[day store] {text}", flush=True),
+                **settings,
+            )
+    ids = {
+        kind: np.concatenate([[""], vocab.ids]).astype(object)
+        for kind, vocab in vocabularies.items()
+    }
     return day_store.read(directory, ids["user"], ids["item"])
 
 
@@ -216,8 +251,12 @@ def save_vocabularies(config: configs.Config, output_dir: str) -> None:
         return
     data = load_data(config, output_dir)
     facts = event_log_facts(config, output_dir)
-    events_lib.save_vocabularies(directory, data, facts, {
-        "source": event_files(config.data), "data": dataclasses.asdict(config.data)})
+    events_lib.save_vocabularies(
+        directory,
+        data,
+        facts,
+        {"source": event_files(config.data), "data": dataclasses.asdict(config.data)},
+    )
 
 
 def _saved_for(directory: str, data: configs.DataConfig) -> bool:
@@ -231,11 +270,12 @@ def _saved_for(directory: str, data: configs.DataConfig) -> bool:
 
 class WebTruth(NamedTuple):
     """The web-scale synthetic log's truth, in the run's dense ids."""
+
     catalog: web_synthetic.WebCatalog
-    item_index: np.ndarray   # [num_items + 1] generator index of each dense item (-1: padding)
-    dense_item: np.ndarray   # [N] dense id of each generator item (0: out of vocabulary)
-    user_index: np.ndarray   # [num_users + 1] generator index of each dense user
-    test_day: int            # The test day, as the truth counts days.
+    item_index: np.ndarray  # [num_items + 1] generator index of each dense item (-1: padding)
+    dense_item: np.ndarray  # [N] dense id of each generator item (0: out of vocabulary)
+    user_index: np.ndarray  # [num_users + 1] generator index of each dense user
+    test_day: int  # The test day, as the truth counts days.
 
     def log_probabilities(self, users: np.ndarray) -> np.ndarray:
         """[len(users), num_items + 1] log P(d | u) on the test day (padding: -inf)."""
@@ -252,8 +292,12 @@ class WebTruth(NamedTuple):
             allowed = np.zeros(len(self.dense_item), bool)
             allowed[self.item_index[candidates]] = True
         found = self.catalog.oracle_top_k(
-            self.user_index[users], self.test_day, k,
-            [self.item_index[np.asarray(ids, np.int64)] for ids in exclude], allowed)
+            self.user_index[users],
+            self.test_day,
+            k,
+            [self.item_index[np.asarray(ids, np.int64)] for ids in exclude],
+            allowed,
+        )
         return np.where(found >= 0, self.dense_item[np.maximum(found, 0)], 0)
 
 
@@ -280,22 +324,27 @@ def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
         position = np.searchsorted(raw_ids[order], dense_raw)
         return order[np.minimum(position, len(order) - 1)]
 
-    item_index = np.concatenate([[-1], index_of(catalog.item_ids.astype(str),
-                                                data.item_ids[1:].astype(str))])
-    user_index = np.concatenate([[0], index_of(catalog.user_ids.astype(str),
-                                               data.user_ids[1:].astype(str))])
+    item_index = np.concatenate(
+        [[-1], index_of(catalog.item_ids.astype(str), data.item_ids[1:].astype(str))]
+    )
+    user_index = np.concatenate(
+        [[0], index_of(catalog.user_ids.astype(str), data.user_ids[1:].astype(str))]
+    )
     dense_item = np.zeros(len(catalog.item_ids), np.int64)
     dense_item[item_index[1:]] = np.arange(1, len(item_index))
     # The split counts days from the log's first; the truth from its START_TIME.
     first, last = data.time_span()
     first_day = (first - web_synthetic.START_TIME) // config.data.day_seconds
-    test_day = splits_lib.test_day_number(first, last, config.data.test_day,
-                                          config.data.day_seconds) + first_day
+    test_day = (
+        splits_lib.test_day_number(first, last, config.data.test_day, config.data.day_seconds)
+        + first_day
+    )
     return WebTruth(catalog, item_index, dense_item, user_index, test_day)
 
 
-def make_split(config: configs.Config, data: Interactions,
-               run_dir: Optional[str] = None) -> splits_lib.Split:
+def make_split(
+    config: configs.Config, data: Interactions, run_dir: Optional[str] = None
+) -> splits_lib.Split:
     """The split of `config`; its validation set holds at most `validation_queries` queries
     (an event log's weights: from the log read with `run_dir`'s vocabularies, as `data`)."""
     if out_of_core(config):
@@ -304,27 +353,41 @@ def make_split(config: configs.Config, data: Interactions,
     if config.data.split == "loo":
         split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
     elif config.data.split == "next_day":
-        weights = (event_log(config.data, config.model.dim, run_dir)[0].weights
-                   if config.data.weight_column else None)
-        split = splits_lib.next_day(data, config.data.test_day, config.data.day_seconds,
-                                    source=source, weights=weights)
+        weights = (
+            event_log(config.data, config.model.dim, run_dir)[0].weights
+            if config.data.weight_column
+            else None
+        )
+        split = splits_lib.next_day(
+            data, config.data.test_day, config.data.day_seconds, source=source, weights=weights
+        )
     else:
-        split = splits_lib.temporal(data, test_fraction=config.data.test_fraction,
-                                    validation_fraction=config.data.test_fraction,
-                                    targets=config.data.temporal_targets)
+        split = splits_lib.temporal(
+            data,
+            test_fraction=config.data.test_fraction,
+            validation_fraction=config.data.test_fraction,
+            targets=config.data.temporal_targets,
+        )
     for name, eval_set in (("validation", split.validation), ("test", split.test)):
         if len(eval_set.users) == 0:
-            raise DataError(source, None, f"the {config.data.split} split leaves no {name} queries "
-                            f"({data.num_users} users, {len(data.user)} interactions): "
-                            + ("leave-one-out validates on gSASRec's draw of users, which "
-                               "needs users with at least 3 items." if config.data.split == "loo"
-                               else "the temporal windows hold no interactions."))
+            raise DataError(
+                source,
+                None,
+                f"the {config.data.split} split leaves no {name} queries "
+                f"({data.num_users} users, {len(data.user)} interactions): "
+                + (
+                    "leave-one-out validates on gSASRec's draw of users, which "
+                    "needs users with at least 3 items."
+                    if config.data.split == "loo"
+                    else "the temporal windows hold no interactions."
+                ),
+            )
     test = split.test
     if config.training.test_queries:
         test = splits_lib.subsample(test, config.training.test_queries)
-    return split._replace(validation=splits_lib.subsample(split.validation,
-                                                          config.data.validation_queries),
-                          test=test)
+    return split._replace(
+        validation=splits_lib.subsample(split.validation, config.data.validation_queries), test=test
+    )
 
 
 def count_min_width(num_items: int) -> int:
@@ -342,8 +405,9 @@ def make_frequency(loss: configs.LossConfig, split: splits_lib.Split, seed: int)
     code's `torch.clamp(count / total, min=1e-10)`.
     """
     if loss.frequency == "count_min":
-        return frequency_lib.CountMinSketchEstimator(width=count_min_width(split.num_items),
-                                                     seed=seed)
+        return frequency_lib.CountMinSketchEstimator(
+            width=count_min_width(split.num_items), seed=seed
+        )
     if loss.frequency == "hashed":
         return frequency_lib.HashedFrequencyEstimator(seed=seed)
     counts = split.train_counts().astype(np.float64) + loss.pseudo_count
@@ -357,9 +421,12 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
     """The model of `config` over `data`'s catalog: the loss group gives the objective and
     its sampler (`make_objective`), the model group the towers."""
     seed = config.training.seed
-    objective = make_objective(data.num_items, seed=seed,
-                               probabilities=make_frequency(config.loss, split, seed),
-                               **config.loss.objective_settings())
+    objective = make_objective(
+        data.num_items,
+        seed=seed,
+        probabilities=make_frequency(config.loss, split, seed),
+        **config.loss.objective_settings(),
+    )
     # Dropout draws from tf.random.Generator variables, which `track_random_generators` puts
     # into the backup, as the samplers' generators are: a resumed run draws what the
     # uninterrupted run would have. (A process-wide Keras setting; every entry point builds
@@ -367,15 +434,26 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
     tf.keras.backend.experimental.enable_tf_random_generator()
     towers = config.model
     if towers.model == "sasrec":
-        model = SASRec(data.num_items, objective, max_length=towers.max_length, dim=towers.dim,
-                       num_blocks=towers.num_blocks, num_heads=towers.num_heads,
-                       dropout=towers.dropout, tie_embeddings=towers.tie_embeddings,
-                       architecture=towers.architecture)
+        model = SASRec(
+            data.num_items,
+            objective,
+            max_length=towers.max_length,
+            dim=towers.dim,
+            num_blocks=towers.num_blocks,
+            num_heads=towers.num_heads,
+            dropout=towers.dropout,
+            tie_embeddings=towers.tie_embeddings,
+            architecture=towers.architecture,
+        )
         model(tf.zeros([1, towers.max_length], tf.int32))  # Build before restoring a backup.
     else:
         model = TwoTower(data.num_users, data.num_items, objective, dim=towers.dim)
-        model({"user": tf.zeros([1], tf.int32),
-               "history": tf.zeros([1, towers.history_length], tf.int32)})
+        model(
+            {
+                "user": tf.zeros([1], tf.int32),
+                "history": tf.zeros([1, towers.history_length], tf.int32),
+            }
+        )
         model.item_embeddings()
     track_random_generators(model)
     return model
@@ -391,8 +469,9 @@ def embedding_tables(model: tf.keras.Model) -> List[tf.Variable]:
     return list(tables.values())
 
 
-def make_optimizer(training: configs.TrainingConfig, model: tf.keras.Model,
-                   parameter_server: bool = False):
+def make_optimizer(
+    training: configs.TrainingConfig, model: tf.keras.Model, parameter_server: bool = False
+):
     """The optimizer of `training` for the built `model`: Adam, or TFRS's CompositeOptimizer
     with Adagrad on the embedding tables (sparse updates: only the rows a step touches) and
     Adam on the other variables (`training.table_optimizer`).
@@ -409,10 +488,15 @@ def make_optimizer(training: configs.TrainingConfig, model: tf.keras.Model,
     in_tables = {id(table) for table in tables}
     table_rate = training.table_learning_rate or training.learning_rate
     optimizers = tf.keras.optimizers if parameter_server else tf.keras.optimizers.legacy
-    return tfrs.experimental.optimizers.CompositeOptimizer([
-        (optimizers.Adagrad(table_rate), lambda: tables),
-        (optimizers.Adam(**adam),
-         lambda: [v for v in model.trainable_variables if id(v) not in in_tables])])
+    return tfrs.experimental.optimizers.CompositeOptimizer(
+        [
+            (optimizers.Adagrad(table_rate), lambda: tables),
+            (
+                optimizers.Adam(**adam),
+                lambda: [v for v in model.trainable_variables if id(v) not in in_tables],
+            ),
+        ]
+    )
 
 
 def track_random_generators(model: tf.keras.Model) -> None:
@@ -436,39 +520,56 @@ def track_random_generators(model: tf.keras.Model) -> None:
 
 def uses_xla(config: configs.Config, strategy: tf.distribute.Strategy) -> bool:
     """Whether the training step is compiled with XLA: `config.training.jit_compile`, for
-    SASRec (whose step has static shapes) on one replica; the two-tower step and tf.distribute runs are
+    SASRec (whose step has static shapes) on one replica; the two-tower step and tf.distribute
+    runs are
     not compiled (not measured here), nor a parameter-server worker's step (remote variables)."""
-    return bool(config.training.jit_compile and config.model.model == "sasrec"
-                and strategy.num_replicas_in_sync == 1
-                and not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy))
+    return bool(
+        config.training.jit_compile
+        and config.model.model == "sasrec"
+        and strategy.num_replicas_in_sync == 1
+        and not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    )
 
 
-def training_stream(config: configs.Config, split: splits_lib.Split,
-                    input_context: Optional[tf.distribute.InputContext] = None
-                    ) -> Tuple[tf.data.Dataset, int]:
+def training_stream(
+    config: configs.Config,
+    split: splits_lib.Split,
+    input_context: Optional[tf.distribute.InputContext] = None,
+) -> Tuple[tf.data.Dataset, int]:
     """The repeated, shuffled training batches (per replica, sharded by input pipeline, with
     an `input_context`), and the number of global batches in one pass (the last, partial
     one included with `config.training.partial_batches`)."""
     if split.stream is not None:
-        stream = builders.day_store_dataset(split.stream, config.training.batch_size,
-                                            seed=config.training.seed,
-                                            input_context=input_context,
-                                            partial_batches=config.training.partial_batches,
-                                            shuffle_window=config.training.shuffle_window)
+        stream = builders.day_store_dataset(
+            split.stream,
+            config.training.batch_size,
+            seed=config.training.seed,
+            input_context=input_context,
+            partial_batches=config.training.partial_batches,
+            shuffle_window=config.training.shuffle_window,
+        )
     elif config.model.model == "sasrec":
-        stream = builders.sasrec_dataset(split.train, config.model.max_length,
-                                         config.training.batch_size,
-                                         seed=config.training.seed, input_context=input_context,
-                                         partial_batches=config.training.partial_batches)
+        stream = builders.sasrec_dataset(
+            split.train,
+            config.model.max_length,
+            config.training.batch_size,
+            seed=config.training.seed,
+            input_context=input_context,
+            partial_batches=config.training.partial_batches,
+        )
     else:
         in_time = config.training.order == "time"
-        stream = builders.two_tower_dataset(split.train, config.model.history_length,
-                                            config.training.batch_size, seed=config.training.seed,
-                                            input_context=input_context,
-                                            partial_batches=config.training.partial_batches,
-                                            times=split.train_times if in_time else None,
-                                            shuffle_window=config.training.shuffle_window,
-                                            weights=split.train_weights)
+        stream = builders.two_tower_dataset(
+            split.train,
+            config.model.history_length,
+            config.training.batch_size,
+            seed=config.training.seed,
+            input_context=input_context,
+            partial_batches=config.training.partial_batches,
+            times=split.train_times if in_time else None,
+            shuffle_window=config.training.shuffle_window,
+            weights=split.train_weights,
+        )
     return stream, pass_steps(config, split)
 
 
@@ -487,29 +588,36 @@ def pass_steps(config: configs.Config, split: splits_lib.Split) -> int:
     return max(size // config.training.batch_size, 1)
 
 
-def training_input(config: configs.Config, split: splits_lib.Split, start: tf.Variable,
-                   strategy: tf.distribute.Strategy):
+def training_input(
+    config: configs.Config,
+    split: splits_lib.Split,
+    start: tf.Variable,
+    strategy: tf.distribute.Strategy,
+):
     """What `fit` reads: the resumable stream from step `start` (`InputStart.step`), through
     `distribute_datasets_from_function` (per-replica batches, one shard per input pipeline)
     when there are several replicas; under a ParameterServerStrategy, a `DatasetCreator`
     that each worker runs (`worker_stream`; `start` is not read)."""
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
         return tf.keras.utils.experimental.DatasetCreator(
-            lambda context: worker_stream(config, split, context))
+            lambda context: worker_stream(config, split, context)
+        )
     if strategy.num_replicas_in_sync == 1:
         return resumable(training_stream(config, split)[0], start)
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         stream = training_stream(config, split, input_context)[0]
         # Each step takes one batch per replica this pipeline feeds.
-        return resumable(stream, start, input_context.num_replicas_in_sync
-                         // input_context.num_input_pipelines)
+        return resumable(
+            stream, start, input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        )
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
-def worker_stream(config: configs.Config, split: splits_lib.Split,
-                  input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+def worker_stream(
+    config: configs.Config, split: splits_lib.Split, input_context: tf.distribute.InputContext
+) -> tf.data.Dataset:
     """A parameter-server worker's training stream: the whole repeated stream (a coordinator
     gives every worker input pipeline 0 of 1), started at a position of its own.
 
@@ -523,8 +631,9 @@ def worker_stream(config: configs.Config, split: splits_lib.Split,
     return stream.skip(tf.math.floormod(clock, steps))
 
 
-def resumable(stream: tf.data.Dataset, start: tf.Variable,
-              batches_per_step: int = 1) -> tf.data.Dataset:
+def resumable(
+    stream: tf.data.Dataset, start: tf.Variable, batches_per_step: int = 1
+) -> tf.data.Dataset:
     """`stream` from the position after `start` steps, `start` read when iteration starts.
 
     Keras's BackupAndRestore restores the step counter but restarts the input
@@ -536,7 +645,10 @@ def resumable(stream: tf.data.Dataset, start: tf.Variable,
     input pipeline feeds under tf.distribute).
     """
     return tf.data.Dataset.range(1).flat_map(
-        lambda _: stream.skip(tf.cast(start, tf.int64) * batches_per_step))
+        lambda _: stream.skip(tf.cast(start, tf.int64) * batches_per_step)
+    )
+
+
 # ---------------------------------------------------------------------- evaluation
 
 
@@ -560,20 +672,31 @@ def query_embeddings(model, config: configs.Config, eval_set: splits_lib.EvalSet
     return np.concatenate(queries)
 
 
-def evaluate(model, config: configs.Config, eval_set: splits_lib.EvalSet,
-             ks=retrieval.DEFAULT_KS, index: str = "exact",
-             queries: Optional[np.ndarray] = None, per_query: bool = False,
-             candidates: Optional[np.ndarray] = None
-             ) -> Dict[str, Union[float, np.ndarray]]:
+def evaluate(
+    model,
+    config: configs.Config,
+    eval_set: splits_lib.EvalSet,
+    ks=retrieval.DEFAULT_KS,
+    index: str = "exact",
+    queries: Optional[np.ndarray] = None,
+    per_query: bool = False,
+    candidates: Optional[np.ndarray] = None,
+) -> Dict[str, Union[float, np.ndarray]]:
     """Recall@k / NDCG@k over the whole catalog (or the ids `candidates`) by `index`, the
     queries' histories filtered: their means, or with `per_query` each query's
     ([num_queries] arrays in the set's order). `queries`: the set's `query_embeddings`, when
     the caller already has them."""
     if queries is None:
         queries = query_embeddings(model, config, eval_set)
-    top = retrieval.top_k(queries, model.item_embeddings().numpy(), max(ks),
-                          min_items=config.training.scann_min_items,
-                          exclude=eval_set.histories, index=index, candidates=candidates)
+    top = retrieval.top_k(
+        queries,
+        model.item_embeddings().numpy(),
+        max(ks),
+        min_items=config.training.scann_min_items,
+        exclude=eval_set.histories,
+        index=index,
+        candidates=candidates,
+    )
     metrics = retrieval.per_query_recall_ndcg if per_query else retrieval.recall_ndcg
     return metrics(top, eval_set.targets, ks)
 
@@ -584,21 +707,34 @@ def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.n
     if not config.training.index_size:
         return None
     counts = split.train_counts()
-    top = np.argsort(-counts[1:], kind="stable")[:config.training.index_size] + 1
+    top = np.argsort(-counts[1:], kind="stable")[: config.training.index_size] + 1
     return np.union1d(top, np.concatenate(split.test.targets))
 
 
-def evaluate_split(model, config: configs.Config, split: splits_lib.Split, which: str,
-                   index: str = "exact", queries: Optional[np.ndarray] = None,
-                   per_query: bool = False) -> Dict[str, Union[float, np.ndarray]]:
+def evaluate_split(
+    model,
+    config: configs.Config,
+    split: splits_lib.Split,
+    which: str,
+    index: str = "exact",
+    queries: Optional[np.ndarray] = None,
+    per_query: bool = False,
+) -> Dict[str, Union[float, np.ndarray]]:
     """`evaluate` on the split's "test" or "validation" set as the run's report does: at
     the run's --ks, the test set over `test_index`."""
     if which not in ("test", "validation"):
         raise ValueError(f"`which` must be test or validation; received which={which!r}.")
     eval_set = split.test if which == "test" else split.validation
-    return evaluate(model, config, eval_set, ks=configs.ks(config.training), index=index,
-                    queries=queries, per_query=per_query,
-                    candidates=test_index(config, split) if which == "test" else None)
+    return evaluate(
+        model,
+        config,
+        eval_set,
+        ks=configs.ks(config.training),
+        index=index,
+        queries=queries,
+        per_query=per_query,
+        candidates=test_index(config, split) if which == "test" else None,
+    )
 
 
 def load_run(output_dir: str):

@@ -26,12 +26,18 @@ FLAGS = flags.FLAGS
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     define = dict(flag_values=flag_values)
-    flags.DEFINE_enum("index", "both", [*configs.INDEXES, *configs.INDEX_ALIASES],
-                      "What the SavedModels search: exact (export/brute_force/), a ScaNN index "
-                      "(export/scann/), or both, one SavedModel each; brute_force is an old "
-                      "name of exact.", **define)
-    flags.DEFINE_integer("k", 100, "Item ids (and scores) each request returns, at most.",
-                         lower_bound=1, **define)
+    flags.DEFINE_enum(
+        "index",
+        "both",
+        [*configs.INDEXES, *configs.INDEX_ALIASES],
+        "What the SavedModels search: exact (export/brute_force/), a ScaNN index "
+        "(export/scann/), or both, one SavedModel each; brute_force is an old "
+        "name of exact.",
+        **define,
+    )
+    flags.DEFINE_integer(
+        "k", 100, "Item ids (and scores) each request returns, at most.", lower_bound=1, **define
+    )
 
 
 def main(argv):
@@ -42,8 +48,7 @@ def main(argv):
     searches = configs.indexes(FLAGS.index)
     config, model, _, data = experiment.load_run(argv[1])
     # tfrs_logq.export names exact search brute_force.
-    index = "both" if len(searches) > 1 else {"exact": "brute_force"}.get(searches[0],
-                                                                          searches[0])
+    index = "both" if len(searches) > 1 else {"exact": "brute_force"}.get(searches[0], searches[0])
     for path in report.export_run(model, config, argv[1], index, FLAGS.k, data=data):
         print(f"Wrote {path}")
 

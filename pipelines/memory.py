@@ -15,8 +15,7 @@ def peak_rss_mib() -> float:
     inherits its parent's peak there (exec keeps the larger), so a benchmark cell started by
     a parent that drew a 40M-event log read 5.6 GB where it held 3 GB."""
     hwm = high_water_mib()
-    return hwm if hwm is not None else resource.getrusage(
-        resource.RUSAGE_SELF).ru_maxrss / 1024
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def high_water_mib() -> Optional[float]:

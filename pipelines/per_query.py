@@ -35,10 +35,15 @@ def save(record: Dict, path: str) -> None:
     if not path.endswith(SUFFIX):
         raise ValueError(f"--per_query_out must end with {SUFFIX}; received {path!r}.")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    np.savez_compressed(path, header=json.dumps({key: record[key] for key in _HEADER}),
-                        users=np.asarray(record["users"]),
-                        **{f"value:{name}": np.asarray(array, np.float32)
-                           for name, array in record["values"].items()})
+    np.savez_compressed(
+        path,
+        header=json.dumps({key: record[key] for key in _HEADER}),
+        users=np.asarray(record["users"]),
+        **{
+            f"value:{name}": np.asarray(array, np.float32)
+            for name, array in record["values"].items()
+        },
+    )
 
 
 def load(path: str) -> Dict:
@@ -46,8 +51,9 @@ def load(path: str) -> Dict:
     with np.load(path) as saved:
         record = json.loads(str(saved["header"]))
         record["users"] = saved["users"]
-        record["values"] = {name[len("value:"):]: saved[name] for name in saved.files
-                            if name.startswith("value:")}
+        record["values"] = {
+            name[len("value:") :]: saved[name] for name in saved.files if name.startswith("value:")
+        }
     return record
 
 
@@ -55,12 +61,18 @@ def compare(a: Dict, b: Dict, name_a: str = "a", name_b: str = "b") -> Dict[str,
     """Per metric, `significance.paired` of b's per-query values against a's (d = b - a).
     Both records must hold the same queries with the same targets, on one split and index."""
     if (a["split"], a["index"]) != (b["split"], b["index"]):
-        raise ValueError(f"{name_a} holds the {a['split']} split by {a['index']} search, "
-                         f"{name_b} the {b['split']} split by {b['index']} search.")
+        raise ValueError(
+            f"{name_a} holds the {a['split']} split by {a['index']} search, "
+            f"{name_b} the {b['split']} split by {b['index']} search."
+        )
     if not (np.array_equal(a["users"], b["users"]) and a["targets_digest"] == b["targets_digest"]):
         raise ValueError(
             f"{name_a} evaluates other {a['split']} queries than {name_b} ({a['description']}, "
             f"{len(a['users'])} queries vs {b['description']}, {len(b['users'])}); a paired "
-            "comparison needs the same ones.")
-    return {name: significance.paired(a["values"][name], b["values"][name])
-            for name in a["values"] if name in b["values"]}
+            "comparison needs the same ones."
+        )
+    return {
+        name: significance.paired(a["values"][name], b["values"][name])
+        for name in a["values"]
+        if name in b["values"]
+    }

@@ -43,9 +43,15 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
     report, retrieved = {}, {}
     for index in indexes:
         started = time.time()
-        retrieved[index] = retrieval.top_k(queries, items, max(ks), exclude=split.test.histories,
-                                           index=index, candidates=candidates,
-                                           min_items=config.training.scann_min_items)
+        retrieved[index] = retrieval.top_k(
+            queries,
+            items,
+            max(ks),
+            exclude=split.test.histories,
+            index=index,
+            candidates=candidates,
+            min_items=config.training.scann_min_items,
+        )
         report[f"test_{index}"] = retrieval.recall_ndcg(retrieved[index], split.test.targets, ks)
         report[f"search_seconds_{index}"] = round(time.time() - started, 2)
     report["test"] = report[f"test_{indexes[0]}"]
@@ -55,17 +61,25 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
         report["scann_indexed"] = retrieval.uses_scann(searched, config.training.scann_min_items)
     if len(indexes) == 2:
         report[f"ann_overlap@{max(ks)}"] = retrieval.overlap_at_k(
-            retrieved["scann"], retrieved["exact"], max(ks))
+            retrieved["scann"], retrieved["exact"], max(ks)
+        )
     if config.data.dataset == "synthetic":
         # The true next-item law P(d | u) / (1 - P(H | u)) over d not in H: KL from the model's.
         report["kl_to_truth"] = retrieval.kl_to_truth(
-            experiment.synthetic_data(config)[1].logits(split.test.users), queries @ items.T,
-            exclude=split.test.histories)
+            experiment.synthetic_data(config)[1].logits(split.test.users),
+            queries @ items.T,
+            exclude=split.test.histories,
+        )
     elif config.data.dataset == "web_synthetic" and data is not None:
         counts = split.train_counts()
         report["kl_to_truth"], report["calibration"] = web_kl(
-            experiment.web_truth(config, data), split.test, queries, items,
-            bands=retrieval.popularity_bands(counts), draws=expected_draws(config, counts))
+            experiment.web_truth(config, data),
+            split.test,
+            queries,
+            items,
+            bands=retrieval.popularity_bands(counts),
+            draws=expected_draws(config, counts),
+        )
     report["by_popularity"] = _by_popularity(retrieved[indexes[0]], split, ks)
     return report
 
@@ -86,17 +100,23 @@ def expected_draws(config: configs.Config, counts: np.ndarray) -> Tuple[np.ndarr
     needs log Q = log D - log n: a deduplicated pool or the paper's mixture is refused."""
     loss, batch = config.loss, config.training.batch_size
     if loss.deduplicate or loss.mixture != "exact":
-        raise ValueError("expected_draws reads log Q as the exact mixture's (log D - log n): "
-                         "needs --nodeduplicate and --mixture=exact; received --deduplicate="
-                         f"{loss.deduplicate} --mixture={loss.mixture}.")
+        raise ValueError(
+            "expected_draws reads log Q as the exact mixture's (log D - log n): "
+            "needs --nodeduplicate and --mixture=exact; received --deduplicate="
+            f"{loss.deduplicate} --mixture={loss.mixture}."
+        )
     counts = np.asarray(counts, np.float64)
     num_items = max(len(counts) - 1, 1)  # Id 0 is padding.
-    kind, arguments = samplers.sampler_arguments(loss.negatives, num_items=num_items,
-                                                 num_negatives=loss.num_negatives)
-    uniform = float({"uniform": arguments.get("num_negatives"),
-                     "mixed": arguments.get("num_uniform")}.get(kind) or 0)
-    kept = {"in_batch": arguments.get("max_pool_size"),
-            "mixed": arguments.get("num_in_batch")}.get(kind, 0)
+    kind, arguments = samplers.sampler_arguments(
+        loss.negatives, num_items=num_items, num_negatives=loss.num_negatives
+    )
+    uniform = float(
+        {"uniform": arguments.get("num_negatives"), "mixed": arguments.get("num_uniform")}.get(kind)
+        or 0
+    )
+    kept = {"in_batch": arguments.get("max_pool_size"), "mixed": arguments.get("num_in_batch")}.get(
+        kind, 0
+    )
     kept = batch if kept is None else min(kept, batch)
     in_batch = kept * (batch - 1) / batch
     draws = uniform / num_items + in_batch * counts / max(counts.sum(), 1.0)
@@ -115,13 +135,19 @@ def calibration_targets(targets, history) -> np.ndarray:
 KL_QUERIES = 256
 # ... in chunks of at most 32 queries and this many (query, item) pairs: a chunk's arrays are
 # float64 [chunk, items], several alive at once (32 queries at 1M items, 6 at 5M).
-KL_CHUNK_PAIRS = 2 ** 25
+KL_CHUNK_PAIRS = 2**25
 
 
-def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarray,
-           count: int = KL_QUERIES, chunk: Optional[int] = None,
-           bands: Optional[np.ndarray] = None,
-           draws: Optional[Tuple[np.ndarray, float]] = None) -> Tuple[float, Dict[str, List]]:
+def web_kl(
+    truth,
+    test: splits_lib.EvalSet,
+    queries: np.ndarray,
+    items: np.ndarray,
+    count: int = KL_QUERIES,
+    chunk: Optional[int] = None,
+    bands: Optional[np.ndarray] = None,
+    draws: Optional[Tuple[np.ndarray, float]] = None,
+) -> Tuple[float, Dict[str, List]]:
     """Mean KL(true law || model's softmax) over the vocabulary's items less each history,
     on `count` of the test queries, `chunk` at a time (default: as many as KL_CHUNK_PAIRS
     allows, at most 32) (the law's mass on items outside the vocabulary is left out: both
@@ -139,8 +165,11 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
     if chunk is None:
         chunk = max(1, min(32, KL_CHUNK_PAIRS // max(len(items), 1)))
     sample = splits_lib.subsample(test, count)
-    rows = np.searchsorted(test.users, sample.users) if len(sample.users) < len(
-        test.users) else np.arange(len(test.users))
+    rows = (
+        np.searchsorted(test.users, sample.users)
+        if len(sample.users) < len(test.users)
+        else np.arange(len(test.users))
+    )
     total = 0.0
     calibration: Dict[str, List] = {"model_log_p": [], "true_log_p": []}
     mass = {"model_mass": np.zeros(3), "true_mass": np.zeros(3)}
@@ -148,7 +177,7 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
         calibration["band"] = []
         shifted = np.asarray(bands, np.int64) + 1  # Bins 1-3; the padding's -1 falls in 0.
     for start in range(0, len(rows), chunk):
-        part = rows[start:start + chunk]
+        part = rows[start : start + chunk]
         true = np.maximum(truth.log_probabilities(test.users[part]), -1e4)
         scores = queries[part] @ items.T
         exclude = [test.histories[r] for r in part]
@@ -163,22 +192,25 @@ def web_kl(truth, test: splits_lib.EvalSet, queries: np.ndarray, items: np.ndarr
                 calibration["band"] += bands[targets].astype(int).tolist()
             if draws is not None:
                 calibration.setdefault("draws", []).extend(
-                    float(f"{value:.5g}") for value in draws[0][targets])
+                    float(f"{value:.5g}") for value in draws[0][targets]
+                )
         if bands is not None:
             for name, log_p in (("model_mass", log_model), ("true_mass", log_true)):
                 for row in log_p:  # One row at a time: a 5M-item chunk is 1.3 GB.
                     mass[name] += np.bincount(shifted, weights=np.exp(row), minlength=4)[1:]
     if bands is not None:
-        calibration.update({name: np.round(value / len(rows), 6).tolist()
-                            for name, value in mass.items()})
+        calibration.update(
+            {name: np.round(value / len(rows), 6).tolist() for name, value in mass.items()}
+        )
     if draws is not None:
         calibration["negatives"] = round(float(draws[1]), 3)
         calibration.setdefault("draws", [])
     return total / len(rows), calibration
 
 
-def baselines(config: configs.Config, split: splits_lib.Split,
-              data=None) -> Dict[str, Dict[str, float]]:
+def baselines(
+    config: configs.Config, split: splits_lib.Split, data=None
+) -> Dict[str, Dict[str, float]]:
     """Test metrics of two reference rankers, on the same queries, index and filtering:
     training popularity, and (synthetic data; the web-scale log with the run's `data`) the
     oracle that ranks by the true P(d | u). Each also has `by_popularity`: Recall@k of
@@ -193,50 +225,77 @@ def baselines(config: configs.Config, split: splits_lib.Split,
         return values
 
     counts = split.train_counts().astype(np.float32)[:, np.newaxis]
-    top = retrieval.top_k(np.ones([len(test.users), 1], np.float32), counts, max(ks),
-                          exclude=test.histories, candidates=candidates)
+    top = retrieval.top_k(
+        np.ones([len(test.users), 1], np.float32),
+        counts,
+        max(ks),
+        exclude=test.histories,
+        candidates=candidates,
+    )
     result = {"popularity": metrics(top)}
     if config.data.dataset == "synthetic":
         catalog = experiment.synthetic_data(config)[1]
         # <[x_u / T, 1], [y_d, popularity_d]> is the true logit.
-        queries = np.hstack([catalog.user_vectors[test.users] / catalog.temperature,
-                             np.ones([len(test.users), 1])])
-        items = np.hstack([catalog.item_vectors,
-                           np.nan_to_num(catalog.popularity, neginf=0.0)[:, np.newaxis]])
-        top = retrieval.top_k(queries, items, max(ks), exclude=test.histories,
-                              candidates=candidates)
+        queries = np.hstack(
+            [catalog.user_vectors[test.users] / catalog.temperature, np.ones([len(test.users), 1])]
+        )
+        items = np.hstack(
+            [catalog.item_vectors, np.nan_to_num(catalog.popularity, neginf=0.0)[:, np.newaxis]]
+        )
+        top = retrieval.top_k(
+            queries, items, max(ks), exclude=test.histories, candidates=candidates
+        )
         result["oracle"] = metrics(top)
     elif config.data.dataset == "web_synthetic" and data is not None:
         truth = experiment.web_truth(config, data)
-        result["oracle"] = metrics(truth.oracle_top_k(test.users, max(ks), test.histories,
-                                                      candidates))
+        result["oracle"] = metrics(
+            truth.oracle_top_k(test.users, max(ks), test.histories, candidates)
+        )
     return result
 
 
 def git_revision() -> str:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                                  text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=root, capture_output=True, text=True, check=True,
-                               timeout=10).stdout.strip()
+        revision = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
         return revision + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
+
 def format_metrics(metrics: Dict) -> str:
     """A short markdown table of the test metrics (and of the baselines, when present)."""
     ks = sorted({int(k.split("@")[1]) for k in metrics["test"]})
-    lines = ["| ranker | metric | " + " | ".join(f"@{k}" for k in ks) + " |",
-             "|---|---|" + "---|" * len(ks)]
+    lines = [
+        "| ranker | metric | " + " | ".join(f"@{k}" for k in ks) + " |",
+        "|---|---|" + "---|" * len(ks),
+    ]
     rankers = {"model": metrics["test"]}
-    rankers.update({f"{name} (baseline)": values
-                    for name, values in metrics.get("baselines", {}).items()})
+    rankers.update(
+        {f"{name} (baseline)": values for name, values in metrics.get("baselines", {}).items()}
+    )
     for ranker, values in rankers.items():
         for name in ("recall", "ndcg"):
-            lines.append(f"| {ranker} | {name} | " + " | ".join(
-                f"{values[f'{name}@{k}']:.4f}" for k in ks) + " |")
+            lines.append(
+                f"| {ranker} | {name} | "
+                + " | ".join(f"{values[f'{name}@{k}']:.4f}" for k in ks)
+                + " |"
+            )
     return "\n".join(lines)
 
 
@@ -247,53 +306,93 @@ def describe_indexes(metrics: Dict) -> str:
         e, a = metrics["test_exact"], metrics["test_scann"]
         # @10 as before when the run reports it; else its smallest cutoff.
         k = 10 if "recall@10" in e else min(int(name.split("@")[1]) for name in e)
-        overlap_name, overlap = next((name, v) for name, v in metrics.items()
-                                     if name.startswith("ann_overlap@"))
-        lines.append(f"\nScaNN vs exact: Recall@{k} {a[f'recall@{k}']:.4f} vs "
-                     f"{e[f'recall@{k}']:.4f}, NDCG@{k} {a[f'ndcg@{k}']:.4f} vs "
-                     f"{e[f'ndcg@{k}']:.4f}; ScaNN returns {100 * overlap:.1f}% of the exact "
-                     f"top-{overlap_name.split('@')[1]}.")
+        overlap_name, overlap = next(
+            (name, v) for name, v in metrics.items() if name.startswith("ann_overlap@")
+        )
+        lines.append(
+            f"\nScaNN vs exact: Recall@{k} {a[f'recall@{k}']:.4f} vs "
+            f"{e[f'recall@{k}']:.4f}, NDCG@{k} {a[f'ndcg@{k}']:.4f} vs "
+            f"{e[f'ndcg@{k}']:.4f}; ScaNN returns {100 * overlap:.1f}% of the exact "
+            f"top-{overlap_name.split('@')[1]}."
+        )
         if not metrics.get("scann_indexed", True):
-            lines.append(f"(The catalog's {metrics['num_items']:,} items are fewer than "
-                         "--scann_min_items: the ScaNN request searched exactly, which is "
-                         "faster there.)")
+            lines.append(
+                f"(The catalog's {metrics['num_items']:,} items are fewer than "
+                "--scann_min_items: the ScaNN request searched exactly, which is "
+                "faster there.)"
+            )
     if "kl_to_truth" in metrics:
-        lines.append(f"KL(true next-item law || model's softmax) on the test users: "
-                     f"{metrics['kl_to_truth']:.4f} nats.")
+        lines.append(
+            f"KL(true next-item law || model's softmax) on the test users: "
+            f"{metrics['kl_to_truth']:.4f} nats."
+        )
     rankers = {"model": metrics.get("by_popularity", {})}
-    rankers.update({name: values.get("by_popularity", {})
-                    for name, values in metrics.get("baselines", {}).items()})
+    rankers.update(
+        {
+            name: values.get("by_popularity", {})
+            for name, values in metrics.get("baselines", {}).items()
+        }
+    )
     rankers = {name: bands for name, bands in rankers.items() if bands}
     if rankers:
         k = min(int(key.split("@")[1]) for key in next(iter(rankers.values())))
-        lines.append(f"Recall@{k} by target popularity (thirds of the catalog by training "
-                     "count): " + "; ".join(
-                         f"{name} head {b[f'head_recall@{k}']:.4f}, torso "
-                         f"{b[f'torso_recall@{k}']:.4f}, tail {b[f'tail_recall@{k}']:.4f}"
-                         for name, b in rankers.items()) + ".")
-    if metrics.get("index_items") and metrics.get("num_items") and (
-            metrics["index_items"] < metrics["num_items"]):
-        lines.append(f"The test index held {metrics['index_items']:,} of the "
-                     f"{metrics['num_items']:,} items (the most trained plus every test "
-                     "positive).")
+        lines.append(
+            f"Recall@{k} by target popularity (thirds of the catalog by training "
+            "count): "
+            + "; ".join(
+                f"{name} head {b[f'head_recall@{k}']:.4f}, torso "
+                f"{b[f'torso_recall@{k}']:.4f}, tail {b[f'tail_recall@{k}']:.4f}"
+                for name, b in rankers.items()
+            )
+            + "."
+        )
+    if (
+        metrics.get("index_items")
+        and metrics.get("num_items")
+        and (metrics["index_items"] < metrics["num_items"])
+    ):
+        lines.append(
+            f"The test index held {metrics['index_items']:,} of the "
+            f"{metrics['num_items']:,} items (the most trained plus every test "
+            "positive)."
+        )
     return "\n".join(lines)
 
 
-def export_run(model, config: configs.Config, output_dir: str, index: str = "both",
-               k: int = 100, data=None, version=None):
+def export_run(
+    model,
+    config: configs.Config,
+    output_dir: str,
+    index: str = "both",
+    k: int = 100,
+    data=None,
+    version=None,
+):
     """Exports `model` to OUTPUT/export/<index>/<version> for each index (by default the
     next version after any already there); returns the version directories. With the run's
     `data` (`Interactions`), the export also serves the source's raw ids (`serving_raw`)."""
     kinds = export_lib.INDEXES if index == "both" else (index,)
-    vocabularies = {} if data is None else dict(item_vocabulary=data.item_ids[1:],
-                                                user_vocabulary=data.user_ids[1:])
+    vocabularies = (
+        {}
+        if data is None
+        else dict(item_vocabulary=data.item_ids[1:], user_vocabulary=data.user_ids[1:])
+    )
     if data is not None and config.data.dataset in configs.EVENT_LOGS:
         # An event log's own ids (strings, or int64 as the log has them) are the default.
         vocabularies["raw_ids"] = "default"
         vocabularies["integer_ids"] = tuple(
-            experiment.event_log_facts(config, output_dir)["integer_ids"])
-    return [export_lib.export(model, RunFiles(output_dir).export(kind), k=k, index=kind,
-                              max_length=experiment.query_length(config),
-                              scann_min_items=config.training.scann_min_items,
-                              version=version, **vocabularies)
-            for kind in kinds]
+            experiment.event_log_facts(config, output_dir)["integer_ids"]
+        )
+    return [
+        export_lib.export(
+            model,
+            RunFiles(output_dir).export(kind),
+            k=k,
+            index=kind,
+            max_length=experiment.query_length(config),
+            scann_min_items=config.training.scann_min_items,
+            version=version,
+            **vocabularies,
+        )
+        for kind in kinds
+    ]

@@ -34,6 +34,7 @@ import time
 @dataclasses.dataclass(frozen=True)
 class RunFiles:
     """The paths of the run in `directory`."""
+
     directory: str
 
     def _path(self, *parts: str) -> str:
@@ -103,15 +104,19 @@ class RunFiles:
         million items); its reports (metrics.json, progress.json, logs/, ...) stay. Refuses a
         run without metrics.json, whose weights a resume still needs."""
         if not os.path.exists(self.metrics):
-            raise ValueError(f"prune_weights: the run in {self.directory!r} has not finished "
-                             "(no metrics.json); its weights are needed to resume it.")
+            raise ValueError(
+                f"prune_weights: the run in {self.directory!r} has not finished "
+                "(no metrics.json); its weights are needed to resume it."
+            )
         for path in (os.path.dirname(self.best), self.backup, self._path("export")):
             shutil.rmtree(path, ignore_errors=True)
 
     def has_trained(self) -> bool:
         """Whether a run has trained here (config.json alone is not progress)."""
-        return any(os.path.exists(path) for path in (
-            self.progress, self.backup, os.path.dirname(self.best), self.metrics))
+        return any(
+            os.path.exists(path)
+            for path in (self.progress, self.backup, os.path.dirname(self.best), self.metrics)
+        )
 
 
 class RunInUse(RuntimeError):
@@ -142,7 +147,8 @@ class RunLock:
                 os.close(fd)
                 raise RunInUse(
                     f"{self.directory} is in use by another run ({holder}); wait for it to "
-                    "end, or give this one another --output_dir.") from None
+                    "end, or give this one another --output_dir."
+                ) from None
             # The holder may have removed the file between our open and our lock: then
             # the lock is on a file nobody else will see, and we open the path again.
             try:
@@ -152,10 +158,17 @@ class RunLock:
                 pass
             os.close(fd)
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({
-            "pid": os.getpid(), "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "command": " ".join(sys.argv)}).encode())
+        os.write(
+            fd,
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "command": " ".join(sys.argv),
+                }
+            ).encode(),
+        )
         self._fd = fd
         return self
 

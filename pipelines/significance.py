@@ -46,16 +46,15 @@ def t_test(difference: float, error: float, df: int) -> Tuple[float, float]:
     return (math.copysign(math.inf, difference), 0.0) if difference else (0.0, 1.0)
 
 
-def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int
-            ) -> Tuple[float, int, float]:
+def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int) -> Tuple[float, int, float]:
     """Welch's unpaired t for a difference of means `gap`: (t, df, two-sided p).
 
     df is the Welch-Satterthwaite value rounded down, at least 1 (n_a + n_b - 2 when
     both spreads are 0, where it is undefined).
     """
-    var_a, var_b = std_a ** 2 / n_a, std_b ** 2 / n_b
+    var_a, var_b = std_a**2 / n_a, std_b**2 / n_b
     if var_a + var_b > 0:
-        df = (var_a + var_b) ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
+        df = (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1))
         df = max(1, int(math.floor(df + 1e-9)))
     else:
         df = n_a + n_b - 2
@@ -68,8 +67,10 @@ def paired_t(differences: Sequence[float]) -> Dict[str, float]:
     std(d) / sqrt(n) (std with n - 1), "t", "p": two-sided, n - 1 degrees of freedom}."""
     d = np.asarray(differences, np.float64)
     if d.ndim != 1 or d.size < 2:
-        raise ValueError(f"A paired standard error needs at least 2 pairs; received "
-                         f"{d.size if d.ndim == 1 else d.shape}.")
+        raise ValueError(
+            f"A paired standard error needs at least 2 pairs; received "
+            f"{d.size if d.ndim == 1 else d.shape}."
+        )
     difference = float(d.mean())
     error = float(d.std(ddof=1) / math.sqrt(d.size))
     t, p = t_test(difference, error, d.size - 1)
@@ -81,6 +82,7 @@ def paired(values_a: Sequence[float], values_b: Sequence[float]) -> Dict[str, fl
     `paired_t` of d = b - a, with "mean_a" and "mean_b"."""
     a, b = np.asarray(values_a, np.float64), np.asarray(values_b, np.float64)
     if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"Paired values need the same units: received shapes {a.shape} "
-                         f"and {b.shape}.")
+        raise ValueError(
+            f"Paired values need the same units: received shapes {a.shape} and {b.shape}."
+        )
     return dict(paired_t(b - a), mean_a=float(a.mean()), mean_b=float(b.mean()))

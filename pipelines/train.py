@@ -37,8 +37,8 @@ from pipelines import callbacks as callbacks_lib
 from pipelines import configs
 from pipelines import distribute
 from pipelines import experiment
-from pipelines import report
 from pipelines import memory
+from pipelines import report
 from pipelines.data import day_store
 from pipelines.data.interactions import DataError
 from pipelines.run_files import RunFiles
@@ -53,27 +53,47 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     old names too, as aliases)."""
     define = dict(flag_values=flag_values)
     flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.", **define)
-    flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).",
-                        **define)
-    flags.DEFINE_string("config_file", None,
-                        "A JSON file of config fields applied over --preset (flat, or a run's "
-                        "config.json); the flags given override it.", **define)
-    flags.DEFINE_enum("strategy", "default", list(configs.STRATEGIES),
-                      "tf.distribute strategy: default (one device), mirrored (this machine's "
-                      "GPUs), multi_worker (workers from TF_CONFIG), parameter_server (the "
-                      "tables sharded over the \"ps\" tasks of TF_CONFIG, steps run "
-                      "asynchronously by its workers; in-batch negatives come from each "
-                      "worker's own batch), tpu (unverified here).", **define)
-    flags.DEFINE_enum("partitioner", "min_size", list(configs.PARTITIONERS),
-                      "--strategy=parameter_server: how the embedding tables (and their "
-                      "optimizer slots) are sharded over the parameter servers: min_size "
-                      "(MinSizePartitioner: shards of at least --min_shard_bytes, at most one "
-                      "per server) or fixed_shards (FixedShardsPartitioner: one per server).",
-                      **define)
-    flags.DEFINE_integer("min_shard_bytes", 256 << 10,
-                         "--partitioner=min_size: the smallest shard, in bytes.", **define)
-    definers = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-                bool: flags.DEFINE_bool}
+    flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).", **define)
+    flags.DEFINE_string(
+        "config_file",
+        None,
+        "A JSON file of config fields applied over --preset (flat, or a run's "
+        "config.json); the flags given override it.",
+        **define,
+    )
+    flags.DEFINE_enum(
+        "strategy",
+        "default",
+        list(configs.STRATEGIES),
+        "tf.distribute strategy: default (one device), mirrored (this machine's "
+        "GPUs), multi_worker (workers from TF_CONFIG), parameter_server (the "
+        'tables sharded over the "ps" tasks of TF_CONFIG, steps run '
+        "asynchronously by its workers; in-batch negatives come from each "
+        "worker's own batch), tpu (unverified here).",
+        **define,
+    )
+    flags.DEFINE_enum(
+        "partitioner",
+        "min_size",
+        list(configs.PARTITIONERS),
+        "--strategy=parameter_server: how the embedding tables (and their "
+        "optimizer slots) are sharded over the parameter servers: min_size "
+        "(MinSizePartitioner: shards of at least --min_shard_bytes, at most one "
+        "per server) or fixed_shards (FixedShardsPartitioner: one per server).",
+        **define,
+    )
+    flags.DEFINE_integer(
+        "min_shard_bytes",
+        256 << 10,
+        "--partitioner=min_size: the smallest shard, in bytes.",
+        **define,
+    )
+    definers = {
+        str: flags.DEFINE_string,
+        int: flags.DEFINE_integer,
+        float: flags.DEFINE_float,
+        bool: flags.DEFINE_bool,
+    }
     for name, field in configs.FIELDS.items():
         kind = field.type if isinstance(field.type, type) else eval(field.type)  # pylint: disable=eval-used
         definers[kind](name, None, configs.flag_help(name), **define)
@@ -85,13 +105,18 @@ def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> configs.Config:
     """The preset, with --config_file's fields, then every flag that was given, applied;
     validated."""
     if flag_values.preset not in configs.PRESETS:
-        raise ValueError(f"--preset must be one of {', '.join(configs.PRESETS)}; received "
-                         f"--preset={flag_values.preset!r}.")
+        raise ValueError(
+            f"--preset must be one of {', '.join(configs.PRESETS)}; received "
+            f"--preset={flag_values.preset!r}."
+        )
     config = configs.PRESETS[flag_values.preset]
     if flag_values.config_file:
         config = config.replace(**configs.read_config_file(flag_values.config_file))
-    overrides = {name: flag_values[name].value for name in configs.FIELDS
-                 if flag_values[name].value is not None}
+    overrides = {
+        name: flag_values[name].value
+        for name in configs.FIELDS
+        if flag_values[name].value is not None
+    }
     return configs.validate(config.replace(**overrides))
 
 
@@ -110,11 +135,16 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
         # command's values.
         previous = configs.Config.from_dict(stored).flat()
         current = config.flat()
-        changed = sorted(name for name in configs.Config.stored_fields(stored)
-                         if name in current and previous[name] != current[name])
+        changed = sorted(
+            name
+            for name in configs.Config.stored_fields(stored)
+            if name in current and previous[name] != current[name]
+        )
         if changed:
-            raise ValueError(f"{output_dir} holds a run with another config (differs in "
-                             f"{', '.join(changed)}); use another --output_dir.")
+            raise ValueError(
+                f"{output_dir} holds a run with another config (differs in "
+                f"{', '.join(changed)}); use another --output_dir."
+            )
 
 
 class OutputDirError(ValueError):
@@ -124,8 +154,9 @@ class OutputDirError(ValueError):
 def _prepare_output_dir(output_dir: str) -> None:
     """Creates `output_dir`, or says why it cannot hold a run."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise OutputDirError(f"--output_dir={output_dir} is a file; give a directory (it is "
-                             "created when missing).")
+        raise OutputDirError(
+            f"--output_dir={output_dir} is a file; give a directory (it is created when missing)."
+        )
     try:
         os.makedirs(output_dir, exist_ok=True)
         probe = os.path.join(output_dir, f".write-test-{os.getpid()}")
@@ -133,8 +164,10 @@ def _prepare_output_dir(output_dir: str) -> None:
             pass
         os.remove(probe)
     except OSError as error:
-        raise OutputDirError(f"--output_dir={output_dir} cannot be written ({error.strerror}); "
-                             "give a directory this user can write to.") from None
+        raise OutputDirError(
+            f"--output_dir={output_dir} cannot be written ({error.strerror}); "
+            "give a directory this user can write to."
+        ) from None
 
 
 def peak_rss_mb() -> int:
@@ -170,8 +203,10 @@ class PhaseTimer:
             self.peak_rss_mb[name] = peak_rss_mb()
             self._open = None
             if self._say:
-                self._say(f"[{name}] {'failed after' if failed else 'done in'} {seconds:.1f} s "
-                          f"(peak memory {self.peak_rss_mb[name]:,} MB).")
+                self._say(
+                    f"[{name}] {'failed after' if failed else 'done in'} {seconds:.1f} s "
+                    f"(peak memory {self.peak_rss_mb[name]:,} MB)."
+                )
 
     @contextlib.contextmanager
     def __call__(self, name: str):
@@ -185,10 +220,15 @@ class PhaseTimer:
 
 
 # What each phase of `run` does, for its progress line.
-PHASES = {"data": "loading the data", "split": "splitting it", "build": "building the model",
-          "train": "training", "evaluate": "evaluating on the test split",
-          "baselines": "scoring the popularity (and oracle) baselines",
-          "export": "exporting SavedModels"}
+PHASES = {
+    "data": "loading the data",
+    "split": "splitting it",
+    "build": "building the model",
+    "train": "training",
+    "evaluate": "evaluating on the test split",
+    "baselines": "scoring the popularity (and oracle) baselines",
+    "export": "exporting SavedModels",
+}
 
 
 def _say(line: str) -> None:
@@ -211,8 +251,12 @@ def _write_config(config: configs.Config, output_dir: str) -> None:
         json.dump(config.as_dict(), f, indent=1)
 
 
-def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
-        strategy: Optional[tf.distribute.Strategy] = None) -> Dict:
+def run(
+    config: configs.Config,
+    output_dir: str,
+    verbose: Optional[int] = None,
+    strategy: Optional[tf.distribute.Strategy] = None,
+) -> Dict:
     """Trains, evaluates on the test split, writes OUTPUT/metrics.json and returns it.
 
     Under `strategy` (default: the current one) the model is built in its scope
@@ -240,8 +284,13 @@ def run(config: configs.Config, output_dir: str, verbose: Optional[int] = None,
         return _run(config, output_dir, verbose, strategy, chief)
 
 
-def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
-         strategy: tf.distribute.Strategy, chief: bool) -> Dict:
+def _run(
+    config: configs.Config,
+    output_dir: str,
+    verbose: Optional[int],
+    strategy: tf.distribute.Strategy,
+    chief: bool,
+) -> Dict:
     """`run`, the directory checked and locked (the chief) or not (a worker)."""
     tf.keras.utils.set_random_seed(config.training.seed)
     started = time.time()
@@ -257,9 +306,10 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         split = experiment.make_split(config, data, output_dir)
     with phases("build"), strategy.scope():
         model = experiment.build_model(config, data, split)
-        model.compile(optimizer=experiment.make_optimizer(config.training, model,
-                                                          parameter_server),
-                      jit_compile=experiment.uses_xla(config, strategy))
+        model.compile(
+            optimizer=experiment.make_optimizer(config.training, model, parameter_server),
+            jit_compile=experiment.uses_xla(config, strategy),
+        )
     pass_steps = experiment.pass_steps(config, split)
     steps_per_epoch = config.training.steps_per_epoch or pass_steps
     if chief:
@@ -267,13 +317,19 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         experiment.save_vocabularies(config, output_dir)
     files = RunFiles(output_dir)
     checkpoint = tf.keras.callbacks.ModelCheckpoint(
-        files.best, monitor=callbacks_lib.VALIDATION_METRIC, mode="max", save_best_only=True,
-        save_weights_only=True)
+        files.best,
+        monitor=callbacks_lib.VALIDATION_METRIC,
+        mode="max",
+        save_best_only=True,
+        save_weights_only=True,
+    )
     early_stopping = tf.keras.callbacks.EarlyStopping(
-        monitor=callbacks_lib.VALIDATION_METRIC, mode="max", patience=config.training.patience)
+        monitor=callbacks_lib.VALIDATION_METRIC, mode="max", patience=config.training.patience
+    )
     # Every worker reads the chief's progress (early stopping must agree); the chief writes it.
-    progress = callbacks_lib.TrainingProgress(files.progress, early_stopping,
-                                checkpoint, started, write=chief)
+    progress = callbacks_lib.TrainingProgress(
+        files.progress, early_stopping, checkpoint, started, write=chief
+    )
     input_start = callbacks_lib.InputStart()
     if parameter_server:
         # Epoch granularity: a coordinator's steps reach no per-step callback, so the backup
@@ -281,12 +337,10 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         non_finite, backup = _EpochNonFiniteLoss(), _EpochBackup(files.backup)
     else:
         non_finite = callbacks_lib.StopOnNonFiniteLoss()
-        backup = callbacks_lib.EpochEndBackup(files.backup,
-                                              save_freq=config.training.backup_every)
+        backup = callbacks_lib.EpochEndBackup(files.backup, save_freq=config.training.backup_every)
     callbacks = [
         non_finite,  # First: before a backup of a NaN step.
-        callbacks_lib.ValidationMetrics(config, split.validation,
-                                        split.test if chief else None),
+        callbacks_lib.ValidationMetrics(config, split.validation, split.test if chief else None),
         backup,
         input_start,  # After the backup, which restores the step.
         checkpoint,
@@ -297,39 +351,56 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
     ]
     source = model.objective.task.sampler.frequency if model.objective.task else None
     streaming = getattr(source, "streaming", False)
-    if (chief and streaming and config.training.drift_every and config.training.order == "time"
-            and not parameter_server):  # A per-step callback, which a coordinator refuses.
+    if (
+        chief
+        and streaming
+        and config.training.drift_every
+        and config.training.order == "time"
+        and not parameter_server
+    ):  # A per-step callback, which a coordinator refuses.
         callbacks.append(callbacks_lib.drift_callback(config, split, source, files))
     trained = progress.finished_run() if files.has_best() else None
     if trained is None:
         phases.start("train")
-        history = model.fit(experiment.training_input(config, split, input_start.step, strategy),
-                            epochs=config.training.epochs, steps_per_epoch=steps_per_epoch,
-                            callbacks=callbacks, verbose=verbose)
+        history = model.fit(
+            experiment.training_input(config, split, input_start.step, strategy),
+            epochs=config.training.epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
         if parameter_server:  # Where the tables' shards and the estimator's state live.
-            placement = distribute.placement(experiment.embedding_tables(model),
-                                             source if streaming else None)
+            placement = distribute.placement(
+                experiment.embedding_tables(model), source if streaming else None
+            )
         progress.finish(
             **({"placement": placement} if parameter_server else {}),
             steps=int(model.optimizer.iterations.numpy()),  # Before the best weights load.
             estimator_steps=int(source.step.numpy()) if streaming else None,
             # The last epoch's training logs (loss and the task's diagnostics).
             last_epoch={k: float(v[-1]) for k, v in history.history.items() if v},
-            estimator_state_digest=distribute.state_digest(source) if streaming else None)
+            estimator_state_digest=distribute.state_digest(source) if streaming else None,
+        )
         trained = progress.state
         if chief:  # progress.json now says training is done: the backup has served.
             shutil.rmtree(files.backup, ignore_errors=True)
             if split.stream is not None:  # And so have the training examples on disk.
                 day_store.remove_examples(split.stream.directory)
     else:
-        print(f"{output_dir} finished training earlier ({trained['epochs']} epochs); "
-              "evaluating its best checkpoint.", flush=True)
+        print(
+            f"{output_dir} finished training earlier ({trained['epochs']} epochs); "
+            "evaluating its best checkpoint.",
+            flush=True,
+        )
     train_seconds = trained["seconds"]
     steps, estimator_steps = trained["steps"], trained["estimator_steps"]
-    replicas = {"strategy": type(strategy).__name__, "last_epoch": trained["last_epoch"],
-                "num_replicas": strategy.num_replicas_in_sync,
-                "estimator_state_digest": trained["estimator_state_digest"],
-                **distribute.cluster_sizes(strategy)}
+    replicas = {
+        "strategy": type(strategy).__name__,
+        "last_epoch": trained["last_epoch"],
+        "num_replicas": strategy.num_replicas_in_sync,
+        "estimator_state_digest": trained["estimator_state_digest"],
+        **distribute.cluster_sizes(strategy),
+    }
     if "placement" in trained:
         replicas["placement"] = trained["placement"]
     if not chief:
@@ -351,27 +422,35 @@ def _run(config: configs.Config, output_dir: str, verbose: Optional[int],
         metrics = dict(report.test_report(model, config, split, data))
     with phases("baselines"):
         baselines = report.baselines(config, split, data)
-    metrics.update({
-        "baselines": baselines,
-        # Over the whole run, the epochs before a restart included.
-        "best_validation_ndcg@10": np.nan if trained["best"] is None else trained["best"],
-        "epochs_run": trained["epochs"],
-        "best_epoch": trained.get("best_epoch"),  # 0-based; early stopping's patience ran after.
-        "steps": steps,
-        "resumed_from_step": progress.step,
-        "estimator_steps": estimator_steps,  # Updates a streaming estimator received.
-        **replicas,
-        "steps_per_epoch": steps_per_epoch,
-        "train_seconds": round(train_seconds, 1),
-        "num_users": data.num_users, "num_items": data.num_items,
-        "duplicate_events": data.duplicates,  # Exact duplicates dropped while loading.
-        "num_test_queries": len(split.test.users),
-        "config": config.as_dict(),
-        "git_revision": report.git_revision(),
-    })
+    metrics.update(
+        {
+            "baselines": baselines,
+            # Over the whole run, the epochs before a restart included.
+            "best_validation_ndcg@10": np.nan if trained["best"] is None else trained["best"],
+            "epochs_run": trained["epochs"],
+            "best_epoch": trained.get(
+                "best_epoch"
+            ),  # 0-based; early stopping's patience ran after.
+            "steps": steps,
+            "resumed_from_step": progress.step,
+            "estimator_steps": estimator_steps,  # Updates a streaming estimator received.
+            **replicas,
+            "steps_per_epoch": steps_per_epoch,
+            "train_seconds": round(train_seconds, 1),
+            "num_users": data.num_users,
+            "num_items": data.num_items,
+            "duplicate_events": data.duplicates,  # Exact duplicates dropped while loading.
+            "num_test_queries": len(split.test.users),
+            "config": config.as_dict(),
+            "git_revision": report.git_revision(),
+        }
+    )
     if config.data.dataset in configs.EVENT_LOGS:
-        metrics["event_log"] = {key: value for key, value in experiment.event_log_facts(
-            config, output_dir).items() if key != "integer_ids"}
+        metrics["event_log"] = {
+            key: value
+            for key, value in experiment.event_log_facts(config, output_dir).items()
+            if key != "integer_ids"
+        }
     with phases("export"):
         if files.has_best():
             # A plain copy of the best weights: the trained model's optimizer slots (Adagrad's
@@ -397,8 +476,7 @@ class _EpochNonFiniteLoss(callbacks_lib.StopOnNonFiniteLoss):
     on_train_batch_end = tf.keras.callbacks.Callback.on_train_batch_end
 
     def on_epoch_end(self, epoch, logs=None):
-        callbacks_lib.StopOnNonFiniteLoss.on_train_batch_end(self, self.params["steps"] - 1,
-                                                             logs)
+        callbacks_lib.StopOnNonFiniteLoss.on_train_batch_end(self, self.params["steps"] - 1, logs)
 
 
 class _EpochBackup(callbacks_lib.EpochEndBackup):
@@ -431,25 +509,36 @@ def main(argv):
         distribute.serve_parameter_server_task()  # A worker or a parameter server.
         return
     try:
-        strategy = distribute.make_strategy(FLAGS.strategy, FLAGS.partitioner,
-                                            FLAGS.min_shard_bytes)
+        strategy = distribute.make_strategy(
+            FLAGS.strategy, FLAGS.partitioner, FLAGS.min_shard_bytes
+        )
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     try:
         metrics = run(config, FLAGS.output_dir, strategy=strategy)
-    except (OutputDirError, RunInUse, callbacks_lib.BackupError, callbacks_lib.NonFiniteLoss,
-            DataError) as error:
+    except (
+        OutputDirError,
+        RunInUse,
+        callbacks_lib.BackupError,
+        callbacks_lib.NonFiniteLoss,
+        DataError,
+    ) as error:
         sys.exit(f"error: {error}")  # Named errors: the message says it all, no traceback.
     if "config" not in metrics:  # A non-chief worker: the chief evaluates and writes.
-        print(f"\nWorker done: {metrics['steps']} steps on {metrics['num_replicas']} replicas "
-              f"({metrics['strategy']}); estimator state {metrics['estimator_state_digest']}.")
+        print(
+            f"\nWorker done: {metrics['steps']} steps on {metrics['num_replicas']} replicas "
+            f"({metrics['strategy']}); estimator state {metrics['estimator_state_digest']}."
+        )
         return
     index = "exact search" if config.training.index != "scann" else "ScaNN"
     loss = config.loss
-    print(f"\n{config.model.model} on {config.data.dataset} ({config.data.split}), "
-          f"{loss.loss} / {loss.negatives} / {loss.correction}: {metrics['epochs_run']} epochs, {metrics['steps']} steps, "
-          f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users, "
-          f"{index}, history filtered:\n")
+    print(
+        f"\n{config.model.model} on {config.data.dataset} ({config.data.split}), "
+        f"{loss.loss} / {loss.negatives} / {loss.correction}: {metrics['epochs_run']} epochs, "
+        f"{metrics['steps']} steps, "
+        f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users, "
+        f"{index}, history filtered:\n"
+    )
     print(report.format_metrics(metrics))
     print(report.describe_indexes(metrics))
     print(f"\nWrote {RunFiles(FLAGS.output_dir).metrics}")

@@ -14,6 +14,8 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tfrs_logq  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position
+
+# isort: split
 import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 
 NUM_LOGICAL_CPUS = 2
@@ -24,7 +26,8 @@ del tf.test.TestCase.test_session
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+    [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,12 +38,14 @@ def mirrored_strategy() -> tf.distribute.MirroredStrategy:
     collective keys where the first did, and their collectives then collide.
     """
     return tf.distribute.MirroredStrategy(
-        [d.name for d in tf.config.list_logical_devices("CPU")[:NUM_LOGICAL_CPUS]])
+        [d.name for d in tf.config.list_logical_devices("CPU")[:NUM_LOGICAL_CPUS]]
+    )
 
 
 def reset_draws(layer: tf.Module) -> None:
     """Restarts the draws of every negative sampler in `layer` (the same draws again)."""
     from tfrs_logq import negatives  # pylint: disable=import-outside-toplevel
+
     layers = layer._flatten_layers() if hasattr(layer, "_flatten_layers") else [layer]  # pylint: disable=protected-access
     for sublayer in layers:
         if isinstance(sublayer, negatives.NegativeSampler):

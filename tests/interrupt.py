@@ -18,7 +18,9 @@ import os
 import signal
 import sys
 
-import tfrs_logq  # noqa: F401  pylint: disable=unused-import  (sets TF_USE_LEGACY_KERAS)
+import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
+
+# isort: split
 import tensorflow as tf
 from absl import app
 

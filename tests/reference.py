@@ -1,4 +1,5 @@
-"""Plain numpy references for the library's formulas (docs/design.md), written for clarity, not speed."""
+"""Plain numpy references for the library's formulas (docs/design.md), written for clarity,
+not speed."""
 
 import numpy as np
 
@@ -29,10 +30,16 @@ def sampled_inputs(seed, batch=6, num=9, mask_rate=0.3, per_row_log_q=False):
 # loss = 0.6 * log 3 (weight 0.6).
 EXACT_SAMPLED = dict(
     inputs=(np.zeros([1], np.float32), np.zeros([1, 2], np.float32)),
-    kwargs=dict(negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
-                positive_log_q=np.log([0.25]).astype(np.float32)),
-    losses=dict(none=np.log(3.0), standard=np.log(2.0), standard_negatives=np.log(5.0),
-                improved=0.6 * np.log(3.0)),
+    kwargs=dict(
+        negative_log_q=np.log([0.5, 0.5]).astype(np.float32),
+        positive_log_q=np.log([0.25]).astype(np.float32),
+    ),
+    losses=dict(
+        none=np.log(3.0),
+        standard=np.log(2.0),
+        standard_negatives=np.log(5.0),
+        improved=0.6 * np.log(3.0),
+    ),
     improved_weight=0.6,
 )
 
@@ -49,11 +56,13 @@ def partition_without(positive):
 
 def z_hat(ids, mask, log_q_prime):
     """(1/n) sum_i m_i exp(s_i - log Q'_i) for one row, and n."""
-    terms = np.where(mask, np.exp(SCORES[np.asarray(ids)].astype(np.float64)
-                                  - np.asarray(log_q_prime, np.float64)), 0.0)
+    terms = np.where(
+        mask,
+        np.exp(SCORES[np.asarray(ids)].astype(np.float64) - np.asarray(log_q_prime, np.float64)),
+        0.0,
+    )
     count = float(np.sum(mask))
     return terms.sum() / max(count, 1.0), count
-
 
 
 def logsumexp(x):
@@ -64,8 +73,17 @@ def logsumexp(x):
     return m + np.log(np.exp(x - m).sum())
 
 
-def sampled_softmax(pos, neg, correction, neg_log_q=None, pos_log_q=None, mask=None,
-                    excludes=False, log_q_scale=1.0, num_hard=None):
+def sampled_softmax(
+    pos,
+    neg,
+    correction,
+    neg_log_q=None,
+    pos_log_q=None,
+    mask=None,
+    excludes=False,
+    log_q_scale=1.0,
+    num_hard=None,
+):
     """Per-example loss and (for "improved") weight, row by row.
 
     `log_q_scale`: lambda, every log Q (log Q') subtracted is lambda log Q. `num_hard`: only
@@ -92,7 +110,7 @@ def sampled_softmax(pos, neg, correction, neg_log_q=None, pos_log_q=None, mask=N
         if num_hard is not None:  # The top num_hard valid corrected logits.
             order = np.argsort(-np.where(valid, corrected, -np.inf), kind="stable")
             keep = np.zeros(num, bool)
-            keep[order[:min(num_hard, n)]] = True
+            keep[order[: min(num_hard, n)]] = True
             valid = valid & keep
         if correction == "none":
             losses.append(-pos[b] + logsumexp(np.concatenate([[pos[b]], neg[b][valid]])))
@@ -154,8 +172,11 @@ def hashed_frequency(stream, buckets_of, alpha, first_gap=True):
             for bucket in buckets_of(item):
                 seen = last.get(bucket, 0)
                 now = step - seen
-                value = now if (first_gap and seen == 0) else (
-                    (1 - alpha) * gap.get(bucket, 0.0) + alpha * now)
+                value = (
+                    now
+                    if (first_gap and seen == 0)
+                    else ((1 - alpha) * gap.get(bucket, 0.0) + alpha * now)
+                )
                 new_last[bucket], new_gap[bucket] = step, value
         last.update(new_last)
         gap.update(new_gap)
@@ -164,6 +185,7 @@ def hashed_frequency(stream, buckets_of, alpha, first_gap=True):
     def estimate(item):
         gaps = [max(gap[b], 1.0) if last.get(b, 0) > 0 else step + 1.0 for b in buckets_of(item)]
         return max(gaps), 1.0 / max(gaps) / draws
+
     return estimate
 
 
@@ -195,6 +217,7 @@ def count_min(stream, buckets_of, decay, conservative=False, min_count=0.5):
     def estimate(item):
         count = min(counts.get(b, 0.0) for b in buckets_of(item))
         return max(count, min_count) / max(total, min_count)
+
     return estimate
 
 
@@ -208,6 +231,7 @@ def gsasrec_forward(inputs, weights, num_heads, epsilon=1e-5):
         "second_norm": (gain, bias), "query", "key", "value", "dense1", "dense2":
         (kernel [in, out], bias)}]}.
     """
+
     def layer_norm(x, norm):
         mean = x.mean(-1, keepdims=True)
         var = ((x - mean) ** 2).mean(-1, keepdims=True)
@@ -225,8 +249,11 @@ def gsasrec_forward(inputs, weights, num_heads, epsilon=1e-5):
     for block in weights["blocks"]:
         x = layer_norm(seq, block["first_norm"])
         queries, keys = x, seq
-        q, k, v = (heads(linear(queries, block["query"])), heads(linear(keys, block["key"])),
-                   heads(linear(keys, block["value"])))
+        q, k, v = (
+            heads(linear(queries, block["query"])),
+            heads(linear(keys, block["key"])),
+            heads(linear(keys, block["value"])),
+        )
         outputs = q @ k.transpose(0, 2, 1) / np.sqrt(k.shape[-1])
         key_masks = np.tile(np.sign(np.abs(keys).sum(-1)), [num_heads, 1])
         key_masks = np.repeat(key_masks[:, None, :], queries.shape[1], axis=1)

@@ -18,16 +18,26 @@ from tfrs_logq import frequency
 
 def run_benchmark(name: str, *flags: str, timeout: int) -> subprocess.CompletedProcess:
     """Runs `python -m benchmarks.NAME FLAGS...`, capturing its output."""
-    return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *flags],
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class GradientBiasTest(tf.test.TestCase):
-
     def test_improved_removes_the_tail_bias_of_standard(self):
-        rows = gradient_bias.run_study(num_items=500, exponent=1.0, num_negatives=[16],
-                                       trials=1500, tail_quantile=0.9, samplers=["in_batch"],
-                                       seed=0)
+        rows = gradient_bias.run_study(
+            num_items=500,
+            exponent=1.0,
+            num_negatives=[16],
+            trials=1500,
+            tail_quantile=0.9,
+            samplers=["in_batch"],
+            seed=0,
+        )
         error = {(r["correction"], r["positive"]): r["relative_error"] for r in rows}
         noise = max(r["noise_floor"] for r in rows)
         # Standard logQ over-weights a tail positive; improved is within noise of the truth.
@@ -41,9 +51,15 @@ class GradientBiasTest(tf.test.TestCase):
 
     def test_command_line_writes_table_and_plot(self):
         out = tempfile.mkdtemp()
-        result = run_benchmark("gradient_bias", f"--output_dir={out}", "--num_items=100",
-                               "--num_negatives=4", "--trials=50", "--samplers=uniform,mixed",
-                               timeout=600)
+        result = run_benchmark(
+            "gradient_bias",
+            f"--output_dir={out}",
+            "--num_items=100",
+            "--num_negatives=4",
+            "--trials=50",
+            "--samplers=uniform,mixed",
+            timeout=600,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn("| mixed | 4 |", result.stdout)
         for name in ("gradient_bias.png", "gradient_bias.json", "gradient_bias.md"):
@@ -52,25 +68,32 @@ class GradientBiasTest(tf.test.TestCase):
     def test_bad_flag_is_reported(self):
         result = run_benchmark("gradient_bias", "--samplers=random", timeout=600)
         self.assertNotEqual(result.returncode, 0)
-        self.assertIn("--samplers must name in_batch, uniform or mixed; received 'random'",
-                      result.stderr)
-        for value, message in (("4,x", "--num_negatives must be integers; received ['4', 'x']"),
-                               ("1", "--num_negatives must be >= 2; received ['1']")):
+        self.assertIn(
+            "--samplers must name in_batch, uniform or mixed; received 'random'", result.stderr
+        )
+        for value, message in (
+            ("4,x", "--num_negatives must be integers; received ['4', 'x']"),
+            ("1", "--num_negatives must be >= 2; received ['1']"),
+        ):
             result = run_benchmark("gradient_bias", f"--num_negatives={value}", timeout=600)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)
 
 
 class EstimatorAccuracyTest(tf.test.TestCase):
-
     def test_count_min_tracks_q_and_the_drift_and_hashed_saturates(self):
         def stream():
-            return estimator_accuracy.Stream(num_items=2000, exponent=1.0, batch_size=256,
-                                             drift_step=200, seed=0)
+            return estimator_accuracy.Stream(
+                num_items=2000, exponent=1.0, batch_size=256, drift_step=200, seed=0
+            )
 
         count_min = estimator_accuracy.run_stream(
             lambda: frequency.CountMinSketchEstimator(width=8192, depth=4, decay=0.95),
-            stream(), steps=400, eval_every=10, tail_band=(500, 1000))
+            stream(),
+            steps=400,
+            eval_every=10,
+            tail_band=(500, 1000),
+        )
         before = count_min["before_drift"]
         # decay 0.95 averages ~39 steps' draws: the rank-50 item (0.63 draws a step) has
         # ~25 effective draws, a relative error of ~0.2, so a median of ~0.13 over the top-100.
@@ -84,7 +107,11 @@ class EstimatorAccuracyTest(tf.test.TestCase):
 
         hashed = estimator_accuracy.run_stream(
             lambda: frequency.HashedFrequencyEstimator(num_buckets=8192, num_hashes=2),
-            stream(), steps=400, eval_every=10, tail_band=(500, 1000))
+            stream(),
+            steps=400,
+            eval_every=10,
+            tail_band=(500, 1000),
+        )
         top = hashed["before_drift"]["head"][0]
         # The top item (q = 0.12, ~31 draws a step) is seen every step: per-draw 1/256.
         self.assertAllClose(top["q_hat"], 1 / 256, rtol=1e-3)
@@ -93,29 +120,53 @@ class EstimatorAccuracyTest(tf.test.TestCase):
 
     def test_command_line_writes_table_and_plot(self):
         out = tempfile.mkdtemp()
-        result = run_benchmark("estimator_accuracy", f"--output_dir={out}", "--catalogs=3000",
-                               "--exponents=1.0", "--batch_size=64", "--steps=120",
-                               "--drift_step=60", "--eval_every=20", "--tail_band=500,1000",
-                               "--memory_mb=0.05", "--timing_items=2000", "--timing_rounds=1",
-                               "--timing_steps=2", timeout=600)
+        result = run_benchmark(
+            "estimator_accuracy",
+            f"--output_dir={out}",
+            "--catalogs=3000",
+            "--exponents=1.0",
+            "--batch_size=64",
+            "--steps=120",
+            "--drift_step=60",
+            "--eval_every=20",
+            "--tail_band=500,1000",
+            "--memory_mb=0.05",
+            "--timing_items=2000",
+            "--timing_rounds=1",
+            "--timing_steps=2",
+            timeout=600,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertRegex(result.stdout, r"\| Zipf 1 / 3,000 items \| hashed m=2 alpha=0.01 \| "
-                         r"0.05 \| [0-9.]+ \|")
-        self.assertRegex(result.stdout, r"\| count-min d=4 decay=0.999 \| [0-9,]+ \| [0-9.]+ \| "
-                         r"[0-9.]+% \| [0-9.]+x \|")
-        self.assertRegex(result.stdout, r"Largest update \+ lookup cost: [0-9.]+% of the training "
-                         r"step")
-        for name in ("estimator_accuracy.png", "estimator_accuracy.json",
-                     "estimator_accuracy.md"):
+        self.assertRegex(
+            result.stdout,
+            r"\| Zipf 1 / 3,000 items \| hashed m=2 alpha=0.01 \| "
+            r"0.05 \| [0-9.]+ \|",
+        )
+        self.assertRegex(
+            result.stdout,
+            r"\| count-min d=4 decay=0.999 \| [0-9,]+ \| [0-9.]+ \| "
+            r"[0-9.]+% \| [0-9.]+x \|",
+        )
+        self.assertRegex(
+            result.stdout,
+            r"Largest update \+ lookup cost: [0-9.]+% of the training "
+            r"step",
+        )
+        for name in ("estimator_accuracy.png", "estimator_accuracy.json", "estimator_accuracy.md"):
             self.assertTrue(os.path.getsize(os.path.join(out, name)) > 0, name)
 
     def test_bad_flags_are_reported(self):
         for flag, message in (
-                ("--estimators=lossy", "--estimators: unknown estimator 'lossy'; choose from "
-                                       "hashed m=2 alpha=0.01"),
-                ("--drift_step=5000", "--drift_step must be below --steps=4000; received "
-                                      "--drift_step=5000"),
-                ("--catalogs=1", "--exponents must be positive, --catalogs at least 2")):
+            (
+                "--estimators=lossy",
+                "--estimators: unknown estimator 'lossy'; choose from hashed m=2 alpha=0.01",
+            ),
+            (
+                "--drift_step=5000",
+                "--drift_step must be below --steps=4000; received --drift_step=5000",
+            ),
+            ("--catalogs=1", "--exponents must be positive, --catalogs at least 2"),
+        ):
             result = run_benchmark("estimator_accuracy", flag, timeout=600)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)
@@ -123,61 +174,104 @@ class EstimatorAccuracyTest(tf.test.TestCase):
 
 @pytest.mark.slow
 class TrainStepTest(tf.test.TestCase):
-
     def test_command_line_times_rows_with_and_without_xla(self):
-        result = run_benchmark("train_step", "--presets=smoke", "--dataset=synthetic",
-                               "--rows=in_batch-improved,full_softmax", "--rounds=1",
-                               "--steps_per_round=1", timeout=900)
+        result = run_benchmark(
+            "train_step",
+            "--presets=smoke",
+            "--dataset=synthetic",
+            "--rows=in_batch-improved,full_softmax",
+            "--rounds=1",
+            "--steps_per_round=1",
+            timeout=900,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         for row in ("in_batch-improved", "full_softmax"):
-            self.assertRegex(result.stdout, r"\| " + row + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ "
-                                            r"\| [0-9.]+x \|")
+            self.assertRegex(
+                result.stdout,
+                r"\| " + row + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ "
+                r"\| [0-9.]+x \|",
+            )
 
 
 @pytest.mark.slow
 class LossOverheadTest(tf.test.TestCase):
-
     def test_command_line_prints_the_ratios(self):
-        result = run_benchmark("loss_overhead", "--num_items=20000", "--batch_sizes=256",
-                               "--ids=int,string", "--sources=column,count_min",
-                               "--rounds=1", "--steps_per_round=2", timeout=900)
+        result = run_benchmark(
+            "loss_overhead",
+            "--num_items=20000",
+            "--batch_sizes=256",
+            "--ids=int,string",
+            "--sources=column,count_min",
+            "--rounds=1",
+            "--steps_per_round=2",
+            timeout=900,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        for variant in ("LogQRetrieval standard, Q: column",
-                        "LogQRetrieval standard_negatives, Q: count_min",
-                        "LogQRetrieval improved, Q: count_min"):
-            self.assertRegex(result.stdout, r"\| " + re.escape(variant) + r" \| [0-9.]+ \| [0-9.]+x \|")
+        for variant in (
+            "LogQRetrieval standard, Q: column",
+            "LogQRetrieval standard_negatives, Q: count_min",
+            "LogQRetrieval improved, Q: count_min",
+        ):
+            self.assertRegex(
+                result.stdout, r"\| " + re.escape(variant) + r" \| [0-9.]+ \| [0-9.]+x \|"
+            )
             for ids in ("int", "string"):
-                self.assertRegex(result.stdout,
-                                 r"\| " + ids + r" \| " + re.escape(variant) + r" \| [0-9.]+x \|")
+                self.assertRegex(
+                    result.stdout, r"\| " + ids + r" \| " + re.escape(variant) + r" \| [0-9.]+x \|"
+                )
         self.assertRegex(result.stdout, r"Worst ratio: [0-9.]+x")
 
     def test_tutorial_and_memory_modes(self):
-        result = run_benchmark("loss_overhead", "--tutorial", "--rounds=1", "--steps_per_round=1",
-                               timeout=900)
+        result = run_benchmark(
+            "loss_overhead", "--tutorial", "--rounds=1", "--steps_per_round=1", timeout=900
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertRegex(result.stdout, r"\| LogQRetrieval improved, StaticFrequency \| [0-9.]+ "
-                                        r"\| [0-9.]+x \|")
-        result = run_benchmark("loss_overhead", "--memory", "--batch_sizes=512",
-                               "--num_items=5000", "--rounds=1", "--steps_per_round=2",
-                               timeout=900)
+        self.assertRegex(
+            result.stdout,
+            r"\| LogQRetrieval improved, StaticFrequency \| [0-9.]+ "
+            r"\| [0-9.]+x \|",
+        )
+        result = run_benchmark(
+            "loss_overhead",
+            "--memory",
+            "--batch_sizes=512",
+            "--num_items=5000",
+            "--rounds=1",
+            "--steps_per_round=2",
+            timeout=900,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| tfrs Retrieval, Q: column \| [0-9]+ \| [0-9.]+ \|  \|")
-        self.assertRegex(result.stdout, r"\| LogQRetrieval improved, Q: column \| [0-9]+ "
-                                        r"\| [0-9.]+ \| [0-9.]+x \|")
-
+        self.assertRegex(
+            result.stdout,
+            r"\| LogQRetrieval improved, Q: column \| [0-9]+ "
+            r"\| [0-9.]+ \| [0-9.]+x \|",
+        )
 
 
 class DenseScoringTest(tf.test.TestCase):
-
     def test_command_line_times_both_paths(self):
-        result = run_benchmark("dense_scoring", "--catalogs=500", "--negatives=1,64,600",
-                               "--examples=128", "--rounds=1", "--steps_per_round=1", timeout=300)
+        result = run_benchmark(
+            "dense_scoring",
+            "--catalogs=500",
+            "--negatives=1,64,600",
+            "--examples=128",
+            "--rounds=1",
+            "--steps_per_round=1",
+            timeout=300,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         # k = 600 is not below the catalog's 500 items: skipped.
-        self.assertRegex(result.stdout, r"\| 500 \| 1 \| 500 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x "
-                                        r"\| gather \| (gather|whole table) \|")
-        self.assertRegex(result.stdout, r"\| 500 \| 64 \| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x "
-                                        r"\| whole table \| (gather|whole table) \|")
+        self.assertRegex(
+            result.stdout,
+            r"\| 500 \| 1 \| 500 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x "
+            r"\| gather \| (gather|whole table) \|",
+        )
+        self.assertRegex(
+            result.stdout,
+            r"\| 500 \| 64 \| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x "
+            r"\| whole table \| (gather|whole table) \|",
+        )
         self.assertNotIn("| 600 |", result.stdout)
         self.assertRegex(result.stdout, r"picks the slower path in [0-2] of 2 settings")
 
@@ -189,10 +283,10 @@ class DenseScoringTest(tf.test.TestCase):
 
 @pytest.mark.slow
 class InputPipelineTest(tf.test.TestCase):
-
     def test_command_line_prints_the_ratios(self):
-        result = run_benchmark("input_pipeline", "--batches=20", "--train_steps=5",
-                               "--dataset=synthetic", timeout=900)
+        result = run_benchmark(
+            "input_pipeline", "--batches=20", "--train_steps=5", "--dataset=synthetic", timeout=900
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         for builder in ("sasrec", "two_tower"):
             self.assertRegex(result.stdout, rf"\| {builder} \| [0-9,]+ \| [0-9,]+ \| [0-9.]+x \|")
@@ -205,9 +299,12 @@ class MainJobTest(tf.test.TestCase):
     def test_synthetic_preset(self):
         out = tempfile.mkdtemp()
         result = subprocess.run(
-            [sys.executable, "-m", "pipelines.train", "--preset=synthetic",
-             f"--output_dir={out}"],
-            capture_output=True, text=True, timeout=900, check=False)
+            [sys.executable, "-m", "pipelines.train", "--preset=synthetic", f"--output_dir={out}"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn("| oracle (baseline) | ndcg |", result.stdout)
         self.assertTrue(os.path.exists(os.path.join(out, "metrics.json")))
@@ -215,17 +312,24 @@ class MainJobTest(tf.test.TestCase):
 
 @pytest.mark.slow
 class AnnTest(tf.test.TestCase):
-
     def test_command_line_prints_the_comparison(self):
-        result = run_benchmark("ann", "--catalogs=20000", "--users=200", "--train_steps=5",
-                               "--queries=200", timeout=900)
+        result = run_benchmark(
+            "ann",
+            "--catalogs=20000",
+            "--users=200",
+            "--train_steps=5",
+            "--queries=200",
+            timeout=900,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertRegex(result.stdout, r"\| 20,000 \| trained \| default \| 141 \(28\) / 600 \| "
-                         r"[0-9.]+ / [0-9.]+ \| [0-9,]+ / [0-9,]+ \| [0-9.]+x \| [0-9.]+ \|")
+        self.assertRegex(
+            result.stdout,
+            r"\| 20,000 \| trained \| default \| 141 \(28\) / 600 \| "
+            r"[0-9.]+ / [0-9.]+ \| [0-9,]+ / [0-9,]+ \| [0-9.]+x \| [0-9.]+ \|",
+        )
 
 
 class AnnClusteredTest(tf.test.TestCase):
-
     def test_clustered_embeddings(self):
         queries, items = ann.clustered_embeddings(1000, 10, 8, clusters=20, spread=1.0, seed=0)
         self.assertEqual((queries.shape, items.shape), ((10, 8), (1001, 8)))
@@ -233,93 +337,161 @@ class AnnClusteredTest(tf.test.TestCase):
         self.assertAllEqual(items[0], np.zeros(8))
         # Norms from 1 (the least popular item) to 1 + 0.05 ln(1000) (the most popular).
         norms = np.linalg.norm(items[1:], axis=1)
-        self.assertAllClose([norms.min(), norms.max()], [1.0, 1.0 + 0.05 * np.log(1000)],
-                            atol=1e-3)
+        self.assertAllClose([norms.min(), norms.max()], [1.0, 1.0 + 0.05 * np.log(1000)], atol=1e-3)
         again, _ = ann.clustered_embeddings(1000, 10, 8, clusters=20, spread=1.0, seed=0)
         self.assertAllEqual(queries, again)
 
     def test_command_line_times_each_search_setting(self):
-        result = run_benchmark("ann", "--embeddings=clustered", "--catalogs=3000",
-                               "--queries=50", "--dim=8", "--search=default,4:100", timeout=300)
+        result = run_benchmark(
+            "ann",
+            "--embeddings=clustered",
+            "--catalogs=3000",
+            "--queries=50",
+            "--dim=8",
+            "--search=default,4:100",
+            timeout=300,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         for setting in (r"default \| 54 \(16\) / 600", r"4:100 \| 54 \(4\) / 100"):
-            self.assertRegex(result.stdout, r"\| 3,000 \| clustered \| " + setting +
-                             r" \| [0-9.]+ / [0-9.]+ \| [0-9,]+ / [0-9,]+ \| [0-9.]+x \| "
-                             r"[0-9.]+ \|")
+            self.assertRegex(
+                result.stdout,
+                r"\| 3,000 \| clustered \| "
+                + setting
+                + r" \| [0-9.]+ / [0-9.]+ \| [0-9,]+ / [0-9,]+ \| [0-9.]+x \| "
+                r"[0-9.]+ \|",
+            )
         result = run_benchmark("ann", "--search=4", timeout=300)
         self.assertNotEqual(result.returncode, 0)
-        self.assertIn("--search entries must be 'default' or LEAVES:REORDER; received '4'",
-                      result.stderr)
+        self.assertIn(
+            "--search entries must be 'default' or LEAVES:REORDER; received '4'", result.stderr
+        )
 
 
 @pytest.mark.slow
 class ScalingTest(tf.test.TestCase):
-
     def test_command_line_prints_the_table(self):
-        result = run_benchmark("scaling", "--num_items=5000", "--batch_size=256", "--rounds=1",
-                               "--steps_per_round=2", timeout=900)
+        result = run_benchmark(
+            "scaling",
+            "--num_items=5000",
+            "--batch_size=256",
+            "--rounds=1",
+            "--steps_per_round=2",
+            timeout=900,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertRegex(result.stdout, r"\| 1 replica \(default strategy\) \| [0-9.]+ \| "
-                         r"[0-9.]+ \| [0-9,]+ \| 1.00x \| – \| – \|")
-        for setup in (r"2 replicas, 1 process \(MirroredStrategy\)",
-                      r"2 local workers \(MultiWorkerMirroredStrategy\)"):
-            self.assertRegex(result.stdout, setup + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ \| "
-                             r"[0-9.]+x \| [0-9.]+ ms \([0-9.]+%\) \| "
-                             r"[+-][0-9.]+ ms \([+-][0-9.]+%\) \|")
+        self.assertRegex(
+            result.stdout,
+            r"\| 1 replica \(default strategy\) \| [0-9.]+ \| "
+            r"[0-9.]+ \| [0-9,]+ \| 1.00x \| – \| – \|",
+        )
+        for setup in (
+            r"2 replicas, 1 process \(MirroredStrategy\)",
+            r"2 local workers \(MultiWorkerMirroredStrategy\)",
+        ):
+            self.assertRegex(
+                result.stdout,
+                setup + r" \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ \| "
+                r"[0-9.]+x \| [0-9.]+ ms \([0-9.]+%\) \| "
+                r"[+-][0-9.]+ ms \([+-][0-9.]+%\) \|",
+            )
 
 
 @pytest.mark.slow
 class ServingTest(tf.test.TestCase):
-
     def test_command_line_prints_the_table(self):
-        result = run_benchmark("serving", "--catalogs=500", "--histories=10,40",
-                               "--batch_size=4", "--max_length=8", "--dim=8", "--repeats=2",
-                               timeout=900)
+        result = run_benchmark(
+            "serving",
+            "--catalogs=500",
+            "--histories=10,40",
+            "--batch_size=4",
+            "--max_length=8",
+            "--dim=8",
+            "--repeats=2",
+            timeout=900,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         for history in (10, 40):
-            self.assertRegex(result.stdout, rf"\| 500 \| {history} \| [0-9,]+ \| [0-9,]+ \| "
-                             r"[0-9]+ \|")
+            self.assertRegex(
+                result.stdout,
+                rf"\| 500 \| {history} \| [0-9,]+ \| [0-9,]+ \| "
+                r"[0-9]+ \|",
+            )
 
 
 class TableOptimizerBenchmarkTest(tf.test.TestCase):
-
     def test_prints_both_optimizers_per_catalog(self):
-        result = run_benchmark("table_optimizer", "--catalogs=1000,4000", "--batch_size=64",
-                               "--dim=8", "--rounds=1", "--steps_per_round=2", timeout=600)
+        result = run_benchmark(
+            "table_optimizer",
+            "--catalogs=1000,4000",
+            "--batch_size=64",
+            "--dim=8",
+            "--rounds=1",
+            "--steps_per_round=2",
+            timeout=600,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        rows = re.findall(r"\| ([\d,]+) \| ([\d.]+) \(([\d.]+)x\) \| ([\d.]+) \(([\d.]+)x\) \|",
-                          result.stdout)
+        rows = re.findall(
+            r"\| ([\d,]+) \| ([\d.]+) \(([\d.]+)x\) \| ([\d.]+) \(([\d.]+)x\) \|", result.stdout
+        )
         self.assertEqual([row[0] for row in rows], ["1,000", "4,000"], result.stdout)
         self.assertEqual((rows[0][2], rows[0][4]), ("1.00", "1.00"))
         self.assertTrue(all(float(row[1]) > 0 and float(row[3]) > 0 for row in rows))
 
 
 class CatalogScalingTest(tf.test.TestCase):
-
     def test_prints_every_cell_against_tfrs_and_the_smallest_catalog(self):
-        result = run_benchmark("catalog_scaling", "--catalogs=500,2000", "--batch_sizes=32",
-                               "--corrections=none,improved", "--dim=8", "--rounds=1",
-                               "--steps_per_round=1", "--memory=false", timeout=600)
+        result = run_benchmark(
+            "catalog_scaling",
+            "--catalogs=500,2000",
+            "--batch_sizes=32",
+            "--corrections=none,improved",
+            "--dim=8",
+            "--rounds=1",
+            "--steps_per_round=1",
+            "--memory=false",
+            timeout=600,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertIn("| 500 | tfrs Retrieval |", result.stdout)
-        self.assertRegex(result.stdout, r"\| 500 \| ours none \| [0-9.]+ \| [0-9.]+x \| 1.000x \|  \| 0 \|")
+        self.assertRegex(
+            result.stdout, r"\| 500 \| ours none \| [0-9.]+ \| [0-9.]+x \| 1.000x \|  \| 0 \|"
+        )
         for variant in ("tfrs Retrieval", "ours none", "ours improved"):
-            self.assertRegex(result.stdout, r"\| 2,000 \| " + variant +
-                             r" \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|  \| 0 \|")
-        self.assertRegex(result.stdout, r"Ours / TFRS: worst [0-9.]+x \(ours (none|improved), "
-                                        r"[0-9,]+ items, batch 32\); above 1.05x in [0-4] of 4")
-        self.assertRegex(result.stdout, r"2,000 items / 500 items, same variant and batch: "
-                                        r"worst [0-9.]+x")
+            self.assertRegex(
+                result.stdout,
+                r"\| 2,000 \| " + variant + r" \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|  \| 0 \|",
+            )
+        self.assertRegex(
+            result.stdout,
+            r"Ours / TFRS: worst [0-9.]+x \(ours (none|improved), "
+            r"[0-9,]+ items, batch 32\); above 1.05x in [0-4] of 4",
+        )
+        self.assertRegex(
+            result.stdout,
+            r"2,000 items / 500 items, same variant and batch: "
+            r"worst [0-9.]+x",
+        )
 
     @pytest.mark.slow
     def test_memory_runs_one_process_per_variant(self):
-        result = run_benchmark("catalog_scaling", "--catalogs=1000", "--batch_sizes=32",
-                               "--corrections=standard", "--dim=8", "--rounds=1",
-                               "--steps_per_round=1", "--memory_steps=1", timeout=600)
+        result = run_benchmark(
+            "catalog_scaling",
+            "--catalogs=1000",
+            "--batch_sizes=32",
+            "--corrections=standard",
+            "--dim=8",
+            "--rounds=1",
+            "--steps_per_round=1",
+            "--memory_steps=1",
+            timeout=600,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         for variant in ("tfrs Retrieval", "ours standard"):
-            self.assertRegex(result.stdout, r"\| 1,000 \| " + variant + r" \| [0-9.]+ \| "
-                             r"[0-9.]+x \| 1.000x \| [0-9]+ \([0-9]+\) \| 0 \|")
+            self.assertRegex(
+                result.stdout,
+                r"\| 1,000 \| " + variant + r" \| [0-9.]+ \| "
+                r"[0-9.]+x \| 1.000x \| [0-9]+ \([0-9]+\) \| 0 \|",
+            )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,14 @@ class ResumableInputTest(tf.test.TestCase):
 
     def test_resumable_input_skips_whole_steps(self):
         stream = tf.data.Dataset.range(100)
-        self.assertEqual(list(experiment.resumable(stream, tf.Variable(3), batches_per_step=2)
-                              .take(2).as_numpy_iterator()), [6, 7])
+        self.assertEqual(
+            list(
+                experiment.resumable(stream, tf.Variable(3), batches_per_step=2)
+                .take(2)
+                .as_numpy_iterator()
+            ),
+            [6, 7],
+        )
 
     def test_fit_reads_the_input_from_the_step_training_starts_at(self):
         # The skip count is read inside the first step, which also increments the
@@ -40,8 +46,9 @@ class ResumableInputTest(tf.test.TestCase):
                 self.seen.scatter_nd_update([[self.optimizer.iterations]], x[:, 0])
                 with tf.GradientTape() as tape:
                     loss = tf.reduce_sum(self(x))
-                self.optimizer.apply_gradients(zip(tape.gradient(loss, self.trainable_variables),
-                                                   self.trainable_variables))
+                self.optimizer.apply_gradients(
+                    zip(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+                )
                 return {}
 
         stream = tf.data.Dataset.range(100).map(lambda v: tf.reshape(v, [1, 1])).repeat()
@@ -51,10 +58,17 @@ class ResumableInputTest(tf.test.TestCase):
             model(tf.zeros([1, 1], tf.int64))
             model.optimizer.iterations.assign(restored)
             start = callbacks_lib.InputStart()
-            model.fit(experiment.resumable(stream.prefetch(2), start.step), epochs=2,
-                      steps_per_epoch=2, callbacks=[start], verbose=0)
-            self.assertEqual(model.seen.numpy()[restored:restored + 4].tolist(),
-                             list(range(restored, restored + 4)))
+            model.fit(
+                experiment.resumable(stream.prefetch(2), start.step),
+                epochs=2,
+                steps_per_epoch=2,
+                callbacks=[start],
+                verbose=0,
+            )
+            self.assertEqual(
+                model.seen.numpy()[restored : restored + 4].tolist(),
+                list(range(restored, restored + 4)),
+            )
 
 
 class TrainingProgressTest(tf.test.TestCase):
@@ -66,13 +80,18 @@ class TrainingProgressTest(tf.test.TestCase):
         model.compile(optimizer=tf.keras.optimizers.Adam())
         model.optimizer.iterations.assign(iterations)
         early = tf.keras.callbacks.EarlyStopping(
-            monitor=callbacks_lib.VALIDATION_METRIC, mode="max", patience=3)
+            monitor=callbacks_lib.VALIDATION_METRIC, mode="max", patience=3
+        )
         checkpoint = tf.keras.callbacks.ModelCheckpoint(
-            os.path.join(directory, "best"), monitor=callbacks_lib.VALIDATION_METRIC, mode="max",
-            save_best_only=True, save_weights_only=True)
+            os.path.join(directory, "best"),
+            monitor=callbacks_lib.VALIDATION_METRIC,
+            mode="max",
+            save_best_only=True,
+            save_weights_only=True,
+        )
         progress = callbacks_lib.TrainingProgress(
-            os.path.join(directory, "progress.json"), early, checkpoint,
-            started=time.time() - 10.0)
+            os.path.join(directory, "progress.json"), early, checkpoint, started=time.time() - 10.0
+        )
         for callback in (early, checkpoint, progress):
             callback.set_model(model)
             callback.set_params({"epochs": 20, "steps": 10})
@@ -132,8 +151,10 @@ class TrainingProgressTest(tf.test.TestCase):
         for callback in (early, progress):
             callback.on_train_begin()
         # As after epoch 0 of the uninterrupted run: epoch 1 runs again and improves again.
-        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch, early.wait,
-                          checkpoint.best), (1, 0.1, 0, 0, 0.1))
+        self.assertEqual(
+            (progress.state["epochs"], early.best, early.best_epoch, early.wait, checkpoint.best),
+            (1, 0.1, 0, 0, 0.1),
+        )
         self.assertEqual(progress.state["values"], [0.1])
 
     def test_kill_between_the_best_checkpoint_and_the_progress_file(self):
@@ -152,14 +173,18 @@ class TrainingProgressTest(tf.test.TestCase):
         early, checkpoint, progress = self._callbacks(directory, iterations=25)
         for callback in (early, progress):
             callback.on_train_begin()
-        self.assertEqual((progress.state["epochs"], early.best, early.best_epoch, early.wait,
-                          checkpoint.best), (2, 0.3, 1, 0, 0.3))
+        self.assertEqual(
+            (progress.state["epochs"], early.best, early.best_epoch, early.wait, checkpoint.best),
+            (2, 0.3, 1, 0, 0.3),
+        )
         logs = {callbacks_lib.VALIDATION_METRIC: 0.4}
         for callback in (early, checkpoint, progress):
             callback.on_epoch_end(2, logs)
         state = json.load(open(os.path.join(directory, "progress.json")))
-        self.assertEqual((state["epochs"], state["best"], state["best_epoch"], state["values"]),
-                         (3, 0.4, 2, [0.1, 0.3, 0.4]))
+        self.assertEqual(
+            (state["epochs"], state["best"], state["best_epoch"], state["values"]),
+            (3, 0.4, 2, [0.1, 0.3, 0.4]),
+        )
 
     def test_fresh_start_ignores_a_stale_file(self):
         directory = tempfile.mkdtemp()
@@ -170,7 +195,6 @@ class TrainingProgressTest(tf.test.TestCase):
             callback.on_train_begin()
         self.assertEqual((early.best, early.wait, progress.prior_seconds), (-np.inf, 0, 0.0))
         self.assertEqual(checkpoint.best, -np.inf)
-
 
 
 class _Killed(Exception):
@@ -231,7 +255,8 @@ class EpochEndBackupTest(tf.test.TestCase):
         start = callbacks_lib.InputStart()
         logs = _EpochLogs()
         stream = experiment.resumable(
-            tf.data.Dataset.range(1000).map(lambda v: tf.reshape(v, [1])), start.step)
+            tf.data.Dataset.range(1000).map(lambda v: tf.reshape(v, [1])), start.step
+        )
         listed = [backup, start, kill or _Kill(), logs, backup.after_epoch_end()]
         try:
             model.fit(stream, epochs=epochs, steps_per_epoch=10, callbacks=listed, verbose=0)
@@ -264,10 +289,14 @@ class EpochEndBackupTest(tf.test.TestCase):
     def test_no_backup_after_the_last_epoch(self):
         directory = tempfile.mkdtemp()
         self._fit(directory)
-        saved = tf.train.load_checkpoint(tf.train.latest_checkpoint(
-            os.path.join(directory, "backup", "chief")))
-        names = {name: saved.get_tensor(name) for name in saved.get_variable_to_shape_map()
-                 if "ckpt_saved" in name}
+        saved = tf.train.load_checkpoint(
+            tf.train.latest_checkpoint(os.path.join(directory, "backup", "chief"))
+        )
+        names = {
+            name: saved.get_tensor(name)
+            for name in saved.get_variable_to_shape_map()
+            if "ckpt_saved" in name
+        }
         self.assertEqual(sorted(int(v) for v in names.values()), [2, 4])  # Epoch 2, batch 4.
 
     def test_an_unreadable_backup_is_a_named_error(self):
@@ -279,10 +308,12 @@ class EpochEndBackupTest(tf.test.TestCase):
         with open(data, "rb") as f:
             content = f.read()
         with open(data, "wb") as f:  # Cut off while being written.
-            f.write(content[:len(content) // 2])
-        with self.assertRaisesRegex(callbacks_lib.BackupError,
-                                    f"The training backup in {backup} cannot be read.*Delete "
-                                    "that directory to train this run again from step 0"):
+            f.write(content[: len(content) // 2])
+        with self.assertRaisesRegex(
+            callbacks_lib.BackupError,
+            f"The training backup in {backup} cannot be read.*Delete "
+            "that directory to train this run again from step 0",
+        ):
             self._fit(directory)
         with open(state, "w") as f:  # Before: a silent restart from step 0.
             f.write("garbage, not a checkpoint state")
@@ -291,33 +322,42 @@ class EpochEndBackupTest(tf.test.TestCase):
 
 
 class NonFiniteLossTest(tf.test.TestCase):
-
     def test_a_nan_loss_stops_fit_with_a_named_error(self):
         model = tf.keras.Sequential([tf.keras.Input([1]), tf.keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
         x = np.array([[1.0], [np.nan], [1.0]], np.float32)
-        with self.assertRaisesRegex(callbacks_lib.NonFiniteLoss,
-                                    r"The training loss is nan at step 2 \(epoch 0, batch 1\)"):
-            model.fit(x, x, batch_size=1, epochs=1, verbose=0, shuffle=False,
-                      callbacks=[callbacks_lib.StopOnNonFiniteLoss()])
+        with self.assertRaisesRegex(
+            callbacks_lib.NonFiniteLoss, r"The training loss is nan at step 2 \(epoch 0, batch 1\)"
+        ):
+            model.fit(
+                x,
+                x,
+                batch_size=1,
+                epochs=1,
+                verbose=0,
+                shuffle=False,
+                callbacks=[callbacks_lib.StopOnNonFiniteLoss()],
+            )
 
 
 class TestCurveTest(tf.test.TestCase):
-
     def test_the_test_curve_scores_a_fixed_sample_of_at_most_the_cap(self):
         from pipelines import configs  # pylint: disable=import-outside-toplevel
         from pipelines.data import splits  # pylint: disable=import-outside-toplevel
+
         count = callbacks_lib.TEST_CURVE_QUERIES + 100
-        test = splits.EvalSet(np.arange(count), [[i] for i in range(count)],
-                              [[i + 1] for i in range(count)])
+        test = splits.EvalSet(
+            np.arange(count), [[i] for i in range(count)], [[i + 1] for i in range(count)]
+        )
         config = configs.PRESETS["smoke"].replace(test_curve_every=10)
         first = callbacks_lib.ValidationMetrics(config, test, test).test_set
         second = callbacks_lib.ValidationMetrics(config, test, test).test_set
         self.assertLen(first.users, callbacks_lib.TEST_CURVE_QUERIES)
         self.assertAllEqual(first.users, second.users)  # The same queries in every run.
         self.assertAllEqual(first.users, np.sort(first.users))
-        self.assertIsNone(callbacks_lib.ValidationMetrics(
-            config.replace(test_curve_every=0), test, test).test_set)
+        self.assertIsNone(
+            callbacks_lib.ValidationMetrics(config.replace(test_curve_every=0), test, test).test_set
+        )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def test_unknown_job_is_named(capsys):
     assert cli.main(["trian", "--preset=smoke"]) == 2
     assert capsys.readouterr().err == (
         "tfrs-logq: unknown job 'trian'; the jobs are train, evaluate, export, cluster "
-        "(`tfrs-logq --help` lists them).\n")
+        "(`tfrs-logq --help` lists them).\n"
+    )
 
 
 def test_each_job_is_its_module():
@@ -45,26 +46,42 @@ def test_each_job_is_its_module():
 
 
 def test_python_dash_m_pipelines_is_the_command():
-    result = subprocess.run([sys.executable, "-m", "pipelines", "--help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "jobs:" in result.stdout and "industrial_smoke" in result.stdout
 
 
 def test_a_job_gets_its_flags_and_exit_status():
     """`tfrs-logq train` parses train's flags: a bad preset is refused by name, exit 1."""
-    result = subprocess.run([sys.executable, "-m", "pipelines", "train", "--preset=nope",
-                             "--output_dir=unused"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines", "train", "--preset=nope", "--output_dir=unused"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     assert "--preset must be one of paper, official" in result.stderr
     assert "received --preset='nope'" in result.stderr
 
 
 def test_cluster_job_takes_argparse_flags():
-    result = subprocess.run([sys.executable, "-m", "pipelines", "cluster", "--workers=0",
-                             "--", "true"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines", "cluster", "--workers=0", "--", "true"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 2
     assert "tfrs-logq cluster: error: --workers must be an integer >= 1" in result.stderr
 
@@ -80,11 +97,18 @@ def _config(tmp_path, *argv, contents=None):
 
 
 def test_config_file_over_the_preset_and_flags_over_it(tmp_path):
-    config = _config(tmp_path, "--preset=smoke", "--dim=24",
-                     contents={"dim": 32, "correction": "standard", "num_negatives": 48})
+    config = _config(
+        tmp_path,
+        "--preset=smoke",
+        "--dim=24",
+        contents={"dim": 32, "correction": "standard", "num_negatives": 48},
+    )
     smoke = configs.PRESETS["smoke"]
     assert (config.model.dim, config.loss.correction, config.loss.num_negatives) == (
-        24, "standard", 48)
+        24,
+        "standard",
+        48,
+    )
     assert config.training.epochs == smoke.training.epochs
 
 
@@ -96,19 +120,27 @@ def test_config_file_takes_a_runs_config_json(tmp_path):
 
 
 def test_config_file_takes_old_field_names(tmp_path):
-    config = _config(tmp_path, "--preset=official_cpu",
-                     contents={"per_row_negatives": False})
+    config = _config(tmp_path, "--preset=official_cpu", contents={"per_row_negatives": False})
     assert config.loss.per_row is False
 
 
-@pytest.mark.parametrize("contents, message", [
-    (None, r"--config_file=.*config.json cannot be read \(No such file or directory\)"),
-    ("{dim: 3", r"--config_file=.*config.json is not JSON \(Expecting property name"),
-    ("[1, 2]", r"--config_file=.*config.json must hold a JSON object of config fields; "
-               r"received a list"),
-    ('{"dimm": 3, "dim": 8}', r"--config_file=.*config.json has fields that Config lacks: "
-                              r"dimm; its fields are"),
-])
+@pytest.mark.parametrize(
+    "contents, message",
+    [
+        (None, r"--config_file=.*config.json cannot be read \(No such file or directory\)"),
+        ("{dim: 3", r"--config_file=.*config.json is not JSON \(Expecting property name"),
+        (
+            "[1, 2]",
+            r"--config_file=.*config.json must hold a JSON object of config fields; "
+            r"received a list",
+        ),
+        (
+            '{"dimm": 3, "dim": 8}',
+            r"--config_file=.*config.json has fields that Config lacks: "
+            r"dimm; its fields are",
+        ),
+    ],
+)
 def test_bad_config_file_is_named(tmp_path, contents, message):
     with pytest.raises(ValueError, match=message):
         _config(tmp_path, "--preset=smoke", contents=contents)

@@ -28,54 +28,86 @@ SMOKE = configs.PRESETS["smoke"]
 # crash later (Keras's dropout, an empty temporal training split, numpy's seed); the
 # non-finite values trained a NaN model.
 PROBES = [
-    ({"dropout": 1.0}, "--dropout must be in [0.0, 1.0) (a rate of 1 drops everything); "
-                       "received --dropout=1.0."),
-    ({"split": "temporal", "test_fraction": 0.5},
-     "--test_fraction must be in (0.0, 0.5) (the test and the validation windows each take "
-     "that share, and training the rest); received --test_fraction=0.5."),
+    (
+        {"dropout": 1.0},
+        "--dropout must be in [0.0, 1.0) (a rate of 1 drops everything); received --dropout=1.0.",
+    ),
+    (
+        {"split": "temporal", "test_fraction": 0.5},
+        "--test_fraction must be in (0.0, 0.5) (the test and the validation windows each take "
+        "that share, and training the rest); received --test_fraction=0.5.",
+    ),
     ({"seed": -1}, "--seed must be >= 0; received --seed=-1."),
     ({"seed": 2**32}, "--seed must be at most 2^32 - 1; received --seed=4294967296."),
-    ({"learning_rate": math.nan}, "--learning_rate must be a finite number; received "
-                                  "--learning_rate=nan."),
-    ({"learning_rate": math.inf}, "--learning_rate must be a finite number; received "
-                                  "--learning_rate=inf."),
-    ({"adam_epsilon": math.nan}, "--adam_epsilon must be a finite number; received "
-                                 "--adam_epsilon=nan."),
+    (
+        {"learning_rate": math.nan},
+        "--learning_rate must be a finite number; received --learning_rate=nan.",
+    ),
+    (
+        {"learning_rate": math.inf},
+        "--learning_rate must be a finite number; received --learning_rate=inf.",
+    ),
+    (
+        {"adam_epsilon": math.nan},
+        "--adam_epsilon must be a finite number; received --adam_epsilon=nan.",
+    ),
     ({"table_learning_rate": math.inf}, "--table_learning_rate must be a finite number"),
     ({"pseudo_count": math.nan}, "--pseudo_count must be a finite number"),
     ({"gbce_t": -math.inf}, "--gbce_t must be a finite number"),
     ({"synthetic_temperature": math.inf}, "--synthetic_temperature must be a finite number"),
     ({"max_vocabulary_mb": math.nan}, "--max_vocabulary_mb must be a finite number"),
-    ({"table_learning_rate": -0.1}, "--table_learning_rate must be >= 0 (0: --learning_rate); "
-                                    "received --table_learning_rate=-0.1."),
+    (
+        {"table_learning_rate": -0.1},
+        "--table_learning_rate must be >= 0 (0: --learning_rate); "
+        "received --table_learning_rate=-0.1.",
+    ),
     ({"dim": 2**31}, "--dim must be at most 2^31 - 1; received --dim=2147483648."),
-    ({"test_day": -2}, "--test_day must be a day number >= 0, or -1 for the log's last day; "
-                       "received --test_day=-2."),
-    ({"synthetic_items": 50}, "--dataset=synthetic needs --synthetic_items >= 100 (each user "
-                              "draws up to 100 distinct items); received --synthetic_items=50."),
-    ({"dataset": "web_synthetic", "split": "next_day", "synthetic_days": 2},
-     "--dataset=web_synthetic needs --synthetic_days >= 3 (a training, a validation and a "
-     "test day); received --synthetic_days=2."),
-    ({"dataset": "web_synthetic", "split": "next_day", "model": "two_tower", "order": "time",
-      "weight_column": "w"}, "--weight_column names a column of your event log "
-                             "(--dataset=events); received --dataset=web_synthetic "
-                             "--weight_column=w."),
+    (
+        {"test_day": -2},
+        "--test_day must be a day number >= 0, or -1 for the log's last day; "
+        "received --test_day=-2.",
+    ),
+    (
+        {"synthetic_items": 50},
+        "--dataset=synthetic needs --synthetic_items >= 100 (each user "
+        "draws up to 100 distinct items); received --synthetic_items=50.",
+    ),
+    (
+        {"dataset": "web_synthetic", "split": "next_day", "synthetic_days": 2},
+        "--dataset=web_synthetic needs --synthetic_days >= 3 (a training, a validation and a "
+        "test day); received --synthetic_days=2.",
+    ),
+    (
+        {
+            "dataset": "web_synthetic",
+            "split": "next_day",
+            "model": "two_tower",
+            "order": "time",
+            "weight_column": "w",
+        },
+        "--weight_column names a column of your event log "
+        "(--dataset=events); received --dataset=web_synthetic "
+        "--weight_column=w.",
+    ),
     # A config.json edited by hand: the field's type is named.
     ({"batch_size": 2.5}, "--batch_size must be an integer; received --batch_size=2.5."),
-    ({"jit_compile": "yes"}, "--jit_compile must be true or false; received "
-                             "--jit_compile='yes'."),
-    ({"index": "annoy"}, "--index must be one of exact, scann, both; received "
-                         "--index='annoy'."),
-    ({"loss": "gbce", "mask_known_positives": True},
-     "--mask_known_positives masks the negatives of the sampled softmax: needs "
-     "--loss=sampled_softmax; received --loss=gbce --mask_known_positives."),
-    ({"mask_known_positives": 1}, "--mask_known_positives must be true or false; received "
-                                  "--mask_known_positives=1."),
+    ({"jit_compile": "yes"}, "--jit_compile must be true or false; received --jit_compile='yes'."),
+    ({"index": "annoy"}, "--index must be one of exact, scann, both; received --index='annoy'."),
+    (
+        {"loss": "gbce", "mask_known_positives": True},
+        "--mask_known_positives masks the negatives of the sampled softmax: needs "
+        "--loss=sampled_softmax; received --loss=gbce --mask_known_positives.",
+    ),
+    (
+        {"mask_known_positives": 1},
+        "--mask_known_positives must be true or false; received --mask_known_positives=1.",
+    ),
 ]
 
 
-@pytest.mark.parametrize("overrides,message", PROBES,
-                         ids=[",".join(f"{k}={v}" for k, v in o.items()) for o, _ in PROBES])
+@pytest.mark.parametrize(
+    "overrides,message", PROBES, ids=[",".join(f"{k}={v}" for k, v in o.items()) for o, _ in PROBES]
+)
 def test_validation_names_the_flag_and_the_value(overrides, message):
     with pytest.raises(ValueError) as raised:
         configs.validate(SMOKE.replace(**overrides))
@@ -91,15 +123,32 @@ def test_every_number_has_a_range():
 def test_presets_and_edges_pass():
     for name, preset in configs.PRESETS.items():
         assert configs.validate(preset) == preset, name
-    for overrides in ({"dropout": 0.0}, {"dropout": 0.999}, {"seed": 2**32 - 1},
-                      {"split": "temporal", "test_fraction": 0.49}, {"gbce_t": 1.0},
-                      {"day_seconds": 86_400 * 10**9}, {"learning_rate": 1},
-                      # The synthetic preset's SASRec step under XLA (its id mask is
-                      # linear in the step's negatives: logq_core.formulas).
-                      {"mask_known_positives": True, "jit_compile": True, "batch_size": 128,
-                       "max_length": 50, "num_negatives": 256},
-                      {"mask_known_positives": True, "jit_compile": True, "batch_size": 128,
-                       "max_length": 50, "num_negatives": 256, "model": "two_tower"}):
+    for overrides in (
+        {"dropout": 0.0},
+        {"dropout": 0.999},
+        {"seed": 2**32 - 1},
+        {"split": "temporal", "test_fraction": 0.49},
+        {"gbce_t": 1.0},
+        {"day_seconds": 86_400 * 10**9},
+        {"learning_rate": 1},
+        # The synthetic preset's SASRec step under XLA (its id mask is
+        # linear in the step's negatives: logq_core.formulas).
+        {
+            "mask_known_positives": True,
+            "jit_compile": True,
+            "batch_size": 128,
+            "max_length": 50,
+            "num_negatives": 256,
+        },
+        {
+            "mask_known_positives": True,
+            "jit_compile": True,
+            "batch_size": 128,
+            "max_length": 50,
+            "num_negatives": 256,
+            "model": "two_tower",
+        },
+    ):
         configs.validate(SMOKE.replace(**overrides))
 
 
@@ -107,8 +156,11 @@ def test_one_index_vocabulary():
     assert configs.validate(SMOKE.replace(index="brute_force")).training.index == "exact"
     assert configs.indexes("both") == ("exact", "scann")
     assert configs.indexes("brute_force") == ("exact",)
-    with pytest.raises(ValueError, match=r"--index must be one of exact, scann, both; received "
-                                         r"--index='annoy'"):
+    with pytest.raises(
+        ValueError,
+        match=r"--index must be one of exact, scann, both; received "
+        r"--index='annoy'",
+    ):
         configs.indexes("annoy")
     for module in (evaluate, export):
         values = flags.FlagValues()
@@ -136,7 +188,8 @@ def test_every_flag_has_real_help():
     assert values["split"].help == (
         "[data] How the interactions are split: loo (each user's last item is the test target), "
         "temporal (the last --test_fraction of all interactions in time), next_day (an event "
-        "log's --test_day). One of loo, temporal, next_day. Unset: the preset's.")
+        "log's --test_day). One of loo, temporal, next_day. Unset: the preset's."
+    )
 
 
 def _has_nvidia_driver() -> bool:
@@ -152,14 +205,19 @@ def test_only_the_no_driver_line_is_dropped(capfd, monkeypatch):
     # devices are first listed; importing tfrs_logq lists them with that one line dropped.
     # Every other line written meanwhile still reaches stderr.
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     import tfrs_logq  # pylint: disable=import-outside-toplevel
+
     if _has_nvidia_driver() or not tf.test.is_built_with_cuda():
         pytest.skip("a driver is installed, or TensorFlow has no CUDA: nothing is dropped")
 
     def list_devices():
-        os.write(2, b"E0000 cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
-                    b"Failed call to cuInit: UNKNOWN ERROR (303)\n"
-                    b"E0000 other.cc:1] a real error\n")
+        os.write(
+            2,
+            b"E0000 cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
+            b"Failed call to cuInit: UNKNOWN ERROR (303)\n"
+            b"E0000 other.cc:1] a real error\n",
+        )
         return []
 
     monkeypatch.setattr(tf.config, "list_physical_devices", list_devices)
@@ -169,9 +227,14 @@ def test_only_the_no_driver_line_is_dropped(capfd, monkeypatch):
 
 
 def _child(*args):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=300, check=False,
-                          env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+    )
 
 
 def test_command_lines():
@@ -189,16 +252,19 @@ def test_command_lines():
     result = _child("-c", script)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "devices ['CPU'" in result.stdout
-    assert ("--learning_rate must be a finite number; received --learning_rate=nan."
-            in result.stderr), result.stderr[-3000:]
+    assert (
+        "--learning_rate must be a finite number; received --learning_rate=nan." in result.stderr
+    ), result.stderr[-3000:]
     assert not os.path.exists(out)
     if not _has_nvidia_driver():
         assert "cuInit" not in result.stderr, result.stderr[-3000:]
     # pipelines.evaluate takes --index=both, and refuses it where one search is needed.
     result = _child("-m", "pipelines.evaluate", out, "--index=both", "--against=/tmp/other")
     assert result.returncode == 1
-    assert ("--against takes one search; received --index=both. Give --index=exact or "
-            "--index=scann." in result.stderr), result.stderr[-3000:]
+    assert (
+        "--against takes one search; received --index=both. Give --index=exact or "
+        "--index=scann." in result.stderr
+    ), result.stderr[-3000:]
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
@@ -206,9 +272,17 @@ def test_mask_known_positives_trains(jit_compile):
     # The flag reaches the objective through the loss group (config.json), and the smoke run
     # (SASRec) trains, tests and exports with it, its step compiled with XLA or not.
     out = os.path.join(tempfile.mkdtemp(), "run")
-    result = _child("-m", "pipelines.train", "--preset=smoke", "--mask_known_positives",
-                    "--jit_compile" if jit_compile else "--nojit_compile", "--epochs=1",
-                    "--steps_per_epoch=5", "--index=exact", f"--output_dir={out}")
+    result = _child(
+        "-m",
+        "pipelines.train",
+        "--preset=smoke",
+        "--mask_known_positives",
+        "--jit_compile" if jit_compile else "--nojit_compile",
+        "--epochs=1",
+        "--steps_per_epoch=5",
+        "--index=exact",
+        f"--output_dir={out}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)

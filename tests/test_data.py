@@ -14,7 +14,9 @@ from pipelines.data import builders
 from pipelines.data import loaders
 from pipelines.data import splits
 from pipelines.data import synthetic
-from pipelines.data.interactions import DataError, chronological, from_arrays
+from pipelines.data.interactions import DataError
+from pipelines.data.interactions import chronological
+from pipelines.data.interactions import from_arrays
 
 
 def _write(text: str, name: str, compress: bool = False) -> str:
@@ -29,12 +31,12 @@ def _write(text: str, name: str, compress: bool = False) -> str:
 
 
 class LoaderTest(tf.test.TestCase):
-
     def test_grouplens_plain_and_gz(self):
         text = "2::30::4::300\n1::20::5::200\n1::10::3::100\n\n2::10::1::50\n"
         for compress in (False, True):
-            data = loaders.load_grouplens(_write(text, "ratings.dat.gz" if compress else
-                                                 "ratings.dat", compress))
+            data = loaders.load_grouplens(
+                _write(text, "ratings.dat.gz" if compress else "ratings.dat", compress)
+            )
             self.assertEqual((data.num_users, data.num_items), (2, 3))
             # Sorted by user, then time; movie ids 10, 20, 30 -> 1, 2, 3.
             self.assertAllEqual(data.user, [1, 1, 2, 2])
@@ -46,8 +48,11 @@ class LoaderTest(tf.test.TestCase):
 
     def test_grouplens_errors_name_file_and_line(self):
         path = _write("1::10::3::100\n1::10::3\n", "ratings.dat")
-        with self.assertRaisesRegex(DataError, rf"{path}, line 2: expected "
-                                    r"UserID::MovieID::Rating::Timestamp; received '1::10::3'"):
+        with self.assertRaisesRegex(
+            DataError,
+            rf"{path}, line 2: expected "
+            r"UserID::MovieID::Rating::Timestamp; received '1::10::3'",
+        ):
             loaders.load_grouplens(path)
         path = _write("1::10::3::100\n\nx::10::3::5\n", "ratings.dat")
         with self.assertRaisesRegex(DataError, r"line 3: expected integer ids"):
@@ -63,18 +68,27 @@ class LoaderTest(tf.test.TestCase):
         self.assertAllEqual(data.item, [5, 2, 4, 3])
         sequences = data.sequences()
         self.assertAllEqual(sequences[1], [5, 2, 4])
-        with self.assertRaisesRegex(DataError, r"line 2: expected two positive integer ids "
-                                    r"`user item` \(ASCII digits\); received '1 0'"):
+        with self.assertRaisesRegex(
+            DataError,
+            r"line 2: expected two positive integer ids "
+            r"`user item` \(ASCII digits\); received '1 0'",
+        ):
             loaders.load_sasrec(_write("1 5\n1 0\n", "bad.txt"))
 
     def test_a_huge_id_is_refused_not_grown_into(self):
         # One stray id would make the catalog (or the user table) 2M rows.
         text = "".join(f"{u} {i}\n" for u in range(1, 4) for i in range(1, 6))
-        with self.assertRaisesRegex(DataError, r"ml.txt, line 16: item id 2,000,000 is more "
-                                    r"than 2x the file's 6 distinct item ids"):
+        with self.assertRaisesRegex(
+            DataError,
+            r"ml.txt, line 16: item id 2,000,000 is more "
+            r"than 2x the file's 6 distinct item ids",
+        ):
             loaders.load_sasrec(_write(text + "3 2000000\n", "ml.txt"))
-        with self.assertRaisesRegex(DataError, r"ml.txt, line 16: user id 999,999,999 is more "
-                                    r"than 2x the file's 4 distinct user ids"):
+        with self.assertRaisesRegex(
+            DataError,
+            r"ml.txt, line 16: user id 999,999,999 is more "
+            r"than 2x the file's 4 distinct user ids",
+        ):
             loaders.load_sasrec(_write(text + "999999999 3\n", "ml.txt"))
         # A few unused ids are fine (each costs an embedding row).
         data = loaders.load_sasrec(_write(text + "3 9\n", "ml.txt"))
@@ -87,55 +101,80 @@ class LoaderTest(tf.test.TestCase):
         fake = _write("1 2\n1 3\n", "plain.txt.gz")  # Plain text named .gz.
         with self.assertRaisesRegex(DataError, rf"{fake}: unreadable \(BadGzipFile"):
             loaders.load_sasrec(fake)
-        whole = _write("".join(f"{u} {i}\n" for u in range(1, 300) for i in range(1, 40)),
-                       "ml.txt.gz", compress=True)
+        whole = _write(
+            "".join(f"{u} {i}\n" for u in range(1, 300) for i in range(1, 40)),
+            "ml.txt.gz",
+            compress=True,
+        )
         with open(whole, "rb") as f:
             payload = f.read()
         truncated = os.path.join(tempfile.mkdtemp(), "truncated.txt.gz")
         with open(truncated, "wb") as f:
-            f.write(payload[:len(payload) // 2])
-        with self.assertRaisesRegex(DataError, rf"{truncated}, line [0-9]+: a truncated gzip "
-                                    r"file \(EOFError"):
+            f.write(payload[: len(payload) // 2])
+        with self.assertRaisesRegex(
+            DataError,
+            rf"{truncated}, line [0-9]+: a truncated gzip "
+            r"file \(EOFError",
+        ):
             loaders.load_sasrec(truncated)
         with self.assertRaisesRegex(DataError, r"ratings.dat.gz: unreadable"):
             loaders.load_grouplens(_write("1::2::3::4\n", "ratings.dat.gz"))
 
     def test_steam_reviews_python_literals_and_json(self):
-        text = ("{'username': 'ann', 'product_id': '725280', 'date': '2017-12-17', 'text': 'x'}\n"
-                '{"username": "bob", "product_id": "10", "date": "2017-12-01"}\n'
-                "{'username': 'ann', 'product_id': '10', 'date': '2017-12-01'}\n")
+        text = (
+            "{'username': 'ann', 'product_id': '725280', 'date': '2017-12-17', 'text': 'x'}\n"
+            '{"username": "bob", "product_id": "10", "date": "2017-12-01"}\n'
+            "{'username': 'ann', 'product_id': '10', 'date': '2017-12-01'}\n"
+        )
         data = loaders.load_steam_reviews(_write(text, "steam.json.gz", compress=True))
         self.assertEqual((data.num_users, data.num_items), (2, 2))
         self.assertAllEqual(data.user_ids, ["", "ann", "bob"])
         self.assertAllEqual(data.sequences()[1], [1, 2])  # ann: "10" (Dec 1) then "725280".
-        with self.assertRaisesRegex(DataError, r"line 2: the record lacks date; it has "
-                                    r"product_id, username"):
-            loaders.load_steam_reviews(_write(text.splitlines()[0] + "\n"
-                                              "{'username': 'x', 'product_id': '1'}\n", "s.json"))
+        with self.assertRaisesRegex(
+            DataError,
+            r"line 2: the record lacks date; it has "
+            r"product_id, username",
+        ):
+            loaders.load_steam_reviews(
+                _write(text.splitlines()[0] + "\n{'username': 'x', 'product_id': '1'}\n", "s.json")
+            )
         with self.assertRaisesRegex(DataError, r"line 1: expected a JSON or Python dict"):
             loaders.load_steam_reviews(_write("not a record\n", "s.json"))
         with self.assertRaisesRegex(DataError, r"line 1: cannot read the date 'yesterday'"):
-            loaders.load_steam_reviews(_write(
-                "{'username': 'x', 'product_id': '1', 'date': 'yesterday'}\n", "s.json"))
+            loaders.load_steam_reviews(
+                _write("{'username': 'x', 'product_id': '1', 'date': 'yesterday'}\n", "s.json")
+            )
 
     def test_a_file_with_every_line_twice_is_read_once(self):
         # Issue 46: every line twice put each test target in its own history (filtered out
         # of the answer: Recall@10 0.000). Exact duplicates are dropped, counted and
         # printed, in place or with the file appended to itself; the split is the single
         # file's.
-        lines = ["1::10::5::100", "1::20::4::200", "1::30::3::300", "2::10::1::50",
-                 "2::40::2::60", "2::20::5::70", "3::30::4::10", "3::40::4::20",
-                 "3::10::4::30"]
+        lines = [
+            "1::10::5::100",
+            "1::20::4::200",
+            "1::30::3::300",
+            "2::10::1::50",
+            "2::40::2::60",
+            "2::20::5::70",
+            "3::30::4::10",
+            "3::40::4::20",
+            "3::10::4::30",
+        ]
         once = loaders.load_grouplens(_write("\n".join(lines) + "\n", "once.dat"))
         self.assertEqual(once.duplicates, 0)
-        for name, text in (("in_place.dat", "".join(f"{l}\n{l}\n" for l in lines)),
-                           ("appended.dat", "\n".join(lines + lines) + "\n")):
+        for name, text in (
+            ("in_place.dat", "".join(f"{line}\n{line}\n" for line in lines)),
+            ("appended.dat", "\n".join(lines + lines) + "\n"),
+        ):
             path = _write(text, name)
             with mock.patch("builtins.print") as printed:
                 twice = loaders.load_grouplens(path)
             printed.assert_called_once_with(
                 f"{path}: dropped 9 duplicate events (the same user, item and time as an "
-                "earlier event); kept 9.", flush=True)
+                "earlier event); kept 9.",
+                flush=True,
+            )
             self.assertEqual(twice.duplicates, 9)
             for field in ("user", "item", "timestamp", "user_ids", "item_ids"):
                 self.assertAllEqual(getattr(twice, field), getattr(once, field))
@@ -175,41 +214,79 @@ class LoaderTest(tf.test.TestCase):
         # 20-million-digit id, a time at 2^63, a NaN or infinite date.
         huge = "9" * 20_000_000
         cases = [
-            (loaders.load_sasrec, "1 \u00b2\n", r"line 1: expected two positive integer ids "
-             r"`user item` \(ASCII digits\); received '1 \u00b2'"),
+            (
+                loaders.load_sasrec,
+                "1 \u00b2\n",
+                r"line 1: expected two positive integer ids "
+                r"`user item` \(ASCII digits\); received '1 \u00b2'",
+            ),
             (loaders.load_sasrec, "1 \u0663\n", r"line 1: expected two positive integer ids"),
-            (loaders.load_sasrec, f"1 2\n{huge} 3\n", r"line 2: the user id '9{40}'\.\.\. "
-             r"\(20,000,000 characters\) is beyond 2\^63 - 1; SASRec-format ids are used as "
-             r"they are \(embedding rows 1\.\.N\): renumber them 1\.\.N\."),
-            (loaders.load_grouplens, "1::\u0661\u0660::3::100\n",
-             r"line 1: expected integer ids, a numeric rating and an integer timestamp"),
-            (loaders.load_grouplens, f"1::10::3::100\n{huge}::1::3::5\n",
-             r"line 2: the UserID '9{40}'\.\.\. \(20,000,000 characters\) is outside the "
-             r"64-bit range \[-2\^63, 2\^63\); ids are 64-bit integers"),
-            (loaders.load_grouplens, f"1::10::3::{2**63}\n", r"line 1: the timestamp "
-             r"'9223372036854775808' is outside the 64-bit range \[-2\^63, 2\^63\); times "
-             r"are integer seconds\. Fix or remove the line\."),
-            (loaders.load_grouplens, "1::10::nan::100\n", r"line 1: expected integer ids, a "
-             r"numeric rating and an integer timestamp \(ASCII digits, a finite rating\)"),
-            (loaders.load_steam_reviews, '{"username": "a", "product_id": "1", "date": NaN}\n',
-             r"line 1: cannot read the date 'nan' \(expected ISO YYYY-MM-DD or finite "
-             r"seconds below 2\^63\)"),
-            (loaders.load_steam_reviews, '{"username": "a", "product_id": "1", '
-             '"date": Infinity}\n', r"line 1: cannot read the date 'inf'"),
-            (loaders.load_steam_reviews, "{'username': 'a', 'product_id': '1', 'date': "
-             f"{2**63}}}\n", r"line 1: cannot read the date '9223372036854775808'"),
-            (loaders.load_steam_reviews, "{'username': None, 'product_id': '1', 'date': 5}\n",
-             r"line 1: the record's username is 'None'; every review needs a user and an "
-             r"item id\."),
+            (
+                loaders.load_sasrec,
+                f"1 2\n{huge} 3\n",
+                r"line 2: the user id '9{40}'\.\.\. "
+                r"\(20,000,000 characters\) is beyond 2\^63 - 1; SASRec-format ids are used as "
+                r"they are \(embedding rows 1\.\.N\): renumber them 1\.\.N\.",
+            ),
+            (
+                loaders.load_grouplens,
+                "1::\u0661\u0660::3::100\n",
+                r"line 1: expected integer ids, a numeric rating and an integer timestamp",
+            ),
+            (
+                loaders.load_grouplens,
+                f"1::10::3::100\n{huge}::1::3::5\n",
+                r"line 2: the UserID '9{40}'\.\.\. \(20,000,000 characters\) is outside the "
+                r"64-bit range \[-2\^63, 2\^63\); ids are 64-bit integers",
+            ),
+            (
+                loaders.load_grouplens,
+                f"1::10::3::{2**63}\n",
+                r"line 1: the timestamp "
+                r"'9223372036854775808' is outside the 64-bit range \[-2\^63, 2\^63\); times "
+                r"are integer seconds\. Fix or remove the line\.",
+            ),
+            (
+                loaders.load_grouplens,
+                "1::10::nan::100\n",
+                r"line 1: expected integer ids, a "
+                r"numeric rating and an integer timestamp \(ASCII digits, a finite rating\)",
+            ),
+            (
+                loaders.load_steam_reviews,
+                '{"username": "a", "product_id": "1", "date": NaN}\n',
+                r"line 1: cannot read the date 'nan' \(expected ISO YYYY-MM-DD or finite "
+                r"seconds below 2\^63\)",
+            ),
+            (
+                loaders.load_steam_reviews,
+                '{"username": "a", "product_id": "1", "date": Infinity}\n',
+                r"line 1: cannot read the date 'inf'",
+            ),
+            (
+                loaders.load_steam_reviews,
+                f"{{'username': 'a', 'product_id': '1', 'date': {2**63}}}\n",
+                r"line 1: cannot read the date '9223372036854775808'",
+            ),
+            (
+                loaders.load_steam_reviews,
+                "{'username': None, 'product_id': '1', 'date': 5}\n",
+                r"line 1: the record's username is 'None'; every review needs a user and an "
+                r"item id\.",
+            ),
         ]
         for number, (load, text, message) in enumerate(cases):
             path = _write(text, f"bad{number}.txt")
             with self.assertRaisesRegex(DataError, rf"{path}, ({message})"):
                 load(path)
         # An ISO time with an offset keeps it (it used to be read as UTC).
-        data = loaders.load_steam_reviews(_write(
-            "{'username': 'a', 'product_id': '1', 'date': '1970-01-01T01:00:00+01:00'}\n"
-            "{'username': 'a', 'product_id': '2', 'date': '1970-01-01'}\n", "tz.json"))
+        data = loaders.load_steam_reviews(
+            _write(
+                "{'username': 'a', 'product_id': '1', 'date': '1970-01-01T01:00:00+01:00'}\n"
+                "{'username': 'a', 'product_id': '2', 'date': '1970-01-01'}\n",
+                "tz.json",
+            )
+        )
         self.assertAllEqual(data.timestamp, [0, 0])
 
     def test_the_real_tfds_builder_reaches_its_download(self):
@@ -232,31 +309,38 @@ class LoaderTest(tf.test.TestCase):
 def _movielens_files_missing() -> str:
     """Why the MovieLens-1M file tests cannot run here, or "" when they can."""
     if not loaders.DATA_DIR:
-        return ("TFRS_LOGQ_DATA is unset: set it to the directory that holds ml-1m/ "
-                "(`make test` points it at ../shared/data; MovieLens is not redistributed)")
-    absent = [path for path in (loaders.ML_1M_SASREC, loaders.ML_1M_RATINGS)
-              if not os.path.exists(path)]
+        return (
+            "TFRS_LOGQ_DATA is unset: set it to the directory that holds ml-1m/ "
+            "(`make test` points it at ../shared/data; MovieLens is not redistributed)"
+        )
+    absent = [
+        path for path in (loaders.ML_1M_SASREC, loaders.ML_1M_RATINGS) if not os.path.exists(path)
+    ]
     return f"TFRS_LOGQ_DATA={loaders.DATA_DIR} lacks {', '.join(absent)}" if absent else ""
 
 
 class DataDirectoryTest(tf.test.TestCase):
-
     def test_movielens_without_a_path_names_the_ways_to_give_one(self):
         with mock.patch.dict(os.environ, {loaders.DATA_ENV: ""}):
-            with self.assertRaisesRegex(FileNotFoundError, r"No MovieLens file given and "
-                                        r"TFRS_LOGQ_DATA is unset.*Set TFRS_LOGQ_DATA to the "
-                                        r"directory that holds ml-1m/sasrec_ml-1m.txt.gz.*"
-                                        r"--data_path.*--dataset=ml-1m-tfds"):
+            with self.assertRaisesRegex(
+                FileNotFoundError,
+                r"No MovieLens file given and "
+                r"TFRS_LOGQ_DATA is unset.*Set TFRS_LOGQ_DATA to the "
+                r"directory that holds ml-1m/sasrec_ml-1m.txt.gz.*"
+                r"--data_path.*--dataset=ml-1m-tfds",
+            ):
                 loaders.load_sasrec()
         with mock.patch.dict(os.environ, {loaders.DATA_ENV: tempfile.mkdtemp()}):
-            with self.assertRaisesRegex(FileNotFoundError, r"No such data file: .*"
-                                        r"ratings_reconstructed.dat.gz \(TFRS_LOGQ_DATA="):
+            with self.assertRaisesRegex(
+                FileNotFoundError,
+                r"No such data file: .*"
+                r"ratings_reconstructed.dat.gz \(TFRS_LOGQ_DATA=",
+            ):
                 loaders.load_grouplens()
 
 
 @pytest.mark.skipif(bool(_movielens_files_missing()), reason=_movielens_files_missing())
 class MovieLensFilesTest(tf.test.TestCase):
-
     def test_sasrec_file_and_leave_one_out(self):
         data = loaders.load_sasrec()
         self.assertEqual((data.num_users, data.num_items, len(data.user)), (6040, 3416, 999611))
@@ -281,13 +365,13 @@ class MovieLensFilesTest(tf.test.TestCase):
 
 
 class SplitTest(tf.test.TestCase):
-
     def test_gsasrec_validation_users(self):
         users = splits.gsasrec_validation_users(6040)
         self.assertLen(users, 512)
         self.assertAllEqual(users[:5], [14, 17, 23, 31, 37])  # RandomState(42), 1-based ids.
-        self.assertAllEqual(users, np.sort(np.random.RandomState(42).choice(6040, 512,
-                                                                            replace=False)))
+        self.assertAllEqual(
+            users, np.sort(np.random.RandomState(42).choice(6040, 512, replace=False))
+        )
 
     def test_leave_one_out(self):
         # 600 users so that some are gSASRec validation users; user u has u % 5 + 2 items.
@@ -299,8 +383,7 @@ class SplitTest(tf.test.TestCase):
         data = from_arrays(users, items, keep_ids=True)
         split = splits.leave_one_out(data)
         validation = set(splits.gsasrec_validation_users(600).tolist())
-        self.assertAllEqual(split.validation.users, sorted(u for u in validation
-                                                           if u % 5 + 2 >= 3))
+        self.assertAllEqual(split.validation.users, sorted(u for u in validation if u % 5 + 2 >= 3))
         for index, user in enumerate(split.test.users):
             n = user % 5 + 2
             self.assertAllEqual(split.test.targets[index], [n])
@@ -313,8 +396,9 @@ class SplitTest(tf.test.TestCase):
             self.assertAllEqual(split.validation.histories[index], np.arange(1, n - 1))
 
     def test_leave_one_out_train_gap(self):
-        data = from_arrays(np.repeat(np.arange(1, 601), 6), np.tile(np.arange(1, 7), 600),
-                           keep_ids=True)
+        data = from_arrays(
+            np.repeat(np.arange(1, 601), 6), np.tile(np.arange(1, 7), 600), keep_ids=True
+        )
         split = splits.leave_one_out(data, train_gap=1)
         validation = set(splits.gsasrec_validation_users(600).tolist())
         other = min(set(range(1, 601)) - validation)
@@ -322,8 +406,11 @@ class SplitTest(tf.test.TestCase):
         self.assertAllEqual(split.train[min(validation - {0})], [1, 2, 3])  # 0 is no user.
         self.assertAllEqual(split.test.histories[0], [1, 2, 3, 4, 5])
         self.assertAllEqual(split.validation.histories[0], [1, 2, 3, 4])
-        with self.assertRaisesRegex(ValueError, r"`train_gap` must be a non-negative integer; "
-                                    r"received train_gap=-1"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`train_gap` must be a non-negative integer; "
+            r"received train_gap=-1",
+        ):
             splits.leave_one_out(data, train_gap=-1)
 
     def test_temporal_split_counts_and_no_leakage(self):
@@ -332,28 +419,37 @@ class SplitTest(tf.test.TestCase):
         n = len(data.user)
         self.assertEqual(sum(len(s) for s in split.train), n - 2 * int(np.ceil(0.1 * n)))
         order = np.sort(data.timestamp)
-        val_start, test_start = order[n - 2 * int(np.ceil(0.1 * n))], order[n - int(
-            np.ceil(0.1 * n))]
+        val_start, test_start = (
+            order[n - 2 * int(np.ceil(0.1 * n))],
+            order[n - int(np.ceil(0.1 * n))],
+        )
         sequences = data.sequences()
         times = {u: data.timestamp[data.user == u] for u in range(1, 301)}
-        for user, history, target in zip(split.test.users, split.test.histories,
-                                          split.test.targets):
+        for user, history, target in zip(
+            split.test.users, split.test.histories, split.test.targets
+        ):
             # History: every interaction before the test window; target: the first after.
-            self.assertTrue(np.all(times[user][:len(history)] <= test_start))
-            self.assertAllEqual(sequences[user][:len(history)], history)
+            self.assertTrue(np.all(times[user][: len(history)] <= test_start))
+            self.assertAllEqual(sequences[user][: len(history)], history)
             self.assertEqual(target[0], sequences[user][len(history)])
         for user in range(1, 301):
-            self.assertTrue(np.all(times[user][:len(split.train[user])] <= val_start))
+            self.assertTrue(np.all(times[user][: len(split.train[user])] <= val_start))
         with self.assertRaisesRegex(ValueError, r"Need 0 < test_fraction"):
             splits.temporal(data, test_fraction=0.6, validation_fraction=0.5)
-        with self.assertRaisesRegex(ValueError, r"`targets` must be one of 'first', 'all', "
-                                    r"'last', 'successive'; received targets='next'"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`targets` must be one of 'first', 'all', "
+            r"'last', 'successive'; received targets='next'",
+        ):
             splits.temporal(data, targets="next")
         tiny = from_arrays([1, 1, 2], [1, 2, 3], [1, 2, 3], keep_ids=True)
-        with self.assertRaisesRegex(ValueError, r"3 interactions leave none to train on: the "
-                                    r"test window takes 2 and the validation window 2 "
-                                    r"\(test_fraction=0.4, validation_fraction=0.4\); lower "
-                                    r"--test_fraction."):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"3 interactions leave none to train on: the "
+            r"test window takes 2 and the validation window 2 "
+            r"\(test_fraction=0.4, validation_fraction=0.4\); lower "
+            r"--test_fraction.",
+        ):
             splits.temporal(tiny, test_fraction=0.4, validation_fraction=0.4)
 
     def test_temporal_last_and_successive_targets(self):
@@ -361,27 +457,37 @@ class SplitTest(tf.test.TestCase):
         data = from_arrays(
             user=[1, 1, 1, 1, 2, 2, 2, 3, 3, 3],
             item=[11, 12, 13, 14, 21, 22, 23, 31, 32, 33],
-            timestamp=[1, 2, 9, 10, 3, 7, 8, 4, 5, 6], keep_ids=True)
+            timestamp=[1, 2, 9, 10, 3, 7, 8, 4, 5, 6],
+            keep_ids=True,
+        )
         want = {  # targets: (test queries, validation queries), each (user, history, target).
             "first": ([(1, [11, 12], [13])], [(2, [21], [22])]),
             "all": ([(1, [11, 12], [13, 14])], [(2, [21], [22, 23])]),
             "last": ([(1, [11, 12, 13], [14])], [(2, [21, 22], [23])]),
-            "successive": ([(1, [11, 12], [13]), (1, [11, 12, 13], [14])],
-                           [(2, [21], [22]), (2, [21, 22], [23])]),
+            "successive": (
+                [(1, [11, 12], [13]), (1, [11, 12, 13], [14])],
+                [(2, [21], [22]), (2, [21, 22], [23])],
+            ),
         }
         raw = lambda ids: [int(i) for i in ids]  # noqa: E731  (keep_ids: dense = raw)
         for targets, (test, validation) in want.items():
-            split = splits.temporal(data, test_fraction=0.2, validation_fraction=0.2,
-                                    targets=targets)
+            split = splits.temporal(
+                data, test_fraction=0.2, validation_fraction=0.2, targets=targets
+            )
             self.assertEqual([raw(s) for s in split.train[1:]], [[11, 12], [21], [31, 32, 33]])
             for eval_set, expected in ((split.test, test), (split.validation, validation)):
-                got = [(int(u), raw(h), raw(t)) for u, h, t in zip(
-                    eval_set.users, eval_set.histories, eval_set.targets)]
+                got = [
+                    (int(u), raw(h), raw(t))
+                    for u, h, t in zip(eval_set.users, eval_set.histories, eval_set.targets)
+                ]
                 self.assertEqual(got, expected, msg=targets)
 
     def test_subsample_keeps_order_and_is_seeded(self):
-        eval_set = splits.EvalSet(np.arange(10), [np.array([i]) for i in range(10)],
-                                  [np.array([i + 1]) for i in range(10)])
+        eval_set = splits.EvalSet(
+            np.arange(10),
+            [np.array([i]) for i in range(10)],
+            [np.array([i + 1]) for i in range(10)],
+        )
         a, b = splits.subsample(eval_set, 4), splits.subsample(eval_set, 4)
         self.assertAllEqual(a.users, b.users)
         self.assertLen(a.users, 4)
@@ -390,18 +496,22 @@ class SplitTest(tf.test.TestCase):
             self.assertAllEqual(history, [user])
             self.assertAllEqual(target, [user + 1])
         self.assertIs(splits.subsample(eval_set, 10), eval_set)
-        with self.assertRaisesRegex(ValueError, r"`count` must be a positive integer; "
-                                    r"received count=0"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`count` must be a positive integer; "
+            r"received count=0",
+        ):
             splits.subsample(eval_set, 0)
 
 
 class SyntheticTest(tf.test.TestCase):
-
     def test_deterministic_without_repeats_and_with_known_truth(self):
-        a, catalog = synthetic.make_synthetic(num_users=40, num_items=60, min_length=5,
-                                              max_length=9, seed=1)
-        b, _ = synthetic.make_synthetic(num_users=40, num_items=60, min_length=5, max_length=9,
-                                        seed=1)
+        a, catalog = synthetic.make_synthetic(
+            num_users=40, num_items=60, min_length=5, max_length=9, seed=1
+        )
+        b, _ = synthetic.make_synthetic(
+            num_users=40, num_items=60, min_length=5, max_length=9, seed=1
+        )
         self.assertAllEqual(a.item, b.item)
         self.assertAllEqual(a.timestamp, b.timestamp)
         for sequence in a.sequences()[1:]:
@@ -414,26 +524,33 @@ class SyntheticTest(tf.test.TestCase):
     def test_first_draws_follow_the_truth(self):
         # The first item of each user is one draw from P(. | u): its mean log-likelihood
         # under the truth beats a uniform guess by a wide margin.
-        data, catalog = synthetic.make_synthetic(num_users=500, num_items=200, min_length=3,
-                                                 max_length=3, seed=2)
+        data, catalog = synthetic.make_synthetic(
+            num_users=500, num_items=200, min_length=3, max_length=3, seed=2
+        )
         firsts = np.array([s[0] for s in data.sequences()[1:]])
         log_p = catalog.log_probabilities(np.arange(1, 501))
         self.assertGreater(log_p[np.arange(500), firsts].mean(), np.log(1 / 200) + 1.0)
 
     def test_bad_sizes(self):
-        with self.assertRaisesRegex(ValueError, r"`num_items` must be a positive integer; "
-                                    r"received num_items=0"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`num_items` must be a positive integer; "
+            r"received num_items=0",
+        ):
             synthetic.make_synthetic(num_items=0)
-        with self.assertRaisesRegex(ValueError, r"Need 3 <= min_length <= max_length <= "
-                                    r"num_items"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Need 3 <= min_length <= max_length <= "
+            r"num_items",
+        ):
             synthetic.make_synthetic(num_items=10, max_length=20)
 
 
 class BuilderTest(tf.test.TestCase):
-
     def test_sequence_windows(self):
-        windows = builders.sequence_windows([np.array([]), np.array([1, 2, 3, 4]),
-                                             np.array([5])], max_length=5)
+        windows = builders.sequence_windows(
+            [np.array([]), np.array([1, 2, 3, 4]), np.array([5])], max_length=5
+        )
         self.assertAllEqual(windows["inputs"], [[0, 0, 1, 2, 3]])
         self.assertAllEqual(windows["targets"], [[0, 0, 2, 3, 4]])
         windows = builders.sequence_windows([np.arange(1, 10)], max_length=3)
@@ -446,10 +563,10 @@ class BuilderTest(tf.test.TestCase):
         batch = next(iter(dataset))
         self.assertEqual(batch["inputs"].shape, (4, 4))
         self.assertEqual(batch["inputs"].dtype, tf.int32)
-        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
-                                             num_replicas_in_sync=2)
-        sharded = builders.sasrec_dataset(sequences, 4, batch_size=4, seed=0,
-                                          input_context=context)
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
+        )
+        sharded = builders.sasrec_dataset(sequences, 4, batch_size=4, seed=0, input_context=context)
         self.assertEqual(next(iter(sharded))["inputs"].shape, (2, 4))  # Per-replica batch.
         eval_batches = list(builders.sasrec_dataset(sequences, 4, 4, training=False))
         self.assertEqual([b["inputs"].shape[0] for b in eval_batches], [4, 4, 2])
@@ -458,8 +575,9 @@ class BuilderTest(tf.test.TestCase):
         # As a DataLoader(shuffle=True): every pass is a new permutation of the 10 windows in
         # batches of 4, 4 and 2.
         sequences = [np.array([u, u + 100]) for u in range(1, 11)]
-        dataset = builders.sasrec_dataset(sequences, max_length=1, batch_size=4, seed=0,
-                                          partial_batches=True)
+        dataset = builders.sasrec_dataset(
+            sequences, max_length=1, batch_size=4, seed=0, partial_batches=True
+        )
         batches = [b["inputs"].numpy()[:, 0] for b in dataset.take(6)]
         self.assertEqual([len(b) for b in batches], [4, 4, 2, 4, 4, 2])
         passes = [np.concatenate(batches[:3]), np.concatenate(batches[3:])]
@@ -469,10 +587,13 @@ class BuilderTest(tf.test.TestCase):
 
     def test_two_tower_dataset_histories(self):
         sequences = [np.array([], np.int64), np.array([3, 1, 4, 1]), np.array([5, 9])]
-        examples = list(builders.two_tower_dataset(sequences, history_length=2, batch_size=1,
-                                                   training=False))
-        got = [(int(e["user"][0]), e["history"][0].numpy().tolist(), int(e["item"][0]))
-               for e in examples]
+        examples = list(
+            builders.two_tower_dataset(sequences, history_length=2, batch_size=1, training=False)
+        )
+        got = [
+            (int(e["user"][0]), e["history"][0].numpy().tolist(), int(e["item"][0]))
+            for e in examples
+        ]
         self.assertEqual(got, [(1, [0, 3], 1), (1, [3, 1], 4), (1, [1, 4], 1), (2, [0, 5], 9)])
         batch = next(iter(builders.two_tower_dataset(sequences, 2, batch_size=3, seed=1)))
         self.assertEqual(batch["history"].shape, (3, 2))

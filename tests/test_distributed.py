@@ -17,9 +17,11 @@ def _data():
     users = rng.integers(0, 10, size=BATCH).astype(np.int32)
     # Repeated items: accidental hits inside and across the replicas' halves.
     items = rng.choice(np.arange(1, 9), size=BATCH).astype(np.int64)
-    initial = {"user": rng.normal(size=[10, DIM]).astype(np.float32),
-               "item": rng.normal(size=[NUM_ITEMS + 1, DIM]).astype(np.float32),
-               "projection": rng.normal(size=[DIM, DIM]).astype(np.float32)}
+    initial = {
+        "user": rng.normal(size=[10, DIM]).astype(np.float32),
+        "item": rng.normal(size=[NUM_ITEMS + 1, DIM]).astype(np.float32),
+        "projection": rng.normal(size=[DIM, DIM]).astype(np.float32),
+    }
     return probabilities, users, items, initial
 
 
@@ -28,14 +30,18 @@ def _step(variables, objective, users, items):
     names = sorted(variables)
     with tf.GradientTape() as tape:
         queries = tf.matmul(tf.gather(variables["user"], users), variables["projection"])
-        loss = objective(queries, items, lambda ids: tf.gather(variables["item"], ids),
-                         all_item_embeddings=lambda: variables["item"], training=True)
+        loss = objective(
+            queries,
+            items,
+            lambda ids: tf.gather(variables["item"], ids),
+            all_item_embeddings=lambda: variables["item"],
+            training=True,
+        )
     gradients = tape.gradient(loss, [variables[n] for n in names])
     return loss, [tf.convert_to_tensor(g) for g in gradients]
 
 
 class GlobalBatchTest(tf.test.TestCase):
-
     @property
     def strategy(self):
         return conftest.mirrored_strategy()
@@ -44,8 +50,13 @@ class GlobalBatchTest(tf.test.TestCase):
         probabilities, users, items, initial = _data()
 
         def objective():
-            return make_objective(NUM_ITEMS, probabilities=probabilities, seed=1,
-                                      global_batch=global_batch, **objective_args)
+            return make_objective(
+                NUM_ITEMS,
+                probabilities=probabilities,
+                seed=1,
+                global_batch=global_batch,
+                **objective_args,
+            )
 
         single_vars = {k: tf.Variable(v) for k, v in initial.items()}
         single_loss, single_grads = _step(single_vars, objective(), users, items)
@@ -56,15 +67,21 @@ class GlobalBatchTest(tf.test.TestCase):
             distributed_objective = objective()
         half = BATCH // 2
         rows = strategy.experimental_distribute_values_from_function(
-            lambda ctx: (users[ctx.replica_id_in_sync_group * half:][:half],
-                         items[ctx.replica_id_in_sync_group * half:][:half]))
+            lambda ctx: (
+                users[ctx.replica_id_in_sync_group * half :][:half],
+                items[ctx.replica_id_in_sync_group * half :][:half],
+            )
+        )
 
         @tf.function
         def distributed_step(rows):
             loss, grads = strategy.run(
-                lambda u, i: _step(mirrored, distributed_objective, u, i), args=rows)
-            return (strategy.reduce("SUM", loss, axis=None),
-                    [strategy.reduce("SUM", g, axis=None) for g in grads])
+                lambda u, i: _step(mirrored, distributed_objective, u, i), args=rows
+            )
+            return (
+                strategy.reduce("SUM", loss, axis=None),
+                [strategy.reduce("SUM", g, axis=None) for g in grads],
+            )
 
         loss, grads = distributed_step(rows)
         return (single_loss, single_grads), (loss, grads)
@@ -73,7 +90,8 @@ class GlobalBatchTest(tf.test.TestCase):
         for correction in ("improved", "standard", "none"):
             with self.subTest(correction=correction):
                 (want_loss, want_grads), (loss, grads) = self._compare(
-                    True, negatives="in_batch", correction=correction, num_negatives=1000)
+                    True, negatives="in_batch", correction=correction, num_negatives=1000
+                )
                 self.assertAllClose(want_loss, loss, rtol=1e-5)
                 for want, got in zip(want_grads, grads):
                     self.assertAllClose(want, got, rtol=1e-4, atol=1e-6)
@@ -88,13 +106,15 @@ class GlobalBatchTest(tf.test.TestCase):
     def test_per_replica_negatives_differ(self):
         # The negative control: without global_batch each replica sees half the pool.
         (want_loss, _), (loss, _) = self._compare(
-            False, negatives="in_batch", correction="improved", num_negatives=1000)
+            False, negatives="in_batch", correction="improved", num_negatives=1000
+        )
         self.assertNotAllClose(want_loss, loss, rtol=1e-3)
 
     def test_cross_replica_concat_gradient_returns_each_replica_its_rows(self):
         strategy = self.strategy
         values = strategy.experimental_distribute_values_from_function(
-            lambda ctx: tf.constant([[1.0, 2.0]]) * (ctx.replica_id_in_sync_group + 1.0))
+            lambda ctx: tf.constant([[1.0, 2.0]]) * (ctx.replica_id_in_sync_group + 1.0)
+        )
 
         @tf.function
         def step(values):
@@ -104,14 +124,19 @@ class GlobalBatchTest(tf.test.TestCase):
                     gathered = negatives.cross_replica_concat(x)  # [[1, 2], [2, 4]]
                     replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
                     # Replica r's loss weights the gathered rows by (r + 1) * [1, 10].
-                    loss = tf.reduce_sum(gathered * tf.cast(replica_id + 1, tf.float32)
-                                         * tf.constant([[1.0], [10.0]]))
+                    loss = tf.reduce_sum(
+                        gathered
+                        * tf.cast(replica_id + 1, tf.float32)
+                        * tf.constant([[1.0], [10.0]])
+                    )
                 return gathered, tape.gradient(loss, x)
+
             return strategy.run(replica, args=(values,))
 
         gathered, gradients = step(values)
-        self.assertAllEqual(strategy.experimental_local_results(gathered)[1],
-                            [[1.0, 2.0], [2.0, 4.0]])
+        self.assertAllEqual(
+            strategy.experimental_local_results(gathered)[1], [[1.0, 2.0], [2.0, 4.0]]
+        )
         # d(sum of both replicas' losses)/d(row of replica r) = (1 + 2) * [1, 10][r].
         local = strategy.experimental_local_results(gradients)
         self.assertAllClose(local[0], [[3.0, 3.0]])

@@ -67,8 +67,22 @@ SHELL_FENCES = {"", "sh", "bash", "shell", "console", "text"}
 SHELL_OPERATORS = {";", "&", "&&", "||", "|"}
 RESULT_MARK = "@@DOCS_CHECK@@"
 # pytest's options whose value is the next word (not a path to test).
-PYTEST_VALUE_OPTIONS = {"-n", "-m", "-k", "-p", "-c", "-o", "-W", "--maxfail", "--durations",
-                        "--rootdir", "--basetemp", "--dist", "--deselect", "--ignore"}
+PYTEST_VALUE_OPTIONS = {
+    "-n",
+    "-m",
+    "-k",
+    "-p",
+    "-c",
+    "-o",
+    "-W",
+    "--maxfail",
+    "--durations",
+    "--rootdir",
+    "--basetemp",
+    "--dist",
+    "--deselect",
+    "--ignore",
+}
 TIMEOUT_S = 240
 
 
@@ -78,6 +92,7 @@ TIMEOUT_S = 240
 @dataclasses.dataclass(frozen=True)
 class Quote:
     """A command as one file quotes it: its text (lines joined) and where it starts."""
+
     path: str
     line: int
     text: str
@@ -86,9 +101,10 @@ class Quote:
 @dataclasses.dataclass
 class Command:
     """One concrete command: the environment prefix, its words, and every place quoting it."""
-    text: str                  # as quoted (placeholders kept), one alternative picked
+
+    text: str  # as quoted (placeholders kept), one alternative picked
     env: Tuple[Tuple[str, str], ...]
-    argv: Tuple[str, ...]      # concrete: placeholders substituted
+    argv: Tuple[str, ...]  # concrete: placeholders substituted
     where: List[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -220,8 +236,7 @@ def _alternatives(words: List[str]) -> List[List[str]]:
     options = []
     for word in words:
         match = re.fullmatch(r"(--[\w.-]+=)(.*\|.*)", word)
-        options.append([match.group(1) + v for v in match.group(2).split("|")] if match
-                       else [word])
+        options.append([match.group(1) + v for v in match.group(2).split("|")] if match else [word])
     return [list(choice) for choice in itertools.product(*options)]
 
 
@@ -285,23 +300,35 @@ def _environment() -> Dict[str, str]:
     """A user's environment: no TF_USE_LEGACY_KERAS or KERAS_BACKEND from this test process
     (tfrs_logq sets the first on import), TensorFlow's C++ logs off. A command's own
     `VAR=value` prefix is not applied: no check here reads it."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND", "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND", "PYTHONPATH")
+    }
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     return env
 
 
 def _child(args: List[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, env=_environment(), capture_output=True, text=True,
-                          timeout=TIMEOUT_S, check=False)
+    return subprocess.run(
+        args,
+        cwd=ROOT,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
 
 
 def _result_of(process: subprocess.CompletedProcess) -> dict:
     for line in process.stdout.splitlines():
         if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
-    return {"error": f"the check's child process exited {process.returncode} without a "
-                     f"result: {(process.stdout + process.stderr)[-2000:]}"}
+            return json.loads(line[len(RESULT_MARK) :])
+    return {
+        "error": f"the check's child process exited {process.returncode} without a "
+        f"result: {(process.stdout + process.stderr)[-2000:]}"
+    }
 
 
 # Runs MODULE as `python -m` does, with absl.app.run stubbed, then parses each argument list.
@@ -421,6 +448,7 @@ def _group_results(child: str, target: str, argvs: Tuple[Tuple[str, ...], ...]) 
 @dataclasses.dataclass(frozen=True)
 class Control:
     """A command that must fail its check, with a string its error must name."""
+
     text: str
     expect: str
 
@@ -466,9 +494,15 @@ POSITIVE_COMMANDS = [_as_command(text) for text in POSITIVE_CONTROLS]
 @functools.lru_cache(maxsize=None)
 def _grouped(kind: str, target: str) -> Dict[Tuple[str, ...], Optional[str]]:
     """Every argument list of `target` (the docs' and the controls') checked in one child."""
-    argvs = tuple(sorted({c.argv[3:] if kind == "absl" else c.argv[2:]
-                          for c in COMMANDS + CONTROL_COMMANDS + POSITIVE_COMMANDS
-                          if c.kind == kind and c.argv[2 if kind == "absl" else 1] == target}))
+    argvs = tuple(
+        sorted(
+            {
+                c.argv[3:] if kind == "absl" else c.argv[2:]
+                for c in COMMANDS + CONTROL_COMMANDS + POSITIVE_COMMANDS
+                if c.kind == kind and c.argv[2 if kind == "absl" else 1] == target
+            }
+        )
+    )
     child = ABSL_CHILD if kind == "absl" else SCRIPT_CHILD
     return dict(zip(argvs, _group_results(child, target, argvs)))
 
@@ -478,8 +512,8 @@ def _campaign_subcommands(script: str) -> Tuple[Tuple[str, ...], str]:
     """(the subcommands of the script's final `case "${1:-}"` dispatch, its usage message when
     run without one)."""
     source = (ROOT / script).read_text()
-    dispatch = source[source.rindex('case "${1:-}" in'):]
-    dispatch = dispatch[:dispatch.index("esac")]
+    dispatch = source[source.rindex('case "${1:-}" in') :]
+    dispatch = dispatch[: dispatch.index("esac")]
     labels = tuple(re.findall(r"^\s*([\w-]+)\)", dispatch, re.MULTILINE))
     process = _child(["bash", script])
     return labels, f"exit {process.returncode}: {process.stderr.strip()}"
@@ -520,8 +554,9 @@ def _check_module(module: str, args: Tuple[str, ...]) -> Optional[str]:
     if _in_repository(module):
         if _module_file(module) is None:
             return f"No module named {module}"  # as python -m says
-        process = _child([sys.executable, "-c", f"import importlib; "
-                          f"importlib.import_module({module!r})"])
+        process = _child(
+            [sys.executable, "-c", f"import importlib; importlib.import_module({module!r})"]
+        )
         if process.returncode != 0:
             return f"import {module} failed: {process.stderr.strip()[-2000:]}"
         return None
@@ -532,14 +567,18 @@ def _check_module(module: str, args: Tuple[str, ...]) -> Optional[str]:
     if spec is None:
         return f"No module named {module}"
     if spec.submodule_search_locations is not None and (
-            importlib.util.find_spec(f"{module}.__main__") is None):
+        importlib.util.find_spec(f"{module}.__main__") is None
+    ):
         return f"{module} is a package without __main__: python -m cannot run it"
     if module == "pytest":
         if "-n" in args and importlib.util.find_spec("xdist") is None:
             return "pytest -n needs pytest-xdist, which is not installed"
         for before, arg in zip(("",) + args, args):
-            if (not arg.startswith("-") and before not in PYTEST_VALUE_OPTIONS
-                    and not (ROOT / arg.split("::")[0]).exists()):
+            if (
+                not arg.startswith("-")
+                and before not in PYTEST_VALUE_OPTIONS
+                and not (ROOT / arg.split("::")[0]).exists()
+            ):
                 return f"pytest: {arg} does not exist"
     return None
 
@@ -555,32 +594,50 @@ def test_extraction_finds_the_docs_commands():
     """The extractor sees the commands it must see, joined and concrete, once each."""
     texts = {c.text for c in COMMANDS}
     # A fenced command continued with `\` and a trailing comment; an inline span that wraps.
-    assert ("python -m pipelines.train --preset=cpu --dataset=ml-1m --negatives=in_batch "
-            "--correction=improved --output_dir=runs/ml1m-inbatch-improved") in texts
+    assert (
+        "python -m pipelines.train --preset=cpu --dataset=ml-1m --negatives=in_batch "
+        "--correction=improved --output_dir=runs/ml1m-inbatch-improved"
+    ) in texts
     assert "python -m pipelines.train --preset=synthetic --output_dir=runs/demo" in texts
     assert "python -m pipelines.evaluate runs/ml1m-inbatch-improved --index=scann" in texts
     # `a|b` alternatives, each checked; prefixes set aside.
     assert "python -m paper.reproduce --profile=official_cpu" in texts
-    assert ("python -m paper.reproduce --dataset=ml-1m --split=temporal "
-            "--profile=official --seeds=N") in texts
+    assert (
+        "python -m paper.reproduce --dataset=ml-1m --split=temporal --profile=official --seeds=N"
+    ) in texts
     assert "KERAS_BACKEND=jax python -m pytest tests_keras3" in texts
     assert {"make demo", "make test", "make test-slow"} <= texts
     assert "python paper/park.py unpack /tmp/run.tar.gz OUTPUT" in texts
     assert len({(c.env, c.argv) for c in COMMANDS}) == len(COMMANDS)
 
 
-@pytest.mark.parametrize("command", [pytest.param(c, id=_id(c)) for c in COMMANDS] + [
-    pytest.param(None, id=text, marks=pytest.mark.skip(
-        reason=f"quoted at {where} with a placeholder that cannot be made concrete"))
-    for where, text in UNUSABLE])
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(c, id=_id(c)) for c in COMMANDS]
+    + [
+        pytest.param(
+            None,
+            id=text,
+            marks=pytest.mark.skip(
+                reason=f"quoted at {where} with a placeholder that cannot be made concrete"
+            ),
+        )
+        for where, text in UNUSABLE
+    ],
+)
 def test_quoted_command_runs_as_written(command):
     error = check(command)
-    assert error is None, (f"`{command.text}` (quoted at {', '.join(command.where)}, checked "
-                           f"as {command.kind}) fails: {error}")
+    assert error is None, (
+        f"`{command.text}` (quoted at {', '.join(command.where)}, checked "
+        f"as {command.kind}) fails: {error}"
+    )
 
 
-@pytest.mark.parametrize("control,command", zip(NEGATIVE_CONTROLS, CONTROL_COMMANDS),
-                         ids=[c.text for c in NEGATIVE_CONTROLS])
+@pytest.mark.parametrize(
+    "control,command",
+    zip(NEGATIVE_CONTROLS, CONTROL_COMMANDS),
+    ids=[c.text for c in NEGATIVE_CONTROLS],
+)
 def test_broken_command_is_caught(control, command):
     error = check(command)
     assert error is not None, f"`{control.text}` passed its check"
@@ -594,8 +651,7 @@ def test_right_command_passes(command):
 
 def test_stubbed_parse_agrees_with_a_real_start():
     """The real `python -m` start rejects the misspelt flag the check rejects, naming it."""
-    process = _child([sys.executable, "-m", "pipelines.train", "--preset=smoke",
-                      "--no_such_flag"])
+    process = _child([sys.executable, "-m", "pipelines.train", "--preset=smoke", "--no_such_flag"])
     assert process.returncode != 0
     assert "Unknown command line flag 'no_such_flag'" in process.stderr, process.stderr[-2000:]
 

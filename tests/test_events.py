@@ -38,15 +38,22 @@ def _write_csv(path, rows, header="user_id,item_id,timestamp", delimiter=","):
 
 
 class EventLogTest(tf.test.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = tempfile.mkdtemp()
 
     def test_csv_string_ids_dense_by_count_and_min_count(self):
-        path = _write_csv(os.path.join(self.dir, "log.csv"), [
-            ("ann", "b", 30), ("ann", "a", 10), ("bob", "a", 20), ("bob", "c", 5),
-            ("cy", "a", 7), ("cy", "b", 8)])
+        path = _write_csv(
+            os.path.join(self.dir, "log.csv"),
+            [
+                ("ann", "b", 30),
+                ("ann", "a", 10),
+                ("bob", "a", 20),
+                ("bob", "c", 5),
+                ("cy", "a", 7),
+                ("cy", "b", 8),
+            ],
+        )
         log = events.load_events(path)
         data = log.interactions
         # "a" 3 events, "b" 2, "c" 1: dense ids by count.
@@ -63,10 +70,16 @@ class EventLogTest(tf.test.TestCase):
 
     def test_tsv_gz_int64_ids_iso_times_and_weights(self):
         big = 2**62 + 7  # Beyond float precision: must stay exact.
-        path = _write_csv(os.path.join(self.dir, "log.tsv.gz"), [
-            (big, 5, "2026-01-02T00:00:00", 1.5), (big, big + 1, "2026-01-01", 0.5),
-            (3, 5, "2026-01-03 12:00:00", 2.0)],
-            header="u,i,t,w", delimiter="\t")
+        path = _write_csv(
+            os.path.join(self.dir, "log.tsv.gz"),
+            [
+                (big, 5, "2026-01-02T00:00:00", 1.5),
+                (big, big + 1, "2026-01-01", 0.5),
+                (3, 5, "2026-01-03 12:00:00", 2.0),
+            ],
+            header="u,i,t,w",
+            delimiter="\t",
+        )
         log = events.load_events(path, events.EventColumns("u", "i", "t", "w"))
         data = log.interactions
         self.assertTrue(log.integer_ids)
@@ -79,21 +92,32 @@ class EventLogTest(tf.test.TestCase):
 
     def test_parquet_glob_and_saved_vocabularies_encode_alike(self):
         for day in range(2):
-            pq.write_table(pa.table({"user_id": ["x", "y", "x"], "item_id": ["p", "q", "q"],
-                                     "timestamp": pa.array([day * DAY + i for i in range(3)],
-                                                           pa.int64())}),
-                           os.path.join(self.dir, f"day-{day}.parquet"))
+            pq.write_table(
+                pa.table(
+                    {
+                        "user_id": ["x", "y", "x"],
+                        "item_id": ["p", "q", "q"],
+                        "timestamp": pa.array([day * DAY + i for i in range(3)], pa.int64()),
+                    }
+                ),
+                os.path.join(self.dir, f"day-{day}.parquet"),
+            )
         pattern = os.path.join(self.dir, "day-*.parquet")
         log = events.load_events(pattern)
         self.assertEqual(log.stats["files"], 2)
         self.assertLen(log.interactions.user, 6)
-        events.save_vocabularies(os.path.join(self.dir, "vocabulary"), log.interactions,
-                                 {"integer_ids": list(log.integer_ids)}, {})
+        events.save_vocabularies(
+            os.path.join(self.dir, "vocabulary"),
+            log.interactions,
+            {"integer_ids": list(log.integer_ids)},
+            {},
+        )
         saved = events.load_vocabularies(os.path.join(self.dir, "vocabulary"))
         again = events.load_events(pattern, vocabularies=saved)
         for field in ("user", "item", "timestamp"):
-            np.testing.assert_array_equal(getattr(again.interactions, field),
-                                          getattr(log.interactions, field))
+            np.testing.assert_array_equal(
+                getattr(again.interactions, field), getattr(log.interactions, field)
+            )
         # Counting only before a time: later-only ids are out of vocabulary.
         early = events.load_events(pattern, count_before=DAY)
         self.assertEqual(early.interactions.num_items, 2)
@@ -101,26 +125,38 @@ class EventLogTest(tf.test.TestCase):
     def test_a_log_with_every_line_twice_is_read_once(self):
         # Issue 46: each exact duplicate (user, item, time) dropped, counted in the stats
         # and printed; repeat consumption at another time stays; weights stay aligned.
-        rows = [("ann", "b", 30, 1.0), ("ann", "a", 10, 2.0), ("bob", "a", 20, 3.0),
-                ("bob", "a", 25, 4.0), ("cy", "c", 7, 5.0)]
+        rows = [
+            ("ann", "b", 30, 1.0),
+            ("ann", "a", 10, 2.0),
+            ("bob", "a", 20, 3.0),
+            ("bob", "a", 25, 4.0),
+            ("cy", "c", 7, 5.0),
+        ]
         header = "user_id,item_id,timestamp,w"
-        once = events.load_events(_write_csv(os.path.join(self.dir, "once.csv"), rows, header),
-                                  events.EventColumns(weight="w"))
-        path = _write_csv(os.path.join(self.dir, "twice.csv"),
-                          [row for row in rows for _ in range(2)], header)
+        once = events.load_events(
+            _write_csv(os.path.join(self.dir, "once.csv"), rows, header),
+            events.EventColumns(weight="w"),
+        )
+        path = _write_csv(
+            os.path.join(self.dir, "twice.csv"), [row for row in rows for _ in range(2)], header
+        )
         with mock.patch("builtins.print") as printed:
             twice = events.load_events(path, events.EventColumns(weight="w"))
         printed.assert_called_once_with(
             f"{path}: dropped 5 duplicate events (the same user, item and time as an earlier "
-            "event); kept 5.", flush=True)
+            "event); kept 5.",
+            flush=True,
+        )
         self.assertEqual(once.stats["events_dropped_duplicate"], 0)
-        self.assertEqual({k: twice.stats[k] for k in ("events_read", "events_kept",
-                                                      "events_dropped_duplicate")},
-                         {"events_read": 10, "events_kept": 5, "events_dropped_duplicate": 5})
+        self.assertEqual(
+            {k: twice.stats[k] for k in ("events_read", "events_kept", "events_dropped_duplicate")},
+            {"events_read": 10, "events_kept": 5, "events_dropped_duplicate": 5},
+        )
         self.assertEqual(twice.interactions.duplicates, 5)
         for field in ("user", "item", "timestamp", "user_ids", "item_ids"):
-            np.testing.assert_array_equal(getattr(twice.interactions, field),
-                                          getattr(once.interactions, field))
+            np.testing.assert_array_equal(
+                getattr(twice.interactions, field), getattr(once.interactions, field)
+            )
         np.testing.assert_array_equal(twice.weights, once.weights)
         self.assertEqual(twice.interactions.sequences()[2].tolist(), [1, 1])  # bob: a, a.
 
@@ -130,10 +166,14 @@ class EventLogTest(tf.test.TestCase):
             "column 'timestamp' holds '9.223372036854776e+18' in data row 2, outside int64 "
             "seconds [-2^63, 2^63)": [("a", "x", 1), ("b", "y", 2**63)],
             "column 'timestamp' holds '1e+19' in data row 1, outside int64 seconds": [
-                ("a", "x", "1e19"), ("b", "y", 2.5)],
+                ("a", "x", "1e19"),
+                ("b", "y", 2.5),
+            ],
             # 20,000 digits: pyarrow reads inf.
             "column 'timestamp' holds inf in data row 1; times are finite seconds.": [
-                ("a", "x", "9" * 20_000), ("b", "y", 5)],
+                ("a", "x", "9" * 20_000),
+                ("b", "y", 5),
+            ],
             # Read as text (a date elsewhere in the column): the value itself, cut.
             f"cannot read the time '{'9' * 40}'... (20,000 characters) in column "
             "'timestamp', data row 2": [("a", "x", "2026-01-01"), ("b", "y", "9" * 20_000)],
@@ -144,44 +184,75 @@ class EventLogTest(tf.test.TestCase):
                 events.load_events(path)
         # Unsigned ids at or above 2^63 are kept exactly, as strings (not served as int64).
         path = os.path.join(self.dir, "ids.parquet")
-        pq.write_table(pa.table({"user_id": pa.array([2**63 + 1, 2], pa.uint64()),
-                                 "item_id": pa.array([3, 4], pa.uint64()),
-                                 "timestamp": pa.array([1, 2], pa.uint64())}), path)
+        pq.write_table(
+            pa.table(
+                {
+                    "user_id": pa.array([2**63 + 1, 2], pa.uint64()),
+                    "item_id": pa.array([3, 4], pa.uint64()),
+                    "timestamp": pa.array([1, 2], pa.uint64()),
+                }
+            ),
+            path,
+        )
         log = events.load_events(path)
         self.assertIn(str(2**63 + 1), list(log.interactions.user_ids))
         self.assertEqual(log.integer_ids, ("item",))
-        pq.write_table(pa.table({"user_id": ["a"], "item_id": ["b"],
-                                 "timestamp": pa.array([2**63], pa.uint64())}), path)
-        with self.assertRaisesRegex(DataError, re.escape(
-                f"{path}: column 'timestamp' holds '{2**63}' in data row 1, outside int64")):
+        pq.write_table(
+            pa.table(
+                {"user_id": ["a"], "item_id": ["b"], "timestamp": pa.array([2**63], pa.uint64())}
+            ),
+            path,
+        )
+        with self.assertRaisesRegex(
+            DataError,
+            re.escape(f"{path}: column 'timestamp' holds '{2**63}' in data row 1, outside int64"),
+        ):
             events.load_events(path)
-        pq.write_table(pa.table({"user_id": ["a", "b"], "item_id": ["b", "c"],
-                                 "timestamp": ["5", str(2**63)]}), path)
-        with self.assertRaisesRegex(DataError, re.escape(
-                f"{path}: column 'timestamp' holds '{2**63}' in data row 2, outside int64")):
+        pq.write_table(
+            pa.table(
+                {"user_id": ["a", "b"], "item_id": ["b", "c"], "timestamp": ["5", str(2**63)]}
+            ),
+            path,
+        )
+        with self.assertRaisesRegex(
+            DataError,
+            re.escape(f"{path}: column 'timestamp' holds '{2**63}' in data row 2, outside int64"),
+        ):
             events.load_events(path)
         # Millisecond timestamps with a remainder are whole seconds (the cast used to fail).
-        pq.write_table(pa.table({"user_id": ["a"], "item_id": ["b"], "timestamp": pa.array(
-            [1_500_000_000_123], pa.timestamp("ms"))}), path)
-        self.assertEqual(events.load_events(path).interactions.timestamp.tolist(),
-                         [1_500_000_000])
+        pq.write_table(
+            pa.table(
+                {
+                    "user_id": ["a"],
+                    "item_id": ["b"],
+                    "timestamp": pa.array([1_500_000_000_123], pa.timestamp("ms")),
+                }
+            ),
+            path,
+        )
+        self.assertEqual(events.load_events(path).interactions.timestamp.tolist(), [1_500_000_000])
 
     def test_bad_input_is_a_named_error(self):
         good = [("a", "x", 1), ("b", "y", 2)]
         cases = {
             "no column 'timestamp'": ("user_id,item_id,when", good, {}),
             "column 'item_id' is empty (null) in data row 2": (
-                "user_id,item_id,timestamp", [("a", "x", 1), ("b", "", 2)], {}),
+                "user_id,item_id,timestamp",
+                [("a", "x", 1), ("b", "", 2)],
+                {},
+            ),
             "cannot read the time 'yesterday'": (
-                "user_id,item_id,timestamp", [("a", "x", "2026-01-01"), ("b", "y", "yesterday")],
-                {}),
-            "over the 3 the memory budget": ("user_id,item_id,timestamp", good,
-                                             {"max_entries": 3}),
+                "user_id,item_id,timestamp",
+                [("a", "x", "2026-01-01"), ("b", "y", "yesterday")],
+                {},
+            ),
+            "over the 3 the memory budget": ("user_id,item_id,timestamp", good, {"max_entries": 3}),
         }
         for expected, (header, rows, kwargs) in cases.items():
             path = _write_csv(os.path.join(self.dir, f"{len(expected)}.csv"), rows, header)
-            with self.assertRaisesRegex(DataError, expected.replace("(", r"\(").replace(
-                    ")", r"\)")):
+            with self.assertRaisesRegex(
+                DataError, expected.replace("(", r"\(").replace(")", r"\)")
+            ):
                 events.load_events(path, **kwargs)
         with self.assertRaisesRegex(FileNotFoundError, "matches no event log file"):
             events.load_events(os.path.join(self.dir, "none-*.csv"))
@@ -193,12 +264,20 @@ class EventLogTest(tf.test.TestCase):
 
 
 class NextDaySplitTest(tf.test.TestCase):
-
     def test_days_queries_and_no_leakage(self):
-        path = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), [
-            ("u1", "a", 0 * DAY + 5), ("u1", "b", 1 * DAY), ("u1", "c", 2 * DAY + 1),
-            ("u1", "d", 3 * DAY), ("u1", "a2", 3 * DAY + 9), ("u2", "a", 0 * DAY + 1),
-            ("u2", "c", 3 * DAY + 2), ("u3", "b", 3 * DAY + 3)])
+        path = _write_csv(
+            os.path.join(tempfile.mkdtemp(), "log.csv"),
+            [
+                ("u1", "a", 0 * DAY + 5),
+                ("u1", "b", 1 * DAY),
+                ("u1", "c", 2 * DAY + 1),
+                ("u1", "d", 3 * DAY),
+                ("u1", "a2", 3 * DAY + 9),
+                ("u2", "a", 0 * DAY + 1),
+                ("u2", "c", 3 * DAY + 2),
+                ("u3", "b", 3 * DAY + 3),
+            ],
+        )
         data = events.load_events(path).interactions
         split = splits.next_day(data)
         raw = data.item_ids
@@ -207,27 +286,28 @@ class NextDaySplitTest(tf.test.TestCase):
         # Validation: day 2; test: day 3, every distinct item of the day a target; u3 has no
         # history before day 3 (cold start): no query.
         self.assertEqual([raw[t].tolist() for t in split.validation.targets], [["c"]])
-        queries = {data.user_ids[u]: (sorted(raw[h]), sorted(raw[t])) for u, h, t in zip(
-            split.test.users, split.test.histories, split.test.targets)}
-        self.assertEqual(queries, {"u1": (["a", "b", "c"], ["a2", "d"]),
-                                   "u2": (["a"], ["c"])})
+        queries = {
+            data.user_ids[u]: (sorted(raw[h]), sorted(raw[t]))
+            for u, h, t in zip(split.test.users, split.test.histories, split.test.targets)
+        }
+        self.assertEqual(queries, {"u1": (["a", "b", "c"], ["a2", "d"]), "u2": (["a"], ["c"])})
         self.assertEqual([len(t) for t in split.train_times], [len(s) for s in split.train])
         with self.assertRaisesRegex(DataError, "leaves no training day"):
             splits.next_day(data, test_day=1)
-        gap = data._replace(timestamp=np.where(data.timestamp >= 2 * DAY,
-                                               data.timestamp + DAY, data.timestamp))
+        gap = data._replace(
+            timestamp=np.where(data.timestamp >= 2 * DAY, data.timestamp + DAY, data.timestamp)
+        )
         with self.assertRaisesRegex(DataError, "the test day \\(day 2\\) holds no query"):
             splits.next_day(gap, test_day=2)  # No event on day 2.
 
 
 class WebSyntheticTest(tf.test.TestCase):
-
     def test_deterministic_no_repeats_and_the_oracle_ranks_by_the_law(self):
         catalog = web_synthetic.make_catalog(3000, 400, 5, cluster_size=500, seed=3)
         drawn = web_synthetic.draw_events(catalog, 15, seed=3)
-        again = web_synthetic.draw_events(web_synthetic.make_catalog(3000, 400, 5,
-                                                                     cluster_size=500, seed=3),
-                                          15, seed=3)
+        again = web_synthetic.draw_events(
+            web_synthetic.make_catalog(3000, 400, 5, cluster_size=500, seed=3), 15, seed=3
+        )
         for key in drawn:
             np.testing.assert_array_equal(drawn[key], again[key])
         keys = drawn["user"] * 3000 + drawn["item"]
@@ -245,39 +325,47 @@ class WebSyntheticTest(tf.test.TestCase):
             expected = np.argsort(-scores, kind="stable")[:20]
             np.testing.assert_allclose(logp[row][oracle[row]], logp[row][expected])
         # Popularity drifts: the law of day 0 and of day 4 differ.
-        self.assertGreater(np.abs(catalog.item_marginal(0) - catalog.item_marginal(4)).sum(),
-                           0.1)
+        self.assertGreater(np.abs(catalog.item_marginal(0) - catalog.item_marginal(4)).sum(), 0.1)
 
     def test_first_draws_follow_the_law(self):
-        catalog = web_synthetic.make_catalog(400, 20000, 3, cluster_size=100, drift=3.0,
-                                             seed=0)
+        catalog = web_synthetic.make_catalog(400, 20000, 3, cluster_size=100, drift=3.0, seed=0)
         drawn = web_synthetic.draw_events(catalog, 1, seed=0)  # One event each: no redraws.
         day = (drawn["time"] - web_synthetic.START_TIME) // DAY
         on_day = drawn["item"][day == 1]
         empirical = np.bincount(on_day, minlength=400) / len(on_day)
 
         def law(at_day):  # The day's users, one event each.
-            probability = np.exp(catalog.log_probabilities(drawn["user"][day == 1],
-                                                           at_day)).sum(axis=0)
+            probability = np.exp(catalog.log_probabilities(drawn["user"][day == 1], at_day)).sum(
+                axis=0
+            )
             return probability / probability.sum()
 
         # The sampling noise of as many draws from the law itself.
         rng = np.random.default_rng(0)
-        noise = np.mean([0.5 * np.abs(rng.multinomial(len(on_day), law(1)) / len(on_day)
-                                      - law(1)).sum() for _ in range(20)])
+        noise = np.mean(
+            [
+                0.5 * np.abs(rng.multinomial(len(on_day), law(1)) / len(on_day) - law(1)).sum()
+                for _ in range(20)
+            ]
+        )
         self.assertLess(0.5 * np.abs(empirical - law(1)).sum(), 1.3 * noise)
         # The drifted law of another day does not fit them.
         self.assertGreater(0.5 * np.abs(empirical - law(-2)).sum(), 2 * noise)
 
 
 class CandidatesTest(tf.test.TestCase):
-
     def test_top_k_over_candidates_matches_the_subset_search(self):
         rng = np.random.default_rng(0)
         items, queries = rng.normal(size=[50, 4]), rng.normal(size=[6, 4])
         candidates = np.array([3, 5, 8, 13, 21, 34, 40, 41, 49])
-        exclude = [np.array([5, 2]), np.array([], np.int64), np.array([49]), np.array([1]),
-                   np.array([3, 8]), np.array([13])]
+        exclude = [
+            np.array([5, 2]),
+            np.array([], np.int64),
+            np.array([49]),
+            np.array([1]),
+            np.array([3, 8]),
+            np.array([13]),
+        ]
         found = retrieval.top_k(queries, items, 4, exclude=exclude, candidates=candidates)
         for row in range(6):
             allowed = np.setdiff1d(candidates, exclude[row])
@@ -288,15 +376,13 @@ class CandidatesTest(tf.test.TestCase):
 
 
 class TimeOrderTest(tf.test.TestCase):
-
     def test_examples_in_time_order_and_window_shuffled_stream(self):
         sequences = [np.array([], np.int64), np.array([1, 2, 3]), np.array([4, 5])]
         times = [np.array([], np.int64), np.array([0, 50, 60]), np.array([10, 20])]
         examples = builders.two_tower_examples(sequences, times)
         self.assertEqual(examples["time"].tolist(), [20, 50, 60])
         self.assertEqual(examples["flat"][examples["position"]].tolist(), [5, 2, 3])
-        stream = builders.two_tower_dataset(sequences, 2, 1, seed=0, times=times,
-                                            shuffle_window=1)
+        stream = builders.two_tower_dataset(sequences, 2, 1, seed=0, times=times, shuffle_window=1)
         items = [int(b["item"][0]) for b in stream.take(6)]
         self.assertEqual(items, [5, 2, 3, 5, 2, 3])  # A window of 1: time order, each pass.
 
@@ -309,24 +395,40 @@ class DayStoreTest(tf.test.TestCase):
         catalog = web_synthetic.make_catalog(600, 300, 5, cluster_size=100, seed=1)
         drawn = web_synthetic.draw_events(catalog, 10, seed=1)
         rng = np.random.default_rng(0)
-        rows = list(zip(catalog.user_ids[drawn["user"]], drawn["item"] * 1000 + 7,
-                        drawn["time"], rng.choice([0.0, 1.0, 3.0], len(drawn["user"]))))
+        rows = list(
+            zip(
+                catalog.user_ids[drawn["user"]],
+                drawn["item"] * 1000 + 7,
+                drawn["time"],
+                rng.choice([0.0, 1.0, 3.0], len(drawn["user"])),
+            )
+        )
         rows += rows[:50]  # Logged twice: dropped and counted on both paths.
         header = "who,what,when" + (",reward" if weighted else "")
         rows = rows if weighted else [row[:3] for row in rows]
         path = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), rows, header)
-        return SMOKE.replace(dataset="events", data_path=path, user_column="who",
-                             item_column="what", time_column="when",
-                             weight_column="reward" if weighted else "", test_queries=200,
-                             validation_queries=100, shuffle_window=50, batch_size=32)
+        return SMOKE.replace(
+            dataset="events",
+            data_path=path,
+            user_column="who",
+            item_column="what",
+            time_column="when",
+            weight_column="reward" if weighted else "",
+            test_queries=200,
+            validation_queries=100,
+            shuffle_window=50,
+            batch_size=32,
+        )
 
     def _in_memory(self, config):
         log = experiment.event_log(config.data, config.model.dim)[0]
-        split = splits.next_day(log.interactions, config.data.test_day,
-                                config.data.day_seconds, weights=log.weights)
+        split = splits.next_day(
+            log.interactions, config.data.test_day, config.data.day_seconds, weights=log.weights
+        )
         return log, split._replace(
             validation=splits.subsample(split.validation, config.data.validation_queries),
-            test=splits.subsample(split.test, config.training.test_queries))
+            test=splits.subsample(split.test, config.training.test_queries),
+        )
 
     def _check_equal(self, config, buffer_rows):
         old = day_store.BUFFER_ROWS
@@ -345,15 +447,23 @@ class DayStoreTest(tf.test.TestCase):
             got, want = getattr(split, name), getattr(reference, name)
             self.assertAllEqual(got.users, want.users)
             for part in ("histories", "targets"):
-                self.assertEqual([a.tolist() for a in getattr(got, part)],
-                                 [a.tolist() for a in getattr(want, part)], (name, part))
+                self.assertEqual(
+                    [a.tolist() for a in getattr(got, part)],
+                    [a.tolist() for a in getattr(want, part)],
+                    (name, part),
+                )
         steps = experiment.pass_steps(config, split)
         self.assertEqual(steps, experiment.pass_steps(config, reference))
         streamed = experiment.training_stream(config, split)[0]
         in_memory = builders.two_tower_dataset(
-            reference.train, config.model.history_length, config.training.batch_size,
-            seed=config.training.seed, times=reference.train_times,
-            shuffle_window=config.training.shuffle_window, weights=reference.train_weights)
+            reference.train,
+            config.model.history_length,
+            config.training.batch_size,
+            seed=config.training.seed,
+            times=reference.train_times,
+            shuffle_window=config.training.shuffle_window,
+            weights=reference.train_weights,
+        )
         for got, want in zip(streamed.take(2 * steps + 1), in_memory.take(2 * steps + 1)):
             self.assertEqual(sorted(got), sorted(want))
             for key in want:
@@ -370,16 +480,24 @@ class DayStoreTest(tf.test.TestCase):
         # Users 1 and 2 (last items before the day: 7, 8 and none), events sorted by user.
         state = np.array([[0, 0, 0], [0, 7, 8], [0, 0, 0]], np.int32)
         blocks, starts = day_store._history_windows(  # pylint: disable=protected-access
-            state, np.array([1, 1, 1, 2, 2], np.int32), np.array([4, 5, 6, 9, 3], np.int32))
+            state, np.array([1, 1, 1, 2, 2], np.int32), np.array([4, 5, 6, 9, 3], np.int32)
+        )
         history = blocks[starts[:, None] + np.arange(3)]
         self.assertAllEqual(history, [[0, 7, 8], [7, 8, 4], [8, 4, 5], [0, 0, 0], [0, 0, 9]])
         self.assertAllEqual(state, [[0, 0, 0], [4, 5, 6], [0, 9, 3]])
 
     def test_an_empty_test_day_is_a_named_error_and_leaves_nothing(self):
         directory = tempfile.mkdtemp()
-        path = _write_csv(os.path.join(directory, "log.csv"),
-                          [("a", "x", 0), ("a", "y", DAY), ("b", "x", DAY), ("a", "z", 2 * DAY),
-                           ("c", "x", 3 * DAY)])
+        path = _write_csv(
+            os.path.join(directory, "log.csv"),
+            [
+                ("a", "x", 0),
+                ("a", "y", DAY),
+                ("b", "x", DAY),
+                ("a", "z", 2 * DAY),
+                ("c", "x", 3 * DAY),
+            ],
+        )
         config = SMOKE.replace(dataset="events", data_path=path, test_day=3)
         out = os.path.join(directory, "run")
         with self.assertRaisesRegex(DataError, r"the test day \(day 3\) holds no query"):
@@ -388,19 +506,22 @@ class DayStoreTest(tf.test.TestCase):
 
 
 class IndustrialRunTest(tf.test.TestCase):
-
     def test_industrial_smoke_run_serves_raw_ids_as_evaluated(self):
         os.environ[experiment.CACHE_ENV] = tempfile.mkdtemp()
         out = tempfile.mkdtemp()
         config = SMOKE.replace(index="exact")
         metrics = train.run(config, out, verbose=0)
-        self.assertEqual(sorted(metrics["test"]), sorted(
-            f"{m}@{k}" for m in ("recall", "ndcg") for k in (10, 100, 1000)))
+        self.assertEqual(
+            sorted(metrics["test"]),
+            sorted(f"{m}@{k}" for m in ("recall", "ndcg") for k in (10, 100, 1000)),
+        )
         self.assertLess(metrics["index_items"], metrics["num_items"])
         for name in ("popularity", "oracle"):
             self.assertIn("recall@1000", metrics["baselines"][name])
-        self.assertGreater(metrics["baselines"]["oracle"]["recall@10"],
-                           metrics["baselines"]["popularity"]["recall@10"])
+        self.assertGreater(
+            metrics["baselines"]["oracle"]["recall@10"],
+            metrics["baselines"]["popularity"]["recall@10"],
+        )
         self.assertGreater(metrics["kl_to_truth"], 0.0)
         # The model's P(p | u) of the KL queries' targets next to the true one.
         calibration = metrics["calibration"]
@@ -416,23 +537,28 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertTrue(events.has_vocabularies(os.path.join(out, "vocabulary")))
         # Vocabularies of other data settings are not reused (counted anew).
         self.assertTrue(experiment._saved_for(os.path.join(out, "vocabulary"), config.data))
-        self.assertFalse(experiment._saved_for(os.path.join(out, "vocabulary"),
-                                               config.data.__class__(
-                                                   **{**config.data.__dict__,
-                                                      "min_item_count": 3})))
+        self.assertFalse(
+            experiment._saved_for(
+                os.path.join(out, "vocabulary"),
+                config.data.__class__(**{**config.data.__dict__, "min_item_count": 3}),
+            )
+        )
 
         # The export holds the model, not its optimizer's slots.
-        saved = tf.train.load_checkpoint(os.path.join(metrics["exports"][0], "variables",
-                                                      "variables"))
-        self.assertFalse([name for name in saved.get_variable_to_shape_map()
-                          if "OPTIMIZER_SLOT" in name])
+        saved = tf.train.load_checkpoint(
+            os.path.join(metrics["exports"][0], "variables", "variables")
+        )
+        self.assertFalse(
+            [name for name in saved.get_variable_to_shape_map() if "OPTIMIZER_SLOT" in name]
+        )
         self.assertIn("data", metrics["phase_peak_rss_mb"])
         # The test report and the baselines share one truth per run's data.
         data = experiment.load_run(out)[3]
         truth = experiment.web_truth(config, data)
         self.assertIs(experiment.web_truth(config, data), truth)
-        self.assertIsNot(experiment.web_truth(config, data._replace(
-            per_item=data.per_item.copy())), truth)
+        self.assertIsNot(
+            experiment.web_truth(config, data._replace(per_item=data.per_item.copy())), truth
+        )
         # Read out of core: the training examples were deleted once training was done.
         self.assertIsNotNone(experiment.load_run(out)[2].stream)
         self.assertFalse(day_store.has_examples(os.path.join(out, "day_store")))
@@ -450,32 +576,46 @@ class IndustrialRunTest(tf.test.TestCase):
         longest = max(len(h) for h in histories) + 1
         raw = np.full([5, longest], "", object)
         for row, history in enumerate(histories):
-            raw[row, longest - len(history) - 1:] = ["never-seen"] + list(
-                data.item_ids[history])
-        answer = served(user=tf.constant(data.user_ids[users].astype(str)),
-                        history=tf.constant(raw.astype(str)))
+            raw[row, longest - len(history) - 1 :] = ["never-seen"] + list(data.item_ids[history])
+        answer = served(
+            user=tf.constant(data.user_ids[users].astype(str)), history=tf.constant(raw.astype(str))
+        )
         self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [1] * 5)
-        queries = model.query_embeddings({"user": tf.constant(users, tf.int32),
-                                          "history": builders.left_pad(
-                                              histories, config.model.history_length)})
-        expected = retrieval.exact_top_k(queries.numpy(), model.item_embeddings().numpy(), 100,
-                                         exclude=histories)
+        queries = model.query_embeddings(
+            {
+                "user": tf.constant(users, tf.int32),
+                "history": builders.left_pad(histories, config.model.history_length),
+            }
+        )
+        expected = retrieval.exact_top_k(
+            queries.numpy(), model.item_embeddings().numpy(), 100, exclude=histories
+        )
         self.assertAllEqual(answer["ids"].numpy().astype(str), data.item_ids[expected])
 
 
 class WeightedEventLogTest(tf.test.TestCase):
-
     def test_a_weighted_csv_log_trains_with_weights_in_the_batches(self):
         catalog = web_synthetic.make_catalog(600, 300, 5, cluster_size=100, seed=1)
         drawn = web_synthetic.draw_events(catalog, 10, seed=1)
         directory = tempfile.mkdtemp()
         rng = np.random.default_rng(0)
-        rows = zip(catalog.user_ids[drawn["user"]], drawn["item"] * 1000 + 7, drawn["time"],
-                   rng.choice([0.0, 1.0, 3.0], len(drawn["user"])))
+        rows = zip(
+            catalog.user_ids[drawn["user"]],
+            drawn["item"] * 1000 + 7,
+            drawn["time"],
+            rng.choice([0.0, 1.0, 3.0], len(drawn["user"])),
+        )
         path = _write_csv(os.path.join(directory, "log.csv"), rows, "who,what,when,reward")
-        config = SMOKE.replace(dataset="events", data_path=path, user_column="who",
-                               item_column="what", time_column="when", weight_column="reward",
-                               index="exact", ks="10,100")
+        config = SMOKE.replace(
+            dataset="events",
+            data_path=path,
+            user_column="who",
+            item_column="what",
+            time_column="when",
+            weight_column="reward",
+            index="exact",
+            ks="10,100",
+        )
         split = experiment.make_split(config, experiment.load_data(config))
         batch = next(iter(experiment.training_stream(config, split)[0]))
         self.assertEqual(batch["weight"].shape, [config.training.batch_size])
@@ -486,19 +626,18 @@ class WeightedEventLogTest(tf.test.TestCase):
         # Integer item ids: the export serves int64 ids.
         served = tf.saved_model.load(metrics["exports"][0]).signatures["serving_default"]
         self.assertEqual(served.structured_input_signature[1]["history"].dtype, tf.int64)
-        answer = served(user=tf.constant([catalog.user_ids[drawn["user"][0]]]),
-                        history=tf.constant([[-1, int(drawn["item"][0] * 1000 + 7), 123]],
-                                            tf.int64))
+        answer = served(
+            user=tf.constant([catalog.user_ids[drawn["user"][0]]]),
+            history=tf.constant([[-1, int(drawn["item"][0] * 1000 + 7), 123]], tf.int64),
+        )
         self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [1])
         self.assertTrue((answer["ids"].numpy() % 1000 == 7).all())
 
 
 class BadLogRunTest(tf.test.TestCase):
-
     def test_a_bad_log_stops_before_training_and_writes_nothing(self):
         directory, out = tempfile.mkdtemp(), tempfile.mkdtemp()
-        rows = [(f"u{u}", f"i{(u * 7 + d) % 50}", d * DAY + u) for d in range(5)
-                for u in range(40)]
+        rows = [(f"u{u}", f"i{(u * 7 + d) % 50}", d * DAY + u) for d in range(5) for u in range(40)]
         path = _write_csv(os.path.join(directory, "log.csv"), rows[:-1] + [("u1", "", 3)])
         config = SMOKE.replace(dataset="events", data_path=path, index="exact", ks="10")
         with self.assertRaisesRegex(DataError, "column 'item_id' is empty"):
@@ -510,14 +649,14 @@ class BadLogRunTest(tf.test.TestCase):
 
 
 class IndustrialConfigTest(tf.test.TestCase):
-
     def test_bad_settings_are_named(self):
-        cases = {"--order=time trains the two-tower": dict(model="sasrec"),
-                 "--split=next_day needs a timed event log": dict(dataset="synthetic",
-                                                                  order="shuffled"),
-                 "--ks must be comma-separated": dict(ks="10,x"),
-                 "--test_day must be a day number": dict(test_day=-2),
-                 "--dataset=events needs --data_path": dict(dataset="events")}
+        cases = {
+            "--order=time trains the two-tower": dict(model="sasrec"),
+            "--split=next_day needs a timed event log": dict(dataset="synthetic", order="shuffled"),
+            "--ks must be comma-separated": dict(ks="10,x"),
+            "--test_day must be a day number": dict(test_day=-2),
+            "--dataset=events needs --data_path": dict(dataset="events"),
+        }
         for message, change in cases.items():
             with self.assertRaisesRegex(ValueError, message):
                 configs.validate(SMOKE.replace(**change))

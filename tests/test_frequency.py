@@ -15,7 +15,6 @@ from tfrs_logq.tasks import LogQRetrieval
 
 
 class StaticFrequencyTest(tf.test.TestCase):
-
     def test_log_q_and_inclusion_probability_match_numpy(self):
         q = np.array([0.5, 0.3, 0.15, 0.05])
         freq = frequency.StaticFrequency(probabilities=q)
@@ -23,16 +22,20 @@ class StaticFrequencyTest(tf.test.TestCase):
         self.assertAllClose(freq.log_q(ids), np.log(q[[2, 0, 3]]))
         self.assertAllClose(freq(ids), np.log(q[[2, 0, 3]]))
         for n in (1, 7, 1000):
-            self.assertAllClose(freq.log_inclusion_probability(ids, n),
-                                np.log(1 - (1 - q[[2, 0, 3]]) ** n), rtol=1e-5)
+            self.assertAllClose(
+                freq.log_inclusion_probability(ids, n),
+                np.log(1 - (1 - q[[2, 0, 3]]) ** n),
+                rtol=1e-5,
+            )
         # Exact: 1 - (1 - 1/2)^3 = 7/8.
         self.assertAllClose(freq.log_inclusion_probability(tf.constant([0]), 3), [np.log(7 / 8)])
 
     def test_inclusion_probability_is_accurate_for_tiny_q(self):
         freq = frequency.StaticFrequency(probabilities=[1e-9, 1.0 - 1e-9])
         # 1 - (1 - 1e-9)^10 = 1e-8 to first order; naive float32 arithmetic gives 0.
-        self.assertAllClose(freq.log_inclusion_probability(tf.constant([0]), 10),
-                            [np.log(1e-8)], rtol=1e-4)
+        self.assertAllClose(
+            freq.log_inclusion_probability(tf.constant([0]), 10), [np.log(1e-8)], rtol=1e-4
+        )
 
     def test_from_counts(self):
         freq = frequency.StaticFrequency.from_counts([6, 3, 1])
@@ -51,28 +54,44 @@ class StaticFrequencyTest(tf.test.TestCase):
         self.assertIsNone(frequency.as_frequency(None))
         freq = frequency.StaticFrequency(probabilities=[0.5, 0.5])
         self.assertIs(frequency.as_frequency(freq), freq)
-        self.assertIsInstance(frequency.as_frequency(np.array([0.5, 0.5])),
-                              frequency.StaticFrequency)
+        self.assertIsInstance(
+            frequency.as_frequency(np.array([0.5, 0.5])), frequency.StaticFrequency
+        )
         from_fn = frequency.as_frequency(lambda ids: tf.fill(tf.shape(ids), 0.25))
         self.assertAllClose(from_fn.log_q(tf.constant([1, 2])), np.log([0.25, 0.25]))
 
     def test_errors(self):
-        with self.assertRaisesRegex(ValueError, r"`counts` must be a non-empty 1-D array of "
-                                    r"positive counts \(add a smoothing pseudo-count for unseen "
-                                    r"items\); received counts=array\(\[2., 0.\]\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`counts` must be a non-empty 1-D array of "
+            r"positive counts \(add a smoothing pseudo-count for unseen "
+            r"items\); received counts=array\(\[2., 0.\]\)",
+        ):
             frequency.StaticFrequency.from_counts([2, 0])
         freq = frequency.StaticFrequency(probabilities=[0.5, 0.5])
-        with self.assertRaisesRegex(TypeError, r"`ids` must be an integer tensor of item ids; "
-                                    r"received ids with dtype float32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`ids` must be an integer tensor of item ids; "
+            r"received ids with dtype float32",
+        ):
             freq.log_q(tf.constant([0.0]))
-        with self.assertRaisesRegex(ValueError, r"`num_draws` must be a positive integer; "
-                                    r"received num_draws=0"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`num_draws` must be a positive integer; "
+            r"received num_draws=0",
+        ):
             freq.log_inclusion_probability(tf.constant([0]), 0)
-        with self.assertRaisesRegex(ValueError, r"`probabilities` must have rank 1; received "
-                                    r"probabilities with shape \(1, 2\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`probabilities` must have rank 1; received "
+            r"probabilities with shape \(1, 2\)",
+        ):
             frequency.StaticFrequency(probabilities=[[0.5, 0.5]])
-        with self.assertRaisesRegex(NotImplementedError, r"A sampler built with a callable "
-                                    r"`probabilities` cannot be serialized"):
+        with self.assertRaisesRegex(
+            NotImplementedError,
+            r"A sampler built with a callable "
+            r"`probabilities` cannot be serialized",
+        ):
             frequency.as_frequency(lambda ids: ids).get_config()
 
     def test_out_of_range_ids_are_an_error_or_nan_on_every_path(self):
@@ -80,8 +99,11 @@ class StaticFrequencyTest(tf.test.TestCase):
         freq = frequency.StaticFrequency(probabilities=np.linspace(0.01, 0.19, 10))
         bad = tf.constant([15, -1], tf.int64)
         message = r"`ids` must hold ids in \[0, 10\), one per entry of `probabilities`"
-        with self.assertRaisesRegex(ValueError, message + r"; received ids with invalid "
-                                    r"values \[15 -1\]"):
+        with self.assertRaisesRegex(
+            ValueError,
+            message + r"; received ids with invalid "
+            r"values \[15 -1\]",
+        ):
             freq.log_q(bad)
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
             tf.function(freq.log_q)(bad)
@@ -89,11 +111,17 @@ class StaticFrequencyTest(tf.test.TestCase):
         self.assertTrue(np.all(np.isnan(compiled(bad).numpy())))
         # Valid ids beside them read their own rows; an int64 id is not wrapped to int32.
         got = compiled(tf.constant([[3, 2**32 + 1], [9, 0]], tf.int64)).numpy()
-        self.assertAllClose(got[[0, 1, 1], [0, 0, 1]],
-                            np.log(np.linspace(0.01, 0.19, 10)[[3, 9, 0]]))
+        self.assertAllClose(
+            got[[0, 1, 1], [0, 0, 1]], np.log(np.linspace(0.01, 0.19, 10)[[3, 9, 0]])
+        )
         self.assertTrue(np.isnan(got[0, 1]))
-        self.assertTrue(np.isnan(tf.function(
-            lambda ids: freq.log_inclusion_probability(ids, 4), jit_compile=True)(bad)).all())
+        self.assertTrue(
+            np.isnan(
+                tf.function(lambda ids: freq.log_inclusion_probability(ids, 4), jit_compile=True)(
+                    bad
+                )
+            ).all()
+        )
         # LogQRetrieval does not train on them either: an error, or a NaN loss under XLA.
         task = LogQRetrieval(frequency=freq)
         query, candidates = tf.random.normal([4, 3], seed=1), tf.random.normal([4, 3], seed=2)
@@ -107,14 +135,19 @@ class StaticFrequencyTest(tf.test.TestCase):
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
             tf.function(loss)(ids)
         self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(ids).numpy()))
-        self.assertTrue(np.isfinite(tf.function(loss, jit_compile=True)(
-            tf.constant([1, 2, 9, 0], tf.int64)).numpy()))
+        self.assertTrue(
+            np.isfinite(
+                tf.function(loss, jit_compile=True)(tf.constant([1, 2, 9, 0], tf.int64)).numpy()
+            )
+        )
 
     def test_from_counts_with_pseudo_count_and_vocabulary(self):
-        freq = frequency.StaticFrequency.from_counts([3, 0, 1], pseudo_count=1.0,
-                                                     vocabulary=["a", "b", "c"])
-        self.assertAllClose(tf.exp(freq.log_q(tf.constant(["a", "b", "c", "zzz"]))),
-                            [4 / 7, 1 / 7, 2 / 7, 1 / 7])  # Unknown ids: the smallest q.
+        freq = frequency.StaticFrequency.from_counts(
+            [3, 0, 1], pseudo_count=1.0, vocabulary=["a", "b", "c"]
+        )
+        self.assertAllClose(
+            tf.exp(freq.log_q(tf.constant(["a", "b", "c", "zzz"]))), [4 / 7, 1 / 7, 2 / 7, 1 / 7]
+        )  # Unknown ids: the smallest q.
         restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(freq))
         self.assertEqual(restored.vocabulary, ["a", "b", "c"])
         self.assertAllClose(restored.log_q(tf.constant(["c"])), [np.log(2 / 7)])
@@ -126,8 +159,9 @@ class StaticFrequencyTest(tf.test.TestCase):
         batches = tf.data.Dataset.from_tensor_slices(tf.constant([[0, 2], [2, 2]], tf.int32))
         freq = frequency.StaticFrequency.from_dataset(batches, num_items=4, pseudo_count=1.0)
         self.assertEqual(freq.num_items, 4)
-        self.assertAllClose(tf.exp(freq.log_q(tf.constant([0, 1, 2, 3]))),
-                            [2 / 8, 1 / 8, 4 / 8, 1 / 8])
+        self.assertAllClose(
+            tf.exp(freq.log_q(tf.constant([0, 1, 2, 3]))), [2 / 8, 1 / 8, 4 / 8, 1 / 8]
+        )
 
     def test_from_dataset_of_string_ids(self):
         dataset = tf.data.Dataset.from_tensor_slices(tf.constant([["x", "y"], ["y", "y"]]))
@@ -137,25 +171,37 @@ class StaticFrequencyTest(tf.test.TestCase):
 
     def test_from_dataset_errors(self):
         floats = tf.data.Dataset.from_tensor_slices(tf.constant([0.5]))
-        with self.assertRaisesRegex(TypeError, r"`dataset` must be a tf.data.Dataset of integer "
-                                    r"or string id tensors; received dataset with element_spec="
-                                    r"TensorSpec\(shape=\(\), dtype=tf.float32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`dataset` must be a tf.data.Dataset of integer "
+            r"or string id tensors; received dataset with element_spec="
+            r"TensorSpec\(shape=\(\), dtype=tf.float32",
+        ):
             frequency.StaticFrequency.from_dataset(floats)
         ids = tf.data.Dataset.from_tensor_slices(tf.constant([0, 5]))
         with self.assertRaisesRegex(ValueError, r"`dataset` yielded ids outside \[0, 3\): \[5\]"):
             frequency.StaticFrequency.from_dataset(ids, num_items=3, pseudo_count=1.0)
         with self.assertRaisesRegex(ValueError, r"`counts` must be a non-empty 1-D array"):
             frequency.StaticFrequency.from_dataset(ids)  # Ids 1-4 never seen, no pseudo-count.
-        with self.assertRaisesRegex(ValueError, r"`pseudo_count` must be a non-negative number; "
-                                    r"received pseudo_count=-1"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`pseudo_count` must be a non-negative number; "
+            r"received pseudo_count=-1",
+        ):
             frequency.StaticFrequency.from_counts([1], pseudo_count=-1)
-        with self.assertRaisesRegex(ValueError, r"`vocabulary` must hold 2 distinct ids, one per "
-                                    r"probability; received 2 ids \(1 distinct\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`vocabulary` must hold 2 distinct ids, one per "
+            r"probability; received 2 ids \(1 distinct\)",
+        ):
             frequency.StaticFrequency([0.5, 0.5], vocabulary=["a", "a"])
         freq = frequency.StaticFrequency([0.5, 0.5], vocabulary=["a", "b"])
-        with self.assertRaisesRegex(TypeError, r"`ids` must be a string tensor \(this "
-                                    r"StaticFrequency has a vocabulary\); received ids with dtype "
-                                    r"int32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`ids` must be a string tensor \(this "
+            r"StaticFrequency has a vocabulary\); received ids with dtype "
+            r"int32",
+        ):
             freq.log_q(tf.constant([0]))
 
 
@@ -171,17 +217,26 @@ def _feed(estimator, stream, **kwargs):
 
 def _estimators():
     return [
-        ("hashed", lambda: frequency.HashedFrequencyEstimator(
-            num_buckets=64, num_hashes=3, alpha=0.25, seed=3)),
-        ("count_min", lambda: frequency.CountMinSketchEstimator(
-            width=64, depth=3, decay=0.5, seed=3)),
-        ("count_min_conservative", lambda: frequency.CountMinSketchEstimator(
-            width=16, depth=2, decay=0.9, conservative=True, seed=3)),
+        (
+            "hashed",
+            lambda: frequency.HashedFrequencyEstimator(
+                num_buckets=64, num_hashes=3, alpha=0.25, seed=3
+            ),
+        ),
+        (
+            "count_min",
+            lambda: frequency.CountMinSketchEstimator(width=64, depth=3, decay=0.5, seed=3),
+        ),
+        (
+            "count_min_conservative",
+            lambda: frequency.CountMinSketchEstimator(
+                width=16, depth=2, decay=0.9, conservative=True, seed=3
+            ),
+        ),
     ]
 
 
 class HashFamilyTest(tf.test.TestCase):
-
     def test_buckets_are_in_range_deterministic_and_spread(self):
         family = frequency.HashFamily(depth=3, width=1000, seed=7)
         keys = tf.range(-50_000, 50_000, dtype=tf.int64) * 7919 + 2**40
@@ -202,13 +257,15 @@ class HashFamilyTest(tf.test.TestCase):
         self.assertEqual(keys.dtype, tf.int64)
         self.assertEqual(keys[0], keys[2])
         self.assertNotEqual(keys[0], keys[1])
-        with self.assertRaisesRegex(TypeError, r"`ids` must be an integer or string tensor of "
-                                    r"item ids; received ids with dtype float32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`ids` must be an integer or string tensor of "
+            r"item ids; received ids with dtype float32",
+        ):
             frequency.id_keys(tf.constant([1.0]))
 
 
 class HashedFrequencyEstimatorTest(tf.test.TestCase, parameterized.TestCase):
-
     def test_hand_computed_stream(self):
         # One hash, no collisions among ids 1-4 (checked), alpha = 1/2.
         est = frequency.HashedFrequencyEstimator(num_buckets=16, num_hashes=1, alpha=0.5)
@@ -220,23 +277,26 @@ class HashedFrequencyEstimatorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(int(est.step.numpy()), 3)
         self.assertAllClose(est.draws_per_step, 2.0)
         ids = tf.constant([1, 2, 3, 4])
-        self.assertAllClose(tf.exp(est.log_step_inclusion_probability(ids)),
-                            [1, 1, 1 / 3, 1 / 4])
+        self.assertAllClose(tf.exp(est.log_step_inclusion_probability(ids)), [1, 1, 1 / 3, 1 / 4])
         self.assertAllClose(tf.exp(est.log_q(ids)), [1 / 2, 1 / 2, 1 / 6, 1 / 8])
         # n = b: the measured pi itself; n = 4: 1 - (1 - pi)^2.
-        self.assertAllClose(tf.exp(est.log_inclusion_probability(ids, 2)),
-                            [1, 1, 1 / 3, 1 / 4], atol=1e-6)
-        self.assertAllClose(tf.exp(est.log_inclusion_probability(ids[2:], 4)),
-                            [1 - (2 / 3) ** 2, 1 - (3 / 4) ** 2])
+        self.assertAllClose(
+            tf.exp(est.log_inclusion_probability(ids, 2)), [1, 1, 1 / 3, 1 / 4], atol=1e-6
+        )
+        self.assertAllClose(
+            tf.exp(est.log_inclusion_probability(ids[2:], 4)), [1 - (2 / 3) ** 2, 1 - (3 / 4) ** 2]
+        )
 
     def test_zero_initialization_follows_the_paper(self):
-        est = frequency.HashedFrequencyEstimator(num_buckets=16, num_hashes=1, alpha=0.5,
-                                                 initialization="zero")
+        est = frequency.HashedFrequencyEstimator(
+            num_buckets=16, num_hashes=1, alpha=0.5, initialization="zero"
+        )
         _feed(est, [[1], [2], [2], [1]])
         # Id 1: steps 1 and 4: B = 0.5 * 1 = 0.5, then 0.5 * 0.5 + 0.5 * 3 = 1.75.
         # Id 2: steps 2 and 3: B = 0.5 * 2 = 1, then 0.5 * 1 + 0.5 * 1 = 1.
-        self.assertAllClose(tf.exp(-est.log_step_inclusion_probability(tf.constant([1, 2]))),
-                            [1.75, 1.0])
+        self.assertAllClose(
+            tf.exp(-est.log_step_inclusion_probability(tf.constant([1, 2]))), [1.75, 1.0]
+        )
 
     def test_matches_the_reference_with_collisions(self):
         est = frequency.HashedFrequencyEstimator(num_buckets=8, num_hashes=2, alpha=0.3, seed=1)
@@ -245,10 +305,14 @@ class HashedFrequencyEstimatorTest(tf.test.TestCase, parameterized.TestCase):
         _feed(est, stream)
         ref = reference.hashed_frequency(stream, _buckets_of(est), alpha=0.3)
         ids = list(range(45))
-        self.assertAllClose(tf.exp(-est.log_step_inclusion_probability(tf.constant(ids))),
-                            [ref(i)[0] for i in ids], rtol=1e-5)
-        self.assertAllClose(tf.exp(est.log_q(tf.constant(ids))), [ref(i)[1] for i in ids],
-                            rtol=1e-5)
+        self.assertAllClose(
+            tf.exp(-est.log_step_inclusion_probability(tf.constant(ids))),
+            [ref(i)[0] for i in ids],
+            rtol=1e-5,
+        )
+        self.assertAllClose(
+            tf.exp(est.log_q(tf.constant(ids))), [ref(i)[1] for i in ids], rtol=1e-5
+        )
 
     def test_masked_ids_leave_the_state_unchanged(self):
         masked = frequency.HashedFrequencyEstimator(num_buckets=4, num_hashes=2)
@@ -283,29 +347,62 @@ class HashedFrequencyEstimatorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertGreater(np.log(q[0] * batch), 2.0)
 
     def test_config_round_trip(self):
-        est = frequency.HashedFrequencyEstimator(num_buckets=100, num_hashes=3, alpha=0.2,
-                                                 initialization="zero", seed=5, name="h")
+        est = frequency.HashedFrequencyEstimator(
+            num_buckets=100, num_hashes=3, alpha=0.2, initialization="zero", seed=5, name="h"
+        )
         restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(est))
         self.assertIsInstance(restored, frequency.HashedFrequencyEstimator)
         self.assertEqual(restored.get_config(), est.get_config())
-        self.assertEqual((restored.num_buckets, restored.num_hashes, restored.alpha,
-                          restored.initialization, restored.seed), (100, 3, 0.2, "zero", 5))
+        self.assertEqual(
+            (
+                restored.num_buckets,
+                restored.num_hashes,
+                restored.alpha,
+                restored.initialization,
+                restored.seed,
+            ),
+            (100, 3, 0.2, "zero", 5),
+        )
         # State: A (int64) and B (float32) per bucket plus a sink, and two counters.
         self.assertEqual(est.state_bytes, 301 * 12 + 16)
 
     @parameterized.named_parameters(
-        ("buckets", dict(num_buckets=0), ValueError,
-         r"`num_buckets` must be a positive integer; received num_buckets=0"),
-        ("hashes", dict(num_hashes=-1), ValueError,
-         r"`num_hashes` must be a positive integer; received num_hashes=-1"),
-        ("alpha_zero", dict(alpha=0.0), ValueError,
-         r"`alpha` must be a number in \(0, 1\]; received alpha=0.0"),
-        ("alpha_big", dict(alpha=1.5), ValueError,
-         r"`alpha` must be a number in \(0, 1\]; received alpha=1.5"),
-        ("init", dict(initialization="mean"), ValueError,
-         r"`initialization` must be one of 'first_gap', 'zero'; received initialization='mean'"),
-        ("seed", dict(seed=-2), ValueError,
-         r"`seed` must be a non-negative integer; received seed=-2"),
+        (
+            "buckets",
+            dict(num_buckets=0),
+            ValueError,
+            r"`num_buckets` must be a positive integer; received num_buckets=0",
+        ),
+        (
+            "hashes",
+            dict(num_hashes=-1),
+            ValueError,
+            r"`num_hashes` must be a positive integer; received num_hashes=-1",
+        ),
+        (
+            "alpha_zero",
+            dict(alpha=0.0),
+            ValueError,
+            r"`alpha` must be a number in \(0, 1\]; received alpha=0.0",
+        ),
+        (
+            "alpha_big",
+            dict(alpha=1.5),
+            ValueError,
+            r"`alpha` must be a number in \(0, 1\]; received alpha=1.5",
+        ),
+        (
+            "init",
+            dict(initialization="mean"),
+            ValueError,
+            r"`initialization` must be one of 'first_gap', 'zero'; received initialization='mean'",
+        ),
+        (
+            "seed",
+            dict(seed=-2),
+            ValueError,
+            r"`seed` must be a non-negative integer; received seed=-2",
+        ),
     )
     def test_bad_arguments(self, kwargs, error, message):
         with self.assertRaisesRegex(error, message):
@@ -313,7 +410,6 @@ class HashedFrequencyEstimatorTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class CountMinSketchEstimatorTest(tf.test.TestCase, parameterized.TestCase):
-
     def test_hand_computed_stream(self):
         est = frequency.CountMinSketchEstimator(width=64, depth=2, decay=0.5)
         self.assertLen(set(sum((_buckets_of(est)(i) for i in range(1, 5)), [])), 8)
@@ -329,24 +425,24 @@ class CountMinSketchEstimatorTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(False, True)
     def test_matches_the_reference_through_rescales(self, conservative):
         # decay 0.5 rescales the stored counts every 43 steps; 100 steps cross two.
-        est = frequency.CountMinSketchEstimator(width=8, depth=3, decay=0.5,
-                                                conservative=conservative, seed=2)
+        est = frequency.CountMinSketchEstimator(
+            width=8, depth=3, decay=0.5, conservative=conservative, seed=2
+        )
         rng = np.random.default_rng(0)
         stream = [rng.integers(0, 30, size=10).tolist() for _ in range(100)]
         _feed(est, stream)
         self.assertLess(int(est.steps_since_rescale.numpy()), 43)
-        ref = reference.count_min(stream, _buckets_of(est), decay=0.5,
-                                  conservative=conservative)
+        ref = reference.count_min(stream, _buckets_of(est), decay=0.5, conservative=conservative)
         ids = list(range(35))
-        self.assertAllClose(tf.exp(est.log_q(tf.constant(ids))), [ref(i) for i in ids],
-                            rtol=1e-4)
+        self.assertAllClose(tf.exp(est.log_q(tf.constant(ids))), [ref(i) for i in ids], rtol=1e-4)
 
     def test_conservative_update_never_underestimates_and_is_tighter(self):
         rng = np.random.default_rng(3)
         stream = [rng.integers(0, 200, size=50).tolist() for _ in range(20)]
         plain = frequency.CountMinSketchEstimator(width=32, depth=2, decay=1.0)
-        conservative = frequency.CountMinSketchEstimator(width=32, depth=2, decay=1.0,
-                                                         conservative=True)
+        conservative = frequency.CountMinSketchEstimator(
+            width=32, depth=2, decay=1.0, conservative=True
+        )
         _feed(plain, stream)
         _feed(conservative, stream)
         true = np.bincount(np.ravel(stream), minlength=200) / np.size(stream)
@@ -374,26 +470,56 @@ class CountMinSketchEstimatorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(np.exp(est.log_q(tf.range(num_items)).numpy()).sum(), 1.0, atol=0.05)
 
     def test_config_round_trip(self):
-        est = frequency.CountMinSketchEstimator(width=10, depth=3, decay=0.9, conservative=True,
-                                                min_count=2.0, seed=4, name="cms")
+        est = frequency.CountMinSketchEstimator(
+            width=10, depth=3, decay=0.9, conservative=True, min_count=2.0, seed=4, name="cms"
+        )
         restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(est))
         self.assertIsInstance(restored, frequency.CountMinSketchEstimator)
         self.assertEqual(restored.get_config(), est.get_config())
-        self.assertEqual((restored.width, restored.depth, restored.decay, restored.conservative,
-                          restored.min_count, restored.seed), (10, 3, 0.9, True, 2.0, 4))
+        self.assertEqual(
+            (
+                restored.width,
+                restored.depth,
+                restored.decay,
+                restored.conservative,
+                restored.min_count,
+                restored.seed,
+            ),
+            (10, 3, 0.9, True, 2.0, 4),
+        )
         self.assertEqual(est.state_bytes, 30 * 4 + 4 + 8 + 8)
 
     @parameterized.named_parameters(
-        ("width", dict(width=0), ValueError,
-         r"`width` must be a positive integer; received width=0"),
-        ("depth", dict(depth=1.5), ValueError,
-         r"`depth` must be a positive integer; received depth=1.5"),
-        ("decay", dict(decay=0.0), ValueError,
-         r"`decay` must be a number in \(0, 1\]; received decay=0.0"),
-        ("conservative", dict(conservative="yes"), TypeError,
-         r"`conservative` must be a bool; received conservative='yes'"),
-        ("min_count", dict(min_count=0), ValueError,
-         r"`min_count` must be a positive number; received min_count=0"),
+        (
+            "width",
+            dict(width=0),
+            ValueError,
+            r"`width` must be a positive integer; received width=0",
+        ),
+        (
+            "depth",
+            dict(depth=1.5),
+            ValueError,
+            r"`depth` must be a positive integer; received depth=1.5",
+        ),
+        (
+            "decay",
+            dict(decay=0.0),
+            ValueError,
+            r"`decay` must be a number in \(0, 1\]; received decay=0.0",
+        ),
+        (
+            "conservative",
+            dict(conservative="yes"),
+            TypeError,
+            r"`conservative` must be a bool; received conservative='yes'",
+        ),
+        (
+            "min_count",
+            dict(min_count=0),
+            ValueError,
+            r"`min_count` must be a positive number; received min_count=0",
+        ),
     )
     def test_bad_arguments(self, kwargs, error, message):
         with self.assertRaisesRegex(error, message):
@@ -434,10 +560,21 @@ class StreamingEstimatorTest(tf.test.TestCase, parameterized.TestCase):
         losses = []
         for probabilities in (make(), uniform):
             tf.random.set_seed(0)
-            task = LogQRetrieval(correction="improved", sampler=negatives.MixedSampler(
-                50, 4, 4, probabilities=probabilities, first_id=1, seed=5))
-            losses.append(task(query, embed(positives), candidate_ids=positives,
-                               candidate_embedding_fn=embed, training=False))
+            task = LogQRetrieval(
+                correction="improved",
+                sampler=negatives.MixedSampler(
+                    50, 4, 4, probabilities=probabilities, first_id=1, seed=5
+                ),
+            )
+            losses.append(
+                task(
+                    query,
+                    embed(positives),
+                    candidate_ids=positives,
+                    candidate_embedding_fn=embed,
+                    training=False,
+                )
+            )
         self.assertTrue(np.isfinite(losses[0].numpy()))
         self.assertAllClose(losses[0], losses[1])
 
@@ -468,10 +605,14 @@ class StreamingEstimatorTest(tf.test.TestCase, parameterized.TestCase):
             by_string.update(tf.constant(strings[ids]))
             by_key.update(frequency.id_keys(tf.constant(strings[ids])))
         self._assert_same_state(by_string, by_key)
-        self.assertAllClose(by_string.log_q(tf.constant(strings[:5])),
-                            by_key.log_q(frequency.id_keys(tf.constant(strings[:5]))))
-        self.assertAllClose(tf.function(by_string.log_q)(tf.constant(strings[:5])),
-                            by_string.log_q(tf.constant(strings[:5])))
+        self.assertAllClose(
+            by_string.log_q(tf.constant(strings[:5])),
+            by_key.log_q(frequency.id_keys(tf.constant(strings[:5]))),
+        )
+        self.assertAllClose(
+            tf.function(by_string.log_q)(tf.constant(strings[:5])),
+            by_string.log_q(tf.constant(strings[:5])),
+        )
 
     @parameterized.named_parameters(*_estimators())
     def test_checkpoint_in_the_middle_of_a_stream(self, make):
@@ -547,28 +688,41 @@ class StreamingEstimatorTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(*_estimators())
     def test_bad_ids_and_num_draws(self, make):
         est = make()
-        with self.assertRaisesRegex(TypeError, r"`ids` must be an integer or string tensor of "
-                                    r"item ids; received ids with dtype float32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`ids` must be an integer or string tensor of "
+            r"item ids; received ids with dtype float32",
+        ):
             est.update(tf.constant([1.0]))
-        with self.assertRaisesRegex(TypeError, r"`ids` must be an integer or string tensor of "
-                                    r"item ids; received ids with dtype float64"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`ids` must be an integer or string tensor of "
+            r"item ids; received ids with dtype float64",
+        ):
             est.log_q(tf.constant([1.0], tf.float64))
         with self.assertRaisesRegex(TypeError, r"`mask` must be a bool tensor"):
             est.update(tf.constant([1]), mask=tf.constant([1]))
         for bad in (0, -3):
-            with self.assertRaisesRegex(ValueError, r"`num_draws` must be a positive integer; "
-                                        rf"received num_draws={bad}"):
+            with self.assertRaisesRegex(
+                ValueError,
+                r"`num_draws` must be a positive integer; "
+                rf"received num_draws={bad}",
+            ):
                 est.log_inclusion_probability(tf.constant([1]), bad)
-        with self.assertRaisesRegex(ValueError, r"`num_draws` must be a positive integer; "
-                                    r"received num_draws with invalid values \[0.\]"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`num_draws` must be a positive integer; "
+            r"received num_draws with invalid values \[0.\]",
+        ):
             est.log_inclusion_probability(tf.constant([1]), tf.constant(0))
 
         @tf.function
         def graph(n):
             return est.log_inclusion_probability(tf.constant([1]), n)
 
-        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    r"`num_draws` must be a positive integer"):
+        with self.assertRaisesRegex(
+            tf.errors.InvalidArgumentError, r"`num_draws` must be a positive integer"
+        ):
             graph(tf.constant(0))
 
 

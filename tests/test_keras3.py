@@ -32,21 +32,29 @@ def _child_env(backend):
 def _require(backend):
     module = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend]
     if importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} is not installed (the {backend} backend of Keras 3 is optional; "
-                    f"`pip install {module}` to test it)")
+        pytest.skip(
+            f"{module} is not installed (the {backend} backend of Keras 3 is optional; "
+            f"`pip install {module}` to test it)"
+        )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_keras3_suite(backend):
     _require(backend)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests_keras3", "-q", "-p", "no:cacheprovider",
-         "-x"], cwd=ROOT, env=_child_env(backend), capture_output=True, text=True,
-        timeout=1200, check=False)
+        [sys.executable, "-m", "pytest", "tests_keras3", "-q", "-p", "no:cacheprovider", "-x"],
+        cwd=ROOT,
+        env=_child_env(backend),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     summary = result.stdout.strip().splitlines()[-1:] or [""]
     assert result.returncode == 0, (
         f"keras_logq's tests failed on the {backend} backend:\n"
-        f"{result.stdout[-6000:]}\n{result.stderr[-3000:]}")
+        f"{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    )
     assert "passed" in summary[0], result.stdout[-2000:]
 
 
@@ -72,9 +80,14 @@ def test_improved_loss_is_equal_across_backends_and_tfrs_logq():
     pos_t, neg_t = tf.constant(pos), tf.constant(neg)
     with tf.GradientTape() as tape:
         tape.watch([pos_t, neg_t])
-        loss = losses.sampled_softmax_loss(pos_t, neg_t, correction="improved",
-                                           negative_log_q=neg_log_q, positive_log_q=pos_log_q,
-                                           negative_mask=mask)
+        loss = losses.sampled_softmax_loss(
+            pos_t,
+            neg_t,
+            correction="improved",
+            negative_log_q=neg_log_q,
+            positive_log_q=pos_log_q,
+            negative_mask=mask,
+        )
         total = tf.reduce_sum(loss)
     d_pos, d_neg = tape.gradient(total, [pos_t, neg_t])
     want = dict(loss=loss.numpy(), d_pos=d_pos.numpy(), d_neg=d_neg.numpy())
@@ -83,21 +96,35 @@ def test_improved_loss_is_equal_across_backends_and_tfrs_logq():
         module = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend]
         if importlib.util.find_spec(module) is None:
             continue
-        result = subprocess.run([sys.executable, "-c", _IMPROVED_SCRIPT], cwd=ROOT,
-                                env=_child_env(backend), capture_output=True, text=True,
-                                timeout=600, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", _IMPROVED_SCRIPT],
+            cwd=ROOT,
+            env=_child_env(backend),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert result.returncode == 0, f"{backend}:\n{result.stderr[-3000:]}"
         got = json.loads(result.stdout.strip().splitlines()[-1])
         for key, value in want.items():
-            np.testing.assert_allclose(np.array(got[key]), value, rtol=1e-5, atol=1e-5,
-                                       err_msg=f"{backend}: {key}")
+            np.testing.assert_allclose(
+                np.array(got[key]), value, rtol=1e-5, atol=1e-5, err_msg=f"{backend}: {key}"
+            )
         compared.append(backend)
     assert {"tensorflow", "jax"} <= set(compared), compared
 
 
 # Distributions a Keras 3 user on JAX does not have: TensorFlow and everything built on it.
-_TENSORFLOW_FAMILY = ("tensorflow", "tf_keras", "tf-keras", "tensorboard", "scann",
-                      "keras_rs", "keras-rs")
+_TENSORFLOW_FAMILY = (
+    "tensorflow",
+    "tf_keras",
+    "tf-keras",
+    "tensorboard",
+    "scann",
+    "keras_rs",
+    "keras-rs",
+)
 
 
 def _site_packages_without_tensorflow(directory):
@@ -115,19 +142,47 @@ def test_keras_logq_imports_and_passes_its_suite_without_tensorflow(tmp_path):
     without those comes back through PYTHONPATH), they import and their suite passes on
     JAX."""
     _require("jax")
-    env = dict(_child_env("jax"), PYTHONPATH=os.pathsep.join(
-        [_site_packages_without_tensorflow(str(tmp_path)), ROOT]))
+    env = dict(
+        _child_env("jax"),
+        PYTHONPATH=os.pathsep.join([_site_packages_without_tensorflow(str(tmp_path)), ROOT]),
+    )
     probe = subprocess.run(
-        [sys.executable, "-S", "-c",
-         "import importlib.util, sys; import keras_logq, logq_core; "
-         "print(importlib.util.find_spec('tensorflow'), 'tensorflow' in sys.modules, "
-         "keras_logq.__version__)"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            "import importlib.util, sys; import keras_logq, logq_core; "
+            "print(importlib.util.find_spec('tensorflow'), 'tensorflow' in sys.modules, "
+            "keras_logq.__version__)",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert probe.stdout.split()[:2] == ["None", "False"], probe.stdout
     result = subprocess.run(
-        [sys.executable, "-S", "-m", "pytest", "tests_keras3", "-q", "-p", "no:cacheprovider",
-         "-x"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
+        [
+            sys.executable,
+            "-S",
+            "-m",
+            "pytest",
+            "tests_keras3",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     assert result.returncode == 0, f"{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
     assert "passed" in result.stdout.strip().splitlines()[-1], result.stdout[-2000:]
 
@@ -135,9 +190,22 @@ def test_keras_logq_imports_and_passes_its_suite_without_tensorflow(tmp_path):
 def test_keras_rs_two_tower_example_runs_on_jax():
     _require("jax")
     result = subprocess.run(
-        [sys.executable, "-m", "examples.keras_rs_two_tower", "--users=200",
-         "--items=300", "--epochs=2", "--batch_size=64"], cwd=ROOT, env=_child_env("jax"),
-        capture_output=True, text=True, timeout=900, check=False)
+        [
+            sys.executable,
+            "-m",
+            "examples.keras_rs_two_tower",
+            "--users=200",
+            "--items=300",
+            "--epochs=2",
+            "--batch_size=64",
+        ],
+        cwd=ROOT,
+        env=_child_env("jax"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "backend jax" in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("| k")]

@@ -30,8 +30,15 @@ def _tiny_file(directory):
     return path
 
 
-TINY_FLAGS = ["--epochs=2", "--max_len=8", "--dim=8", "--pool=16", "--num_uniform=8",
-              "--batch_size=128", "--seeds=0"]
+TINY_FLAGS = [
+    "--epochs=2",
+    "--max_len=8",
+    "--dim=8",
+    "--pool=16",
+    "--num_uniform=8",
+    "--batch_size=128",
+    "--seeds=0",
+]
 
 
 def _env(**extra):
@@ -42,8 +49,9 @@ def _env(**extra):
 
 def _check_output(stdout, rows):
     lines = [line for line in stdout.splitlines() if line.startswith("| ")][1:]
-    assert [line.split("|")[1].strip() for line in lines] == [keras_sasrec.NAMES[r]
-                                                              for r in rows], stdout[-3000:]
+    assert [line.split("|")[1].strip() for line in lines] == [
+        keras_sasrec.NAMES[r] for r in rows
+    ], stdout[-3000:]
     for line in lines:
         recall, ndcg = (float(cell) for cell in line.split("|")[2:4])
         assert 0.0 < ndcg <= recall <= 1.0, line
@@ -51,11 +59,11 @@ def _check_output(stdout, rows):
 
 def test_training_windows_and_left_padding():
     inputs, targets = keras_sasrec.training_windows(
-        [np.array([5, 6, 7, 8, 9, 10]), np.array([3]), np.array([1, 2])], max_len=3)
+        [np.array([5, 6, 7, 8, 9, 10]), np.array([3]), np.array([1, 2])], max_len=3
+    )
     np.testing.assert_array_equal(inputs, [[7, 8, 9], [0, 5, 6], [0, 0, 1]])
     np.testing.assert_array_equal(targets, [[8, 9, 10], [0, 6, 7], [0, 0, 2]])
-    np.testing.assert_array_equal(keras_sasrec.left_padded([[1, 2, 3, 4], []], 2),
-                                  [[3, 4], [0, 0]])
+    np.testing.assert_array_equal(keras_sasrec.left_padded([[1, 2, 3, 4], []], 2), [[3, 4], [0, 0]])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
@@ -63,10 +71,22 @@ def test_example_runs_on_a_tiny_file(tmp_path):
     rows = ["mixed_improved"]
     output = tmp_path / "results.json"
     result = subprocess.run(
-        [sys.executable, "-m", "examples.keras_sasrec",
-         f"--data_path={_tiny_file(tmp_path)}", f"--rows={','.join(rows)}", *TINY_FLAGS,
-         f"--output={output}"], cwd=ROOT, env=_env(), capture_output=True, text=True,
-        timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "examples.keras_sasrec",
+            f"--data_path={_tiny_file(tmp_path)}",
+            f"--rows={','.join(rows)}",
+            *TINY_FLAGS,
+            f"--output={output}",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "backend jax" in result.stdout and "115 training windows of 8" in result.stdout
     _check_output(result.stdout, rows)
@@ -80,13 +100,25 @@ def test_example_runs_on_a_tiny_file(tmp_path):
 def test_example_runs_without_tensorflow(tmp_path):
     """As on a GPU machine with JAX and no TensorFlow, as documented, every row."""
     from tests.test_keras3 import _site_packages_without_tensorflow  # pylint: disable=import-outside-toplevel
+
     site = tmp_path / "site"
     site.mkdir()
-    env = _env(PYTHONPATH=os.pathsep.join([_site_packages_without_tensorflow(str(site)),
-                                           ROOT]))
+    env = _env(PYTHONPATH=os.pathsep.join([_site_packages_without_tensorflow(str(site)), ROOT]))
     result = subprocess.run(
-        [sys.executable, "-S", "-m", "examples.keras_sasrec",
-         f"--data_path={_tiny_file(tmp_path)}", *TINY_FLAGS], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=900, check=False)
+        [
+            sys.executable,
+            "-S",
+            "-m",
+            "examples.keras_sasrec",
+            f"--data_path={_tiny_file(tmp_path)}",
+            *TINY_FLAGS,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     _check_output(result.stdout, keras_sasrec.ROWS)

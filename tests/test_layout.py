@@ -22,7 +22,7 @@ def _modules():
     for package in PACKAGES:
         for path in glob.glob(os.path.join(ROOT, package, "**", "*.py"), recursive=True):
             name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-            modules[name[:-len(".__init__")] if name.endswith(".__init__") else name] = path
+            modules[name[: -len(".__init__")] if name.endswith(".__init__") else name] = path
     return modules
 
 
@@ -37,7 +37,7 @@ def _imports(name, path, modules):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parts + ([base] if base else []))
             for alias in node.names:
                 child = f"{base}.{alias.name}"
@@ -93,20 +93,32 @@ def test_the_cycle_finder_finds_one():
 
 
 def test_the_product_imports_nothing_outside_the_wheel():
-    leaks = sorted((name, imported) for name, imports in _import_graph().items()
-                   for imported in imports if imported.split(".")[0] in OUTSIDE)
+    leaks = sorted(
+        (name, imported)
+        for name, imports in _import_graph().items()
+        for imported in imports
+        if imported.split(".")[0] in OUTSIDE
+    )
     assert leaks == []
 
 
 def test_pipelines_imports_no_tensorflow():
     """The Keras 3 examples read `pipelines.data`'s numpy modules on machines without
     TensorFlow: importing them must not import it."""
-    code = ("import sys; import pipelines.data.loaders, pipelines.data.splits, "
-            "pipelines.data.synthetic, pipelines.memory, pipelines.cli; "
-            "print(sorted(m for m in ('tensorflow', 'tf_keras', 'tfrs_logq') "
-            "if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120, check=False)
+    code = (
+        "import sys; import pipelines.data.loaders, pipelines.data.splits, "
+        "pipelines.data.synthetic, pipelines.memory, pipelines.cli; "
+        "print(sorted(m for m in ('tensorflow', 'tf_keras', 'tfrs_logq') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]"
 
@@ -114,16 +126,33 @@ def test_pipelines_imports_no_tensorflow():
 @pytest.mark.integration
 def test_wheel_holds_the_four_packages_and_the_command(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", ROOT, "--no-deps", "--no-build-isolation",
-         "-q", "-w", str(tmp_path)], capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            ROOT,
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (wheel,) = glob.glob(str(tmp_path / "*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(
-            ".dist-info")}
-        entry_points = next(archive.read(n).decode() for n in names
-                            if n.endswith(".dist-info/entry_points.txt"))
+        tops = {
+            name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")
+        }
+        entry_points = next(
+            archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")
+        )
     assert tops == set(PACKAGES)
     assert not [n for n in names if any(f"/{o}/" in n for o in ("benchmarks", "examples"))]
     assert "tfrs-logq = pipelines.cli:main" in entry_points

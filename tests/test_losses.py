@@ -10,56 +10,77 @@ from absl.testing import parameterized
 from tests import reference
 from tfrs_logq import losses
 
-
 _random_inputs = reference.sampled_inputs
 
 
 class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
-
-    @parameterized.product(correction=losses.CORRECTIONS, seed=[0, 1, 2],
-                           per_row_log_q=[False, True])
+    @parameterized.product(
+        correction=losses.CORRECTIONS, seed=[0, 1, 2], per_row_log_q=[False, True]
+    )
     def test_matches_numpy_reference(self, correction, seed, per_row_log_q):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(seed, per_row_log_q=per_row_log_q)
-        got = losses.sampled_softmax_loss(pos, neg, correction=correction,
-                                          negative_log_q=neg_log_q, positive_log_q=pos_log_q,
-                                          negative_mask=mask)
+        got = losses.sampled_softmax_loss(
+            pos,
+            neg,
+            correction=correction,
+            negative_log_q=neg_log_q,
+            positive_log_q=pos_log_q,
+            negative_mask=mask,
+        )
         want, _ = reference.sampled_softmax(pos, neg, correction, neg_log_q, pos_log_q, mask)
         self.assertEqual(got.dtype, tf.float32)
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
 
     def test_excluded_positive_log_q_is_used_as_is(self):
         pos, neg, neg_log_q, _, mask = _random_inputs(3)
-        got = losses.sampled_softmax_loss(pos, neg, correction="improved",
-                                          negative_log_q=neg_log_q, negative_mask=mask,
-                                          log_q_excludes_positive=True)
-        want, _ = reference.sampled_softmax(pos, neg, "improved", neg_log_q, None, mask,
-                                            excludes=True)
+        got = losses.sampled_softmax_loss(
+            pos,
+            neg,
+            correction="improved",
+            negative_log_q=neg_log_q,
+            negative_mask=mask,
+            log_q_excludes_positive=True,
+        )
+        want, _ = reference.sampled_softmax(
+            pos, neg, "improved", neg_log_q, None, mask, excludes=True
+        )
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
 
     def test_exact_values(self):
         case = reference.EXACT_SAMPLED
         for correction, want in case["losses"].items():
-            self.assertAllClose(losses.sampled_softmax_loss(
-                *case["inputs"], correction=correction, **case["kwargs"]), [want])
-        self.assertAllClose(losses.improved_weight(*case["inputs"], **case["kwargs"]),
-                            [case["improved_weight"]])
+            self.assertAllClose(
+                losses.sampled_softmax_loss(
+                    *case["inputs"], correction=correction, **case["kwargs"]
+                ),
+                [want],
+            )
+        self.assertAllClose(
+            losses.improved_weight(*case["inputs"], **case["kwargs"]), [case["improved_weight"]]
+        )
 
     def test_improved_gradient_is_weighted_softmax_minus_onehot(self):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(4)
         pos_t, neg_t = tf.constant(pos), tf.constant(neg)
         with tf.GradientTape() as tape:
             tape.watch([pos_t, neg_t])
-            loss = tf.reduce_sum(losses.sampled_softmax_loss(
-                pos_t, neg_t, correction="improved", negative_log_q=neg_log_q,
-                positive_log_q=pos_log_q, negative_mask=mask))
+            loss = tf.reduce_sum(
+                losses.sampled_softmax_loss(
+                    pos_t,
+                    neg_t,
+                    correction="improved",
+                    negative_log_q=neg_log_q,
+                    positive_log_q=pos_log_q,
+                    negative_mask=mask,
+                )
+            )
         d_pos, d_neg = tape.gradient(loss, [pos_t, neg_t])
         want_pos, want_neg = reference.improved_gradients(pos, neg, neg_log_q, pos_log_q, mask)
         self.assertAllClose(d_pos, want_pos, atol=1e-6)
         self.assertAllClose(d_neg, want_neg, atol=1e-6)
 
     @parameterized.product(per_row=[False, True], standard=["standard", "standard_negatives"])
-    def test_standard_and_improved_gradients_differ_only_by_the_row_weight(self, per_row,
-                                                                           standard):
+    def test_standard_and_improved_gradients_differ_only_by_the_row_weight(self, per_row, standard):
         # With the same negatives, d loss / d s is (1 - p_s) * G for the two standard forms
         # and w * G for "improved", G = softmax over the corrected valid negatives -
         # onehot(p), and logit(1 - p_s) - logit(w) = log(n Q(p) / (1 - Q(p))) ("standard")
@@ -72,15 +93,19 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
             with tf.GradientTape() as tape:
                 tape.watch([pos_t, neg_t])
                 per_example[correction] = losses.sampled_softmax_loss(
-                    pos_t, neg_t, correction=correction, **kwargs)
+                    pos_t, neg_t, correction=correction, **kwargs
+                )
                 loss = tf.reduce_sum(per_example[correction])
             gradients[correction] = tape.gradient(loss, [pos_t, neg_t])
         standard_weight = -np.expm1(-per_example[standard].numpy().astype(np.float64))
         improved_weight = losses.improved_weight(pos, neg, **kwargs).numpy().astype(np.float64)
         for d_standard, d_improved in zip(gradients[standard], gradients["improved"]):
             shape = (-1,) + (1,) * (d_standard.shape.rank - 1)
-            self.assertAllClose(d_standard.numpy() * improved_weight.reshape(shape),
-                                d_improved.numpy() * standard_weight.reshape(shape), atol=1e-6)
+            self.assertAllClose(
+                d_standard.numpy() * improved_weight.reshape(shape),
+                d_improved.numpy() * standard_weight.reshape(shape),
+                atol=1e-6,
+            )
         rows = mask.any(axis=1)  # Row 0 has no valid negative: both weights are 0.
         logit = lambda p: np.log(p[rows]) - np.log1p(-p[rows])  # noqa: E731
         q_p = np.exp(pos_log_q.astype(np.float64))[rows]
@@ -95,8 +120,9 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
         pos_t, neg_t = tf.constant(pos), tf.constant(neg)
         with tf.GradientTape() as tape:
             tape.watch([pos_t, neg_t])
-            weight = losses.improved_weight(pos_t, neg_t, negative_log_q=neg_log_q,
-                                            positive_log_q=pos_log_q, negative_mask=mask)
+            weight = losses.improved_weight(
+                pos_t, neg_t, negative_log_q=neg_log_q, positive_log_q=pos_log_q, negative_mask=mask
+            )
         self.assertEqual(tape.gradient(weight, [pos_t, neg_t]), [None, None])
 
     @parameterized.parameters(*losses.CORRECTIONS)
@@ -107,10 +133,14 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
         log_q = tf.math.log(tf.constant([0.2, 0.3, 0.5]))
         with tf.GradientTape() as tape:
             tape.watch([pos, neg])
-            loss = losses.sampled_softmax_loss(pos, neg, correction=correction,
-                                               negative_log_q=log_q,
-                                               positive_log_q=tf.math.log([0.1, 0.1]),
-                                               negative_mask=mask)
+            loss = losses.sampled_softmax_loss(
+                pos,
+                neg,
+                correction=correction,
+                negative_log_q=log_q,
+                positive_log_q=tf.math.log([0.1, 0.1]),
+                negative_mask=mask,
+            )
         d_pos, d_neg = tape.gradient(loss, [pos, neg])
         self.assertEqual(float(loss[0]), 0.0)
         self.assertEqual(float(d_pos[0]), 0.0)
@@ -123,36 +153,49 @@ class SampledSoftmaxLossTest(tf.test.TestCase, parameterized.TestCase):
         neg = tf.constant([[-80.0, 90.0], [80.0, 85.0]])
         log_q = tf.math.log(tf.constant([1e-9, 0.999]))
         for correction in losses.CORRECTIONS:
-            loss = losses.sampled_softmax_loss(pos, neg, correction=correction,
-                                               negative_log_q=log_q,
-                                               positive_log_q=tf.math.log([1e-9, 0.999]))
+            loss = losses.sampled_softmax_loss(
+                pos,
+                neg,
+                correction=correction,
+                negative_log_q=log_q,
+                positive_log_q=tf.math.log([1e-9, 0.999]),
+            )
             self.assertTrue(np.all(np.isfinite(loss.numpy())), correction)
 
-    @parameterized.product(dtype=["float16", "bfloat16"],
-                           correction=losses.CORRECTIONS)
+    @parameterized.product(dtype=["float16", "bfloat16"], correction=losses.CORRECTIONS)
     def test_low_precision_inputs_give_float32(self, dtype, correction):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(6)
         cast = lambda x: tf.cast(x, dtype)  # noqa: E731
-        got = losses.sampled_softmax_loss(cast(pos), cast(neg), correction=correction,
-                                          negative_log_q=cast(neg_log_q),
-                                          positive_log_q=cast(pos_log_q), negative_mask=mask)
+        got = losses.sampled_softmax_loss(
+            cast(pos),
+            cast(neg),
+            correction=correction,
+            negative_log_q=cast(neg_log_q),
+            positive_log_q=cast(pos_log_q),
+            negative_mask=mask,
+        )
         rounded = [cast(x).numpy().astype(np.float32) for x in (pos, neg, neg_log_q, pos_log_q)]
-        want, _ = reference.sampled_softmax(*rounded[:2], correction, rounded[2], rounded[3],
-                                            mask)
+        want, _ = reference.sampled_softmax(*rounded[:2], correction, rounded[2], rounded[3], mask)
         self.assertEqual(got.dtype, tf.float32)
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
 
     def test_works_under_jit_compile(self):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(7)
-        fn = tf.function(lambda *a: losses.sampled_softmax_loss(
-            *a[:2], correction="improved", negative_log_q=a[2], positive_log_q=a[3],
-            negative_mask=a[4]), jit_compile=True)
+        fn = tf.function(
+            lambda *a: losses.sampled_softmax_loss(
+                *a[:2],
+                correction="improved",
+                negative_log_q=a[2],
+                positive_log_q=a[3],
+                negative_mask=a[4],
+            ),
+            jit_compile=True,
+        )
         want, _ = reference.sampled_softmax(pos, neg, "improved", neg_log_q, pos_log_q, mask)
         self.assertAllClose(fn(pos, neg, neg_log_q, pos_log_q, mask), want, atol=1e-5)
 
 
 class SampledSoftmaxErrorsTest(tf.test.TestCase):
-
     def setUp(self):
         super().setUp()
         self.pos = np.zeros([2], np.float32)
@@ -161,53 +204,80 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
         self.pos_log_q = np.log(np.full([2], 0.2, np.float32))
 
     def call(self, **overrides):
-        kwargs = dict(positive_logits=self.pos, negative_logits=self.neg, correction="improved",
-                      negative_log_q=self.log_q, positive_log_q=self.pos_log_q)
+        kwargs = dict(
+            positive_logits=self.pos,
+            negative_logits=self.neg,
+            correction="improved",
+            negative_log_q=self.log_q,
+            positive_log_q=self.pos_log_q,
+        )
         kwargs.update(overrides)
         pos = kwargs.pop("positive_logits")
         neg = kwargs.pop("negative_logits")
         return losses.sampled_softmax_loss(pos, neg, **kwargs)
 
     def test_unknown_correction(self):
-        with self.assertRaisesRegex(ValueError, r"`correction` must be one of 'none', "
-                                    r"'standard', 'standard_negatives', 'improved'; received "
-                                    r"correction='yi'"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`correction` must be one of 'none', "
+            r"'standard', 'standard_negatives', 'improved'; received "
+            r"correction='yi'",
+        ):
             self.call(correction="yi")
 
     def test_rank_and_shape_mismatches(self):
-        with self.assertRaisesRegex(ValueError, r"`positive_logits` must have rank 1; "
-                                    r"received positive_logits with shape \(2, 1\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`positive_logits` must have rank 1; "
+            r"received positive_logits with shape \(2, 1\)",
+        ):
             self.call(positive_logits=np.zeros([2, 1], np.float32))
         with self.assertRaisesRegex(ValueError, r"`negative_logits` must have rank 2"):
             self.call(negative_logits=np.zeros([6], np.float32))
-        with self.assertRaisesRegex(ValueError, r"`positive_logits` and `negative_logits` "
-                                    r"disagree in size"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`positive_logits` and `negative_logits` "
+            r"disagree in size",
+        ):
             self.call(positive_logits=np.zeros([5], np.float32))
-        with self.assertRaisesRegex(ValueError, r"`negative_log_q` and `negative_logits` "
-                                    r"disagree in size"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`negative_log_q` and `negative_logits` "
+            r"disagree in size",
+        ):
             self.call(negative_log_q=np.log(np.full([4], 0.2, np.float32)))
-        with self.assertRaisesRegex(ValueError, r"`negative_log_q` must have shape \[N\] or "
-                                    r"\[B, N\]"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`negative_log_q` must have shape \[N\] or "
+            r"\[B, N\]",
+        ):
             self.call(negative_log_q=np.zeros([2, 3, 1], np.float32))
         with self.assertRaisesRegex(ValueError, r"`positive_log_q` must have rank 1"):
             self.call(positive_log_q=np.zeros([2, 1], np.float32) - 1)
-        with self.assertRaisesRegex(ValueError, r"`negative_mask` and `negative_logits` "
-                                    r"disagree in size: negative_mask.shape=\(2, 2\) \(axis 1\) "
-                                    r"but negative_logits.shape=\(2, 3\) \(axis 1\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`negative_mask` and `negative_logits` "
+            r"disagree in size: negative_mask.shape=\(2, 2\) \(axis 1\) "
+            r"but negative_logits.shape=\(2, 3\) \(axis 1\)",
+        ):
             self.call(negative_mask=np.ones([2, 2], bool))
 
     def test_probabilities_outside_unit_interval(self):
-        with self.assertRaisesRegex(ValueError, r"`negative_log_q` must hold log-probabilities "
-                                    r"of probabilities in \(0, 1\].*received negative_log_q "
-                                    r"with invalid values \[0.5\]"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`negative_log_q` must hold log-probabilities "
+            r"of probabilities in \(0, 1\].*received negative_log_q "
+            r"with invalid values \[0.5\]",
+        ):
             self.call(negative_log_q=np.array([0.5, -1.0, -2.0], np.float32))
         with self.assertRaisesRegex(ValueError, r"`positive_log_q` must hold log-probabilities"):
             self.call(positive_log_q=np.array([-np.inf, -1.0], np.float32))
 
     def test_probabilities_checked_inside_tf_function(self):
         fn = tf.function(lambda log_q: self.call(negative_log_q=log_q))
-        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    r"`negative_log_q` must hold log-probabilities"):
+        with self.assertRaisesRegex(
+            tf.errors.InvalidArgumentError, r"`negative_log_q` must hold log-probabilities"
+        ):
             fn(tf.constant([0.5, -1.0, -2.0]))
 
     def test_column_softmax_loss_equals_the_sampled_loss(self):
@@ -220,57 +290,86 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
         mask[np.arange(5), np.arange(5)] = False
         for correction in ("none", "standard", "standard_negatives"):
             want = losses.sampled_softmax_loss(
-                np.diag(scores[:, :5]), scores, correction=correction,
+                np.diag(scores[:, :5]),
+                scores,
+                correction=correction,
                 negative_log_q=None if correction == "none" else log_q,
-                positive_log_q=log_q[:5], negative_mask=mask)
-            got = losses.column_softmax_loss(tf.constant(scores), correction,
-                                             tf.constant(log_q), tf.constant(log_q[:5]),
-                                             tf.constant(mask))
+                positive_log_q=log_q[:5],
+                negative_mask=mask,
+            )
+            got = losses.column_softmax_loss(
+                tf.constant(scores),
+                correction,
+                tf.constant(log_q),
+                tf.constant(log_q[:5]),
+                tf.constant(mask),
+            )
             self.assertAllClose(got, want, rtol=1e-6, atol=1e-6, msg=correction)
 
     def test_unknown_correction_is_refused_on_every_path(self):
         # Not silently "improved", the formula's last branch.
         pos, neg = np.zeros([2], np.float32), np.zeros([2, 3], np.float32)
         log_q = np.full([3], -1.0, np.float32)
-        for call in (lambda: losses.sampled_softmax_terms(pos, neg, "standrd", log_q,
-                                                          log_q[:2]),
-                     lambda: losses.sampled_softmax_loss(pos, neg, correction="standrd",
-                                                         negative_log_q=log_q,
-                                                         positive_log_q=log_q[:2])):
-            with self.assertRaisesRegex(ValueError, r"`correction` must be one of 'none', "
-                                        r"'standard', 'standard_negatives', 'improved'; "
-                                        r"received correction='standrd'"):
+        for call in (
+            lambda: losses.sampled_softmax_terms(pos, neg, "standrd", log_q, log_q[:2]),
+            lambda: losses.sampled_softmax_loss(
+                pos, neg, correction="standrd", negative_log_q=log_q, positive_log_q=log_q[:2]
+            ),
+        ):
+            with self.assertRaisesRegex(
+                ValueError,
+                r"`correction` must be one of 'none', "
+                r"'standard', 'standard_negatives', 'improved'; "
+                r"received correction='standrd'",
+            ):
                 call()
 
     def test_missing_log_q(self):
-        with self.assertRaisesRegex(ValueError, r"correction='standard' needs `positive_log_q`; "
-                                    r"received positive_log_q=None"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"correction='standard' needs `positive_log_q`; "
+            r"received positive_log_q=None",
+        ):
             self.call(correction="standard", positive_log_q=None)
-        with self.assertRaisesRegex(ValueError, r"correction='improved' needs `positive_log_q` "
-                                    r"\(or pass log_q_excludes_positive=True"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"correction='improved' needs `positive_log_q` "
+            r"\(or pass log_q_excludes_positive=True",
+        ):
             self.call(positive_log_q=None)
-        with self.assertRaisesRegex(ValueError, r"correction='improved' needs sampling "
-                                                r"probabilities: pass `negative_log_q`; "
-                                    r"received negative_log_q=None"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"correction='improved' needs sampling "
+            r"probabilities: pass `negative_log_q`; "
+            r"received negative_log_q=None",
+        ):
             self.call(negative_log_q=None)
-        with self.assertRaisesRegex(ValueError, r"correction='standard_negatives' needs "
-                                    r"sampling probabilities: pass `negative_log_q`; "
-                                    r"received negative_log_q=None"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"correction='standard_negatives' needs "
+            r"sampling probabilities: pass `negative_log_q`; "
+            r"received negative_log_q=None",
+        ):
             self.call(correction="standard_negatives", negative_log_q=None)
         # The positive enters raw: its log Q is not needed.
         self.call(correction="standard_negatives", positive_log_q=None)
 
     def test_non_float_inputs(self):
-        with self.assertRaisesRegex(TypeError, r"`negative_logits` must be a floating-point "
-                                    r"tensor; received negative_logits with dtype int32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`negative_logits` must be a floating-point "
+            r"tensor; received negative_logits with dtype int32",
+        ):
             self.call(negative_logits=np.zeros([2, 3], np.int32))
-        with self.assertRaisesRegex(TypeError, r"`negative_mask` must be a bool tensor.*"
-                                    r"received negative_mask with dtype float32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`negative_mask` must be a bool tensor.*"
+            r"received negative_mask with dtype float32",
+        ):
             self.call(negative_mask=np.ones([2, 3], np.float32))
 
 
 class OtherLossesTest(tf.test.TestCase, parameterized.TestCase):
-
     def test_full_softmax_matches_reference(self):
         rng = np.random.default_rng(0)
         logits = rng.normal(size=(4, 7)).astype(np.float32)
@@ -283,8 +382,11 @@ class OtherLossesTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(losses.full_softmax_loss([[0.0, 0.0, 0.0]], [1]), [np.log(3.0)])
 
     def test_full_softmax_errors(self):
-        with self.assertRaisesRegex(TypeError, r"`labels` must be an integer tensor of item "
-                                    r"indices; received labels with dtype float32"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`labels` must be an integer tensor of item "
+            r"indices; received labels with dtype float32",
+        ):
             losses.full_softmax_loss([[0.0, 1.0]], [0.0])
         # A label without a column: an error, or NaN under XLA (which clamped it before).
         logits, labels = tf.zeros([2, 3]), tf.constant([1, 3])
@@ -299,8 +401,9 @@ class OtherLossesTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_bce_matches_reference_and_exact_value(self):
         pos, neg, _, _, mask = _random_inputs(8)
-        self.assertAllClose(losses.bce_loss(pos, neg, mask), reference.bce(pos, neg, mask),
-                            rtol=1e-6)
+        self.assertAllClose(
+            losses.bce_loss(pos, neg, mask), reference.bce(pos, neg, mask), rtol=1e-6
+        )
         # -log sigmoid(0) - log(1 - sigmoid(0)) = 2 log 2.
         self.assertAllClose(losses.bce_loss([0.0], [[0.0]]), [2 * np.log(2.0)])
 
@@ -314,28 +417,38 @@ class OtherLossesTest(tf.test.TestCase, parameterized.TestCase):
         beta = losses.gbce_beta(4, 50, 0.75)
         # gSASRec: positive logit -> log(1 / (sigmoid(s)^-beta - 1)), then plain BCE.
         sig = 1.0 / (1.0 + np.exp(-pos.astype(np.float64)))
-        transformed = np.log(1.0 / (sig ** -beta - 1.0))
+        transformed = np.log(1.0 / (sig**-beta - 1.0))
         want = reference.bce(transformed, neg, mask)
         got = losses.gbce_loss(pos, neg, num_items=50, t=0.75, negative_mask=mask)
         self.assertAllClose(got, want, rtol=1e-5)
         self.assertAllClose(got, reference.bce(pos, neg, mask, beta=beta), rtol=1e-5)
 
     def test_gbce_errors(self):
-        with self.assertRaisesRegex(ValueError, r"`t` must be a number in \[0, 1\]; received "
-                                    r"t=1.5"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`t` must be a number in \[0, 1\]; received "
+            r"t=1.5",
+        ):
             losses.gbce_loss([0.0], [[0.0]], num_items=10, t=1.5)
-        with self.assertRaisesRegex(ValueError, r"`num_items` must exceed the number of "
-                                    r"negatives per positive \(3\); received num_items=3"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`num_items` must exceed the number of "
+            r"negatives per positive \(3\); received num_items=3",
+        ):
             losses.gbce_loss([0.0], [[0.0, 0.0, 0.0]], num_items=3, t=0.5)
-        unknown_n = tf.function(lambda neg: losses.gbce_loss([0.0], neg, num_items=9, t=0.5),
-                                input_signature=[tf.TensorSpec([1, None])])
-        with self.assertRaisesRegex(ValueError, r"gbce_loss needs a static number of negatives; "
-                                    r"received negative_logits with shape \(1, None\)"):
+        unknown_n = tf.function(
+            lambda neg: losses.gbce_loss([0.0], neg, num_items=9, t=0.5),
+            input_signature=[tf.TensorSpec([1, None])],
+        )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"gbce_loss needs a static number of negatives; "
+            r"received negative_logits with shape \(1, None\)",
+        ):
             unknown_n.get_concrete_function()
 
 
 class SampledSoftmaxLossLayerTest(tf.test.TestCase):
-
     def _inputs(self):
         pos, neg, neg_log_q, pos_log_q, mask = _random_inputs(10)
         return pos, neg, np.broadcast_to(neg_log_q, neg.shape).copy(), pos_log_q, mask
@@ -362,8 +475,9 @@ class SampledSoftmaxLossLayerTest(tf.test.TestCase):
         self.assertAllClose(model.predict(list(inputs), verbose=0), want, atol=1e-5)
 
     def test_serialization_round_trip(self):
-        layer = losses.SampledSoftmaxLoss(correction="improved", log_q_excludes_positive=True,
-                                          name="my_loss")
+        layer = losses.SampledSoftmaxLoss(
+            correction="improved", log_q_excludes_positive=True, name="my_loss"
+        )
         restored = tf.keras.layers.deserialize(tf.keras.layers.serialize(layer))
         self.assertIsInstance(restored, losses.SampledSoftmaxLoss)
         self.assertEqual(restored.get_config(), layer.get_config())
@@ -376,14 +490,18 @@ class SampledSoftmaxLossLayerTest(tf.test.TestCase):
         path = os.path.join(tempfile.mkdtemp(), "model.keras")
         model.save(path)
         restored = tf.keras.models.load_model(path)
-        self.assertAllClose(restored.predict(list(inputs), verbose=0),
-                            model.predict(list(inputs), verbose=0))
+        self.assertAllClose(
+            restored.predict(list(inputs), verbose=0), model.predict(list(inputs), verbose=0)
+        )
 
     def test_layer_errors(self):
         with self.assertRaisesRegex(ValueError, r"received correction='Improved'"):
             losses.SampledSoftmaxLoss(correction="Improved")
-        with self.assertRaisesRegex(TypeError, r"`log_q_excludes_positive` must be a bool; "
-                                    r"received log_q_excludes_positive='yes'"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`log_q_excludes_positive` must be a bool; "
+            r"received log_q_excludes_positive='yes'",
+        ):
             losses.SampledSoftmaxLoss(correction="none", log_q_excludes_positive="yes")
 
 

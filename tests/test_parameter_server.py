@@ -9,8 +9,10 @@ import sys
 import tempfile
 import time
 
+import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
+
+# isort: split
 import pytest
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
 from pipelines import cluster as cluster_lib
@@ -21,7 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class PartitionerTest(tf.test.TestCase):
-
     def test_tables_are_sharded_and_one_dimensional_state_is_not(self):
         fixed = distribute.variable_partitioner("fixed_shards", 2)
         self.assertEqual(fixed(tf.TensorShape([1000, 64]), tf.float32), [2, 1])
@@ -36,25 +37,26 @@ class PartitionerTest(tf.test.TestCase):
         self.assertEqual(small(tf.TensorShape([3000, 16]), tf.float32), [3, 1])
 
     def test_bad_arguments_name_the_flag_and_the_value(self):
-        with self.assertRaisesRegex(ValueError, "--partitioner must be one of min_size, "
-                                                "fixed_shards; received --partitioner='even'"):
+        with self.assertRaisesRegex(
+            ValueError,
+            "--partitioner must be one of min_size, fixed_shards; received --partitioner='even'",
+        ):
             distribute.variable_partitioner("even", 2)
         with self.assertRaisesRegex(ValueError, "received num_ps=0"):
             distribute.variable_partitioner("min_size", 0)
         with self.assertRaisesRegex(ValueError, "received --min_shard_bytes=0"):
             distribute.variable_partitioner("min_size", 2, min_shard_bytes=0)
-        with self.assertRaisesRegex(ValueError, "parameter_server, tpu; received "
-                                                "--strategy='ps'"):
+        with self.assertRaisesRegex(ValueError, "parameter_server, tpu; received --strategy='ps'"):
             distribute.make_strategy("ps")
         self.assertIn("parameter_server", configs.STRATEGIES)
 
 
 class LocalClusterTest(tf.test.TestCase):
-
     def test_chief_workers_and_parameter_servers_on_distinct_ports(self):
         cluster = cluster_lib.local_cluster(2, num_ps=2, chief=True)
-        self.assertEqual({k: len(v) for k, v in cluster.items()},
-                         {"chief": 1, "worker": 2, "ps": 2})
+        self.assertEqual(
+            {k: len(v) for k, v in cluster.items()}, {"chief": 1, "worker": 2, "ps": 2}
+        )
         self.assertLen({a for addresses in cluster.values() for a in addresses}, 5)
         config = json.loads(cluster_lib.tf_config(cluster, 1, "ps"))
         self.assertEqual(config["task"], {"type": "ps", "index": 1})
@@ -68,8 +70,11 @@ class LocalClusterTest(tf.test.TestCase):
         cluster = cluster_lib.local_cluster(2, num_ps=1, chief=True)
         old = os.environ.get("TF_CONFIG")
         try:
-            for task_type, index, expected in (("worker", 1, ("worker", 1)), ("ps", 0, ("ps", 0)),
-                                               ("chief", 0, None)):
+            for task_type, index, expected in (
+                ("worker", 1, ("worker", 1)),
+                ("ps", 0, ("ps", 0)),
+                ("chief", 0, None),
+            ):
                 os.environ["TF_CONFIG"] = cluster_lib.tf_config(cluster, index, task_type)
                 self.assertEqual(distribute.parameter_server_task(), expected)
             # A MultiWorkerMirroredStrategy cluster has no servers.
@@ -82,24 +87,41 @@ class LocalClusterTest(tf.test.TestCase):
                 os.environ["TF_CONFIG"] = old
 
     def test_command_line_refuses_a_cluster_without_workers(self):
-        result = subprocess.run([sys.executable, "-m", "pipelines.cluster", "--workers=0",
-                                 "--", "true"], cwd=ROOT, capture_output=True, text=True,
-                                timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.cluster", "--workers=0", "--", "true"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         self.assertEqual(result.returncode, 2)
         self.assertIn("--workers must be an integer >= 1; received --workers=0", result.stderr)
 
 
 class CommandLineTest(tf.test.TestCase):
-
     def test_a_chief_without_servers_says_so(self):
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
         result = subprocess.run(
-            [sys.executable, "-m", "pipelines.train", "--strategy=parameter_server",
-             "--preset=industrial_smoke", f"--output_dir={tempfile.mkdtemp()}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+            [
+                sys.executable,
+                "-m",
+                "pipelines.train",
+                "--strategy=parameter_server",
+                "--preset=industrial_smoke",
+                f"--output_dir={tempfile.mkdtemp()}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         self.assertEqual(result.returncode, 1)
-        self.assertIn("--strategy=parameter_server needs at least one \"ps\" task in "
-                      "TF_CONFIG's cluster; received num_ps=0.", result.stderr)
+        self.assertIn(
+            '--strategy=parameter_server needs at least one "ps" task in '
+            "TF_CONFIG's cluster; received num_ps=0.",
+            result.stderr,
+        )
 
 
 def _wait_for(path, processes, timeout):
@@ -108,8 +130,10 @@ def _wait_for(path, processes, timeout):
     while not os.path.exists(path):
         for p in processes:
             if p.poll() is not None:
-                raise AssertionError(f"exited ({p.returncode}) before {path} appeared:\n"
-                                     + p.communicate()[0][-3000:])
+                raise AssertionError(
+                    f"exited ({p.returncode}) before {path} appeared:\n"
+                    + p.communicate()[0][-3000:]
+                )
         if time.time() > deadline:
             raise AssertionError(f"no {path} in {timeout} s")
         time.sleep(0.2)
@@ -122,11 +146,22 @@ class TrainingTest(tf.test.TestCase):
     def test_a_killed_worker_does_not_stop_training(self):
         out = tempfile.mkdtemp()
         cluster = cluster_lib.local_cluster(2, num_ps=2, chief=True)
-        command = [sys.executable, "-m", "pipelines.train", "--strategy=parameter_server",
-                   "--partitioner=fixed_shards", "--preset=smoke", "--model=two_tower",
-                   "--history_length=8", "--frequency=count_min", "--epochs=2",
-                   "--steps_per_epoch=100", "--patience=5", "--index=exact",
-                   f"--output_dir={out}"]
+        command = [
+            sys.executable,
+            "-m",
+            "pipelines.train",
+            "--strategy=parameter_server",
+            "--partitioner=fixed_shards",
+            "--preset=smoke",
+            "--model=two_tower",
+            "--history_length=8",
+            "--frequency=count_min",
+            "--epochs=2",
+            "--steps_per_epoch=100",
+            "--patience=5",
+            "--index=exact",
+            f"--output_dir={out}",
+        ]
         tasks = cluster_lib.start_cluster(command, cluster)
         servers = tasks["ps"] + tasks["worker"]
         chief = tasks["chief"][0]
@@ -155,11 +190,15 @@ class TrainingTest(tf.test.TestCase):
         self.assertEqual(metrics["epochs_run"], 2)
         # fixed_shards: each table in 2 shards, one per server; the sketch whole on one.
         tables = metrics["placement"]["tables"]
-        self.assertEqual(sorted(tables), ["items/embeddings", "two_tower/history/embeddings",
-                                          "two_tower/users/embeddings"])
+        self.assertEqual(
+            sorted(tables),
+            ["items/embeddings", "two_tower/history/embeddings", "two_tower/users/embeddings"],
+        )
         for devices in tables.values():
-            self.assertEqual(sorted(d.split("/device")[0] for d in devices),
-                             ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"])
+            self.assertEqual(
+                sorted(d.split("/device")[0] for d in devices),
+                ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"],
+            )
         for devices in metrics["placement"]["estimator"].values():
             self.assertLen(devices, 1)
             self.assertStartsWith(devices[0], "/job:ps/")
@@ -178,12 +217,24 @@ class ResumeTest(tf.test.TestCase):
 
     def test_a_killed_cluster_resumes_from_the_epoch_backup(self):
         out = tempfile.mkdtemp()
-        command = [sys.executable, "-m", "pipelines.train", "--strategy=parameter_server",
-                   "--preset=smoke", "--model=two_tower", "--history_length=8",
-                   "--frequency=count_min", "--epochs=3", "--steps_per_epoch=100",
-                   "--patience=5", "--index=exact", f"--output_dir={out}"]
+        command = [
+            sys.executable,
+            "-m",
+            "pipelines.train",
+            "--strategy=parameter_server",
+            "--preset=smoke",
+            "--model=two_tower",
+            "--history_length=8",
+            "--frequency=count_min",
+            "--epochs=3",
+            "--steps_per_epoch=100",
+            "--patience=5",
+            "--index=exact",
+            f"--output_dir={out}",
+        ]
         tasks = cluster_lib.start_cluster(
-            command, cluster_lib.local_cluster(2, num_ps=2, chief=True))
+            command, cluster_lib.local_cluster(2, num_ps=2, chief=True)
+        )
         chief = tasks["chief"][0]
         try:
             _wait_for(os.path.join(out, "progress.json"), [chief], timeout=300)
@@ -196,7 +247,8 @@ class ResumeTest(tf.test.TestCase):
             chief.wait()
             cluster_lib.stop(tasks["ps"] + tasks["worker"])
         tasks = cluster_lib.start_cluster(
-            command, cluster_lib.local_cluster(2, num_ps=2, chief=True))
+            command, cluster_lib.local_cluster(2, num_ps=2, chief=True)
+        )
         chief = tasks["chief"][0]
         try:
             output = chief.communicate(timeout=400)[0]
@@ -219,10 +271,23 @@ class AsyncSketchTest(tf.test.TestCase):
     def test_plain_updates_commute_and_conservative_ones_lose_draws(self):
         path = os.path.join(tempfile.mkdtemp(), "async.json")
         result = subprocess.run(
-            [sys.executable, "-m", "benchmarks.async_sketch", "--items=500",
-             "--batch=128", "--steps=200", "--repeats=2", "--width=2048",
-             "--variants=plain_decay1,conservative_decay1", f"--out={path}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.async_sketch",
+                "--items=500",
+                "--batch=128",
+                "--steps=200",
+                "--repeats=2",
+                "--width=2048",
+                "--variants=plain_decay1,conservative_decay1",
+                f"--out={path}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
         with open(path) as f:
             variants = json.load(f)["variants"]
@@ -240,7 +305,9 @@ class AsyncSketchTest(tf.test.TestCase):
         # Conservative updates read then write: concurrent ones lose draws, so the
         # asynchronous sketch reads less than the synchronous one, most on the head.
         self.assertLess(conservative["bias"]["weighted"], -0.005)
-        self.assertLess(sum(h["counters"] for h in conservative["async_draws"]) / 2,
-                        conservative["sync_draws"]["counters"] - 100)
+        self.assertLess(
+            sum(h["counters"] for h in conservative["async_draws"]) / 2,
+            conservative["sync_draws"]["counters"] - 100,
+        )
         self.assertLess(conservative["bias"]["head"], conservative["bias"]["tail"])
         self.assertGreater(conservative["bias"]["weighted"], -0.2)

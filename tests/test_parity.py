@@ -29,8 +29,10 @@ LABELS = np.array([1, 1, 2, 3, 1, 5, 2, 9, 12, 1], np.int64)
 
 def _inputs(seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.normal(size=(len(LABELS), DIM)).astype(np.float32),
-            rng.normal(size=(NUM_ITEMS + 1, DIM)).astype(np.float32))
+    return (
+        rng.normal(size=(len(LABELS), DIM)).astype(np.float32),
+        rng.normal(size=(NUM_ITEMS + 1, DIM)).astype(np.float32),
+    )
 
 
 def _log_softmax_first(scores):
@@ -64,16 +66,25 @@ def released_sampled_softmax(hidden, table, labels, negative_ids, variant):
         loss = _log_softmax_first(np.concatenate([positive_scores, corrected], axis=-1))
     else:
         negative_correction = np.maximum(
-            COUNTS[negative_ids] / (total - COUNTS[labels][..., None]), 1e-10)
+            COUNTS[negative_ids] / (total - COUNTS[labels][..., None]), 1e-10
+        )
         corrected = negative_scores - np.log(negative_correction)
-        loss = -np.log(np.maximum(
-            np.exp(positive_scores.reshape(-1))
-            / np.maximum(np.exp(corrected).sum(axis=-1), 1e-10), 1e-10))
-        corrected = (negative_scores - np.log(negative_correction)
-                     - np.log(np.maximum(negative_mask.sum(axis=-1)[..., None], 1e-10)))
+        loss = -np.log(
+            np.maximum(
+                np.exp(positive_scores.reshape(-1))
+                / np.maximum(np.exp(corrected).sum(axis=-1), 1e-10),
+                1e-10,
+            )
+        )
+        corrected = (
+            negative_scores
+            - np.log(negative_correction)
+            - np.log(np.maximum(negative_mask.sum(axis=-1)[..., None], 1e-10))
+        )
         all_scores = np.concatenate([positive_scores, corrected], axis=1)
         prob = np.exp(all_scores[:, 0] - all_scores.max(axis=1)) / np.exp(
-            all_scores - all_scores.max(axis=1, keepdims=True)).sum(axis=1)
+            all_scores - all_scores.max(axis=1, keepdims=True)
+        ).sum(axis=1)
         loss = loss * (1.0 - prob)
     return loss.mean()
 
@@ -109,34 +120,46 @@ def released_full_softmax(hidden, table, labels):
 # (row, objective options, transcription variant), as the released scripts run them.
 SAMPLED = {
     "train_in_batch": (dict(negatives="in_batch", correction="none", num_negatives=6), "none"),
-    "train_in_batch_logq_old": (dict(negatives="in_batch", correction="standard_negatives",
-                                     num_negatives=6), "old"),
+    "train_in_batch_logq_old": (
+        dict(negatives="in_batch", correction="standard_negatives", num_negatives=6),
+        "old",
+    ),
     # The like-for-like row the released scripts lack: the pure in-batch pool, improved.
-    "in_batch_improved": (dict(negatives="in_batch", correction="improved", num_negatives=6),
-                          "new"),
+    "in_batch_improved": (
+        dict(negatives="in_batch", correction="improved", num_negatives=6),
+        "new",
+    ),
     "train_mns": (dict(negatives="mixed", correction="none", num_negatives=8), "none"),
-    "train_mns_log_old": (dict(negatives="mixed", correction="standard_negatives",
-                               num_negatives=8), "old"),
+    "train_mns_log_old": (
+        dict(negatives="mixed", correction="standard_negatives", num_negatives=8),
+        "old",
+    ),
     # train_in_batch_logq_new.py is this same computation (mixed negatives).
-    "train_mns_log_new": (dict(negatives="mixed", correction="improved", num_negatives=8),
-                          "new"),
+    "train_mns_log_new": (dict(negatives="mixed", correction="improved", num_negatives=8), "new"),
     "train_uniform": (dict(negatives="uniform", correction="none", num_negatives=8), "none"),
 }
-RELEASED_OPTIONS = dict(deduplicate=True, log_q="unigram", per_row=True,
-                        mixture="paper", binary_reduction="mean",
-                        binary_accidental_hits=False, gbce_alpha="released")
+RELEASED_OPTIONS = dict(
+    deduplicate=True,
+    log_q="unigram",
+    per_row=True,
+    mixture="paper",
+    binary_reduction="mean",
+    binary_accidental_hits=False,
+    gbce_alpha="released",
+)
 
 
 class ReleasedLossParityTest(tf.test.TestCase, parameterized.TestCase):
-
     def _ours_and_draws(self, hidden, table, **options):
         """Our objective's loss, and the negative ids its sampler drew ([n, k])."""
-        objective = make_objective(NUM_ITEMS, probabilities=Q, seed=3,
-                                       **dict(RELEASED_OPTIONS, **options))
+        objective = make_objective(
+            NUM_ITEMS, probabilities=Q, seed=3, **dict(RELEASED_OPTIONS, **options)
+        )
         embed = lambda ids: tf.gather(table, ids)  # noqa: E731
         labels = tf.constant(LABELS)
-        ours = objective(hidden, labels, embed,
-                         all_item_embeddings=lambda: tf.constant(table), training=False)
+        ours = objective(
+            hidden, labels, embed, all_item_embeddings=lambda: tf.constant(table), training=False
+        )
         conftest.reset_draws(objective)  # The same draws again.
         if objective.task is not None:
             ids = objective.task.sampler(labels, labels, embed(labels), embedding_fn=embed).ids
@@ -156,8 +179,12 @@ class ReleasedLossParityTest(tf.test.TestCase, parameterized.TestCase):
             hidden, table = _inputs(seed)
             ours, ids = self._ours_and_draws(hidden, table, **options)
             self.assertTrue((ids == LABELS[:, None]).any(), "no accidental hit to test")
-            self.assertAllClose(ours, released_sampled_softmax(hidden, table, LABELS, ids,
-                                                               variant), rtol=1e-5, atol=1e-5)
+            self.assertAllClose(
+                ours,
+                released_sampled_softmax(hidden, table, LABELS, ids, variant),
+                rtol=1e-5,
+                atol=1e-5,
+            )
 
     def test_released_in_batch_pool(self):
         # k distinct targets of the batch, shared by every row (torch.unique + randperm[:k]).
@@ -175,11 +202,13 @@ class ReleasedLossParityTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(("bce", 1, 0.0), ("gbce", 8, 0.75))
     def test_binary(self, loss, num_negatives, t):
         hidden, table = _inputs(1)
-        ours, ids = self._ours_and_draws(hidden, table, loss=loss, num_negatives=num_negatives,
-                                         gbce_t=t)
+        ours, ids = self._ours_and_draws(
+            hidden, table, loss=loss, num_negatives=num_negatives, gbce_t=t
+        )
         beta = 1.0 if loss == "bce" else released_gbce_beta(num_negatives, t)
-        self.assertAllClose(ours, released_binary(hidden, table, LABELS, ids, beta),
-                            rtol=1e-5, atol=1e-5)
+        self.assertAllClose(
+            ours, released_binary(hidden, table, LABELS, ids, beta), rtol=1e-5, atol=1e-5
+        )
 
     def test_full_softmax(self):
         hidden, table = _inputs(2)

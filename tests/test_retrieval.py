@@ -10,7 +10,6 @@ from tfrs_logq import retrieval
 
 
 class ExactTopKTest(tf.test.TestCase):
-
     def test_equals_numpy_argsort_with_filtering(self):
         rng = np.random.default_rng(0)
         queries, items = rng.normal(size=(7, 5)), rng.normal(size=(30, 5))
@@ -30,8 +29,9 @@ class ExactTopKTest(tf.test.TestCase):
         self.assertEqual(top.shape, (2, 8))
         self.assertAllEqual(top[:, 5:], np.zeros([2, 3]))  # Id 0: never a target.
         self.assertAllEqual(np.sort(top[1, :5]), [1, 2, 3, 4, 5])
-        self.assertEqual(retrieval.recall_ndcg(top, [np.array([3]), np.array([4])],
-                                               ks=(8,))["recall@8"], 1.0)
+        self.assertEqual(
+            retrieval.recall_ndcg(top, [np.array([3]), np.array([4])], ks=(8,))["recall@8"], 1.0
+        )
 
     def test_k_is_capped_by_the_catalog(self):
         top = retrieval.exact_top_k(np.ones([2, 1]), np.arange(4.0)[:, None], 10)
@@ -39,7 +39,6 @@ class ExactTopKTest(tf.test.TestCase):
 
 
 class RecallNdcgTest(tf.test.TestCase):
-
     def test_hand_computed(self):
         retrieved = np.array([[5, 3, 9, 1], [2, 4, 6, 8], [7, 1, 2, 3]])
         targets = [np.array([3]), np.array([8, 2]), np.array([11])]
@@ -59,37 +58,42 @@ class RecallNdcgTest(tf.test.TestCase):
         per_query = retrieval.per_query_recall_ndcg(retrieved, targets, ks=(2, 4))
         ideal_2 = 1 + 1 / np.log2(3)
         self.assertAllClose(per_query["recall@2"], [1, 0.5, 0])
-        self.assertAllClose(per_query["ndcg@4"], [1 / np.log2(3), (1 + 1 / np.log2(5)) / ideal_2,
-                                                  0])
+        self.assertAllClose(
+            per_query["ndcg@4"], [1 / np.log2(3), (1 + 1 / np.log2(5)) / ideal_2, 0]
+        )
         means = retrieval.recall_ndcg(retrieved, targets, ks=(2, 4))
         self.assertEqual(sorted(means), sorted(per_query))
         for name, values in per_query.items():
             self.assertEqual(values.shape, (3,))
             self.assertAlmostEqual(means[name], values.mean(), places=12)
-        self.assertEqual(retrieval.recall_ndcg(np.zeros([0, 4], int), [], ks=(4,)),
-                         {"recall@4": 0.0, "ndcg@4": 0.0})
+        self.assertEqual(
+            retrieval.recall_ndcg(np.zeros([0, 4], int), [], ks=(4,)),
+            {"recall@4": 0.0, "ndcg@4": 0.0},
+        )
 
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, r"`retrieved` has 1 queries but `targets` 2"):
             retrieval.recall_ndcg(np.zeros([1, 100]), [np.array([1]), np.array([2])])
-        with self.assertRaisesRegex(ValueError, r"`retrieved` holds 5 ids per query; "
-                                    r"ks=\[1, 10\] needs 10"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`retrieved` holds 5 ids per query; "
+            r"ks=\[1, 10\] needs 10",
+        ):
             retrieval.recall_ndcg(np.zeros([1, 5]), [np.array([1])], ks=(1, 10))
         with self.assertRaisesRegex(ValueError, r"Every query needs at least one target"):
             retrieval.recall_ndcg(np.zeros([1, 5]), [np.array([])], ks=(1,))
 
 
-
 class ScannTest(tf.test.TestCase):
-
     def test_exhaustive_configuration_equals_exact_search(self):
         rng = np.random.default_rng(1)
         queries, items = rng.normal(size=(20, 8)), rng.normal(size=(501, 8))
         exclude = [rng.choice(np.arange(1, 501), size=5, replace=False) for _ in range(20)]
         exact = retrieval.exact_top_k(queries, items, 10, exclude=exclude)
         # No tree (one leaf) and every candidate re-scored exactly: ScaNN is exact.
-        scann = retrieval.scann_top_k(queries, items, 10, exclude=exclude, num_leaves=1,
-                                      reorder=500, min_items=0)
+        scann = retrieval.scann_top_k(
+            queries, items, 10, exclude=exclude, num_leaves=1, reorder=500, min_items=0
+        )
         self.assertAllEqual(scann, exact)
 
     def test_slots_the_index_could_not_fill_are_never_answered(self):
@@ -99,8 +103,9 @@ class ScannTest(tf.test.TestCase):
         rng = np.random.default_rng(0)
         items = rng.normal(size=[1201, 16]).astype(np.float32)
         queries = rng.normal(size=[4, 16]).astype(np.float32)
-        found = retrieval.scann_top_k(queries, items, 1000, min_items=0, num_leaves=34,
-                                      num_leaves_to_search=3)
+        found = retrieval.scann_top_k(
+            queries, items, 1000, min_items=0, num_leaves=34, num_leaves_to_search=3
+        )
         self.assertAllEqual(found, retrieval.exact_top_k(queries, items, 1000))
 
     def test_rows_the_index_returns_too_few_for_are_completed_exactly(self):
@@ -108,10 +113,14 @@ class ScannTest(tf.test.TestCase):
         # the 500 items; before the fix this raised a broadcasting ValueError.
         rng = np.random.default_rng(3)
         queries, items = rng.normal(size=(3, 8)), rng.normal(size=(501, 8))
-        exclude = [rng.choice(np.arange(1, 501), size=450, replace=False),
-                   np.array([1]), np.array([2])]
-        scann = retrieval.scann_top_k(queries, items, 10, exclude=exclude, num_leaves=20,
-                                      num_leaves_to_search=1, min_items=0)
+        exclude = [
+            rng.choice(np.arange(1, 501), size=450, replace=False),
+            np.array([1]),
+            np.array([2]),
+        ]
+        scann = retrieval.scann_top_k(
+            queries, items, 10, exclude=exclude, num_leaves=20, num_leaves_to_search=1, min_items=0
+        )
         exact = retrieval.exact_top_k(queries, items, 10, exclude=exclude)
         self.assertAllEqual(scann[0], exact[0])
         self.assertFalse(np.isin(scann[0], exclude[0]).any())
@@ -119,8 +128,12 @@ class ScannTest(tf.test.TestCase):
     def test_default_index_on_clustered_embeddings(self):
         rng = np.random.default_rng(2)
         centers = rng.normal(size=(30, 16))
-        items = np.vstack([np.zeros([1, 16]), centers[rng.integers(0, 30, 12_000)]
-                           + 0.3 * rng.normal(size=(12_000, 16))])
+        items = np.vstack(
+            [
+                np.zeros([1, 16]),
+                centers[rng.integers(0, 30, 12_000)] + 0.3 * rng.normal(size=(12_000, 16)),
+            ]
+        )
         queries = centers[rng.integers(0, 30, 100)] + 0.3 * rng.normal(size=(100, 16))
         exact = retrieval.top_k(queries, items, 100)
         approximate = retrieval.top_k(queries, items, 100, index="scann")
@@ -128,33 +141,48 @@ class ScannTest(tf.test.TestCase):
         self.assertFalse(np.isin(0, approximate))
         # Below SCANN_MIN_ITEMS (10,000) the "scann" index is exact search.
         small = items[:5001]
-        self.assertAllEqual(retrieval.top_k(queries, small, 100, index="scann"),
-                            retrieval.top_k(queries, small, 100))
-        with self.assertRaisesRegex(ValueError, r"`index` must be one of exact, scann; "
-                                    r"received index='faiss'"):
+        self.assertAllEqual(
+            retrieval.top_k(queries, small, 100, index="scann"),
+            retrieval.top_k(queries, small, 100),
+        )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`index` must be one of exact, scann; "
+            r"received index='faiss'",
+        ):
             retrieval.top_k(queries, items, 10, index="faiss")
 
     def test_min_items_is_checked(self):
         self.assertTrue(retrieval.uses_scann(10, min_items=0))
         self.assertFalse(retrieval.uses_scann(9_999))
         for bad in (-1, 2.5, "10000", True):
-            with self.assertRaisesRegex(ValueError, r"`min_items` must be a non-negative "
-                                        rf"integer; received min_items={bad!r}"):
+            with self.assertRaisesRegex(
+                ValueError,
+                r"`min_items` must be a non-negative "
+                rf"integer; received min_items={bad!r}",
+            ):
                 retrieval.scann_top_k(np.zeros([1, 2]), np.zeros([3, 2]), 1, min_items=bad)
 
     def test_defaults_scale_with_the_catalog(self):
-        self.assertEqual(retrieval.scann_defaults(999_999, 100),
-                         {"num_leaves": 999, "num_leaves_to_search": 199, "reorder": 600})
-        self.assertEqual(retrieval.scann_defaults(1_000_000, 100),
-                         {"num_leaves": 1000, "num_leaves_to_search": 100, "reorder": 2000})
-        self.assertEqual(retrieval.scann_defaults(5_000_000, 100),
-                         {"num_leaves": 2236, "num_leaves_to_search": 223, "reorder": 2000})
-        self.assertEqual(retrieval.scann_defaults(400, 10),
-                         {"num_leaves": 20, "num_leaves_to_search": 16, "reorder": 100})
+        self.assertEqual(
+            retrieval.scann_defaults(999_999, 100),
+            {"num_leaves": 999, "num_leaves_to_search": 199, "reorder": 600},
+        )
+        self.assertEqual(
+            retrieval.scann_defaults(1_000_000, 100),
+            {"num_leaves": 1000, "num_leaves_to_search": 100, "reorder": 2000},
+        )
+        self.assertEqual(
+            retrieval.scann_defaults(5_000_000, 100),
+            {"num_leaves": 2236, "num_leaves_to_search": 223, "reorder": 2000},
+        )
+        self.assertEqual(
+            retrieval.scann_defaults(400, 10),
+            {"num_leaves": 20, "num_leaves_to_search": 16, "reorder": 100},
+        )
 
 
 class PopularityBandTest(tf.test.TestCase):
-
     def test_bands_and_stratified_recall(self):
         counts = np.array([0, 5, 1, 9, 3, 3, 7])  # Id 0 is padding.
         bands = retrieval.popularity_bands(counts)
@@ -164,22 +192,25 @@ class PopularityBandTest(tf.test.TestCase):
         targets = [np.array([3, 4]), np.array([5])]
         got = retrieval.stratified_recall(retrieved, targets, bands, k=2)
         # Head target 3 found; torso target 4 missed; tail target 5 missed.
-        self.assertEqual(got, {"head_recall@2": 1.0, "torso_recall@2": 0.0,
-                               "tail_recall@2": 0.0})
-        self.assertTrue(np.isnan(retrieval.stratified_recall(
-            retrieved[:1], [np.array([3])], bands, 2)["tail_recall@2"]))
+        self.assertEqual(got, {"head_recall@2": 1.0, "torso_recall@2": 0.0, "tail_recall@2": 0.0})
+        self.assertTrue(
+            np.isnan(
+                retrieval.stratified_recall(retrieved[:1], [np.array([3])], bands, 2)[
+                    "tail_recall@2"
+                ]
+            )
+        )
 
 
 class KlToTruthTest(tf.test.TestCase):
-
     def test_hand_computed(self):
         # Ids 0 (padding), 1, 2, 3; query 0 has id 3 in its history, so both laws are over
         # {1, 2}: truth (0.75, 0.25), model uniform.
         # KL = 0.75 log 1.5 + 0.25 log 0.5.
-        true_logits = np.array([[9.0, np.log(3.0), 0.0, 50.0],
-                                [0.0, 1.0, 2.0, 3.0]])
-        scores = np.array([[-9.0, 4.0, 4.0, -50.0],
-                           [5.0, 2.0, 3.0, 4.0]])  # Row 1: the truth shifted by one.
+        true_logits = np.array([[9.0, np.log(3.0), 0.0, 50.0], [0.0, 1.0, 2.0, 3.0]])
+        scores = np.array(
+            [[-9.0, 4.0, 4.0, -50.0], [5.0, 2.0, 3.0, 4.0]]
+        )  # Row 1: the truth shifted by one.
         kl = retrieval.kl_to_truth(true_logits, scores, exclude=[np.array([3]), np.array([])])
         self.assertAllClose(kl, (0.75 * np.log(1.5) + 0.25 * np.log(0.5) + 0.0) / 2)
 
@@ -188,8 +219,9 @@ class KlToTruthTest(tf.test.TestCase):
         true_logits, scores = rng.normal(size=[5, 30]), rng.normal(size=[5, 30]) * 3
         p = np.exp(true_logits[:, 1:]) / np.exp(true_logits[:, 1:]).sum(1, keepdims=True)
         m = np.exp(scores[:, 1:]) / np.exp(scores[:, 1:]).sum(1, keepdims=True)
-        self.assertAllClose(retrieval.kl_to_truth(true_logits, scores),
-                            np.mean((p * np.log(p / m)).sum(1)))
+        self.assertAllClose(
+            retrieval.kl_to_truth(true_logits, scores), np.mean((p * np.log(p / m)).sum(1))
+        )
         self.assertAllClose(retrieval.kl_to_truth(true_logits, true_logits + 7.0), 0.0, atol=1e-12)
 
     def test_shape_error(self):
@@ -198,37 +230,41 @@ class KlToTruthTest(tf.test.TestCase):
 
 
 class EmbeddingGeometryTest(tf.test.TestCase):
-
     def test_hand_computed(self):
         # Padding row 0 is left out; items 1 and 2 are e1 and 2 e2: mean direction (0.5, 0.5).
         items = np.array([[9.0, 9.0], [1.0, 0.0], [0.0, 2.0]])
         # Query scores (1, 0) and (0, 4): population stds 0.5 and 2.
         queries = np.array([[1.0, 0.0], [0.0, 2.0]])
-        self.assertAllClose(retrieval.embedding_geometry(queries, items),
-                            {"mean_direction_norm": np.sqrt(0.5), "score_std": 1.25,
-                             "item_norm": 1.5})
+        self.assertAllClose(
+            retrieval.embedding_geometry(queries, items),
+            {"mean_direction_norm": np.sqrt(0.5), "score_std": 1.25, "item_norm": 1.5},
+        )
         # Collapsed (one direction) and balanced (opposite pairs) catalogs.
         one_way = retrieval.embedding_geometry(queries, np.array([[0, 0], [1, 1], [3, 3.0]]))
         self.assertAllClose(one_way["mean_direction_norm"], 1.0)
         balanced = np.array([[0, 0], [2, 0], [0, 1], [-1, 0], [0, -3.0]])
         self.assertAllClose(
-            retrieval.embedding_geometry(queries, balanced)["mean_direction_norm"], 0.0)
+            retrieval.embedding_geometry(queries, balanced)["mean_direction_norm"], 0.0
+        )
 
     def test_matches_the_mean_pairwise_cosine(self):
         # |mean of unit vectors|^2 is the mean cosine over all ordered pairs (i = j included).
         rng = np.random.default_rng(0)
         items = rng.normal(size=[50, 8]) + 0.7
         queries = rng.normal(size=[20, 8])
-        cosines = (items @ items.T) / np.outer(np.linalg.norm(items, axis=1),
-                                               np.linalg.norm(items, axis=1))
+        cosines = (items @ items.T) / np.outer(
+            np.linalg.norm(items, axis=1), np.linalg.norm(items, axis=1)
+        )
         got = retrieval.embedding_geometry(queries, items, first_id=0)
         self.assertAllClose(got["mean_direction_norm"] ** 2, cosines.mean())
-        self.assertAllClose(got["score_std"],
-                            np.mean([np.std(items @ q) for q in queries]))
+        self.assertAllClose(got["score_std"], np.mean([np.std(items @ q) for q in queries]))
 
     def test_bad_input_names_the_argument(self):
-        with self.assertRaisesRegex(ValueError, r"`query_embeddings` \(2, 3\) and "
-                                    r"`item_embeddings` \(4, 2\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`query_embeddings` \(2, 3\) and "
+            r"`item_embeddings` \(4, 2\)",
+        ):
             retrieval.embedding_geometry(np.zeros([2, 3]), np.ones([4, 2]))
         with self.assertRaisesRegex(ValueError, r"`first_id` 4; got 2 queries and 4 ids"):
             retrieval.embedding_geometry(np.zeros([2, 2]), np.ones([4, 2]), first_id=4)
@@ -243,6 +279,7 @@ class WebKlMassTest(tf.test.TestCase):
     def test_mass_by_band_and_calibration(self):
         from pipelines import report  # pylint: disable=import-outside-toplevel
         from pipelines.data import splits  # pylint: disable=import-outside-toplevel
+
         rng = np.random.RandomState(0)
         true_logits = rng.normal(size=(3, 7))
 
@@ -251,24 +288,25 @@ class WebKlMassTest(tf.test.TestCase):
             def log_probabilities(users):
                 return true_logits[users]
 
-        test = splits.EvalSet(np.array([0, 1, 2]), [np.array([1]), np.array([], np.int64),
-                                                     np.array([2, 3])],
-                              [np.array([4]), np.array([1, 6]), np.array([5])])
+        test = splits.EvalSet(
+            np.array([0, 1, 2]),
+            [np.array([1]), np.array([], np.int64), np.array([2, 3])],
+            [np.array([4]), np.array([1, 6]), np.array([5])],
+        )
         queries, items = rng.normal(size=(3, 4)), rng.normal(size=(7, 4))
         bands = np.array([-1, 0, 0, 1, 1, 2, 2])
         draws = (np.arange(7) / 10.0, 5.5)
-        kl, calibration = report.web_kl(Truth(), test, queries, items, chunk=2, bands=bands,
-                                        draws=draws)
+        kl, calibration = report.web_kl(
+            Truth(), test, queries, items, chunk=2, bands=bands, draws=draws
+        )
         # The default chunk (all 3 queries at once here) gives the same numbers.
-        whole_kl, whole = report.web_kl(Truth(), test, queries, items, bands=bands,
-                                        draws=draws)
+        whole_kl, whole = report.web_kl(Truth(), test, queries, items, bands=bands, draws=draws)
         self.assertAllClose(whole_kl, kl, atol=1e-12)
         for name, value in calibration.items():
             self.assertAllClose(whole[name], value, atol=1e-12)
         # A catalog too large for 32 queries a chunk: 14 pairs over 7 ids is 2 queries.
         with mock.patch.object(report, "KL_CHUNK_PAIRS", 14):
-            small_kl, small = report.web_kl(Truth(), test, queries, items, bands=bands,
-                                            draws=draws)
+            small_kl, small = report.web_kl(Truth(), test, queries, items, bands=bands, draws=draws)
         self.assertAllClose(small_kl, kl, atol=1e-12)
         for name, value in calibration.items():
             self.assertAllClose(small[name], value, atol=1e-12)
@@ -283,18 +321,26 @@ class WebKlMassTest(tf.test.TestCase):
         model = [log_softmax(queries[u] @ items.T, test.histories[u]) for u in range(3)]
         truth = [log_softmax(true_logits[u], test.histories[u]) for u in range(3)]
         with np.errstate(invalid="ignore"):  # -inf - -inf off the candidates.
-            expected_kl = np.mean([np.sum(np.where(np.isfinite(t), np.exp(t) * (t - m), 0.0))
-                                   for t, m in zip(truth, model)])
+            expected_kl = np.mean(
+                [
+                    np.sum(np.where(np.isfinite(t), np.exp(t) * (t - m), 0.0))
+                    for t, m in zip(truth, model)
+                ]
+            )
         self.assertAllClose(kl, expected_kl, atol=1e-6)
-        self.assertAllClose(calibration["model_log_p"],
-                            [model[0][4], model[1][1], model[1][6], model[2][5]], atol=1e-4)
+        self.assertAllClose(
+            calibration["model_log_p"],
+            [model[0][4], model[1][1], model[1][6], model[2][5]],
+            atol=1e-4,
+        )
         self.assertEqual(calibration["band"], [1, 0, 2, 2])
         # Each target's expected draws D(p), and the row's n.
         self.assertAllClose(calibration["draws"], [0.4, 0.1, 0.6, 0.5])
         self.assertEqual(calibration["negatives"], 5.5)
         for name, laws in (("model_mass", model), ("true_mass", truth)):
-            expected = np.mean([[np.exp(law[bands == b]).sum() for b in range(3)]
-                                for law in laws], axis=0)
+            expected = np.mean(
+                [[np.exp(law[bands == b]).sum() for b in range(3)] for law in laws], axis=0
+            )
             self.assertAllClose(calibration[name], expected, atol=1e-6)
             self.assertAllClose(sum(calibration[name]), 1.0, atol=1e-5)
 
@@ -303,24 +349,29 @@ class WebKlMassTest(tf.test.TestCase):
         mixed sampler's per-draw log Q' = log D(d) - log n_valid and its positive's
         log Q = log D(p) - log n (`logq_core.formulas.mixture_log_q`); in-batch, D = (B - 1) q;
         uniform, n / |D|."""
-        from pipelines import configs, report  # pylint: disable=import-outside-toplevel
+        from pipelines import configs  # pylint: disable=import-outside-toplevel
+        from pipelines import report  # pylint: disable=import-outside-toplevel
+
         counts = np.array([0, 400, 300, 150, 100, 50])  # q = .4, .3, .15, .1, .05
         q = np.concatenate([[1e-9], counts[1:] / 1000]).astype(np.float32)
         config = configs.Config().replace(negatives="mixed", num_negatives=6, batch_size=8)
         draws, n = report.expected_draws(config, counts)
         # 3 uniform slots over 5 items and 3 in-batch slots, E_b = 3 * 7 / 8 = 2.625 q-draws.
-        self.assertAllClose(draws, [0, 0.6 + 1.05, 0.6 + 0.7875, 0.6 + 0.39375, 0.6 + 0.2625,
-                                    0.6 + 0.13125])
+        self.assertAllClose(
+            draws, [0, 0.6 + 1.05, 0.6 + 0.7875, 0.6 + 0.39375, 0.6 + 0.2625, 0.6 + 0.13125]
+        )
         self.assertAllClose(n, 5.625)
-        sampler = negatives.make_sampler("mixed", num_negatives=6, num_items=5, first_id=1,
-                                         probabilities=q, seed=3)
+        sampler = negatives.make_sampler(
+            "mixed", num_negatives=6, num_items=5, first_id=1, probabilities=q, seed=3
+        )
         positives = tf.constant([1, 2, 3, 1, 4, 5, 1, 2], tf.int64)
         drawn = sampler(positives, positives)
         valid = drawn.mask.numpy().sum(axis=1, keepdims=True)
         ids = np.broadcast_to(drawn.ids.numpy(), drawn.mask.shape)
         self.assertAllClose(np.exp(drawn.log_q.numpy()) * valid, draws[ids], rtol=1e-5)
-        self.assertAllClose(np.exp(drawn.positive_log_q.numpy()) * n,
-                            draws[positives.numpy()], rtol=1e-5)
+        self.assertAllClose(
+            np.exp(drawn.positive_log_q.numpy()) * n, draws[positives.numpy()], rtol=1e-5
+        )
         # In-batch: the pool capped at num_negatives = 6 of the batch's 8 entries keeps
         # E_b = 6 * 7 / 8 q-draws, as the sampler itself counts them; uncapped, B - 1 = 7.
         draws, n = report.expected_draws(config.replace(negatives="in_batch"), counts)
@@ -329,16 +380,20 @@ class WebKlMassTest(tf.test.TestCase):
         pooled = negatives.make_sampler("in_batch", num_negatives=6, probabilities=q, seed=3)
         self.assertAllClose(float(pooled(positives, positives).expected_draws), 5.25)
         draws, n = report.expected_draws(
-            config.replace(negatives="in_batch", num_negatives=8), counts)
+            config.replace(negatives="in_batch", num_negatives=8), counts
+        )
         self.assertAllClose(draws[1:], 7 * counts[1:] / 1000)
         self.assertEqual(n, 7.0)
         draws, n = report.expected_draws(config.replace(negatives="uniform"), counts)
         self.assertAllClose(draws[1:], np.full(5, 6 / 5))
         self.assertEqual(n, 6.0)
-        for bad, message in (({"deduplicate": True}, "--deduplicate=True --mixture=exact"),
-                             ({"mixture": "paper"}, "--deduplicate=False --mixture=paper")):
-            with self.assertRaisesRegex(ValueError, "needs --nodeduplicate and "
-                                        f"--mixture=exact; received {message}"):
+        for bad, message in (
+            ({"deduplicate": True}, "--deduplicate=True --mixture=exact"),
+            ({"mixture": "paper"}, "--deduplicate=False --mixture=paper"),
+        ):
+            with self.assertRaisesRegex(
+                ValueError, f"needs --nodeduplicate and --mixture=exact; received {message}"
+            ):
                 report.expected_draws(config.replace(**bad), counts)
 
 

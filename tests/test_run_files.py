@@ -9,7 +9,6 @@ from pipelines.run_files import RunFiles
 
 
 class RunFilesTest(unittest.TestCase):
-
     def test_paths(self):
         files = RunFiles("/runs/a")
         self.assertEqual(files.config, "/runs/a/config.json")
@@ -32,9 +31,13 @@ class RunFilesTest(unittest.TestCase):
 
     def test_prune_weights_keeps_the_reports_of_a_finished_run(self):
         files = RunFiles(tempfile.mkdtemp())
-        for path in (files.best + ".index", os.path.join(files.backup, "chief", "ckpt-1"),
-                     os.path.join(files.export("scann"), "1", "saved_model.pb"),
-                     os.path.join(files.logs, "train", "events"), files.progress):
+        for path in (
+            files.best + ".index",
+            os.path.join(files.backup, "chief", "ckpt-1"),
+            os.path.join(files.export("scann"), "1", "saved_model.pb"),
+            os.path.join(files.logs, "train", "events"),
+            files.progress,
+        ):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             open(path, "w").close()
         with self.assertRaisesRegex(ValueError, r"has not finished \(no metrics.json\)"):
@@ -42,9 +45,11 @@ class RunFilesTest(unittest.TestCase):
         self.assertTrue(files.has_best())  # Refused: nothing deleted.
         open(files.metrics, "w").close()
         files.prune_weights()
-        self.assertEqual(sorted(os.listdir(files.directory)),
-                         ["logs", "metrics.json", "progress.json"])
+        self.assertEqual(
+            sorted(os.listdir(files.directory)), ["logs", "metrics.json", "progress.json"]
+        )
         self.assertTrue(files.has_trained())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -8,11 +8,17 @@ from pipelines import significance
 
 
 class SignificanceTest(tf.test.TestCase):
-
     def test_student_t_p_values(self):
         # The 97.5% quantiles of t (tables) give p = 0.05; df 1 and 2 have closed forms.
-        for t, df in ((12.706, 1), (4.303, 2), (3.182, 3), (2.776, 4), (2.571, 5),
-                      (2.228, 10), (2.042, 30)):
+        for t, df in (
+            (12.706, 1),
+            (4.303, 2),
+            (3.182, 3),
+            (2.776, 4),
+            (2.571, 5),
+            (2.228, 10),
+            (2.042, 30),
+        ):
             self.assertAlmostEqual(significance.student_t_two_sided_p(t, df), 0.05, places=4)
             self.assertAlmostEqual(significance.student_t_two_sided_p(-t, df), 0.05, places=4)
         self.assertAlmostEqual(significance.student_t_two_sided_p(1.0, 1), 0.5)
@@ -21,24 +27,36 @@ class SignificanceTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "received df=0"):
             significance.student_t_two_sided_p(1.0, 0)
 
-
     def test_welch_t_against_scipy(self):
-        for gap, std_a, n_a, std_b, n_b in ((0.1, 0.01, 3, 0.01, 3), (0.01, 0.01, 3, 0.03, 3),
-                                            (-0.0007, 0.0014, 5, 0.0036, 5),
-                                            (0.002, 0.004, 2, 0.001, 7)):
+        for gap, std_a, n_a, std_b, n_b in (
+            (0.1, 0.01, 3, 0.01, 3),
+            (0.01, 0.01, 3, 0.03, 3),
+            (-0.0007, 0.0014, 5, 0.0036, 5),
+            (0.002, 0.004, 2, 0.001, 7),
+        ):
             t, df, p = significance.welch_t(gap, std_a, n_a, std_b, n_b)
-            expected = stats.ttest_ind_from_stats(gap, std_b, n_b, 0.0, std_a, n_a,
-                                                  equal_var=False)
+            expected = stats.ttest_ind_from_stats(gap, std_b, n_b, 0.0, std_a, n_a, equal_var=False)
             self.assertAlmostEqual(t, expected.statistic, places=10)
             # df rounded down: p is at least SciPy's (fractional df), never below.
-            self.assertEqual(df, max(1, int(np.floor(
-                (std_a ** 2 / n_a + std_b ** 2 / n_b) ** 2 /
-                ((std_a ** 2 / n_a) ** 2 / (n_a - 1) + (std_b ** 2 / n_b) ** 2 / (n_b - 1))))))
+            self.assertEqual(
+                df,
+                max(
+                    1,
+                    int(
+                        np.floor(
+                            (std_a**2 / n_a + std_b**2 / n_b) ** 2
+                            / (
+                                (std_a**2 / n_a) ** 2 / (n_a - 1)
+                                + (std_b**2 / n_b) ** 2 / (n_b - 1)
+                            )
+                        )
+                    ),
+                ),
+            )
             self.assertGreaterEqual(p, expected.pvalue - 1e-12)
             self.assertAlmostEqual(p, 2 * stats.t.sf(abs(t), df), places=12)
         self.assertEqual(significance.welch_t(0.0, 0.0, 3, 0.0, 3), (0.0, 4, 1.0))
         self.assertEqual(significance.welch_t(0.01, 0.0, 3, 0.0, 3)[2], 0.0)
-
 
     def test_paired_against_scipy(self):
         rng = np.random.default_rng(0)
@@ -56,13 +74,17 @@ class SignificanceTest(tf.test.TestCase):
         # Many pairs (a test set's 6,040 users): the exact sums still agree with SciPy.
         a = rng.uniform(size=6040)
         b = a + rng.normal(0.001, 0.05, size=6040)
-        self.assertAlmostEqual(significance.paired(a, b)["p"], stats.ttest_rel(b, a).pvalue,
-                               places=8)
+        self.assertAlmostEqual(
+            significance.paired(a, b)["p"], stats.ttest_rel(b, a).pvalue, places=8
+        )
         self.assertEqual(significance.paired([0.1, 0.2], [0.1, 0.2])["p"], 1.0)
 
     def test_paired_bad_input(self):
-        with self.assertRaisesRegex(ValueError, r"same units: received shapes \(3,\) and "
-                                    r"\(2,\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"same units: received shapes \(3,\) and "
+            r"\(2,\)",
+        ):
             significance.paired([1, 2, 3], [1, 2])
         with self.assertRaisesRegex(ValueError, "at least 2 pairs; received 1"):
             significance.paired([1.0], [2.0])

@@ -18,15 +18,15 @@ from pipelines.data import web_synthetic
 def _head_share(catalog: web_synthetic.WebCatalog, share: float = 0.01) -> float:
     """The law's share of one day's events on the top `share` of the items."""
     marginal = np.sort(catalog.item_marginal(0))[::-1]
-    return float(marginal[:int(share * len(marginal))].sum() / marginal.sum())
+    return float(marginal[: int(share * len(marginal))].sum() / marginal.sum())
 
 
 class SyntheticZipfTest(tf.test.TestCase):
-
     def test_exponents_change_the_head_share(self):
-        shares = [_head_share(web_synthetic.make_catalog(20000, 300, 5, exponent=exponent,
-                                                         seed=1))
-                  for exponent in (0.8, 1.0, 1.2)]
+        shares = [
+            _head_share(web_synthetic.make_catalog(20000, 300, 5, exponent=exponent, seed=1))
+            for exponent in (0.8, 1.0, 1.2)
+        ]
         # The top 1% of 20,000 items: 0.28 of the events at 0.8, 0.69 at 1.2.
         self.assertLess(shares[0] + 0.2, shares[1])
         self.assertLess(shares[1] + 0.1, shares[2])
@@ -39,27 +39,31 @@ class SyntheticZipfTest(tf.test.TestCase):
         for key in ("user", "item", "time"):
             digest.update(np.ascontiguousarray(events[key]).tobytes())
         digest.update(catalog.base.tobytes())
-        self.assertEqual(digest.hexdigest(),
-                         "e29560e2c2f372ce4077669c498c4721ea057334f7e63bc1bbb2e19907628ff3")
+        self.assertEqual(
+            digest.hexdigest(), "e29560e2c2f372ce4077669c498c4721ea057334f7e63bc1bbb2e19907628ff3"
+        )
         np.testing.assert_array_equal(
             catalog.base,
-            web_synthetic.make_catalog(600, 300, 5, cluster_size=100, exponent=1.0,
-                                       seed=1).base)
+            web_synthetic.make_catalog(600, 300, 5, cluster_size=100, exponent=1.0, seed=1).base,
+        )
 
     def test_directory_name_carries_the_exponent_only_off_the_default(self):
         data = configs.PRESETS["industrial_smoke"].data
         with mock.patch.dict(os.environ, {experiment.CACHE_ENV: "/cache"}):
             default = experiment.web_synthetic_dir(data)
             skewed = experiment.web_synthetic_dir(
-                configs.PRESETS["industrial_smoke"].replace(synthetic_zipf=1.2).data)
-        self.assertEqual(default, os.path.join("/cache", "web_synthetic",
-                                               "items5000-users2000-days6-events12"))
+                configs.PRESETS["industrial_smoke"].replace(synthetic_zipf=1.2).data
+            )
+        self.assertEqual(
+            default, os.path.join("/cache", "web_synthetic", "items5000-users2000-days6-events12")
+        )
         self.assertEqual(skewed, default + "-zipf1.2")
 
     def test_validated(self):
         base = configs.PRESETS["industrial_smoke"]
-        self.assertEqual(configs.validate(base.replace(synthetic_zipf=0.8)).data.synthetic_zipf,
-                         0.8)
+        self.assertEqual(
+            configs.validate(base.replace(synthetic_zipf=0.8)).data.synthetic_zipf, 0.8
+        )
         for bad in (0.0, -1.0, float("inf")):
             with self.assertRaisesRegex(ValueError, "--synthetic_zipf must be"):
                 configs.validate(base.replace(synthetic_zipf=bad))
@@ -68,10 +72,16 @@ class SyntheticZipfTest(tf.test.TestCase):
 
     def test_flows_to_the_log_and_a_log_of_another_exponent_is_refused(self):
         config = configs.PRESETS["industrial_smoke"].replace(
-            synthetic_items=600, synthetic_users=200, synthetic_days=3,
-            synthetic_events_per_user=4.0, synthetic_zipf=1.3)
-        with tempfile.TemporaryDirectory() as cache, \
-                mock.patch.dict(os.environ, {experiment.CACHE_ENV: cache}):
+            synthetic_items=600,
+            synthetic_users=200,
+            synthetic_days=3,
+            synthetic_events_per_user=4.0,
+            synthetic_zipf=1.3,
+        )
+        with (
+            tempfile.TemporaryDirectory() as cache,
+            mock.patch.dict(os.environ, {experiment.CACHE_ENV: cache}),
+        ):
             experiment.event_files(config.data)
             directory = experiment.web_synthetic_dir(config.data)
             self.assertTrue(directory.endswith("-zipf1.3"))
@@ -79,11 +89,13 @@ class SyntheticZipfTest(tf.test.TestCase):
                 self.assertEqual(json.load(f)["zipf_exponent"], 1.3)
             truth = web_synthetic.read_truth(directory)
             np.testing.assert_allclose(
-                truth.base, web_synthetic.make_catalog(600, 200, 3, exponent=1.3).base)
+                truth.base, web_synthetic.make_catalog(600, 200, 3, exponent=1.3).base
+            )
             # The same directory given as --data_path with another exponent.
             other = config.replace(data_path=directory, synthetic_zipf=1.0)
-            with self.assertRaisesRegex(ValueError, "drawn with Zipf exponent 1.3; received "
-                                        "--synthetic_zipf=1"):
+            with self.assertRaisesRegex(
+                ValueError, "drawn with Zipf exponent 1.3; received --synthetic_zipf=1"
+            ):
                 experiment.event_files(other.data)
 
     def test_a_log_written_twice_keeps_the_first(self):
@@ -117,6 +129,7 @@ class SyntheticZipfTest(tf.test.TestCase):
                 web_synthetic.write_log(directory, catalog, events, seconds=3.0)
             self.assertEqual(written_in(), 1.0)
             self.assertEqual(sorted(os.listdir(cache)), ["log"])  # No temporary left.
+
 
 if __name__ == "__main__":
     tf.test.main()

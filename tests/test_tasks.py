@@ -8,7 +8,6 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 from absl.testing import parameterized
 
-from tests import conftest
 from tests import reference
 from tfrs_logq import frequency
 from tfrs_logq import losses
@@ -28,9 +27,11 @@ def _batch(seed=0, num_queries=6, num_candidates=8, dim=4):
 
 def _metrics(candidates, ids):
     dataset = tf.data.Dataset.from_tensor_slices((ids, candidates)).batch(4)
-    return dict(metrics=tfrs.metrics.FactorizedTopK(candidates=dataset, ks=(1, 3)),
-                batch_metrics=[tf.keras.metrics.TopKCategoricalAccuracy(k=2, name="top2")],
-                loss_metrics=[tf.keras.metrics.Mean(name="loss_mean")])
+    return dict(
+        metrics=tfrs.metrics.FactorizedTopK(candidates=dataset, ks=(1, 3)),
+        batch_metrics=[tf.keras.metrics.TopKCategoricalAccuracy(k=2, name="top2")],
+        loss_metrics=[tf.keras.metrics.Mean(name="loss_mean")],
+    )
 
 
 def _results(task):
@@ -43,36 +44,62 @@ def _results(task):
 class ScaledAndMinedTest(tf.test.TestCase, parameterized.TestCase):
     """log_q_scale (lambda) and hard negatives with every correction, against numpy."""
 
-    @parameterized.product(correction=["standard", "standard_negatives", "improved", "none"],
-                           log_q_scale=[1.0, 0.5, 0.0], num_hard_negatives=[None, 3])
+    @parameterized.product(
+        correction=["standard", "standard_negatives", "improved", "none"],
+        log_q_scale=[1.0, 0.5, 0.0],
+        num_hard_negatives=[None, 3],
+    )
     def test_against_numpy(self, correction, log_q_scale, num_hard_negatives):
         query, candidates, ids, probability, weight = _batch()
-        task = LogQRetrieval(correction=correction, log_q_scale=log_q_scale,
-                             num_hard_negatives=num_hard_negatives, remove_accidental_hits=True)
-        got = task(query, candidates, sample_weight=weight, candidate_ids=ids,
-                   candidate_sampling_probability=probability)
+        task = LogQRetrieval(
+            correction=correction,
+            log_q_scale=log_q_scale,
+            num_hard_negatives=num_hard_negatives,
+            remove_accidental_hits=True,
+        )
+        got = task(
+            query,
+            candidates,
+            sample_weight=weight,
+            candidate_ids=ids,
+            candidate_sampling_probability=probability,
+        )
         scores = (query @ candidates.T).astype(np.float64)
         mask = ids[None, :] != ids[:6, None]
         log_q = np.log(probability.astype(np.float64))
-        want, _ = reference.sampled_softmax(np.diag(scores[:, :6]), scores, correction, log_q,
-                                            log_q[:6], mask, log_q_scale=log_q_scale,
-                                            num_hard=num_hard_negatives)
+        want, _ = reference.sampled_softmax(
+            np.diag(scores[:, :6]),
+            scores,
+            correction,
+            log_q,
+            log_q[:6],
+            mask,
+            log_q_scale=log_q_scale,
+            num_hard=num_hard_negatives,
+        )
         self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
 
     def test_lambda_zero_is_no_shift_and_mining_everything_is_no_mining(self):
         query, candidates, ids, probability, _ = _batch()
         call = dict(candidate_ids=ids, candidate_sampling_probability=probability)
         none = LogQRetrieval(correction="none", remove_accidental_hits=True)(
-            query, candidates, **call)
+            query, candidates, **call
+        )
         for correction in ("standard", "standard_negatives"):
-            self.assertAllClose(LogQRetrieval(correction=correction, log_q_scale=0.0,
-                                              remove_accidental_hits=True)(
-                query, candidates, **call), none, rtol=1e-6)
+            self.assertAllClose(
+                LogQRetrieval(correction=correction, log_q_scale=0.0, remove_accidental_hits=True)(
+                    query, candidates, **call
+                ),
+                none,
+                rtol=1e-6,
+            )
         for correction in ("standard", "improved"):
             full = LogQRetrieval(correction=correction, remove_accidental_hits=True)(
-                query, candidates, **call)
-            mined = LogQRetrieval(correction=correction, num_hard_negatives=8,
-                                  remove_accidental_hits=True)(query, candidates, **call)
+                query, candidates, **call
+            )
+            mined = LogQRetrieval(
+                correction=correction, num_hard_negatives=8, remove_accidental_hits=True
+            )(query, candidates, **call)
             self.assertAllClose(mined, full, rtol=1e-6)
 
     def test_mined_improved_with_a_mixed_sampler_matches_numpy(self):
@@ -83,15 +110,32 @@ class ScaledAndMinedTest(tf.test.TestCase, parameterized.TestCase):
         ids = np.array([3, 7, 3, 11, 20, 5], np.int64)
         query = rng.normal(size=(6, 4)).astype(np.float32)
         drawn = negatives.MixedSampler(30, 8, 6, probabilities=q, seed=4)(  # Same seeds,
-            tf.constant(ids), tf.constant(ids))                           # same draws.
-        task = LogQRetrieval(correction="improved", num_hard_negatives=4, log_q_scale=0.7,
-                             sampler=negatives.MixedSampler(30, 8, 6, probabilities=q, seed=4))
-        got = task(query, table[ids], candidate_ids=ids,
-                   candidate_embedding_fn=lambda i: tf.gather(table, i))
+            tf.constant(ids), tf.constant(ids)
+        )  # same draws.
+        task = LogQRetrieval(
+            correction="improved",
+            num_hard_negatives=4,
+            log_q_scale=0.7,
+            sampler=negatives.MixedSampler(30, 8, 6, probabilities=q, seed=4),
+        )
+        got = task(
+            query,
+            table[ids],
+            candidate_ids=ids,
+            candidate_embedding_fn=lambda i: tf.gather(table, i),
+        )
         scores = query.astype(np.float64) @ table[drawn.ids.numpy()].T.astype(np.float64)
         want, _ = reference.sampled_softmax(
-            np.sum(query * table[ids], axis=1), scores, "improved", drawn.log_q.numpy(), None,
-            drawn.mask.numpy(), excludes=True, log_q_scale=0.7, num_hard=4)
+            np.sum(query * table[ids], axis=1),
+            scores,
+            "improved",
+            drawn.log_q.numpy(),
+            None,
+            drawn.mask.numpy(),
+            excludes=True,
+            log_q_scale=0.7,
+            num_hard=4,
+        )
         self.assertAllClose(got, np.sum(want), rtol=1e-5)
 
     def _expected_gradient(self, num_hard_negatives, steps=300, rows=64, positive=2):
@@ -99,20 +143,31 @@ class ScaledAndMinedTest(tf.test.TestCase, parameterized.TestCase):
         positive is `positive` and whose 24 negatives are drawn per row from the Zipf q,
         "improved", by Monte Carlo; and the full softmax's gradient."""
         scores = tf.Variable(reference.SCORES[:, None])
-        sampler = negatives.MixedSampler(reference.NUM_ITEMS, 12, 12, per_row=True,
-                                         probabilities=reference.ZIPF_Q.astype(np.float32),
-                                         seed=5)
-        task = LogQRetrieval(correction="improved", sampler=sampler,
-                             num_hard_negatives=num_hard_negatives)
+        sampler = negatives.MixedSampler(
+            reference.NUM_ITEMS,
+            12,
+            12,
+            per_row=True,
+            probabilities=reference.ZIPF_Q.astype(np.float32),
+            seed=5,
+        )
+        task = LogQRetrieval(
+            correction="improved", sampler=sampler, num_hard_negatives=num_hard_negatives
+        )
         ids = tf.random.stateless_categorical(  # The in-batch half: other rows' positives.
-            np.log(reference.ZIPF_Q)[None, :].astype(np.float32), rows, seed=[1, 2])[0]
+            np.log(reference.ZIPF_Q)[None, :].astype(np.float32), rows, seed=[1, 2]
+        )[0]
         ids = tf.concat([[positive], ids[1:]], axis=0)
 
         @tf.function
         def step():
             with tf.GradientTape() as tape:
-                loss = task(tf.ones([rows, 1]), tf.gather(scores, ids), candidate_ids=ids,
-                            candidate_embedding_fn=lambda i: tf.gather(scores, i))
+                loss = task(
+                    tf.ones([rows, 1]),
+                    tf.gather(scores, ids),
+                    candidate_ids=ids,
+                    candidate_embedding_fn=lambda i: tf.gather(scores, i),
+                )
             return tape.gradient(loss, scores)
 
         total = np.zeros(reference.NUM_ITEMS)
@@ -121,8 +176,7 @@ class ScaledAndMinedTest(tf.test.TestCase, parameterized.TestCase):
         # Row 0's positive is `positive`; the other rows' positives differ: compare the
         # catalog-wide direction with the full softmax's over the same rows' positives.
         softmax = np.exp(reference.SCORES - reference.logsumexp(reference.SCORES))
-        full = len(ids.numpy()) * softmax - np.bincount(ids.numpy(),
-                                                        minlength=reference.NUM_ITEMS)
+        full = len(ids.numpy()) * softmax - np.bincount(ids.numpy(), minlength=reference.NUM_ITEMS)
         return total / steps, full
 
     def test_what_the_mined_gradient_converges_to(self):
@@ -137,7 +191,7 @@ class ScaledAndMinedTest(tf.test.TestCase, parameterized.TestCase):
             got, full = self._expected_gradient(k)
             down, want = np.maximum(got, 0.0), np.maximum(full, 0.0)
             pushed[k] = 0.5 * np.abs(down / down.sum() - want / want.sum()).sum()
-        self.assertLess(pushed[None], 0.12, pushed)      # Total variation distance.
+        self.assertLess(pushed[None], 0.12, pushed)  # Total variation distance.
         self.assertGreater(pushed[4], 2 * pushed[None], pushed)
 
     def test_an_invalid_q_mined_away_still_gives_nan_under_xla(self):
@@ -147,8 +201,10 @@ class ScaledAndMinedTest(tf.test.TestCase, parameterized.TestCase):
         candidates[7] = -50.0 * query.mean(axis=0)
         probability[7] = 2.0
         task = LogQRetrieval(correction="improved", num_hard_negatives=2)
-        loss = tf.function(lambda: task(query, candidates, candidate_sampling_probability=(
-            probability)), jit_compile=True)()
+        loss = tf.function(
+            lambda: task(query, candidates, candidate_sampling_probability=(probability)),
+            jit_compile=True,
+        )()
         self.assertTrue(np.isnan(float(loss)))
 
     def test_config_round_trip(self):
@@ -168,26 +224,43 @@ class ParityWithTfrsTest(tf.test.TestCase, parameterized.TestCase):
         num_hard_negatives=[None, 3],
         extra_candidates=[False, True],
     )
-    def test_loss_and_metrics_equal_tfrs(self, use_probability, remove_accidental_hits,
-                                         temperature, use_weight, num_hard_negatives,
-                                         extra_candidates):
+    def test_loss_and_metrics_equal_tfrs(
+        self,
+        use_probability,
+        remove_accidental_hits,
+        temperature,
+        use_weight,
+        num_hard_negatives,
+        extra_candidates,
+    ):
         query, candidates, ids, probability, weight = _batch(
-            num_candidates=8 if extra_candidates else 6)
+            num_candidates=8 if extra_candidates else 6
+        )
         candidates[1] = candidates[0]  # A tie, to see that ties are broken as TFRS does.
-        kwargs = dict(temperature=temperature, num_hard_negatives=num_hard_negatives,
-                      remove_accidental_hits=remove_accidental_hits)
+        kwargs = dict(
+            temperature=temperature,
+            num_hard_negatives=num_hard_negatives,
+            remove_accidental_hits=remove_accidental_hits,
+        )
         their_metrics = _metrics(candidates, ids)
         if extra_candidates:
             # TFRS passes all candidate ids to the factorized metric and crashes;
             # its metric is fed the positives' ids by hand below.
             factorized = their_metrics.pop("metrics")
-            factorized.update_state(query, candidates[:6], true_candidate_ids=ids[:6],
-                                    sample_weight=weight if use_weight else None)
+            factorized.update_state(
+                query,
+                candidates[:6],
+                true_candidate_ids=ids[:6],
+                sample_weight=weight if use_weight else None,
+            )
         theirs = tfrs.tasks.Retrieval(**kwargs, **their_metrics)
         correction = "standard" if use_probability else "none"
         ours = LogQRetrieval(**kwargs, correction=correction, **_metrics(candidates, ids))
-        call = dict(candidate_ids=ids, sample_weight=weight if use_weight else None,
-                    candidate_sampling_probability=probability if use_probability else None)
+        call = dict(
+            candidate_ids=ids,
+            sample_weight=weight if use_weight else None,
+            candidate_sampling_probability=probability if use_probability else None,
+        )
         want = theirs(query, candidates, **call)
         got = ours(query, candidates, **call)
         self.assertAllClose(got, want, rtol=1e-5)
@@ -205,58 +278,86 @@ class ParityWithTfrsTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_call_takes_tfrs_arguments_in_order_and_the_rest_by_keyword(self):
         import inspect  # pylint: disable=import-outside-toplevel
+
         ours = inspect.signature(LogQRetrieval.call).parameters
         theirs = inspect.signature(tfrs.tasks.Retrieval.call).parameters
-        positional = [name for name, p in ours.items()
-                      if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        positional = [
+            name for name, p in ours.items() if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
         self.assertEqual(positional, list(theirs))
-        self.assertEqual([name for name, p in ours.items()
-                          if p.kind == inspect.Parameter.KEYWORD_ONLY],
-                         ["training", "candidate_embedding_fn", "candidate_table",
-                          "candidate_mask", "query_ids", "known_positive_ids",
-                          "known_positives"])
+        self.assertEqual(
+            [name for name, p in ours.items() if p.kind == inspect.Parameter.KEYWORD_ONLY],
+            [
+                "training",
+                "candidate_embedding_fn",
+                "candidate_table",
+                "candidate_mask",
+                "query_ids",
+                "known_positive_ids",
+                "known_positives",
+            ],
+        )
         query, candidates, ids, probability, weight = _batch()
         # A ninth argument by position (once candidate_embedding_fn) is refused.
         with self.assertRaisesRegex(TypeError, "positional argument"):
-            LogQRetrieval().call(query, candidates, weight, probability, ids, True, True, None,
-                                 lambda x: x)
+            LogQRetrieval().call(
+                query, candidates, weight, probability, ids, True, True, None, lambda x: x
+            )
 
     def test_custom_loss_and_score_mask(self):
         query, candidates, ids, probability, weight = _batch()
         score_mask = np.random.default_rng(1).random((6, 8)) > 0.3
         np.fill_diagonal(score_mask, True)
         make_loss = lambda: tf.keras.losses.CategoricalCrossentropy(  # noqa: E731
-            from_logits=True, reduction="sum")
+            from_logits=True, reduction="sum"
+        )
         want = tfrs.tasks.Retrieval(loss=make_loss())(
-            query, candidates, sample_weight=weight, candidate_sampling_probability=probability,
-            score_mask=score_mask)
+            query,
+            candidates,
+            sample_weight=weight,
+            candidate_sampling_probability=probability,
+            score_mask=score_mask,
+        )
         got = LogQRetrieval(loss=make_loss(), correction="standard")(
-            query, candidates, sample_weight=weight, candidate_sampling_probability=probability,
-            score_mask=score_mask)
+            query,
+            candidates,
+            sample_weight=weight,
+            candidate_sampling_probability=probability,
+            score_mask=score_mask,
+        )
         self.assertAllClose(got, want, rtol=1e-5)
 
     def test_multi_head_queries(self):
         rng = np.random.default_rng(2)
         query = rng.normal(size=(6, 3, 4)).astype(np.float32)
         _, candidates, _, probability, _ = _batch()
-        want = tfrs.tasks.Retrieval()(query, candidates,
-                                      candidate_sampling_probability=probability)
+        want = tfrs.tasks.Retrieval()(query, candidates, candidate_sampling_probability=probability)
         got = LogQRetrieval()(query, candidates, candidate_sampling_probability=probability)
         self.assertAllClose(got, want, rtol=1e-5)
 
 
 class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(None, 0.5)
     def test_in_batch_improved_equals_loss_function(self, temperature):
         query, candidates, ids, probability, weight = _batch()
         task = LogQRetrieval(correction="improved", temperature=temperature)
-        got = task(query, candidates, sample_weight=weight, candidate_ids=ids,
-                   candidate_sampling_probability=probability)
+        got = task(
+            query,
+            candidates,
+            sample_weight=weight,
+            candidate_ids=ids,
+            candidate_sampling_probability=probability,
+        )
         scores = query @ candidates.T / (temperature or 1.0)
         mask = ids[None, :] != ids[:6, None]  # Column i and every copy of id_i removed.
-        want, _ = reference.sampled_softmax(np.diag(scores[:, :6]), scores, "improved",
-                                            np.log(probability), np.log(probability[:6]), mask)
+        want, _ = reference.sampled_softmax(
+            np.diag(scores[:, :6]),
+            scores,
+            "improved",
+            np.log(probability),
+            np.log(probability[:6]),
+            mask,
+        )
         self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
 
     @parameterized.parameters(None, 3)
@@ -265,27 +366,41 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         # logits matrix (positive raw, negatives minus log Q), hard negatives ranked by it.
         query, candidates, ids, probability, weight = _batch()
         call = dict(sample_weight=weight, candidate_sampling_probability=probability)
-        got = LogQRetrieval(correction="standard_negatives",
-                            num_hard_negatives=num_hard_negatives)(query, candidates, **call)
+        got = LogQRetrieval(correction="standard_negatives", num_hard_negatives=num_hard_negatives)(
+            query, candidates, **call
+        )
         custom = LogQRetrieval(
             loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True, reduction="sum"),
-            correction="standard_negatives", num_hard_negatives=num_hard_negatives)
+            correction="standard_negatives",
+            num_hard_negatives=num_hard_negatives,
+        )
         self.assertAllClose(custom(query, candidates, **call), got, rtol=1e-5)
         if num_hard_negatives is None:
             scores = query @ candidates.T
             want, _ = reference.sampled_softmax(
-                np.diag(scores[:, :6]), scores, "standard_negatives", np.log(probability),
-                None, ~np.eye(6, 8, dtype=bool))
+                np.diag(scores[:, :6]),
+                scores,
+                "standard_negatives",
+                np.log(probability),
+                None,
+                ~np.eye(6, 8, dtype=bool),
+            )
             self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
 
     def test_in_batch_improved_without_ids_removes_the_diagonal_only(self):
         query, candidates, _, probability, _ = _batch(num_candidates=6)
         got = LogQRetrieval(correction="improved")(
-            query, candidates, candidate_sampling_probability=probability)
+            query, candidates, candidate_sampling_probability=probability
+        )
         scores = query @ candidates.T
-        want, _ = reference.sampled_softmax(np.diag(scores), scores, "improved",
-                                            np.log(probability), np.log(probability),
-                                            ~np.eye(6, dtype=bool))
+        want, _ = reference.sampled_softmax(
+            np.diag(scores),
+            scores,
+            "improved",
+            np.log(probability),
+            np.log(probability),
+            ~np.eye(6, dtype=bool),
+        )
         self.assertAllClose(got, np.sum(want), rtol=1e-5)
 
     def test_deduplicating_sampler(self):
@@ -293,12 +408,17 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         q = np.full(8, 1 / 8, np.float32)
         sampler = negatives.InBatchSampler(deduplicate=True, probabilities=q)
         got = LogQRetrieval(correction="improved", sampler=sampler)(
-            query, candidates, candidate_ids=ids)
+            query, candidates, candidate_ids=ids
+        )
         neg = sampler(ids, ids, candidates)
         want = losses.sampled_softmax_loss(
-            np.sum(query * candidates, axis=1), query @ neg.embeddings.numpy().T,
-            correction="improved", negative_log_q=neg.log_q, negative_mask=neg.mask,
-            log_q_excludes_positive=True)
+            np.sum(query * candidates, axis=1),
+            query @ neg.embeddings.numpy().T,
+            correction="improved",
+            negative_log_q=neg.log_q,
+            negative_mask=neg.mask,
+            log_q_excludes_positive=True,
+        )
         self.assertAllClose(got, tf.reduce_sum(want), rtol=1e-5)
 
     @parameterized.parameters(*losses.CORRECTIONS)
@@ -309,13 +429,19 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         embed = lambda i: tf.gather(table, i)  # noqa: E731
         sampler = negatives.UniformSampler(30, 6, per_row=True, seed=3)
         got = LogQRetrieval(correction=correction, sampler=sampler)(
-            query, embed(ids), candidate_ids=ids, candidate_embedding_fn=embed)
+            query, embed(ids), candidate_ids=ids, candidate_embedding_fn=embed
+        )
         sampler.reset()  # The same draws again.
         neg = sampler(ids, embedding_fn=embed)
         q, t = query.numpy(), table.numpy()
         want, _ = reference.sampled_softmax(
-            np.sum(q * t[ids.numpy()], axis=1), np.einsum("qd,qkd->qk", q, t[neg.ids.numpy()]),
-            correction, neg.log_q.numpy(), neg.positive_log_q.numpy(), neg.mask.numpy())
+            np.sum(q * t[ids.numpy()], axis=1),
+            np.einsum("qd,qkd->qk", q, t[neg.ids.numpy()]),
+            correction,
+            neg.log_q.numpy(),
+            neg.positive_log_q.numpy(),
+            neg.mask.numpy(),
+        )
         self.assertEqual(neg.ids.shape, (4, 6))
         self.assertAllClose(got, want.sum(), rtol=1e-5)
 
@@ -324,12 +450,18 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         table = tf.Variable(tf.random.normal([30, 4], seed=1))
         ids = tf.constant([3, 7, 3, 9], tf.int64)
         query = tf.random.normal([4, 4], seed=2)
-        for sampler in (negatives.UniformSampler(30, 16, seed=1),
-                        negatives.MixedSampler(30, 8, 4, probabilities=np.full(30, 1 / 30))):
+        for sampler in (
+            negatives.UniformSampler(30, 16, seed=1),
+            negatives.MixedSampler(30, 8, 4, probabilities=np.full(30, 1 / 30)),
+        ):
             task = LogQRetrieval(correction=correction, sampler=sampler)
             with tf.GradientTape() as tape:
-                loss = task(query, tf.gather(table, ids), candidate_ids=ids,
-                            candidate_embedding_fn=lambda i: tf.gather(table, i))
+                loss = task(
+                    query,
+                    tf.gather(table, ids),
+                    candidate_ids=ids,
+                    candidate_embedding_fn=lambda i: tf.gather(table, i),
+                )
             grad = tf.convert_to_tensor(tape.gradient(loss, table))
             self.assertTrue(np.isfinite(loss.numpy()))
             touched = np.nonzero(np.abs(grad.numpy()).sum(axis=1))[0]
@@ -343,36 +475,41 @@ class ImprovedTaskTest(tf.test.TestCase, parameterized.TestCase):
         counts = np.bincount(items, minlength=num_items) + 1.0
 
         class TwoTower(tfrs.Model):
-
             def __init__(self):
                 super().__init__()
                 self.user = tf.keras.layers.Embedding(20, dim)
                 self.item = tf.keras.layers.Embedding(num_items, dim)
                 self.task = LogQRetrieval(
                     correction="improved",
-                    sampler=negatives.MixedSampler(num_items, 16, 64,
-                                                   probabilities=counts / counts.sum()))
+                    sampler=negatives.MixedSampler(
+                        num_items, 16, 64, probabilities=counts / counts.sum()
+                    ),
+                )
 
             def compute_loss(self, features, training=False):
-                return self.task(self.user(features["user"]), self.item(features["item"]),
-                                 candidate_ids=features["item"],
-                                 candidate_embedding_fn=self.item)
+                return self.task(
+                    self.user(features["user"]),
+                    self.item(features["item"]),
+                    candidate_ids=features["item"],
+                    candidate_embedding_fn=self.item,
+                )
 
         model = TwoTower()
         model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
         data = tf.data.Dataset.from_tensor_slices(
-            {"user": users, "item": items.astype(np.int64)}).batch(128, drop_remainder=True)
+            {"user": users, "item": items.astype(np.int64)}
+        ).batch(128, drop_remainder=True)
         history = model.fit(data, epochs=4, verbose=0)
         self.assertLess(history.history["loss"][-1], 0.7 * history.history["loss"][0])
 
 
 class DiagnosticsTest(tf.test.TestCase):
-
     def test_hand_computed_diagnostics(self):
         # All logits 0. Ids [1, 1, 2, 3]: rows 0-1 keep 2 of the 4 in-batch negatives (P_hat
         # 1/3, half masked), rows 2-3 keep 3 (P_hat 1/4, a quarter masked).
-        task = LogQRetrieval(sampler=negatives.InBatchSampler(), correction="none",
-                             diagnostics=True)
+        task = LogQRetrieval(
+            sampler=negatives.InBatchSampler(), correction="none", diagnostics=True
+        )
         ids = tf.constant([1, 1, 2, 3], tf.int64)
         task(tf.zeros([4, 2]), tf.ones([4, 2]), candidate_ids=ids, compute_metrics=False)
         self.assertAllClose(task.mean_p_hat.result(), (1 / 3 + 1 / 4) / 2)
@@ -397,8 +534,9 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
         # Q read after this step's update: counts 2, 2, 1, 1 of 6 draws.
         q = np.array([2, 2, 2, 1, 2, 1]) / 6.0
         scores = query @ candidates.T
-        want, _ = reference.sampled_softmax(np.diag(scores), scores, "standard", np.log(q),
-                                            np.log(q), ~np.eye(6, dtype=bool))
+        want, _ = reference.sampled_softmax(
+            np.diag(scores), scores, "standard", np.log(q), np.log(q), ~np.eye(6, dtype=bool)
+        )
         self.assertAllClose(got, np.sum(weight * want), rtol=1e-5)
 
     def test_training_flag_and_zero_weights(self):
@@ -408,26 +546,39 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
         task(query, candidates, candidate_ids=ids, training=False)
         self.assertEqual(int(estimator.step.numpy()), 0)
         graph_call = tf.function(
-            lambda training: task(query, candidates, candidate_ids=ids, training=training))
+            lambda training: task(query, candidates, candidate_ids=ids, training=training)
+        )
         graph_call(tf.constant(False))
         self.assertEqual(int(estimator.step.numpy()), 0)
         graph_call(tf.constant(True))
         self.assertEqual(int(estimator.step.numpy()), 1)
         # Rows with a zero sample weight (padding) are not fed to the estimator.
-        task(query, candidates, candidate_ids=ids, training=True,
-             sample_weight=np.array([1, 0, 1, 1, 0, 1], np.float32))
+        task(
+            query,
+            candidates,
+            candidate_ids=ids,
+            training=True,
+            sample_weight=np.array([1, 0, 1, 1, 0, 1], np.float32),
+        )
         self.assertAllClose(estimator.effective_draws, 6 + 4)
 
     @parameterized.parameters("in_batch", "mixed")
     def test_sampler_estimator_is_updated_once_per_step(self, kind):
         query, candidates, ids, _, _ = _batch(num_candidates=6)
         estimator = self._count_min()
-        sampler = (negatives.InBatchSampler(probabilities=estimator) if kind == "in_batch" else
-                   negatives.MixedSampler(10, 4, 6, probabilities=estimator, seed=1))
+        sampler = (
+            negatives.InBatchSampler(probabilities=estimator)
+            if kind == "in_batch"
+            else negatives.MixedSampler(10, 4, 6, probabilities=estimator, seed=1)
+        )
         task = LogQRetrieval(correction="improved", sampler=sampler)
         table = tf.random.normal([10, 4], seed=3)
-        task(query, candidates, candidate_ids=ids,
-             candidate_embedding_fn=lambda i: tf.gather(table, i))
+        task(
+            query,
+            candidates,
+            candidate_ids=ids,
+            candidate_embedding_fn=lambda i: tf.gather(table, i),
+        )
         self.assertEqual(int(estimator.step.numpy()), 1)
         self.assertAllClose(estimator.effective_draws, 6.0)
 
@@ -438,7 +589,6 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
         items = ((users * 2 + rng.integers(0, 2, size=512)) % num_items).astype(np.int64)
 
         class TwoTower(tfrs.Model):
-
             def __init__(self):
                 super().__init__()
                 self.user = tf.keras.layers.Embedding(20, dim)
@@ -446,16 +596,23 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
                 self.task = LogQRetrieval(
                     correction="improved",
                     sampler=negatives.InBatchSampler(
-                        probabilities=frequency.CountMinSketchEstimator(width=256, depth=2)))
+                        probabilities=frequency.CountMinSketchEstimator(width=256, depth=2)
+                    ),
+                )
 
             def compute_loss(self, features, training=False):
-                return self.task(self.user(features["user"]), self.item(features["item"]),
-                                 candidate_ids=features["item"], training=training)
+                return self.task(
+                    self.user(features["user"]),
+                    self.item(features["item"]),
+                    candidate_ids=features["item"],
+                    training=training,
+                )
 
         model = TwoTower()
         model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
-        data = tf.data.Dataset.from_tensor_slices(
-            {"user": users, "item": items}).batch(128, drop_remainder=True)
+        data = tf.data.Dataset.from_tensor_slices({"user": users, "item": items}).batch(
+            128, drop_remainder=True
+        )
         model.fit(data, epochs=2, verbose=0)
         estimator = model.task.sampler.frequency
         self.assertEqual(int(estimator.step.numpy()), 8)
@@ -481,27 +638,35 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
         rng = np.random.default_rng(1)
         users = rng.integers(0, 20, size=256)
         items = rng.integers(0, 40, size=256).astype(np.int64)
-        stream = tf.data.Dataset.from_tensor_slices(
-            {"user": users, "item": items}).batch(32, drop_remainder=True).repeat()
+        stream = (
+            tf.data.Dataset.from_tensor_slices({"user": users, "item": items})
+            .batch(32, drop_remainder=True)
+            .repeat()
+        )
         interrupted_at = 14  # Step 6 of 8 in the second epoch.
 
         class TwoTower(tfrs.Model):
-
             def __init__(self):
                 super().__init__()
                 self.user = tf.keras.layers.Embedding(
-                    20, 4, embeddings_initializer=tf.keras.initializers.RandomNormal(seed=1))
+                    20, 4, embeddings_initializer=tf.keras.initializers.RandomNormal(seed=1)
+                )
                 self.item = tf.keras.layers.Embedding(
-                    40, 4, embeddings_initializer=tf.keras.initializers.RandomNormal(seed=2))
-                self.task = LogQRetrieval(frequency=frequency.HashedFrequencyEstimator(
-                    num_buckets=64, alpha=0.3))
+                    40, 4, embeddings_initializer=tf.keras.initializers.RandomNormal(seed=2)
+                )
+                self.task = LogQRetrieval(
+                    frequency=frequency.HashedFrequencyEstimator(num_buckets=64, alpha=0.3)
+                )
 
             def compute_loss(self, features, training=False):
-                return self.task(self.user(features["user"]), self.item(features["item"]),
-                                 candidate_ids=features["item"], training=training)
+                return self.task(
+                    self.user(features["user"]),
+                    self.item(features["item"]),
+                    candidate_ids=features["item"],
+                    training=training,
+                )
 
         class Interrupt(tf.keras.callbacks.Callback):
-
             def on_train_batch_end(self, batch, logs=None):
                 if self.model.optimizer.iterations.numpy() == interrupted_at:
                     raise KeyboardInterrupt
@@ -511,8 +676,9 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
             # later, on creation inside the first traced step, which is not reliable.
             model.compute_loss(next(iter(stream)), training=False)  # Builds, no update.
             model.compile(optimizer=tf.keras.optimizers.SGD(0.1))
-            model.fit(stream.skip(skip), epochs=2, steps_per_epoch=8, verbose=0,
-                      callbacks=callbacks)
+            model.fit(
+                stream.skip(skip), epochs=2, steps_per_epoch=8, verbose=0, callbacks=callbacks
+            )
             return model.task.frequency
 
         reference_state = [w.numpy() for w in fit(TwoTower(), []).weights]
@@ -525,8 +691,12 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(want, got, msg=got.name)
 
     def test_config_round_trip_and_errors(self):
-        task = LogQRetrieval(frequency=frequency.CountMinSketchEstimator(
-            width=32, depth=3, decay=0.9, conservative=True, seed=2), correction="improved")
+        task = LogQRetrieval(
+            frequency=frequency.CountMinSketchEstimator(
+                width=32, depth=3, decay=0.9, conservative=True, seed=2
+            ),
+            correction="improved",
+        )
         restored = LogQRetrieval.from_config(task.get_config())
         self.assertEqual(restored.get_config(), task.get_config())
         self.assertIsInstance(restored.frequency, frequency.CountMinSketchEstimator)
@@ -534,31 +704,45 @@ class EstimatorWiringTest(tf.test.TestCase, parameterized.TestCase):
 
         query, candidates, ids, probability, _ = _batch(num_candidates=6)
         with self.assertRaisesRegex(ValueError, r"Pass the probability source to the sampler"):
-            LogQRetrieval(frequency=np.full(10, 0.1),
-                          sampler=negatives.InBatchSampler(probabilities=np.full(10, 0.1)))
-        with self.assertRaisesRegex(ValueError, r"The task has a `frequency` source; received "
-                                    r"candidate_sampling_probability as well"):
+            LogQRetrieval(
+                frequency=np.full(10, 0.1),
+                sampler=negatives.InBatchSampler(probabilities=np.full(10, 0.1)),
+            )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"The task has a `frequency` source; received "
+            r"candidate_sampling_probability as well",
+        ):
             LogQRetrieval(frequency=np.full(10, 0.1))(
-                query, candidates, candidate_ids=ids, candidate_sampling_probability=probability)
-        with self.assertRaisesRegex(ValueError, r"The task's `frequency` reads log Q by id and "
-                                    r"needs `candidate_ids`; received candidate_ids=None"):
+                query, candidates, candidate_ids=ids, candidate_sampling_probability=probability
+            )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"The task's `frequency` reads log Q by id and "
+            r"needs `candidate_ids`; received candidate_ids=None",
+        ):
             LogQRetrieval(frequency=np.full(10, 0.1))(query, candidates, training=False)
-        with self.assertRaisesRegex(ValueError, r"A streaming estimator \(CountMinSketchEstimator"
-                                    r"\) is updated with the positives' ids; received "
-                                    r"candidate_ids=None"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"A streaming estimator \(CountMinSketchEstimator"
+            r"\) is updated with the positives' ids; received "
+            r"candidate_ids=None",
+        ):
             LogQRetrieval(frequency=self._count_min())(query, candidates)
 
 
 class MixedPrecisionTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters("float16", "bfloat16")
     def test_low_precision_towers_give_float32_loss(self, dtype):
         query, candidates, ids, probability, _ = _batch()
         low = [tf.cast(x, dtype) for x in (query, candidates)]
         task = LogQRetrieval(correction="improved")
         got = task(*low, candidate_ids=ids, candidate_sampling_probability=probability)
-        want = task(*[tf.cast(x, tf.float32) for x in low], candidate_ids=ids,
-                    candidate_sampling_probability=probability)
+        want = task(
+            *[tf.cast(x, tf.float32) for x in low],
+            candidate_ids=ids,
+            candidate_sampling_probability=probability,
+        )
         self.assertEqual(got.dtype, tf.float32)
         self.assertAllClose(got, want, rtol=1e-6)
 
@@ -567,101 +751,161 @@ class MixedPrecisionTest(tf.test.TestCase, parameterized.TestCase):
         tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
         try:
             task = LogQRetrieval(correction="improved")
-            got = task(query, candidates, candidate_ids=ids,
-                       candidate_sampling_probability=probability)
+            got = task(
+                query, candidates, candidate_ids=ids, candidate_sampling_probability=probability
+            )
         finally:
             tf.keras.mixed_precision.set_global_policy("float32")
         want = LogQRetrieval(correction="improved")(
-            query, candidates, candidate_ids=ids, candidate_sampling_probability=probability)
+            query, candidates, candidate_ids=ids, candidate_sampling_probability=probability
+        )
         self.assertEqual(got.dtype, tf.float32)
         self.assertAllClose(got, want, rtol=1e-6)  # Inputs were not rounded to bfloat16.
 
 
 class ConfigAndErrorsTest(tf.test.TestCase):
-
     def test_config_round_trip(self):
         task = LogQRetrieval(
             loss_metrics=[tf.keras.metrics.Mean(name="m")],
             batch_metrics=[tf.keras.metrics.TopKCategoricalAccuracy(k=3)],
-            temperature=0.2, remove_accidental_hits=True, correction="improved",
-            sampler=negatives.MixedSampler(10, 4, 4, mixture="paper",
-                                           probabilities=np.full(10, 0.1)),
-            name="retrieval")
+            temperature=0.2,
+            remove_accidental_hits=True,
+            correction="improved",
+            sampler=negatives.MixedSampler(
+                10, 4, 4, mixture="paper", probabilities=np.full(10, 0.1)
+            ),
+            name="retrieval",
+        )
         restored = LogQRetrieval.from_config(task.get_config())
         self.assertEqual(restored.get_config(), task.get_config())
         self.assertEqual(restored.correction, "improved")
         self.assertEqual(restored.sampler.mixture, "paper")
-        custom = LogQRetrieval(loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
-                               num_hard_negatives=5, correction="standard")
-        self.assertEqual(LogQRetrieval.from_config(custom.get_config()).get_config(),
-                         custom.get_config())
+        custom = LogQRetrieval(
+            loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True),
+            num_hard_negatives=5,
+            correction="standard",
+        )
+        self.assertEqual(
+            LogQRetrieval.from_config(custom.get_config()).get_config(), custom.get_config()
+        )
 
     def test_constructor_errors(self):
-        with self.assertRaisesRegex(ValueError, r"`correction` must be one of None, 'none', "
-                                    r"'standard', 'standard_negatives', 'improved'; received "
-                                    r"correction='logq'"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`correction` must be one of None, 'none', "
+            r"'standard', 'standard_negatives', 'improved'; received "
+            r"correction='logq'",
+        ):
             LogQRetrieval(correction="logq")
-        with self.assertRaisesRegex(ValueError, r"correction='improved' computes its own "
-                                    r"weighted loss and cannot use a custom `loss`"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"correction='improved' computes its own "
+            r"weighted loss and cannot use a custom `loss`",
+        ):
             LogQRetrieval(loss=tf.keras.losses.MeanSquaredError(), correction="improved")
         for bad in (-0.5, float("nan"), "1", True):
-            with self.assertRaisesRegex(ValueError, r"`log_q_scale` must be a finite number >= "
-                                        rf"0; received log_q_scale={bad!r}"):
+            with self.assertRaisesRegex(
+                ValueError,
+                r"`log_q_scale` must be a finite number >= "
+                rf"0; received log_q_scale={bad!r}",
+            ):
                 LogQRetrieval(log_q_scale=bad)
-        with self.assertRaisesRegex(ValueError, r"`temperature` must be a positive number; "
-                                    r"received temperature=0"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`temperature` must be a positive number; "
+            r"received temperature=0",
+        ):
             LogQRetrieval(temperature=0)
-        with self.assertRaisesRegex(ValueError, r"`num_hard_negatives` must be a positive "
-                                    r"integer; received num_hard_negatives=0"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`num_hard_negatives` must be a positive "
+            r"integer; received num_hard_negatives=0",
+        ):
             LogQRetrieval(num_hard_negatives=0)
-        with self.assertRaisesRegex(TypeError, r"`sampler` must be a tfrs_logq.negatives."
-                                    r"NegativeSampler"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`sampler` must be a tfrs_logq.negatives."
+            r"NegativeSampler",
+        ):
             LogQRetrieval(sampler="in_batch")
-        with self.assertRaisesRegex(TypeError, r"`remove_accidental_hits` must be a bool; "
-                                    r"received remove_accidental_hits='yes'"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`remove_accidental_hits` must be a bool; "
+            r"received remove_accidental_hits='yes'",
+        ):
             LogQRetrieval(remove_accidental_hits="yes")
 
     def test_candidate_mask_needs_a_sampler(self):
         query, candidates, ids, _, _ = _batch()
-        with self.assertRaisesRegex(ValueError, r"`candidate_mask` masks a sampler's pool; "
-                                    r"without a sampler, mask candidate columns with "
-                                    r"`score_mask`"):
-            LogQRetrieval(correction="none")(query, candidates, candidate_ids=ids,
-                                             candidate_mask=np.ones(8, bool))
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`candidate_mask` masks a sampler's pool; "
+            r"without a sampler, mask candidate columns with "
+            r"`score_mask`",
+        ):
+            LogQRetrieval(correction="none")(
+                query, candidates, candidate_ids=ids, candidate_mask=np.ones(8, bool)
+            )
 
     def test_call_errors(self):
         query, candidates, ids, probability, _ = _batch()
-        with self.assertRaisesRegex(ValueError, r"correction='standard' needs sampling "
-                                    r"probabilities: pass `candidate_sampling_probability`"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"correction='standard' needs sampling "
+            r"probabilities: pass `candidate_sampling_probability`",
+        ):
             LogQRetrieval(correction="standard")(query, candidates)
-        with self.assertRaisesRegex(ValueError, r"remove_accidental_hits=True needs "
-                                    r"`candidate_ids`; received candidate_ids=None"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"remove_accidental_hits=True needs "
+            r"`candidate_ids`; received candidate_ids=None",
+        ):
             LogQRetrieval(remove_accidental_hits=True)(query, candidates)
-        with self.assertRaisesRegex(ValueError, r"`candidate_sampling_probability` must hold "
-                                    r"probabilities in \(0, 1\]; received "
-                                    r"candidate_sampling_probability with invalid values "
-                                    r"\[1.5\]"):
-            LogQRetrieval()(query, candidates,
-                            candidate_sampling_probability=np.r_[1.5, probability[1:]])
-        with self.assertRaisesRegex(ValueError, r"`query_embeddings` and `candidate_embeddings` "
-                                    r"disagree in size"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`candidate_sampling_probability` must hold "
+            r"probabilities in \(0, 1\]; received "
+            r"candidate_sampling_probability with invalid values "
+            r"\[1.5\]",
+        ):
+            LogQRetrieval()(
+                query, candidates, candidate_sampling_probability=np.r_[1.5, probability[1:]]
+            )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`query_embeddings` and `candidate_embeddings` "
+            r"disagree in size",
+        ):
             LogQRetrieval()(query[:, :3], candidates)
-        with self.assertRaisesRegex(TypeError, r"`query_embeddings` must be a floating-point "
-                                    r"tensor; received query_embeddings with dtype int64"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`query_embeddings` must be a floating-point "
+            r"tensor; received query_embeddings with dtype int64",
+        ):
             LogQRetrieval()(ids[:, None], candidates)
-        with self.assertRaisesRegex(ValueError, r"`query_embeddings` must have shape "
-                                    r"\[num_queries, dim\] or \[num_queries, num_heads, dim\]; "
-                                    r"received query_embeddings with shape \(6,\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`query_embeddings` must have shape "
+            r"\[num_queries, dim\] or \[num_queries, num_heads, dim\]; "
+            r"received query_embeddings with shape \(6,\)",
+        ):
             LogQRetrieval()(query[:, 0], candidates)
         sampled = LogQRetrieval(sampler=negatives.UniformSampler(10, 3))
-        with self.assertRaisesRegex(ValueError, r"`candidate_sampling_probability` cannot be "
-                                    r"combined with a sampler"):
-            sampled(query, candidates, candidate_ids=ids,
-                    candidate_sampling_probability=probability)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`candidate_sampling_probability` cannot be "
+            r"combined with a sampler",
+        ):
+            sampled(
+                query, candidates, candidate_ids=ids, candidate_sampling_probability=probability
+            )
         with self.assertRaisesRegex(ValueError, r"A sampler needs `candidate_ids`"):
             sampled(query, candidates)
-        with self.assertRaisesRegex(ValueError, r"UniformSampler drew ids outside the batch and "
-                                    r"needs `candidate_embedding_fn`"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"UniformSampler drew ids outside the batch and "
+            r"needs `candidate_embedding_fn`",
+        ):
             sampled(query, candidates, candidate_ids=ids)
 
     def test_value_checks_in_graphs_and_under_xla(self):
@@ -672,19 +916,23 @@ class ConfigAndErrorsTest(tf.test.TestCase):
         bad = np.r_[1.5, probability[1:]].astype(np.float32)
 
         def loss(q):
-            return task(query, candidates, candidate_sampling_probability=q,
-                        compute_metrics=False)
+            return task(query, candidates, candidate_sampling_probability=q, compute_metrics=False)
 
-        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    r"`candidate_sampling_probability` must hold probabilities"):
+        with self.assertRaisesRegex(
+            tf.errors.InvalidArgumentError,
+            r"`candidate_sampling_probability` must hold probabilities",
+        ):
             tf.function(loss)(tf.constant(bad))
         self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(tf.constant(bad)).numpy()))
         nan_log_q = np.r_[np.nan, probability[1:]].astype(np.float32)
-        self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(
-            tf.constant(nan_log_q)).numpy()))
+        self.assertTrue(
+            np.isnan(tf.function(loss, jit_compile=True)(tf.constant(nan_log_q)).numpy())
+        )
         # Valid input: compiled and eager agree.
-        self.assertAllClose(tf.function(loss, jit_compile=True)(
-            tf.constant(probability, tf.float32)), loss(tf.constant(probability, tf.float32)))
+        self.assertAllClose(
+            tf.function(loss, jit_compile=True)(tf.constant(probability, tf.float32)),
+            loss(tf.constant(probability, tf.float32)),
+        )
 
 
 class ColumnIdsTest(tf.test.TestCase, parameterized.TestCase):
@@ -694,26 +942,42 @@ class ColumnIdsTest(tf.test.TestCase, parameterized.TestCase):
     def test_column_ids_give_the_flat_result(self, correction):
         query, candidates, ids, probability, weight = _batch()
         table = tf.random.normal([8, 4], seed=3)
-        cases = [dict(kwargs=dict(remove_accidental_hits=True),
-                      call=dict(candidate_sampling_probability=probability)),
-                 dict(kwargs=dict(sampler=None, frequency=np.full(8, 1 / 8, np.float32)),
-                      call=dict(query_ids=np.array([0, 1, 0, 2, 1, 3]))),
-                 dict(kwargs=dict(sampler="mixed"), call=dict(
-                     candidate_embedding_fn=lambda i: tf.gather(table, i),
-                     query_ids=np.array([0, 1, 0, 2, 1, 3])))]
+        cases = [
+            dict(
+                kwargs=dict(remove_accidental_hits=True),
+                call=dict(candidate_sampling_probability=probability),
+            ),
+            dict(
+                kwargs=dict(sampler=None, frequency=np.full(8, 1 / 8, np.float32)),
+                call=dict(query_ids=np.array([0, 1, 0, 2, 1, 3])),
+            ),
+            dict(
+                kwargs=dict(sampler="mixed"),
+                call=dict(
+                    candidate_embedding_fn=lambda i: tf.gather(table, i),
+                    query_ids=np.array([0, 1, 0, 2, 1, 3]),
+                ),
+            ),
+        ]
         for case in cases:
             values = []
             for as_column in (False, True):
                 kwargs = dict(case["kwargs"])
                 if kwargs.get("sampler") == "mixed":
                     kwargs["sampler"] = negatives.MixedSampler(
-                        8, 3, 4, per_row=True, probabilities=np.full(8, 1 / 8), seed=5)
+                        8, 3, 4, per_row=True, probabilities=np.full(8, 1 / 8), seed=5
+                    )
                 task = LogQRetrieval(correction=correction, **kwargs, **_metrics(candidates, ids))
                 call = dict(case["call"])
                 if as_column and "query_ids" in call:
                     call["query_ids"] = call["query_ids"][:, None]
-                loss = task(query, candidates, sample_weight=weight,
-                            candidate_ids=ids[:, None] if as_column else ids, **call)
+                loss = task(
+                    query,
+                    candidates,
+                    sample_weight=weight,
+                    candidate_ids=ids[:, None] if as_column else ids,
+                    **call,
+                )
                 values.append([float(loss)] + _results(task))
             self.assertEqual(values[1], values[0])  # Exactly.
             self.assertGreater(values[0][0], 0.0)
@@ -721,16 +985,25 @@ class ColumnIdsTest(tf.test.TestCase, parameterized.TestCase):
     def test_other_shapes_are_refused_with_the_name_and_shape(self):
         query, candidates, ids, _, _ = _batch()
         pairs = np.stack([ids, ids], axis=1)
-        with self.assertRaisesRegex(ValueError, r"`candidate_ids` must have shape \[N\] or "
-                                    r"\[N, 1\] \(one id per row\); received candidate_ids with "
-                                    r"shape \(8, 2\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`candidate_ids` must have shape \[N\] or "
+            r"\[N, 1\] \(one id per row\); received candidate_ids with "
+            r"shape \(8, 2\)",
+        ):
             LogQRetrieval(remove_accidental_hits=True)(query, candidates, candidate_ids=pairs)
-        with self.assertRaisesRegex(ValueError, r"`query_ids` must have shape \[N\] or "
-                                    r"\[N, 1\] \(one id per row\); received query_ids with "
-                                    r"shape \(6, 2\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`query_ids` must have shape \[N\] or "
+            r"\[N, 1\] \(one id per row\); received query_ids with "
+            r"shape \(6, 2\)",
+        ):
             LogQRetrieval()(query, candidates, candidate_ids=ids, query_ids=pairs[:6])
-        with self.assertRaisesRegex(ValueError, r"`candidate_ids` and `candidate_embeddings` "
-                                    r"disagree in size"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`candidate_ids` and `candidate_embeddings` "
+            r"disagree in size",
+        ):
             LogQRetrieval()(query, candidates, candidate_ids=ids[:7, None])
 
     def test_string_vocabulary_sampler_with_the_item_tower_as_it_is(self):
@@ -741,19 +1014,28 @@ class ColumnIdsTest(tf.test.TestCase, parameterized.TestCase):
         ids = tf.constant([["title 3"], ["title 7"], ["title 3"], ["title 0"]])  # [batch, 1]
         query = tf.random.normal([4, 4], seed=2)
         sampler = negatives.MixedSampler.from_lookup(
-            lookup, 6, 4, per_row=True, seed=1,
-            probabilities=frequency.CountMinSketchEstimator(width=64, depth=2))
+            lookup,
+            6,
+            4,
+            per_row=True,
+            seed=1,
+            probabilities=frequency.CountMinSketchEstimator(width=64, depth=2),
+        )
         task = LogQRetrieval(correction="improved", sampler=sampler)
         with tf.GradientTape() as tape:
             loss = task(query, tower(ids[:, 0]), candidate_ids=ids, candidate_embedding_fn=tower)
         self.assertTrue(np.isfinite(float(loss)) and float(loss) > 0.0)
         gradient = tf.convert_to_tensor(tape.gradient(loss, tower.trainable_variables[0]))
         touched = set(np.nonzero(np.abs(gradient.numpy()).sum(axis=1))[0].tolist())
-        self.assertNotIn(0, touched)              # The out-of-vocabulary row: never drawn.
+        self.assertNotIn(0, touched)  # The out-of-vocabulary row: never drawn.
         self.assertGreater(len(touched - {1, 4, 8}), 0)  # Drawn titles got gradient.
         with self.assertRaisesRegex(TypeError, r"`candidate_table` is read by integer id"):
-            task(query, tower(ids[:, 0]), candidate_ids=ids,
-                 candidate_table=tower.layers[1].embeddings)
+            task(
+                query,
+                tower(ids[:, 0]),
+                candidate_ids=ids,
+                candidate_table=tower.layers[1].embeddings,
+            )
 
 
 class ShapesAndIdsTest(tf.test.TestCase):
@@ -767,10 +1049,12 @@ class ShapesAndIdsTest(tf.test.TestCase):
         for queries in (heads, query):
             shape = r"\(6, 2, 4\)" if queries.ndim == 3 else r"\(6, 4\)"
             with self.assertRaisesRegex(
-                    ValueError, r"`candidate_embeddings` must have at least one row per query "
-                    r"\(row i is query i's positive; extra rows are extra negatives\); received "
-                    r"candidate_embeddings with shape \(4, 4\) for query_embeddings with shape "
-                    + shape):
+                ValueError,
+                r"`candidate_embeddings` must have at least one row per query "
+                r"\(row i is query i's positive; extra rows are extra negatives\); received "
+                r"candidate_embeddings with shape \(4, 4\) for query_embeddings with shape "
+                + shape,
+            ):
                 LogQRetrieval()(queries, candidates[:4])
 
         task = LogQRetrieval()
@@ -779,9 +1063,11 @@ class ShapesAndIdsTest(tf.test.TestCase):
         def graph(q, c):
             return task(q, c, compute_metrics=False)
 
-        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    r"`candidate_embeddings` must have at least one row per "
-                                    r"query"):
+        with self.assertRaisesRegex(
+            tf.errors.InvalidArgumentError,
+            r"`candidate_embeddings` must have at least one row per "
+            r"query",
+        ):
             graph(heads, candidates[:4])
         self.assertAllClose(graph(heads, candidates), LogQRetrieval()(heads, candidates))
 
@@ -789,25 +1075,43 @@ class ShapesAndIdsTest(tf.test.TestCase):
         query, candidates, ids, probability, weight = _batch()
         heads = np.stack([query, -query], axis=1)
         task = LogQRetrieval(remove_accidental_hits=True)
-        with self.assertRaisesRegex(ValueError, r"need num_heads >= 1; received "
-                                    r"query_embeddings with shape \(6, 0, 4\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"need num_heads >= 1; received "
+            r"query_embeddings with shape \(6, 0, 4\)",
+        ):
             task(np.zeros([6, 0, 4], np.float32), candidates, candidate_ids=ids)
         # Each of these broadcast before (a [1] weight or id over the whole batch).
-        with self.assertRaisesRegex(ValueError, r"`sample_weight` and `query_embeddings` "
-                                    r"disagree in size: sample_weight.shape=\(1,\) \(axis 0\) "
-                                    r"but query_embeddings.shape=\(6, 2, 4\) \(axis 0\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`sample_weight` and `query_embeddings` "
+            r"disagree in size: sample_weight.shape=\(1,\) \(axis 0\) "
+            r"but query_embeddings.shape=\(6, 2, 4\) \(axis 0\)",
+        ):
             task(heads, candidates, sample_weight=weight[:1], candidate_ids=ids)
-        with self.assertRaisesRegex(ValueError, r"`candidate_ids` and `candidate_embeddings` "
-                                    r"disagree in size: candidate_ids.shape=\(1,\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`candidate_ids` and `candidate_embeddings` "
+            r"disagree in size: candidate_ids.shape=\(1,\)",
+        ):
             task(heads, candidates, candidate_ids=ids[:1])
-        with self.assertRaisesRegex(ValueError, r"`score_mask` and `query_embeddings` disagree "
-                                    r"in size: score_mask.shape=\(1, 8\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`score_mask` and `query_embeddings` disagree "
+            r"in size: score_mask.shape=\(1, 8\)",
+        ):
             LogQRetrieval()(heads, candidates, score_mask=np.ones([1, 8], bool))
-        with self.assertRaisesRegex(ValueError, r"`score_mask` and `candidate_embeddings` "
-                                    r"disagree in size: score_mask.shape=\(6, 1\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`score_mask` and `candidate_embeddings` "
+            r"disagree in size: score_mask.shape=\(6, 1\)",
+        ):
             LogQRetrieval()(heads, candidates, score_mask=np.ones([6, 1], bool))
-        with self.assertRaisesRegex(ValueError, r"`candidate_sampling_probability` and "
-                                    r"`candidate_embeddings` disagree in size"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`candidate_sampling_probability` and "
+            r"`candidate_embeddings` disagree in size",
+        ):
             LogQRetrieval()(heads, candidates, candidate_sampling_probability=probability[:1])
 
         plain = LogQRetrieval()
@@ -816,14 +1120,18 @@ class ShapesAndIdsTest(tf.test.TestCase):
         def unknown_rank(q):
             return plain(q, candidates, compute_metrics=False)
 
-        with self.assertRaisesRegex(ValueError, r"`query_embeddings` must have shape "
-                                    r"\[num_queries, dim\] or \[num_queries, num_heads, dim\]; "
-                                    r"received query_embeddings with shape <unknown>"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`query_embeddings` must have shape "
+            r"\[num_queries, dim\] or \[num_queries, num_heads, dim\]; "
+            r"received query_embeddings with shape <unknown>",
+        ):
             unknown_rank(heads)
         # Maxsim itself is unchanged: [6, 2, 4] queries score each column by the best head.
-        self.assertAllClose(task(heads, candidates, candidate_ids=ids),
-                            tfrs.tasks.Retrieval(remove_accidental_hits=True)(
-                                heads, candidates, candidate_ids=ids))
+        self.assertAllClose(
+            task(heads, candidates, candidate_ids=ids),
+            tfrs.tasks.Retrieval(remove_accidental_hits=True)(heads, candidates, candidate_ids=ids),
+        )
 
     def test_ids_outside_the_candidate_table(self):
         table = tf.random.normal([5, 4], seed=1)
@@ -835,15 +1143,21 @@ class ShapesAndIdsTest(tf.test.TestCase):
 
         bad = tf.constant([1, 7, 2], tf.int64)
         message = r"`negatives.ids` must hold ids in \[0, 5\), one per row of `candidate_table`"
-        with self.assertRaisesRegex(ValueError, message + r"; received negatives.ids with "
-                                    r"invalid values \[7\]"):
+        with self.assertRaisesRegex(
+            ValueError,
+            message + r"; received negatives.ids with "
+            r"invalid values \[7\]",
+        ):
             loss(bad)
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
             tf.function(loss)(bad)
         # Before, XLA read row 4 for id 7 and the loss was finite.
         self.assertTrue(np.isnan(tf.function(loss, jit_compile=True)(bad).numpy()))
-        self.assertTrue(np.isfinite(tf.function(loss, jit_compile=True)(
-            tf.constant([1, 4, 2], tf.int64)).numpy()))
+        self.assertTrue(
+            np.isfinite(
+                tf.function(loss, jit_compile=True)(tf.constant([1, 4, 2], tf.int64)).numpy()
+            )
+        )
 
 
 if __name__ == "__main__":
@@ -856,19 +1170,23 @@ class ScoringHelpersTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters((False, False), (False, True), (True, False), (True, True))
     def test_scores_match_numpy(self, multi_head, per_row):
         from tfrs_logq import _ops  # pylint: disable=import-outside-toplevel
+
         rng = np.random.default_rng(3)
         queries = rng.normal(size=(4, 2, 5) if multi_head else (4, 5)).astype(np.float32)
         candidates = rng.normal(size=(4, 3, 5) if per_row else (3, 5)).astype(np.float32)
-        q = queries if multi_head else queries[:, None, :]            # [batch, heads, dim]
+        q = queries if multi_head else queries[:, None, :]  # [batch, heads, dim]
         c = candidates if per_row else np.broadcast_to(candidates, (4, 3, 5))
         expected = np.einsum("bhd,bcd->bhc", q, c).max(axis=1)
         queries_t, candidates_t = tf.constant(queries), tf.constant(candidates)
         self.assertAllClose(_ops.scores(queries_t, candidates_t), expected, atol=1e-5)
         expected_rows = np.einsum("bhd,bd->bh", q, c[:, 0]).max(axis=1)
-        self.assertAllClose(_ops.row_scores(queries_t, tf.constant(c[:, 0])), expected_rows, atol=1e-5)
+        self.assertAllClose(
+            _ops.row_scores(queries_t, tf.constant(c[:, 0])), expected_rows, atol=1e-5
+        )
 
     def test_check_bool_names_the_argument(self):
         from tfrs_logq import _validation  # pylint: disable=import-outside-toplevel
+
         self.assertIs(_validation.check_bool("flag", False), False)
         with self.assertRaisesRegex(TypeError, r"`flag` must be a bool; received flag=1\."):
             _validation.check_bool("flag", 1)

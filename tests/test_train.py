@@ -21,8 +21,8 @@ from pipelines import configs
 from pipelines import experiment
 from pipelines import train
 from pipelines.data.interactions import DataError
-from tfrs_logq import retrieval
 from tests import conftest
+from tfrs_logq import retrieval
 
 SMOKE = configs.PRESETS["smoke"]
 
@@ -32,13 +32,18 @@ def _left_padded(histories):
     longest = max(len(history) for history in histories)
     requests = np.zeros([len(histories), longest], np.int64)
     for row, history in enumerate(histories):
-        requests[row, longest - len(history):] = history
+        requests[row, longest - len(history) :] = history
     return requests
 
 
 def _cli(module, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _finish_as_uninterrupted(test, args, resumed, uninterrupted):
@@ -48,23 +53,25 @@ def _finish_as_uninterrupted(test, args, resumed, uninterrupted):
     for output_dir in (resumed, uninterrupted):
         result = _cli("pipelines.train", *args, f"--output_dir={output_dir}")
         test.assertEqual(result.returncode, 0, result.stderr[-2000:])
-    metrics, reference = (json.load(open(os.path.join(d, "metrics.json")))
-                          for d in (resumed, uninterrupted))
+    metrics, reference = (
+        json.load(open(os.path.join(d, "metrics.json"))) for d in (resumed, uninterrupted)
+    )
     test.assertEqual(metrics["test"], reference["test"])
     test.assertEqual(metrics["best_validation_ndcg@10"], reference["best_validation_ndcg@10"])
     return metrics, reference
 
 
 class TrainRunTest(tf.test.TestCase):
-
     def test_run_writes_metrics_and_evaluate_reproduces_them(self):
         out = tempfile.mkdtemp()
         metrics = train.run(SMOKE, out, verbose=0)
         with open(os.path.join(out, "metrics.json")) as f:
             saved = json.load(f)
         self.assertEqual(saved["test"], metrics["test"])
-        self.assertEqual(sorted(saved["test"]), sorted(
-            f"{m}@{k}" for m in ("recall", "ndcg") for k in (1, 10, 20, 100)))
+        self.assertEqual(
+            sorted(saved["test"]),
+            sorted(f"{m}@{k}" for m in ("recall", "ndcg") for k in (1, 10, 20, 100)),
+        )
         self.assertEqual(saved["config"], SMOKE.as_dict())
         self.assertRegex(saved["git_revision"], r"^([0-9a-f]{40}(\+dirty)?|unknown)$")
         self.assertEqual(saved["steps"], 50)
@@ -80,13 +87,18 @@ class TrainRunTest(tf.test.TestCase):
         # Both indexes were run: ScaNN on a 400-item catalog returns nearly the exact top-100.
         self.assertEqual(saved["test"], saved["test_exact"])
         self.assertGreater(saved["ann_overlap@100"], 0.9)
-        self.assertEqual(sorted(saved["by_popularity"]), sorted(
-            f"{band}_recall@{k}" for band in ("head", "torso", "tail") for k in (10, 100)))
+        self.assertEqual(
+            sorted(saved["by_popularity"]),
+            sorted(f"{band}_recall@{k}" for band in ("head", "torso", "tail") for k in (10, 100)),
+        )
         for index in ("brute_force", "scann"):
-            self.assertTrue(os.path.exists(os.path.join(out, "export", index, "1",
-                                                        "saved_model.pb")))
-        self.assertEqual(saved["exports"], [os.path.join(out, "export", index, "1")
-                                            for index in ("brute_force", "scann")])
+            self.assertTrue(
+                os.path.exists(os.path.join(out, "export", index, "1", "saved_model.pb"))
+            )
+        self.assertEqual(
+            saved["exports"],
+            [os.path.join(out, "export", index, "1") for index in ("brute_force", "scann")],
+        )
         # Served = evaluated: the exported brute-force model, given each test user's whole
         # history, returns exactly the offline evaluation's top 100 (history filtered).
         config, model, data_split, data = experiment.load_run(out)
@@ -95,9 +107,12 @@ class TrainRunTest(tf.test.TestCase):
         served = signatures["serving_default"]
         requests = _left_padded(test_set.histories)
         self.assertGreater(requests.shape[1], config.model.max_length)  # Histories the query cuts.
-        offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),
-                                        model.item_embeddings().numpy(), 100,
-                                        exclude=test_set.histories)
+        offline = retrieval.exact_top_k(
+            experiment.query_embeddings(model, config, test_set),
+            model.item_embeddings().numpy(),
+            100,
+            exclude=test_set.histories,
+        )
         self.assertAllEqual(served(history=tf.constant(requests))["ids"].numpy(), offline)
         # The same answer in the source's raw ids (padding is "", not a raw id).
         raw = signatures["serving_raw"](history=tf.constant(data.item_ids[requests]))
@@ -106,11 +121,17 @@ class TrainRunTest(tf.test.TestCase):
 
         result = _cli("pipelines.evaluate", out, "--geometry")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertIn(f"| model | ndcg | {metrics['test']['ndcg@1']:.4f} | "
-                      f"{metrics['test']['ndcg@10']:.4f} |", result.stdout)
-        geometry = re.search(r"Embedding geometry \(test queries\): mean item direction norm "
-                             r"([0-9.]+), score std per query ([0-9.]+), mean item norm "
-                             r"([0-9.]+)", result.stdout)
+        self.assertIn(
+            f"| model | ndcg | {metrics['test']['ndcg@1']:.4f} | "
+            f"{metrics['test']['ndcg@10']:.4f} |",
+            result.stdout,
+        )
+        geometry = re.search(
+            r"Embedding geometry \(test queries\): mean item direction norm "
+            r"([0-9.]+), score std per query ([0-9.]+), mean item norm "
+            r"([0-9.]+)",
+            result.stdout,
+        )
         self.assertIsNotNone(geometry, result.stdout)
         self.assertBetween(float(geometry.group(1)), 0.0, 1.0)
         self.assertGreater(float(geometry.group(2)), 0.0)
@@ -118,8 +139,9 @@ class TrainRunTest(tf.test.TestCase):
             self.assertNotIn("geometry", json.load(f)["test"])
         result = _cli("pipelines.evaluate", out, "--index=scann")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertIn(f"| model | recall | {metrics['test_scann']['recall@1']:.4f} |",
-                      result.stdout)
+        self.assertIn(
+            f"| model | recall | {metrics['test_scann']['recall@1']:.4f} |", result.stdout
+        )
         result = _cli("pipelines.export", out, "--index=brute_force", "--k=7")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn("Wrote " + os.path.join(out, "export", "brute_force", "2"), result.stdout)
@@ -129,8 +151,11 @@ class TrainRunTest(tf.test.TestCase):
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(SMOKE.replace(dim=8).as_dict(), f)
         os.makedirs(os.path.join(out, "backup"))  # That run had trained.
-        with self.assertRaisesRegex(ValueError, r"holds a run with another config \(differs in "
-                                    r"dim\); use another --output_dir"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"holds a run with another config \(differs in "
+            r"dim\); use another --output_dir",
+        ):
             train.run(SMOKE, out, verbose=0)
 
     def test_a_run_that_failed_on_its_data_does_not_claim_the_directory(self):
@@ -139,21 +164,33 @@ class TrainRunTest(tf.test.TestCase):
         with open(bad, "w") as f:
             f.write("1 1\n1 2\n1 3\n")  # One user: no validation query (the draw misses it).
         config = SMOKE.replace(dataset="ml-1m", data_path=bad)
-        with self.assertRaisesRegex(DataError, r"bad.txt: the loo split leaves no validation "
-                                    r"queries \(1 users, 3 interactions\)"):
+        with self.assertRaisesRegex(
+            DataError,
+            r"bad.txt: the loo split leaves no validation "
+            r"queries \(1 users, 3 interactions\)",
+        ):
             train.run(config, os.path.join(out, "run"), verbose=0)
         self.assertFalse(os.path.exists(os.path.join(out, "run", "config.json")))
         # The corrected command in the same directory is accepted (no "another config").
         good = os.path.join(out, "good.txt")
         with open(good, "w") as f:
             f.writelines(f"{u} {i}\n" for u in range(1, 41) for i in range(1, 8))
-        metrics = train.run(config.replace(data_path=good, epochs=1, steps_per_epoch=2),
-                            os.path.join(out, "run"), verbose=0)
+        metrics = train.run(
+            config.replace(data_path=good, epochs=1, steps_per_epoch=2),
+            os.path.join(out, "run"),
+            verbose=0,
+        )
         self.assertEqual(metrics["num_items"], 7)
 
     def test_two_tower_temporal(self):
-        config = SMOKE.replace(model="two_tower", split="temporal", history_length=8,
-                               negatives="in_batch", correction="standard", epochs=1)
+        config = SMOKE.replace(
+            model="two_tower",
+            split="temporal",
+            history_length=8,
+            negatives="in_batch",
+            correction="standard",
+            epochs=1,
+        )
         out = tempfile.mkdtemp()
         metrics = train.run(config, out, verbose=0)
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
@@ -163,10 +200,14 @@ class TrainRunTest(tf.test.TestCase):
         requests = _left_padded(test_set.histories)
         self.assertGreater(requests.shape[1], 8)
         served = tf.saved_model.load(metrics["exports"][0]).signatures["serving_default"](
-            user=tf.constant(test_set.users, tf.int64), history=tf.constant(requests))
-        offline = retrieval.exact_top_k(experiment.query_embeddings(model, config, test_set),
-                                        model.item_embeddings().numpy(), 100,
-                                        exclude=test_set.histories)
+            user=tf.constant(test_set.users, tf.int64), history=tf.constant(requests)
+        )
+        offline = retrieval.exact_top_k(
+            experiment.query_embeddings(model, config, test_set),
+            model.item_embeddings().numpy(),
+            100,
+            exclude=test_set.histories,
+        )
         self.assertAllEqual(served["ids"].numpy(), offline)
 
     def test_same_seed_runs_train_alike(self):
@@ -176,7 +217,9 @@ class TrainRunTest(tf.test.TestCase):
         self.assertEqual(first["test"], second["test"])
 
     def test_two_runs_compared_query_by_query(self):
-        from pipelines import evaluate, per_query  # pylint: disable=import-outside-toplevel
+        from pipelines import evaluate  # pylint: disable=import-outside-toplevel
+        from pipelines import per_query  # pylint: disable=import-outside-toplevel
+
         config = SMOKE.replace(epochs=1, steps_per_epoch=10, index="exact")
         base, other = tempfile.mkdtemp(), tempfile.mkdtemp()
         a = train.run(config.replace(correction="none"), base, verbose=0)["test"]
@@ -194,9 +237,11 @@ class TrainRunTest(tf.test.TestCase):
         result = _cli("pipelines.evaluate", other, f"--against={base}", f"--output_json={path}")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         row = comparison["ndcg@20"]
-        self.assertIn(f"| ndcg@20 | {row['mean_b']:.4f} | {row['mean_a']:.4f} | "
-                      f"{row['difference']:+.4f} | {row['se']:.4f} | {row['t']:.2f} |",
-                      result.stdout)
+        self.assertIn(
+            f"| ndcg@20 | {row['mean_b']:.4f} | {row['mean_a']:.4f} | "
+            f"{row['difference']:+.4f} | {row['se']:.4f} | {row['t']:.2f} |",
+            result.stdout,
+        )
         with open(path) as f:
             saved = json.load(f)
         self.assertEqual((saved["b"], saved["a"], saved["split"]), (other, base, "test"))
@@ -219,58 +264,90 @@ class TrainRunTest(tf.test.TestCase):
             json.dump(report, f)
         result = _cli("pipelines.evaluate", base, "--per_query_out=" + os.path.join(base, "x.npz"))
         self.assertNotEqual(result.returncode, 0)
-        self.assertIn(f"ndcg@20 evaluates to {a['ndcg@20']:.6f} here but "
-                      f"{a['ndcg@20'] + 0.01:.6f} in its metrics.json", result.stderr)
+        self.assertIn(
+            f"ndcg@20 evaluates to {a['ndcg@20']:.6f} here but "
+            f"{a['ndcg@20'] + 0.01:.6f} in its metrics.json",
+            result.stderr,
+        )
         self.assertFalse(os.path.exists(os.path.join(base, "x.npz")))
-        with self.assertRaisesRegex(ValueError, r"per_query.npz holds the test split by exact "
-                                    r"search; asked for the validation split by exact search"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"per_query.npz holds the test split by exact "
+            r"search; asked for the validation split by exact search",
+        ):
             evaluate.compare_runs(other, saved_a, split="validation")
-        with self.assertRaisesRegex(ValueError, r"--per_query_out must end with \.npz; "
-                                    r"received 'x\.json'"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"--per_query_out must end with \.npz; "
+            r"received 'x\.json'",
+        ):
             per_query.save(evaluate.per_query_values(saved_a), "x.json")
         smaller = tempfile.mkdtemp()
         train.run(config.replace(synthetic_users=200, steps_per_epoch=2), smaller, verbose=0)
-        with self.assertRaisesRegex(ValueError, r"--against=.* evaluates other test queries "
-                                    r"than .* \(synthetic, split loo, 200 queries vs "
-                                    r"synthetic, split loo, 300\); a paired comparison needs "
-                                    r"the same ones"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"--against=.* evaluates other test queries "
+            r"than .* \(synthetic, split loo, 200 queries vs "
+            r"synthetic, split loo, 300\); a paired comparison needs "
+            r"the same ones",
+        ):
             evaluate.compare_runs(other, smaller)
 
     def test_the_test_curve_is_logged_and_changes_no_training(self):
         from paper import curves  # pylint: disable=import-outside-toplevel
+
         config = SMOKE.replace(epochs=3, steps_per_epoch=10, patience=3, index="exact")
         plain = train.run(config, tempfile.mkdtemp(), verbose=0)
         out = tempfile.mkdtemp()
         logged = train.run(config.replace(test_curve_every=1), out, verbose=0)
         # Training saw the same batches, draws and weights: the same losses and test scores.
-        self.assertEqual(plain["last_epoch"], {k: v for k, v in logged["last_epoch"].items()
-                                               if not k.startswith("test_")})
+        self.assertEqual(
+            plain["last_epoch"],
+            {k: v for k, v in logged["last_epoch"].items() if not k.startswith("test_")},
+        )
         self.assertEqual(plain["test"], logged["test"])
         curve = curves.test_curve(out)
         self.assertEqual(sorted(curve), [0, 1, 2])
         # At the best epoch the curve scored the weights that the final test scores.
         self.assertAllClose(curve[logged["best_epoch"]], logged["test"]["ndcg@20"])
-        with self.assertRaisesRegex(ValueError, r"--test_curve_every must be >= 0 \(0: never\); "
-                                    r"received --test_curve_every=-1"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"--test_curve_every must be >= 0 \(0: never\); "
+            r"received --test_curve_every=-1",
+        ):
             configs.validate(SMOKE.replace(test_curve_every=-1))
 
 
 class ReleasedProtocolTest(tf.test.TestCase):
-
     def test_official_presets(self):
         # The released protocol (docs/protocol.md), and its CPU scale.
         for name, length, dim in (("official", 200, 128), ("official_cpu", 50, 64)):
             config = configs.validate(configs.PRESETS[name])
             self.assertEqual((config.model.max_length, config.model.dim), (length, dim))
-            self.assertEqual((config.model.architecture, config.model.tie_embeddings,
-                              config.data.loo_train_gap), ("gsasrec", False, 1))
-            self.assertEqual((config.loss.deduplicate, config.loss.log_q,
-                              config.loss.per_row, config.loss.mixture),
-                             (True, "unigram", True, "paper"))
+            self.assertEqual(
+                (config.model.architecture, config.model.tie_embeddings, config.data.loo_train_gap),
+                ("gsasrec", False, 1),
+            )
+            self.assertEqual(
+                (
+                    config.loss.deduplicate,
+                    config.loss.log_q,
+                    config.loss.per_row,
+                    config.loss.mixture,
+                ),
+                (True, "unigram", True, "paper"),
+            )
             training = config.training
-            self.assertEqual((training.epochs, training.patience, training.steps_per_epoch,
-                              training.partial_batches, config.data.validation_queries),
-                             (10000, 200, 0, True, 512))
+            self.assertEqual(
+                (
+                    training.epochs,
+                    training.patience,
+                    training.steps_per_epoch,
+                    training.partial_batches,
+                    config.data.validation_queries,
+                ),
+                (10000, 200, 0, True, 512),
+            )
             # Our diagnostic; no training change.
             self.assertEqual(config.training.test_curve_every, 10)
 
@@ -278,9 +355,18 @@ class ReleasedProtocolTest(tf.test.TestCase):
         # A synthetic stand-in for ML-1M under the released protocol: gSASRec, mixed
         # negatives per row with the deduplicated pool, the paper's standard correction.
         config = configs.PRESETS["official_cpu"].replace(
-            dataset="synthetic", synthetic_users=300, synthetic_items=400, max_length=20,
-            dim=16, batch_size=32, num_negatives=32, negatives="mixed",
-            correction="standard_negatives", epochs=2, patience=2)
+            dataset="synthetic",
+            synthetic_users=300,
+            synthetic_items=400,
+            max_length=20,
+            dim=16,
+            batch_size=32,
+            num_negatives=32,
+            negatives="mixed",
+            correction="standard_negatives",
+            epochs=2,
+            patience=2,
+        )
         metrics = train.run(config, tempfile.mkdtemp(), verbose=0)
         # 300 users in batches of 32: passes of 10 steps, the last of 12 rows.
         self.assertEqual((metrics["steps_per_epoch"], metrics["steps"]), (10, 20))
@@ -288,14 +374,13 @@ class ReleasedProtocolTest(tf.test.TestCase):
 
 
 class MirroredRunTest(tf.test.TestCase):
-
     def test_two_replicas_with_global_negatives_and_an_estimator(self):
         # The global batch of 32 is split 16 + 16 over the two logical CPUs; the run
         # takes the same number of steps, and the estimator sees every global batch once.
-        config = SMOKE.replace(frequency="count_min", epochs=1, steps_per_epoch=10,
-                               index="exact")
-        metrics = train.run(config, tempfile.mkdtemp(), verbose=0,
-                            strategy=conftest.mirrored_strategy())
+        config = SMOKE.replace(frequency="count_min", epochs=1, steps_per_epoch=10, index="exact")
+        metrics = train.run(
+            config, tempfile.mkdtemp(), verbose=0, strategy=conftest.mirrored_strategy()
+        )
         self.assertEqual(metrics["num_replicas"], 2)
         self.assertEqual(metrics["strategy"], "MirroredStrategy")
         self.assertEqual(metrics["steps"], 10)
@@ -303,14 +388,19 @@ class MirroredRunTest(tf.test.TestCase):
         self.assertRegex(metrics["estimator_state_digest"], r"^[0-9a-f]{64}$")
         self.assertBetween(metrics["test"]["recall@100"], 0.0, 1.0)
 
+
 class TableOptimizerTest(tf.test.TestCase):
     """--table_optimizer=adagrad: Adagrad on the embedding tables (sparse rows), Adam on the
     rest, through TFRS's CompositeOptimizer."""
 
     def _model_and_batch(self, table_optimizer):
         # In-batch negatives: the rows a step touches are the batch's items.
-        config = SMOKE.replace(model="two_tower", negatives="in_batch",
-                               table_optimizer=table_optimizer, table_learning_rate=0.1)
+        config = SMOKE.replace(
+            model="two_tower",
+            negatives="in_batch",
+            table_optimizer=table_optimizer,
+            table_learning_rate=0.1,
+        )
         data = experiment.load_data(config)
         split = experiment.make_split(config, data)
         tf.keras.utils.set_random_seed(0)
@@ -328,8 +418,9 @@ class TableOptimizerTest(tf.test.TestCase):
         config, model, batch = self._model_and_batch("adagrad")
         optimizer = experiment.make_optimizer(config.training, model)
         tables = experiment.embedding_tables(model)
-        self.assertEqual(sorted(t.name.split("/")[-2] for t in tables),
-                         ["history", "items", "users"])
+        self.assertEqual(
+            sorted(t.name.split("/")[-2] for t in tables), ["history", "items", "users"]
+        )
         items = next(t for t in tables if "items" in t.name)
         before = items.numpy()
         self._step(model, optimizer, batch)
@@ -341,7 +432,8 @@ class TableOptimizerTest(tf.test.TestCase):
         self.assertNotEmpty(dense)
         # A checkpoint restores both optimizers' slots: the next steps agree.
         path = tf.train.Checkpoint(model=model, optimizer=optimizer).save(
-            os.path.join(tempfile.mkdtemp(), "ckpt"))
+            os.path.join(tempfile.mkdtemp(), "ckpt")
+        )
         _, other, _ = self._model_and_batch("adagrad")
         other_optimizer = experiment.make_optimizer(config.training, other)
         self._step(other, other_optimizer, batch)  # Create the slots, then overwrite them.
@@ -355,18 +447,20 @@ class TableOptimizerTest(tf.test.TestCase):
         for name in ("paper", "official", "official_cpu", "cpu"):
             self.assertEqual(configs.PRESETS[name].training.table_optimizer, "adam")
         config, model, _ = self._model_and_batch("adam")
-        self.assertIsInstance(experiment.make_optimizer(config.training, model),
-                              tf.keras.optimizers.Adam)
-        with self.assertRaisesRegex(ValueError, r"--table_optimizer must be one of adam, "
-                                    r"adagrad; received --table_optimizer='sgd'"):
+        self.assertIsInstance(
+            experiment.make_optimizer(config.training, model), tf.keras.optimizers.Adam
+        )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"--table_optimizer must be one of adam, "
+            r"adagrad; received --table_optimizer='sgd'",
+        ):
             configs.validate(SMOKE.replace(table_optimizer="sgd"))
 
 
 class ConfigFileTest(tf.test.TestCase):
-
     def test_nested_round_trip_and_older_flat_files(self):
-        self.assertEqual(configs.Config.from_dict(json.loads(json.dumps(SMOKE.as_dict()))),
-                         SMOKE)
+        self.assertEqual(configs.Config.from_dict(json.loads(json.dumps(SMOKE.as_dict()))), SMOKE)
         self.assertEqual(sorted(SMOKE.as_dict()), ["data", "loss", "model", "training"])
         self.assertEqual(SMOKE.as_dict()["loss"]["num_negatives"], 32)
         # An earlier run's flat config.json, with the three fields since renamed and
@@ -376,9 +470,16 @@ class ConfigFileTest(tf.test.TestCase):
             older[old] = older.pop(new)
         del older["test_curve_every"]
         read = configs.Config.from_dict(older)
-        self.assertEqual((read.loss.per_row, read.loss.global_batch, read.loss.log_q,
-                          read.training.test_curve_every, read.model.dim),
-                         (True, False, "unigram", 0, 16))
+        self.assertEqual(
+            (
+                read.loss.per_row,
+                read.loss.global_batch,
+                read.loss.log_q,
+                read.training.test_curve_every,
+                read.model.dim,
+            ),
+            (True, False, "unigram", 0, 16),
+        )
         with self.assertRaisesRegex(ValueError, r"Config has no field 'dimension'"):
             configs.Config.from_dict({"dimension": 3})
 
@@ -399,19 +500,32 @@ class ConfigFileTest(tf.test.TestCase):
         stored = configs.Config.stored_fields(older)
         self.assertTrue("per_row" in stored and "scann_min_items" not in stored)
         self.assertEqual(len(stored), len(configs.FIELDS) - 1)
-        with self.assertRaisesRegex(ValueError, r"holds a run with another config \(differs "
-                                    r"in dim, per_row\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"holds a run with another config \(differs "
+            r"in dim, per_row\)",
+        ):
             train._check_output_dir(  # pylint: disable=protected-access
-                preset.replace(dim=8, per_row=True), out)
+                preset.replace(dim=8, per_row=True), out
+            )
 
     def test_flags_and_their_old_names(self):
         flag_values = flags.FlagValues()
         train.define_flags(flag_values)
-        flag_values(["train", "--preset=official_cpu", "--per_row_negatives=false",
-                     "--log_q=horvitz_thompson", "--dim=32"])
+        flag_values(
+            [
+                "train",
+                "--preset=official_cpu",
+                "--per_row_negatives=false",
+                "--log_q=horvitz_thompson",
+                "--dim=32",
+            ]
+        )
         config = train.config_from_flags(flag_values)
-        self.assertEqual((config.loss.per_row, config.loss.log_q, config.model.dim,
-                          config.loss.deduplicate), (False, "horvitz_thompson", 32, True))
+        self.assertEqual(
+            (config.loss.per_row, config.loss.log_q, config.model.dim, config.loss.deduplicate),
+            (False, "horvitz_thompson", 32, True),
+        )
 
 
 def _wait_for_backup(test, output_dir, processes, timeout=300):
@@ -441,10 +555,23 @@ class MultiWorkerTest(tf.test.TestCase):
         # backup is on disk, and started again: they resume from it and finish the 200 steps.
         out = tempfile.mkdtemp()
         cluster = cluster_lib.local_cluster(2)
-        args = [sys.executable, "-m", "pipelines.train", "--preset=smoke", "--model=two_tower",
-                "--history_length=8", "--num_negatives=1000", "--strategy=multi_worker",
-                "--frequency=count_min", "--epochs=2", "--steps_per_epoch=100",
-                "--backup_every=5", "--patience=5", "--index=exact", f"--output_dir={out}"]
+        args = [
+            sys.executable,
+            "-m",
+            "pipelines.train",
+            "--preset=smoke",
+            "--model=two_tower",
+            "--history_length=8",
+            "--num_negatives=1000",
+            "--strategy=multi_worker",
+            "--frequency=count_min",
+            "--epochs=2",
+            "--steps_per_epoch=100",
+            "--backup_every=5",
+            "--patience=5",
+            "--index=exact",
+            f"--output_dir={out}",
+        ]
 
         workers = cluster_lib.start_workers(args, cluster)
         _wait_for_backup(self, out, workers)
@@ -479,48 +606,75 @@ class MultiWorkerTest(tf.test.TestCase):
 
 
 class CommandLineTest(tf.test.TestCase):
-
     def test_main_job_prints_a_table(self):
         out = tempfile.mkdtemp()
-        result = _cli("pipelines.train", "--preset=smoke", f"--output_dir={out}",
-                      "--correction=standard", "--epochs=1")
+        result = _cli(
+            "pipelines.train",
+            "--preset=smoke",
+            f"--output_dir={out}",
+            "--correction=standard",
+            "--epochs=1",
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertRegex(result.stdout, r"\| model \| recall \| [0-9.]+ \| [0-9.]+ \|")
         self.assertIn("| oracle (baseline) | ndcg |", result.stdout)
-        self.assertEqual(json.load(open(os.path.join(out, "config.json")))["loss"]["correction"],
-                         "standard")
+        self.assertEqual(
+            json.load(open(os.path.join(out, "config.json")))["loss"]["correction"], "standard"
+        )
 
     def test_bad_flags_list_the_valid_values(self):
         for args, message in (
-                (["--negatives=random"], "--negatives must be one of in_batch, uniform, mixed; "
-                                         "received --negatives='random'"),
-                (["--preset=huge"], f"--preset must be one of {', '.join(configs.PRESETS)}; "
-                                    "received --preset='huge'"),
-                (["--deduplicate", "--negatives=mixed", "--mixture=exact"],
-                 "MixedSampler(deduplicate=True) needs mixture='paper'"),
-                (["--negatives=mixed", "--num_negatives=1"],
-                 "negatives='mixed' needs num_negatives >= 2"),
-                (["--architecture=bert4rec"], "--architecture must be one of sasrec, gsasrec; "
-                                              "received --architecture='bert4rec'"),
-                (["--pseudo_count=-1"], "--pseudo_count must be >= 0; received --pseudo_count=-1.0"),
-                (["--loo_train_gap=-2"], "--loo_train_gap must be >= 0 (0: none); received "
-                                         "--loo_train_gap=-2"),
-                (["--adam_epsilon=0"], "--adam_epsilon must be positive; received --adam_epsilon=0.0"),
-                (["--dropout=1.5"], "--dropout must be in [0.0, 1.0) (a rate of 1 drops everything); "
-                                  "received --dropout=1.5"),
-                (["--per_row_negatives=maybe"], "flag --per_row=maybe: ('Non-boolean argument"),
-                (["--batch_size=0"], "--batch_size must be a positive integer"),
-                ([], "--output_dir is required")):
+            (
+                ["--negatives=random"],
+                "--negatives must be one of in_batch, uniform, mixed; "
+                "received --negatives='random'",
+            ),
+            (
+                ["--preset=huge"],
+                f"--preset must be one of {', '.join(configs.PRESETS)}; received --preset='huge'",
+            ),
+            (
+                ["--deduplicate", "--negatives=mixed", "--mixture=exact"],
+                "MixedSampler(deduplicate=True) needs mixture='paper'",
+            ),
+            (
+                ["--negatives=mixed", "--num_negatives=1"],
+                "negatives='mixed' needs num_negatives >= 2",
+            ),
+            (
+                ["--architecture=bert4rec"],
+                "--architecture must be one of sasrec, gsasrec; received --architecture='bert4rec'",
+            ),
+            (["--pseudo_count=-1"], "--pseudo_count must be >= 0; received --pseudo_count=-1.0"),
+            (
+                ["--loo_train_gap=-2"],
+                "--loo_train_gap must be >= 0 (0: none); received --loo_train_gap=-2",
+            ),
+            (["--adam_epsilon=0"], "--adam_epsilon must be positive; received --adam_epsilon=0.0"),
+            (
+                ["--dropout=1.5"],
+                "--dropout must be in [0.0, 1.0) (a rate of 1 drops everything); "
+                "received --dropout=1.5",
+            ),
+            (["--per_row_negatives=maybe"], "flag --per_row=maybe: ('Non-boolean argument"),
+            (["--batch_size=0"], "--batch_size must be a positive integer"),
+            ([], "--output_dir is required"),
+        ):
             if args:
                 args = args + ["--output_dir=/tmp/unused"] if args[0] != "" else args
             result = _cli("pipelines.train", *args)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)
         for args, message in (
-                (["--against=/tmp/b", "--geometry"],
-                 "--against and --geometry are separate jobs; give one of them."),
-                (["--output_json=c.json"],
-                 "--output_json=c.json writes --against's comparison; give --against too.")):
+            (
+                ["--against=/tmp/b", "--geometry"],
+                "--against and --geometry are separate jobs; give one of them.",
+            ),
+            (
+                ["--output_json=c.json"],
+                "--output_json=c.json writes --against's comparison; give --against too.",
+            ),
+        ):
             result = _cli("pipelines.evaluate", "/tmp/a", *args)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(message, result.stderr)
@@ -532,11 +686,18 @@ class CommandLineTest(tf.test.TestCase):
         # (dropout, negative draws) is in the backup too: the resumed run ends with the
         # uninterrupted run's weights and metrics, to the bit.
         out, uninterrupted = tempfile.mkdtemp(), tempfile.mkdtemp()
-        args = ["--preset=smoke", "--epochs=3", "--steps_per_epoch=200",
-                "--frequency=count_min", "--patience=5"]
-        process = subprocess.Popen([sys.executable, "-m", "pipelines.train", *args,
-                                    f"--output_dir={out}"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [
+            "--preset=smoke",
+            "--epochs=3",
+            "--steps_per_epoch=200",
+            "--frequency=count_min",
+            "--patience=5",
+        ]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.train", *args, f"--output_dir={out}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         _wait_for_backup(self, out, [process])
         process.send_signal(signal.SIGKILL)
         process.wait()
@@ -547,13 +708,17 @@ class CommandLineTest(tf.test.TestCase):
         self.assertEqual(metrics["last_epoch"], reference["last_epoch"])
         resumed = tf.train.load_checkpoint(os.path.join(out, "checkpoints", "best"))
         straight = tf.train.load_checkpoint(os.path.join(uninterrupted, "checkpoints", "best"))
-        names = [name for name, _ in tf.train.list_variables(
-            os.path.join(out, "checkpoints", "best")) if "VARIABLE_VALUE" in name]
+        names = [
+            name
+            for name, _ in tf.train.list_variables(os.path.join(out, "checkpoints", "best"))
+            if "VARIABLE_VALUE" in name
+        ]
         self.assertTrue(any("random_generators" in name for name in names))
         # Weights, optimizer, estimator, random generators and running means: to the bit.
         for name in sorted(names):
-            np.testing.assert_array_equal(resumed.get_tensor(name), straight.get_tensor(name),
-                                          err_msg=name)
+            np.testing.assert_array_equal(
+                resumed.get_tensor(name), straight.get_tensor(name), err_msg=name
+            )
         self.assertBetween(metrics["resumed_from_step"], 5, 595)
         self.assertEqual(metrics["resumed_from_step"] % 5, 0)
         self.assertEqual(metrics["steps"], 600)
@@ -565,14 +730,22 @@ class CommandLineTest(tf.test.TestCase):
         self.assertEqual(metrics["best_validation_ndcg@10"], progress["best"])
         self.assertGreaterEqual(metrics["train_seconds"], progress["seconds"])
 
-
     def test_a_second_run_into_a_running_directory_is_refused(self):
         # Two commands into one directory (seed 0 and seed 1): the second is refused while
         # the first holds OUTPUT/run.lock, and nothing of it lands there.
         out = tempfile.mkdtemp()
-        first = subprocess.Popen([sys.executable, "-m", "pipelines.train", "--preset=smoke",
-                                  "--epochs=50", f"--output_dir={out}"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.train",
+                "--preset=smoke",
+                "--epochs=50",
+                f"--output_dir={out}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 120
         while not os.path.exists(os.path.join(out, "run.lock")) and time.time() < deadline:
             time.sleep(0.1)
@@ -580,23 +753,42 @@ class CommandLineTest(tf.test.TestCase):
         first.kill()
         first.wait()
         self.assertEqual(second.returncode, 1)
-        self.assertRegex(second.stderr, rf"error: {out} is in use by another run \(.*\"pid\": "
-                         rf"{first.pid}.*\); wait for it to end, or give this one another "
-                         "--output_dir.")
-        self.assertNotIn('"seed": 1', open(os.path.join(out, "config.json")).read()
-                         if os.path.exists(os.path.join(out, "config.json")) else "")
+        self.assertRegex(
+            second.stderr,
+            rf"error: {out} is in use by another run \(.*\"pid\": "
+            rf"{first.pid}.*\); wait for it to end, or give this one another "
+            "--output_dir.",
+        )
+        self.assertNotIn(
+            '"seed": 1',
+            open(os.path.join(out, "config.json")).read()
+            if os.path.exists(os.path.join(out, "config.json"))
+            else "",
+        )
         # The lock died with the killed process: the same command now runs.
-        self.assertEqual(_cli("pipelines.train", "--preset=smoke", "--epochs=1",
-                              "--steps_per_epoch=5", "--index=exact",
-                              f"--output_dir={out}").returncode, 0)
+        self.assertEqual(
+            _cli(
+                "pipelines.train",
+                "--preset=smoke",
+                "--epochs=1",
+                "--steps_per_epoch=5",
+                "--index=exact",
+                f"--output_dir={out}",
+            ).returncode,
+            0,
+        )
         self.assertFalse(os.path.exists(os.path.join(out, "run.lock")))
 
     def test_a_non_finite_loss_stops_the_run_and_exports_nothing(self):
         out = tempfile.mkdtemp()
-        config = SMOKE.replace(learning_rate=1e30, table_learning_rate=1e30, epochs=3,
-                               steps_per_epoch=20)
-        with self.assertRaisesRegex(callbacks_lib.NonFiniteLoss, r"The training loss is "
-                                    r"(nan|inf|-inf) at step \d+ .*nothing exported"):
+        config = SMOKE.replace(
+            learning_rate=1e30, table_learning_rate=1e30, epochs=3, steps_per_epoch=20
+        )
+        with self.assertRaisesRegex(
+            callbacks_lib.NonFiniteLoss,
+            r"The training loss is "
+            r"(nan|inf|-inf) at step \d+ .*nothing exported",
+        ):
             train.run(config, out, verbose=0)
         self.assertFalse(os.path.exists(os.path.join(out, "export")))
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
@@ -606,8 +798,13 @@ class CommandLineTest(tf.test.TestCase):
         path = os.path.join(directory, "log.csv")
         with open(path, "w") as f:
             f.write("user_id,item_id,timestamp\nu1,i1,5\nu2,,6\n")
-        result = _cli("pipelines.train", "--preset=industrial_smoke", "--dataset=events",
-                      f"--data_path={path}", f"--output_dir={directory}/run")
+        result = _cli(
+            "pipelines.train",
+            "--preset=industrial_smoke",
+            "--dataset=events",
+            f"--data_path={path}",
+            f"--output_dir={directory}/run",
+        )
         self.assertEqual(result.returncode, 1)
         self.assertIn("error: ", result.stderr)
         self.assertIn("column 'item_id' is empty (null) in data row 2", result.stderr)
@@ -615,35 +812,58 @@ class CommandLineTest(tf.test.TestCase):
 
     def test_cosine_scaled_and_mined_options_train_evaluate_and_serve(self):
         out = tempfile.mkdtemp()
-        config = SMOKE.replace(l2_normalize=True, temperature=0.1, log_q_scale=0.5,
-                               num_hard_negatives=8, negatives="mixed", epochs=2,
-                               steps_per_epoch=10, index="exact")
+        config = SMOKE.replace(
+            l2_normalize=True,
+            temperature=0.1,
+            log_q_scale=0.5,
+            num_hard_negatives=8,
+            negatives="mixed",
+            epochs=2,
+            steps_per_epoch=10,
+            index="exact",
+        )
         metrics = train.run(config, out, verbose=0)
         self.assertGreater(metrics["test"]["recall@100"], 0.0)
         _, model, split, _ = experiment.load_run(out)
         task = model.objective.task
-        self.assertEqual((task.temperature, task.log_q_scale, task.num_hard_negatives,
-                          model.objective.l2_normalize), (0.1, 0.5, 8, True))
+        self.assertEqual(
+            (
+                task.temperature,
+                task.log_q_scale,
+                task.num_hard_negatives,
+                model.objective.l2_normalize,
+            ),
+            (0.1, 0.5, 8, True),
+        )
         # The export ranks by the same cosine the evaluation did.
         served = tf.saved_model.load(metrics["exports"][0]).signatures["item_embeddings"](
-            item_ids=tf.range(1, metrics["num_items"] + 1, dtype=tf.int64))["embeddings"]
-        self.assertAllClose(np.linalg.norm(served.numpy(), axis=1),
-                            np.ones(metrics["num_items"]), rtol=1e-5)
+            item_ids=tf.range(1, metrics["num_items"] + 1, dtype=tf.int64)
+        )["embeddings"]
+        self.assertAllClose(
+            np.linalg.norm(served.numpy(), axis=1), np.ones(metrics["num_items"]), rtol=1e-5
+        )
 
     def test_output_dir_that_is_a_file_is_named(self):
         path = tempfile.mkstemp()[1]
         with self.assertRaisesRegex(train.OutputDirError, f"--output_dir={path} is a file"):
             train.run(SMOKE, path, verbose=0)
-        with self.assertRaisesRegex(train.OutputDirError,
-                                    f"--output_dir={path}/run cannot be written"):
+        with self.assertRaisesRegex(
+            train.OutputDirError, f"--output_dir={path}/run cannot be written"
+        ):
             train.run(SMOKE, os.path.join(path, "run"), verbose=0)
 
     def test_rerun_after_training_evaluates_without_training_again(self):
         # Killed in the test evaluation or the export (no metrics.json yet): a rerun loads
         # the best checkpoint and reports the same run.
         out = tempfile.mkdtemp()
-        args = ["--preset=smoke", f"--output_dir={out}", "--epochs=2", "--steps_per_epoch=10",
-                "--frequency=hashed", "--index=exact"]
+        args = [
+            "--preset=smoke",
+            f"--output_dir={out}",
+            "--epochs=2",
+            "--steps_per_epoch=10",
+            "--frequency=hashed",
+            "--index=exact",
+        ]
         self.assertEqual(_cli("pipelines.train", *args).returncode, 0)
         first = json.load(open(os.path.join(out, "metrics.json")))
         best = os.path.join(out, "checkpoints", "best.index")
@@ -654,19 +874,44 @@ class CommandLineTest(tf.test.TestCase):
         self.assertIn("finished training earlier (2 epochs)", result.stdout)
         second = json.load(open(os.path.join(out, "metrics.json")))
         self.assertEqual(os.path.getmtime(best), written)  # No epoch ran.
-        for key in ("test", "steps", "estimator_steps", "epochs_run", "train_seconds",
-                    "best_validation_ndcg@10", "last_epoch", "estimator_state_digest"):
+        for key in (
+            "test",
+            "steps",
+            "estimator_steps",
+            "epochs_run",
+            "train_seconds",
+            "best_validation_ndcg@10",
+            "last_epoch",
+            "estimator_state_digest",
+        ):
             self.assertEqual(second[key], first[key], key)
 
 
 # A run whose every kill point below is reached: 3 epochs of 20 steps, a backup every 10
 # (two of them at an epoch's end), an improvement at every epoch.
-RESUME_ARGS = ["--preset=smoke", "--epochs=3", "--steps_per_epoch=20", "--backup_every=10",
-               "--patience=100", "--frequency=count_min"]
+RESUME_ARGS = [
+    "--preset=smoke",
+    "--epochs=3",
+    "--steps_per_epoch=20",
+    "--backup_every=10",
+    "--patience=100",
+    "--frequency=count_min",
+]
 # What a resumed run must report as the uninterrupted one did (times and paths aside).
-RESUME_EQUAL = ("test", "test_exact", "test_scann", "baselines", "best_validation_ndcg@10",
-                "epochs_run", "best_epoch", "steps", "estimator_steps", "last_epoch",
-                "estimator_state_digest", "exports")
+RESUME_EQUAL = (
+    "test",
+    "test_exact",
+    "test_scann",
+    "baselines",
+    "best_validation_ndcg@10",
+    "epochs_run",
+    "best_epoch",
+    "steps",
+    "estimator_steps",
+    "last_epoch",
+    "estimator_state_digest",
+    "exports",
+)
 
 
 class _ResumeCase(tf.test.TestCase):
@@ -691,8 +936,9 @@ class _ResumeCase(tf.test.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "metrics.json")))
         resumed = _cli("pipelines.train", *self.args, f"--output_dir={out}")
         self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
-        metrics, reference = (json.load(open(os.path.join(d, "metrics.json")))
-                              for d in (out, self.reference))
+        metrics, reference = (
+            json.load(open(os.path.join(d, "metrics.json"))) for d in (out, self.reference)
+        )
         for key in RESUME_EQUAL:
             expected = reference.get(key)
             if key == "exports":
@@ -701,20 +947,21 @@ class _ResumeCase(tf.test.TestCase):
         for name in ("progress.json",):
             got, want = (json.load(open(os.path.join(d, name))) for d in (out, self.reference))
             self.assertEqual(got["values"], want["values"])
-        resumed_best, straight_best = (tf.train.load_checkpoint(
-            os.path.join(d, "checkpoints", "best")) for d in (out, self.reference))
+        resumed_best, straight_best = (
+            tf.train.load_checkpoint(os.path.join(d, "checkpoints", "best"))
+            for d in (out, self.reference)
+        )
         for name in straight_best.get_variable_to_shape_map():
-            np.testing.assert_array_equal(resumed_best.get_tensor(name),
-                                          straight_best.get_tensor(name), err_msg=name)
+            np.testing.assert_array_equal(
+                resumed_best.get_tensor(name), straight_best.get_tensor(name), err_msg=name
+            )
         for kind in ("brute_force", "scann"):  # One export of each, no leftover.
             self.assertEqual(os.listdir(os.path.join(out, "export", kind)), ["1"])
         self.assertFalse(os.path.exists(os.path.join(out, "backup")))
         return metrics
 
 
-
 class ResumeAnywhereTest(_ResumeCase):
-
     def test_kill_just_after_the_backup_at_an_epochs_end(self):
         # The issue's probe: epoch 0's validation and best checkpoint used to be lost.
         self._check("backup", 2)
@@ -745,9 +992,9 @@ class ResumeOutOfCoreTest(_ResumeCase):
 
 @pytest.mark.slow
 class ResumeAtEveryPointTest(_ResumeCase, parameterized.TestCase):
-
-    @parameterized.parameters(("backup", 3), ("epoch_end", 1), ("progress", 2),
-                              ("evaluation", 1), ("export", 1))
+    @parameterized.parameters(
+        ("backup", 3), ("epoch_end", 1), ("progress", 2), ("evaluation", 1), ("export", 1)
+    )
     def test_kill_at(self, point, count):
         self._check(point, count)
 

@@ -14,11 +14,14 @@ def gradients(fn, *arrays):
     backend = keras.backend.backend()
     if backend == "jax":
         import jax  # pylint: disable=import-outside-toplevel
+
         grads = jax.grad(lambda *xs: fn(*xs), argnums=tuple(range(len(arrays))))(
-            *[jax.numpy.asarray(a) for a in arrays])
+            *[jax.numpy.asarray(a) for a in arrays]
+        )
         return [np.asarray(g) for g in grads]
     if backend == "tensorflow":
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         tensors = [tf.constant(a) for a in arrays]
         with tf.GradientTape() as tape:
             tape.watch(tensors)
@@ -26,6 +29,7 @@ def gradients(fn, *arrays):
         return [g.numpy() for g in tape.gradient(value, tensors)]
     if backend == "torch":
         import torch  # pylint: disable=import-outside-toplevel
+
         tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
         fn(*tensors).backward()
         return [t.grad.numpy() for t in tensors]
@@ -37,8 +41,10 @@ def compiled(fn):
     backend = keras.backend.backend()
     if backend == "jax":
         import jax  # pylint: disable=import-outside-toplevel
+
         return jax.jit(fn)
     if backend == "tensorflow":
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         return tf.function(fn, jit_compile=True)
     return fn  # torch: eager (torch.compile is not what Keras 3 runs by default).

@@ -34,8 +34,8 @@ def _parse():
 ARGS = _parse()
 # Before JAX is imported: the host platform as ARGS.devices CPU devices.
 os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", ""),
-     f"--xla_force_host_platform_device_count={ARGS.devices}"]).strip()
+    [os.environ.get("XLA_FLAGS", ""), f"--xla_force_host_platform_device_count={ARGS.devices}"]
+).strip()
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -60,15 +60,16 @@ def make_sampler(kind):
     if kind == "in_batch":
         return keras_logq.InBatchSampler(probabilities=ZIPF_Q, seed=1)
     if kind == "in_batch_dedup_capped":
-        return keras_logq.InBatchSampler(deduplicate=True, max_pool_size=16,
-                                         probabilities=ZIPF_Q, seed=2)
+        return keras_logq.InBatchSampler(
+            deduplicate=True, max_pool_size=16, probabilities=ZIPF_Q, seed=2
+        )
     if kind == "mixed_per_row":
-        return keras_logq.MixedSampler(NUM_ITEMS, 6, 16, per_row=True, probabilities=ZIPF_Q,
-                                       seed=3)
+        return keras_logq.MixedSampler(NUM_ITEMS, 6, 16, per_row=True, probabilities=ZIPF_Q, seed=3)
     if kind in ("mixed_sketch", "mixed_sketch_per_row"):
         sketch = keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=0.9, seed=4)
-        return keras_logq.MixedSampler(NUM_ITEMS, 6, 16, per_row=kind.endswith("per_row"),
-                                       probabilities=sketch, seed=5)
+        return keras_logq.MixedSampler(
+            NUM_ITEMS, 6, 16, per_row=kind.endswith("per_row"), probabilities=sketch, seed=5
+        )
     raise ValueError(kind)
 
 
@@ -90,18 +91,21 @@ class TwoTower(keras.Model):
         frequency = self.sampler.frequency
         if isinstance(frequency, keras_logq.CountMinSketchEstimator):
             frequency.update(x["item"])
-        negatives = self.sampler(x["item"], x["item"], positives,
-                                 embedding_fn=lambda ids: self.items(ids))
+        negatives = self.sampler(
+            x["item"], x["item"], positives, embedding_fn=lambda ids: self.items(ids)
+        )
         # Trace time: the static shapes are the step's (the global batch under jit).
         TRACE["batch"] = int(x["item"].shape[0])
         TRACE["negatives"] = [int(n) for n in negatives.ids.shape]
         jax.debug.inspect_array_sharding(
-            x["item"], callback=lambda s: TRACE.update(item_ids=str(_spec(s))))
+            x["item"], callback=lambda s: TRACE.update(item_ids=str(_spec(s)))
+        )
         jax.debug.inspect_array_sharding(
-            self.items.embeddings.value,
-            callback=lambda s: TRACE.update(item_table=str(_spec(s))))
-        return ops.mean(keras_logq.negatives_loss(query, positives, negatives,
-                                                  correction="improved"))
+            self.items.embeddings.value, callback=lambda s: TRACE.update(item_table=str(_spec(s)))
+        )
+        return ops.mean(
+            keras_logq.negatives_loss(query, positives, negatives, correction="improved")
+        )
 
 
 def _spec(sharding):
@@ -115,8 +119,11 @@ def _numpy(x):
 
 def _state(model):
     sampler = model.sampler
-    seeds = ([sampler.seed_generator] if isinstance(sampler, keras_logq.InBatchSampler)
-             else [sampler.uniform.seed_generator, sampler.in_batch.seed_generator])
+    seeds = (
+        [sampler.seed_generator]
+        if isinstance(sampler, keras_logq.InBatchSampler)
+        else [sampler.uniform.seed_generator, sampler.in_batch.seed_generator]
+    )
     state = {"seeds": [_numpy(s.state).tolist() for s in seeds]}
     frequency = sampler.frequency
     if isinstance(frequency, keras_logq.CountMinSketchEstimator):
@@ -142,13 +149,19 @@ def train(kind, distribution, data, initial):
             batch = {name: values[rows] for name, values in data.items()}
             losses.append(float(model.train_on_batch(batch)))
             if step == 0:
-                after_first = {"users": _numpy(model.users.embeddings).tolist(),
-                               "items": _numpy(model.items.embeddings).tolist()}
-        return dict(losses=losses, after_first=after_first,
-                    users=_numpy(model.users.embeddings).tolist(),
-                    items=_numpy(model.items.embeddings).tolist(),
-                    table_sharding=str(_spec(model.items.embeddings.value.sharding)),
-                    trace=dict(TRACE), **_state(model))
+                after_first = {
+                    "users": _numpy(model.users.embeddings).tolist(),
+                    "items": _numpy(model.items.embeddings).tolist(),
+                }
+        return dict(
+            losses=losses,
+            after_first=after_first,
+            users=_numpy(model.users.embeddings).tolist(),
+            items=_numpy(model.items.embeddings).tolist(),
+            table_sharding=str(_spec(model.items.embeddings.value.sharding)),
+            trace=dict(TRACE),
+            **_state(model),
+        )
 
 
 class _NoScope:
@@ -164,24 +177,33 @@ def main():
     assert len(devices) == ARGS.devices, devices
     rng = np.random.default_rng(1)
     rows = ARGS.steps * ARGS.batch
-    data = dict(user=rng.integers(0, NUM_ITEMS, rows).astype(np.int32),
-                item=rng.choice(NUM_ITEMS, rows, p=ZIPF_Q).astype(np.int32))
-    initial = dict(users=rng.normal(size=(NUM_ITEMS, DIM)).astype(np.float32) * 0.3,
-                   items=rng.normal(size=(NUM_ITEMS, DIM)).astype(np.float32) * 0.3)
+    data = dict(
+        user=rng.integers(0, NUM_ITEMS, rows).astype(np.int32),
+        item=rng.choice(NUM_ITEMS, rows, p=ZIPF_Q).astype(np.int32),
+    )
+    initial = dict(
+        users=rng.normal(size=(NUM_ITEMS, DIM)).astype(np.float32) * 0.3,
+        items=rng.normal(size=(NUM_ITEMS, DIM)).astype(np.float32) * 0.3,
+    )
     mesh = keras.distribution.DeviceMesh((ARGS.devices // 2, 2), ("batch", "model"), devices)
     layout_map = keras.distribution.LayoutMap(mesh)
     layout_map[".*items/embeddings"] = ("model", None)  # The item table's rows, sharded.
     settings = {
         "single": None,
         "data_parallel": keras.distribution.DataParallel(devices=devices),
-        "model_parallel": keras.distribution.ModelParallel(layout_map=layout_map,
-                                                           batch_dim_name="batch"),
+        "model_parallel": keras.distribution.ModelParallel(
+            layout_map=layout_map, batch_dim_name="batch"
+        ),
     }
-    results = {"learning_rate": LEARNING_RATE, "initial": {k: v.tolist()
-                                                           for k, v in initial.items()}}
+    results = {
+        "learning_rate": LEARNING_RATE,
+        "initial": {k: v.tolist() for k, v in initial.items()},
+    }
     for kind in ARGS.samplers.split(","):
-        results[kind] = {name: train(kind, distribution, data, initial)
-                         for name, distribution in settings.items()}
+        results[kind] = {
+            name: train(kind, distribution, data, initial)
+            for name, distribution in settings.items()
+        }
     json.dump(results, sys.stdout)
 
 

@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "jax",
     reason="keras.distribution is tested on JAX (issue 49); the child process runs JAX "
-           "whatever this process's backend, so it runs once, in the JAX suite")
+    "whatever this process's backend, so it runs once, in the JAX suite",
+)
 
 
 def _run(devices, samplers):
@@ -37,9 +38,20 @@ def _run(devices, samplers):
     # `-S` as this process (tests/test_keras3.py runs this suite so, without TensorFlow).
     python = [sys.executable] + (["-S"] if sys.flags.no_site else [])
     result = subprocess.run(
-        python + ["-m", "tests_keras3.distributed", f"--devices={devices}",
-         f"--samplers={','.join(samplers)}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+        python
+        + [
+            "-m",
+            "tests_keras3.distributed",
+            f"--devices={devices}",
+            f"--samplers={','.join(samplers)}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout)
 
@@ -52,8 +64,10 @@ def _check_equal_to_single_device(results, samplers, batch_sharded):
         single = results[kind]["single"]
         assert single["trace"]["batch"] == 64
         assert np.all(np.isfinite(single["losses"])) and len(single["losses"]) == 4
-        gradient = {name: (initial[name] - np.array(single["after_first"][name]))
-                    / learning_rate for name in initial}
+        gradient = {
+            name: (initial[name] - np.array(single["after_first"][name])) / learning_rate
+            for name in initial
+        }
         # The negatives' rows of the item table received gradients (not only positives).
         assert np.count_nonzero(np.abs(gradient["items"]).sum(axis=1)) > 10, kind
         for setting in ("data_parallel", "model_parallel"):
@@ -62,28 +76,29 @@ def _check_equal_to_single_device(results, samplers, batch_sharded):
             # Traced on the global batch: the sampler's pool is the single device's.
             assert run["trace"]["batch"] == 64, where
             assert run["trace"]["negatives"] == single["trace"]["negatives"], where
-            np.testing.assert_allclose(run["losses"], single["losses"], rtol=2e-6,
-                                       err_msg=where)
+            np.testing.assert_allclose(run["losses"], single["losses"], rtol=2e-6, err_msg=where)
             for name in initial:
-                run_gradient = (initial[name] - np.array(run["after_first"][name])) \
-                    / learning_rate
-                np.testing.assert_allclose(run_gradient, gradient[name], rtol=1e-4,
-                                           atol=1e-6, err_msg=f"{where}, d {name}")
-                np.testing.assert_allclose(run[name], single[name], rtol=1e-5, atol=1e-6,
-                                           err_msg=f"{where}, {name}")
+                run_gradient = (initial[name] - np.array(run["after_first"][name])) / learning_rate
+                np.testing.assert_allclose(
+                    run_gradient, gradient[name], rtol=1e-4, atol=1e-6, err_msg=f"{where}, d {name}"
+                )
+                np.testing.assert_allclose(
+                    run[name], single[name], rtol=1e-5, atol=1e-6, err_msg=f"{where}, {name}"
+                )
             assert run["seeds"] == single["seeds"], where
             for got, want in zip(run.get("sketch", []), single.get("sketch", [])):
                 np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=where)
-        data_parallel, model_parallel = (results[kind]["data_parallel"],
-                                         results[kind]["model_parallel"])
+        data_parallel, model_parallel = (
+            results[kind]["data_parallel"],
+            results[kind]["model_parallel"],
+        )
         # Each device holds its shard of the rows, and the item table is replicated...
         assert data_parallel["trace"]["item_ids"] == "P('batch',)", data_parallel["trace"]
         assert data_parallel["table_sharding"] == "P(None, None)"
         # ...or, under ModelParallel, the table's rows are sharded over "model".
         assert model_parallel["table_sharding"] == "P('model', None)"
         assert model_parallel["trace"]["item_table"] == "P('model',)"
-        assert model_parallel["trace"]["item_ids"] == ("P('batch',)" if batch_sharded
-                                                       else "P()")
+        assert model_parallel["trace"]["item_ids"] == ("P('batch',)" if batch_sharded else "P()")
 
 
 def test_data_parallel_and_model_parallel_on_two_devices_equal_one_device():

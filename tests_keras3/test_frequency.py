@@ -22,23 +22,37 @@ def _buckets_of(estimator):
     def buckets(item):
         mixed = (a * int(item) + b) % 2**32
         return ((mixed >> (32 - bits)) + np.arange(family.depth) * family.width).tolist()
+
     return buckets
 
 
 def test_static_frequency():
     freq = keras_logq.StaticFrequency.from_counts([2, 1, 1], pseudo_count=0.0)
-    np.testing.assert_allclose(numpy(freq.log_q(np.array([[0, 2]], np.int32))),
-                               np.log([[0.5, 0.25]]), rtol=1e-6)
-    np.testing.assert_allclose(numpy(freq.log_inclusion_probability(np.array([1], np.int32), 3)),
-                               np.log([1 - 0.75**3]), rtol=1e-6)
-    with pytest.raises(ValueError, match=r"`counts` must be a non-empty 1-D array of positive "
-                       r"counts"):
+    np.testing.assert_allclose(
+        numpy(freq.log_q(np.array([[0, 2]], np.int32))), np.log([[0.5, 0.25]]), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        numpy(freq.log_inclusion_probability(np.array([1], np.int32), 3)),
+        np.log([1 - 0.75**3]),
+        rtol=1e-6,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"`counts` must be a non-empty 1-D array of positive "
+        r"counts",
+    ):
         keras_logq.StaticFrequency.from_counts([1, 0])
-    with pytest.raises(ValueError, match=r"`probabilities` must be a non-empty 1-D array of "
-                       r"values in \(0, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"`probabilities` must be a non-empty 1-D array of "
+        r"values in \(0, 1\]",
+    ):
         keras_logq.StaticFrequency([0.5, 1.5])
-    with pytest.raises(ValueError, match=r"`num_draws` must be a positive integer; received "
-                       r"num_draws=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"`num_draws` must be a positive integer; received "
+        r"num_draws=0",
+    ):
         freq.log_inclusion_probability(np.array([1], np.int32), 0)
 
 
@@ -51,9 +65,11 @@ def test_static_frequency_reads_nan_for_ids_outside_the_table():
     runs = [freq.log_q]
     if backend == "jax":
         import jax  # pylint: disable=import-outside-toplevel
+
         runs.append(jax.jit(freq.log_q))
     elif backend == "tensorflow":
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         runs += [tf.function(freq.log_q), tf.function(freq.log_q, jit_compile=True)]
     for run in runs:
         got = numpy(run(ops.convert_to_tensor(ids)))
@@ -64,9 +80,12 @@ def test_static_frequency_reads_nan_for_ids_outside_the_table():
         assert np.isnan(wide[0]) and np.isclose(wide[1], np.log(0.25))
     # The loss is then NaN, never trained on a clamped row.
     loss = keras_logq.sampled_softmax_loss(
-        np.zeros([1], np.float32), np.zeros([1, 2], np.float32), correction="standard",
+        np.zeros([1], np.float32),
+        np.zeros([1, 2], np.float32),
+        correction="standard",
         negative_log_q=freq.log_q(np.array([1, 3], np.int32))[None, :],
-        positive_log_q=freq.log_q(np.array([0], np.int32)))
+        positive_log_q=freq.log_q(np.array([0], np.int32)),
+    )
     assert np.isnan(numpy(loss)).all()
 
 
@@ -83,14 +102,16 @@ def test_count_min_matches_reference(decay):
     rng = np.random.default_rng(1)
     sketch = keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=decay, seed=3)
     # 60 steps: with decay 0.5 the stored counts are rescaled after 43 of them.
-    stream = [rng.choice(200, size=16, p=reference.ZIPF_Q[:50].repeat(4) / 4).tolist()
-              for _ in range(60)]
+    stream = [
+        rng.choice(200, size=16, p=reference.ZIPF_Q[:50].repeat(4) / 4).tolist() for _ in range(60)
+    ]
     for ids in stream:
         sketch.update(np.array(ids, np.int32))
     want = reference.count_min(stream, _buckets_of(sketch), decay=decay)
     items = np.arange(200, dtype=np.int32)
-    np.testing.assert_allclose(numpy(sketch.log_q(items)), np.log([want(i) for i in items]),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        numpy(sketch.log_q(items)), np.log([want(i) for i in items]), rtol=1e-4, atol=1e-5
+    )
     assert int(numpy(sketch.step)) == 60
 
 
@@ -101,15 +122,17 @@ def test_conservative_count_min_matches_reference_and_is_tighter(decay):
     # collisions, where the conservative update matters. decay 0.5 crosses a rescale.
     stream = [rng.integers(0, 200, size=50).tolist() for _ in range(60)]
     plain = keras_logq.CountMinSketchEstimator(width=32, depth=2, decay=decay, seed=3)
-    sketch = keras_logq.CountMinSketchEstimator(width=32, depth=2, decay=decay,
-                                                conservative=True, seed=3)
+    sketch = keras_logq.CountMinSketchEstimator(
+        width=32, depth=2, decay=decay, conservative=True, seed=3
+    )
     for ids in stream:
         plain.update(np.array(ids, np.int32))
         sketch.update(np.array(ids, np.int32))
     items = np.arange(200, dtype=np.int32)
     want = reference.count_min(stream, _buckets_of(sketch), decay=decay, conservative=True)
-    np.testing.assert_allclose(numpy(sketch.log_q(items)), np.log([want(i) for i in items]),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        numpy(sketch.log_q(items)), np.log([want(i) for i in items]), rtol=1e-4, atol=1e-5
+    )
     q_plain, q_conservative = np.exp(numpy(plain.log_q(items))), np.exp(numpy(sketch.log_q(items)))
     assert np.all(q_conservative <= q_plain * (1 + 1e-5))
     if decay == 1.0:
@@ -123,33 +146,42 @@ def test_conservative_update_ignores_masked_ids_and_empty_steps():
     sketch.update(np.array([3, 3, 5], np.int32), mask=np.array([True, False, True]))
     sketch.update(np.zeros([0], np.int32))
     want = reference.count_min([[3, 5]], _buckets_of(sketch), decay=1.0, conservative=True)
-    np.testing.assert_allclose(numpy(sketch.log_q(np.array([3, 5], np.int32))),
-                               np.log([want(3), want(5)]), rtol=1e-5)
+    np.testing.assert_allclose(
+        numpy(sketch.log_q(np.array([3, 5], np.int32))), np.log([want(3), want(5)]), rtol=1e-5
+    )
 
 
 def test_count_min_before_any_update_is_uniform_and_mask_is_ignored():
     sketch = keras_logq.CountMinSketchEstimator(width=32, depth=2)
-    np.testing.assert_allclose(numpy(sketch.log_q(np.array([3, 4], np.int32))),
-                               np.full(2, -np.log(32)), rtol=1e-6)
+    np.testing.assert_allclose(
+        numpy(sketch.log_q(np.array([3, 4], np.int32))), np.full(2, -np.log(32)), rtol=1e-6
+    )
     sketch.update(np.array([3, 4], np.int32), mask=np.array([False, False]))
-    np.testing.assert_allclose(numpy(sketch.log_q(np.array([3], np.int32))), [-np.log(32)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        numpy(sketch.log_q(np.array([3], np.int32))), [-np.log(32)], rtol=1e-6
+    )
 
 
 def test_count_min_errors_and_config():
-    with pytest.raises(ValueError, match=r"`width` must be a power of two \(2, 4, ..., 2\*\*30\); "
-                       r"received width=1000"):
+    with pytest.raises(
+        ValueError,
+        match=r"`width` must be a power of two \(2, 4, ..., 2\*\*30\); "
+        r"received width=1000",
+    ):
         keras_logq.CountMinSketchEstimator(width=1000)
-    with pytest.raises(ValueError, match=r"`decay` must be a number in \(0, 1\]; received "
-                       r"decay=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"`decay` must be a number in \(0, 1\]; received "
+        r"decay=0",
+    ):
         keras_logq.CountMinSketchEstimator(decay=0)
     with pytest.raises(TypeError, match=r"`conservative` must be"):
         keras_logq.CountMinSketchEstimator(conservative="yes")
     with pytest.raises(TypeError, match=r"`ids` must be an integer tensor of item ids"):
         keras_logq.CountMinSketchEstimator(width=8).update(np.zeros([2], np.float32))
-    sketch = keras_logq.CountMinSketchEstimator(width=2**12, depth=3, decay=0.99,
-                                                conservative=True, min_count=2.0, seed=7,
-                                                name="cms")
+    sketch = keras_logq.CountMinSketchEstimator(
+        width=2**12, depth=3, decay=0.99, conservative=True, min_count=2.0, seed=7, name="cms"
+    )
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(sketch))
     assert restored.get_config() == sketch.get_config()
     ids = np.arange(50, dtype=np.int32)
@@ -159,45 +191,60 @@ def test_count_min_errors_and_config():
 @pytest.mark.parametrize("initialization", ["first_gap", "zero"])
 def test_hashed_matches_reference(initialization):
     rng = np.random.default_rng(0)
-    estimator = keras_logq.HashedFrequencyEstimator(num_buckets=16, num_hashes=2, alpha=0.3,
-                                                    initialization=initialization, seed=3)
+    estimator = keras_logq.HashedFrequencyEstimator(
+        num_buckets=16, num_hashes=2, alpha=0.3, initialization=initialization, seed=3
+    )
     # 30 steps of 6 ids from 40 in 2 x 16 buckets: repeats and collisions within steps.
     stream = [rng.integers(0, 40, size=6).tolist() for _ in range(30)]
     for ids in stream:
         estimator.update(np.array(ids, np.int32))
-    want = reference.hashed_frequency(stream, _buckets_of(estimator), alpha=0.3,
-                                      first_gap=initialization == "first_gap")
+    want = reference.hashed_frequency(
+        stream, _buckets_of(estimator), alpha=0.3, first_gap=initialization == "first_gap"
+    )
     items = np.arange(45, dtype=np.int32)
-    np.testing.assert_allclose(numpy(estimator.log_step_inclusion_probability(items)),
-                               -np.log([want(i)[0] for i in items]), rtol=1e-5)
-    np.testing.assert_allclose(numpy(estimator.log_q(items)), np.log([want(i)[1] for i in items]),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        numpy(estimator.log_step_inclusion_probability(items)),
+        -np.log([want(i)[0] for i in items]),
+        rtol=1e-5,
+    )
+    np.testing.assert_allclose(
+        numpy(estimator.log_q(items)), np.log([want(i)[1] for i in items]), rtol=1e-5
+    )
     pi = np.array([1 / want(i)[0] for i in items])
-    np.testing.assert_allclose(numpy(estimator.log_inclusion_probability(items, 12)),
-                               np.log(1 - (1 - pi) ** (12 / 6)), rtol=1e-4)
+    np.testing.assert_allclose(
+        numpy(estimator.log_inclusion_probability(items, 12)),
+        np.log(1 - (1 - pi) ** (12 / 6)),
+        rtol=1e-4,
+    )
 
 
 def test_hashed_masks_before_updates_and_config():
     masked = keras_logq.HashedFrequencyEstimator(num_buckets=4, num_hashes=2)
     plain = keras_logq.HashedFrequencyEstimator(num_buckets=4, num_hashes=2)
     # Before any update every id reads the uniform 1 / num_buckets.
-    np.testing.assert_allclose(numpy(masked.log_step_inclusion_probability(
-        np.array([0, 9], np.int32))), np.full(2, -np.log(4)), rtol=1e-6)
+    np.testing.assert_allclose(
+        numpy(masked.log_step_inclusion_probability(np.array([0, 9], np.int32))),
+        np.full(2, -np.log(4)),
+        rtol=1e-6,
+    )
     for ids, mask in (([1, 0, 2], [True, False, True]), ([0, 3], [False, True])):
         masked.update(np.array(ids, np.int32), mask=np.array(mask))
         plain.update(np.array([i for i, m in zip(ids, mask) if m], np.int32))
     np.testing.assert_array_equal(numpy(masked.last_step)[:-1], numpy(plain.last_step)[:-1])
     np.testing.assert_array_equal(numpy(masked.gap)[:-1], numpy(plain.gap)[:-1])
     assert int(numpy(masked.num_ids)) == int(numpy(plain.num_ids)) == 3
-    with pytest.raises(ValueError, match=r"`initialization` must be one of 'first_gap', 'zero'; "
-                       r"received initialization='ones'"):
+    with pytest.raises(
+        ValueError,
+        match=r"`initialization` must be one of 'first_gap', 'zero'; "
+        r"received initialization='ones'",
+    ):
         keras_logq.HashedFrequencyEstimator(initialization="ones")
     with pytest.raises(ValueError, match=r"`num_buckets` must be a power of two"):
         keras_logq.HashedFrequencyEstimator(num_buckets=100)
-    estimator = keras_logq.HashedFrequencyEstimator(num_buckets=64, num_hashes=3, alpha=0.2,
-                                                    initialization="zero", seed=5, name="yi")
-    restored = keras.saving.deserialize_keras_object(
-        keras.saving.serialize_keras_object(estimator))
+    estimator = keras_logq.HashedFrequencyEstimator(
+        num_buckets=64, num_hashes=3, alpha=0.2, initialization="zero", seed=5, name="yi"
+    )
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(estimator))
     assert restored.get_config() == estimator.get_config()
 
 
@@ -207,7 +254,8 @@ class SketchTwoTower(keras.Model):
     ESTIMATORS = {
         "count_min": lambda: keras_logq.CountMinSketchEstimator(width=64, depth=2, decay=0.9),
         "conservative": lambda: keras_logq.CountMinSketchEstimator(
-            width=64, depth=2, decay=0.9, conservative=True),
+            width=64, depth=2, decay=0.9, conservative=True
+        ),
         "hashed": lambda: keras_logq.HashedFrequencyEstimator(num_buckets=64, alpha=0.1),
     }
 
@@ -228,14 +276,18 @@ class SketchTwoTower(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         del y, sample_weight, training
         query, candidates = y_pred
-        losses = self.loss_layer(query_embeddings=query, candidate_embeddings=candidates,
-                                 candidate_log_q=self.frequency.log_q(x["item"]),
-                                 candidate_ids=x["item"])
+        losses = self.loss_layer(
+            query_embeddings=query,
+            candidate_embeddings=candidates,
+            candidate_log_q=self.frequency.log_q(x["item"]),
+            candidate_ids=x["item"],
+        )
         return ops.mean(losses)
 
     def get_config(self):
-        return dict(super().get_config(), num_items=self.num_items, dim=self.dim,
-                    estimator=self.estimator)
+        return dict(
+            super().get_config(), num_items=self.num_items, dim=self.dim, estimator=self.estimator
+        )
 
 
 keras.saving.register_keras_serializable(package="tests_keras3")(SketchTwoTower)
@@ -244,9 +296,12 @@ keras.saving.register_keras_serializable(package="tests_keras3")(SketchTwoTower)
 @pytest.mark.parametrize("estimator", list(SketchTwoTower.ESTIMATORS))
 def test_fit_feeds_the_estimator_and_save_load_keeps_its_state(estimator):
     rng = np.random.default_rng(0)
-    data = dict(user=rng.integers(0, 40, 256).astype(np.int32),
-                item=rng.choice(40, 256, p=reference.ZIPF_Q[:40] / reference.ZIPF_Q[:40].sum()
-                                ).astype(np.int32))
+    data = dict(
+        user=rng.integers(0, 40, 256).astype(np.int32),
+        item=rng.choice(40, 256, p=reference.ZIPF_Q[:40] / reference.ZIPF_Q[:40].sum()).astype(
+            np.int32
+        ),
+    )
     model = SketchTwoTower(estimator=estimator)
     model.compile(optimizer=keras.optimizers.Adam(0.05))
     history = model.fit(data, batch_size=32, epochs=3, verbose=0, shuffle=False)
@@ -261,6 +316,7 @@ def test_fit_feeds_the_estimator_and_save_load_keeps_its_state(estimator):
     model.save(path)
     restored = keras.saving.load_model(path)
     ids = np.arange(40, dtype=np.int32)
-    np.testing.assert_allclose(numpy(restored.frequency.log_q(ids)),
-                               numpy(model.frequency.log_q(ids)), rtol=1e-6)
+    np.testing.assert_allclose(
+        numpy(restored.frequency.log_q(ids)), numpy(model.frequency.log_q(ids)), rtol=1e-6
+    )
     assert int(numpy(restored.frequency.step)) == 24

@@ -40,12 +40,17 @@ def _scores_and_log_q(seed=0):
 def test_log_q_of_the_wrong_length_names_candidate_log_q():
     # Before: the backend's broadcast error ("Incompatible shapes: [7] vs. [6,6]").
     scores, _, _ = _scores_and_log_q()
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "`candidate_log_q` must have shape [N] or [1, N] (shared by the rows) or [B, N] "
             "(per row), one value per column of `scores` (B=6, N=6); received candidate_log_q "
-            "with shape (7,) and scores with shape (6, 6).")):
-        keras_logq.SampledSoftmax()(scores, np.eye(N, dtype=np.float32),
-                                    candidate_log_q=np.full([7], -2.0, np.float32))
+            "with shape (7,) and scores with shape (6, 6)."
+        ),
+    ):
+        keras_logq.SampledSoftmax()(
+            scores, np.eye(N, dtype=np.float32), candidate_log_q=np.full([7], -2.0, np.float32)
+        )
 
 
 @pytest.mark.parametrize("correction", losses.CORRECTIONS)
@@ -57,30 +62,42 @@ def test_log_q_as_n_1n_and_bn_gives_one_loss(correction):
     layer = keras_logq.SampledSoftmax(correction=correction)
     for shaped in (log_q, log_q[None, :], np.broadcast_to(log_q, (B, N)).copy()):
         got = layer(scores, np.eye(N, dtype=np.float32), candidate_log_q=shaped)
-        np.testing.assert_allclose(numpy(got), want, rtol=1e-5, atol=1e-5,
-                                   err_msg=str(shaped.shape))
+        np.testing.assert_allclose(
+            numpy(got), want, rtol=1e-5, atol=1e-5, err_msg=str(shaped.shape)
+        )
 
 
 def test_log_q_of_shape_b_1_is_refused_with_the_reason():
     # Before: refused by an error naming `negative_log_q`, a name the caller never used.
     scores, _, log_q = _scores_and_log_q()
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "`candidate_log_q` must have shape [N] or [1, N] (shared by the rows) or [B, N] "
             "(per row), one value per column of `scores` (B=6, N=6); received candidate_log_q "
             "with shape (6, 1) and scores with shape (6, 6). A [B, 1] column would give every "
             "candidate of a row the same value; pass one value per candidate, as [N] or "
-            "[1, N].")):
-        keras_logq.SampledSoftmax()(scores, np.eye(N, dtype=np.float32),
-                                    candidate_log_q=log_q[:, None])
+            "[1, N]."
+        ),
+    ):
+        keras_logq.SampledSoftmax()(
+            scores, np.eye(N, dtype=np.float32), candidate_log_q=log_q[:, None]
+        )
 
 
 def test_missing_or_non_float_log_q_names_candidate_log_q():
     scores, _, log_q = _scores_and_log_q()
-    with pytest.raises(ValueError, match=r"correction='improved' needs sampling probabilities: "
-                       r"pass `candidate_log_q`; received candidate_log_q=None"):
+    with pytest.raises(
+        ValueError,
+        match=r"correction='improved' needs sampling probabilities: "
+        r"pass `candidate_log_q`; received candidate_log_q=None",
+    ):
         keras_logq.SampledSoftmax()(scores)
-    with pytest.raises(TypeError, match=r"`candidate_log_q` must be a floating-point tensor; "
-                       r"received candidate_log_q with dtype int32"):
+    with pytest.raises(
+        TypeError,
+        match=r"`candidate_log_q` must be a floating-point tensor; "
+        r"received candidate_log_q with dtype int32",
+    ):
         keras_logq.SampledSoftmax()(scores, candidate_log_q=np.zeros([N], np.int32))
     # Correction "none" reads no log Q.
     loss = keras_logq.SampledSoftmax(correction="none")(scores)
@@ -91,25 +108,48 @@ def test_the_functions_take_log_q_as_1n_and_name_negative_log_q():
     pos, neg, neg_log_q, pos_log_q, mask = reference.sampled_inputs(2)
     kwargs = dict(correction="improved", positive_log_q=pos_log_q, negative_mask=mask)
     want = numpy(losses.sampled_softmax_loss(pos, neg, negative_log_q=neg_log_q, **kwargs))
-    got = numpy(losses.sampled_softmax_loss(pos, neg, negative_log_q=neg_log_q[None, :],
-                                            **kwargs))
+    got = numpy(losses.sampled_softmax_loss(pos, neg, negative_log_q=neg_log_q[None, :], **kwargs))
     np.testing.assert_allclose(got, want, rtol=1e-6)
     np.testing.assert_allclose(
-        numpy(keras_logq.improved_weight(pos, neg, negative_log_q=neg_log_q[None, :],
-                                         **{k: v for k, v in kwargs.items()
-                                            if k != "correction"})),
-        numpy(keras_logq.improved_weight(pos, neg, negative_log_q=neg_log_q,
-                                         **{k: v for k, v in kwargs.items()
-                                            if k != "correction"})), rtol=1e-6)
-    with pytest.raises(ValueError, match=re.escape(
+        numpy(
+            keras_logq.improved_weight(
+                pos,
+                neg,
+                negative_log_q=neg_log_q[None, :],
+                **{k: v for k, v in kwargs.items() if k != "correction"},
+            )
+        ),
+        numpy(
+            keras_logq.improved_weight(
+                pos,
+                neg,
+                negative_log_q=neg_log_q,
+                **{k: v for k, v in kwargs.items() if k != "correction"},
+            )
+        ),
+        rtol=1e-6,
+    )
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "`negative_log_q` must have shape [N] or [1, N] (shared by the rows) or [B, N] "
             "(per row), one value per column of `negative_logits` (B=6, N=9); received "
-            "negative_log_q with shape (6, 1)")):
+            "negative_log_q with shape (6, 1)"
+        ),
+    ):
         losses.sampled_softmax_loss(pos, neg, negative_log_q=neg_log_q[:6, None], **kwargs)
-    with pytest.raises(ValueError, match=r"`positive_log_q` must have rank 1; received "
-                       r"positive_log_q with shape \(6, 1\)"):
-        losses.sampled_softmax_loss(pos, neg, negative_log_q=neg_log_q, correction="standard",
-                                    positive_log_q=pos_log_q[:, None])
+    with pytest.raises(
+        ValueError,
+        match=r"`positive_log_q` must have rank 1; received "
+        r"positive_log_q with shape \(6, 1\)",
+    ):
+        losses.sampled_softmax_loss(
+            pos,
+            neg,
+            negative_log_q=neg_log_q,
+            correction="standard",
+            positive_log_q=pos_log_q[:, None],
+        )
 
 
 # ------------------------------------------------------- SampledSoftmax: ids, mask, labels
@@ -120,14 +160,19 @@ def test_candidate_ids_of_the_wrong_length_name_candidate_ids():
     # "incompatible shapes for broadcasting: (6, 6), (6, 5)").
     scores, ids, log_q = _scores_and_log_q()
     for wrong in (ids[:5], np.arange(7, dtype=np.int32)):
-        with pytest.raises(ValueError, match=re.escape(
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
                 f"`candidate_ids` must have shape [N] or [1, N] (shared by the rows) or [B, N] "
                 f"(per row), one value per column of `scores` (B=6, N=6); received "
-                f"candidate_ids with shape ({len(wrong)},)")):
+                f"candidate_ids with shape ({len(wrong)},)"
+            ),
+        ):
             keras_logq.SampledSoftmax()(scores, candidate_log_q=log_q, candidate_ids=wrong)
     with pytest.raises(TypeError, match=r"`candidate_ids` must be an integer tensor"):
-        keras_logq.SampledSoftmax()(scores, candidate_log_q=log_q,
-                                    candidate_ids=ids.astype(np.float32))
+        keras_logq.SampledSoftmax()(
+            scores, candidate_log_q=log_q, candidate_ids=ids.astype(np.float32)
+        )
 
 
 def test_candidate_ids_as_n_1n_and_bn_mask_the_same_hits():
@@ -138,33 +183,52 @@ def test_candidate_ids_as_n_1n_and_bn_mask_the_same_hits():
     want, _ = reference.sampled_softmax(np.diag(scores), scores, "standard", log_q, log_q, mask)
     for shaped in (ids, ids[None, :], np.broadcast_to(ids, (B, N)).copy()):
         got = layer(scores, candidate_log_q=log_q, candidate_ids=shaped)
-        np.testing.assert_allclose(numpy(got), want, rtol=1e-5, atol=1e-5,
-                                   err_msg=str(shaped.shape))
+        np.testing.assert_allclose(
+            numpy(got), want, rtol=1e-5, atol=1e-5, err_msg=str(shaped.shape)
+        )
 
 
 def test_negative_mask_and_labels_of_the_wrong_shape_are_named():
     scores, _, log_q = _scores_and_log_q()
     layer = keras_logq.SampledSoftmax()
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "`negative_mask` must have shape [N] or [1, N] (shared by the rows) or [B, N] "
             "(per row), one value per column of `scores` (B=6, N=6); received negative_mask "
-            "with shape (6, 5)")):
+            "with shape (6, 5)"
+        ),
+    ):
         layer(scores, candidate_log_q=log_q, negative_mask=np.ones([B, 5], bool))
     with pytest.raises(TypeError, match=r"`negative_mask` must be a bool tensor"):
         layer(scores, candidate_log_q=log_q, negative_mask=np.ones([B, N], np.float32))
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "`labels` must have the shape of `scores`, one entry per entry; received labels "
-            "with shape (6, 5) and scores with shape (6, 6).")):
+            "with shape (6, 5) and scores with shape (6, 6)."
+        ),
+    ):
         layer(scores, np.eye(B, 5, dtype=np.float32), candidate_log_q=log_q)
-    with pytest.raises(ValueError, match=r"`labels` must have rank 2; received labels with "
-                       r"shape \(6,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`labels` must have rank 2; received labels with "
+        r"shape \(6,\)",
+    ):
         layer(scores, np.arange(B, dtype=np.int32), candidate_log_q=log_q)
     # A shared [N] mask equals the same mask given per row.
     column_mask = np.array([True, True, False, True, True, True])
     np.testing.assert_allclose(
         numpy(layer(scores, candidate_log_q=log_q, negative_mask=column_mask)),
-        numpy(layer(scores, candidate_log_q=log_q,
-                    negative_mask=np.broadcast_to(column_mask, (B, N)).copy())), rtol=1e-6)
+        numpy(
+            layer(
+                scores,
+                candidate_log_q=log_q,
+                negative_mask=np.broadcast_to(column_mask, (B, N)).copy(),
+            )
+        ),
+        rtol=1e-6,
+    )
 
 
 def _bad_labels():
@@ -184,14 +248,24 @@ def test_rows_without_exactly_one_positive(correction, label_dtype):
     layer = keras_logq.SampledSoftmax(correction=correction)
     good = numpy(layer(scores, candidate_log_q=log_q))
     for run in (layer, compiled(lambda s, y, q: layer(s, y, candidate_log_q=q))):
-        got = (numpy(run(scores, labels, candidate_log_q=log_q)) if run is layer
-               else numpy(run(scores, labels, log_q)))
+        got = (
+            numpy(run(scores, labels, candidate_log_q=log_q))
+            if run is layer
+            else numpy(run(scores, labels, log_q))
+        )
         assert got[1] == 0.0, got
         assert np.isnan(got[2]), got
         np.testing.assert_allclose(got[[0, 3, 4, 5]], good[[0, 3, 4, 5]], rtol=1e-5)
-    (d_scores,) = gradients(lambda s: ops.sum(ops.where(
-        ops.isnan(layer(s, labels, candidate_log_q=log_q)), 0.0,
-        layer(s, labels, candidate_log_q=log_q))), scores)
+    (d_scores,) = gradients(
+        lambda s: ops.sum(
+            ops.where(
+                ops.isnan(layer(s, labels, candidate_log_q=log_q)),
+                0.0,
+                layer(s, labels, candidate_log_q=log_q),
+            )
+        ),
+        scores,
+    )
     assert np.all(np.isfinite(d_scores)) and not d_scores[1].any()
 
 
@@ -199,15 +273,24 @@ def test_scores_and_embeddings_are_checked_before_the_product():
     rng = np.random.default_rng(3)
     query = rng.normal(size=(B, 4)).astype(np.float32)
     layer = keras_logq.SampledSoftmax(correction="none")
-    with pytest.raises(ValueError, match=r"`query_embeddings` and `candidate_embeddings` "
-                       r"disagree in size: query_embeddings.shape=\(6, 4\) \(axis 1\) but "
-                       r"candidate_embeddings.shape=\(6, 5\) \(axis 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`query_embeddings` and `candidate_embeddings` "
+        r"disagree in size: query_embeddings.shape=\(6, 4\) \(axis 1\) but "
+        r"candidate_embeddings.shape=\(6, 5\) \(axis 1\)",
+    ):
         layer(query_embeddings=query, candidate_embeddings=np.ones([B, 5], np.float32))
-    with pytest.raises(ValueError, match=r"takes `scores` or the embeddings, not both; received "
-                       r"scores and query_embeddings"):
+    with pytest.raises(
+        ValueError,
+        match=r"takes `scores` or the embeddings, not both; received "
+        r"scores and query_embeddings",
+    ):
         layer(query @ query.T, query_embeddings=query)
-    with pytest.raises(ValueError, match=r"`scores` must be \[batch, num_candidates\] or "
-                       r"\[batch, length, num_candidates\]; received scores with shape \(6,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`scores` must be \[batch, num_candidates\] or "
+        r"\[batch, length, num_candidates\]; received scores with shape \(6,\)",
+    ):
         layer(np.zeros([B], np.float32))
 
 
@@ -215,8 +298,9 @@ def test_static_checks_raise_at_trace_time_when_compiled():
     scores, _, log_q = _scores_and_log_q()
     layer = keras_logq.SampledSoftmax()
     step = compiled(lambda s, q: layer(s, candidate_log_q=q))
-    np.testing.assert_allclose(numpy(step(scores, log_q[None, :])),
-                               numpy(layer(scores, candidate_log_q=log_q)), rtol=1e-5)
+    np.testing.assert_allclose(
+        numpy(step(scores, log_q[None, :])), numpy(layer(scores, candidate_log_q=log_q)), rtol=1e-5
+    )
     with pytest.raises(ValueError, match=r"received candidate_log_q with shape \(6, 1\)"):
         step(scores, log_q[:, None])
 
@@ -231,9 +315,13 @@ def test_full_softmax_mask_is_checked_per_column():
     got = numpy(losses.full_softmax_loss(logits, labels, mask=np.array([[True, False, True]])))
     np.testing.assert_allclose(got, want, rtol=1e-6)
     # Before: the backend's broadcast error ("Incompatible shapes: [1,4] vs. [2,3]").
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "`mask` must have shape [N] or [1, N] (shared by the rows) or [B, N] (per row), "
-            "one value per column of `logits` (B=2, N=3); received mask with shape (4,)")):
+            "one value per column of `logits` (B=2, N=3); received mask with shape (4,)"
+        ),
+    ):
         losses.full_softmax_loss(logits, labels, mask=np.ones([4], bool))
 
 
@@ -242,19 +330,32 @@ def test_negatives_loss_names_its_arguments():
     ids = np.array([0, 1, 2], np.int32)
     drawn = sampler(ids, ids, candidate_embeddings=np.ones([3, 2], np.float32))
     query = np.ones([3, 2], np.float32)
-    with pytest.raises(ValueError, match=r"`temperature` must be a positive number; received "
-                       r"temperature=0"):  # Before: a NaN loss.
+    with pytest.raises(
+        ValueError,
+        match=r"`temperature` must be a positive number; received "
+        r"temperature=0",
+    ):  # Before: a NaN loss.
         losses.negatives_loss(query, query, drawn, correction="none", temperature=0)
-    with pytest.raises(ValueError, match=r"`positive_embeddings` must have the shape of "
-                       r"`query_embeddings`, one entry per entry; received positive_embeddings "
-                       r"with shape \(2, 2\) and query_embeddings with shape \(3, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`positive_embeddings` must have the shape of "
+        r"`query_embeddings`, one entry per entry; received positive_embeddings "
+        r"with shape \(2, 2\) and query_embeddings with shape \(3, 2\)",
+    ):
         losses.negatives_loss(query, query[:2], drawn, correction="none")
-    with pytest.raises(ValueError, match=r"`negatives.embeddings` and `query_embeddings` "
-                       r"disagree in size"):
-        losses.negatives_loss(np.ones([3, 5], np.float32), np.ones([3, 5], np.float32), drawn,
-                              correction="none")
-    with pytest.raises(TypeError, match=r"`negatives` must be the `Negatives` a keras_logq "
-                       r"sampler returns; received negatives of type tuple"):
+    with pytest.raises(
+        ValueError,
+        match=r"`negatives.embeddings` and `query_embeddings` "
+        r"disagree in size",
+    ):
+        losses.negatives_loss(
+            np.ones([3, 5], np.float32), np.ones([3, 5], np.float32), drawn, correction="none"
+        )
+    with pytest.raises(
+        TypeError,
+        match=r"`negatives` must be the `Negatives` a keras_logq "
+        r"sampler returns; received negatives of type tuple",
+    ):
         losses.negatives_loss(query, query, tuple(drawn), correction="none")
     with pytest.raises(ValueError, match=r"`correction` must be one of"):
         losses.negatives_loss(query, query, drawn, correction="Improved")
@@ -268,31 +369,47 @@ def test_in_batch_sampler_checks_its_candidates():
     ids = np.array([0, 1, 2], np.int32)
     # Before: the backend's broadcast error at the mask ("Incompatible shapes: [3,3] vs.
     # [1,2]"), and embeddings of 4 rows for 3 ids were taken silently.
-    with pytest.raises(ValueError, match=r"`candidate_mask` must have the shape of "
-                       r"`candidate_ids`, one entry per entry; received candidate_mask with "
-                       r"shape \(2,\) and candidate_ids with shape \(3,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`candidate_mask` must have the shape of "
+        r"`candidate_ids`, one entry per entry; received candidate_mask with "
+        r"shape \(2,\) and candidate_ids with shape \(3,\)",
+    ):
         sampler(ids, ids, candidate_mask=np.array([True, False]))
-    with pytest.raises(ValueError, match=r"`candidate_embeddings` and `candidate_ids` disagree "
-                       r"in size: candidate_embeddings.shape=\(4, 2\) \(axis 0\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`candidate_embeddings` and `candidate_ids` disagree "
+        r"in size: candidate_embeddings.shape=\(4, 2\) \(axis 0\)",
+    ):
         sampler(ids, ids, candidate_embeddings=np.ones([4, 2], np.float32))
-    with pytest.raises(TypeError, match=r"`candidate_embeddings` must be a floating-point "
-                       r"tensor"):
+    with pytest.raises(
+        TypeError,
+        match=r"`candidate_embeddings` must be a floating-point "
+        r"tensor",
+    ):
         sampler(ids, ids, candidate_embeddings=np.ones([3, 2], np.int32))
 
 
 def test_uniform_and_mixed_samplers_check_their_arguments():
     ids = np.array([0, 1, 2], np.int32)
     sampler = negatives.UniformSampler(10, 4, seed=0)
-    with pytest.raises(TypeError, match=r"`embedding_fn` must be a callable mapping ids to "
-                       r"embeddings \(the item tower\); received embedding_fn=3"):
+    with pytest.raises(
+        TypeError,
+        match=r"`embedding_fn` must be a callable mapping ids to "
+        r"embeddings \(the item tower\); received embedding_fn=3",
+    ):
         sampler(ids, embedding_fn=3)
     with pytest.raises(ValueError, match=r"`embedding_fn\(ids\)` and `ids` disagree in size"):
         sampler(ids, embedding_fn=lambda x: ops.ones((5, 2)))
     # Before: a third of the uniform draws read a NaN log Q, at random.
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "MixedSampler draws uniform ids in [first_id, first_id + num_items) = [1, 11), but "
             "`probabilities` has 10 items (ids [0, 10)): the ids beyond would read a NaN log "
-            "Q; received num_items=10, first_id=1.")):
+            "Q; received num_items=10, first_id=1."
+        ),
+    ):
         negatives.MixedSampler(10, 2, 2, first_id=1, probabilities=np.full(10, 0.1))
     negatives.MixedSampler(9, 2, 2, first_id=1, probabilities=np.full(10, 0.1))
 
@@ -309,29 +426,42 @@ def test_samplers_follow_the_id_rule_eager_and_compiled(deduplicate):
         assert np.isnan(positive_log_q[2:]).all() and np.isfinite(positive_log_q[:2]).all()
         assert np.isnan(log_q[..., 2:]).all() and np.isfinite(log_q[..., :2]).all()
     embeddings = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
-    padded = sampler(ids[:2], np.array([0, 1, 7, -1], np.int32), candidate_embeddings=embeddings,
-                     candidate_mask=np.array([True, True, True, False]))
+    padded = sampler(
+        ids[:2],
+        np.array([0, 1, 7, -1], np.int32),
+        candidate_embeddings=embeddings,
+        candidate_mask=np.array([True, True, True, False]),
+    )
     for correction in losses.CORRECTIONS:
-        loss = numpy(losses.negatives_loss(embeddings[:2], embeddings[:2], padded,
-                                           correction=correction))
+        loss = numpy(
+            losses.negatives_loss(embeddings[:2], embeddings[:2], padded, correction=correction)
+        )
         assert np.isfinite(loss).all(), correction
 
 
 # ------------------------------------------------------------------ estimators
 
 
-@pytest.mark.parametrize("estimator", [
-    lambda: keras_logq.CountMinSketchEstimator(width=16, depth=2),
-    lambda: keras_logq.CountMinSketchEstimator(width=16, depth=2, conservative=True),
-    lambda: keras_logq.HashedFrequencyEstimator(num_buckets=16)])
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        lambda: keras_logq.CountMinSketchEstimator(width=16, depth=2),
+        lambda: keras_logq.CountMinSketchEstimator(width=16, depth=2, conservative=True),
+        lambda: keras_logq.HashedFrequencyEstimator(num_buckets=16),
+    ],
+)
 def test_update_mask_must_match_the_ids(estimator):
     # Before: a [1] mask was broadcast over every id silently (a False one dropped the step).
     estimator = estimator()
     ids = np.array([0, 1, 2], np.int32)
     for mask in (np.array([False]), np.array([True, False])):
-        with pytest.raises(ValueError, match=re.escape(
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
                 f"`mask` must have the shape of `ids`, one entry per entry; received mask with "
-                f"shape ({len(mask)},) and ids with shape (3,).")):
+                f"shape ({len(mask)},) and ids with shape (3,)."
+            ),
+        ):
             estimator.update(ids, mask=mask)
     estimator.update(ids.reshape(3, 1), mask=np.array([[True], [False], [True]]))
 
@@ -339,20 +469,31 @@ def test_update_mask_must_match_the_ids(estimator):
 def test_num_draws_and_probabilities_are_checked():
     frequency = keras_logq.StaticFrequency([0.5, 0.25, 0.25])
     ids = np.array([0, 1], np.int32)
-    for value, message in ((0, "a positive integer; received num_draws=0"),
-                           (-2.0, "a positive number; received num_draws=-2.0"),
-                           (True, "a positive number; received num_draws=True")):
+    for value, message in (
+        (0, "a positive integer; received num_draws=0"),
+        (-2.0, "a positive number; received num_draws=-2.0"),
+        (True, "a positive number; received num_draws=True"),
+    ):
         with pytest.raises(ValueError, match=f"`num_draws` must be {message}"):
             frequency.log_inclusion_probability(ids, value)
-    with pytest.raises(ValueError, match=r"`num_draws` must have rank 0; received num_draws "
-                       r"with shape \(2,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`num_draws` must have rank 0; received num_draws "
+        r"with shape \(2,\)",
+    ):
         frequency.log_inclusion_probability(ids, np.array([2.0, 3.0], np.float32))
     np.testing.assert_allclose(
         numpy(frequency.log_inclusion_probability(ids, 2.5)),
-        np.log(1 - (1 - np.array([0.5, 0.25])) ** 2.5), rtol=1e-5)
-    with pytest.raises(ValueError, match=r"`probabilities` must be a non-empty 1-D array of "
-                       r"values in \(0, 1\] \(or a keras_logq estimator\); received 'uniform'"):
+        np.log(1 - (1 - np.array([0.5, 0.25])) ** 2.5),
+        rtol=1e-5,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"`probabilities` must be a non-empty 1-D array of "
+        r"values in \(0, 1\] \(or a keras_logq estimator\); received 'uniform'",
+    ):
         negatives.InBatchSampler(probabilities="uniform")
     # The issue's probe: the same NaNs on every backend.
-    np.testing.assert_array_equal(numpy(frequency.log_q(np.array([3, -1], np.int32))),
-                                  [np.nan, np.nan])
+    np.testing.assert_array_equal(
+        numpy(frequency.log_q(np.array([3, -1], np.int32))), [np.nan, np.nan]
+    )

@@ -20,25 +20,27 @@ NUM_ITEMS, ZIPF_Q = reference.NUM_ITEMS, reference.ZIPF_Q
 
 def _padded(sampler):
     """Calls `sampler` with 5 padding slots appended to the pool and a candidate mask."""
+
     def call(positive_ids, candidate_ids):
         ids = np.concatenate([candidate_ids, np.zeros([5], candidate_ids.dtype)])
         mask = np.concatenate([np.ones(len(candidate_ids), bool), np.zeros([5], bool)])
         return sampler(positive_ids, ids, candidate_mask=mask)
+
     return call
 
 
 SAMPLER_CASES = dict(
     in_batch=lambda: negatives.InBatchSampler(probabilities=ZIPF_Q, seed=1),
-    in_batch_capped=lambda: negatives.InBatchSampler(max_pool_size=5, probabilities=ZIPF_Q,
-                                                     seed=2),
-    in_batch_dedup=lambda: negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q,
-                                                    seed=3),
-    in_batch_dedup_capped_slots=lambda: _padded(negatives.InBatchSampler(
-        deduplicate=True, max_pool_size=4, probabilities=ZIPF_Q, seed=4)),
+    in_batch_capped=lambda: negatives.InBatchSampler(max_pool_size=5, probabilities=ZIPF_Q, seed=2),
+    in_batch_dedup=lambda: negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q, seed=3),
+    in_batch_dedup_capped_slots=lambda: _padded(
+        negatives.InBatchSampler(deduplicate=True, max_pool_size=4, probabilities=ZIPF_Q, seed=4)
+    ),
     uniform=lambda: negatives.UniformSampler(NUM_ITEMS, 8, seed=5),
     mixed_exact=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, probabilities=ZIPF_Q, seed=6),
-    mixed_exact_per_row=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 4, per_row=True,
-                                                       probabilities=ZIPF_Q, seed=7),
+    mixed_exact_per_row=lambda: negatives.MixedSampler(
+        NUM_ITEMS, 4, 4, per_row=True, probabilities=ZIPF_Q, seed=7
+    ),
 )
 
 # The known catalog with sparse integer ids: item i of the Zipf catalog has id SPARSE[i]
@@ -61,17 +63,26 @@ class _Sparse:
         self.items[SPARSE] = np.arange(NUM_ITEMS)
 
     def __call__(self, positive_ids, candidate_ids):
-        out = self.sampler(SPARSE[positive_ids].astype(np.int32),
-                           SPARSE[candidate_ids].astype(np.int32))
+        out = self.sampler(
+            SPARSE[positive_ids].astype(np.int32), SPARSE[candidate_ids].astype(np.int32)
+        )
         return out._replace(ids=self.items[numpy(out.ids)])
 
 
 SAMPLER_CASES.update(
-    uniform_sparse_vocabulary=lambda: _Sparse(negatives.UniformSampler(
-        num_negatives=8, vocabulary=SPARSE_VOCABULARY, seed=8)),
-    mixed_exact_sparse_vocabulary_per_row=lambda: _Sparse(negatives.MixedSampler(
-        num_uniform=4, num_in_batch=4, vocabulary=SPARSE_VOCABULARY, per_row=True,
-        probabilities=SPARSE_Q, seed=9)),
+    uniform_sparse_vocabulary=lambda: _Sparse(
+        negatives.UniformSampler(num_negatives=8, vocabulary=SPARSE_VOCABULARY, seed=8)
+    ),
+    mixed_exact_sparse_vocabulary_per_row=lambda: _Sparse(
+        negatives.MixedSampler(
+            num_uniform=4,
+            num_in_batch=4,
+            vocabulary=SPARSE_VOCABULARY,
+            per_row=True,
+            probabilities=SPARSE_Q,
+            seed=9,
+        )
+    ),
 )
 
 
@@ -83,8 +94,9 @@ def _z_hats(sampler, positive, batch_size, trials, seed, log_q="q_prime"):
         batch = np.concatenate([[positive], rng.choice(NUM_ITEMS, batch_size - 1, p=ZIPF_Q)])
         neg = sampler(batch.astype(np.int32), batch.astype(np.int32))
         mask = numpy(neg.mask)[0]
-        row_log_q = np.broadcast_to(numpy(neg.log_q), mask.shape if numpy(neg.log_q).ndim == 1
-                                    else numpy(neg.log_q).shape)
+        row_log_q = np.broadcast_to(
+            numpy(neg.log_q), mask.shape if numpy(neg.log_q).ndim == 1 else numpy(neg.log_q).shape
+        )
         row_log_q = row_log_q if row_log_q.ndim == 1 else row_log_q[0]
         if log_q == "q_prime" and not neg.log_q_excludes_positive:
             row_log_q = row_log_q - np.log1p(-np.exp(numpy(neg.positive_log_q)[0]))
@@ -103,12 +115,14 @@ def test_z_hat_is_unbiased(case, positive):
     standard_error = z.std() / np.sqrt(len(z))
     assert standard_error / truth < 0.1
     assert abs(z.mean() - truth) < 4.0 * standard_error, (
-        f"{case}, p={positive}: mean {z.mean():.3f} vs truth {truth:.3f} (se {standard_error:.3f})")
+        f"{case}, p={positive}: mean {z.mean():.3f} vs truth {truth:.3f} (se {standard_error:.3f})"
+    )
 
 
 def test_unigram_log_q_of_a_deduplicated_pool_is_biased():
-    sampler = negatives.InBatchSampler(deduplicate=True, max_pool_size=4, log_q="unigram",
-                                       probabilities=ZIPF_Q, seed=8)
+    sampler = negatives.InBatchSampler(
+        deduplicate=True, max_pool_size=4, log_q="unigram", probabilities=ZIPF_Q, seed=8
+    )
     z = _z_hats(sampler, 0, batch_size=64, trials=400, seed=11)
     truth = reference.partition_without(0)
     # tfrs_logq's test measures E[Z_hat] / Z = 1.53 on this catalog (1.47 here, 400 trials).
@@ -153,13 +167,30 @@ def test_samplers_serialize_with_non_default_arguments():
     # 11 items: the mixed sampler's uniform ids [1, 11) must have a probability each.
     frequency = keras_logq.StaticFrequency.from_counts([3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1])
     for sampler in (
-            negatives.InBatchSampler(deduplicate=True, max_pool_size=7, log_q="unigram",
-                                     probabilities=frequency, seed=3, name="ib"),
-            negatives.UniformSampler(10, 4, first_id=1, per_row=True, seed=9),
-            negatives.MixedSampler(10, 3, 5, mixture="paper", first_id=1, deduplicate=True,
-                                   per_row=True, probabilities=frequency, seed=2)):
+        negatives.InBatchSampler(
+            deduplicate=True,
+            max_pool_size=7,
+            log_q="unigram",
+            probabilities=frequency,
+            seed=3,
+            name="ib",
+        ),
+        negatives.UniformSampler(10, 4, first_id=1, per_row=True, seed=9),
+        negatives.MixedSampler(
+            10,
+            3,
+            5,
+            mixture="paper",
+            first_id=1,
+            deduplicate=True,
+            per_row=True,
+            probabilities=frequency,
+            seed=2,
+        ),
+    ):
         restored = keras.saving.deserialize_keras_object(
-            keras.saving.serialize_keras_object(sampler))
+            keras.saving.serialize_keras_object(sampler)
+        )
         assert type(restored) is type(sampler)
         assert restored.get_config() == sampler.get_config()
 
@@ -188,13 +219,19 @@ def test_draws_resume_from_saved_state():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"`max_pool_size` must be a positive integer; received "
-                       r"max_pool_size=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"`max_pool_size` must be a positive integer; received "
+        r"max_pool_size=0",
+    ):
         negatives.InBatchSampler(max_pool_size=0)
     with pytest.raises(ValueError, match=r"needs mixture='paper'"):
         negatives.MixedSampler(10, 2, 2, deduplicate=True)
-    with pytest.raises(TypeError, match=r"`positive_ids` must be an integer tensor of item ids; "
-                       r"received positive_ids with dtype float32"):
+    with pytest.raises(
+        TypeError,
+        match=r"`positive_ids` must be an integer tensor of item ids; "
+        r"received positive_ids with dtype float32",
+    ):
         negatives.InBatchSampler()(np.zeros([2], np.float32), np.zeros([2], np.int32))
     with pytest.raises(ValueError, match=r"`seed` must be an integer or None; received seed=1.5"):
         negatives.UniformSampler(10, 2, seed=1.5)
@@ -205,25 +242,33 @@ def test_negatives_loss_matches_reference():
     item_embeddings = rng.normal(size=(NUM_ITEMS, 4)).astype(np.float32)
     batch = np.array([0, 3, 3, 7, 11, 20], np.int32)
     query = rng.normal(size=(6, 4)).astype(np.float32)
-    sampler = negatives.MixedSampler(NUM_ITEMS, 5, 4, per_row=True, probabilities=ZIPF_Q,
-                                     seed=5)
-    neg = sampler(batch, batch, item_embeddings[batch],
-                  embedding_fn=lambda ids: ops.take(item_embeddings, ids, axis=0))
-    got = keras_logq.negatives_loss(query, item_embeddings[batch], neg, correction="improved",
-                                    temperature=0.5)
+    sampler = negatives.MixedSampler(NUM_ITEMS, 5, 4, per_row=True, probabilities=ZIPF_Q, seed=5)
+    neg = sampler(
+        batch,
+        batch,
+        item_embeddings[batch],
+        embedding_fn=lambda ids: ops.take(item_embeddings, ids, axis=0),
+    )
+    got = keras_logq.negatives_loss(
+        query, item_embeddings[batch], neg, correction="improved", temperature=0.5
+    )
     ids = numpy(neg.ids)
     neg_logits = np.einsum("bd,bnd->bn", query, item_embeddings[ids]) / 0.5
     pos_logits = np.sum(query * item_embeddings[batch], axis=1) / 0.5
-    want, _ = reference.sampled_softmax(pos_logits, neg_logits, "improved", numpy(neg.log_q),
-                                        None, numpy(neg.mask), excludes=True)
+    want, _ = reference.sampled_softmax(
+        pos_logits, neg_logits, "improved", numpy(neg.log_q), None, numpy(neg.mask), excludes=True
+    )
     np.testing.assert_allclose(numpy(got), want, rtol=1e-4, atol=1e-5)
 
 
 def test_first_of_each_id_keeps_one_slot_per_id():
     ids = np.array([5, 1, 5, 5, 2, 1, 9], np.int32)
     valid = np.array([True, True, True, False, True, True, False])
-    first = numpy(formulas.first_of_each_id(OPS, ops.convert_to_tensor(ids),
-                                            ops.convert_to_tensor(valid), 2**31 - 1, 7))
+    first = numpy(
+        formulas.first_of_each_id(
+            OPS, ops.convert_to_tensor(ids), ops.convert_to_tensor(valid), 2**31 - 1, 7
+        )
+    )
     kept = ids[first]
     assert sorted(kept.tolist()) == [1, 2, 5] and not first[~valid].any()
 
@@ -239,8 +284,9 @@ class SampledTwoTower(keras.Model):
         if sampler_kind == "mixed":
             self.sampler = negatives.MixedSampler(NUM_ITEMS, 6, 8, probabilities=ZIPF_Q, seed=3)
         else:
-            self.sampler = negatives.InBatchSampler(deduplicate=True, max_pool_size=8,
-                                                    probabilities=ZIPF_Q, seed=3)
+            self.sampler = negatives.InBatchSampler(
+                deduplicate=True, max_pool_size=8, probabilities=ZIPF_Q, seed=3
+            )
 
     def call(self, inputs):
         return self.users(inputs["user"]), self.items(inputs["item"])
@@ -248,35 +294,59 @@ class SampledTwoTower(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         del y, sample_weight, training
         query, positives = y_pred
-        neg = self.sampler(x["item"], x["item"], positives,
-                           embedding_fn=lambda ids: self.items(ids))
+        neg = self.sampler(
+            x["item"], x["item"], positives, embedding_fn=lambda ids: self.items(ids)
+        )
         return ops.mean(keras_logq.negatives_loss(query, positives, neg, correction="improved"))
 
 
 @pytest.mark.parametrize("sampler_kind", ["mixed", "in_batch_dedup"])
 def test_samplers_train_compiled(sampler_kind):
     rng = np.random.default_rng(1)
-    data = dict(user=rng.integers(0, NUM_ITEMS, 512).astype(np.int32),
-                item=rng.choice(NUM_ITEMS, 512, p=ZIPF_Q).astype(np.int32))
+    data = dict(
+        user=rng.integers(0, NUM_ITEMS, 512).astype(np.int32),
+        item=rng.choice(NUM_ITEMS, 512, p=ZIPF_Q).astype(np.int32),
+    )
     model = SampledTwoTower(sampler_kind)
     # Compiled: jax.jit and XLA on TensorFlow; torch.compile (60 s here) is left to "auto".
-    model.compile(optimizer=keras.optimizers.Adam(0.05),
-                  jit_compile=keras.backend.backend() != "torch" or "auto")
-    state_before = numpy(model.sampler.seed_generator.state
-                         if sampler_kind != "mixed" else model.sampler.uniform.seed_generator.state)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.05),
+        jit_compile=keras.backend.backend() != "torch" or "auto",
+    )
+    state_before = numpy(
+        model.sampler.seed_generator.state
+        if sampler_kind != "mixed"
+        else model.sampler.uniform.seed_generator.state
+    )
     losses = model.fit(data, batch_size=64, epochs=3, verbose=0, shuffle=False).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
-    state_after = numpy(model.sampler.seed_generator.state
-                        if sampler_kind != "mixed" else model.sampler.uniform.seed_generator.state)
+    state_after = numpy(
+        model.sampler.seed_generator.state
+        if sampler_kind != "mixed"
+        else model.sampler.uniform.seed_generator.state
+    )
     assert not np.array_equal(state_before, state_after)  # The draws moved on, compiled.
 
 
 def test_make_sampler_builds_what_tfrs_logq_builds_and_round_trips():
-    settings = dict(num_negatives=255, num_items=40, first_id=1, seed=3, deduplicate=True,
-                    log_q="unigram", per_row=True, mixture="paper")
+    settings = dict(
+        num_negatives=255,
+        num_items=40,
+        first_id=1,
+        seed=3,
+        deduplicate=True,
+        log_q="unigram",
+        per_row=True,
+        mixture="paper",
+    )
     mixed = negatives.make_sampler("mixed", **settings)
-    assert (mixed.uniform.num_negatives, mixed.in_batch.max_pool_size, mixed.mixture,
-            mixed.uniform.per_row, mixed.in_batch.deduplicate) == (128, 127, "paper", True, True)
+    assert (
+        mixed.uniform.num_negatives,
+        mixed.in_batch.max_pool_size,
+        mixed.mixture,
+        mixed.uniform.per_row,
+        mixed.in_batch.deduplicate,
+    ) == (128, 127, "paper", True, True)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(mixed))
     assert restored.get_config() == mixed.get_config()
     in_batch = negatives.make_sampler("in_batch", **settings)
@@ -286,14 +356,20 @@ def test_make_sampler_builds_what_tfrs_logq_builds_and_round_trips():
         global_pool = negatives.make_sampler("in_batch", num_negatives=8, global_batch=True)
         assert global_pool.max_pool_size == 8
     else:
-        with pytest.raises(ValueError, match=r"global_batch=True needs the JAX backend: .* "
-                                             r"a replica's own rows on the "
-                                             rf"{keras.backend.backend()} backend; received "
-                                             r"global_batch=True"):
+        with pytest.raises(
+            ValueError,
+            match=r"global_batch=True needs the JAX backend: .* "
+            r"a replica's own rows on the "
+            rf"{keras.backend.backend()} backend; received "
+            r"global_batch=True",
+        ):
             negatives.make_sampler("in_batch", num_negatives=8, global_batch=True)
-    with pytest.raises(ValueError, match=r"negatives='uniform' draws a fixed number of "
-                                         r"negatives and needs `num_negatives`; received "
-                                         r"num_negatives=None"):
+    with pytest.raises(
+        ValueError,
+        match=r"negatives='uniform' draws a fixed number of "
+        r"negatives and needs `num_negatives`; received "
+        r"num_negatives=None",
+    ):
         negatives.make_sampler("uniform", num_items=5)
 
 
@@ -306,11 +382,13 @@ def _short_batch(sampler, capacity):
     `tf.data`); elsewhere (shapes are always static) padded to `capacity` masked slots."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         spec = tf.TensorSpec([None], tf.int32)
         traced = tf.function(lambda p, c: sampler(p, c), input_signature=[spec, spec])
         return traced
     return lambda positive_ids, candidate_ids: _padded_to(sampler, capacity)(
-        positive_ids, candidate_ids)
+        positive_ids, candidate_ids
+    )
 
 
 def _padded_to(sampler, capacity):
@@ -319,14 +397,17 @@ def _padded_to(sampler, capacity):
         ids = np.concatenate([candidate_ids, np.zeros([missing], candidate_ids.dtype)])
         mask = np.arange(capacity) < len(candidate_ids)
         return sampler(positive_ids, ids, candidate_mask=mask)
+
     return call
 
 
 SHORT_BATCH_CASES = dict(
-    in_batch_capped=lambda: negatives.InBatchSampler(max_pool_size=9, probabilities=ZIPF_Q,
-                                                     seed=12),
+    in_batch_capped=lambda: negatives.InBatchSampler(
+        max_pool_size=9, probabilities=ZIPF_Q, seed=12
+    ),
     in_batch_dedup_capped=lambda: negatives.InBatchSampler(
-        deduplicate=True, max_pool_size=9, probabilities=ZIPF_Q, seed=13),
+        deduplicate=True, max_pool_size=9, probabilities=ZIPF_Q, seed=13
+    ),
     mixed_exact=lambda: negatives.MixedSampler(NUM_ITEMS, 4, 9, probabilities=ZIPF_Q, seed=14),
 )
 
@@ -341,13 +422,16 @@ def test_z_hat_of_a_short_batch_is_unbiased(case):
     standard_error = z.std() / np.sqrt(len(z))
     assert standard_error / truth < 0.1
     assert abs(z.mean() - truth) < 4.0 * standard_error, (
-        f"{case}: mean {z.mean():.3f} vs truth {truth:.3f} (se {standard_error:.3f})")
+        f"{case}: mean {z.mean():.3f} vs truth {truth:.3f} (se {standard_error:.3f})"
+    )
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                    reason="only TensorFlow traces a batch of unknown size")
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="only TensorFlow traces a batch of unknown size"
+)
 def test_a_pool_of_unknown_size_keeps_its_static_bound():
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     spec = tf.TensorSpec([None], tf.int32)
     capped = negatives.MixedSampler(NUM_ITEMS, 3, 6, probabilities=ZIPF_Q, seed=1)
     uncapped = negatives.InBatchSampler(deduplicate=True, probabilities=ZIPF_Q, seed=1)
@@ -388,8 +472,9 @@ class SamplingPredictor(SampledTwoTower):
 
     def call(self, inputs):
         query, positives = super().call(inputs)
-        neg = self.sampler(inputs["item"], inputs["item"], positives,
-                           embedding_fn=lambda ids: self.items(ids))
+        neg = self.sampler(
+            inputs["item"], inputs["item"], positives, embedding_fn=lambda ids: self.items(ids)
+        )
         return keras_logq.negatives_loss(query, positives, neg, correction="improved")
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
@@ -406,20 +491,31 @@ def _inputs(kind, data):
     return tf.data.Dataset.from_tensor_slices(data).batch(64), {}
 
 
-@pytest.mark.parametrize("inputs,sampler_kind,jit", [
-    ("tf_data", "mixed", True), ("tf_data", "in_batch_dedup", False),
-    ("pydataset", "in_batch_dedup", True), ("pydataset", "mixed", False),
-    ("numpy", "mixed", True), ("numpy", "in_batch_dedup", True)])
+@pytest.mark.parametrize(
+    "inputs,sampler_kind,jit",
+    [
+        ("tf_data", "mixed", True),
+        ("tf_data", "in_batch_dedup", False),
+        ("pydataset", "in_batch_dedup", True),
+        ("pydataset", "mixed", False),
+        ("numpy", "mixed", True),
+        ("numpy", "in_batch_dedup", True),
+    ],
+)
 def test_samplers_fit_evaluate_predict_with_a_partial_last_batch(inputs, sampler_kind, jit):
     """500 rows at batch 64 (TensorFlow traces the batch as [None]) compiled, 200 eager (JAX
     runs those op by op): the last batch holds 52 or 8 rows."""
     rows = 500 if jit else 200
     rng = np.random.default_rng(2)
-    data = dict(user=rng.integers(0, NUM_ITEMS, rows).astype(np.int32),
-                item=rng.choice(NUM_ITEMS, rows, p=ZIPF_Q).astype(np.int32))
+    data = dict(
+        user=rng.integers(0, NUM_ITEMS, rows).astype(np.int32),
+        item=rng.choice(NUM_ITEMS, rows, p=ZIPF_Q).astype(np.int32),
+    )
     model = SamplingPredictor(sampler_kind)
-    model.compile(optimizer=keras.optimizers.Adam(0.05),
-                  jit_compile=jit if keras.backend.backend() != "torch" else False)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.05),
+        jit_compile=jit if keras.backend.backend() != "torch" else False,
+    )
     x, kwargs = _inputs(inputs, data)
     history = model.fit(x, epochs=2, verbose=0, shuffle=False, **kwargs).history["loss"]
     assert np.all(np.isfinite(history)), history
@@ -431,16 +527,25 @@ def test_samplers_fit_evaluate_predict_with_a_partial_last_batch(inputs, sampler
 
 
 def test_mixed_sampler_errors_name_its_own_arguments():
-    with pytest.raises(ValueError, match=r"`num_in_batch` must be a positive integer; "
-                                         r"received num_in_batch=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"`num_in_batch` must be a positive integer; "
+        r"received num_in_batch=0",
+    ):
         negatives.MixedSampler(10, 2, 0)
-    with pytest.raises(ValueError, match=r"`num_uniform` must be a positive integer; "
-                                         r"received num_uniform=-1"):
+    with pytest.raises(
+        ValueError,
+        match=r"`num_uniform` must be a positive integer; "
+        r"received num_uniform=-1",
+    ):
         negatives.MixedSampler(10, -1, 2)
     for sampler in (negatives.MixedSampler(10, 2, 2), negatives.InBatchSampler()):
         name = type(sampler).__name__
-        with pytest.raises(ValueError, match=rf"{name} needs `candidate_ids` of rank 1 .*"
-                                             r"received candidate_ids with shape \(\)") as error:
+        with pytest.raises(
+            ValueError,
+            match=rf"{name} needs `candidate_ids` of rank 1 .*"
+            r"received candidate_ids with shape \(\)",
+        ) as error:
             sampler(np.array([1, 2], np.int32), np.int32(3))
         # Keras's own context names the layer called too, never another.
         other = "InBatchSampler" if name == "MixedSampler" else "MixedSampler"
@@ -465,5 +570,6 @@ def test_sequence_candidates_are_flattened():
     # slots are invalid for every row.
     assert not got[:, ~mask.reshape(-1)].any()
     # Without deduplication, log Q is each real candidate's unigram q.
-    np.testing.assert_allclose(numpy(neg.log_q)[mask.reshape(-1)], np.log(ZIPF_Q[[3, 5, 7]]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        numpy(neg.log_q)[mask.reshape(-1)], np.log(ZIPF_Q[[3, 5, 7]]), rtol=1e-6
+    )

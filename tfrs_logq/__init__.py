@@ -33,7 +33,8 @@ def _ensure_legacy_keras() -> None:
             f"{' and tf.keras used' if tf_was_imported else ''} before "
             "TF_USE_LEGACY_KERAS=1 was set. Fix: run with the environment "
             "variable TF_USE_LEGACY_KERAS=1 (e.g. `export TF_USE_LEGACY_KERAS=1`), "
-            "or `import tfrs_logq` before anything imports tensorflow or keras.")
+            "or `import tfrs_logq` before anything imports tensorflow or keras."
+        )
 
 
 # What TensorFlow's CUDA build logs as an error on every machine without an NVIDIA driver
@@ -52,6 +53,7 @@ def _list_devices_without_the_no_driver_line() -> None:
     variable avoids the line: CUDA_VISIBLE_DEVICES does not (the driver library is missing,
     not the devices hidden), and TF_CPP_MIN_LOG_LEVEL=3 would hide every error."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     if not sys.platform.startswith("linux") or not tf.test.is_built_with_cuda():
         return
     try:
@@ -72,8 +74,11 @@ def _list_devices_without_the_no_driver_line() -> None:
             os.dup2(saved, 2)
             os.close(saved)
         captured.seek(0)
-        kept = [line for line in captured.read().splitlines(keepends=True)
-                if not all(part in line for part in _NO_DRIVER_LINE)]
+        kept = [
+            line
+            for line in captured.read().splitlines(keepends=True)
+            if not all(part in line for part in _NO_DRIVER_LINE)
+        ]
     if kept:
         os.write(2, b"".join(kept))
 
@@ -104,24 +109,24 @@ from tfrs_logq.negatives import make_sampler
 from tfrs_logq.tasks import LogQRetrieval
 
 __all__ = [
-        "CountMinSketchEstimator",
-        "HashedFrequencyEstimator",
-        "InBatchSampler",
-        "LogQRetrieval",
-        "MixedSampler",
-        "Negatives",
-        "SampledSoftmaxLoss",
-        "StaticFrequency",
-        "UniformSampler",
-        "bce_loss",
-        "candidates",
-        "evaluation",
-        "frequency",
-        "full_softmax_loss",
-        "gbce_loss",
-        "losses",
-        "make_sampler",
-        "negatives",
-        "sampled_softmax_loss",
-        "tasks",
+    "CountMinSketchEstimator",
+    "HashedFrequencyEstimator",
+    "InBatchSampler",
+    "LogQRetrieval",
+    "MixedSampler",
+    "Negatives",
+    "SampledSoftmaxLoss",
+    "StaticFrequency",
+    "UniformSampler",
+    "bce_loss",
+    "candidates",
+    "evaluation",
+    "frequency",
+    "full_softmax_loss",
+    "gbce_loss",
+    "losses",
+    "make_sampler",
+    "negatives",
+    "sampled_softmax_loss",
+    "tasks",
 ]

@@ -35,7 +35,8 @@ TF = types.SimpleNamespace(
     roll=lambda x, shift: tf.roll(x, shift, axis=0),
     scatter=tf.scatter_nd,
     segment_sum=lambda data, segment_ids, num_segments: tf.math.unsorted_segment_sum(
-        data, segment_ids, num_segments),
+        data, segment_ids, num_segments
+    ),
     shape=tf.shape,
     sigmoid=tf.sigmoid,
     sort=tf.sort,
@@ -72,12 +73,15 @@ def scores(query_embeddings: tf.Tensor, candidate_embeddings) -> tf.Tensor:
     shared part, without copying the shared one per row).
     """
     if isinstance(candidate_embeddings, (tuple, list)):
-        return tf.concat([scores(query_embeddings, part) for part in candidate_embeddings],
-                         axis=1)
+        return tf.concat([scores(query_embeddings, part) for part in candidate_embeddings], axis=1)
     per_row = candidate_embeddings.shape.rank == 3
     if query_embeddings.shape.rank == 3:
-        return tf.reduce_max(tf.einsum("qne,qce->qnc" if per_row else "qne,ce->qnc",
-                                       query_embeddings, candidate_embeddings), axis=1)
+        return tf.reduce_max(
+            tf.einsum(
+                "qne,qce->qnc" if per_row else "qne,ce->qnc", query_embeddings, candidate_embeddings
+            ),
+            axis=1,
+        )
     if per_row:
         return tf.einsum("qe,qce->qc", query_embeddings, candidate_embeddings)
     return tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
@@ -86,6 +90,7 @@ def scores(query_embeddings: tf.Tensor, candidate_embeddings) -> tf.Tensor:
 def row_scores(query_embeddings: tf.Tensor, candidate_embeddings: tf.Tensor) -> tf.Tensor:
     """[batch] dot product of each query with its own candidate (maxsim for 3-D queries)."""
     if query_embeddings.shape.rank == 3:
-        return tf.reduce_max(tf.einsum("qne,qe->qn", query_embeddings, candidate_embeddings),
-                             axis=1)
+        return tf.reduce_max(
+            tf.einsum("qne,qe->qn", query_embeddings, candidate_embeddings), axis=1
+        )
     return tf.reduce_sum(query_embeddings * candidate_embeddings, axis=1)

@@ -8,7 +8,6 @@ import numpy as np
 import tensorflow as tf
 
 from logq_core import checks
-from tfrs_logq import _ops
 
 # Checks that need no tensor are shared with keras_logq; re-exported here.
 from logq_core.checks import check_bool  # noqa: F401  pylint: disable=unused-import
@@ -16,6 +15,7 @@ from logq_core.checks import check_choice  # noqa: F401  pylint: disable=unused-
 from logq_core.checks import check_positive_float  # noqa: F401  pylint: disable=unused-import
 from logq_core.checks import check_positive_int  # noqa: F401  pylint: disable=unused-import
 from logq_core.checks import check_unit_interval  # noqa: F401  pylint: disable=unused-import
+from tfrs_logq import _ops
 
 
 def _short(value: Any) -> str:
@@ -23,8 +23,7 @@ def _short(value: Any) -> str:
     if isinstance(value, (tf.Tensor, np.ndarray)):
         try:
             arr = np.asarray(value)
-            return np.array2string(arr.ravel()[:6], precision=4) + (
-                " ..." if arr.size > 6 else "")
+            return np.array2string(arr.ravel()[:6], precision=4) + (" ..." if arr.size > 6 else "")
         except Exception:  # pylint: disable=broad-except
             return repr(value)
     return repr(value)
@@ -32,9 +31,12 @@ def _short(value: Any) -> str:
 
 # The static tensor checks, worded as keras_logq's (`logq_core.checks`).
 TENSORS = checks.Tensors(
-    convert=tf.convert_to_tensor, dtype=lambda tensor: tensor.dtype.name,
+    convert=tf.convert_to_tensor,
+    dtype=lambda tensor: tensor.dtype.name,
     shape=lambda tensor: None if tensor.shape.rank is None else tuple(tensor.shape.as_list()),
-    cast=tf.cast, string_ids=True)
+    cast=tf.cast,
+    string_ids=True,
+)
 float_tensor = functools.partial(checks.float_tensor, TENSORS)
 bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
 ids_tensor = functools.partial(checks.ids_tensor, TENSORS)
@@ -47,11 +49,14 @@ def id_vector(name: str, value: Any) -> tf.Tensor:
     the shape received."""
     tensor, column = checks.id_vector(TENSORS, name, value)
     return tensor[:, 0] if column else tensor
+
+
 check_compatible_dim = functools.partial(checks.check_compatible_dim, TENSORS)
 
 
-def _assert_valid(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
-                  explain=None) -> Optional[tf.Operation]:
+def _assert_valid(
+    name: str, values: tf.Tensor, valid: tf.Tensor, message: str, explain=None
+) -> Optional[tf.Operation]:
     """Raises ValueError eagerly when `valid` is not all True; in a graph returns the
     assertion (InvalidArgumentError with the same message) for the caller to depend on.
 
@@ -64,18 +69,18 @@ def _assert_valid(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
     """
     if tf.executing_eagerly():
         if not bool(tf.reduce_all(valid)):
-            bad = tf.boolean_mask(tf.reshape(values, [-1]),
-                                  tf.logical_not(tf.reshape(valid, [-1])))
+            bad = tf.boolean_mask(tf.reshape(values, [-1]), tf.logical_not(tf.reshape(valid, [-1])))
             suffix = "" if explain is None else explain(bad)
-            raise ValueError(f"{message}; received {name} with invalid values {_short(bad)}"
-                             f"{suffix}.")
+            raise ValueError(
+                f"{message}; received {name} with invalid values {_short(bad)}{suffix}."
+            )
         return None
-    return tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", values],
-                               summarize=6)
+    return tf.debugging.Assert(tf.reduce_all(valid), [message + "; received", values], summarize=6)
 
 
-def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
-                  explain=None) -> tf.Tensor:
+def _check_values(
+    name: str, values: tf.Tensor, valid: tf.Tensor, message: str, explain=None
+) -> tf.Tensor:
     """Raises ValueError eagerly, or attaches a graph assertion, when `valid` is not all True
     (the arguments of `_assert_valid`).
 
@@ -90,8 +95,9 @@ def _check_values(name: str, values: tf.Tensor, valid: tf.Tensor, message: str,
         return tf.where(valid, values, tf.constant(float("nan"), values.dtype))
 
 
-def table_rows(name: str, ids: tf.Tensor, num_rows: Union[int, tf.Tensor],
-               table: str) -> Tuple[tf.Tensor, tf.Tensor]:
+def table_rows(
+    name: str, ids: tf.Tensor, num_rows: Union[int, tf.Tensor], table: str
+) -> Tuple[tf.Tensor, tf.Tensor]:
     """Rows of a `num_rows`-row table (`table` names it, for the message) for integer `ids`,
     under the one rule for ids (`logq_core.checks.table_rows`).
 
@@ -107,8 +113,12 @@ def table_rows(name: str, ids: tf.Tensor, num_rows: Union[int, tf.Tensor],
     bound = num_rows if static is None else int(static)
     # In int64, where every id and bound fits (a uint64 id above 2**63 turns negative).
     valid, rows = checks.table_rows(_ops.TF, tf.cast(ids, tf.int64), tf.cast(bound, tf.int64))
-    assertion = _assert_valid(name, ids, valid, checks.id_range_message(
-        name, None if static is None else int(static), table))
+    assertion = _assert_valid(
+        name,
+        ids,
+        valid,
+        checks.id_range_message(name, None if static is None else int(static), table),
+    )
     if assertion is not None:
         with tf.control_dependencies([assertion]):
             rows = tf.identity(rows)
@@ -131,14 +141,16 @@ def check_log_probabilities(name: str, log_q: tf.Tensor) -> tf.Tensor:
     # A small tolerance above 0 absorbs rounding in estimators' normalisation.
     valid = tf.logical_and(tf.math.is_finite(log_q), log_q <= 1e-6)
     return _check_values(
-        name, log_q, valid,
+        name,
+        log_q,
+        valid,
         f"`{name}` must hold log-probabilities of probabilities in (0, 1] (finite and <= 0)",
-        explain=lambda bad: f" (probabilities {_short(tf.exp(bad))})")
+        explain=lambda bad: f" (probabilities {_short(tf.exp(bad))})",
+    )
 
 
 def check_probabilities(name: str, probabilities: Any) -> tf.Tensor:
     """Converts probabilities to float32 and checks them to lie in (0, 1]."""
     probabilities = float_tensor(name, probabilities)
     valid = tf.logical_and(probabilities > 0.0, probabilities <= 1.0 + 1e-6)
-    return _check_values(name, probabilities, valid,
-                         f"`{name}` must hold probabilities in (0, 1]")
+    return _check_values(name, probabilities, valid, f"`{name}` must hold probabilities in (0, 1]")

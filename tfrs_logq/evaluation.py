@@ -15,8 +15,9 @@ import tensorflow as tf
 from tfrs_logq import _validation as v
 
 
-def candidates(items: Any, item_tower: Callable[[tf.Tensor], tf.Tensor],
-               batch_size: int = 128) -> tf.data.Dataset:
+def candidates(
+    items: Any, item_tower: Callable[[tf.Tensor], tf.Tensor], batch_size: int = 128
+) -> tf.data.Dataset:
     """A tf.data.Dataset of (ids, embeddings) batches of the catalog, for id-based top-K.
 
     Give it to `tfrs.metrics.FactorizedTopK(candidates=...)` (a `Streaming` index), or to
@@ -44,20 +45,26 @@ def candidates(items: Any, item_tower: Callable[[tf.Tensor], tf.Tensor],
     """
     batch_size = v.check_positive_int("batch_size", batch_size)
     if not callable(item_tower):
-        raise TypeError("`item_tower` must be callable (ids -> embeddings); received "
-                        f"item_tower={item_tower!r}.")
+        raise TypeError(
+            "`item_tower` must be callable (ids -> embeddings); received "
+            f"item_tower={item_tower!r}."
+        )
     if not isinstance(items, tf.data.Dataset):
         items = tf.data.Dataset.from_tensor_slices(v.ids_tensor("items", items, rank=1))
     spec = items.element_spec
     if not isinstance(spec, tf.TensorSpec):
         raise TypeError(
             "`items` must be a dataset of single ids; received items with element_spec "
-            f"{spec!r}. Map it to the id first (e.g. items.map(lambda x: x['movie_id'])).")
+            f"{spec!r}. Map it to the id first (e.g. items.map(lambda x: x['movie_id']))."
+        )
     if not (spec.dtype.is_integer or spec.dtype == tf.string):
-        raise TypeError("`items` must hold integer or string ids; received items with dtype "
-                        f"{spec.dtype.name}.")
+        raise TypeError(
+            f"`items` must hold integer or string ids; received items with dtype {spec.dtype.name}."
+        )
     if spec.shape.rank is not None and spec.shape.as_list() not in ([], [1]):
-        raise ValueError("`items` must be a dataset of single ids (each of shape [] or [1]); "
-                         f"received items with elements of shape {spec.shape}.")
+        raise ValueError(
+            "`items` must be a dataset of single ids (each of shape [] or [1]); "
+            f"received items with elements of shape {spec.shape}."
+        )
     ids = items.map(lambda item: tf.reshape(item, []))
     return ids.batch(batch_size).map(lambda batch: (batch, item_tower(batch)))

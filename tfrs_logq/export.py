@@ -83,9 +83,18 @@ SCANN_SAVE_OPTIONS = tf.saved_model.SaveOptions(namespace_whitelist=["Scann"])
 class _Serving(tf.Module):
     """The exported module: the model's variables, the item table, the index, two signatures."""
 
-    def __init__(self, model, item_embeddings: np.ndarray, k: int, index: str,
-                 max_length: int, takes_user: bool, item_vocabulary=None, user_vocabulary=None,
-                 scann_min_items: int = retrieval.SCANN_MIN_ITEMS):
+    def __init__(
+        self,
+        model,
+        item_embeddings: np.ndarray,
+        k: int,
+        index: str,
+        max_length: int,
+        takes_user: bool,
+        item_vocabulary=None,
+        user_vocabulary=None,
+        scann_min_items: int = retrieval.SCANN_MIN_ITEMS,
+    ):
         super().__init__()
         # Raw (source) ids <-> dense ids; unknown raw ids map to 0, out of vocabulary.
         self.item_dense = _lookup(item_vocabulary)
@@ -99,20 +108,26 @@ class _Serving(tf.Module):
         self.items = tf.Variable(item_embeddings, trainable=False, name="item_embeddings")
         # A catalog below `scann_min_items` is served by exact search whatever the index asked
         # for (see `retrieval.SCANN_MIN_ITEMS`); `export` says so.
-        self.index_kind = (index if retrieval.uses_scann(self.num_items, scann_min_items)
-                           else "brute_force")
+        self.index_kind = (
+            index if retrieval.uses_scann(self.num_items, scann_min_items) else "brute_force"
+        )
         if self.index_kind == "scann":
             settings = retrieval.scann_defaults(self.num_items, self.k)
             # The request's history can be longer than any fixed over-fetch: the search asks
             # for k plus the longest history in the batch (`final_num_neighbors` is a tensor),
             # and a batch with a row left short after the exclusion is answered exactly.
             self.scann = tfrs.layers.factorized_top_k.ScaNN(
-                k=self.k, num_leaves=min(settings["num_leaves"], max(self.num_items // 2, 1)),
-                num_leaves_to_search=min(settings["num_leaves_to_search"],
-                                         max(self.num_items // 2, 1)),
-                num_reordering_candidates=max(settings["reorder"], self.k))
-            self.scann.index(tf.constant(item_embeddings[1:]),
-                             identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64))
+                k=self.k,
+                num_leaves=min(settings["num_leaves"], max(self.num_items // 2, 1)),
+                num_leaves_to_search=min(
+                    settings["num_leaves_to_search"], max(self.num_items // 2, 1)
+                ),
+                num_reordering_candidates=max(settings["reorder"], self.k),
+            )
+            self.scann.index(
+                tf.constant(item_embeddings[1:]),
+                identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64),
+            )
 
     def _in_vocabulary(self, ids):
         return tf.logical_and(ids >= 1, ids <= self.num_items)
@@ -124,9 +139,12 @@ class _Serving(tf.Module):
         history = tf.concat([tf.zeros_like(history[:, :1]), history], axis=1)
         known = self._in_vocabulary(history)
         order = tf.argsort(tf.cast(known, tf.int32), axis=1, stable=True)
-        history = tf.where(tf.gather(known, order, batch_dims=1),
-                           tf.gather(history, order, batch_dims=1), tf.zeros_like(history))
-        history = history[:, -self.max_length:]
+        history = tf.where(
+            tf.gather(known, order, batch_dims=1),
+            tf.gather(history, order, batch_dims=1),
+            tf.zeros_like(history),
+        )
+        history = history[:, -self.max_length :]
         pad = self.max_length - tf.shape(history)[1]
         return tf.cast(tf.pad(history, [[0, 0], [pad, 0]]), tf.int32)
 
@@ -137,10 +155,12 @@ class _Serving(tf.Module):
         positions = tf.where(known)  # [n, 2]: (row, column) of every known entry.
         ids = tf.gather_nd(ids, positions)
         indices = tf.stack([positions[:, 0], ids], axis=1)
-        shape = tf.stack([tf.shape(known, out_type=tf.int64)[0],
-                          tf.constant(self.num_items + 1, tf.int64)])
-        return tf.tensor_scatter_nd_update(tf.zeros(shape, tf.bool), indices,
-                                           tf.ones_like(ids, tf.bool))
+        shape = tf.stack(
+            [tf.shape(known, out_type=tf.int64)[0], tf.constant(self.num_items + 1, tf.int64)]
+        )
+        return tf.tensor_scatter_nd_update(
+            tf.zeros(shape, tf.bool), indices, tf.ones_like(ids, tf.bool)
+        )
 
     def _blocked(self, history, allowed=None, exclude=None):
         """[batch, num_items + 1] bool: the ids a row's answer may not hold: every id of its
@@ -158,8 +178,12 @@ class _Serving(tf.Module):
     def _usable(self, ids, blocked):
         """[batch, n] bool: which of `ids` ([batch, n]) an answer may hold: known, not blocked."""
         known = self._in_vocabulary(ids)
-        return tf.logical_and(known, tf.logical_not(tf.gather(
-            blocked, tf.where(known, ids, tf.zeros_like(ids)), batch_dims=1)))
+        return tf.logical_and(
+            known,
+            tf.logical_not(
+                tf.gather(blocked, tf.where(known, ids, tf.zeros_like(ids)), batch_dims=1)
+            ),
+        )
 
     def _exact(self, queries, blocked):
         scores = tf.matmul(queries, self.items, transpose_b=True)
@@ -172,8 +196,9 @@ class _Serving(tf.Module):
         ids of any row (it returns at most its re-scoring budget); a row left with fewer
         than k usable ids (a long history, a small allowed set) is answered by exact search,
         and only that row."""
-        longest = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(blocked[:, 1:], tf.int32),
-                                                         axis=1)), 0)
+        longest = tf.maximum(
+            tf.reduce_max(tf.reduce_sum(tf.cast(blocked[:, 1:], tf.int32), axis=1)), 0
+        )
         wanted = tf.minimum(self.k + longest, self.num_items)
         scores, ids = self.scann(queries, k=wanted)
         batch = tf.shape(queries)[0]
@@ -182,18 +207,23 @@ class _Serving(tf.Module):
         # Slots the index could not fill (its searched partitions hold fewer ids than asked:
         # ScaNN pads them with its first id at a NaN score) count as unusable, like blocked
         # ids.
-        usable = tf.logical_and(self._usable(ids, blocked),
-                                tf.logical_not(tf.math.is_nan(scores)))
+        usable = tf.logical_and(self._usable(ids, blocked), tf.logical_not(tf.math.is_nan(scores)))
         missing = [[0, 0], [0, tf.maximum(self.k - tf.shape(ids)[1], 0)]]  # At least k columns.
-        scores = tf.pad(tf.where(usable, scores, tf.constant(-np.inf, scores.dtype)), missing,
-                        constant_values=-np.inf)
+        scores = tf.pad(
+            tf.where(usable, scores, tf.constant(-np.inf, scores.dtype)),
+            missing,
+            constant_values=-np.inf,
+        )
         scores, columns = tf.math.top_k(scores, k=self.k)
         ids = tf.gather(tf.pad(ids, missing), columns, batch_dims=1)
         short = tf.where(tf.reduce_sum(tf.cast(usable, tf.int32), axis=1) < self.k)  # [rows, 1]
-        exact_scores, exact_ids = self._exact(tf.gather_nd(queries, short),
-                                              tf.gather_nd(blocked, short))
-        return (tf.tensor_scatter_nd_update(scores, short, exact_scores),
-                tf.tensor_scatter_nd_update(ids, short, exact_ids))
+        exact_scores, exact_ids = self._exact(
+            tf.gather_nd(queries, short), tf.gather_nd(blocked, short)
+        )
+        return (
+            tf.tensor_scatter_nd_update(scores, short, exact_scores),
+            tf.tensor_scatter_nd_update(ids, short, exact_ids),
+        )
 
     def _top_k(self, queries, blocked):
         """Top-k (scores, ids) by the index, no blocked id among them, and how many of the k
@@ -206,9 +236,11 @@ class _Serving(tf.Module):
         ids = tf.where(found, ids, tf.zeros_like(ids))
         scores = tf.where(found, scores, tf.constant(-np.inf, scores.dtype))
         # Static width k for every batch size, 0 included.
-        return {"ids": tf.ensure_shape(ids, [None, self.k]),
-                "scores": tf.ensure_shape(scores, [None, self.k]),
-                "num_found": tf.reduce_sum(tf.cast(found, tf.int32), axis=1)}
+        return {
+            "ids": tf.ensure_shape(ids, [None, self.k]),
+            "scores": tf.ensure_shape(scores, [None, self.k]),
+            "num_found": tf.reduce_sum(tf.cast(found, tf.int32), axis=1),
+        }
 
     def recommend(self, user, history, allowed=None, exclude=None):
         """The answer to a request of dense ids: `history` [batch, length] (padding 0), `user`
@@ -220,23 +252,34 @@ class _Serving(tf.Module):
         if user is not None:
             user = _ranked(user, 1, "`user` must be [batch] user ids")
         allowed, exclude = _filters(allowed, exclude)
-        with tf.control_dependencies([tf.debugging.assert_equal(
-                tf.shape(tensor)[0], tf.shape(history)[0],
-                message=f"`{name}` and `history` must have the same batch size")
+        with tf.control_dependencies(
+            [
+                tf.debugging.assert_equal(
+                    tf.shape(tensor)[0],
+                    tf.shape(history)[0],
+                    message=f"`{name}` and `history` must have the same batch size",
+                )
                 for name, tensor in (("user", user), ("allowed", allowed), ("exclude", exclude))
-                if tensor is not None]):
+                if tensor is not None
+            ]
+        ):
             history = tf.identity(history)
         padded = self._history(history)
         if self.takes_user:
             user = tf.where(self._in_vocabulary(user) | (user > 0), user, tf.zeros_like(user))
-            user = tf.where(user < tf.cast(self.model.user_embedding.input_dim, tf.int64), user,
-                            tf.zeros_like(user))
-            queries = self.model.query_embeddings({"user": tf.cast(user, tf.int32),
-                                                   "history": padded})
+            user = tf.where(
+                user < tf.cast(self.model.user_embedding.input_dim, tf.int64),
+                user,
+                tf.zeros_like(user),
+            )
+            queries = self.model.query_embeddings(
+                {"user": tf.cast(user, tf.int32), "history": padded}
+            )
         else:
             queries = self.model.query_embeddings(padded)
-        return self._top_k(tf.cast(queries, self.items.dtype),
-                           self._blocked(history, allowed, exclude))
+        return self._top_k(
+            tf.cast(queries, self.items.dtype), self._blocked(history, allowed, exclude)
+        )
 
     def _dense_items(self, ids, integer_ids: Sequence[str]):
         """Raw item ids -> (dense ids, 0 for padding and unknown ids; which ids are unknown).
@@ -249,8 +292,9 @@ class _Serving(tf.Module):
         dense = self.item_dense.lookup(ids)
         return dense, present & tf.equal(dense, 0)
 
-    def recommend_raw(self, user, history, allowed=None, exclude=None,
-                      integer_ids: Sequence[str] = ()):
+    def recommend_raw(
+        self, user, history, allowed=None, exclude=None, integer_ids: Sequence[str] = ()
+    ):
         """`recommend` with raw ids in and out: strings, or int64 for the kinds ("user",
         "item") in `integer_ids` (their decimal strings are the vocabulary's keys). Item
         padding is "" (strings) or any negative id (integers); every other id the vocabulary
@@ -268,16 +312,24 @@ class _Serving(tf.Module):
             if ids is not None:
                 dense[name], unknown[name] = self._dense_items(ids, integer_ids)
         if allowed is not None:  # -1: out of vocabulary, yet not padding.
-            dense["allowed"] = tf.where(unknown["allowed"], tf.constant(-1, tf.int64),
-                                        dense["allowed"])
-        answer = self.recommend(dense_user, dense["history"], dense.get("allowed"),
-                                dense.get("exclude"))
+            dense["allowed"] = tf.where(
+                unknown["allowed"], tf.constant(-1, tf.int64), dense["allowed"]
+            )
+        answer = self.recommend(
+            dense_user, dense["history"], dense.get("allowed"), dense.get("exclude")
+        )
         ids = tf.gather(self.item_raw, answer["ids"])
         if "item" in integer_ids:
             ids = tf.strings.to_number(tf.where(tf.equal(ids, ""), "-1", ids), tf.int64)
-        return {"ids": ids, "scores": answer["scores"], "num_found": answer["num_found"],
-                **{f"unknown_{name}_ids": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-                   for name, mask in unknown.items()}}
+        return {
+            "ids": ids,
+            "scores": answer["scores"],
+            "num_found": answer["num_found"],
+            **{
+                f"unknown_{name}_ids": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+                for name, mask in unknown.items()
+            },
+        }
 
     @tf.function(input_signature=[tf.TensorSpec(None, tf.int64, name="item_ids")])
     def item_embeddings(self, item_ids):
@@ -299,9 +351,14 @@ def _ranked(tensor, rank: int, message: str):
 def _filters(allowed, exclude):
     """The filtered signatures' `allowed` and `exclude` ([batch, n] item ids each, or None),
     their ranks checked."""
-    return tuple(None if ids is None else _ranked(
-        ids, 2, f"`{name}` must be [batch, n] item ids (padding where a row has fewer)")
-                 for name, ids in (("allowed", allowed), ("exclude", exclude)))
+    return tuple(
+        None
+        if ids is None
+        else _ranked(
+            ids, 2, f"`{name}` must be [batch, n] item ids (padding where a row has fewer)"
+        )
+        for name, ids in (("allowed", allowed), ("exclude", exclude))
+    )
 
 
 def _vocabulary(name: str, values, size: int):
@@ -312,7 +369,8 @@ def _vocabulary(name: str, values, size: int):
     if len(values) != size or len(set(values)) != size:
         raise ValueError(
             f"`{name}` must hold {size} distinct raw ids, one per dense id 1..{size}; received "
-            f"{len(values)} ids ({len(set(values))} distinct).")
+            f"{len(values)} ids ({len(set(values))} distinct)."
+        )
     return values
 
 
@@ -323,13 +381,19 @@ def _max_length(model, max_length) -> int:
     accepted = getattr(model, "max_length", None)
     if max_length is None:
         return accepted or 50
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or (
-            max_length < 1):
-        raise ValueError(f"`max_length` must be a positive integer; received "
-                         f"max_length={max_length!r}.")
+    if (
+        isinstance(max_length, bool)
+        or not isinstance(max_length, (int, np.integer))
+        or (max_length < 1)
+    ):
+        raise ValueError(
+            f"`max_length` must be a positive integer; received max_length={max_length!r}."
+        )
     if accepted is not None and max_length > accepted:
-        raise ValueError(f"`max_length` must be at most the model's max_length={accepted} (the "
-                         f"positions it learned); received max_length={max_length!r}.")
+        raise ValueError(
+            f"`max_length` must be at most the model's max_length={accepted} (the "
+            f"positions it learned); received max_length={max_length!r}."
+        )
     return int(max_length)
 
 
@@ -353,18 +417,22 @@ def _check_integer_ids(name: str, vocabulary: Sequence[str]) -> None:
             "hold non-negative int64 ids as decimal strings (as str(int) prints them; a "
             "negative id is padding in a request); received "
             f"{name} with {', '.join(repr(b) for b in bad)}. Serve them as strings (leave "
-            f"\"{name.split('_')[0]}\" out of integer_ids).")
+            f'"{name.split("_")[0]}" out of integer_ids).'
+        )
 
 
-def _serving_function(answer, takes_user: bool, user_dtype: tf.DType, item_dtype: tf.DType,
-                      filtered: bool):
+def _serving_function(
+    answer, takes_user: bool, user_dtype: tf.DType, item_dtype: tf.DType, filtered: bool
+):
     """`answer(user, history, allowed, exclude)` as a tf.function of a signature's named
     inputs: `user` (a two-tower model's), `history` and, if `filtered`, `allowed` and
     `exclude`. Ranks are left open: `recommend` checks them with a message naming the input
     (a signature's own shape check names neither it nor the expected shape)."""
     specs = [tf.TensorSpec(None, user_dtype, name="user")] if takes_user else []
-    specs += [tf.TensorSpec(None, item_dtype, name=name)
-              for name in ("history", "allowed", "exclude")[:3 if filtered else 1]]
+    specs += [
+        tf.TensorSpec(None, item_dtype, name=name)
+        for name in ("history", "allowed", "exclude")[: 3 if filtered else 1]
+    ]
     if takes_user and filtered:
         function = lambda user, history, allowed, exclude: answer(user, history, allowed, exclude)
     elif takes_user:
@@ -389,33 +457,48 @@ def _trial_request(serve, serve_filtered, takes_user: bool, max_length: int) -> 
     except (tf.errors.OpError, ValueError) as error:
         raise ValueError(
             f"The export fails a trial request (a history of max_length={max_length} padding "
-            f"ids), so it is not written: {str(error).splitlines()[0][:300]}") from error
+            f"ids), so it is not written: {str(error).splitlines()[0][:300]}"
+        ) from error
     if any(np.isnan(answer["scores"].numpy()).any() for answer in answers):
-        raise ValueError("The export answers a trial request (a history of padding ids) with "
-                         "NaN scores: the query model gives NaN; not exported.")
+        raise ValueError(
+            "The export answers a trial request (a history of padding ids) with "
+            "NaN scores: the query model gives NaN; not exported."
+        )
 
 
 def _lookup(vocabulary):
     """A table from the raw ids to dense ids 1..N (0 for any other string), or None."""
     if vocabulary is None:
         return None
-    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-        tf.constant(vocabulary), tf.range(1, len(vocabulary) + 1, dtype=tf.int64)),
-        default_value=0)
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(vocabulary), tf.range(1, len(vocabulary) + 1, dtype=tf.int64)
+        ),
+        default_value=0,
+    )
 
 
 def _next_version(path: str) -> int:
-    versions = [int(name) for name in (os.listdir(path) if os.path.isdir(path) else [])
-                if name.isdigit()]
+    versions = [
+        int(name) for name in (os.listdir(path) if os.path.isdir(path) else []) if name.isdigit()
+    ]
     return max(versions, default=0) + 1
 
 
-def export(model, path: str, *, k: int = 100, index: str = "brute_force",
-           max_length: Optional[int] = None, version: Optional[int] = None,
-           item_vocabulary: Optional[Sequence[str]] = None,
-           user_vocabulary: Optional[Sequence[str]] = None,
-           scann_min_items: int = retrieval.SCANN_MIN_ITEMS, raw_ids: str = "strings",
-           integer_ids: Sequence[str] = ()) -> str:
+def export(
+    model,
+    path: str,
+    *,
+    k: int = 100,
+    index: str = "brute_force",
+    max_length: Optional[int] = None,
+    version: Optional[int] = None,
+    item_vocabulary: Optional[Sequence[str]] = None,
+    user_vocabulary: Optional[Sequence[str]] = None,
+    scann_min_items: int = retrieval.SCANN_MIN_ITEMS,
+    raw_ids: str = "strings",
+    integer_ids: Sequence[str] = (),
+) -> str:
     """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to
     `path/<version>/`, the layout TensorFlow Serving reads (`path` is its model base path).
 
@@ -458,30 +541,45 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
     if raw_ids not in RAW_IDS:
-        raise ValueError(f"`raw_ids` must be one of {', '.join(RAW_IDS)}; received "
-                         f"raw_ids={raw_ids!r}.")
+        raise ValueError(
+            f"`raw_ids` must be one of {', '.join(RAW_IDS)}; received raw_ids={raw_ids!r}."
+        )
     if not set(integer_ids) <= {"user", "item"}:
-        raise ValueError(f"`integer_ids` names kinds of ids, \"user\" and \"item\"; received "
-                         f"integer_ids={integer_ids!r}.")
+        raise ValueError(
+            f'`integer_ids` names kinds of ids, "user" and "item"; received '
+            f"integer_ids={integer_ids!r}."
+        )
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"`k` must be a positive integer; received k={k!r}.")
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int)
-                                or version < 1):
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, int) or version < 1
+    ):
         raise ValueError(f"`version` must be a positive integer; received version={version!r}.")
-    if isinstance(scann_min_items, bool) or not isinstance(scann_min_items, int) or (
-            scann_min_items < 0):
-        raise ValueError("`scann_min_items` must be a non-negative integer; received "
-                         f"scann_min_items={scann_min_items!r}.")
+    if (
+        isinstance(scann_min_items, bool)
+        or not isinstance(scann_min_items, int)
+        or (scann_min_items < 0)
+    ):
+        raise ValueError(
+            "`scann_min_items` must be a non-negative integer; received "
+            f"scann_min_items={scann_min_items!r}."
+        )
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"`path` must be a directory (the model's base path); received "
-                         f"path={path!r}, which is a file.")
+        raise ValueError(
+            f"`path` must be a directory (the model's base path); received "
+            f"path={path!r}, which is a file."
+        )
     if raw_ids == "default" and item_vocabulary is None:
-        raise ValueError("raw_ids='default' serves the raw ids of `item_vocabulary` by default; "
-                         "received item_vocabulary=None (pass it, or raw_ids='strings').")
+        raise ValueError(
+            "raw_ids='default' serves the raw ids of `item_vocabulary` by default; "
+            "received item_vocabulary=None (pass it, or raw_ids='strings')."
+        )
     if integer_ids and item_vocabulary is None:
-        raise ValueError("`integer_ids` says which raw ids are served as int64 and needs "
-                         f"`item_vocabulary`; received integer_ids={integer_ids!r} and "
-                         "item_vocabulary=None.")
+        raise ValueError(
+            "`integer_ids` says which raw ids are served as int64 and needs "
+            f"`item_vocabulary`; received integer_ids={integer_ids!r} and "
+            "item_vocabulary=None."
+        )
     version = version or _next_version(path)
     target = os.path.join(path, str(version))
     if os.path.exists(target):
@@ -490,30 +588,45 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
     max_length = _max_length(model, max_length)
     item_table = model.item_embeddings().numpy()
     if item_table.ndim != 2 or item_table.shape[0] < 2:
-        raise ValueError("`model.item_embeddings()` must be [num_items + 1, dim] (row 0: "
-                         f"padding) with num_items >= 1; received shape {item_table.shape}.")
+        raise ValueError(
+            "`model.item_embeddings()` must be [num_items + 1, dim] (row 0: "
+            f"padding) with num_items >= 1; received shape {item_table.shape}."
+        )
     if not np.all(np.isfinite(item_table)):
         bad = np.unique(np.nonzero(~np.isfinite(item_table))[0])
-        raise ValueError(f"`model` has non-finite item embeddings (NaN or inf) in rows "
-                         f"{bad[:6].tolist()}{' ...' if bad.size > 6 else ''} of "
-                         f"{item_table.shape[0]}: every answer would be NaN or arbitrary; "
-                         "not exported.")
+        raise ValueError(
+            f"`model` has non-finite item embeddings (NaN or inf) in rows "
+            f"{bad[:6].tolist()}{' ...' if bad.size > 6 else ''} of "
+            f"{item_table.shape[0]}: every answer would be NaN or arbitrary; "
+            "not exported."
+        )
     item_vocabulary = _vocabulary("item_vocabulary", item_vocabulary, item_table.shape[0] - 1)
     if "item" in integer_ids:
         _check_integer_ids("item_vocabulary", item_vocabulary)
     if takes_user and item_vocabulary is not None:
         if user_vocabulary is None:
-            raise ValueError("A two-tower model needs `user_vocabulary` with `item_vocabulary` "
-                             "(the raw signature takes raw user ids); received "
-                             "user_vocabulary=None.")
-        user_vocabulary = _vocabulary("user_vocabulary", user_vocabulary,
-                                      model.user_embedding.input_dim - 1)
+            raise ValueError(
+                "A two-tower model needs `user_vocabulary` with `item_vocabulary` "
+                "(the raw signature takes raw user ids); received "
+                "user_vocabulary=None."
+            )
+        user_vocabulary = _vocabulary(
+            "user_vocabulary", user_vocabulary, model.user_embedding.input_dim - 1
+        )
         if "user" in integer_ids:
             _check_integer_ids("user_vocabulary", user_vocabulary)
     try:
-        module = _Serving(model, item_table, k, index, max_length, takes_user,
-                          item_vocabulary, user_vocabulary if takes_user else None,
-                          scann_min_items)
+        module = _Serving(
+            model,
+            item_table,
+            k,
+            index,
+            max_length,
+            takes_user,
+            item_vocabulary,
+            user_vocabulary if takes_user else None,
+            scann_min_items,
+        )
     except tf.errors.InvalidArgumentError as error:
         if index != "scann":
             raise
@@ -521,31 +634,49 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
             f"index='scann' cannot index this catalog of {item_table.shape[0] - 1} items "
             f"(ScaNN: {str(error).splitlines()[0].split('}} ')[-1][:200]}); export it with "
             "index='brute_force', or raise scann_min_items above the catalog's size "
-            f"(received scann_min_items={scann_min_items}).") from error
+            f"(received scann_min_items={scann_min_items})."
+        ) from error
     if module.index_kind != index:
-        logging.warning("index=%r: the catalog's %d items are fewer than scann_min_items=%d, "
-                        "so this export searches exactly (brute force), which is faster there "
-                        "and exact.", index, module.num_items, scann_min_items)
+        logging.warning(
+            "index=%r: the catalog's %d items are fewer than scann_min_items=%d, "
+            "so this export searches exactly (brute force), which is faster there "
+            "and exact.",
+            index,
+            module.num_items,
+            scann_min_items,
+        )
     # Each answer twice: plain, and filtered (`allowed`, `exclude`: extra inputs, since a
     # TF Serving request must send every input of its signature).
-    serve, serve_filtered = (_serving_function(module.recommend, takes_user, tf.int64, tf.int64,
-                                               filtered) for filtered in (False, True))
+    serve, serve_filtered = (
+        _serving_function(module.recommend, takes_user, tf.int64, tf.int64, filtered)
+        for filtered in (False, True)
+    )
     module.serve, module.serve_filtered = serve, serve_filtered
     signatures: Dict[str, tf.types.experimental.ConcreteFunction] = {
         "serving_default": serve.get_concrete_function(),
         "serving_filtered": serve_filtered.get_concrete_function(),
-        "item_embeddings": module.item_embeddings.get_concrete_function()}
+        "item_embeddings": module.item_embeddings.get_concrete_function(),
+    }
     if item_vocabulary is not None:
-        dtypes = {kind: tf.int64 if kind in integer_ids else tf.string
-                  for kind in ("user", "item")}
+        dtypes = {kind: tf.int64 if kind in integer_ids else tf.string for kind in ("user", "item")}
         integer_ids = tuple(integer_ids)
-        serve_raw, serve_raw_filtered = (_serving_function(
-            lambda user, history, allowed, exclude: module.recommend_raw(
-                user, history, allowed, exclude, integer_ids),
-            takes_user, dtypes["user"], dtypes["item"], filtered) for filtered in (False, True))
+        serve_raw, serve_raw_filtered = (
+            _serving_function(
+                lambda user, history, allowed, exclude: module.recommend_raw(
+                    user, history, allowed, exclude, integer_ids
+                ),
+                takes_user,
+                dtypes["user"],
+                dtypes["item"],
+                filtered,
+            )
+            for filtered in (False, True)
+        )
         module.serve_raw, module.serve_raw_filtered = serve_raw, serve_raw_filtered
-        raw = {"serving_raw": serve_raw.get_concrete_function(),
-               "serving_raw_filtered": serve_raw_filtered.get_concrete_function()}
+        raw = {
+            "serving_raw": serve_raw.get_concrete_function(),
+            "serving_raw_filtered": serve_raw_filtered.get_concrete_function(),
+        }
         if raw_ids == "strings":
             signatures.update(raw)
         else:  # The log's own ids are the default; dense ids stay reachable.
@@ -563,8 +694,12 @@ def export(model, path: str, *, k: int = 100, index: str = "brute_force",
             shutil.rmtree(os.path.join(path, name), ignore_errors=True)
     temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
     try:
-        tf.saved_model.save(module, temporary, signatures=signatures,
-                            options=SCANN_SAVE_OPTIONS if module.index_kind == "scann" else None)
+        tf.saved_model.save(
+            module,
+            temporary,
+            signatures=signatures,
+            options=SCANN_SAVE_OPTIONS if module.index_kind == "scann" else None,
+        )
         os.rename(temporary, target)
     finally:
         if os.path.exists(temporary):

@@ -79,8 +79,11 @@ class HashFamily:
         """[depth, n] flat indices row * width + bucket for [n] int64 keys."""
         low = tf.math.floormod(keys, 2**32)[tf.newaxis, :]
         high = tf.math.floormod(tf.math.floordiv(keys, 2**32), _PRIME)[tf.newaxis, :]
-        h = (tf.math.floormod(self._a * low, _PRIME) + tf.math.floormod(self._c * high, _PRIME)
-             + self._b)
+        h = (
+            tf.math.floormod(self._a * low, _PRIME)
+            + tf.math.floormod(self._c * high, _PRIME)
+            + self._b
+        )
         buckets = tf.math.floormod(tf.math.floormod(h, _PRIME), self.width)
         return buckets + np.arange(self.depth, dtype=np.int64)[:, np.newaxis] * self.width
 
@@ -118,8 +121,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
           ids: item ids.
           num_draws: scalar number of independent draws n >= 1 (int or tensor).
         """
-        return formulas.log_inclusion_probability(_ops.TF, self.log_q(ids),
-                                                  _num_draws(num_draws))
+        return formulas.log_inclusion_probability(_ops.TF, self.log_q(ids), _num_draws(num_draws))
 
     def call(self, ids: tf.Tensor) -> tf.Tensor:
         """Same as `log_q`."""
@@ -134,12 +136,15 @@ class FrequencyEstimator(tf.keras.layers.Layer):
 def _num_draws(num_draws) -> tf.Tensor:
     """Checks n >= 1 (eagerly, or as a graph assertion) and returns it as float32."""
     if isinstance(num_draws, (bool, float)) or (
-            isinstance(num_draws, (int, np.integer)) and num_draws < 1):
+        isinstance(num_draws, (int, np.integer)) and num_draws < 1
+    ):
         raise ValueError(
-            f"`num_draws` must be a positive integer; received num_draws={num_draws!r}.")
+            f"`num_draws` must be a positive integer; received num_draws={num_draws!r}."
+        )
     num_draws = tf.cast(num_draws, tf.float32)
     return v._check_values(  # pylint: disable=protected-access
-        "num_draws", num_draws, num_draws >= 1.0, "`num_draws` must be a positive integer")
+        "num_draws", num_draws, num_draws >= 1.0, "`num_draws` must be a positive integer"
+    )
 
 
 class StreamingFrequencyEstimator(FrequencyEstimator):
@@ -169,9 +174,14 @@ class StreamingFrequencyEstimator(FrequencyEstimator):
     def _state(self, name: str, shape: Sequence[int], dtype) -> tf.Variable:
         """A non-trainable state variable, identical on every replica."""
         return self.add_weight(
-            name=name, shape=shape, dtype=dtype, initializer="zeros", trainable=False,
+            name=name,
+            shape=shape,
+            dtype=dtype,
+            initializer="zeros",
+            trainable=False,
             synchronization=tf.VariableSynchronization.ON_WRITE,
-            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
 
     def update(self, ids: tf.Tensor, mask: Optional[tf.Tensor] = None) -> None:
         """Feeds one training step's ids (all of them, duplicates included).
@@ -205,7 +215,8 @@ class StreamingFrequencyEstimator(FrequencyEstimator):
     def _update_every_copy(self, strategy, keys, weights):
         anchor = self.weights[0]
         return strategy.extended.update(
-            anchor, lambda _, k, w: self._apply_update(k, w), args=(keys, weights), group=True)
+            anchor, lambda _, k, w: self._apply_update(k, w), args=(keys, weights), group=True
+        )
 
     def _apply_update(self, keys: tf.Tensor, weights: tf.Tensor):
         raise NotImplementedError
@@ -262,8 +273,15 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
 
     measures = INCLUSION
 
-    def __init__(self, num_buckets: int = 2**17, num_hashes: int = 2, alpha: float = 0.01,
-                 initialization: str = "first_gap", seed: int = 0, **kwargs):
+    def __init__(
+        self,
+        num_buckets: int = 2**17,
+        num_hashes: int = 2,
+        alpha: float = 0.01,
+        initialization: str = "first_gap",
+        seed: int = 0,
+        **kwargs,
+    ):
         super().__init__(seed=seed, **kwargs)
         self.num_buckets = v.check_positive_int("num_buckets", num_buckets)
         self.num_hashes = v.check_positive_int("num_hashes", num_hashes)
@@ -282,30 +300,42 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
         step = self.step + 1
         indices = self._hash(keys)
         indices = tf.reshape(tf.where(weights[tf.newaxis, :] > 0, indices, self._sink), [-1])
-        gap = formulas.inter_arrival_update(_ops.TF, tf.gather(self.last_step, indices),
-                                            tf.gather(self.gap, indices), step, self.alpha,
-                                            self.initialization)
+        gap = formulas.inter_arrival_update(
+            _ops.TF,
+            tf.gather(self.last_step, indices),
+            tf.gather(self.gap, indices),
+            step,
+            self.alpha,
+            self.initialization,
+        )
         # Duplicate ids and colliding ids of one step write identical values.
         return tf.group(
             self.gap.scatter_update(tf.IndexedSlices(gap, indices)),
             self.last_step.scatter_update(
-                tf.IndexedSlices(tf.fill(tf.shape(indices), step), indices)),
+                tf.IndexedSlices(tf.fill(tf.shape(indices), step), indices)
+            ),
             self.step.assign(step),
-            self.num_ids.assign_add(tf.reduce_sum(tf.cast(weights > 0, tf.int64))))
+            self.num_ids.assign_add(tf.reduce_sum(tf.cast(weights > 0, tf.int64))),
+        )
 
     def _gap(self, ids: tf.Tensor) -> tf.Tensor:
         keys = id_keys(ids)
         indices = self._hash(tf.reshape(keys, [-1]))
-        gaps = formulas.inter_arrival_gap(_ops.TF, tf.gather(self.last_step, indices),
-                                          tf.gather(self.gap, indices), self.step,
-                                          self.num_buckets)
+        gaps = formulas.inter_arrival_gap(
+            _ops.TF,
+            tf.gather(self.last_step, indices),
+            tf.gather(self.gap, indices),
+            self.step,
+            self.num_buckets,
+        )
         return tf.reshape(gaps, tf.shape(keys))
 
     @property
     def draws_per_step(self) -> tf.Tensor:
         """b: the mean number of ids per update (at least 1)."""
-        return tf.maximum(tf.cast(self.num_ids, tf.float32)
-                          / tf.maximum(tf.cast(self.step, tf.float32), 1.0), 1.0)
+        return tf.maximum(
+            tf.cast(self.num_ids, tf.float32) / tf.maximum(tf.cast(self.step, tf.float32), 1.0), 1.0
+        )
 
     def log_step_inclusion_probability(self, ids: tf.Tensor) -> tf.Tensor:
         """log pi(d) = -log(gap): the measured log probability of appearing in a step."""
@@ -318,13 +348,19 @@ class HashedFrequencyEstimator(StreamingFrequencyEstimator):
     def log_inclusion_probability(self, ids: tf.Tensor, num_draws) -> tf.Tensor:
         """log(1 - (1 - pi)^(n / b)), from the measured per-step pi."""
         return formulas.log_inclusion_probability(
-            _ops.TF, self.log_step_inclusion_probability(ids),
-            _num_draws(num_draws) / self.draws_per_step)
+            _ops.TF,
+            self.log_step_inclusion_probability(ids),
+            _num_draws(num_draws) / self.draws_per_step,
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_buckets=self.num_buckets, num_hashes=self.num_hashes,
-                      alpha=self.alpha, initialization=self.initialization)
+        config.update(
+            num_buckets=self.num_buckets,
+            num_hashes=self.num_hashes,
+            alpha=self.alpha,
+            initialization=self.initialization,
+        )
         return config
 
 
@@ -368,9 +404,16 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
 
     measures = PER_DRAW
 
-    def __init__(self, width: int = 2**18, depth: int = 4, decay: float = 0.999,
-                 conservative: bool = False, min_count: float = 0.5, seed: int = 0,
-                 **kwargs):
+    def __init__(
+        self,
+        width: int = 2**18,
+        depth: int = 4,
+        decay: float = 0.999,
+        conservative: bool = False,
+        min_count: float = 0.5,
+        seed: int = 0,
+        **kwargs,
+    ):
         super().__init__(seed=seed, **kwargs)
         self.width = v.check_positive_int("width", width)
         self.depth = v.check_positive_int("depth", depth)
@@ -391,28 +434,40 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
     def _apply_update(self, keys, weights):
         k = self.steps_since_rescale + 1
         if self._log_growth > 0.0:
+
             def rescale():
                 factor = 1.0 / self._unit(k - 1)
-                with tf.control_dependencies([self.counts.assign(self.counts * factor),
-                                              self.total.assign(self.total * factor)]):
+                with tf.control_dependencies(
+                    [
+                        self.counts.assign(self.counts * factor),
+                        self.total.assign(self.total * factor),
+                    ]
+                ):
                     return tf.ones_like(k)
-            k = tf.cond(tf.cast(k, tf.float32) * self._log_growth > _RESCALE_EXPONENT,
-                        rescale, lambda: k)
+
+            k = tf.cond(
+                tf.cast(k, tf.float32) * self._log_growth > _RESCALE_EXPONENT, rescale, lambda: k
+            )
         unit = self._unit(k)
         if self.conservative:
-            indices, targets = formulas.conservative_targets(_ops.TF, self.counts, self._hash,
-                                                             keys, weights, unit)
+            indices, targets = formulas.conservative_targets(
+                _ops.TF, self.counts, self._hash, keys, weights, unit
+            )
             counts_update = self.counts.scatter_max(tf.IndexedSlices(targets, indices))
         else:
             indices = self._hash(keys)
-            counts_update = self.counts.scatter_add(tf.IndexedSlices(
-                tf.reshape(tf.broadcast_to(weights * unit, tf.shape(indices)), [-1]),
-                tf.reshape(indices, [-1])))
+            counts_update = self.counts.scatter_add(
+                tf.IndexedSlices(
+                    tf.reshape(tf.broadcast_to(weights * unit, tf.shape(indices)), [-1]),
+                    tf.reshape(indices, [-1]),
+                )
+            )
         return tf.group(
             counts_update,
             self.total.assign_add(tf.reduce_sum(weights) * unit),
             self.step.assign_add(1),
-            self.steps_since_rescale.assign(k))
+            self.steps_since_rescale.assign(k),
+        )
 
     @property
     def effective_draws(self) -> tf.Tensor:
@@ -422,16 +477,26 @@ class CountMinSketchEstimator(StreamingFrequencyEstimator):
     def log_q(self, ids: tf.Tensor) -> tf.Tensor:
         """log(min_i count_i(d) / total), the measured per-draw log probability."""
         keys = id_keys(ids)
-        log_q = formulas.count_min_log_q(_ops.TF, self.counts,
-                                         self._hash(tf.reshape(keys, [-1])), self.total,
-                                         self._unit(self.steps_since_rescale),
-                                         self.min_count, self.width)
+        log_q = formulas.count_min_log_q(
+            _ops.TF,
+            self.counts,
+            self._hash(tf.reshape(keys, [-1])),
+            self.total,
+            self._unit(self.steps_since_rescale),
+            self.min_count,
+            self.width,
+        )
         return tf.reshape(log_q, tf.shape(keys))
 
     def get_config(self):
         config = super().get_config()
-        config.update(width=self.width, depth=self.depth, decay=self.decay,
-                      conservative=self.conservative, min_count=self.min_count)
+        config.update(
+            width=self.width,
+            depth=self.depth,
+            decay=self.decay,
+            conservative=self.conservative,
+            min_count=self.min_count,
+        )
         return config
 
 
@@ -461,35 +526,41 @@ class StaticFrequency(FrequencyEstimator):
       **kwargs: standard Keras layer arguments.
     """
 
-    def __init__(self, probabilities: Any, vocabulary: Optional[Sequence[str]] = None,
-                 **kwargs):
+    def __init__(self, probabilities: Any, vocabulary: Optional[Sequence[str]] = None, **kwargs):
         super().__init__(**kwargs)
         probabilities = v.check_probabilities("probabilities", probabilities)
         v.check_rank("probabilities", probabilities, 1)
         self.num_items = int(probabilities.shape[0])
         self.log_probabilities = self.add_weight(
-            name="log_probabilities", shape=[self.num_items], dtype=tf.float32,
+            name="log_probabilities",
+            shape=[self.num_items],
+            dtype=tf.float32,
             initializer=tf.constant_initializer(tf.math.log(probabilities).numpy()),
-            trainable=False)
+            trainable=False,
+        )
         self.vocabulary = None
         self._table = None
         if vocabulary is not None:
-            vocabulary = [x.decode() if isinstance(x, bytes) else str(x) for x in
-                          np.asarray(vocabulary).ravel().tolist()]
+            vocabulary = [
+                x.decode() if isinstance(x, bytes) else str(x)
+                for x in np.asarray(vocabulary).ravel().tolist()
+            ]
             if len(vocabulary) != self.num_items or len(set(vocabulary)) != len(vocabulary):
                 raise ValueError(
                     f"`vocabulary` must hold {self.num_items} distinct ids, one per "
                     f"probability; received {len(vocabulary)} ids "
-                    f"({len(set(vocabulary))} distinct).")
+                    f"({len(set(vocabulary))} distinct)."
+                )
             self.vocabulary = vocabulary
             self._table = tf.lookup.StaticHashTable(
                 tf.lookup.KeyValueTensorInitializer(
-                    tf.constant(vocabulary), tf.range(self.num_items, dtype=tf.int64)),
-                default_value=-1)
+                    tf.constant(vocabulary), tf.range(self.num_items, dtype=tf.int64)
+                ),
+                default_value=-1,
+            )
 
     @classmethod
-    def from_counts(cls, counts: Any, pseudo_count: float = 0.0,
-                    **kwargs) -> "StaticFrequency":
+    def from_counts(cls, counts: Any, pseudo_count: float = 0.0, **kwargs) -> "StaticFrequency":
         """Q(d) = (counts[d] + pseudo_count) / sum(counts + pseudo_count).
 
         Args:
@@ -499,23 +570,40 @@ class StaticFrequency(FrequencyEstimator):
           pseudo_count: added to every count (smoothing for unseen items).
           **kwargs: passed to the constructor (e.g. `vocabulary`, `name`).
         """
-        if (isinstance(pseudo_count, bool) or not isinstance(pseudo_count, (int, float))
-                or not np.isfinite(pseudo_count) or pseudo_count < 0):
-            raise ValueError("`pseudo_count` must be a non-negative number; received "
-                             f"pseudo_count={pseudo_count!r}.")
+        if (
+            isinstance(pseudo_count, bool)
+            or not isinstance(pseudo_count, (int, float))
+            or not np.isfinite(pseudo_count)
+            or pseudo_count < 0
+        ):
+            raise ValueError(
+                "`pseudo_count` must be a non-negative number; received "
+                f"pseudo_count={pseudo_count!r}."
+            )
         counts = np.asarray(counts, dtype=np.float64)
         smoothed = counts + pseudo_count
-        if counts.ndim != 1 or counts.size == 0 or np.any(smoothed <= 0) or not np.all(
-                np.isfinite(counts)) or np.any(counts < 0):
+        if (
+            counts.ndim != 1
+            or counts.size == 0
+            or np.any(smoothed <= 0)
+            or not np.all(np.isfinite(counts))
+            or np.any(counts < 0)
+        ):
             raise ValueError(
                 "`counts` must be a non-empty 1-D array of positive counts (add a "
                 f"smoothing pseudo-count for unseen items); received counts={counts[:6]!r}"
-                f"{' ...' if counts.size > 6 else ''} with shape {counts.shape}.")
+                f"{' ...' if counts.size > 6 else ''} with shape {counts.shape}."
+            )
         return cls(probabilities=(smoothed / smoothed.sum()).astype(np.float32), **kwargs)
 
     @classmethod
-    def from_dataset(cls, dataset: tf.data.Dataset, num_items: Optional[int] = None,
-                     pseudo_count: float = 0.0, **kwargs) -> "StaticFrequency":
+    def from_dataset(
+        cls,
+        dataset: tf.data.Dataset,
+        num_items: Optional[int] = None,
+        pseudo_count: float = 0.0,
+        **kwargs,
+    ) -> "StaticFrequency":
         """Counts the ids of a dataset: Q(d) = #d / N over every id it yields.
 
         Args:
@@ -532,11 +620,13 @@ class StaticFrequency(FrequencyEstimator):
         """
         spec = getattr(dataset, "element_spec", None)
         if not isinstance(spec, tf.TensorSpec) or not (
-                spec.dtype.is_integer or spec.dtype == tf.string):
+            spec.dtype.is_integer or spec.dtype == tf.string
+        ):
             raise TypeError(
                 "`dataset` must be a tf.data.Dataset of integer or string id tensors; "
                 f"received dataset with element_spec={spec!r}. Map it to the id column "
-                "first, e.g. dataset.map(lambda x: x['item_id']).")
+                "first, e.g. dataset.map(lambda x: x['item_id'])."
+            )
         num_items = v.check_positive_int("num_items", num_items, allow_none=True)
         if spec.shape.rank == 0:
             dataset = dataset.batch(65536)
@@ -548,8 +638,9 @@ class StaticFrequency(FrequencyEstimator):
                     counts[value] = counts.get(value, 0) + count
             if not counts:
                 raise ValueError("`dataset` yielded no ids.")
-            return cls.from_counts(list(counts.values()), pseudo_count=pseudo_count,
-                                   vocabulary=list(counts), **kwargs)
+            return cls.from_counts(
+                list(counts.values()), pseudo_count=pseudo_count, vocabulary=list(counts), **kwargs
+            )
         counts = np.zeros([num_items or 0], np.int64)
         for batch in dataset.as_numpy_iterator():
             ids = np.asarray(batch).ravel()
@@ -557,10 +648,9 @@ class StaticFrequency(FrequencyEstimator):
                 continue
             if ids.min() < 0 or (num_items is not None and ids.max() >= num_items):
                 bad = ids[(ids < 0) | (ids >= (num_items or np.inf))][:6]
-                raise ValueError(
-                    f"`dataset` yielded ids outside [0, {num_items or 'inf'}): {bad}.")
+                raise ValueError(f"`dataset` yielded ids outside [0, {num_items or 'inf'}): {bad}.")
             batch_counts = np.bincount(ids, minlength=counts.size)
-            batch_counts[:counts.size] += counts
+            batch_counts[: counts.size] += counts
             counts = batch_counts
         if counts.size == 0:
             raise ValueError("`dataset` yielded no ids.")
@@ -572,12 +662,14 @@ class StaticFrequency(FrequencyEstimator):
             if ids.dtype != tf.string:
                 raise TypeError(
                     "`ids` must be a string tensor (this StaticFrequency has a vocabulary); "
-                    f"received ids with dtype {ids.dtype.name}.")
+                    f"received ids with dtype {ids.dtype.name}."
+                )
             return self._table.lookup(ids)
         if not ids.dtype.is_integer:
             raise TypeError(
                 f"`ids` must be an integer tensor of item ids; received ids with dtype "
-                f"{ids.dtype.name}.")
+                f"{ids.dtype.name}."
+            )
         return ids
 
     def log_q(self, ids: tf.Tensor) -> tf.Tensor:
@@ -587,8 +679,9 @@ class StaticFrequency(FrequencyEstimator):
         probability."""
         indices = self._indices(ids)
         if self._table is None:
-            rows, valid = v.table_rows("ids", indices, self.num_items,
-                                       "one per entry of `probabilities`")
+            rows, valid = v.table_rows(
+                "ids", indices, self.num_items, "one per entry of `probabilities`"
+            )
             return v.nan_unless(valid, tf.gather(self.log_probabilities, rows))
         log_q = tf.gather(self.log_probabilities, tf.maximum(indices, 0))
         return tf.where(indices >= 0, log_q, tf.reduce_min(self.log_probabilities))
@@ -615,7 +708,8 @@ class _CallableFrequency(FrequencyEstimator):
     def get_config(self):
         raise NotImplementedError(
             "A sampler built with a callable `probabilities` cannot be serialized; pass a "
-            "tensor of probabilities or a FrequencyEstimator instead.")
+            "tensor of probabilities or a FrequencyEstimator instead."
+        )
 
 
 FrequencyLike = Union[None, FrequencyEstimator, Callable[[tf.Tensor], tf.Tensor], Any]

@@ -26,16 +26,16 @@ _prepare_sampled = functools.partial(checks.logits_inputs, v.TENSORS)
 
 
 def sampled_softmax_loss(
-        positive_logits: tf.Tensor,
-        negative_logits: tf.Tensor,
-        *,
-        correction: str,
-        negative_log_q: Optional[tf.Tensor] = None,
-        positive_log_q: Optional[tf.Tensor] = None,
-        negative_mask: Optional[tf.Tensor] = None,
-        log_q_excludes_positive: bool = False,
-        log_q_scale: float = 1.0,
-        known_positives: Optional[tf.Tensor] = None,
+    positive_logits: tf.Tensor,
+    negative_logits: tf.Tensor,
+    *,
+    correction: str,
+    negative_log_q: Optional[tf.Tensor] = None,
+    positive_log_q: Optional[tf.Tensor] = None,
+    negative_mask: Optional[tf.Tensor] = None,
+    log_q_excludes_positive: bool = False,
+    log_q_scale: float = 1.0,
+    known_positives: Optional[tf.Tensor] = None,
 ) -> tf.Tensor:
     r"""Sampled-softmax loss per example, with no, the standard or the improved logQ correction.
 
@@ -132,17 +132,33 @@ def sampled_softmax_loss(
       TypeError: non-float logits or log Q, or a non-bool mask.
     """
     v.check_choice("correction", correction, CORRECTIONS)
-    loss, _ = sampled_softmax_terms(positive_logits, negative_logits, correction,
-                                    negative_log_q, positive_log_q, negative_mask,
-                                    log_q_excludes_positive, log_q_scale=log_q_scale,
-                                    known_positives=known_positives)
+    loss, _ = sampled_softmax_terms(
+        positive_logits,
+        negative_logits,
+        correction,
+        negative_log_q,
+        positive_log_q,
+        negative_mask,
+        log_q_excludes_positive,
+        log_q_scale=log_q_scale,
+        known_positives=known_positives,
+    )
     return loss
 
 
-def sampled_softmax_terms(positive_logits, negative_logits, correction, negative_log_q=None,
-                          positive_log_q=None, negative_mask=None,
-                          log_q_excludes_positive=False, check_log_q=True, log_q_scale=1.0,
-                          num_valid=None, known_positives=None):
+def sampled_softmax_terms(
+    positive_logits,
+    negative_logits,
+    correction,
+    negative_log_q=None,
+    positive_log_q=None,
+    negative_mask=None,
+    log_q_excludes_positive=False,
+    check_log_q=True,
+    log_q_scale=1.0,
+    num_valid=None,
+    known_positives=None,
+):
     """`sampled_softmax_loss` and, for "improved", its [batch] weight w = 1 - P_hat (else None).
 
     Arguments as in `sampled_softmax_loss` (here positional), `correction` already
@@ -154,9 +170,20 @@ def sampled_softmax_terms(positive_logits, negative_logits, correction, negative
     row when it is not the count of `negative_mask` (see `logq_core.formulas.improved`).
     """
     return formulas.checked_sampled_softmax_terms(
-        _ops.TF, v.TENSORS, v.check_log_probabilities if check_log_q else _unchecked,
-        positive_logits, negative_logits, correction, negative_log_q, positive_log_q,
-        negative_mask, log_q_excludes_positive, log_q_scale, num_valid, known_positives)
+        _ops.TF,
+        v.TENSORS,
+        v.check_log_probabilities if check_log_q else _unchecked,
+        positive_logits,
+        negative_logits,
+        correction,
+        negative_log_q,
+        positive_log_q,
+        negative_mask,
+        log_q_excludes_positive,
+        log_q_scale,
+        num_valid,
+        known_positives,
+    )
 
 
 def _unchecked(name, log_q):
@@ -164,9 +191,14 @@ def _unchecked(name, log_q):
     return log_q
 
 
-def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.Tensor],
-                        positive_log_q: Optional[tf.Tensor], mask: tf.Tensor,
-                        log_q_scale: float = 1.0) -> tf.Tensor:
+def column_softmax_loss(
+    scores: tf.Tensor,
+    correction: str,
+    log_q: Optional[tf.Tensor],
+    positive_log_q: Optional[tf.Tensor],
+    mask: tf.Tensor,
+    log_q_scale: float = 1.0,
+) -> tf.Tensor:
     """`sampled_softmax_loss` for "none", "standard" and "standard_negatives" when the
     negatives are the candidate columns, as `tfrs.tasks.Retrieval` computes it: one fused
     softmax cross-entropy (loss and gradient in one kernel) over the corrected
@@ -186,8 +218,7 @@ def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.T
     diagonal = tf.eye(tf.shape(scores)[0], tf.shape(scores)[1])
     logits = scores
     if correction != "none":
-        logits = scores - formulas.scaled(v.check_log_probabilities("log_q", log_q),
-                                          log_q_scale)
+        logits = scores - formulas.scaled(v.check_log_probabilities("log_q", log_q), log_q_scale)
     if correction == "standard_negatives":  # The positive enters raw.
         logits = logits + diagonal * formulas.scaled(positive_log_q, log_q_scale)[:, tf.newaxis]
     logits = _ops.masked(logits, tf.logical_or(mask, tf.cast(diagonal, tf.bool)))
@@ -195,15 +226,15 @@ def column_softmax_loss(scores: tf.Tensor, correction: str, log_q: Optional[tf.T
 
 
 def improved_weight(
-        positive_logits: tf.Tensor,
-        negative_logits: tf.Tensor,
-        *,
-        negative_log_q: tf.Tensor,
-        positive_log_q: Optional[tf.Tensor] = None,
-        negative_mask: Optional[tf.Tensor] = None,
-        log_q_excludes_positive: bool = False,
-        log_q_scale: float = 1.0,
-        known_positives: Optional[tf.Tensor] = None,
+    positive_logits: tf.Tensor,
+    negative_logits: tf.Tensor,
+    *,
+    negative_log_q: tf.Tensor,
+    positive_log_q: Optional[tf.Tensor] = None,
+    negative_mask: Optional[tf.Tensor] = None,
+    log_q_excludes_positive: bool = False,
+    log_q_scale: float = 1.0,
+    known_positives: Optional[tf.Tensor] = None,
 ) -> tf.Tensor:
     """The improved correction's per-example weight w = 1 - P_hat, shape [batch].
 
@@ -211,15 +242,23 @@ def improved_weight(
     loss by, exposed for logging (mean w, mean P_hat = 1 - w). The arguments are
     those of `sampled_softmax_loss`. Rows with no valid negative get w = 0.
     """
-    _, weight = sampled_softmax_terms(positive_logits, negative_logits, "improved",
-                                      negative_log_q, positive_log_q, negative_mask,
-                                      log_q_excludes_positive, log_q_scale=log_q_scale,
-                                      known_positives=known_positives)
+    _, weight = sampled_softmax_terms(
+        positive_logits,
+        negative_logits,
+        "improved",
+        negative_log_q,
+        positive_log_q,
+        negative_mask,
+        log_q_excludes_positive,
+        log_q_scale=log_q_scale,
+        known_positives=known_positives,
+    )
     return weight
 
 
-def full_softmax_loss(logits: tf.Tensor, labels: tf.Tensor,
-                      mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+def full_softmax_loss(
+    logits: tf.Tensor, labels: tf.Tensor, mask: Optional[tf.Tensor] = None
+) -> tf.Tensor:
     r"""Full softmax cross-entropy over the whole catalog, per example.
 
     .. math:: \ell = -s_{y} + \log \sum_{d} m_d e^{s_d}
@@ -238,7 +277,8 @@ def full_softmax_loss(logits: tf.Tensor, labels: tf.Tensor,
     if not labels.dtype.is_integer:
         raise TypeError(
             f"`labels` must be an integer tensor of item indices; received labels with "
-            f"dtype {labels.dtype.name}.")
+            f"dtype {labels.dtype.name}."
+        )
     v.check_rank("labels", labels, 1)
     v.check_compatible_dim("labels", labels, 0, "logits", logits, 0)
     if mask is not None:
@@ -246,24 +286,31 @@ def full_softmax_loss(logits: tf.Tensor, labels: tf.Tensor,
         if mask.shape.rank == 1:
             mask = tf.broadcast_to(mask[tf.newaxis, :], tf.shape(logits))
     # A label without a column is invalid (the rule of `logq_core.checks.table_rows`).
-    num_columns = (logits.shape[1] if logits.shape[1] is not None
-                   else tf.shape(logits, out_type=tf.int64)[1])
+    num_columns = (
+        logits.shape[1] if logits.shape[1] is not None else tf.shape(logits, out_type=tf.int64)[1]
+    )
     columns, valid = v.table_rows("labels", labels, num_columns, "one per column of `logits`")
     positive = v.nan_unless(valid, tf.gather(logits, columns, axis=1, batch_dims=1))
     return formulas.full_softmax(_ops.TF, logits, positive, mask)
 
 
-def _binary_cross_entropy(positive_logits, negative_logits, negative_mask,
-                          positive_weight) -> tf.Tensor:
+def _binary_cross_entropy(
+    positive_logits, negative_logits, negative_mask, positive_weight
+) -> tf.Tensor:
     """positive_weight * softplus(-s_p) + sum_i m_i softplus(s_i), per row."""
     positive_logits, negative_logits, negative_mask = _prepare_sampled(
-        positive_logits, negative_logits, negative_mask)
-    return formulas.binary_cross_entropy(_ops.TF, positive_logits, negative_logits,
-                                         negative_mask, positive_weight)
+        positive_logits, negative_logits, negative_mask
+    )
+    return formulas.binary_cross_entropy(
+        _ops.TF, positive_logits, negative_logits, negative_mask, positive_weight
+    )
 
 
-def bce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor,
-             negative_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+def bce_loss(
+    positive_logits: tf.Tensor,
+    negative_logits: tf.Tensor,
+    negative_mask: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
     r"""Binary cross-entropy with sampled negatives (SASRec), per example.
 
     .. math:: \ell = -\log\sigma(s_p) - \sum_i m_i \log(1 - \sigma(s_i))
@@ -283,8 +330,14 @@ def bce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor,
 gbce_beta = formulas.gbce_beta
 
 
-def gbce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor, *, num_items: int,
-              t: float, negative_mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+def gbce_loss(
+    positive_logits: tf.Tensor,
+    negative_logits: tf.Tensor,
+    *,
+    num_items: int,
+    t: float,
+    negative_mask: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
     r"""Generalised BCE (gSASRec; Petrov & Macdonald, RecSys 2023), per example.
 
     .. math:: \ell = -\beta\log\sigma(s_p) - \sum_i m_i \log(1 - \sigma(s_i)),\quad
@@ -308,7 +361,8 @@ def gbce_loss(positive_logits: tf.Tensor, negative_logits: tf.Tensor, *, num_ite
     if num_negatives is None:
         raise ValueError(
             "gbce_loss needs a static number of negatives; received negative_logits "
-            f"with shape {tf.convert_to_tensor(negative_logits).shape}.")
+            f"with shape {tf.convert_to_tensor(negative_logits).shape}."
+        )
     beta = gbce_beta(num_negatives, num_items, t)
     return _binary_cross_entropy(positive_logits, negative_logits, negative_mask, beta)
 
@@ -329,29 +383,50 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
       **kwargs: standard Keras layer arguments.
     """
 
-    def __init__(self, correction: str, log_q_excludes_positive: bool = False,
-                 log_q_scale: float = 1.0, **kwargs):
+    def __init__(
+        self,
+        correction: str,
+        log_q_excludes_positive: bool = False,
+        log_q_scale: float = 1.0,
+        **kwargs,
+    ):
         # Losses are always computed in float32, also under a mixed-precision policy.
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.correction = v.check_choice("correction", correction, CORRECTIONS)
-        self.log_q_excludes_positive = v.check_bool("log_q_excludes_positive",
-                                                    log_q_excludes_positive)
+        self.log_q_excludes_positive = v.check_bool(
+            "log_q_excludes_positive", log_q_excludes_positive
+        )
         self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
 
-    def call(self, positive_logits, negative_logits, negative_log_q=None,
-             positive_log_q=None, negative_mask=None, known_positives=None):
+    def call(
+        self,
+        positive_logits,
+        negative_logits,
+        negative_log_q=None,
+        positive_log_q=None,
+        negative_mask=None,
+        known_positives=None,
+    ):
         """Returns the [batch] per-example loss; arguments as in `sampled_softmax_loss`."""
-        loss, _ = sampled_softmax_terms(positive_logits, negative_logits, self.correction,
-                                        negative_log_q, positive_log_q, negative_mask,
-                                        self.log_q_excludes_positive,
-                                        log_q_scale=self.log_q_scale,
-                                        known_positives=known_positives)
+        loss, _ = sampled_softmax_terms(
+            positive_logits,
+            negative_logits,
+            self.correction,
+            negative_log_q,
+            positive_log_q,
+            negative_mask,
+            self.log_q_excludes_positive,
+            log_q_scale=self.log_q_scale,
+            known_positives=known_positives,
+        )
         return loss
 
     def get_config(self):
         config = super().get_config()
-        config.update(correction=self.correction,
-                      log_q_excludes_positive=self.log_q_excludes_positive,
-                      log_q_scale=self.log_q_scale)
+        config.update(
+            correction=self.correction,
+            log_q_excludes_positive=self.log_q_excludes_positive,
+            log_q_scale=self.log_q_scale,
+        )
         return config

@@ -60,17 +60,21 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
         # Compare integer codes, not strings: one tf.unique over the ids instead of
         # [batch, num_negatives] string comparisons (about 1 s at batch 8192 on 2 cores).
         _, codes = tf.unique(tf.concat([positive_ids, tf.reshape(negative_ids, [-1])], 0))
-        positive_ids, negative_ids = (codes[:tf.size(positive_ids)],
-                                      tf.reshape(codes[tf.size(positive_ids):],
-                                                 tf.shape(negative_ids)))
+        positive_ids, negative_ids = (
+            codes[: tf.size(positive_ids)],
+            tf.reshape(codes[tf.size(positive_ids) :], tf.shape(negative_ids)),
+        )
     return formulas.accidental_hit_mask(_ops.TF, positive_ids, negative_ids)
 
 
-def known_positive_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor,
-                        query_ids: Optional[tf.Tensor] = None,
-                        known_positive_ids: Optional[tf.Tensor] = None,
-                        valid_rows: Optional[tf.Tensor] = None,
-                        global_batch: bool = False) -> tf.Tensor:
+def known_positive_mask(
+    positive_ids: tf.Tensor,
+    negative_ids: tf.Tensor,
+    query_ids: Optional[tf.Tensor] = None,
+    known_positive_ids: Optional[tf.Tensor] = None,
+    valid_rows: Optional[tf.Tensor] = None,
+    global_batch: bool = False,
+) -> tf.Tensor:
     """[batch, num_negatives] bool, True where a negative is a known positive of its row.
 
     A row's known positives are its own positive, the positives of every row with the
@@ -99,31 +103,40 @@ def known_positive_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor,
     if query_ids is not None:
         query_ids = v.id_vector("query_ids", query_ids)
     num_rows = tf.shape(positive_ids, out_type=tf.int64)[0]
-    gather = (cross_replica_concat if global_batch and positive_ids.dtype != tf.string
-              and (query_ids is None or tf.convert_to_tensor(query_ids).dtype != tf.string)
-              else tf.identity)
+    gather = (
+        cross_replica_concat
+        if global_batch
+        and positive_ids.dtype != tf.string
+        and (query_ids is None or tf.convert_to_tensor(query_ids).dtype != tf.string)
+        else tf.identity
+    )
     if query_ids is None:  # Each row its own query, numbered across replicas.
         query_ids = tf.range(num_rows)
         if gather is not tf.identity:
             context = tf.distribute.get_replica_context()
             counts = gather(tf.reshape(num_rows, [1]))
-            query_ids += tf.reduce_sum(counts[:context.replica_id_in_sync_group])
+            query_ids += tf.reduce_sum(counts[: context.replica_id_in_sync_group])
     query_ids = tf.convert_to_tensor(query_ids)
     if query_ids.dtype == tf.string:
         _, query_ids = tf.unique(query_ids)
     query_ids = tf.cast(query_ids, tf.int64)
     if valid_rows is None:
         valid_rows = tf.ones_like(query_ids, tf.bool)
-    known_queries, known_items, known_valid = (gather(query_ids), gather(positive_ids),
-                                               gather(valid_rows))
+    known_queries, known_items, known_valid = (
+        gather(query_ids),
+        gather(positive_ids),
+        gather(valid_rows),
+    )
     if known_positive_ids is not None:
         per_row = tf.shape(known_positive_ids)[1]
         history = tf.convert_to_tensor(known_positive_ids)
-        history = gather(history if history.dtype == tf.string
-                         else tf.cast(history, positive_ids.dtype))
-        known_queries, known_valid = (tf.concat([known_queries, tf.repeat(known_queries, per_row)],
-                                                0),
-                                      tf.concat([known_valid, tf.repeat(known_valid, per_row)], 0))
+        history = gather(
+            history if history.dtype == tf.string else tf.cast(history, positive_ids.dtype)
+        )
+        known_queries, known_valid = (
+            tf.concat([known_queries, tf.repeat(known_queries, per_row)], 0),
+            tf.concat([known_valid, tf.repeat(known_valid, per_row)], 0),
+        )
         known_items = tf.concat([known_items, tf.reshape(history, [-1])], 0)
     if known_items.dtype == tf.string:
         # Integer codes of every id involved: one tf.unique, as `accidental_hit_mask`.
@@ -132,8 +145,9 @@ def known_positive_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor,
         known_items = codes[:size]
         negative_ids = tf.reshape(codes[size:], tf.shape(negative_ids))
     known_items, negative_ids = tf.cast(known_items, tf.int64), tf.cast(negative_ids, tf.int64)
-    return formulas.known_positive_ids_mask(_ops.TF, query_ids, negative_ids, known_queries,
-                                            known_items, known_valid)
+    return formulas.known_positive_ids_mask(
+        _ops.TF, query_ids, negative_ids, known_queries, known_items, known_valid
+    )
 
 
 def cross_replica_concat(tensor: tf.Tensor) -> tf.Tensor:
@@ -163,19 +177,25 @@ def _densify_gradient(tensor: tf.Tensor):
 
 def _subset_size(k: int, size: tf.Tensor, static_size: Optional[int] = None):
     """min(k, size): a Python int when the size is static (as XLA needs), else a tensor."""
-    return min(k, static_size) if static_size is not None else tf.minimum(
-        tf.cast(k, tf.int32), size)
+    return (
+        min(k, static_size) if static_size is not None else tf.minimum(tf.cast(k, tf.int32), size)
+    )
 
 
-def _random_subset(size: tf.Tensor, k: int, rng: tf.random.Generator,
-                   static_size: Optional[int] = None,
-                   valid: Optional[tf.Tensor] = None) -> tf.Tensor:
+def _random_subset(
+    size: tf.Tensor,
+    k: int,
+    rng: tf.random.Generator,
+    static_size: Optional[int] = None,
+    valid: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
     """min(k, size) distinct positions of range(size), uniformly at random (a static
     number of them when `static_size` is known, as XLA needs). With `valid` ([size]
     bool), valid positions come first, uniformly among them; invalid ones fill the
     rest when fewer than k are valid."""
-    return formulas.random_subset(_ops.TF, rng.uniform([size]),
-                                  _subset_size(k, size, static_size), valid)
+    return formulas.random_subset(
+        _ops.TF, rng.uniform([size]), _subset_size(k, size, static_size), valid
+    )
 
 
 class NegativeSampler(tf.keras.layers.Layer):
@@ -197,8 +217,12 @@ class NegativeSampler(tf.keras.layers.Layer):
       **kwargs: standard Keras layer arguments.
     """
 
-    def __init__(self, probabilities: frequency_lib.FrequencyLike = None,
-                 seed: Optional[int] = None, **kwargs):
+    def __init__(
+        self,
+        probabilities: frequency_lib.FrequencyLike = None,
+        seed: Optional[int] = None,
+        **kwargs,
+    ):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.frequency = frequency_lib.as_frequency(probabilities)
@@ -226,9 +250,11 @@ class NegativeSampler(tf.keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            probabilities=(None if self.frequency is None
-                           else tf.keras.layers.serialize(self.frequency)),
-            seed=self.seed)
+            probabilities=(
+                None if self.frequency is None else tf.keras.layers.serialize(self.frequency)
+            ),
+            seed=self.seed,
+        )
         return config
 
     def _log_q(self, ids: tf.Tensor) -> Optional[tf.Tensor]:
@@ -247,14 +273,16 @@ class NegativeSampler(tf.keras.layers.Layer):
         """The frequency source's log inclusion probability of `ids`, checked as `_log_q`."""
         return v.check_log_probabilities(
             "probabilities.log_inclusion_probability(ids)",
-            self.frequency.log_inclusion_probability(ids, num_draws))
+            self.frequency.log_inclusion_probability(ids, num_draws),
+        )
 
     def _checked_frequency(self):
         """The frequency source as `logq_core.formulas` reads it, its values checked."""
         if self.frequency is None:
             return None
-        return types.SimpleNamespace(log_q=self._log_q,
-                                     log_inclusion_probability=self._log_inclusion_probability)
+        return types.SimpleNamespace(
+            log_q=self._log_q, log_inclusion_probability=self._log_inclusion_probability
+        )
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -289,24 +317,34 @@ class InBatchSampler(NegativeSampler):
       probabilities, seed, **kwargs: see `NegativeSampler`.
     """
 
-    def __init__(self, deduplicate: bool = False, max_pool_size: Optional[int] = None,
-                 global_batch: bool = False, probabilities: frequency_lib.FrequencyLike = None,
-                 seed: Optional[int] = None, log_q: str = "horvitz_thompson", **kwargs):
+    def __init__(
+        self,
+        deduplicate: bool = False,
+        max_pool_size: Optional[int] = None,
+        global_batch: bool = False,
+        probabilities: frequency_lib.FrequencyLike = None,
+        seed: Optional[int] = None,
+        log_q: str = "horvitz_thompson",
+        **kwargs,
+    ):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         self.deduplicate = v.check_bool("deduplicate", deduplicate)
         self.log_q_mode = v.check_choice("log_q", log_q, IN_BATCH_LOG_Q)
         self.global_batch = v.check_bool("global_batch", global_batch)
-        self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size,
-                                                  allow_none=True)
+        self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size, allow_none=True)
 
     @property
     def num_negatives(self) -> Optional[int]:
         return self.max_pool_size
 
-    def call(self, positive_ids: tf.Tensor, candidate_ids: tf.Tensor,
-             candidate_embeddings: Optional[tf.Tensor] = None,
-             candidate_mask: Optional[tf.Tensor] = None,
-             embedding_fn: Optional[EmbeddingFn] = None) -> Negatives:
+    def call(
+        self,
+        positive_ids: tf.Tensor,
+        candidate_ids: tf.Tensor,
+        candidate_embeddings: Optional[tf.Tensor] = None,
+        candidate_mask: Optional[tf.Tensor] = None,
+        embedding_fn: Optional[EmbeddingFn] = None,
+    ) -> Negatives:
         """Draws the negatives.
 
         Args:
@@ -350,18 +388,27 @@ class InBatchSampler(NegativeSampler):
             ids, unique_index = tf.unique(ids)
             if embeddings is not None:
                 first = tf.math.unsorted_segment_min(
-                    tf.range(tf.shape(unique_index)[0]), unique_index, tf.shape(ids)[0])
+                    tf.range(tf.shape(unique_index)[0]), unique_index, tf.shape(ids)[0]
+                )
                 embeddings = tf.gather(embeddings, first)
 
         pool_size = tf.shape(ids)[0]
         if self.max_pool_size is not None:
-            keep = _random_subset(pool_size, self.max_pool_size, self.rng,
-                                  None if self.deduplicate else ids.shape[0])
+            keep = _random_subset(
+                pool_size, self.max_pool_size, self.rng, None if self.deduplicate else ids.shape[0]
+            )
             ids = tf.gather(ids, keep)
             if embeddings is not None:
                 embeddings = tf.gather(embeddings, keep)
-        return self._finish(positive_ids, ids, embeddings, accidental_hit_mask(positive_ids, ids),
-                            num_draws, tf.shape(ids)[0], pool_size)
+        return self._finish(
+            positive_ids,
+            ids,
+            embeddings,
+            accidental_hit_mask(positive_ids, ids),
+            num_draws,
+            tf.shape(ids)[0],
+            pool_size,
+        )
 
     def _pool_of_slots(self, positive_ids, ids, embeddings, slots):
         """The pool with static shapes: padding and duplicates stay in place as masked slots.
@@ -374,29 +421,59 @@ class InBatchSampler(NegativeSampler):
             subset_size = _subset_size(self.max_pool_size, tf.shape(ids)[0], ids.shape[0])
             keys = self.rng.uniform(tf.shape(ids)[:1])
         keep, kept_ids, mask, num_draws, kept, pool_size = formulas.pool_of_slots(
-            _ops.TF, positive_ids, ids, slots, deduplicate=self.deduplicate,
-            sentinel=tf.constant(ids.dtype.max, ids.dtype), size=tf.shape(ids)[0], keys=keys,
-            subset_size=subset_size, hit_mask=accidental_hit_mask)
+            _ops.TF,
+            positive_ids,
+            ids,
+            slots,
+            deduplicate=self.deduplicate,
+            sentinel=tf.constant(ids.dtype.max, ids.dtype),
+            size=tf.shape(ids)[0],
+            keys=keys,
+            subset_size=subset_size,
+            hit_mask=accidental_hit_mask,
+        )
         if keep is not None and embeddings is not None:
             embeddings = tf.gather(embeddings, keep)
-        return self._finish(positive_ids, kept_ids, embeddings, mask, num_draws, kept,
-                            pool_size)
+        return self._finish(positive_ids, kept_ids, embeddings, mask, num_draws, kept, pool_size)
 
     def _finish(self, positive_ids, ids, embeddings, mask, num_draws, kept, pool_size):
         """`Negatives` with the log Q of the pool: `kept` of its `pool_size` entries drawn, the
         pool made of `num_draws` + 1 batch entries."""
         log_q, positive_log_q, excludes = formulas.in_batch_log_q(
-            _ops.TF, self._checked_frequency(), positive_ids, ids, mask, num_draws, kept,
-            pool_size, horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson")
-        expected_draws = (None if self.deduplicate else
-                          formulas.expected_in_batch_draws(_ops.TF, num_draws, kept, pool_size))
-        return Negatives(ids, embeddings, mask, log_q, positive_log_q, excludes,
-                         log_q_checked=True, expected_draws=expected_draws)
+            _ops.TF,
+            self._checked_frequency(),
+            positive_ids,
+            ids,
+            mask,
+            num_draws,
+            kept,
+            pool_size,
+            horvitz_thompson=self.deduplicate and self.log_q_mode == "horvitz_thompson",
+        )
+        expected_draws = (
+            None
+            if self.deduplicate
+            else formulas.expected_in_batch_draws(_ops.TF, num_draws, kept, pool_size)
+        )
+        return Negatives(
+            ids,
+            embeddings,
+            mask,
+            log_q,
+            positive_log_q,
+            excludes,
+            log_q_checked=True,
+            expected_draws=expected_draws,
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update(deduplicate=self.deduplicate, max_pool_size=self.max_pool_size,
-                      global_batch=self.global_batch, log_q=self.log_q_mode)
+        config.update(
+            deduplicate=self.deduplicate,
+            max_pool_size=self.max_pool_size,
+            global_batch=self.global_batch,
+            log_q=self.log_q_mode,
+        )
         return config
 
 
@@ -440,13 +517,19 @@ class UniformSampler(NegativeSampler):
         positives must be ids of the same kind.
     """
 
-    def __init__(self, num_items: Optional[int] = None, num_negatives: Optional[int] = None,
-                 first_id: int = 0, seed: Optional[int] = None, per_row: bool = False,
-                 vocabulary: Optional[Sequence] = None, **kwargs):
+    def __init__(
+        self,
+        num_items: Optional[int] = None,
+        num_negatives: Optional[int] = None,
+        first_id: int = 0,
+        seed: Optional[int] = None,
+        per_row: bool = False,
+        vocabulary: Optional[Sequence] = None,
+        **kwargs,
+    ):
         kwargs.pop("probabilities", None)  # Present in configs; uniform needs none.
         super().__init__(probabilities=None, seed=seed, **kwargs)
-        self.num_items, self.vocabulary = samplers.uniform_catalog(num_items, first_id,
-                                                                   vocabulary)
+        self.num_items, self.vocabulary = samplers.uniform_catalog(num_items, first_id, vocabulary)
         self.num_negatives = v.check_positive_int("num_negatives", num_negatives)
         self.first_id = first_id
         self.per_row = v.check_bool("per_row", per_row)
@@ -454,8 +537,8 @@ class UniformSampler(NegativeSampler):
         if self.vocabulary is not None:
             with tf.init_scope():
                 self._vocabulary_ids = tf.constant(
-                    self.vocabulary, tf.string if isinstance(self.vocabulary[0], str)
-                    else tf.int64)
+                    self.vocabulary, tf.string if isinstance(self.vocabulary[0], str) else tf.int64
+                )
 
     @classmethod
     def from_lookup(cls, lookup, num_negatives: int, **kwargs) -> "UniformSampler":
@@ -472,10 +555,14 @@ class UniformSampler(NegativeSampler):
     def log_uniform_q(self) -> float:
         return formulas.log_uniform_q(self.num_items)
 
-    def call(self, positive_ids: tf.Tensor, candidate_ids: Optional[tf.Tensor] = None,
-             candidate_embeddings: Optional[tf.Tensor] = None,
-             candidate_mask: Optional[tf.Tensor] = None,
-             embedding_fn: Optional[EmbeddingFn] = None) -> Negatives:
+    def call(
+        self,
+        positive_ids: tf.Tensor,
+        candidate_ids: Optional[tf.Tensor] = None,
+        candidate_embeddings: Optional[tf.Tensor] = None,
+        candidate_mask: Optional[tf.Tensor] = None,
+        embedding_fn: Optional[EmbeddingFn] = None,
+    ) -> Negatives:
         """Draws the negatives.
 
         Args:
@@ -492,8 +579,11 @@ class UniformSampler(NegativeSampler):
         """
         del candidate_ids, candidate_embeddings, candidate_mask
         positive_ids = v.id_vector("positive_ids", positive_ids)
-        shape = ([tf.shape(positive_ids)[0], self.num_negatives] if self.per_row
-                 else [self.num_negatives])
+        shape = (
+            [tf.shape(positive_ids)[0], self.num_negatives]
+            if self.per_row
+            else [self.num_negatives]
+        )
         if self.vocabulary is not None:
             ids = self._draw_from_vocabulary(positive_ids, shape)
         else:
@@ -501,33 +591,55 @@ class UniformSampler(NegativeSampler):
                 raise TypeError(
                     "UniformSampler draws integer ids; received positive_ids with dtype "
                     f"{positive_ids.dtype.name}. Map string ids to integers first, or draw "
-                    "from their vocabulary (`vocabulary=`, `UniformSampler.from_lookup`).")
+                    "from their vocabulary (`vocabulary=`, `UniformSampler.from_lookup`)."
+                )
             # int32 draws whenever the ids fit: 819,200 draws took 2.3-3.3 ms as int32
             # against 5.5-5.7 ms as int64 without XLA, 4.6-5.4 against 6.4-6.9 ms with it
             # (README, Speed).
-            draw_dtype = (tf.int32 if self.first_id + self.num_items <= np.iinfo(np.int32).max
-                          else positive_ids.dtype)
-            ids = tf.cast(self.rng.uniform(shape, minval=self.first_id,
-                                           maxval=self.first_id + self.num_items,
-                                           dtype=draw_dtype), positive_ids.dtype)
+            draw_dtype = (
+                tf.int32
+                if self.first_id + self.num_items <= np.iinfo(np.int32).max
+                else positive_ids.dtype
+            )
+            ids = tf.cast(
+                self.rng.uniform(
+                    shape,
+                    minval=self.first_id,
+                    maxval=self.first_id + self.num_items,
+                    dtype=draw_dtype,
+                ),
+                positive_ids.dtype,
+            )
         embeddings = None if embedding_fn is None else embedding_fn(ids)
         mask = accidental_hit_mask(positive_ids, ids)
         log_q = tf.fill(tf.shape(ids), self.log_uniform_q)
         positive_log_q = tf.fill(tf.shape(positive_ids), self.log_uniform_q)
-        return Negatives(ids, embeddings, mask, log_q, positive_log_q, False,
-                         log_q_checked=True, expected_draws=float(self.num_negatives))
+        return Negatives(
+            ids,
+            embeddings,
+            mask,
+            log_q,
+            positive_log_q,
+            False,
+            log_q_checked=True,
+            expected_draws=float(self.num_negatives),
+        )
 
     def _draw_from_vocabulary(self, positive_ids: tf.Tensor, shape) -> tf.Tensor:
         """Ids of the vocabulary at uniform positions, of the positives' dtype."""
-        samplers.check_vocabulary_ids("UniformSampler", self.vocabulary,
-                                      positive_ids.dtype.name)
+        samplers.check_vocabulary_ids("UniformSampler", self.vocabulary, positive_ids.dtype.name)
         positions = self.rng.uniform(shape, minval=0, maxval=self.num_items, dtype=tf.int32)
         return tf.cast(tf.gather(self._vocabulary_ids, positions), positive_ids.dtype)
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_items=self.num_items, num_negatives=self.num_negatives,
-                      first_id=self.first_id, per_row=self.per_row, vocabulary=self.vocabulary)
+        config.update(
+            num_items=self.num_items,
+            num_negatives=self.num_negatives,
+            first_id=self.first_id,
+            per_row=self.per_row,
+            vocabulary=self.vocabulary,
+        )
         return config
 
 
@@ -583,33 +695,57 @@ class MixedSampler(NegativeSampler):
       vocabulary: optional catalog of the uniform half, as in `UniformSampler`.
     """
 
-    def __init__(self, num_items: Optional[int] = None, num_uniform: Optional[int] = None,
-                 num_in_batch: Optional[int] = None,
-                 mixture: str = "exact", first_id: int = 0, global_batch: bool = False,
-                 probabilities: frequency_lib.FrequencyLike = None,
-                 seed: Optional[int] = None, deduplicate: bool = False, per_row: bool = False,
-                 vocabulary: Optional[Sequence] = None, **kwargs):
+    def __init__(
+        self,
+        num_items: Optional[int] = None,
+        num_uniform: Optional[int] = None,
+        num_in_batch: Optional[int] = None,
+        mixture: str = "exact",
+        first_id: int = 0,
+        global_batch: bool = False,
+        probabilities: frequency_lib.FrequencyLike = None,
+        seed: Optional[int] = None,
+        deduplicate: bool = False,
+        per_row: bool = False,
+        vocabulary: Optional[Sequence] = None,
+        **kwargs,
+    ):
         super().__init__(probabilities=probabilities, seed=seed, **kwargs)
         samplers.check_mixed(mixture, deduplicate)
         self.mixture = mixture
         v.check_positive_int("num_uniform", num_uniform)
         v.check_positive_int("num_in_batch", num_in_batch)
-        self.uniform = UniformSampler(num_items, num_uniform, first_id=first_id, seed=seed,
-                                      per_row=per_row, vocabulary=vocabulary, name="uniform")
+        self.uniform = UniformSampler(
+            num_items,
+            num_uniform,
+            first_id=first_id,
+            seed=seed,
+            per_row=per_row,
+            vocabulary=vocabulary,
+            name="uniform",
+        )
         # No probabilities: this sampler reads the in-batch half's ids, not its log Q, and
         # looks the log Q of every negative and positive up itself, once per step.
-        self.in_batch = InBatchSampler(deduplicate=deduplicate, max_pool_size=num_in_batch,
-                                       global_batch=global_batch, log_q="unigram",
-                                       seed=None if seed is None else seed + 1, name="in_batch")
+        self.in_batch = InBatchSampler(
+            deduplicate=deduplicate,
+            max_pool_size=num_in_batch,
+            global_batch=global_batch,
+            log_q="unigram",
+            seed=None if seed is None else seed + 1,
+            name="in_batch",
+        )
 
     @classmethod
-    def from_lookup(cls, lookup, num_uniform: int, num_in_batch: int,
-                    **kwargs) -> "MixedSampler":
+    def from_lookup(cls, lookup, num_uniform: int, num_in_batch: int, **kwargs) -> "MixedSampler":
         """A sampler whose uniform half draws from the vocabulary of `lookup` (the item
         tower's `StringLookup` or `IntegerLookup`), its out-of-vocabulary and mask tokens left
         out (`lookup_vocabulary`); **kwargs as the constructor's (`probabilities`, ...)."""
-        return cls(num_uniform=num_uniform, num_in_batch=num_in_batch,
-                   vocabulary=lookup_vocabulary(lookup), **kwargs)
+        return cls(
+            num_uniform=num_uniform,
+            num_in_batch=num_in_batch,
+            vocabulary=lookup_vocabulary(lookup),
+            **kwargs,
+        )
 
     @property
     def vocabulary(self) -> Optional[list]:
@@ -630,10 +766,14 @@ class MixedSampler(NegativeSampler):
     def num_negatives(self) -> int:
         return self.uniform.num_negatives + self.in_batch.max_pool_size
 
-    def call(self, positive_ids: tf.Tensor, candidate_ids: tf.Tensor,
-             candidate_embeddings: Optional[tf.Tensor] = None,
-             candidate_mask: Optional[tf.Tensor] = None,
-             embedding_fn: Optional[EmbeddingFn] = None) -> Negatives:
+    def call(
+        self,
+        positive_ids: tf.Tensor,
+        candidate_ids: tf.Tensor,
+        candidate_embeddings: Optional[tf.Tensor] = None,
+        candidate_mask: Optional[tf.Tensor] = None,
+        embedding_fn: Optional[EmbeddingFn] = None,
+    ) -> Negatives:
         """Draws the negatives: the uniform ones first, then the in-batch ones.
 
         Arguments as in `InBatchSampler.call` and `UniformSampler.call` ([batch, 1] ids
@@ -641,42 +781,58 @@ class MixedSampler(NegativeSampler):
         """
         positive_ids = v.id_vector("positive_ids", positive_ids)
         uniform = self.uniform(positive_ids, embedding_fn=embedding_fn)
-        in_batch = self.in_batch(positive_ids, candidate_ids, candidate_embeddings,
-                                 candidate_mask=candidate_mask)
+        in_batch = self.in_batch(
+            positive_ids, candidate_ids, candidate_embeddings, candidate_mask=candidate_mask
+        )
         per_row = self.uniform.per_row
         in_batch_ids = in_batch.ids
         if per_row:
-            in_batch_ids = tf.broadcast_to(in_batch_ids[tf.newaxis, :],
-                                           [tf.shape(uniform.ids)[0], tf.shape(in_batch.ids)[0]])
+            in_batch_ids = tf.broadcast_to(
+                in_batch_ids[tf.newaxis, :], [tf.shape(uniform.ids)[0], tf.shape(in_batch.ids)[0]]
+            )
         ids = tf.concat([uniform.ids, in_batch_ids], axis=-1)
         embeddings = None
         if uniform.embeddings is not None and in_batch.embeddings is not None:
             in_batch_embeddings = tf.cast(in_batch.embeddings, uniform.embeddings.dtype)
-            embeddings = ((uniform.embeddings, in_batch_embeddings) if per_row else
-                          tf.concat([uniform.embeddings, in_batch_embeddings], axis=0))
+            embeddings = (
+                (uniform.embeddings, in_batch_embeddings)
+                if per_row
+                else tf.concat([uniform.embeddings, in_batch_embeddings], axis=0)
+            )
         mask = tf.concat([uniform.mask, in_batch.mask], axis=1)
         if self.frequency is None:
             return Negatives(ids, embeddings, mask, None, None, False)
 
-        log_q_ids, positive_log_q = formulas.log_q_of_both(_ops.TF, self._log_q, ids,
-                                                           positive_ids)
+        log_q_ids, positive_log_q = formulas.log_q_of_both(_ops.TF, self._log_q, ids, positive_ids)
         if self.mixture == "paper":
-            return Negatives(ids, embeddings, mask, log_q_ids, positive_log_q, False,
-                             log_q_checked=True)
+            return Negatives(
+                ids, embeddings, mask, log_q_ids, positive_log_q, False, log_q_checked=True
+            )
 
         log_q_mix, positive_log_q = formulas.mixture_log_q(
-            _ops.TF, log_q_ids, positive_log_q, mask, self.uniform.num_items,
-            uniform.expected_draws, in_batch.expected_draws)
-        return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True,
-                         log_q_checked=True)
+            _ops.TF,
+            log_q_ids,
+            positive_log_q,
+            mask,
+            self.uniform.num_items,
+            uniform.expected_draws,
+            in_batch.expected_draws,
+        )
+        return Negatives(ids, embeddings, mask, log_q_mix, positive_log_q, True, log_q_checked=True)
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_items=self.uniform.num_items, num_uniform=self.uniform.num_negatives,
-                      num_in_batch=self.in_batch.max_pool_size, mixture=self.mixture,
-                      first_id=self.uniform.first_id, global_batch=self.in_batch.global_batch,
-                      deduplicate=self.in_batch.deduplicate, per_row=self.uniform.per_row,
-                      vocabulary=self.uniform.vocabulary)
+        config.update(
+            num_items=self.uniform.num_items,
+            num_uniform=self.uniform.num_negatives,
+            num_in_batch=self.in_batch.max_pool_size,
+            mixture=self.mixture,
+            first_id=self.uniform.first_id,
+            global_batch=self.in_batch.global_batch,
+            deduplicate=self.in_batch.deduplicate,
+            per_row=self.uniform.per_row,
+            vocabulary=self.uniform.vocabulary,
+        )
         return config
 
 

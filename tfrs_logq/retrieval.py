@@ -24,9 +24,14 @@ DEFAULT_KS = (1, 10, 20, 100)
 SCORES_PER_BATCH = 2**27
 
 
-def exact_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: int,
-                exclude: Optional[Sequence[np.ndarray]] = None, first_id: int = 1,
-                batch_size: Optional[int] = None) -> np.ndarray:
+def exact_top_k(
+    query_embeddings: np.ndarray,
+    item_embeddings: np.ndarray,
+    k: int,
+    exclude: Optional[Sequence[np.ndarray]] = None,
+    first_id: int = 1,
+    batch_size: Optional[int] = None,
+) -> np.ndarray:
     """[num_queries, k] ids of the highest-scoring items by dot product, exactly.
 
     Args:
@@ -45,17 +50,18 @@ def exact_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
     k = min(k, num_ids - first_id)
     results = []
     for start in range(0, len(queries), batch_size):
-        scores = tf.matmul(queries[start:start + batch_size], table, transpose_b=True).numpy()
+        scores = tf.matmul(queries[start : start + batch_size], table, transpose_b=True).numpy()
         scores[:, :first_id] = -np.inf
         if exclude is not None:
-            for row, ids in enumerate(exclude[start:start + batch_size]):
+            for row, ids in enumerate(exclude[start : start + batch_size]):
                 scores[row, np.asarray(ids, np.int64)] = -np.inf
         results.append(tf.math.top_k(scores, k=k).indices.numpy())
     return np.concatenate(results) if results else np.zeros([0, k], np.int64)
 
 
-def per_query_recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
-                          ks: Sequence[int] = DEFAULT_KS) -> Dict[str, np.ndarray]:
+def per_query_recall_ndcg(
+    retrieved: np.ndarray, targets: Sequence[np.ndarray], ks: Sequence[int] = DEFAULT_KS
+) -> Dict[str, np.ndarray]:
     """Recall@k and NDCG@k of each query: {"recall@k" / "ndcg@k": [num_queries] float64}.
 
     Their means are `recall_ndcg`; per query they give paired comparisons of two models on
@@ -67,35 +73,38 @@ def per_query_recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
     """
     retrieved = np.asarray(retrieved)
     if len(retrieved) != len(targets):
-        raise ValueError(f"`retrieved` has {len(retrieved)} queries but `targets` "
-                         f"{len(targets)}.")
+        raise ValueError(f"`retrieved` has {len(retrieved)} queries but `targets` {len(targets)}.")
     if retrieved.shape[1] < max(ks):
-        raise ValueError(f"`retrieved` holds {retrieved.shape[1]} ids per query; ks={list(ks)} "
-                         f"needs {max(ks)}.")
+        raise ValueError(
+            f"`retrieved` holds {retrieved.shape[1]} ids per query; ks={list(ks)} needs {max(ks)}."
+        )
     discounts = 1.0 / np.log2(np.arange(2, max(ks) + 2))
     values = {f"{name}@{k}": np.zeros(len(targets)) for k in ks for name in ("recall", "ndcg")}
     for query, (ranked, positives) in enumerate(zip(retrieved, targets)):
         positives = np.unique(np.asarray(positives))
         if positives.size == 0:
             raise ValueError("Every query needs at least one target.")
-        hits = np.isin(ranked[:max(ks)], positives)
+        hits = np.isin(ranked[: max(ks)], positives)
         for k in ks:
             values[f"recall@{k}"][query] = hits[:k].sum() / positives.size
-            ideal = discounts[:min(k, positives.size)].sum()
+            ideal = discounts[: min(k, positives.size)].sum()
             values[f"ndcg@{k}"][query] = (hits[:k] * discounts[:k]).sum() / ideal
     return values
 
 
-def recall_ndcg(retrieved: np.ndarray, targets: Sequence[np.ndarray],
-                ks: Sequence[int] = DEFAULT_KS) -> Dict[str, float]:
+def recall_ndcg(
+    retrieved: np.ndarray, targets: Sequence[np.ndarray], ks: Sequence[int] = DEFAULT_KS
+) -> Dict[str, float]:
     """Mean Recall@k and NDCG@k over queries (0 for no queries).
 
     Args:
       retrieved: [num_queries, >= max(ks)] ranked ids.
       targets: per query, its positive ids (at least one).
     """
-    return {name: float(values.mean()) if values.size else 0.0
-            for name, values in per_query_recall_ndcg(retrieved, targets, ks).items()}
+    return {
+        name: float(values.mean()) if values.size else 0.0
+        for name, values in per_query_recall_ndcg(retrieved, targets, ks).items()
+    }
 
 
 INDEXES = ("exact", "scann")
@@ -131,14 +140,22 @@ def scann_defaults(num_items: int, k: int) -> Dict[str, int]:
     least 100), from it on a tenth of them and 20k re-scored (see LARGE_CATALOG)."""
     num_leaves = int(min(max(math.isqrt(max(num_items, 1)), 1), 4000))
     large = num_items >= LARGE_CATALOG
-    return {"num_leaves": num_leaves,
-            "num_leaves_to_search": min(num_leaves, max(16, num_leaves // (10 if large else 5))),
-            "reorder": max((20 if large else 6) * k, 100)}
+    return {
+        "num_leaves": num_leaves,
+        "num_leaves_to_search": min(num_leaves, max(16, num_leaves // (10 if large else 5))),
+        "reorder": max((20 if large else 6) * k, 100),
+    }
 
 
-def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: int,
-                exclude: Optional[Sequence[np.ndarray]] = None, first_id: int = 1,
-                min_items: int = SCANN_MIN_ITEMS, **overrides) -> np.ndarray:
+def scann_top_k(
+    query_embeddings: np.ndarray,
+    item_embeddings: np.ndarray,
+    k: int,
+    exclude: Optional[Sequence[np.ndarray]] = None,
+    first_id: int = 1,
+    min_items: int = SCANN_MIN_ITEMS,
+    **overrides,
+) -> np.ndarray:
     """Like `exact_top_k`, through a ScaNN index (tree + asymmetric hashing + exact reorder);
     below SCANN_MIN_ITEMS candidates, by exact search (`uses_scann`).
 
@@ -153,9 +170,9 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
       overrides: any of `scann_defaults`' keys.
     """
     if not uses_scann(len(item_embeddings) - first_id, min_items):
-        return exact_top_k(query_embeddings, item_embeddings, k, exclude=exclude,
-                           first_id=first_id)
+        return exact_top_k(query_embeddings, item_embeddings, k, exclude=exclude, first_id=first_id)
     from scann import scann_ops_pybind  # pylint: disable=import-outside-toplevel
+
     items = np.ascontiguousarray(np.asarray(item_embeddings, np.float32)[first_id:])
     queries = np.ascontiguousarray(np.asarray(query_embeddings, np.float32))
     longest = max((len(ids) for ids in exclude), default=0) if exclude is not None else 0
@@ -163,11 +180,16 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
     settings = dict(scann_defaults(len(items), wanted), **overrides)
     builder = scann_ops_pybind.builder(items, wanted, "dot_product")
     if settings["num_leaves"] > 1 and len(items) >= 2 * settings["num_leaves"]:
-        builder = builder.tree(num_leaves=settings["num_leaves"],
-                               num_leaves_to_search=settings["num_leaves_to_search"],
-                               training_sample_size=min(len(items), 250_000))
-    searcher = (builder.score_ah(2, anisotropic_quantization_threshold=0.2)
-                .reorder(max(settings["reorder"], wanted)).build())
+        builder = builder.tree(
+            num_leaves=settings["num_leaves"],
+            num_leaves_to_search=settings["num_leaves_to_search"],
+            training_sample_size=min(len(items), 250_000),
+        )
+    searcher = (
+        builder.score_ah(2, anisotropic_quantization_threshold=0.2)
+        .reorder(max(settings["reorder"], wanted))
+        .build()
+    )
     found, distances = searcher.search_batched(queries, final_num_neighbors=wanted)
     found = found.astype(np.int64) + first_id
     k = min(k, len(items))
@@ -183,54 +205,89 @@ def scann_top_k(query_embeddings: np.ndarray, item_embeddings: np.ndarray, k: in
             continue
         out[row] = ids[:k]
     if short:
-        out[short] = exact_top_k(queries[short], item_embeddings, k,
-                                 exclude=None if exclude is None else [exclude[r] for r in short],
-                                 first_id=first_id)
+        out[short] = exact_top_k(
+            queries[short],
+            item_embeddings,
+            k,
+            exclude=None if exclude is None else [exclude[r] for r in short],
+            first_id=first_id,
+        )
     return out
 
 
-def top_k(query_embeddings, item_embeddings, k: int, exclude=None, index: str = "exact",
-          first_id: int = 1, min_items: int = SCANN_MIN_ITEMS,
-          candidates: Optional[np.ndarray] = None) -> np.ndarray:
+def top_k(
+    query_embeddings,
+    item_embeddings,
+    k: int,
+    exclude=None,
+    index: str = "exact",
+    first_id: int = 1,
+    min_items: int = SCANN_MIN_ITEMS,
+    candidates: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """[num_queries, k] ids by `index` ("exact" or "scann"), excluded ids filtered. A catalog
     of fewer than k items is returned whole, the row padded with id 0 (never a target).
     `min_items`: with "scann", smaller catalogs are searched exactly (0: always the index).
     `candidates`: the ids searched (an index over part of the catalog); None: every id from
     `first_id` on."""
     if index not in INDEXES:
-        raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received "
-                         f"index={index!r}.")
+        raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
     if candidates is not None:
         candidates = np.unique(np.asarray(candidates, np.int64))
-        if candidates.size == 0 or candidates[0] < first_id or candidates[-1] >= len(
-                item_embeddings):
-            raise ValueError(f"`candidates` must be ids in [{first_id}, "
-                             f"{len(item_embeddings) - 1}]; received {candidates.size} ids "
-                             f"from {candidates[:1]} to {candidates[-1:]}.")
+        if (
+            candidates.size == 0
+            or candidates[0] < first_id
+            or candidates[-1] >= len(item_embeddings)
+        ):
+            raise ValueError(
+                f"`candidates` must be ids in [{first_id}, "
+                f"{len(item_embeddings) - 1}]; received {candidates.size} ids "
+                f"from {candidates[:1]} to {candidates[-1:]}."
+            )
         # Search the candidates' rows (row 0: padding); map rows back to ids.
         position = np.zeros(len(item_embeddings), np.int64)
         position[candidates] = np.arange(1, len(candidates) + 1)
-        table = np.concatenate([np.zeros_like(item_embeddings[:1]),
-                                np.asarray(item_embeddings)[candidates]])
-        kept = None if exclude is None else [
-            position[np.asarray(ids, np.int64)][position[np.asarray(ids, np.int64)] > 0]
-            for ids in exclude]
-        found = top_k(query_embeddings, table, k, exclude=kept, index=index, first_id=1,
-                      min_items=min_items)
+        table = np.concatenate(
+            [np.zeros_like(item_embeddings[:1]), np.asarray(item_embeddings)[candidates]]
+        )
+        kept = (
+            None
+            if exclude is None
+            else [
+                position[np.asarray(ids, np.int64)][position[np.asarray(ids, np.int64)] > 0]
+                for ids in exclude
+            ]
+        )
+        found = top_k(
+            query_embeddings, table, k, exclude=kept, index=index, first_id=1, min_items=min_items
+        )
         return np.where(found > 0, np.concatenate([[0], candidates])[found], 0)
     if index == "exact":
-        found = exact_top_k(query_embeddings, item_embeddings, k, exclude=exclude,
-                            first_id=first_id)
+        found = exact_top_k(
+            query_embeddings, item_embeddings, k, exclude=exclude, first_id=first_id
+        )
     else:
-        found = scann_top_k(query_embeddings, item_embeddings, k, exclude=exclude,
-                            first_id=first_id, min_items=min_items)
+        found = scann_top_k(
+            query_embeddings,
+            item_embeddings,
+            k,
+            exclude=exclude,
+            first_id=first_id,
+            min_items=min_items,
+        )
     return np.pad(found, [[0, 0], [0, max(k - found.shape[1], 0)]])
 
 
 def overlap_at_k(approximate: np.ndarray, exact: np.ndarray, k: int) -> float:
     """Mean fraction of the exact top-k that the approximate top-k also returns (ANN recall)."""
-    return float(np.mean([len(np.intersect1d(a[:k], e[:k])) / max(len(e[:k]), 1)
-                          for a, e in zip(approximate, exact)]))
+    return float(
+        np.mean(
+            [
+                len(np.intersect1d(a[:k], e[:k])) / max(len(e[:k]), 1)
+                for a, e in zip(approximate, exact)
+            ]
+        )
+    )
 
 
 def popularity_bands(counts: np.ndarray, first_id: int = 1) -> np.ndarray:
@@ -246,8 +303,9 @@ def popularity_bands(counts: np.ndarray, first_id: int = 1) -> np.ndarray:
     return bands
 
 
-def stratified_recall(retrieved: np.ndarray, targets: Sequence[np.ndarray], bands: np.ndarray,
-                      k: int) -> Dict[str, float]:
+def stratified_recall(
+    retrieved: np.ndarray, targets: Sequence[np.ndarray], bands: np.ndarray, k: int
+) -> Dict[str, float]:
     """Recall@k of the targets in each popularity band (head / torso / tail).
 
     Each target counts once in its own band: the share of the band's targets
@@ -259,12 +317,15 @@ def stratified_recall(retrieved: np.ndarray, targets: Sequence[np.ndarray], band
             band = bands[target]
             totals[band] += 1
             hits[band] += target in ranked[:k]
-    return {f"{name}_recall@{k}": float(hits[b] / totals[b]) if totals[b] else float("nan")
-            for b, name in enumerate(("head", "torso", "tail"))}
+    return {
+        f"{name}_recall@{k}": float(hits[b] / totals[b]) if totals[b] else float("nan")
+        for b, name in enumerate(("head", "torso", "tail"))
+    }
 
 
-def candidate_log_softmax(logits: np.ndarray, exclude: Optional[Sequence[np.ndarray]] = None,
-                          first_id: int = 1) -> np.ndarray:
+def candidate_log_softmax(
+    logits: np.ndarray, exclude: Optional[Sequence[np.ndarray]] = None, first_id: int = 1
+) -> np.ndarray:
     """[num_queries, num_ids] float64 log softmax of each row over its candidates: every id
     from `first_id` on, less the row's `exclude` ids (its history); -inf elsewhere."""
     logits = np.array(logits, np.float64)
@@ -278,8 +339,12 @@ def candidate_log_softmax(logits: np.ndarray, exclude: Optional[Sequence[np.ndar
     return logits - peak - np.log(np.exp(logits - peak).sum(axis=1, keepdims=True))
 
 
-def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
-                exclude: Optional[Sequence[np.ndarray]] = None, first_id: int = 1) -> float:
+def kl_to_truth(
+    true_logits: np.ndarray,
+    model_scores: np.ndarray,
+    exclude: Optional[Sequence[np.ndarray]] = None,
+    first_id: int = 1,
+) -> float:
     """Mean KL(P_true || P_model) in nats between per-query softmax laws over the candidates.
 
     Both laws are softmaxes over the same candidates: every id from `first_id`
@@ -295,9 +360,11 @@ def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
       first_id: ids below it (padding) are not candidates.
     """
     if np.shape(true_logits) != np.shape(model_scores) or np.ndim(true_logits) != 2:
-        raise ValueError(f"`true_logits` {np.shape(true_logits)} and `model_scores` "
-                         f"{np.shape(model_scores)} must be the same [num_queries, num_ids] "
-                         "shape.")
+        raise ValueError(
+            f"`true_logits` {np.shape(true_logits)} and `model_scores` "
+            f"{np.shape(model_scores)} must be the same [num_queries, num_ids] "
+            "shape."
+        )
     log_p = candidate_log_softmax(true_logits, exclude, first_id)
     log_m = candidate_log_softmax(model_scores, exclude, first_id)
     candidate = np.isfinite(log_p) | np.isfinite(log_m)
@@ -307,8 +374,9 @@ def kl_to_truth(true_logits: np.ndarray, model_scores: np.ndarray,
     return float(terms.sum(axis=1).mean())
 
 
-def embedding_geometry(query_embeddings: np.ndarray, item_embeddings: np.ndarray,
-                       first_id: int = 1) -> Dict[str, float]:
+def embedding_geometry(
+    query_embeddings: np.ndarray, item_embeddings: np.ndarray, first_id: int = 1
+) -> Dict[str, float]:
     """How spread out a model's item vectors and scores are: a check for embedding collapse.
 
     - `mean_direction_norm`: the norm of the mean of the unit-normalised item
@@ -327,16 +395,24 @@ def embedding_geometry(query_embeddings: np.ndarray, item_embeddings: np.ndarray
     queries = np.asarray(query_embeddings, np.float64)
     items = np.asarray(item_embeddings, np.float64)
     if queries.ndim != 2 or items.ndim != 2 or queries.shape[1] != items.shape[1]:
-        raise ValueError(f"`query_embeddings` {queries.shape} and `item_embeddings` "
-                         f"{items.shape} must be [num_queries, dim] and [num_ids, dim].")
+        raise ValueError(
+            f"`query_embeddings` {queries.shape} and `item_embeddings` "
+            f"{items.shape} must be [num_queries, dim] and [num_ids, dim]."
+        )
     if not 0 <= first_id < items.shape[0] or len(queries) == 0:
-        raise ValueError(f"Need at least one query and one item at or after `first_id` "
-                         f"{first_id}; got {len(queries)} queries and {items.shape[0]} ids.")
+        raise ValueError(
+            f"Need at least one query and one item at or after `first_id` "
+            f"{first_id}; got {len(queries)} queries and {items.shape[0]} ids."
+        )
     items = items[first_id:]
     norms = np.linalg.norm(items, axis=1)
     if np.any(norms == 0):
-        raise ValueError(f"`item_embeddings` has {int(np.sum(norms == 0))} zero rows at or "
-                         f"after `first_id` {first_id}; their direction is undefined.")
-    return {"mean_direction_norm": float(np.linalg.norm((items / norms[:, None]).mean(axis=0))),
-            "score_std": float((queries @ items.T).std(axis=1).mean()),
-            "item_norm": float(norms.mean())}
+        raise ValueError(
+            f"`item_embeddings` has {int(np.sum(norms == 0))} zero rows at or "
+            f"after `first_id` {first_id}; their direction is undefined."
+        )
+    return {
+        "mean_direction_norm": float(np.linalg.norm((items / norms[:, None]).mean(axis=0))),
+        "score_std": float((queries @ items.T).std(axis=1).mean()),
+        "item_norm": float(norms.mean()),
+    }

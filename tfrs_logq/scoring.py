@@ -41,6 +41,7 @@ class Scored(NamedTuple):
       negative_ids: [n] or [batch, n] ids of a sampler's negatives, or None (the
         candidate columns, whose ids are `candidate_ids`).
     """
+
     positive_logits: tf.Tensor
     negative_logits: tf.Tensor
     mask: tf.Tensor
@@ -57,10 +58,18 @@ def _tempered(logits: tf.Tensor, temperature: Optional[float]) -> tf.Tensor:
     return logits if temperature is None else logits / temperature
 
 
-def candidate_columns(query_embeddings, candidate_embeddings, candidate_sampling_probability,
-                      candidate_ids, score_mask, *, temperature: Optional[float],
-                      frequency, correction: Optional[str],
-                      remove_accidental_hits: bool) -> Scored:
+def candidate_columns(
+    query_embeddings,
+    candidate_embeddings,
+    candidate_sampling_probability,
+    candidate_ids,
+    score_mask,
+    *,
+    temperature: Optional[float],
+    frequency,
+    correction: Optional[str],
+    remove_accidental_hits: bool,
+) -> Scored:
     """TFRS semantics: every candidate column is a negative except the row's own positive.
 
     Log Q comes from the task's `frequency` source by id, else from
@@ -73,57 +82,81 @@ def candidate_columns(query_embeddings, candidate_embeddings, candidate_sampling
     mask = tf.logical_not(tf.cast(tf.eye(num_queries, num_candidates), tf.bool))
     if remove_accidental_hits and candidate_ids is None:
         raise ValueError(
-            "remove_accidental_hits=True needs `candidate_ids`; received candidate_ids=None.")
+            "remove_accidental_hits=True needs `candidate_ids`; received candidate_ids=None."
+        )
     if candidate_ids is not None:
         candidate_ids = v.ids_tensor("candidate_ids", candidate_ids)
         if remove_accidental_hits or correction == "improved":
-            mask = tf.logical_and(mask, negatives_lib.accidental_hit_mask(
-                candidate_ids[:num_queries], candidate_ids))
+            mask = tf.logical_and(
+                mask, negatives_lib.accidental_hit_mask(candidate_ids[:num_queries], candidate_ids)
+            )
     if score_mask is not None:
         mask = tf.logical_and(mask, v.bool_tensor("score_mask", score_mask, rank=2))
     log_q = positive_log_q = None
     if frequency is not None and candidate_sampling_probability is not None:
         raise ValueError(
             "The task has a `frequency` source; received candidate_sampling_probability "
-            "as well. Pass one of them.")
+            "as well. Pass one of them."
+        )
     if frequency is not None:
         if candidate_ids is None:
             raise ValueError(
                 "The task's `frequency` reads log Q by id and needs `candidate_ids`; "
-                "received candidate_ids=None.")
+                "received candidate_ids=None."
+            )
         log_q = frequency.log_q(candidate_ids)
         positive_log_q = log_q[:num_queries]
     elif candidate_sampling_probability is not None:
-        probabilities = v.check_probabilities("candidate_sampling_probability",
-                                              candidate_sampling_probability)
+        probabilities = v.check_probabilities(
+            "candidate_sampling_probability", candidate_sampling_probability
+        )
         v.check_rank("candidate_sampling_probability", probabilities, 1)
-        v.check_compatible_dim("candidate_sampling_probability", probabilities, 0,
-                               "candidate_embeddings", candidate_embeddings, 0)
+        v.check_compatible_dim(
+            "candidate_sampling_probability",
+            probabilities,
+            0,
+            "candidate_embeddings",
+            candidate_embeddings,
+            0,
+        )
         log_q = tf.math.log(probabilities)
         positive_log_q = log_q[:num_queries]
-    return Scored(positive_logits, scores, mask, log_q, positive_log_q,
-                  diagonal_positive=True)
+    return Scored(positive_logits, scores, mask, log_q, positive_log_q, diagonal_positive=True)
 
-def sampled_columns(query_embeddings, candidate_embeddings, candidate_sampling_probability,
-                    candidate_ids, score_mask, candidate_embedding_fn, candidate_table=None,
-                    candidate_mask=None, *, sampler, temperature: Optional[float]) -> Scored:
+
+def sampled_columns(
+    query_embeddings,
+    candidate_embeddings,
+    candidate_sampling_probability,
+    candidate_ids,
+    score_mask,
+    candidate_embedding_fn,
+    candidate_table=None,
+    candidate_mask=None,
+    *,
+    sampler,
+    temperature: Optional[float],
+) -> Scored:
     """Negatives from `sampler`; the positives are the first num_queries candidates."""
-    for name, value in (("candidate_sampling_probability", candidate_sampling_probability),
-                        ("score_mask", score_mask)):
+    for name, value in (
+        ("candidate_sampling_probability", candidate_sampling_probability),
+        ("score_mask", score_mask),
+    ):
         if value is not None:
             raise ValueError(
                 f"`{name}` cannot be combined with a sampler (its negatives are not the "
                 f"candidate columns); give the sampler `probabilities`. Received {name} "
-                "that is not None.")
+                "that is not None."
+            )
     if candidate_ids is None:
         raise ValueError(
             "A sampler needs `candidate_ids` (for accidental hits and log Q); received "
-            "candidate_ids=None.")
+            "candidate_ids=None."
+        )
     num_queries = tf.shape(query_embeddings)[0]
     positive_embeddings = candidate_embeddings[:num_queries]
     positive_ids = candidate_ids[:num_queries]
-    positive_logits = _tempered(_ops.row_scores(query_embeddings, positive_embeddings),
-                                temperature)
+    positive_logits = _tempered(_ops.row_scores(query_embeddings, positive_embeddings), temperature)
     if candidate_table is not None:
         # Ids only from the sampler; their scores are columns of one matmul.
         negatives = sampler(positive_ids, candidate_ids, candidate_mask=candidate_mask)
@@ -131,82 +164,135 @@ def sampled_columns(query_embeddings, candidate_embeddings, candidate_sampling_p
             raise TypeError(
                 "`candidate_table` is read by integer id (row i = id i); received a "
                 f"candidate_table and {type(sampler).__name__} ids with dtype "
-                f"{negatives.ids.dtype.name}. Use `candidate_embedding_fn` instead.")
+                f"{negatives.ids.dtype.name}. Use `candidate_embedding_fn` instead."
+            )
         table = v.float_tensor("candidate_table", candidate_table, rank=2)
-        v.check_compatible_dim("candidate_table", table, 1, "query_embeddings",
-                               query_embeddings, -1)
+        v.check_compatible_dim(
+            "candidate_table", table, 1, "query_embeddings", query_embeddings, -1
+        )
         full = _ops.scores(query_embeddings, table)
         # An id without a row (an in-batch id or a uniform draw past the table) is
         # invalid, as in `StaticFrequency`: never a clamped row under XLA.
-        ids, valid = v.table_rows("negatives.ids", negatives.ids,
-                                  tf.shape(table, out_type=tf.int64)[0]
-                                  if table.shape[0] is None else int(table.shape[0]),
-                                  "one per row of `candidate_table`")
+        ids, valid = v.table_rows(
+            "negatives.ids",
+            negatives.ids,
+            tf.shape(table, out_type=tf.int64)[0]
+            if table.shape[0] is None
+            else int(table.shape[0]),
+            "one per row of `candidate_table`",
+        )
         ids = tf.cast(ids, tf.int32)  # In range, so int32 holds them.
-        columns = v.nan_unless(valid, tf.gather(full, ids, axis=1)
-                               if negatives.ids.shape.rank == 1
-                               else tf.gather(full, ids, batch_dims=1))
-        return Scored(positive_logits, _tempered(columns, temperature), negatives.mask,
-                      negatives.log_q, negatives.positive_log_q,
-                      negatives.log_q_excludes_positive,
-                      log_q_checked=negatives.log_q_checked, negative_ids=negatives.ids)
-    negatives = sampler(positive_ids, candidate_ids, candidate_embeddings,
-                             candidate_mask=candidate_mask,
-                             embedding_fn=candidate_embedding_fn)
+        columns = v.nan_unless(
+            valid,
+            tf.gather(full, ids, axis=1)
+            if negatives.ids.shape.rank == 1
+            else tf.gather(full, ids, batch_dims=1),
+        )
+        return Scored(
+            positive_logits,
+            _tempered(columns, temperature),
+            negatives.mask,
+            negatives.log_q,
+            negatives.positive_log_q,
+            negatives.log_q_excludes_positive,
+            log_q_checked=negatives.log_q_checked,
+            negative_ids=negatives.ids,
+        )
+    negatives = sampler(
+        positive_ids,
+        candidate_ids,
+        candidate_embeddings,
+        candidate_mask=candidate_mask,
+        embedding_fn=candidate_embedding_fn,
+    )
     if negatives.embeddings is None:
         raise ValueError(
             f"{type(sampler).__name__} drew ids outside the batch and needs "
             "`candidate_embedding_fn` (the item tower) to embed them; received "
-            "candidate_embedding_fn=None.")
+            "candidate_embedding_fn=None."
+        )
     negative_embeddings = negatives.embeddings
     if isinstance(negative_embeddings, tuple):  # (per-row part, shared part).
-        negative_embeddings = tuple(v.float_tensor("negative embeddings", part)
-                                    for part in negative_embeddings)
+        negative_embeddings = tuple(
+            v.float_tensor("negative embeddings", part) for part in negative_embeddings
+        )
     else:
         negative_embeddings = v.float_tensor("negative embeddings", negative_embeddings)
-    negative_logits = _tempered(_ops.scores(query_embeddings, negative_embeddings),
-                                temperature)
-    return Scored(positive_logits, negative_logits, negatives.mask, negatives.log_q,
-                  negatives.positive_log_q, negatives.log_q_excludes_positive,
-                  log_q_checked=negatives.log_q_checked, negative_ids=negatives.ids)
+    negative_logits = _tempered(_ops.scores(query_embeddings, negative_embeddings), temperature)
+    return Scored(
+        positive_logits,
+        negative_logits,
+        negatives.mask,
+        negatives.log_q,
+        negatives.positive_log_q,
+        negatives.log_q_excludes_positive,
+        log_q_checked=negatives.log_q_checked,
+        negative_ids=negatives.ids,
+    )
 
-def without_known_positives(scored: Scored, candidate_ids, query_ids, known_positive_ids,
-                            known_positives, valid_rows, *, sampler) -> Scored:
+
+def without_known_positives(
+    scored: Scored,
+    candidate_ids,
+    query_ids,
+    known_positive_ids,
+    known_positives,
+    valid_rows,
+    *,
+    sampler,
+) -> Scored:
     """`scored` with each row's known positives masked and "improved"'s n counted before
     (`logq_core.formulas.mask_known_positives`)."""
     known = known_positives
     if query_ids is not None or known_positive_ids is not None:
         num_queries = tf.shape(scored.positive_logits)[0]
         positive_ids = candidate_ids[:num_queries]
-        negative_ids = (candidate_ids if scored.negative_ids is None
-                        else scored.negative_ids)
+        negative_ids = candidate_ids if scored.negative_ids is None else scored.negative_ids
         # A pool drawn from every replica's rows: so is the known set.
         by_ids = negatives_lib.known_positive_mask(
-            positive_ids, negative_ids, query_ids, known_positive_ids, valid_rows,
-            global_batch=scored.negative_ids is not None and global_pool(sampler))
+            positive_ids,
+            negative_ids,
+            query_ids,
+            known_positive_ids,
+            valid_rows,
+            global_batch=scored.negative_ids is not None and global_pool(sampler),
+        )
         known = by_ids if known is None else tf.logical_or(known, by_ids)
     mask, num_valid = formulas.mask_known_positives(
-        _ops.TF, scored.negative_logits, scored.mask, known, scored.num_valid)
+        _ops.TF, scored.negative_logits, scored.mask, known, scored.num_valid
+    )
     return scored._replace(mask=mask, num_valid=num_valid)
 
-def hard_negatives(scored: Scored, correction: str, num_hard_negatives: int,
-                   log_q_scale: float) -> Scored:
+
+def hard_negatives(
+    scored: Scored, correction: str, num_hard_negatives: int, log_q_scale: float
+) -> Scored:
     """Keeps the num_hard_negatives valid negatives with the largest corrected logits
     (`logq_core.formulas.hard_negatives`); `num_valid` keeps the count before mining."""
     log_q = None if correction == "none" else scored.log_q
     negative_logits, mask, log_q, num_valid = formulas.hard_negatives(
-        _ops.TF, scored.negative_logits, scored.mask, log_q,
+        _ops.TF,
+        scored.negative_logits,
+        scored.mask,
+        log_q,
         tf.minimum(num_hard_negatives, tf.shape(scored.negative_logits)[1]),
-        log_q_scale, scored.num_valid)
-    return scored._replace(negative_logits=negative_logits, mask=mask, log_q=log_q,
-                           diagonal_positive=False, num_valid=num_valid)
+        log_q_scale,
+        scored.num_valid,
+    )
+    return scored._replace(
+        negative_logits=negative_logits,
+        mask=mask,
+        log_q=log_q,
+        diagonal_positive=False,
+        num_valid=num_valid,
+    )
+
 
 def logits_matrix(scored: Scored, correction: str, log_q_scale: float = 1.0):
     """[batch, 1 + N] labels and corrected logits, positive first, removed ones at MIN_FLOAT."""
     positive_logits, negative_logits = scored.positive_logits, scored.negative_logits
     if correction == "standard":
-        positive_logits = positive_logits - formulas.scaled(scored.positive_log_q,
-                                                            log_q_scale)
+        positive_logits = positive_logits - formulas.scaled(scored.positive_log_q, log_q_scale)
     if correction in ("standard", "standard_negatives"):
         negative_logits = negative_logits - formulas.scaled(scored.log_q, log_q_scale)
     negative_logits = tf.where(scored.mask, negative_logits, MIN_FLOAT)

@@ -104,51 +104,57 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       **kwargs: standard Keras layer arguments.
     """
 
-    def __init__(self,
-                 loss: Optional[tf.keras.losses.Loss] = None,
-                 metrics: Optional[Union[Sequence[tfrs_metrics.Factorized],
-                                         tfrs_metrics.Factorized]] = None,
-                 batch_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
-                 loss_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
-                 temperature: Optional[float] = None,
-                 num_hard_negatives: Optional[int] = None,
-                 remove_accidental_hits: bool = False,
-                 name: Optional[str] = None,
-                 *,
-                 correction: Optional[str] = None,
-                 sampler: Optional[negatives_lib.NegativeSampler] = None,
-                 frequency: frequency_lib.FrequencyLike = None,
-                 diagnostics: bool = False,
-                 log_q_scale: float = 1.0,
-                 **kwargs) -> None:
+    def __init__(
+        self,
+        loss: Optional[tf.keras.losses.Loss] = None,
+        metrics: Optional[Union[Sequence[tfrs_metrics.Factorized], tfrs_metrics.Factorized]] = None,
+        batch_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
+        loss_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
+        temperature: Optional[float] = None,
+        num_hard_negatives: Optional[int] = None,
+        remove_accidental_hits: bool = False,
+        name: Optional[str] = None,
+        *,
+        correction: Optional[str] = None,
+        sampler: Optional[negatives_lib.NegativeSampler] = None,
+        frequency: frequency_lib.FrequencyLike = None,
+        diagnostics: bool = False,
+        log_q_scale: float = 1.0,
+        **kwargs,
+    ) -> None:
         # Logits are always float32, also under a mixed-precision policy.
         kwargs.setdefault("dtype", "float32")
         super().__init__(name=name, **kwargs)
         self.correction = v.check_choice("correction", correction, TASK_CORRECTIONS)
         self.temperature = v.check_positive_float("temperature", temperature, allow_none=True)
-        self.num_hard_negatives = v.check_positive_int("num_hard_negatives", num_hard_negatives,
-                                                       allow_none=True)
-        self.remove_accidental_hits = v.check_bool("remove_accidental_hits",
-                                                   remove_accidental_hits)
+        self.num_hard_negatives = v.check_positive_int(
+            "num_hard_negatives", num_hard_negatives, allow_none=True
+        )
+        self.remove_accidental_hits = v.check_bool("remove_accidental_hits", remove_accidental_hits)
         self.log_q_scale = formulas.check_log_q_scale(log_q_scale)
         if correction == "improved" and loss is not None:
             raise ValueError(
                 "correction='improved' computes its own weighted loss and cannot use a custom "
-                f"`loss`; received loss={loss!r}. Drop `loss`, or use correction='standard'.")
+                f"`loss`; received loss={loss!r}. Drop `loss`, or use correction='standard'."
+            )
         if sampler is not None and not isinstance(sampler, negatives_lib.NegativeSampler):
             raise TypeError(
                 "`sampler` must be a tfrs_logq.negatives.NegativeSampler (InBatchSampler, "
-                f"UniformSampler, MixedSampler); received sampler={sampler!r}.")
+                f"UniformSampler, MixedSampler); received sampler={sampler!r}."
+            )
         self.frequency = frequency_lib.as_frequency(frequency)
         if sampler is not None and self.frequency is not None:
             raise ValueError(
                 "Pass the probability source to the sampler (its `probabilities`), not to the "
                 f"task, when a sampler is used; received frequency={frequency!r} and "
-                f"sampler={sampler!r}.")
-        if (sampler is not None and self.correction not in (None, "none")
-                and not sampler.has_log_q):
-            raise formulas.missing_log_q(self.correction, "the sampler's `probabilities`",
-                                         f"{type(sampler).__name__} without them")
+                f"sampler={sampler!r}."
+            )
+        if sampler is not None and self.correction not in (None, "none") and not sampler.has_log_q:
+            raise formulas.missing_log_q(
+                self.correction,
+                "the sampler's `probabilities`",
+                f"{type(sampler).__name__} without them",
+            )
         self.diagnostics = v.check_bool("diagnostics", diagnostics)
         if diagnostics and correction == "improved":
             self.mean_w = tf.keras.metrics.Mean(name="mean_w")
@@ -177,25 +183,27 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             value = []
         self._factorized_metrics = value
 
-    def call(self,
-             query_embeddings: tf.Tensor,
-             candidate_embeddings: tf.Tensor,
-             sample_weight: Optional[tf.Tensor] = None,
-             candidate_sampling_probability: Optional[tf.Tensor] = None,
-             candidate_ids: Optional[tf.Tensor] = None,
-             compute_metrics: bool = True,
-             compute_batch_metrics: bool = True,
-             score_mask: Optional[tf.Tensor] = None,
-             *,
-             training: Optional[bool] = None,
-             # What a sampler reads besides the batch:
-             candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None,
-             candidate_table: Optional[tf.Tensor] = None,
-             candidate_mask: Optional[tf.Tensor] = None,
-             # Other known positives of each query, masked out of its negatives:
-             query_ids: Optional[tf.Tensor] = None,
-             known_positive_ids: Optional[tf.Tensor] = None,
-             known_positives: Optional[tf.Tensor] = None) -> tf.Tensor:
+    def call(
+        self,
+        query_embeddings: tf.Tensor,
+        candidate_embeddings: tf.Tensor,
+        sample_weight: Optional[tf.Tensor] = None,
+        candidate_sampling_probability: Optional[tf.Tensor] = None,
+        candidate_ids: Optional[tf.Tensor] = None,
+        compute_metrics: bool = True,
+        compute_batch_metrics: bool = True,
+        score_mask: Optional[tf.Tensor] = None,
+        *,
+        training: Optional[bool] = None,
+        # What a sampler reads besides the batch:
+        candidate_embedding_fn: Optional[negatives_lib.EmbeddingFn] = None,
+        candidate_table: Optional[tf.Tensor] = None,
+        candidate_mask: Optional[tf.Tensor] = None,
+        # Other known positives of each query, masked out of its negatives:
+        query_ids: Optional[tf.Tensor] = None,
+        known_positive_ids: Optional[tf.Tensor] = None,
+        known_positives: Optional[tf.Tensor] = None,
+    ) -> tf.Tensor:
         """Computes the task loss and updates the metrics.
 
         Row i of `query_embeddings` chose the candidate in row i of
@@ -268,59 +276,96 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
           Scalar loss: the sum over queries of sample-weighted per-example losses.
         """
         query_embeddings, candidate_embeddings, sample_weight = task_inputs.checked_embeddings(
-            query_embeddings, candidate_embeddings, sample_weight)
+            query_embeddings, candidate_embeddings, sample_weight
+        )
         candidate_ids, score_mask, checked_mask = task_inputs.checked_columns(
-            query_embeddings, candidate_embeddings, candidate_ids, score_mask,
-            None if self.sampler is None else candidate_mask)
+            query_embeddings,
+            candidate_embeddings,
+            candidate_ids,
+            score_mask,
+            None if self.sampler is None else candidate_mask,
+        )
         query_ids, known_positive_ids, known_positives = task_inputs.checked_known_positives(
-            query_embeddings, candidate_embeddings, candidate_ids, query_ids,
-            known_positive_ids, known_positives, self.sampler is not None)
+            query_embeddings,
+            candidate_embeddings,
+            candidate_ids,
+            query_ids,
+            known_positive_ids,
+            known_positives,
+            self.sampler is not None,
+        )
         candidate_mask = candidate_mask if self.sampler is None else checked_mask
         num_queries = tf.shape(query_embeddings)[0]
-        self._update_frequency(candidate_ids, num_queries, sample_weight, training,
-                               candidate_mask)
+        self._update_frequency(candidate_ids, num_queries, sample_weight, training, candidate_mask)
         if self.sampler is None:
             if candidate_mask is not None:
                 raise ValueError(
                     "`candidate_mask` masks a sampler's pool; without a sampler, mask "
                     "candidate columns with `score_mask`. Received candidate_mask that is not "
-                    "None.")
+                    "None."
+                )
             scored = scoring.candidate_columns(
-                query_embeddings, candidate_embeddings, candidate_sampling_probability,
-                candidate_ids, score_mask, temperature=self.temperature,
-                frequency=self.frequency, correction=self.correction,
-                remove_accidental_hits=self.remove_accidental_hits)
+                query_embeddings,
+                candidate_embeddings,
+                candidate_sampling_probability,
+                candidate_ids,
+                score_mask,
+                temperature=self.temperature,
+                frequency=self.frequency,
+                correction=self.correction,
+                remove_accidental_hits=self.remove_accidental_hits,
+            )
         else:
             scored = scoring.sampled_columns(
-                query_embeddings, candidate_embeddings, candidate_sampling_probability,
-                candidate_ids, score_mask, candidate_embedding_fn, candidate_table,
-                candidate_mask, sampler=self.sampler, temperature=self.temperature)
-        if query_ids is not None or known_positive_ids is not None or (
-                known_positives is not None):
+                query_embeddings,
+                candidate_embeddings,
+                candidate_sampling_probability,
+                candidate_ids,
+                score_mask,
+                candidate_embedding_fn,
+                candidate_table,
+                candidate_mask,
+                sampler=self.sampler,
+                temperature=self.temperature,
+            )
+        if query_ids is not None or known_positive_ids is not None or (known_positives is not None):
             scored = scoring.without_known_positives(
-                scored, candidate_ids, query_ids, known_positive_ids, known_positives,
+                scored,
+                candidate_ids,
+                query_ids,
+                known_positive_ids,
+                known_positives,
                 None if candidate_mask is None else candidate_mask[:num_queries],
-                sampler=self.sampler)
+                sampler=self.sampler,
+            )
         correction = self._resolve_correction(scored.log_q)
         if self.num_hard_negatives is not None:
-            scored = scoring.hard_negatives(scored, correction, self.num_hard_negatives,
-                                            self.log_q_scale)
-        loss, update_ops = self._total_loss(scored, correction, sample_weight,
-                                            compute_batch_metrics)
+            scored = scoring.hard_negatives(
+                scored, correction, self.num_hard_negatives, self.log_q_scale
+            )
+        loss, update_ops = self._total_loss(
+            scored, correction, sample_weight, compute_batch_metrics
+        )
         if compute_metrics and query_embeddings.shape.rank == 2:
             for metric in self._factorized_metrics:
                 # TFRS slices the embeddings but not the ids, and crashes with
                 # extra candidates; both are sliced here.
-                update_ops.append(metric.update_state(
-                    query_embeddings, candidate_embeddings[:num_queries],
-                    true_candidate_ids=(None if candidate_ids is None
-                                        else candidate_ids[:num_queries]),
-                    sample_weight=sample_weight))
+                update_ops.append(
+                    metric.update_state(
+                        query_embeddings,
+                        candidate_embeddings[:num_queries],
+                        true_candidate_ids=(
+                            None if candidate_ids is None else candidate_ids[:num_queries]
+                        ),
+                        sample_weight=sample_weight,
+                    )
+                )
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
 
-    def _total_loss(self, scored: scoring.Scored, correction: str, sample_weight,
-                    compute_batch_metrics):
+    def _total_loss(
+        self, scored: scoring.Scored, correction: str, sample_weight, compute_batch_metrics
+    ):
         """(the summed loss, the metric updates of the loss, the batch metrics and the
         diagnostics)."""
         update_ops = []
@@ -329,18 +374,34 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                 # TFRS's own computation: one fused kernel over the [batch, candidates]
                 # logits, forward and gradient (the separate masking, log-sum-exp and
                 # softplus passes cost 1.27-1.35x TFRS's two-tower step at batch 1024).
-                per_example, weight = losses_lib.column_softmax_loss(
-                    scored.negative_logits, correction, scored.log_q, scored.positive_log_q,
-                    scored.mask, log_q_scale=self.log_q_scale), None
+                per_example, weight = (
+                    losses_lib.column_softmax_loss(
+                        scored.negative_logits,
+                        correction,
+                        scored.log_q,
+                        scored.positive_log_q,
+                        scored.mask,
+                        log_q_scale=self.log_q_scale,
+                    ),
+                    None,
+                )
             else:
                 per_example, weight = losses_lib.sampled_softmax_terms(
-                    scored.positive_logits, scored.negative_logits, correction, scored.log_q,
-                    scored.positive_log_q, scored.mask, scored.log_q_excludes_positive,
-                    check_log_q=not scored.log_q_checked, log_q_scale=self.log_q_scale,
-                    num_valid=scored.num_valid)
+                    scored.positive_logits,
+                    scored.negative_logits,
+                    correction,
+                    scored.log_q,
+                    scored.positive_log_q,
+                    scored.mask,
+                    scored.log_q_excludes_positive,
+                    check_log_q=not scored.log_q_checked,
+                    log_q_scale=self.log_q_scale,
+                    num_valid=scored.num_valid,
+                )
             if self.diagnostics:
-                update_ops += self._update_diagnostics(per_example, weight, scored.mask,
-                                                       sample_weight)
+                update_ops += self._update_diagnostics(
+                    per_example, weight, scored.mask, sample_weight
+                )
             if sample_weight is not None:
                 per_example = per_example * sample_weight
             loss = tf.reduce_sum(per_example)
@@ -351,8 +412,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
         update_ops += [metric.update_state(loss) for metric in self._loss_metrics]
         if compute_batch_metrics:
-            update_ops += [metric.update_state(labels, logits, sample_weight=sample_weight)
-                           for metric in self._batch_metrics]
+            update_ops += [
+                metric.update_state(labels, logits, sample_weight=sample_weight)
+                for metric in self._batch_metrics
+            ]
         return loss, update_ops
 
     def _update_diagnostics(self, per_example, weight, mask, sample_weight):
@@ -362,15 +425,18 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         p_hat = tf.exp(-per_example) if weight is None else 1.0 - weight
         masked = 1.0 - tf.reduce_mean(tf.cast(mask, tf.float32), axis=1)
         valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
-        ops = [self.mean_p_hat.update_state(p_hat, sample_weight=sample_weight),
-               self.masked_negatives.update_state(masked, sample_weight=sample_weight),
-               self.valid_negatives.update_state(valid, sample_weight=sample_weight)]
+        ops = [
+            self.mean_p_hat.update_state(p_hat, sample_weight=sample_weight),
+            self.masked_negatives.update_state(masked, sample_weight=sample_weight),
+            self.valid_negatives.update_state(valid, sample_weight=sample_weight),
+        ]
         if weight is not None:
             ops.append(self.mean_w.update_state(weight, sample_weight=sample_weight))
         return ops
 
-    def _update_frequency(self, candidate_ids, num_queries, sample_weight, training,
-                          candidate_mask=None) -> None:
+    def _update_frequency(
+        self, candidate_ids, num_queries, sample_weight, training, candidate_mask=None
+    ) -> None:
         """Feeds the step's positives to a streaming estimator (update, then read): the rows
         of the pool (`candidate_mask`), else those with a nonzero weight."""
         source = self.frequency if self.sampler is None else self.sampler.frequency
@@ -379,7 +445,8 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if candidate_ids is None:
             raise ValueError(
                 f"A streaming estimator ({type(source).__name__}) is updated with the "
-                "positives' ids; received candidate_ids=None.")
+                "positives' ids; received candidate_ids=None."
+            )
         positive_ids = v.ids_tensor("candidate_ids", candidate_ids)[:num_queries]
         if candidate_mask is not None:
             mask = tf.cast(candidate_mask, tf.bool)[:num_queries]
@@ -388,9 +455,11 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         if training is None or training is True:
             source.update(positive_ids, mask=mask)
         else:  # A boolean tensor.
+
             def update():
                 source.update(positive_ids, mask=mask)
                 return tf.constant(True)
+
             tf.cond(tf.cast(training, tf.bool), update, lambda: tf.constant(False))
 
     def _resolve_correction(self, log_q: Optional[tf.Tensor]) -> str:
@@ -398,8 +467,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             return "none" if log_q is None else "standard"
         if self.correction != "none" and log_q is None:
             raise formulas.missing_log_q(
-                self.correction, "`candidate_sampling_probability` or the task's `frequency`",
-                "neither")
+                self.correction,
+                "`candidate_sampling_probability` or the task's `frequency`",
+                "neither",
+            )
         return self.correction
 
     def get_config(self):
@@ -414,10 +485,12 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             remove_accidental_hits=self.remove_accidental_hits,
             correction=self.correction,
             sampler=None if self.sampler is None else tf.keras.layers.serialize(self.sampler),
-            frequency=(None if self.frequency is None
-                       else tf.keras.layers.serialize(self.frequency)),
+            frequency=(
+                None if self.frequency is None else tf.keras.layers.serialize(self.frequency)
+            ),
             diagnostics=self.diagnostics,
-            log_q_scale=self.log_q_scale)
+            log_q_scale=self.log_q_scale,
+        )
         return config
 
     @classmethod

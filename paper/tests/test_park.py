@@ -19,7 +19,6 @@ from tests.test_train import _finish_as_uninterrupted
 
 
 class ParkTest(tf.test.TestCase):
-
     def test_packed_run_resumes_elsewhere_to_the_bit(self):
         # A smoke run is killed once its first best checkpoint is written, packed, its
         # directory deleted (the machine is gone) and unpacked under another path. Resumed
@@ -29,14 +28,17 @@ class ParkTest(tf.test.TestCase):
         root = tempfile.mkdtemp()
         out, moved, uninterrupted = (os.path.join(root, n) for n in ("run", "moved", "ref"))
         args = ["--preset=smoke", "--epochs=2", "--steps_per_epoch=100", "--patience=5"]
-        process = subprocess.Popen([sys.executable, "-m", "pipelines.train", *args,
-                                    f"--output_dir={out}"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.train", *args, f"--output_dir={out}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 300
         while time.time() < deadline and process.poll() is None:
             # As soon as the first best checkpoint and a backup are on disk.
-            if (os.path.exists(os.path.join(out, "checkpoints", "best.index"))
-                    and tf.train.latest_checkpoint(os.path.join(out, "backup", "chief"))):
+            if os.path.exists(
+                os.path.join(out, "checkpoints", "best.index")
+            ) and tf.train.latest_checkpoint(os.path.join(out, "backup", "chief")):
                 break
             time.sleep(0.2)
         self.assertIsNone(process.poll(), "the run ended before the kill")
@@ -99,16 +101,23 @@ class ParkTest(tf.test.TestCase):
 
         config = ("run/config.json", None)
         refused = {
-            "sibling": ([config, ("run/logs", "../sibling")],
-                        "its link 'run/logs' -> '../sibling' points outside the run "
-                        "(resolved: 'sibling')"),
+            "sibling": (
+                [config, ("run/logs", "../sibling")],
+                "its link 'run/logs' -> '../sibling' points outside the run (resolved: 'sibling')",
+            ),
             # Lexically inside (run/d/.. is run), but d is a link to the run itself.
-            "chain": ([config, ("run/d", "."), ("run/a", "d/..")],
-                      "its link 'run/a' -> 'd/..' points outside the run (resolved: '.')"),
-            "through": ([config, ("run/logs", "sub"), ("run/logs/x", None)],
-                        "its entry 'run/logs/x' would be written through the link 'run/logs'"),
-            "twice": ([config, ("run/logs", "sub"), ("run/logs", None)],
-                      "its entry 'run/logs' would be written through the link 'run/logs'"),
+            "chain": (
+                [config, ("run/d", "."), ("run/a", "d/..")],
+                "its link 'run/a' -> 'd/..' points outside the run (resolved: '.')",
+            ),
+            "through": (
+                [config, ("run/logs", "sub"), ("run/logs/x", None)],
+                "its entry 'run/logs/x' would be written through the link 'run/logs'",
+            ),
+            "twice": (
+                [config, ("run/logs", "sub"), ("run/logs", None)],
+                "its entry 'run/logs' would be written through the link 'run/logs'",
+            ),
             "top": ([("run", ".")], "its run 'run' is not a directory"),
             "absolute": ([config, ("run/logs", "/tmp")], "is a link to an absolute path"),
             "parent": ([config, ("run/logs", "../../..")], "which is outside the destination"),
@@ -116,16 +125,25 @@ class ParkTest(tf.test.TestCase):
         for name, (entries, message) in refused.items():
             path = archive(name, entries)
             target = os.path.join(root, "unpacked", name)
-            with self.assertRaisesRegex(ValueError, re.escape(f"archive={path!r}: ") + ".*"
-                                        + re.escape(message)):
+            with self.assertRaisesRegex(
+                ValueError, re.escape(f"archive={path!r}: ") + ".*" + re.escape(message)
+            ):
                 park.unpack(path, target)
             self.assertFalse(os.path.lexists(target), name)
-        self.assertEqual(sorted(os.listdir(root)), sorted(f"{n}.tar.gz" for n in refused)
-                         + ["unpacked"])
+        self.assertEqual(
+            sorted(os.listdir(root)), sorted(f"{n}.tar.gz" for n in refused) + ["unpacked"]
+        )
         self.assertEqual(os.listdir(os.path.join(root, "unpacked")), [])
         # A link that stays inside the run is kept as a link.
-        path = archive("inside", [config, ("run/train_logs/a", None),
-                                  ("run/logs", "train_logs"), ("run/up", "train_logs/..")])
+        path = archive(
+            "inside",
+            [
+                config,
+                ("run/train_logs/a", None),
+                ("run/logs", "train_logs"),
+                ("run/up", "train_logs/.."),
+            ],
+        )
         moved = park.unpack(path, os.path.join(root, "unpacked", "inside"))
         self.assertEqual(os.readlink(os.path.join(moved, "logs")), "train_logs")
         self.assertTrue(os.path.isfile(os.path.join(moved, "logs", "a")))
@@ -135,19 +153,27 @@ class ParkTest(tf.test.TestCase):
         os.mkdir(os.path.join(tree, ".git"))
         inside = os.path.join(tree, "docs", "parked", "seed0.tar.gz")
         # Refused before anything is read or written.
-        with self.assertRaisesRegex(ValueError, re.escape(
+        with self.assertRaisesRegex(
+            ValueError,
+            re.escape(
                 f"archive={inside!r} is inside the git work tree {os.path.realpath(tree)}: a "
-                "parked run is a binary, kept out of git.")):
+                "parked run is a binary, kept out of git."
+            ),
+        ):
             park.pack(os.path.join(tree, "no_run"), inside)
         self.assertFalse(os.path.exists(os.path.join(tree, "docs")))
         with mock.patch.dict(os.environ, {"TFRS_LOGQ_PARK_DIR": os.path.join(tree, "parked")}):
             self.assertEqual(park.park_dir(), os.path.join(tree, "parked"))
-            with self.assertRaisesRegex(ValueError, re.escape(
-                    f"archive={os.path.join(tree, 'parked', 'seed3.tar.gz')!r} is inside")):
+            with self.assertRaisesRegex(
+                ValueError,
+                re.escape(f"archive={os.path.join(tree, 'parked', 'seed3.tar.gz')!r} is inside"),
+            ):
                 park.pack(os.path.join(tree, "runs", "seed3"))  # The default name.
         with mock.patch.dict(os.environ, {"TFRS_LOGQ_PARK_DIR": ""}):
-            self.assertEqual(park.park_dir(),
-                             os.path.expanduser(os.path.join("~", ".cache", "tfrs_logq", "parked")))
+            self.assertEqual(
+                park.park_dir(),
+                os.path.expanduser(os.path.join("~", ".cache", "tfrs_logq", "parked")),
+            )
         outside = os.path.join(tempfile.mkdtemp(), "new", "a.tar.gz")
         self.assertEqual(park.check_outside_git(outside), outside)
 
@@ -160,8 +186,9 @@ class ParkTest(tf.test.TestCase):
         with open(path, "r+b") as f:
             f.truncate(size - 5)  # The third record loses its end.
         self.assertEqual(park._keep_whole_records(path), 2)  # pylint: disable=protected-access
-        self.assertEqual([r.numpy() for r in tf.data.TFRecordDataset(path)],
-                         [b"record 0", b"record 1"])
+        self.assertEqual(
+            [r.numpy() for r in tf.data.TFRecordDataset(path)], [b"record 0", b"record 1"]
+        )
         self.assertEqual(park._keep_whole_records(path), 2)  # pylint: disable=protected-access
 
 

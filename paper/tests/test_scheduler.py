@@ -12,7 +12,6 @@ from paper import scheduler
 
 
 class SchedulerTest(tf.test.TestCase):
-
     def test_cpu_slots_split_the_cpus_evenly(self):
         self.assertEqual(scheduler.cpu_slots(1, [0, 1]), [None])
         self.assertEqual(scheduler.cpu_slots(2, [0, 1]), [[0], [1]])
@@ -22,8 +21,9 @@ class SchedulerTest(tf.test.TestCase):
 
     def _runs(self, n):
         out = tempfile.mkdtemp()
-        return plan.plan("synthetic", "loo", "cpu", n, ["in_batch-none"], ["static"],
-                         out, "", "smoke")
+        return plan.plan(
+            "synthetic", "loo", "cpu", n, ["in_batch-none"], ["static"], out, "", "smoke"
+        )
 
     def test_runs_share_the_slots_and_never_a_cpu(self):
         runs = self._runs(5)

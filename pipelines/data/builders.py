@@ -19,7 +19,7 @@ def left_pad(sequences: Sequence[np.ndarray], length: int) -> np.ndarray:
     for row, sequence in enumerate(sequences):
         tail = np.asarray(sequence)[-length:]
         if len(tail):
-            out[row, length - len(tail):] = tail
+            out[row, length - len(tail) :] = tail
     return out
 
 
@@ -29,16 +29,24 @@ def sequence_windows(sequences: Sequence[np.ndarray], max_length: int) -> Dict[s
     Every non-padding position is a training example: inputs[t] predicts
     targets[t] (the next item). Users with fewer than 2 items are skipped.
     """
-    windows = [np.asarray(s)[-(max_length + 1):] for s in sequences if len(s) >= 2]
-    return {"inputs": left_pad([w[:-1] for w in windows], max_length),
-            "targets": left_pad([w[1:] for w in windows], max_length)}
+    windows = [np.asarray(s)[-(max_length + 1) :] for s in sequences if len(s) >= 2]
+    return {
+        "inputs": left_pad([w[:-1] for w in windows], max_length),
+        "targets": left_pad([w[1:] for w in windows], max_length),
+    }
 
 
-def _finish(dataset: tf.data.Dataset, size: int, batch_size: int, seed: Optional[int],
-            training: bool, input_context: Optional[tf.distribute.InputContext],
-            batch_transform: Optional[Callable] = None,
-            partial_batches: bool = False,
-            shuffle_window: Optional[int] = None) -> tf.data.Dataset:
+def _finish(
+    dataset: tf.data.Dataset,
+    size: int,
+    batch_size: int,
+    seed: Optional[int],
+    training: bool,
+    input_context: Optional[tf.distribute.InputContext],
+    batch_transform: Optional[Callable] = None,
+    partial_batches: bool = False,
+    shuffle_window: Optional[int] = None,
+) -> tf.data.Dataset:
     """Shard, shuffle and repeat (training), batch, apply `batch_transform`, prefetch.
 
     With `partial_batches`, training batches each pass (reshuffled) on its own, the
@@ -49,26 +57,34 @@ def _finish(dataset: tf.data.Dataset, size: int, batch_size: int, seed: Optional
     """
     buffer = min(size, shuffle_window) if shuffle_window else size
     if input_context is not None:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     if training and partial_batches:
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True).batch(
-            batch_size).repeat()
+        dataset = (
+            dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+            .batch(batch_size)
+            .repeat()
+        )
     else:
         if training:
             dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True).repeat()
         dataset = dataset.batch(batch_size, drop_remainder=training)
     if batch_transform is not None:  # Vectorised over the batch: one call per batch.
-        dataset = dataset.map(batch_transform, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=True)
+        dataset = dataset.map(
+            batch_transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size: int,
-                   seed: Optional[int] = None, training: bool = True,
-                   input_context: Optional[tf.distribute.InputContext] = None,
-                   partial_batches: bool = False) -> tf.data.Dataset:
+def sasrec_dataset(
+    sequences: Sequence[np.ndarray],
+    max_length: int,
+    batch_size: int,
+    seed: Optional[int] = None,
+    training: bool = True,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    partial_batches: bool = False,
+) -> tf.data.Dataset:
     """Batches of {"inputs": [B, max_length], "targets": [B, max_length]} int32 windows.
 
     Args:
@@ -85,13 +101,16 @@ def sasrec_dataset(sequences: Sequence[np.ndarray], max_length: int, batch_size:
     if size == 0:
         raise ValueError("No user has 2 or more items to train on.")
     dataset = tf.data.Dataset.from_tensor_slices(windows)
-    return _finish(dataset, size, batch_size, seed, training, input_context,
-                   partial_batches=partial_batches)
+    return _finish(
+        dataset, size, batch_size, seed, training, input_context, partial_batches=partial_batches
+    )
 
 
-def two_tower_examples(sequences: Sequence[np.ndarray],
-                       times: Optional[Sequence[np.ndarray]] = None,
-                       weights: Optional[Sequence[np.ndarray]] = None) -> Dict[str, np.ndarray]:
+def two_tower_examples(
+    sequences: Sequence[np.ndarray],
+    times: Optional[Sequence[np.ndarray]] = None,
+    weights: Optional[Sequence[np.ndarray]] = None,
+) -> Dict[str, np.ndarray]:
     """One example per interaction after a user's first: (user, position in the flat array).
 
     The history is gathered in-graph from the flat array (see `two_tower_dataset`). With
@@ -104,31 +123,43 @@ def two_tower_examples(sequences: Sequence[np.ndarray],
     users = np.repeat(np.arange(len(sequences)), lengths)
     positions = np.arange(lengths.sum())
     keep = positions > starts[users]  # Skip each user's first item (no history).
-    examples = {"flat": np.concatenate([np.asarray(s, np.int32) for s in sequences] or
-                                       [np.zeros(0, np.int32)]),
-                "user": users[keep].astype(np.int32),
-                "position": positions[keep].astype(np.int64),
-                "start": starts[users][keep].astype(np.int64)}
+    examples = {
+        "flat": np.concatenate(
+            [np.asarray(s, np.int32) for s in sequences] or [np.zeros(0, np.int32)]
+        ),
+        "user": users[keep].astype(np.int32),
+        "position": positions[keep].astype(np.int64),
+        "start": starts[users][keep].astype(np.int64),
+    }
     if weights is not None:
-        examples["flat_weight"] = np.concatenate([np.asarray(w, np.float32) for w in weights]
-                                                 or [np.zeros(0, np.float32)])
+        examples["flat_weight"] = np.concatenate(
+            [np.asarray(w, np.float32) for w in weights] or [np.zeros(0, np.float32)]
+        )
     if times is not None:
-        time = np.concatenate([np.asarray(t, np.int64) for t in times] or
-                              [np.zeros(0, np.int64)])[keep]
+        time = np.concatenate([np.asarray(t, np.int64) for t in times] or [np.zeros(0, np.int64)])[
+            keep
+        ]
         order = np.argsort(time, kind="stable")
-        examples = {key: (value if key.startswith("flat") else value[order])
-                    for key, value in examples.items()}
+        examples = {
+            key: (value if key.startswith("flat") else value[order])
+            for key, value in examples.items()
+        }
         examples["time"] = time[order]
     return examples
 
 
-def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batch_size: int,
-                      seed: Optional[int] = None, training: bool = True,
-                      input_context: Optional[tf.distribute.InputContext] = None,
-                      partial_batches: bool = False,
-                      times: Optional[Sequence[np.ndarray]] = None,
-                      shuffle_window: Optional[int] = None,
-                      weights: Optional[Sequence[np.ndarray]] = None) -> tf.data.Dataset:
+def two_tower_dataset(
+    sequences: Sequence[np.ndarray],
+    history_length: int,
+    batch_size: int,
+    seed: Optional[int] = None,
+    training: bool = True,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    partial_batches: bool = False,
+    times: Optional[Sequence[np.ndarray]] = None,
+    shuffle_window: Optional[int] = None,
+    weights: Optional[Sequence[np.ndarray]] = None,
+) -> tf.data.Dataset:
     """Batches of {"user": [B], "history": [B, history_length], "item": [B]} int32 examples
     (and "weight": [B] float32, each event's weight, with `weights`).
 
@@ -152,24 +183,38 @@ def two_tower_dataset(sequences: Sequence[np.ndarray], history_length: int, batc
         indices = batch["position"][:, tf.newaxis] + offsets
         valid = indices >= batch["start"][:, tf.newaxis]
         history = tf.where(valid, tf.gather(flat, tf.maximum(indices, 0)), 0)
-        features = {"user": batch["user"], "history": history,
-                    "item": tf.gather(flat, batch["position"])}
+        features = {
+            "user": batch["user"],
+            "history": history,
+            "item": tf.gather(flat, batch["position"]),
+        }
         if flat_weight is not None:
             features["weight"] = tf.gather(flat_weight, batch["position"])
         return features
 
     # The small index records are shuffled and batched; histories are gathered per batch.
-    return _finish(tf.data.Dataset.from_tensor_slices(examples), size, batch_size, seed,
-                   training, input_context, batch_transform=gather,
-                   partial_batches=partial_batches,
-                   shuffle_window=shuffle_window if times is not None else None)
+    return _finish(
+        tf.data.Dataset.from_tensor_slices(examples),
+        size,
+        batch_size,
+        seed,
+        training,
+        input_context,
+        batch_transform=gather,
+        partial_batches=partial_batches,
+        shuffle_window=shuffle_window if times is not None else None,
+    )
 
 
-def day_store_dataset(store, batch_size: int, seed: Optional[int] = None,
-                      training: bool = True,
-                      input_context: Optional[tf.distribute.InputContext] = None,
-                      partial_batches: bool = False,
-                      shuffle_window: Optional[int] = None) -> tf.data.Dataset:
+def day_store_dataset(
+    store,
+    batch_size: int,
+    seed: Optional[int] = None,
+    training: bool = True,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    partial_batches: bool = False,
+    shuffle_window: Optional[int] = None,
+) -> tf.data.Dataset:
     """`two_tower_dataset`'s time-ordered batches, streamed from a `day_store.DayStore`.
 
     The store's TFRecord chunks are read day after day and split into examples, which go
@@ -178,21 +223,38 @@ def day_store_dataset(store, batch_size: int, seed: Optional[int] = None,
     window and the read-ahead, not by the log.
     """
     from pipelines.data import day_store  # pylint: disable=import-outside-toplevel
+
     if store.num_examples == 0:
         raise ValueError("No user has 2 or more items to train on.")
-    dataset = tf.data.TFRecordDataset(store.example_files()).map(
-        lambda record: day_store.parse_chunk(record, store.history_length, store.weighted),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
-    return _finish(dataset, store.num_examples, batch_size, seed, training, input_context,
-                   partial_batches=partial_batches, shuffle_window=shuffle_window)
+    dataset = (
+        tf.data.TFRecordDataset(store.example_files())
+        .map(
+            lambda record: day_store.parse_chunk(record, store.history_length, store.weighted),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        .unbatch()
+    )
+    return _finish(
+        dataset,
+        store.num_examples,
+        batch_size,
+        seed,
+        training,
+        input_context,
+        partial_batches=partial_batches,
+        shuffle_window=shuffle_window,
+    )
 
 
-def eval_queries(histories: List[np.ndarray], users: np.ndarray, length: int,
-                 batch_size: int = 1024) -> tf.data.Dataset:
+def eval_queries(
+    histories: List[np.ndarray], users: np.ndarray, length: int, batch_size: int = 1024
+) -> tf.data.Dataset:
     """Evaluation inputs in order: {"user", "inputs" (= "history")} with the last `length` items."""
     padded = left_pad(histories, length)
     return tf.data.Dataset.from_tensor_slices(
-        {"user": users.astype(np.int32), "inputs": padded, "history": padded}).batch(batch_size)
+        {"user": users.astype(np.int32), "inputs": padded, "history": padded}
+    ).batch(batch_size)
 
 
 def input_fn(builder: Callable[..., tf.data.Dataset], **kwargs):

@@ -29,12 +29,13 @@ import os
 import resource
 import shutil
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from pipelines.data import splits as splits_lib
-from pipelines.data.interactions import DataError, chronological
+from pipelines.data.interactions import DataError
+from pipelines.data.interactions import chronological
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -54,6 +55,7 @@ class LogSummary(NamedTuple):
       first_time, last_time: the log's first and last time (seconds).
       per_user, per_item: [num + 1] kept events per user / item, every day.
     """
+
     num_users: int
     num_items: int
     user_ids: np.ndarray
@@ -89,6 +91,7 @@ class DayStore:
       day_ends: [d] the examples before the end of each training day (cumulative).
       item_counts: [num_items + 1] training events per item.
     """
+
     directory: str
     num_examples: int
     history_length: int
@@ -122,10 +125,14 @@ def _day_dir(root: str, day: int) -> str:
 def parse_chunk(record, history_length: int, weighted: bool):
     """A TFRecord record of the store as {"user", "history", "item"[, "weight"]} tensors."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     chunk = tf.io.parse_tensor(record, tf.int32)
     chunk.set_shape([None, 2 + history_length + int(weighted)])
-    features = {"user": chunk[:, 0], "item": chunk[:, 1],
-                "history": chunk[:, 2:2 + history_length]}
+    features = {
+        "user": chunk[:, 0],
+        "item": chunk[:, 1],
+        "history": chunk[:, 2 : 2 + history_length],
+    }
     if weighted:
         features["weight"] = tf.bitcast(chunk[:, 2 + history_length], tf.float32)
     return features
@@ -176,8 +183,9 @@ class _Buckets:
         return tuple(np.concatenate(columns) for columns in zip(*parts))
 
 
-def _history_windows(state: np.ndarray, user: np.ndarray,
-                     item: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def _history_windows(
+    state: np.ndarray, user: np.ndarray, item: np.ndarray
+) -> Tuple[np.ndarray, np.ndarray]:
     """(blocks, starts): event i's previous L items of its user are
     blocks[starts[i]:starts[i] + L]; `state` is advanced past the day.
 
@@ -200,19 +208,43 @@ def _history_windows(state: np.ndarray, user: np.ndarray,
     return blocks, item_slots - length
 
 
-def _settings(history_length: int, validation_queries: Optional[int],
-              test_queries: Optional[int], day_seconds: int, test_day: int,
-              source: Dict) -> Dict:
-    return {"format": FORMAT_VERSION, "history_length": history_length,
-            "validation_queries": validation_queries or 0, "test_queries": test_queries or 0,
-            "day_seconds": day_seconds, "test_day": test_day, "source": source}
+def _settings(
+    history_length: int,
+    validation_queries: Optional[int],
+    test_queries: Optional[int],
+    day_seconds: int,
+    test_day: int,
+    source: Dict,
+) -> Dict:
+    return {
+        "format": FORMAT_VERSION,
+        "history_length": history_length,
+        "validation_queries": validation_queries or 0,
+        "test_queries": test_queries or 0,
+        "day_seconds": day_seconds,
+        "test_day": test_day,
+        "source": source,
+    }
 
 
-def build(directory: str, encoded, num_users: int, num_items: int, first_time: int,
-          last_time: int, day_seconds: int, test_day: int, history_length: int,
-          validation_queries: Optional[int], test_queries: Optional[int],
-          weighted: bool, source: str, settings_source: Dict, stats: Optional[Dict] = None,
-          say=None) -> None:
+def build(
+    directory: str,
+    encoded,
+    num_users: int,
+    num_items: int,
+    first_time: int,
+    last_time: int,
+    day_seconds: int,
+    test_day: int,
+    history_length: int,
+    validation_queries: Optional[int],
+    test_queries: Optional[int],
+    weighted: bool,
+    source: str,
+    settings_source: Dict,
+    stats: Optional[Dict] = None,
+    say=None,
+) -> None:
     """Writes the store of an encoded log to `directory` (see the module's docstring).
 
     Args:
@@ -240,19 +272,52 @@ def build(directory: str, encoded, num_users: int, num_items: int, first_time: i
         shutil.rmtree(stale, ignore_errors=True)
     partial = f"{directory}.partial-{os.getpid()}"
     try:
-        _build_into(partial, directory, encoded, num_users, num_items, first_time, last_time,
-                    day_seconds, test_day, history_length, validation_queries, test_queries,
-                    weighted, source, settings_source, stats, say)
+        _build_into(
+            partial,
+            directory,
+            encoded,
+            num_users,
+            num_items,
+            first_time,
+            last_time,
+            day_seconds,
+            test_day,
+            history_length,
+            validation_queries,
+            test_queries,
+            weighted,
+            source,
+            settings_source,
+            stats,
+            say,
+        )
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # Nothing half-built is left behind.
         raise
 
 
-def _build_into(partial, directory, encoded, num_users, num_items, first_time, last_time,
-                day_seconds, test_day, history_length, validation_queries, test_queries,
-                weighted, source, settings_source, stats, say) -> None:
+def _build_into(
+    partial,
+    directory,
+    encoded,
+    num_users,
+    num_items,
+    first_time,
+    last_time,
+    day_seconds,
+    test_day,
+    history_length,
+    validation_queries,
+    test_queries,
+    weighted,
+    source,
+    settings_source,
+    stats,
+    say,
+) -> None:
     """`build`, written in `partial` and renamed to `directory`."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     say = say or (lambda text: None)
     started = time.time()
     first_day_start = (first_time // day_seconds) * day_seconds
@@ -264,8 +329,10 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
         buckets.add(batch.user, batch.item, batch.time, batch.weight)
     buckets.flush()
     read_seconds = time.time() - started
-    say(f"bucketed {encoded.read:,} events by day in {read_seconds:.0f} s (peak memory "
-        f"{_peak_mib():,.0f} MiB)")
+    say(
+        f"bucketed {encoded.read:,} events by day in {read_seconds:.0f} s (peak memory "
+        f"{_peak_mib():,.0f} MiB)"
+    )
 
     # Pass 1: each day de-duplicated and sorted by user, then time, then file order.
     user_counts = np.zeros(num_users + 1, np.int64)
@@ -304,8 +371,10 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
     say(f"sorted the days (peak memory {_peak_mib():,.0f} MiB)")
     # The queries: users active on the day with an earlier event, subsampled.
     chosen = {}
-    for name, count, number in (("test", test_queries, test),
-                                ("validation", validation_queries, test - 1)):
+    for name, count, number in (
+        ("test", test_queries, test),
+        ("validation", validation_queries, test - 1),
+    ):
         users = active.get(name, np.zeros(0, np.int64))
         users = users[before[name][users] > 0]
         if len(users) == 0:
@@ -360,7 +429,7 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
         del blocks, windows
         with tf.io.TFRecordWriter(os.path.join(partial, _examples_name(day))) as writer:
             for start in range(0, len(packed), CHUNK_ROWS):
-                writer.write(tf.io.serialize_tensor(packed[start:start + CHUNK_ROWS]).numpy())
+                writer.write(tf.io.serialize_tensor(packed[start : start + CHUNK_ROWS]).numpy())
         np.save(os.path.join(partial, f"items-{day:05d}.npy"), item[order])
         total += len(order)
         days.append(day)
@@ -377,39 +446,58 @@ def _build_into(partial, directory, encoded, num_users, num_items, first_time, l
         user, item = user[order], item[order]
         bounds = np.searchsorted(user, chosen[name])
         ends = np.searchsorted(user, chosen[name], side="right")
-        histories = {int(u): item[b:e].astype(np.int64)
-                     for u, b, e in zip(chosen[name], bounds, ends)}
+        histories = {
+            int(u): item[b:e].astype(np.int64) for u, b, e in zip(chosen[name], bounds, ends)
+        }
         day_user, day_item = targets[name]
         mine = np.isin(day_user, chosen[name])
         eval_sets[name] = splits_lib._window_targets(  # pylint: disable=protected-access
-            histories, day_user[mine].astype(np.int64), day_item[mine].astype(np.int64),
-            "all")
+            histories, day_user[mine].astype(np.int64), day_item[mine].astype(np.int64), "all"
+        )
     shutil.rmtree(buckets.root)
     _write_eval(partial, eval_sets)
-    np.savez(os.path.join(partial, "counts.npz"), user=user_counts, item=item_counts,
-             train_item=train_item_counts)
-    manifest = {"settings": _settings(history_length, validation_queries, test_queries,
-                                      day_seconds, test_day, settings_source),
-                "num_users": num_users, "num_items": num_items,
-                "first_time": int(first_time), "last_time": int(last_time),
-                "duplicates": int(duplicates), "events_kept": int(kept),
-                "num_examples": int(total), "weighted": weighted,
-                "days": days, "day_ends": day_ends, "test_day": int(test),
-                "facts": {"events_read": int(encoded.read), "events_kept": int(kept),
-                          "events_dropped_out_of_vocabulary": int(encoded.read - kept
-                                                                  - duplicates),
-                          "events_dropped_duplicate": int(duplicates),
-                          "files": len(encoded.files),
-                          "seconds_encode": round(time.time() - started, 1),
-                          "integer_ids": list(encoded.integer_ids()), **(stats or {})}}
+    np.savez(
+        os.path.join(partial, "counts.npz"),
+        user=user_counts,
+        item=item_counts,
+        train_item=train_item_counts,
+    )
+    manifest = {
+        "settings": _settings(
+            history_length, validation_queries, test_queries, day_seconds, test_day, settings_source
+        ),
+        "num_users": num_users,
+        "num_items": num_items,
+        "first_time": int(first_time),
+        "last_time": int(last_time),
+        "duplicates": int(duplicates),
+        "events_kept": int(kept),
+        "num_examples": int(total),
+        "weighted": weighted,
+        "days": days,
+        "day_ends": day_ends,
+        "test_day": int(test),
+        "facts": {
+            "events_read": int(encoded.read),
+            "events_kept": int(kept),
+            "events_dropped_out_of_vocabulary": int(encoded.read - kept - duplicates),
+            "events_dropped_duplicate": int(duplicates),
+            "files": len(encoded.files),
+            "seconds_encode": round(time.time() - started, 1),
+            "integer_ids": list(encoded.integer_ids()),
+            **(stats or {}),
+        },
+    }
     with open(os.path.join(partial, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(partial, directory)
-    say(f"wrote {total:,} training examples over {len(days)} days (peak memory "
+    say(
+        f"wrote {total:,} training examples over {len(days)} days (peak memory "
         f"{_peak_mib():,.0f} MiB), "
         f"{len(eval_sets['validation'].users):,} validation and "
-        f"{len(eval_sets['test'].users):,} test queries in {time.time() - started:.0f} s")
+        f"{len(eval_sets['test'].users):,} test queries in {time.time() - started:.0f} s"
+    )
 
 
 @contextlib.contextmanager
@@ -445,42 +533,74 @@ def read_eval(directory: str, name: str) -> splits_lib.EvalSet:
         for part in ("histories", "targets"):
             bounds = np.cumsum(stored[f"{name}_{part}_lengths"])[:-1]
             parts[part] = np.split(stored[f"{name}_{part}"].astype(np.int64), bounds)
-        return splits_lib.EvalSet(stored[f"{name}_users"], parts["histories"],
-                                  parts["targets"])
+        return splits_lib.EvalSet(stored[f"{name}_users"], parts["histories"], parts["targets"])
 
 
-def is_built(directory: str, history_length: int, validation_queries: Optional[int],
-             test_queries: Optional[int], day_seconds: int, test_day: int,
-             settings_source: Dict) -> bool:
+def is_built(
+    directory: str,
+    history_length: int,
+    validation_queries: Optional[int],
+    test_queries: Optional[int],
+    day_seconds: int,
+    test_day: int,
+    settings_source: Dict,
+) -> bool:
     """Whether `directory` holds a complete store made with these settings."""
     path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
         return False
     with open(path) as f:
         manifest = json.load(f)
-    return manifest["settings"] == json.loads(json.dumps(_settings(
-        history_length, validation_queries, test_queries, day_seconds, test_day,
-        settings_source)))
+    return manifest["settings"] == json.loads(
+        json.dumps(
+            _settings(
+                history_length,
+                validation_queries,
+                test_queries,
+                day_seconds,
+                test_day,
+                settings_source,
+            )
+        )
+    )
 
 
-def read(directory: str, user_ids: np.ndarray, item_ids: np.ndarray
-         ) -> Tuple[LogSummary, splits_lib.Split]:
+def read(
+    directory: str, user_ids: np.ndarray, item_ids: np.ndarray
+) -> Tuple[LogSummary, splits_lib.Split]:
     """(LogSummary, Split) of a built store; the split's `stream` is its `DayStore`."""
     with open(os.path.join(directory, MANIFEST)) as f:
         manifest = json.load(f)
     with np.load(os.path.join(directory, "counts.npz")) as counts:
         user_counts, item_counts = counts["user"], counts["item"]
         train_item = counts["train_item"]
-    summary = LogSummary(manifest["num_users"], manifest["num_items"], user_ids, item_ids,
-                         manifest["duplicates"], manifest["first_time"],
-                         manifest["last_time"], user_counts, item_counts)
-    store = DayStore(directory, manifest["num_examples"],
-                     manifest["settings"]["history_length"], manifest["weighted"],
-                     np.array(manifest["days"], np.int64),
-                     np.array(manifest["day_ends"], np.int64), train_item)
-    split = splits_lib.Split(None, read_eval(directory, "validation"),
-                             read_eval(directory, "test"), manifest["num_items"],
-                             stream=store)
+    summary = LogSummary(
+        manifest["num_users"],
+        manifest["num_items"],
+        user_ids,
+        item_ids,
+        manifest["duplicates"],
+        manifest["first_time"],
+        manifest["last_time"],
+        user_counts,
+        item_counts,
+    )
+    store = DayStore(
+        directory,
+        manifest["num_examples"],
+        manifest["settings"]["history_length"],
+        manifest["weighted"],
+        np.array(manifest["days"], np.int64),
+        np.array(manifest["day_ends"], np.int64),
+        train_item,
+    )
+    split = splits_lib.Split(
+        None,
+        read_eval(directory, "validation"),
+        read_eval(directory, "test"),
+        manifest["num_items"],
+        stream=store,
+    )
     return summary, split
 
 

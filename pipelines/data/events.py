@@ -36,12 +36,18 @@ import json
 import os
 import re
 import time
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pipelines.data.interactions import (DataError, Interactions, chronological,
-                                         report_duplicates, shown)
+from pipelines.data.interactions import DataError
+from pipelines.data.interactions import Interactions
+from pipelines.data.interactions import chronological
+from pipelines.data.interactions import report_duplicates
+from pipelines.data.interactions import shown
+
+if TYPE_CHECKING:  # pyarrow is imported where a log is read.
+    import pyarrow
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 BATCH_ROWS = 1 << 20
@@ -54,6 +60,7 @@ _ENTRY_OVERHEAD = 1.5
 @dataclasses.dataclass(frozen=True)
 class EventColumns:
     """The log's column names; `weight` empty when the log has none."""
+
     user: str = "user_id"
     item: str = "item_id"
     time: str = "timestamp"
@@ -65,8 +72,9 @@ class EventColumns:
 
 class Vocabulary(NamedTuple):
     """Raw ids of dense ids 1..N (as strings) and their training counts."""
-    ids: np.ndarray      # [N] object (str)
-    counts: np.ndarray   # [N] int64
+
+    ids: np.ndarray  # [N] object (str)
+    counts: np.ndarray  # [N] int64
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -76,6 +84,7 @@ class EventLog(NamedTuple):
     """What `load_events` read: the interactions (raw ids in `user_ids` / `item_ids`), the
     event weights (None without a weight column), which ids ("user", "item") are all
     integers in the log (served as int64), and the counts of events read and dropped."""
+
     interactions: Interactions
     weights: Optional[np.ndarray]
     integer_ids: Tuple[str, ...]
@@ -93,34 +102,47 @@ def event_files(pattern: str) -> List[str]:
         pattern = os.path.join(pattern, "*")
     files = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
     if not files:
-        raise FileNotFoundError(f"--data_path={pattern!r} matches no event log file (expected "
-                                "a CSV, TSV or Parquet file, a directory of them, or a glob).")
+        raise FileNotFoundError(
+            f"--data_path={pattern!r} matches no event log file (expected "
+            "a CSV, TSV or Parquet file, a directory of them, or a glob)."
+        )
     formats = {file_format(path) for path in files}
     if len(formats) > 1:
-        raise DataError(pattern, None, f"mixes formats ({', '.join(sorted(formats))}); "
-                        "give files of one format.")
+        raise DataError(
+            pattern,
+            None,
+            f"mixes formats ({', '.join(sorted(formats))}); give files of one format.",
+        )
     return files
 
 
 def file_format(path: str) -> str:
-    """"csv", "tsv" or "parquet", from the file's extension (before any .gz)."""
+    """ "csv", "tsv" or "parquet", from the file's extension (before any .gz)."""
     name = path[:-3] if path.endswith(".gz") else path
     extension = os.path.splitext(name)[1].lower()
     if extension not in FORMATS:
-        raise DataError(path, None, f"has extension {extension or '(none)'!r}; an event log "
-                        f"is {', '.join(sorted(FORMATS))} (text formats may be .gz).")
+        raise DataError(
+            path,
+            None,
+            f"has extension {extension or '(none)'!r}; an event log "
+            f"is {', '.join(sorted(FORMATS))} (text formats may be .gz).",
+        )
     return FORMATS[extension]
 
 
-def _batches(files: Sequence[str], columns: EventColumns, batch_rows: int = BATCH_ROWS,
-             only: Optional[Sequence[str]] = None
-             ) -> Iterator[Tuple[str, "pyarrow.RecordBatch"]]:
+def _batches(
+    files: Sequence[str],
+    columns: EventColumns,
+    batch_rows: int = BATCH_ROWS,
+    only: Optional[Sequence[str]] = None,
+) -> Iterator[Tuple[str, "pyarrow.RecordBatch"]]:
     """(file, record batch of the log's columns, or of `only`), file after file, in file
     order. Id columns of text files are read as strings (so a column of digits and one of
     names read alike)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.csv as pa_csv  # pylint: disable=import-outside-toplevel
     import pyarrow.dataset as ds  # pylint: disable=import-outside-toplevel
+
     kind = file_format(files[0])
     if kind == "parquet":
         file_kind = ds.ParquetFileFormat()
@@ -129,18 +151,24 @@ def _batches(files: Sequence[str], columns: EventColumns, batch_rows: int = BATC
             parse_options=pa_csv.ParseOptions(delimiter="\t" if kind == "tsv" else ","),
             convert_options=pa_csv.ConvertOptions(
                 column_types={columns.user: pa.string(), columns.item: pa.string()},
-                strings_can_be_null=True),
-            read_options=pa_csv.ReadOptions(block_size=1 << 24))
+                strings_can_be_null=True,
+            ),
+            read_options=pa_csv.ReadOptions(block_size=1 << 24),
+        )
     wanted = list(only) if only else columns.names()
     for path in files:
         try:
             dataset = ds.dataset(path, format=file_kind)
             missing = [name for name in wanted if name not in dataset.schema.names]
             if missing:
-                raise DataError(path, None, f"has no column {', '.join(map(repr, missing))} "
-                                f"(its columns: {', '.join(dataset.schema.names)}); name the "
-                                "columns with --user_column, --item_column, --time_column "
-                                "and --weight_column.")
+                raise DataError(
+                    path,
+                    None,
+                    f"has no column {', '.join(map(repr, missing))} "
+                    f"(its columns: {', '.join(dataset.schema.names)}); name the "
+                    "columns with --user_column, --item_column, --time_column "
+                    "and --weight_column.",
+                )
             for batch in dataset.to_batches(columns=wanted, batch_size=batch_rows):
                 if batch.num_rows:
                     yield path, batch
@@ -152,11 +180,16 @@ def _batches(files: Sequence[str], columns: EventColumns, batch_rows: int = BATC
 
 def _no_nulls(path: str, batch, name: str, offset: int) -> None:
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
     column = batch.column(name)
     if column.null_count:
         row = int(pc.indices_nonzero(pc.is_null(column))[0].as_py())
-        raise DataError(path, None, f"column {name!r} is empty (null) in data row "
-                        f"{offset + row + 1}; every event needs a user, an item and a time.")
+        raise DataError(
+            path,
+            None,
+            f"column {name!r} is empty (null) in data row "
+            f"{offset + row + 1}; every event needs a user, an item and a time.",
+        )
 
 
 def _ids(batch, name: str):
@@ -164,14 +197,14 @@ def _ids(batch, name: str):
     int64 integers (an unsigned id at or above 2^63 is kept as its string)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
     column = batch.column(name)
     if pa.types.is_integer(column.type):
         largest = pc.max(column).as_py() if len(column) else 0
         return column.cast(pa.string()), largest is None or largest <= _INT64_MAX
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return column.cast(pa.string()), False
-    raise DataError("", None, f"column {name!r} holds {column.type}; ids are strings or "
-                    "integers.")
+    raise DataError("", None, f"column {name!r} holds {column.type}; ids are strings or integers.")
 
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
@@ -182,6 +215,7 @@ def _all_int64(ids) -> bool:
     """Whether every string of `ids` is a decimal int64 (ASCII digits, in range)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
     if not pc.all(pc.match_substring_regex(ids, r"^-?[0-9]{1,19}$")).as_py():
         return False
     try:
@@ -192,24 +226,33 @@ def _all_int64(ids) -> bool:
 
 
 def _out_of_range(path: str, name: str, offset: int, row: int, value) -> DataError:
-    return DataError(path, None, f"column {name!r} holds {shown(value)} in data row "
-                     f"{offset + row + 1}, outside int64 seconds [-2^63, 2^63); times are "
-                     "seconds, timestamps or ISO-8601 strings.")
+    return DataError(
+        path,
+        None,
+        f"column {name!r} holds {shown(value)} in data row "
+        f"{offset + row + 1}, outside int64 seconds [-2^63, 2^63); times are "
+        "seconds, timestamps or ISO-8601 strings.",
+    )
 
 
 def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
     """The time column as int64 seconds."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
     column = batch.column(name)
     if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
         values = column.to_numpy(zero_copy_only=False)
         if pa.types.is_floating(column.type) and not np.isfinite(values).all():
             row = int(np.flatnonzero(~np.isfinite(values))[0])
-            raise DataError(path, None, f"column {name!r} holds {values[row]} in data row "
-                            f"{offset + row + 1}; times are finite seconds.")
+            raise DataError(
+                path,
+                None,
+                f"column {name!r} holds {values[row]} in data row "
+                f"{offset + row + 1}; times are finite seconds.",
+            )
         if pa.types.is_floating(column.type):
-            outside = (values >= 2.0**63) | (values < -2.0**63)
+            outside = (values >= 2.0**63) | (values < -(2.0**63))
         else:  # Only uint64 goes past int64.
             outside = values > _INT64_MAX if values.dtype == np.uint64 else np.zeros(0, bool)
         if outside.any():
@@ -218,12 +261,14 @@ def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
         return values.astype(np.int64)
     if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
         # Whole seconds (finer units truncated); nothing overflows going coarser.
-        return column.cast(pa.timestamp("s"), safe=False).cast(pa.int64()).to_numpy(
-            zero_copy_only=False)
+        return (
+            column.cast(pa.timestamp("s"), safe=False)
+            .cast(pa.int64())
+            .to_numpy(zero_copy_only=False)
+        )
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         try:
-            return column.cast(pa.timestamp("s")).cast(pa.int64()).to_numpy(
-                zero_copy_only=False)
+            return column.cast(pa.timestamp("s")).cast(pa.int64()).to_numpy(zero_copy_only=False)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
         numeric = pc.match_substring_regex(column, r"^-?[0-9]+$")
@@ -232,8 +277,7 @@ def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
                 return column.cast(pa.int64()).to_numpy(zero_copy_only=False)
             except pa.ArrowInvalid:  # A number past int64: name the first.
                 for row, value in enumerate(column.to_pylist()):
-                    if not _INTEGER.fullmatch(value) or not (
-                            -2**63 <= int(value) <= _INT64_MAX):
+                    if not _INTEGER.fullmatch(value) or not (-(2**63) <= int(value) <= _INT64_MAX):
                         raise _out_of_range(path, name, offset, row, value) from None
                 raise
         for row, value in enumerate(column.to_pylist()):
@@ -241,22 +285,31 @@ def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
                 pa.array([value]).cast(pa.timestamp("s"))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 if not _INTEGER.fullmatch(value):
-                    raise DataError(path, None, f"cannot read the time {shown(value)} in "
-                                    f"column {name!r}, data row {offset + row + 1} (expected "
-                                    "seconds or an ISO-8601 date or time).") from None
-    raise DataError(path, None, f"column {name!r} holds {column.type}; times are seconds, "
-                    "timestamps or ISO-8601 strings.")
+                    raise DataError(
+                        path,
+                        None,
+                        f"cannot read the time {shown(value)} in "
+                        f"column {name!r}, data row {offset + row + 1} (expected "
+                        "seconds or an ISO-8601 date or time).",
+                    ) from None
+    raise DataError(
+        path,
+        None,
+        f"column {name!r} holds {column.type}; times are seconds, timestamps or ISO-8601 strings.",
+    )
 
 
 def _merge_counts(parts: List) -> "pyarrow.Table":
     """One (id, count) table from per-batch value counts."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
+
     table = pa.concat_tables(parts)
     return table.group_by("id").aggregate([("count", "sum")]).rename_columns(["id", "count"])
 
 
-def time_span(files: Sequence[str], columns: EventColumns,
-              batch_rows: int = BATCH_ROWS) -> Tuple[int, int]:
+def time_span(
+    files: Sequence[str], columns: EventColumns, batch_rows: int = BATCH_ROWS
+) -> Tuple[int, int]:
     """(first, last) time of the log, in seconds (reads the time column; checks it)."""
     first, last = None, None
     offsets: Dict[str, int] = {}
@@ -272,15 +325,20 @@ def time_span(files: Sequence[str], columns: EventColumns,
     return int(first), int(last)
 
 
-def count_ids(files: Sequence[str], columns: EventColumns, max_entries: Optional[int] = None,
-              batch_rows: int = BATCH_ROWS,
-              count_before: Optional[int] = None) -> Dict[str, "pyarrow.Table"]:
+def count_ids(
+    files: Sequence[str],
+    columns: EventColumns,
+    max_entries: Optional[int] = None,
+    batch_rows: int = BATCH_ROWS,
+    count_before: Optional[int] = None,
+) -> Dict[str, "pyarrow.Table"]:
     """{"user", "item": (id, count) tables} over the log (the events before time
     `count_before` only, when given); also checks every batch (columns, nulls, times).
     `max_entries`: the most distinct ids (users plus items) allowed; a log with more raises
     DataError as soon as the count passes it."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
     parts: Dict[str, List] = {"user": [], "item": []}
     offsets: Dict[str, int] = {}
     pending = 0
@@ -321,10 +379,13 @@ def _check_budget(files, parts, max_entries) -> None:
         return
     entries = sum(tables[0].num_rows for tables in parts.values())
     if entries > max_entries:
-        raise DataError(source_name(files), None,
-                        f"holds more than {entries:,} distinct users and items, over the "
-                        f"{max_entries:,} the memory budget (--max_vocabulary_mb) allows; raise "
-                        "--min_item_count / --min_user_count or the budget.")
+        raise DataError(
+            source_name(files),
+            None,
+            f"holds more than {entries:,} distinct users and items, over the "
+            f"{max_entries:,} the memory budget (--max_vocabulary_mb) allows; raise "
+            "--min_item_count / --min_user_count or the budget.",
+        )
 
 
 def entries_in_budget(budget_mb: float, dim: int, slots: int = 2) -> int:
@@ -336,17 +397,24 @@ def entries_in_budget(budget_mb: float, dim: int, slots: int = 2) -> int:
 def vocabulary(counts: "pyarrow.Table", min_count: int) -> Vocabulary:
     """The ids seen at least `min_count` times, most frequent first (ties by id)."""
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
     kept = counts.filter(pc.greater_equal(counts["count"], min_count))
     kept = kept.sort_by([("count", "descending"), ("id", "ascending")])
-    return Vocabulary(np.asarray(kept["id"].to_pylist(), dtype=object),
-                      kept["count"].to_numpy().astype(np.int64))
+    return Vocabulary(
+        np.asarray(kept["id"].to_pylist(), dtype=object), kept["count"].to_numpy().astype(np.int64)
+    )
 
 
-def log_vocabularies(files: Sequence[str], columns: EventColumns, min_item_count: int = 1,
-                     min_user_count: int = 1,
-                     vocabularies: Optional[Dict[str, Vocabulary]] = None,
-                     max_entries: Optional[int] = None, batch_rows: int = BATCH_ROWS,
-                     count_before: Optional[int] = None) -> Dict[str, Vocabulary]:
+def log_vocabularies(
+    files: Sequence[str],
+    columns: EventColumns,
+    min_item_count: int = 1,
+    min_user_count: int = 1,
+    vocabularies: Optional[Dict[str, Vocabulary]] = None,
+    max_entries: Optional[int] = None,
+    batch_rows: int = BATCH_ROWS,
+    count_before: Optional[int] = None,
+) -> Dict[str, Vocabulary]:
     """{"user", "item": Vocabulary} of the log: `vocabularies` when given (a saved run's),
     else counted (arguments as in `load_events`). An empty vocabulary raises DataError."""
     for name, value in (("min_item_count", min_item_count), ("min_user_count", min_user_count)):
@@ -354,20 +422,27 @@ def log_vocabularies(files: Sequence[str], columns: EventColumns, min_item_count
             raise ValueError(f"--{name} must be a positive integer; received {name}={value!r}.")
     if vocabularies is None:
         counted = count_ids(files, columns, max_entries, batch_rows, count_before)
-        vocabularies = {"user": vocabulary(counted["user"], min_user_count),
-                        "item": vocabulary(counted["item"], min_item_count)}
+        vocabularies = {
+            "user": vocabulary(counted["user"], min_user_count),
+            "item": vocabulary(counted["item"], min_item_count),
+        }
     for kind, vocab in vocabularies.items():
         if not len(vocab):
-            raise DataError(source_name(files), None, f"no {kind} is seen --min_{kind}_count "
-                            "times or more; the vocabulary would be empty.")
+            raise DataError(
+                source_name(files),
+                None,
+                f"no {kind} is seen --min_{kind}_count "
+                "times or more; the vocabulary would be empty.",
+            )
     return vocabularies
 
 
 class Encoded(NamedTuple):
     """One record batch of the log in dense ids, the events out of vocabulary left out."""
-    user: np.ndarray              # [n] int32, 1-based
-    item: np.ndarray              # [n] int32, 1-based
-    time: np.ndarray              # [n] int64 seconds
+
+    user: np.ndarray  # [n] int32, 1-based
+    item: np.ndarray  # [n] int32, 1-based
+    time: np.ndarray  # [n] int64 seconds
     weight: Optional[np.ndarray]  # [n] float32 (a log with a weight column), else None
 
 
@@ -379,12 +454,19 @@ class EncodedBatches:
     `integer_ids()` the id columns whose every id is an int64 integer.
     """
 
-    def __init__(self, files: Sequence[str], columns: EventColumns,
-                 vocabularies: Dict[str, Vocabulary], batch_rows: int = BATCH_ROWS):
+    def __init__(
+        self,
+        files: Sequence[str],
+        columns: EventColumns,
+        vocabularies: Dict[str, Vocabulary],
+        batch_rows: int = BATCH_ROWS,
+    ):
         import pyarrow as pa  # pylint: disable=import-outside-toplevel
+
         self.files, self.columns, self.batch_rows = files, columns, batch_rows
-        self.value_sets = {kind: pa.array(list(vocab.ids), pa.string())
-                           for kind, vocab in vocabularies.items()}
+        self.value_sets = {
+            kind: pa.array(list(vocab.ids), pa.string()) for kind, vocab in vocabularies.items()
+        }
         self.integer = {"user": True, "item": True}
         self.read = 0
 
@@ -394,6 +476,7 @@ class EncodedBatches:
     def __iter__(self) -> Iterator[Encoded]:
         import pyarrow as pa  # pylint: disable=import-outside-toplevel
         import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
         columns = self.columns
         offsets: Dict[str, int] = {}
         for path, batch in _batches(self.files, columns, self.batch_rows):
@@ -414,27 +497,42 @@ class EncodedBatches:
             if columns.weight:
                 weight = batch.column(columns.weight)
                 if not (pa.types.is_integer(weight.type) or pa.types.is_floating(weight.type)):
-                    raise DataError(path, None, f"weight column {columns.weight!r} holds "
-                                    f"{weight.type}; weights are numbers.")
+                    raise DataError(
+                        path,
+                        None,
+                        f"weight column {columns.weight!r} holds "
+                        f"{weight.type}; weights are numbers.",
+                    )
                 weight = weight.to_numpy(zero_copy_only=False).astype(np.float32)
                 bad = ~np.isfinite(weight) | (weight < 0)
                 if bad.any():
                     row = int(np.flatnonzero(bad)[0])
-                    raise DataError(path, None, f"weight column {columns.weight!r} holds "
-                                    f"{weight[row]} in data row {offset + row + 1}; weights "
-                                    "are finite and >= 0.")
+                    raise DataError(
+                        path,
+                        None,
+                        f"weight column {columns.weight!r} holds "
+                        f"{weight[row]} in data row {offset + row + 1}; weights "
+                        "are finite and >= 0.",
+                    )
                 weight = weight[keep]
             yield Encoded(
                 dense["user"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
                 dense["item"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
-                _seconds(path, batch, columns.time, offset)[keep], weight)
+                _seconds(path, batch, columns.time, offset)[keep],
+                weight,
+            )
 
 
-def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_count: int = 1,
-                min_user_count: int = 1,
-                vocabularies: Optional[Dict[str, Vocabulary]] = None,
-                max_entries: Optional[int] = None, batch_rows: int = BATCH_ROWS,
-                count_before: Optional[int] = None) -> EventLog:
+def load_events(
+    pattern: str,
+    columns: EventColumns = EventColumns(),
+    min_item_count: int = 1,
+    min_user_count: int = 1,
+    vocabularies: Optional[Dict[str, Vocabulary]] = None,
+    max_entries: Optional[int] = None,
+    batch_rows: int = BATCH_ROWS,
+    count_before: Optional[int] = None,
+) -> EventLog:
     """Reads an event log into dense `Interactions` (see the module's docstring).
 
     Args:
@@ -450,8 +548,16 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
     """
     files = event_files(pattern)
     started = time.time()
-    vocabularies = log_vocabularies(files, columns, min_item_count, min_user_count,
-                                    vocabularies, max_entries, batch_rows, count_before)
+    vocabularies = log_vocabularies(
+        files,
+        columns,
+        min_item_count,
+        min_user_count,
+        vocabularies,
+        max_entries,
+        batch_rows,
+        count_before,
+    )
     counted_at = time.time()
     encoded = EncodedBatches(files, columns, vocabularies, batch_rows)
     users, items, times, weights = [], [], [], []
@@ -463,21 +569,29 @@ def load_events(pattern: str, columns: EventColumns = EventColumns(), min_item_c
             weights.append(batch.weight)
     user, item, when = (np.concatenate(parts) for parts in (users, items, times))
     if len(user) == 0:
-        raise DataError(pattern, None, "no event has both its user and its item in the "
-                        "vocabulary.")
+        raise DataError(pattern, None, "no event has both its user and its item in the vocabulary.")
     order, duplicates = chronological(user, item, when)
     interactions = Interactions(
-        user[order].astype(np.int64), item[order].astype(np.int64), when[order],
-        len(vocabularies["user"]), len(vocabularies["item"]),
+        user[order].astype(np.int64),
+        item[order].astype(np.int64),
+        when[order],
+        len(vocabularies["user"]),
+        len(vocabularies["item"]),
         np.concatenate([[""], vocabularies["user"].ids]).astype(object),
-        np.concatenate([[""], vocabularies["item"].ids]).astype(object), duplicates)
+        np.concatenate([[""], vocabularies["item"].ids]).astype(object),
+        duplicates,
+    )
     report_duplicates(pattern, interactions)
     weight = np.concatenate(weights)[order] if columns.weight else None
-    stats = {"events_read": int(encoded.read), "events_kept": int(len(order)),
-             "events_dropped_out_of_vocabulary": int(encoded.read - len(user)),
-             "events_dropped_duplicate": duplicates,
-             "files": len(files), "seconds_vocabulary": round(counted_at - started, 1),
-             "seconds_encode": round(time.time() - counted_at, 1)}
+    stats = {
+        "events_read": int(encoded.read),
+        "events_kept": int(len(order)),
+        "events_dropped_out_of_vocabulary": int(encoded.read - len(user)),
+        "events_dropped_duplicate": duplicates,
+        "files": len(files),
+        "seconds_vocabulary": round(counted_at - started, 1),
+        "seconds_encode": round(time.time() - counted_at, 1),
+    }
     return EventLog(interactions, weight, encoded.integer_ids(), stats)
 
 
@@ -491,11 +605,15 @@ def save_vocabularies(directory: str, data, facts: Dict, settings: Dict) -> None
     `data`: the log read (`Interactions`, or `day_store.LogSummary`)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
     os.makedirs(directory, exist_ok=True)
-    for kind, raw, count in (("user", data.user_ids, data.user_counts()),
-                             ("item", data.item_ids, data.counts())):
-        table = pa.table({"id": pa.array(list(raw[1:]), pa.string()),
-                          "count": pa.array(count[1:], pa.int64())})
+    for kind, raw, count in (
+        ("user", data.user_ids, data.user_counts()),
+        ("item", data.item_ids, data.counts()),
+    ):
+        table = pa.table(
+            {"id": pa.array(list(raw[1:]), pa.string()), "count": pa.array(count[1:], pa.int64())}
+        )
         temporary = os.path.join(directory, "." + VOCABULARY_FILES[kind])
         pq.write_table(table, temporary)
         os.replace(temporary, os.path.join(directory, VOCABULARY_FILES[kind]))
@@ -504,16 +622,21 @@ def save_vocabularies(directory: str, data, facts: Dict, settings: Dict) -> None
 
 
 def has_vocabularies(directory: str) -> bool:
-    return all(os.path.exists(os.path.join(directory, name))
-               for name in (*VOCABULARY_FILES.values(), "vocabulary.json"))
+    return all(
+        os.path.exists(os.path.join(directory, name))
+        for name in (*VOCABULARY_FILES.values(), "vocabulary.json")
+    )
 
 
 def load_vocabularies(directory: str) -> Dict[str, Vocabulary]:
     """The vocabularies `save_vocabularies` wrote."""
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
     result = {}
     for kind, name in VOCABULARY_FILES.items():
         table = pq.read_table(os.path.join(directory, name))
-        result[kind] = Vocabulary(np.asarray(table["id"].to_pylist(), dtype=object),
-                                  table["count"].to_numpy().astype(np.int64))
+        result[kind] = Vocabulary(
+            np.asarray(table["id"].to_pylist(), dtype=object),
+            table["count"].to_numpy().astype(np.int64),
+        )
     return result

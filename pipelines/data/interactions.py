@@ -9,8 +9,7 @@ def shown(value, limit: int = 40) -> str:
     """`value` quoted for an error message, cut to `limit` characters (a 20-million-digit
     id would flood it)."""
     text = str(value)
-    return repr(text) if len(text) <= limit else (f"{text[:limit]!r}... ({len(text):,} "
-                                                  "characters)")
+    return repr(text) if len(text) <= limit else (f"{text[:limit]!r}... ({len(text):,} characters)")
 
 
 class DataError(ValueError):
@@ -41,6 +40,7 @@ class Interactions(NamedTuple):
       user_ids, item_ids: [num + 1] raw ids of the source, as strings.
       duplicates: exact duplicate events dropped while loading.
     """
+
     user: np.ndarray
     item: np.ndarray
     timestamp: np.ndarray
@@ -53,7 +53,7 @@ class Interactions(NamedTuple):
     def sequences(self) -> List[np.ndarray]:
         """Per dense user id (index 0 empty), that user's items in time order."""
         bounds = np.searchsorted(self.user, np.arange(self.num_users + 2))
-        return [self.item[bounds[u]:bounds[u + 1]] for u in range(self.num_users + 1)]
+        return [self.item[bounds[u] : bounds[u + 1]] for u in range(self.num_users + 1)]
 
     def counts(self) -> np.ndarray:
         """[num_items + 1] interactions per item (index 0: padding, always 0)."""
@@ -96,8 +96,9 @@ def _dense(raw: np.ndarray, keep_ids: bool):
     return (dense + 1).astype(np.int64), np.concatenate([[""], values.astype(str)]), len(values)
 
 
-def chronological(user: np.ndarray, item: np.ndarray,
-                  timestamp: np.ndarray) -> Tuple[np.ndarray, int]:
+def chronological(
+    user: np.ndarray, item: np.ndarray, timestamp: np.ndarray
+) -> Tuple[np.ndarray, int]:
     """The order of `Interactions`, and the rule for duplicates, for every loader.
 
     Events sorted by user, then time, ties in file order, with each exact duplicate (the
@@ -122,8 +123,9 @@ def chronological(user: np.ndarray, item: np.ndarray,
     tied[1:] |= same_time
     tied[:-1] |= same_time
     candidates = np.sort(order[tied])  # Positions, in file order.
-    by_event = candidates[np.lexsort((candidates, item[candidates], timestamp[candidates],
-                                      user[candidates]))]
+    by_event = candidates[
+        np.lexsort((candidates, item[candidates], timestamp[candidates], user[candidates]))
+    ]
     repeat = np.ones(len(by_event), bool)
     repeat[0] = False
     for column in (user, item, timestamp):
@@ -139,12 +141,16 @@ def chronological(user: np.ndarray, item: np.ndarray,
 def report_duplicates(source: str, data: Interactions) -> None:
     """Prints how many exact duplicate events the load of `source` dropped (if any)."""
     if data.duplicates:
-        print(f"{source}: dropped {data.duplicates:,} duplicate events (the same user, item "
-              f"and time as an earlier event); kept {len(data.user):,}.", flush=True)
+        print(
+            f"{source}: dropped {data.duplicates:,} duplicate events (the same user, item "
+            f"and time as an earlier event); kept {len(data.user):,}.",
+            flush=True,
+        )
 
 
-def from_arrays(user, item, timestamp=None, keep_ids: bool = False,
-                source: Optional[str] = None) -> Interactions:
+def from_arrays(
+    user, item, timestamp=None, keep_ids: bool = False, source: Optional[str] = None
+) -> Interactions:
     """Builds sorted Interactions from raw parallel arrays (file order breaks time ties;
     exact duplicate events dropped and counted, see `chronological`).
 
@@ -164,8 +170,16 @@ def from_arrays(user, item, timestamp=None, keep_ids: bool = False,
     user_dense, user_ids, num_users = _dense(user, keep_ids)
     item_dense, item_ids, num_items = _dense(item, keep_ids)
     order, duplicates = chronological(user_dense, item_dense, timestamp)
-    data = Interactions(user_dense[order], item_dense[order], timestamp[order], num_users,
-                        num_items, user_ids, item_ids, duplicates)
+    data = Interactions(
+        user_dense[order],
+        item_dense[order],
+        timestamp[order],
+        num_users,
+        num_items,
+        user_ids,
+        item_ids,
+        duplicates,
+    )
     if source is not None:
         report_duplicates(source, data)
     return data

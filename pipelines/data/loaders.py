@@ -18,8 +18,12 @@ from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
-from pipelines.data.interactions import (MAX_ID_SPARSITY, DataError, Interactions,
-                                         from_arrays, shown, sparse_ids)
+from pipelines.data.interactions import MAX_ID_SPARSITY
+from pipelines.data.interactions import DataError
+from pipelines.data.interactions import Interactions
+from pipelines.data.interactions import from_arrays
+from pipelines.data.interactions import shown
+from pipelines.data.interactions import sparse_ids
 
 DATA_ENV = "TFRS_LOGQ_DATA"
 # The directory that holds `ml-1m/` (MovieLens is not redistributed, so there is no default):
@@ -41,13 +45,16 @@ def data_file(relative: str) -> str:
         message says how to name the file instead.
     """
     data_dir = os.environ.get(DATA_ENV, "")
-    how = (f"Set {DATA_ENV} to the directory that holds {relative} (a run made without "
-           "--data_path reads its file from there, in pipelines.evaluate and pipelines.export "
-           "too), pass the file to pipelines.train with --data_path (or the `path` argument), "
-           "or read MovieLens-1M through tensorflow-datasets with --dataset=ml-1m-tfds.")
+    how = (
+        f"Set {DATA_ENV} to the directory that holds {relative} (a run made without "
+        "--data_path reads its file from there, in pipelines.evaluate and pipelines.export "
+        "too), pass the file to pipelines.train with --data_path (or the `path` argument), "
+        "or read MovieLens-1M through tensorflow-datasets with --dataset=ml-1m-tfds."
+    )
     if not data_dir:
-        raise FileNotFoundError(f"No MovieLens file given and {DATA_ENV} is unset "
-                                f"(MovieLens is not bundled). {how}")
+        raise FileNotFoundError(
+            f"No MovieLens file given and {DATA_ENV} is unset (MovieLens is not bundled). {how}"
+        )
     path = os.path.join(data_dir, relative)
     if not os.path.exists(path):
         raise FileNotFoundError(f"No such data file: {path} ({DATA_ENV}={data_dir}). {how}")
@@ -71,22 +78,28 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
                     yield number, line
     except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError.
         kind = "a truncated gzip file" if isinstance(error, EOFError) else "unreadable"
-        raise DataError(path, number + 1 if number else None,
-                        f"{kind} ({type(error).__name__}: {error}).") from None
+        raise DataError(
+            path, number + 1 if number else None, f"{kind} ({type(error).__name__}: {error})."
+        ) from None
 
 
 def _finish(path: str, rows, keep_ids: bool) -> Interactions:
     if not rows:
         raise DataError(path, None, "the file holds no interactions.")
     columns = list(zip(*rows))
-    return from_arrays(columns[0], columns[1], columns[2] if len(columns) > 2 else None,
-                       keep_ids=keep_ids, source=path)
+    return from_arrays(
+        columns[0],
+        columns[1],
+        columns[2] if len(columns) > 2 else None,
+        keep_ids=keep_ids,
+        source=path,
+    )
 
 
 # Integers as the files write them: ASCII digits (str.isdigit and int() also take other
 # scripts' digits, and superscripts that int() then refuses).
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
-INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _int64(text: str) -> Optional[int]:
@@ -101,13 +114,16 @@ def _int64(text: str) -> Optional[int]:
 
 def _in_int64(path: str, number: int, value: int, text: str, what: str, unit: str) -> int:
     if not INT64_MIN <= value <= INT64_MAX:
-        raise DataError(path, number, f"the {what} {shown(text)} is outside the 64-bit range "
-                        f"[-2^63, 2^63); {unit}. Fix or remove the line.")
+        raise DataError(
+            path,
+            number,
+            f"the {what} {shown(text)} is outside the 64-bit range "
+            f"[-2^63, 2^63); {unit}. Fix or remove the line.",
+        )
     return value
 
 
-def load_grouplens(path: Optional[str] = None,
-                   min_rating: Optional[float] = None) -> Interactions:
+def load_grouplens(path: Optional[str] = None, min_rating: Optional[float] = None) -> Interactions:
     """MovieLens `ratings.dat`: `UserID::MovieID::Rating::Timestamp` per line (plain or .gz).
 
     Args:
@@ -120,21 +136,27 @@ def load_grouplens(path: Optional[str] = None,
     for number, line in _lines(path):
         parts = [part.strip() for part in line.split("::")]
         if len(parts) != 4:
-            raise DataError(path, number, "expected UserID::MovieID::Rating::Timestamp; "
-                            f"received {shown(line, 80)}.")
+            raise DataError(
+                path,
+                number,
+                f"expected UserID::MovieID::Rating::Timestamp; received {shown(line, 80)}.",
+            )
         user, movie, timestamp = (_int64(parts[i]) for i in (0, 1, 3))
         try:
             rating = float(parts[2]) if len(parts[2]) < 40 else math.nan
         except ValueError:
             rating = math.nan
         if None in (user, movie, timestamp) or not math.isfinite(rating):
-            raise DataError(path, number, "expected integer ids, a numeric rating and an "
-                            "integer timestamp (ASCII digits, a finite rating); received "
-                            f"{shown(line, 80)}.")
+            raise DataError(
+                path,
+                number,
+                "expected integer ids, a numeric rating and an "
+                "integer timestamp (ASCII digits, a finite rating); received "
+                f"{shown(line, 80)}.",
+            )
         for value, text, what in ((user, parts[0], "UserID"), (movie, parts[1], "MovieID")):
             _in_int64(path, number, value, text, what, "ids are 64-bit integers")
-        _in_int64(path, number, timestamp, parts[3], "timestamp",
-                  "times are integer seconds")
+        _in_int64(path, number, timestamp, parts[3], "timestamp", "times are integer seconds")
         if min_rating is None or rating >= min_rating:
             rows.append((user, movie, timestamp))
     return _finish(path, rows, keep_ids=False)
@@ -155,13 +177,21 @@ def load_sasrec(path: Optional[str] = None) -> Interactions:
         parts = line.split()
         ids = [_int64(part) if part.isascii() and part.isdigit() else None for part in parts]
         if len(parts) != 2 or None in ids or min(ids) < 1:
-            raise DataError(path, number, "expected two positive integer ids `user item` "
-                            f"(ASCII digits); received {shown(line, 80)}.")
+            raise DataError(
+                path,
+                number,
+                "expected two positive integer ids `user item` "
+                f"(ASCII digits); received {shown(line, 80)}.",
+            )
         for value, text, what in zip(ids, parts, ("user id", "item id")):
             if value > INT64_MAX:
-                raise DataError(path, number, f"the {what} {shown(text)} is beyond 2^63 - 1; "
-                                "SASRec-format ids are used as they are (embedding rows "
-                                "1..N): renumber them 1..N.")
+                raise DataError(
+                    path,
+                    number,
+                    f"the {what} {shown(text)} is beyond 2^63 - 1; "
+                    "SASRec-format ids are used as they are (embedding rows "
+                    "1..N): renumber them 1..N.",
+                )
         user, item = ids
         # No times: a line's time is its number, and a line that repeats its user's
         # previous line is the same event again (a duplicate, dropped by `_finish`).
@@ -175,10 +205,14 @@ def load_sasrec(path: Optional[str] = None) -> Interactions:
             if sparse is not None:
                 largest, distinct = sparse
                 line = next(row[2] for row in rows if row[column] == largest)
-                raise DataError(path, line, f"{name} id {largest:,} is more than "
-                                f"{MAX_ID_SPARSITY:g}x the file's {distinct:,} distinct {name} "
-                                "ids. SASRec-format ids are used as they are (embedding rows "
-                                f"1..{largest:,}); renumber the {name}s 1..N.")
+                raise DataError(
+                    path,
+                    line,
+                    f"{name} id {largest:,} is more than "
+                    f"{MAX_ID_SPARSITY:g}x the file's {distinct:,} distinct {name} "
+                    "ids. SASRec-format ids are used as they are (embedding rows "
+                    f"1..{largest:,}); renumber the {name}s 1..N.",
+                )
     return _finish(path, rows, keep_ids=True)
 
 
@@ -190,8 +224,9 @@ def _parse_record(path: str, number: int, line: str) -> dict:
     try:  # The Steam reviews dump has Python dict literals, not JSON.
         record = ast.literal_eval(line)
     except (ValueError, SyntaxError):
-        raise DataError(path, number, f"expected a JSON or Python dict; received "
-                        f"{line[:80]!r}.") from None
+        raise DataError(
+            path, number, f"expected a JSON or Python dict; received {line[:80]!r}."
+        ) from None
     if not isinstance(record, dict):
         raise DataError(path, number, f"expected a dict; received {line[:80]!r}.")
     return record
@@ -216,8 +251,9 @@ def _timestamp(value, path: str, number: int) -> int:
         raise DataError(path, number, f"cannot read the date {shown(value)} ({how}).") from None
 
 
-def load_steam_reviews(path: str, user_key: str = "username", item_key: str = "product_id",
-                       time_key: str = "date") -> Interactions:
+def load_steam_reviews(
+    path: str, user_key: str = "username", item_key: str = "product_id", time_key: str = "date"
+) -> Interactions:
     """The raw Steam reviews dump (Kang & McAuley 2018): one record per line, JSON or Python dict.
 
     Args:
@@ -230,25 +266,38 @@ def load_steam_reviews(path: str, user_key: str = "username", item_key: str = "p
         record = _parse_record(path, number, line)
         missing = [k for k in (user_key, item_key, time_key) if k not in record]
         if missing:
-            raise DataError(path, number, f"the record lacks {', '.join(missing)}; it has "
-                            f"{', '.join(sorted(record))}.")
+            raise DataError(
+                path,
+                number,
+                f"the record lacks {', '.join(missing)}; it has {', '.join(sorted(record))}.",
+            )
         for key in (user_key, item_key):
-            if record[key] is None or record[key] == "" or isinstance(record[key],
-                                                                       (dict, list)):
-                raise DataError(path, number, f"the record's {key} is {shown(record[key])}; "
-                                "every review needs a user and an item id.")
-        rows.append((str(record[user_key]), str(record[item_key]),
-                     _timestamp(record[time_key], path, number)))
+            if record[key] is None or record[key] == "" or isinstance(record[key], (dict, list)):
+                raise DataError(
+                    path,
+                    number,
+                    f"the record's {key} is {shown(record[key])}; "
+                    "every review needs a user and an item id.",
+                )
+        rows.append(
+            (
+                str(record[user_key]),
+                str(record[item_key]),
+                _timestamp(record[time_key], path, number),
+            )
+        )
     return _finish(path, rows, keep_ids=False)
 
 
-def load_tfds(name: str = "movielens/1m-ratings", data_dir: Optional[str] = None,
-              download: bool = True) -> Interactions:
+def load_tfds(
+    name: str = "movielens/1m-ratings", data_dir: Optional[str] = None, download: bool = True
+) -> Interactions:
     """MovieLens through tensorflow-datasets (`user_id`, `movie_id`, `timestamp` features).
 
     Needs the TFDS files (downloaded once into `data_dir`; no internet here).
     """
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
     dataset = tfds.load(name, split="train", data_dir=data_dir, download=download)
     users, items, times = [], [], []
     columns = ("user_id", "movie_id", "timestamp")

@@ -6,7 +6,8 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-from pipelines.data.interactions import DataError, Interactions
+from pipelines.data.interactions import DataError
+from pipelines.data.interactions import Interactions
 
 # gSASRec's validation users on ML-1M: 512 draws of RandomState(42) over
 # range(6040), compared with the 1-based user ids.
@@ -16,13 +17,15 @@ VALIDATION_SEED = 42
 
 class EvalSet(NamedTuple):
     """Evaluation queries: each user's history (the query input, and what to filter) and targets."""
-    users: np.ndarray            # [n] dense user ids
+
+    users: np.ndarray  # [n] dense user ids
     histories: List[np.ndarray]  # items known before the target, in time order
-    targets: List[np.ndarray]    # the positives (one for leave-one-out)
+    targets: List[np.ndarray]  # the positives (one for leave-one-out)
 
 
 class Split(NamedTuple):
     """Training sequences per user (index = dense user id), and the evaluation sets."""
+
     train: List[np.ndarray]
     validation: EvalSet
     test: EvalSet
@@ -43,8 +46,9 @@ class Split(NamedTuple):
         return np.bincount(flat.astype(np.int64), minlength=self.num_items + 1)
 
 
-def gsasrec_validation_users(num_users: int, count: int = NUM_VALIDATION_USERS,
-                             seed: int = VALIDATION_SEED) -> np.ndarray:
+def gsasrec_validation_users(
+    num_users: int, count: int = NUM_VALIDATION_USERS, seed: int = VALIDATION_SEED
+) -> np.ndarray:
     """The validation user ids of gSASRec's preprocessing (1-based ids matched against
     RandomState(seed).choice(num_users, count, replace=False), so user num_users never is)."""
     return np.sort(np.random.RandomState(seed).choice(num_users, count, replace=False))
@@ -61,11 +65,13 @@ def leave_one_out(data: Interactions, train_gap: int = 0) -> Split:
     users, `[:-3]`: `train_gap=1`.
     """
     if isinstance(train_gap, bool) or not isinstance(train_gap, int) or train_gap < 0:
-        raise ValueError(f"`train_gap` must be a non-negative integer; received "
-                         f"train_gap={train_gap!r}.")
+        raise ValueError(
+            f"`train_gap` must be a non-negative integer; received train_gap={train_gap!r}."
+        )
     sequences = data.sequences()
-    validation_users = set(gsasrec_validation_users(
-        data.num_users, min(NUM_VALIDATION_USERS, data.num_users)).tolist())
+    validation_users = set(
+        gsasrec_validation_users(data.num_users, min(NUM_VALIDATION_USERS, data.num_users)).tolist()
+    )
     train = [np.zeros(0, np.int64)]
     val_users, val_hist, val_targets = [], [], []
     test_users, test_hist, test_targets = [], [], []
@@ -82,15 +88,18 @@ def leave_one_out(data: Interactions, train_gap: int = 0) -> Split:
         test_hist.append(sequence[:-1])
         test_targets.append(sequence[-1:])
         if user in validation_users:
-            train.append(sequence[:len(sequence) - 2 - train_gap])
+            train.append(sequence[: len(sequence) - 2 - train_gap])
             val_users.append(user)
             val_hist.append(sequence[:-2])
             val_targets.append(sequence[-2:-1])
         else:
-            train.append(sequence[:len(sequence) - 1 - train_gap])
-    return Split(train, EvalSet(np.array(val_users, np.int64), val_hist, val_targets),
-                 EvalSet(np.array(test_users, np.int64), test_hist, test_targets),
-                 data.num_items)
+            train.append(sequence[: len(sequence) - 1 - train_gap])
+    return Split(
+        train,
+        EvalSet(np.array(val_users, np.int64), val_hist, val_targets),
+        EvalSet(np.array(test_users, np.int64), test_hist, test_targets),
+        data.num_items,
+    )
 
 
 TEMPORAL_TARGETS = ("first", "all", "last", "successive")
@@ -111,8 +120,11 @@ def subsample(eval_set: EvalSet, count: int, seed: int = 42) -> EvalSet:
     keep = subsample_indices(len(eval_set.users), count, seed)
     if len(keep) == len(eval_set.users):
         return eval_set
-    return EvalSet(eval_set.users[keep], [eval_set.histories[i] for i in keep],
-                   [eval_set.targets[i] for i in keep])
+    return EvalSet(
+        eval_set.users[keep],
+        [eval_set.histories[i] for i in keep],
+        [eval_set.targets[i] for i in keep],
+    )
 
 
 def _window_targets(histories, users, items, targets: str) -> EvalSet:
@@ -134,9 +146,12 @@ def _window_targets(histories, users, items, targets: str) -> EvalSet:
             queries = [(histories[user], window[:1] if targets == "first" else np.unique(window))]
         else:
             sequence = np.concatenate([histories[user], window])
-            positions = (range(len(histories[user]), len(sequence)) if targets == "successive"
-                         else [len(sequence) - 1])
-            queries = [(sequence[:i], sequence[i:i + 1]) for i in positions]
+            positions = (
+                range(len(histories[user]), len(sequence))
+                if targets == "successive"
+                else [len(sequence) - 1]
+            )
+            queries = [(sequence[:i], sequence[i : i + 1]) for i in positions]
         for history, target in queries:
             if len(history):
                 result_users.append(user)
@@ -145,8 +160,12 @@ def _window_targets(histories, users, items, targets: str) -> EvalSet:
     return EvalSet(np.array(result_users, np.int64), result_hist, result_targets)
 
 
-def temporal(data: Interactions, test_fraction: float = 0.1,
-             validation_fraction: float = 0.1, targets: str = "first") -> Split:
+def temporal(
+    data: Interactions,
+    test_fraction: float = 0.1,
+    validation_fraction: float = 0.1,
+    targets: str = "first",
+) -> Split:
     """Global temporal split: all interactions sorted by time; the last `test_fraction` are
     test, the `validation_fraction` before them validation, the rest training.
 
@@ -158,23 +177,32 @@ def temporal(data: Interactions, test_fraction: float = 0.1,
     for every item of the window, each from everything the user did before it
     (the window's earlier items included). Queries with no history are skipped.
     """
-    if not (0 < test_fraction < 1 and 0 < validation_fraction < 1
-            and test_fraction + validation_fraction < 1):
-        raise ValueError("Need 0 < test_fraction, validation_fraction and their sum < 1; "
-                         f"received test_fraction={test_fraction}, "
-                         f"validation_fraction={validation_fraction}.")
+    if not (
+        0 < test_fraction < 1
+        and 0 < validation_fraction < 1
+        and test_fraction + validation_fraction < 1
+    ):
+        raise ValueError(
+            "Need 0 < test_fraction, validation_fraction and their sum < 1; "
+            f"received test_fraction={test_fraction}, "
+            f"validation_fraction={validation_fraction}."
+        )
     if targets not in TEMPORAL_TARGETS:
-        raise ValueError(f"`targets` must be one of {', '.join(map(repr, TEMPORAL_TARGETS))}; "
-                         f"received targets={targets!r}.")
+        raise ValueError(
+            f"`targets` must be one of {', '.join(map(repr, TEMPORAL_TARGETS))}; "
+            f"received targets={targets!r}."
+        )
     n = len(data.user)
     order = np.lexsort((np.arange(n), data.timestamp))  # Time, then file order.
     test_start = n - int(math.ceil(test_fraction * n))
     val_start = test_start - int(math.ceil(validation_fraction * n))
     if val_start < 1:
-        raise ValueError(f"{n} interactions leave none to train on: the test window takes "
-                         f"{n - test_start} and the validation window {test_start - val_start} "
-                         f"(test_fraction={test_fraction}, validation_fraction="
-                         f"{validation_fraction}); lower --test_fraction.")
+        raise ValueError(
+            f"{n} interactions leave none to train on: the test window takes "
+            f"{n - test_start} and the validation window {test_start - val_start} "
+            f"(test_fraction={test_fraction}, validation_fraction="
+            f"{validation_fraction}); lower --test_fraction."
+        )
     part = np.empty(n, np.int8)
     part[order[:val_start]], part[order[val_start:test_start]], part[order[test_start:]] = 0, 1, 2
     # `data` is sorted by user then time, so each user's slice keeps its order.
@@ -198,38 +226,57 @@ def days(timestamps: np.ndarray, day_seconds: int = DAY_SECONDS) -> np.ndarray:
     return (timestamps - first) // day_seconds
 
 
-def test_day_number(first: int, last: int, test_day: int = -1,
-                    day_seconds: int = DAY_SECONDS) -> int:
+def test_day_number(
+    first: int, last: int, test_day: int = -1, day_seconds: int = DAY_SECONDS
+) -> int:
     """The test day of a log whose times run from `first` to `last`, counted as `days`
     counts (`test_day` -1: the last day)."""
-    return (last - (first // day_seconds) * day_seconds) // day_seconds if test_day == -1 \
+    return (
+        (last - (first // day_seconds) * day_seconds) // day_seconds
+        if test_day == -1
         else int(test_day)
+    )
 
 
-def check_test_day(source: str, test_day: int, test: int, last: int,
-                   day_seconds: int) -> None:
+def check_test_day(source: str, test_day: int, test: int, last: int, day_seconds: int) -> None:
     """Raises DataError unless the test day `test` leaves a training and a validation day
     before it in a log of days 0..`last`."""
     if not 2 <= test <= last:
-        raise DataError(source, None, f"--test_day={test_day} leaves no training day: the log "
-                        f"spans days 0..{last} ({day_seconds} s each) and the protocol needs a "
-                        "training day and a validation day before the test day.")
+        raise DataError(
+            source,
+            None,
+            f"--test_day={test_day} leaves no training day: the log "
+            f"spans days 0..{last} ({day_seconds} s each) and the protocol needs a "
+            "training day and a validation day before the test day.",
+        )
 
 
 def empty_day(source: str, name: str, number: int):
     """The DataError of an evaluation day ("test" or "validation") without a query."""
-    return DataError(source, None, f"the {name} day (day {number}) holds no query: no user "
-                     "active that day has an earlier interaction.")
+    return DataError(
+        source,
+        None,
+        f"the {name} day (day {number}) holds no query: no user "
+        "active that day has an earlier interaction.",
+    )
 
 
 def nothing_to_train(source: str, test: int):
     """The DataError of a log with no event before the validation day."""
-    return DataError(source, None, f"no interaction precedes the validation day (day "
-                     f"{test - 1}): nothing to train on.")
+    return DataError(
+        source,
+        None,
+        f"no interaction precedes the validation day (day {test - 1}): nothing to train on.",
+    )
 
 
-def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECONDS,
-             source: str = "the log", weights: Optional[np.ndarray] = None) -> Split:
+def next_day(
+    data: Interactions,
+    test_day: int = -1,
+    day_seconds: int = DAY_SECONDS,
+    source: str = "the log",
+    weights: Optional[np.ndarray] = None,
+) -> Split:
     """Train on the days before the validation day, validate on the day before the test day,
     test on `test_day` (the paper's industrial protocol: train on days 1..T, evaluate on day
     T + 1).
@@ -246,13 +293,17 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
     Raises:
       DataError: the test day holds no queries, or no day is left to train on.
     """
-    if isinstance(day_seconds, bool) or not isinstance(day_seconds, (int, np.integer)) or (
-            day_seconds < 1):
+    if (
+        isinstance(day_seconds, bool)
+        or not isinstance(day_seconds, (int, np.integer))
+        or (day_seconds < 1)
+    ):
         raise ValueError(f"--day_seconds must be a positive integer; received {day_seconds!r}.")
     day = days(data.timestamp, day_seconds)
     last = int(day.max())
-    test = test_day_number(int(data.timestamp.min()), int(data.timestamp.max()), test_day,
-                           day_seconds)
+    test = test_day_number(
+        int(data.timestamp.min()), int(data.timestamp.max()), test_day, day_seconds
+    )
     check_test_day(source, test_day, test, last, day_seconds)
     part = np.where(day < test - 1, 0, np.where(day == test - 1, 1, np.where(day == test, 2, 3)))
     bounds = np.searchsorted(data.user, np.arange(data.num_users + 2))
@@ -268,11 +319,19 @@ def next_day(data: Interactions, test_day: int = -1, day_seconds: int = DAY_SECO
     in_val, in_test = part == 1, part == 2
     validation = _window_targets(train, data.user[in_val], data.item[in_val], "all")
     test_set = _window_targets(before_test, data.user[in_test], data.item[in_test], "all")
-    for name, (eval_set, number) in {"test": (test_set, test),
-                                     "validation": (validation, test - 1)}.items():
+    for name, (eval_set, number) in {
+        "test": (test_set, test),
+        "validation": (validation, test - 1),
+    }.items():
         if len(eval_set.users) == 0:
             raise empty_day(source, name, number)
     if not (part == 0).any():
         raise nothing_to_train(source, test)
-    return Split(train, validation, test_set, data.num_items, train_times,
-                 train_weights if weights is not None else None)
+    return Split(
+        train,
+        validation,
+        test_set,
+        data.num_items,
+        train_times,
+        train_weights if weights is not None else None,
+    )

@@ -12,14 +12,15 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from pipelines.data.interactions import Interactions, from_arrays
+from pipelines.data.interactions import from_arrays
 
 
 class SyntheticCatalog(NamedTuple):
     """The ground truth: latent vectors and popularity (dense ids; row 0 is padding)."""
-    user_vectors: np.ndarray   # [num_users + 1, dim]
-    item_vectors: np.ndarray   # [num_items + 1, dim]
-    popularity: np.ndarray     # [num_items + 1] log-popularity term (-inf for padding)
+
+    user_vectors: np.ndarray  # [num_users + 1, dim]
+    item_vectors: np.ndarray  # [num_items + 1, dim]
+    popularity: np.ndarray  # [num_items + 1] log-popularity term (-inf for padding)
     temperature: float
 
     def logits(self, users: np.ndarray) -> np.ndarray:
@@ -33,10 +34,18 @@ class SyntheticCatalog(NamedTuple):
         return logits - peak - np.log(np.exp(logits - peak).sum(axis=1, keepdims=True))
 
 
-def make_synthetic(num_users: int = 2000, num_items: int = 5000, dim: int = 16,
-                   exponent: float = 1.0, temperature: float = 0.1,
-                   min_length: int = 20, max_length: int = 100, time_span: int = 10**7,
-                   seed: int = 0, chunk: Optional[int] = None):
+def make_synthetic(
+    num_users: int = 2000,
+    num_items: int = 5000,
+    dim: int = 16,
+    exponent: float = 1.0,
+    temperature: float = 0.1,
+    min_length: int = 20,
+    max_length: int = 100,
+    time_span: int = 10**7,
+    seed: int = 0,
+    chunk: Optional[int] = None,
+):
     """Draws a catalog and its interactions, deterministically from `seed`.
 
     Args:
@@ -52,14 +61,21 @@ def make_synthetic(num_users: int = 2000, num_items: int = 5000, dim: int = 16,
     Returns:
       (Interactions, SyntheticCatalog).
     """
-    for name, value in (("num_users", num_users), ("num_items", num_items), ("dim", dim),
-                        ("min_length", min_length), ("max_length", max_length)):
+    for name, value in (
+        ("num_users", num_users),
+        ("num_items", num_items),
+        ("dim", dim),
+        ("min_length", min_length),
+        ("max_length", max_length),
+    ):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
     if min_length > max_length or min_length < 3 or max_length > num_items:
-        raise ValueError("Need 3 <= min_length <= max_length <= num_items (leave-one-out takes "
-                         f"two; items are drawn without replacement); received min_length="
-                         f"{min_length}, max_length={max_length}, num_items={num_items}.")
+        raise ValueError(
+            "Need 3 <= min_length <= max_length <= num_items (leave-one-out takes "
+            f"two; items are drawn without replacement); received min_length="
+            f"{min_length}, max_length={max_length}, num_items={num_items}."
+        )
     rng = np.random.default_rng(seed)
     scale = 1.0 / np.sqrt(dim)
     users = np.vstack([np.zeros([1, dim]), rng.normal(0, scale, [num_users, dim])])
@@ -85,7 +101,9 @@ def make_synthetic(num_users: int = 2000, num_items: int = 5000, dim: int = 16,
     interactions = from_arrays(user_col, item_col, times, keep_ids=True)
     # keep_ids numbers users/items by their largest id; make the sizes exact.
     interactions = interactions._replace(
-        num_users=num_users, num_items=num_items,
+        num_users=num_users,
+        num_items=num_items,
         user_ids=np.array([""] + [str(i) for i in range(1, num_users + 1)]),
-        item_ids=np.array([""] + [str(i) for i in range(1, num_items + 1)]))
+        item_ids=np.array([""] + [str(i) for i in range(1, num_items + 1)]),
+    )
     return interactions, catalog

@@ -36,13 +36,14 @@ DAY_SECONDS = 86_400
 
 class WebCatalog(NamedTuple):
     """The truth of a web-scale log (generator indices: item j, user v, from 0)."""
-    item_ids: np.ndarray       # [N] raw item ids (str)
-    user_ids: np.ndarray       # [U] raw user ids (str)
-    item_cluster: np.ndarray   # [N] int32
-    base: np.ndarray           # [N] a_d
-    trend: np.ndarray          # [N] b_d per day
+
+    item_ids: np.ndarray  # [N] raw item ids (str)
+    user_ids: np.ndarray  # [U] raw user ids (str)
+    item_cluster: np.ndarray  # [N] int32
+    base: np.ndarray  # [N] a_d
+    trend: np.ndarray  # [N] b_d per day
     user_clusters: np.ndarray  # [U, C] int32
-    user_weights: np.ndarray   # [U, C] pi_u
+    user_weights: np.ndarray  # [U, C] pi_u
     num_days: int
 
     @property
@@ -57,8 +58,9 @@ class WebCatalog(NamedTuple):
         """[num_clusters] log W_t(c)."""
         logw = self.log_weights(day)
         peak = logw.max()
-        totals = np.bincount(self.item_cluster, weights=np.exp(logw - peak),
-                             minlength=self.num_clusters)
+        totals = np.bincount(
+            self.item_cluster, weights=np.exp(logw - peak), minlength=self.num_clusters
+        )
         return np.log(totals) + peak
 
     def log_probabilities(self, users: np.ndarray, day: float) -> np.ndarray:
@@ -75,14 +77,22 @@ class WebCatalog(NamedTuple):
 
     def item_marginal(self, day: float) -> np.ndarray:
         """[N] the law's share of each item among one day's events (users equally active)."""
-        mass = np.bincount(self.user_clusters.ravel(), weights=self.user_weights.ravel(),
-                           minlength=self.num_clusters) / len(self.user_ids)
+        mass = np.bincount(
+            self.user_clusters.ravel(),
+            weights=self.user_weights.ravel(),
+            minlength=self.num_clusters,
+        ) / len(self.user_ids)
         within = np.exp(self.log_weights(day) - self.cluster_log_totals(day)[self.item_cluster])
         return mass[self.item_cluster] * within
 
-    def oracle_top_k(self, users: np.ndarray, day: float, k: int,
-                     exclude: Sequence[np.ndarray],
-                     candidates: Optional[np.ndarray] = None) -> np.ndarray:
+    def oracle_top_k(
+        self,
+        users: np.ndarray,
+        day: float,
+        k: int,
+        exclude: Sequence[np.ndarray],
+        candidates: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
         """[len(users), k] generator item indices ranked by P_t(d | u), each row's `exclude`
         removed, among `candidates` (a boolean [N] mask; None: every item). Rows with fewer
         than k reachable items are padded with -1."""
@@ -98,7 +108,7 @@ class WebCatalog(NamedTuple):
             ids, scores = [], []
             for slot in range(self.user_clusters.shape[1]):
                 cluster = self.user_clusters[user, slot]
-                top = order[starts[cluster]:starts[cluster + 1]][:k + len(removed)]
+                top = order[starts[cluster] : starts[cluster + 1]][: k + len(removed)]
                 ids.append(top)
                 scores.append(np.log(self.user_weights[user, slot]) + within[top])
             ids, scores = np.concatenate(ids), np.concatenate(scores)
@@ -107,26 +117,41 @@ class WebCatalog(NamedTuple):
             keep = ~np.isin(ids, removed)
             ids, scores = ids[keep], scores[keep]
             best = ids[np.argsort(-scores, kind="stable")[:k]]
-            out[row, :len(best)] = best
+            out[row, : len(best)] = best
         return out
 
 
-def make_catalog(num_items: int, num_users: int, num_days: int, cluster_size: int = 4000,
-                 user_clusters: int = 3, exponent: float = 1.0, drift: float = 1.5,
-                 seed: int = 0) -> WebCatalog:
+def make_catalog(
+    num_items: int,
+    num_users: int,
+    num_days: int,
+    cluster_size: int = 4000,
+    user_clusters: int = 3,
+    exponent: float = 1.0,
+    drift: float = 1.5,
+    seed: int = 0,
+) -> WebCatalog:
     """Draws the truth (see the module's docstring)."""
-    for name, value in (("num_items", num_items), ("num_users", num_users),
-                        ("num_days", num_days), ("cluster_size", cluster_size),
-                        ("user_clusters", user_clusters)):
+    for name, value in (
+        ("num_items", num_items),
+        ("num_users", num_users),
+        ("num_days", num_days),
+        ("cluster_size", cluster_size),
+        ("user_clusters", user_clusters),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
     if num_days < 3:
-        raise ValueError(f"`num_days` must be at least 3 (train, validation and test days); "
-                         f"received num_days={num_days}.")
-    if isinstance(exponent, bool) or not isinstance(exponent, (int, float, np.floating)) or not (
-            np.isfinite(exponent) and exponent > 0):
-        raise ValueError(f"`exponent` must be a finite number > 0; received "
-                         f"exponent={exponent!r}.")
+        raise ValueError(
+            f"`num_days` must be at least 3 (train, validation and test days); "
+            f"received num_days={num_days}."
+        )
+    if (
+        isinstance(exponent, bool)
+        or not isinstance(exponent, (int, float, np.floating))
+        or not (np.isfinite(exponent) and exponent > 0)
+    ):
+        raise ValueError(f"`exponent` must be a finite number > 0; received exponent={exponent!r}.")
     rng = np.random.default_rng(seed)
     num_clusters = max(1, -(-num_items // cluster_size))
     item_cluster = rng.permutation(np.arange(num_items) % num_clusters).astype(np.int32)
@@ -137,17 +162,31 @@ def make_catalog(num_items: int, num_users: int, num_days: int, cluster_size: in
     ranks[order] = np.arange(num_items) - starts[item_cluster[order]] + 1
     base = -exponent * np.log(ranks) + rng.normal(0, 0.5, num_clusters)[item_cluster]
     trend = rng.normal(0, drift / max(num_days - 1, 1), num_items)
-    catalog = WebCatalog(_hex_ids(rng, num_items, 16, ""), _hex_ids(rng, num_users, 12, "u"),
-                         item_cluster, base, trend, np.zeros([0, 0], np.int32),
-                         np.zeros([0, 0]), num_days)
+    catalog = WebCatalog(
+        _hex_ids(rng, num_items, 16, ""),
+        _hex_ids(rng, num_users, 12, "u"),
+        item_cluster,
+        base,
+        trend,
+        np.zeros([0, 0], np.int32),
+        np.zeros([0, 0]),
+        num_days,
+    )
     cluster_mass = np.exp(catalog.cluster_log_totals(0) - catalog.cluster_log_totals(0).max())
     slots = min(user_clusters, num_clusters)
-    chosen = np.stack([rng.choice(num_clusters, slots, replace=False,
-                                  p=cluster_mass / cluster_mass.sum())
-                       for _ in range(num_users)]) if num_users < 50_000 else \
-        _distinct_clusters(rng, num_users, slots, cluster_mass / cluster_mass.sum())
-    return catalog._replace(user_clusters=chosen.astype(np.int32),
-                            user_weights=rng.dirichlet(np.ones(slots), num_users))
+    chosen = (
+        np.stack(
+            [
+                rng.choice(num_clusters, slots, replace=False, p=cluster_mass / cluster_mass.sum())
+                for _ in range(num_users)
+            ]
+        )
+        if num_users < 50_000
+        else _distinct_clusters(rng, num_users, slots, cluster_mass / cluster_mass.sum())
+    )
+    return catalog._replace(
+        user_clusters=chosen.astype(np.int32), user_weights=rng.dirichlet(np.ones(slots), num_users)
+    )
 
 
 def _distinct_clusters(rng, num_users: int, slots: int, p: np.ndarray) -> np.ndarray:
@@ -165,19 +204,19 @@ def _distinct_clusters(rng, num_users: int, slots: int, p: np.ndarray) -> np.nda
 
 
 def _hex_ids(rng, count: int, digits: int, prefix: str) -> np.ndarray:
-    values = np.unique(rng.integers(0, 16 ** digits, size=count + count // 10 + 16,
-                                    dtype=np.uint64))
+    values = np.unique(rng.integers(0, 16**digits, size=count + count // 10 + 16, dtype=np.uint64))
     values = rng.permutation(values)[:count]
     return np.array([f"{prefix}{v:0{digits}x}" for v in values.tolist()], dtype=object)
 
 
-def draw_events(catalog: WebCatalog, events_per_user: float, seed: int = 0) -> Dict[str, np.ndarray]:
+def draw_events(
+    catalog: WebCatalog, events_per_user: float, seed: int = 0
+) -> Dict[str, np.ndarray]:
     """{"user", "item" (generator indices), "time" (seconds)} sorted by time, each user's
     items distinct (see the module's docstring)."""
     rng = np.random.default_rng([seed, 1])
     num_users, num_items = len(catalog.user_ids), len(catalog.item_ids)
-    lengths = np.minimum(1 + rng.poisson(max(events_per_user - 1, 0), num_users),
-                         num_items // 2)
+    lengths = np.minimum(1 + rng.poisson(max(events_per_user - 1, 0), num_users), num_items // 2)
     user = np.repeat(np.arange(num_users, dtype=np.int64), lengths)
     time = rng.integers(0, catalog.num_days * DAY_SECONDS, len(user))
     order = np.lexsort((time, user))
@@ -194,15 +233,15 @@ def draw_events(catalog: WebCatalog, events_per_user: float, seed: int = 0) -> D
         rows = np.flatnonzero(redraw)
         if not len(rows):
             break
-        slot = (rng.random(len(rows))[:, np.newaxis]
-                > cumulative_weights[user[rows]]).sum(axis=1)
+        slot = (rng.random(len(rows))[:, np.newaxis] > cumulative_weights[user[rows]]).sum(axis=1)
         slot = np.minimum(slot, catalog.user_clusters.shape[1] - 1)
         cluster = catalog.user_clusters[user[rows], slot]
         uniform = rng.random(len(rows))
         for d in np.unique(day[rows]):
             at = day[rows] == d
-            share = np.exp(catalog.log_weights(d)[by_cluster]
-                           - catalog.cluster_log_totals(d)[sorted_cluster])
+            share = np.exp(
+                catalog.log_weights(d)[by_cluster] - catalog.cluster_log_totals(d)[sorted_cluster]
+            )
             cumulative = np.cumsum(share)
             # Restart the sum at each cluster's start: c + its running share.
             starts = np.searchsorted(sorted_cluster, np.arange(catalog.num_clusters))
@@ -219,8 +258,13 @@ def draw_events(catalog: WebCatalog, events_per_user: float, seed: int = 0) -> D
     return {"user": user[order], "item": item[order], "time": time[order] + START_TIME}
 
 
-def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray],
-              seconds: float = 0.0, exponent: float = 1.0) -> None:
+def write_log(
+    directory: str,
+    catalog: WebCatalog,
+    events: Dict[str, np.ndarray],
+    seconds: float = 0.0,
+    exponent: float = 1.0,
+) -> None:
     """One Parquet file per day (columns user_id, item_id, timestamp), the truth (truth.npz)
     and log.json (sizes; `exponent`, the Zipf exponent `make_catalog` drew it with; `seconds`,
     the time the log took to draw), written to a temporary directory renamed to
@@ -229,6 +273,7 @@ def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]
     the one that finishes second must not delete the files the first is reading."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=".web-synthetic-", dir=parent)
@@ -239,21 +284,40 @@ def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]
         bounds = np.searchsorted(day, np.arange(catalog.num_days + 1))
         for d in range(catalog.num_days):
             rows = slice(bounds[d], bounds[d + 1])
-            table = pa.table({"user_id": user_ids.take(pa.array(events["user"][rows])),
-                              "item_id": item_ids.take(pa.array(events["item"][rows])),
-                              "timestamp": pa.array(events["time"][rows], pa.int64())})
+            table = pa.table(
+                {
+                    "user_id": user_ids.take(pa.array(events["user"][rows])),
+                    "item_id": item_ids.take(pa.array(events["item"][rows])),
+                    "timestamp": pa.array(events["time"][rows], pa.int64()),
+                }
+            )
             pq.write_table(table, os.path.join(temporary, f"day-{d:04d}.parquet"))
-        np.savez(os.path.join(temporary, "truth.npz"),
-                 item_ids=catalog.item_ids.astype(str), user_ids=catalog.user_ids.astype(str),
-                 item_cluster=catalog.item_cluster, base=catalog.base, trend=catalog.trend,
-                 user_clusters=catalog.user_clusters, user_weights=catalog.user_weights,
-                 num_days=catalog.num_days)
+        np.savez(
+            os.path.join(temporary, "truth.npz"),
+            item_ids=catalog.item_ids.astype(str),
+            user_ids=catalog.user_ids.astype(str),
+            item_cluster=catalog.item_cluster,
+            base=catalog.base,
+            trend=catalog.trend,
+            user_clusters=catalog.user_clusters,
+            user_weights=catalog.user_weights,
+            num_days=catalog.num_days,
+        )
         with open(os.path.join(temporary, "log.json"), "w") as f:
-            json.dump({"events": int(len(events["user"])), "items": len(catalog.item_ids),
-                       "users": len(catalog.user_ids), "days": catalog.num_days,
-                       "zipf_exponent": float(exponent),
-                       "day_seconds": DAY_SECONDS, "start_time": START_TIME,
-                       "seconds_draw_and_write": round(seconds, 1)}, f, indent=1)
+            json.dump(
+                {
+                    "events": int(len(events["user"])),
+                    "items": len(catalog.item_ids),
+                    "users": len(catalog.user_ids),
+                    "days": catalog.num_days,
+                    "zipf_exponent": float(exponent),
+                    "day_seconds": DAY_SECONDS,
+                    "start_time": START_TIME,
+                    "seconds_draw_and_write": round(seconds, 1),
+                },
+                f,
+                indent=1,
+            )
         finished = os.path.join(directory, "log.json")
         if os.path.exists(finished):
             return
@@ -272,10 +336,16 @@ def write_log(directory: str, catalog: WebCatalog, events: Dict[str, np.ndarray]
 def read_truth(directory: str) -> WebCatalog:
     """The truth `write_log` saved."""
     with np.load(os.path.join(directory, "truth.npz")) as saved:
-        return WebCatalog(saved["item_ids"].astype(object), saved["user_ids"].astype(object),
-                          saved["item_cluster"], saved["base"], saved["trend"],
-                          saved["user_clusters"], saved["user_weights"],
-                          int(saved["num_days"]))
+        return WebCatalog(
+            saved["item_ids"].astype(object),
+            saved["user_ids"].astype(object),
+            saved["item_cluster"],
+            saved["base"],
+            saved["trend"],
+            saved["user_clusters"],
+            saved["user_weights"],
+            int(saved["num_days"]),
+        )
 
 
 def log_files(directory: str) -> str:
@@ -283,8 +353,15 @@ def log_files(directory: str) -> str:
     return os.path.join(directory, "day-*.parquet")
 
 
-def ensure_log(directory: str, num_items: int, num_users: int, num_days: int,
-               events_per_user: float, seed: int = 0, exponent: float = 1.0) -> str:
+def ensure_log(
+    directory: str,
+    num_items: int,
+    num_users: int,
+    num_days: int,
+    events_per_user: float,
+    seed: int = 0,
+    exponent: float = 1.0,
+) -> str:
     """Writes the log of these settings (`exponent`: the Zipf exponent, `make_catalog`'s)
     into `directory` unless it is already there (a finished log has log.json); returns the
     glob of its files. A log already there drawn with another exponent (log.json's
@@ -293,14 +370,21 @@ def ensure_log(directory: str, num_items: int, num_users: int, num_days: int,
     if not os.path.exists(summary):
         started = time.time()
         catalog = make_catalog(num_items, num_users, num_days, exponent=exponent, seed=seed)
-        write_log(directory, catalog, draw_events(catalog, events_per_user, seed=seed),
-                  seconds=time.time() - started, exponent=exponent)
+        write_log(
+            directory,
+            catalog,
+            draw_events(catalog, events_per_user, seed=seed),
+            seconds=time.time() - started,
+            exponent=exponent,
+        )
     else:
         with open(summary) as f:
             written = json.load(f).get("zipf_exponent", 1.0)
         if written != exponent:
-            raise ValueError(f"{directory} holds a log drawn with Zipf exponent {written:g}; "
-                             f"received --synthetic_zipf={exponent:g}. Give another "
-                             "--data_path, or leave it empty for the cache's directory of "
-                             "these settings.")
+            raise ValueError(
+                f"{directory} holds a log drawn with Zipf exponent {written:g}; "
+                f"received --synthetic_zipf={exponent:g}. Give another "
+                "--data_path, or leave it empty for the cache's directory of "
+                "these settings."
+            )
     return log_files(directory)

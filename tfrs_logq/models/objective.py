@@ -1,4 +1,5 @@
-"""The training objective of the retrieval models: every loss of the paper's Table 1 in one layer."""
+"""The training objective of the retrieval models: every loss of the paper's Table 1 in one
+layer."""
 
 import inspect
 from typing import Callable, Optional
@@ -7,7 +8,6 @@ import tensorflow as tf
 
 from logq_core import checks
 from logq_core import samplers
-
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
 from tfrs_logq import losses as losses_lib
@@ -90,20 +90,30 @@ class RetrievalObjective(tf.keras.layers.Layer):
         (default): only the row's own positive (accidental hits) is masked.
     """
 
-    def __init__(self, num_items: int, loss: str = "sampled_softmax",
-                 correction: str = "improved",
-                 sampler: Optional[negatives_lib.NegativeSampler] = None,
-                 gbce_t: float = 0.75, temperature: Optional[float] = None,
-                 binary_reduction: str = "sum", binary_accidental_hits: bool = True,
-                 gbce_alpha: str = "paper", log_q_scale: float = 1.0,
-                 l2_normalize: bool = False, num_hard_negatives: Optional[int] = None,
-                 mask_known_positives: bool = False, **kwargs):
+    def __init__(
+        self,
+        num_items: int,
+        loss: str = "sampled_softmax",
+        correction: str = "improved",
+        sampler: Optional[negatives_lib.NegativeSampler] = None,
+        gbce_t: float = 0.75,
+        temperature: Optional[float] = None,
+        binary_reduction: str = "sum",
+        binary_accidental_hits: bool = True,
+        gbce_alpha: str = "paper",
+        log_q_scale: float = 1.0,
+        l2_normalize: bool = False,
+        num_hard_negatives: Optional[int] = None,
+        mask_known_positives: bool = False,
+        **kwargs,
+    ):
         moved = sorted(set(kwargs) & set(_SAMPLER_SETTINGS + ("negatives", "in_batch_log_q")))
         if moved:
             raise TypeError(
                 "RetrievalObjective takes a built `sampler`; the sampler's settings "
                 f"({', '.join(moved)}) go to negatives.make_sampler, or pass everything to "
-                f"make_objective(num_items, ...). Received {', '.join(moved)}.")
+                f"make_objective(num_items, ...). Received {', '.join(moved)}."
+            )
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         self.loss = v.check_choice("loss", loss, LOSSES)
@@ -114,26 +124,32 @@ class RetrievalObjective(tf.keras.layers.Layer):
             raise ValueError(f"`gbce_t` must be in [0, 1]; received gbce_t={gbce_t!r}.")
         self.gbce_t = float(gbce_t)
         self.temperature = temperature
-        self.binary_reduction = v.check_choice("binary_reduction", binary_reduction,
-                                               BINARY_REDUCTIONS)
-        self.binary_accidental_hits = v.check_bool("binary_accidental_hits",
-                                                   binary_accidental_hits)
+        self.binary_reduction = v.check_choice(
+            "binary_reduction", binary_reduction, BINARY_REDUCTIONS
+        )
+        self.binary_accidental_hits = v.check_bool("binary_accidental_hits", binary_accidental_hits)
         self.gbce_alpha = v.check_choice("gbce_alpha", gbce_alpha, GBCE_ALPHAS)
         self.l2_normalize = v.check_bool("l2_normalize", l2_normalize)
         self.mask_known_positives = v.check_bool("mask_known_positives", mask_known_positives)
         if mask_known_positives and loss != "sampled_softmax":
-            raise ValueError("`mask_known_positives` masks the negatives of the sampled softmax "
-                             "(loss='sampled_softmax'); received mask_known_positives=True "
-                             f"with loss={loss!r}.")
+            raise ValueError(
+                "`mask_known_positives` masks the negatives of the sampled softmax "
+                "(loss='sampled_softmax'); received mask_known_positives=True "
+                f"with loss={loss!r}."
+            )
         _check_sampler(loss, sampler)
         # Attribute names as the checkpoints of earlier runs have them.
         self.task = None
         self.uniform = None
         if loss == "sampled_softmax":
-            self.task = LogQRetrieval(correction=correction, sampler=sampler,
-                                      temperature=temperature, diagnostics=True,
-                                      log_q_scale=log_q_scale,
-                                      num_hard_negatives=num_hard_negatives or None)
+            self.task = LogQRetrieval(
+                correction=correction,
+                sampler=sampler,
+                temperature=temperature,
+                diagnostics=True,
+                log_q_scale=log_q_scale,
+                num_hard_negatives=num_hard_negatives or None,
+            )
         elif loss in ("bce", "gbce"):
             self.uniform = sampler
 
@@ -155,14 +171,18 @@ class RetrievalObjective(tf.keras.layers.Layer):
         """The sampler of the negatives (None for full softmax)."""
         return self.task.sampler if self.task is not None else self.uniform
 
-    def call(self, query_embeddings: tf.Tensor, positive_ids: tf.Tensor,
-             item_embedding_fn: Callable[[tf.Tensor], tf.Tensor],
-             all_item_embeddings: Optional[Callable[[], tf.Tensor]] = None,
-             training: Optional[bool] = None,
-             example_mask: Optional[tf.Tensor] = None,
-             example_weight: Optional[tf.Tensor] = None,
-             query_ids: Optional[tf.Tensor] = None,
-             known_positive_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
+    def call(
+        self,
+        query_embeddings: tf.Tensor,
+        positive_ids: tf.Tensor,
+        item_embedding_fn: Callable[[tf.Tensor], tf.Tensor],
+        all_item_embeddings: Optional[Callable[[], tf.Tensor]] = None,
+        training: Optional[bool] = None,
+        example_mask: Optional[tf.Tensor] = None,
+        example_weight: Optional[tf.Tensor] = None,
+        query_ids: Optional[tf.Tensor] = None,
+        known_positive_ids: Optional[tf.Tensor] = None,
+    ) -> tf.Tensor:
         """Mean loss over the examples.
 
         Args:
@@ -189,8 +209,10 @@ class RetrievalObjective(tf.keras.layers.Layer):
         """
         if self.task is None and (query_ids is not None or known_positive_ids is not None):
             given = "query_ids" if query_ids is not None else "known_positive_ids"
-            raise ValueError(f"`{given}` masks known positives among the negatives of the "
-                             f"sampled softmax; received {given} with loss={self.loss!r}.")
+            raise ValueError(
+                f"`{given}` masks known positives among the negatives of the "
+                f"sampled softmax; received {given} with loss={self.loss!r}."
+            )
         positive_ids = tf.cast(positive_ids, tf.int64)
         if self.l2_normalize:
             query_embeddings = self.embed(query_embeddings)
@@ -224,60 +246,82 @@ class RetrievalObjective(tf.keras.layers.Layer):
         if self.task is not None:
             table = None
             sampler = self.task.sampler
-            if (all_item_embeddings is not None and sampler.per_row
-                    and scores_whole_table(self.num_items, sampler.num_negatives)):
+            if (
+                all_item_embeddings is not None
+                and sampler.per_row
+                and scores_whole_table(self.num_items, sampler.num_negatives)
+            ):
                 # Per-row draws on a small catalog: their scores are columns of one matmul.
                 table = all_item_embeddings()
-            loss = self.task(query_embeddings, item_embedding_fn(positive_ids),
-                             sample_weight=weight, candidate_ids=positive_ids,
-                             candidate_embedding_fn=item_embedding_fn, compute_metrics=False,
-                             training=training, candidate_table=table,
-                             candidate_mask=pool_mask, query_ids=query_ids,
-                             known_positive_ids=known_positive_ids)
+            loss = self.task(
+                query_embeddings,
+                item_embedding_fn(positive_ids),
+                sample_weight=weight,
+                candidate_ids=positive_ids,
+                candidate_embedding_fn=item_embedding_fn,
+                compute_metrics=False,
+                training=training,
+                candidate_table=table,
+                candidate_mask=pool_mask,
+                query_ids=query_ids,
+                known_positive_ids=known_positive_ids,
+            )
             return loss / count
         query_embeddings = tf.cast(query_embeddings, tf.float32)
         if self.loss == "full_softmax":
             table = tf.cast(all_item_embeddings(), tf.float32)[1:]
             logits = _ops.scores(query_embeddings, table)
             return total(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
-        positive_logits = _ops.row_scores(query_embeddings,
-                                          tf.cast(item_embedding_fn(positive_ids), tf.float32))
-        if (all_item_embeddings is not None
-                and scores_whole_table(self.num_items, self.uniform.num_negatives)):
+        positive_logits = _ops.row_scores(
+            query_embeddings, tf.cast(item_embedding_fn(positive_ids), tf.float32)
+        )
+        if all_item_embeddings is not None and scores_whole_table(
+            self.num_items, self.uniform.num_negatives
+        ):
             # A small catalog: one matmul against the whole table, then each row's columns.
             # Cheaper than gathering n x num_negatives embeddings (and their scattered gradient).
             negatives = self.uniform(positive_ids)
             table = tf.cast(all_item_embeddings(), tf.float32)
-            negative_logits = tf.gather(_ops.scores(query_embeddings, table), negatives.ids,
-                                        batch_dims=1)
+            negative_logits = tf.gather(
+                _ops.scores(query_embeddings, table), negatives.ids, batch_dims=1
+            )
         else:
             negatives = self.uniform(positive_ids, embedding_fn=item_embedding_fn)
-            negative_logits = _ops.scores(query_embeddings,
-                                          tf.cast(negatives.embeddings, tf.float32))
+            negative_logits = _ops.scores(
+                query_embeddings, tf.cast(negatives.embeddings, tf.float32)
+            )
         mask = negatives.mask if self.binary_accidental_hits else None
         if self.loss == "bce":
-            per_example = losses_lib.bce_loss(positive_logits, negative_logits,
-                                               negative_mask=mask)
+            per_example = losses_lib.bce_loss(positive_logits, negative_logits, negative_mask=mask)
         else:
             per_example = losses_lib.gbce_loss(
-                positive_logits, negative_logits, t=self.gbce_t, negative_mask=mask,
-                num_items=self.num_items - (self.gbce_alpha == "released"))
+                positive_logits,
+                negative_logits,
+                t=self.gbce_t,
+                negative_mask=mask,
+                num_items=self.num_items - (self.gbce_alpha == "released"),
+            )
         if self.binary_reduction == "mean":
             per_example = per_example / (1.0 + self.uniform.num_negatives)
         return total(per_example) / count
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_items=self.num_items, loss=self.loss, correction=self.correction,
-                      sampler=(None if self.sampler is None
-                               else tf.keras.layers.serialize(self.sampler)),
-                      gbce_t=self.gbce_t, temperature=self.temperature,
-                      binary_reduction=self.binary_reduction,
-                      binary_accidental_hits=self.binary_accidental_hits,
-                      gbce_alpha=self.gbce_alpha, log_q_scale=self.log_q_scale,
-                      l2_normalize=self.l2_normalize,
-                      num_hard_negatives=self.num_hard_negatives,
-                      mask_known_positives=self.mask_known_positives)
+        config.update(
+            num_items=self.num_items,
+            loss=self.loss,
+            correction=self.correction,
+            sampler=(None if self.sampler is None else tf.keras.layers.serialize(self.sampler)),
+            gbce_t=self.gbce_t,
+            temperature=self.temperature,
+            binary_reduction=self.binary_reduction,
+            binary_accidental_hits=self.binary_accidental_hits,
+            gbce_alpha=self.gbce_alpha,
+            log_q_scale=self.log_q_scale,
+            l2_normalize=self.l2_normalize,
+            num_hard_negatives=self.num_hard_negatives,
+            mask_known_positives=self.mask_known_positives,
+        )
         return config
 
     @classmethod
@@ -295,34 +339,45 @@ def _check_sampler(loss: str, sampler) -> None:
     """Raises when `sampler` cannot give `loss` its negatives."""
     if loss == "full_softmax":
         if sampler is not None:
-            raise ValueError("loss='full_softmax' scores the whole catalog and takes no "
-                             f"sampler; received sampler={_describe(sampler)}.")
+            raise ValueError(
+                "loss='full_softmax' scores the whole catalog and takes no "
+                f"sampler; received sampler={_describe(sampler)}."
+            )
         return
     if not isinstance(sampler, negatives_lib.NegativeSampler):
-        raise TypeError(f"loss={loss!r} draws its negatives from `sampler`, a "
-                        "tfrs_logq.negatives sampler (see negatives.make_sampler); received "
-                        f"sampler={_describe(sampler)}.")
-    if loss in ("bce", "gbce") and not (isinstance(sampler, negatives_lib.UniformSampler)
-                                        and sampler.per_row):
-        raise ValueError(f"loss={loss!r} scores each example against its own uniform "
-                         "negatives: pass UniformSampler(..., per_row=True) (make_sampler("
-                         f"'uniform', per_row=True, ...)); received sampler={_describe(sampler)}.")
+        raise TypeError(
+            f"loss={loss!r} draws its negatives from `sampler`, a "
+            "tfrs_logq.negatives sampler (see negatives.make_sampler); received "
+            f"sampler={_describe(sampler)}."
+        )
+    if loss in ("bce", "gbce") and not (
+        isinstance(sampler, negatives_lib.UniformSampler) and sampler.per_row
+    ):
+        raise ValueError(
+            f"loss={loss!r} scores each example against its own uniform "
+            "negatives: pass UniformSampler(..., per_row=True) (make_sampler("
+            f"'uniform', per_row=True, ...)); received sampler={_describe(sampler)}."
+        )
 
 
 def _describe(sampler) -> str:
     """A sampler by its class and settings (a layer's repr gives only an address)."""
     if not isinstance(sampler, negatives_lib.NegativeSampler):
         return repr(sampler)
-    settings = {key: value for key, value in sampler.get_config().items()
-                if key not in ("name", "trainable", "dtype", "probabilities")}
+    settings = {
+        key: value
+        for key, value in sampler.get_config().items()
+        if key not in ("name", "trainable", "dtype", "probabilities")
+    }
     return f"{type(sampler).__name__}({', '.join(f'{k}={v!r}' for k, v in settings.items())})"
 
 
 _SAMPLER_SETTINGS = tuple(inspect.signature(samplers.sampler_arguments).parameters)[1:]
 
 
-def make_objective(num_items: int, *, loss: str = "sampled_softmax",
-                   negatives: str = "in_batch", **settings) -> RetrievalObjective:
+def make_objective(
+    num_items: int, *, loss: str = "sampled_softmax", negatives: str = "in_batch", **settings
+) -> RetrievalObjective:
     """A `RetrievalObjective` and its sampler from flat settings (a config's loss group).
 
     The sampler comes from `negatives.make_sampler(negatives, ...)` over ids
@@ -338,15 +393,15 @@ def make_objective(num_items: int, *, loss: str = "sampled_softmax",
         num_negatives, probabilities, seed, deduplicate, log_q, per_row,
         global_batch, mixture) and the objective's other arguments.
     """
-    sampler_settings = {name: settings.pop(name) for name in _SAMPLER_SETTINGS
-                        if name in settings}
+    sampler_settings = {name: settings.pop(name) for name in _SAMPLER_SETTINGS if name in settings}
     sampler_settings.setdefault("num_negatives", 256)
     checks.check_choice("negatives", negatives, samplers.KINDS)
     sampler_settings.update(num_items=num_items, first_id=1)
     sampler = None
     if loss in ("bce", "gbce"):
         sampler = negatives_lib.make_sampler(
-            "uniform", **dict(sampler_settings, per_row=True, probabilities=None))
+            "uniform", **dict(sampler_settings, per_row=True, probabilities=None)
+        )
     elif loss == "sampled_softmax":
         sampler = negatives_lib.make_sampler(negatives, **sampler_settings)
     return RetrievalObjective(num_items, loss=loss, sampler=sampler, **settings)

@@ -37,12 +37,15 @@ def _half_draw_uniform(generator: tf.random.Generator):
     """A `uniform_sampler` for `tf.nn.experimental.general_dropout` that takes 16 bits per
     value, two values per 32-bit draw of `generator`: values k / 2^16, k uniform in
     [0, 2^16)."""
+
     def sample(shape, dtype):
         size = tf.reduce_prod(shape)
         bits = generator.uniform_full_int([(size + 1) // 2], dtype=tf.uint32)
-        halves = tf.concat([tf.bitwise.bitwise_and(bits, 0xFFFF),
-                            tf.bitwise.right_shift(bits, 16)], axis=0)[:size]
+        halves = tf.concat(
+            [tf.bitwise.bitwise_and(bits, 0xFFFF), tf.bitwise.right_shift(bits, 16)], axis=0
+        )[:size]
         return tf.reshape(tf.cast(halves, dtype) * (1.0 / 65536.0), shape)
+
     return sample
 
 
@@ -70,10 +73,10 @@ class Dropout(tf.keras.layers.Dropout):
 
         def dropped():
             return tf.nn.experimental.general_dropout(
-                inputs, rate=self.rate, uniform_sampler=_half_draw_uniform(generator))
+                inputs, rate=self.rate, uniform_sampler=_half_draw_uniform(generator)
+            )
 
-        return tf.__internal__.smart_cond.smart_cond(training, dropped,
-                                                     lambda: tf.identity(inputs))
+        return tf.__internal__.smart_cond.smart_cond(training, dropped, lambda: tf.identity(inputs))
 
 
 class SASRecBlock(tf.keras.layers.Layer):
@@ -83,18 +86,24 @@ class SASRecBlock(tf.keras.layers.Layer):
         super().__init__(**kwargs)
         self.attention_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
         self.attention = tf.keras.layers.MultiHeadAttention(
-            num_heads, key_dim=dim // num_heads, dropout=dropout)
+            num_heads, key_dim=dim // num_heads, dropout=dropout
+        )
         self.ffn_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
-        self.ffn = tf.keras.Sequential([tf.keras.layers.Dense(dim, activation="relu"),
-                                        Dropout(dropout),
-                                        tf.keras.layers.Dense(dim),
-                                        Dropout(dropout)])
+        self.ffn = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(dim, activation="relu"),
+                Dropout(dropout),
+                tf.keras.layers.Dense(dim),
+                Dropout(dropout),
+            ]
+        )
 
     def call(self, x, mask, training=None):
         query = self.attention_norm(x)
         attention_mask = mask[:, tf.newaxis, :]  # Padding keys are never attended to.
-        x = query + self.attention(query, x, x, attention_mask=attention_mask,
-                                   use_causal_mask=True, training=training)
+        x = query + self.attention(
+            query, x, x, attention_mask=attention_mask, use_causal_mask=True, training=training
+        )
         x = x + self.ffn(self.ffn_norm(x), training=training)
         return x * tf.cast(mask, x.dtype)[:, :, tf.newaxis]
 
@@ -109,12 +118,13 @@ class GSASRecAttention(tf.keras.layers.Layer):
     def __init__(self, dim: int, num_heads: int, dropout: float, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
-        self.query = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer(),
-                                           name="query")
-        self.key = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer(),
-                                         name="key")
-        self.value = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer(),
-                                           name="value")
+        self.query = tf.keras.layers.Dense(
+            dim, kernel_initializer=gsasrec_initializer(), name="query"
+        )
+        self.key = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer(), name="key")
+        self.value = tf.keras.layers.Dense(
+            dim, kernel_initializer=gsasrec_initializer(), name="value"
+        )
         self.dropout = Dropout(dropout)
 
     def _heads(self, x):
@@ -124,16 +134,19 @@ class GSASRecAttention(tf.keras.layers.Layer):
         return tf.transpose(x, [0, 2, 1, 3])
 
     def call(self, queries, keys, mask, training=None):
-        q, k, v = (self._heads(self.query(queries)), self._heads(self.key(keys)),
-                   self._heads(self.value(keys)))
+        q, k, v = (
+            self._heads(self.query(queries)),
+            self._heads(self.key(keys)),
+            self._heads(self.value(keys)),
+        )
         logits = tf.matmul(q, k, transpose_b=True) / tf.sqrt(tf.cast(tf.shape(q)[-1], q.dtype))
         length = tf.shape(logits)[-1]
         causal = tf.linalg.band_part(tf.ones([length, length], tf.bool), -1, 0)
-        allowed = tf.logical_and(causal[tf.newaxis, tf.newaxis], mask[:, tf.newaxis,
-                                                                      tf.newaxis, :])
+        allowed = tf.logical_and(causal[tf.newaxis, tf.newaxis], mask[:, tf.newaxis, tf.newaxis, :])
         logits = tf.where(allowed, logits, tf.constant(-1e9, logits.dtype))
         weights = tf.nn.softmax(logits, axis=-1) * tf.cast(
-            tf.reduce_any(allowed, axis=-1, keepdims=True), logits.dtype)
+            tf.reduce_any(allowed, axis=-1, keepdims=True), logits.dtype
+        )
         out = tf.matmul(self.dropout(weights, training=training), v)
         out = tf.transpose(out, [0, 2, 1, 3])
         shape = tf.shape(out)
@@ -148,16 +161,18 @@ class GSASRecBlock(tf.keras.layers.Layer):
         self.first_norm = tf.keras.layers.LayerNormalization(epsilon=GSASREC_EPSILON)
         self.second_norm = tf.keras.layers.LayerNormalization(epsilon=GSASREC_EPSILON)
         self.attention = GSASRecAttention(dim, num_heads, dropout)
-        self.dense1 = tf.keras.layers.Dense(dim, activation="relu",
-                                            kernel_initializer=gsasrec_initializer())
+        self.dense1 = tf.keras.layers.Dense(
+            dim, activation="relu", kernel_initializer=gsasrec_initializer()
+        )
         self.dense2 = tf.keras.layers.Dense(dim, kernel_initializer=gsasrec_initializer())
         self.dropout = Dropout(dropout)
 
     def call(self, x, mask, training=None):
         queries = self.first_norm(x)
         x = self.second_norm(self.attention(queries, x, mask, training=training) + queries)
-        ffn = self.dropout(self.dense2(self.dropout(self.dense1(x), training=training)),
-                           training=training)
+        ffn = self.dropout(
+            self.dense2(self.dropout(self.dense1(x), training=training)), training=training
+        )
         return (x + ffn) * tf.cast(mask, x.dtype)[:, :, tf.newaxis]
 
 
@@ -197,16 +212,28 @@ class SASRec(tfrs.Model):
     other targets of its sequence (`compute_loss`).
     """
 
-    def __init__(self, num_items: int, objective: RetrievalObjective, max_length: int = 200,
-                 dim: int = 128, num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
-                 tie_embeddings: Optional[bool] = None, architecture: str = "sasrec", **kwargs):
+    def __init__(
+        self,
+        num_items: int,
+        objective: RetrievalObjective,
+        max_length: int = 200,
+        dim: int = 128,
+        num_blocks: int = 2,
+        num_heads: int = 1,
+        dropout: float = 0.5,
+        tie_embeddings: Optional[bool] = None,
+        architecture: str = "sasrec",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         self.max_length = v.check_positive_int("max_length", max_length)
         self.dim = v.check_positive_int("dim", dim)
         if dim % v.check_positive_int("num_heads", num_heads):
-            raise ValueError(f"`dim` must be a multiple of `num_heads`; received dim={dim}, "
-                             f"num_heads={num_heads}.")
+            raise ValueError(
+                f"`dim` must be a multiple of `num_heads`; received dim={dim}, "
+                f"num_heads={num_heads}."
+            )
         self.architecture = v.check_choice("architecture", architecture, ARCHITECTURES)
         gsasrec = architecture == "gsasrec"
         if tie_embeddings is None:
@@ -216,23 +243,30 @@ class SASRec(tfrs.Model):
 
         def table(size, name):
             return tf.keras.layers.Embedding(
-                size, dim, embeddings_initializer=gsasrec_initializer() if gsasrec else "uniform",
-                name=name)
+                size,
+                dim,
+                embeddings_initializer=gsasrec_initializer() if gsasrec else "uniform",
+                name=name,
+            )
 
         self.item_embedding = table(rows, "items")
-        self.output_embedding = (self.item_embedding if tie_embeddings
-                                 else table(rows, "output_items"))
+        self.output_embedding = (
+            self.item_embedding if tie_embeddings else table(rows, "output_items")
+        )
         self.position_embedding = table(max_length, "positions")
         self.input_dropout = Dropout(dropout)
         num_blocks = v.check_positive_int("num_blocks", num_blocks)
         if gsasrec:
-            self.blocks = [GSASRecBlock(dim, num_heads, dropout, name=f"block_{i}")
-                           for i in range(num_blocks)]
+            self.blocks = [
+                GSASRecBlock(dim, num_heads, dropout, name=f"block_{i}") for i in range(num_blocks)
+            ]
         else:
-            self.blocks = [SASRecBlock(dim, num_heads, dropout, name=f"block_{i}")
-                           for i in range(num_blocks)]
+            self.blocks = [
+                SASRecBlock(dim, num_heads, dropout, name=f"block_{i}") for i in range(num_blocks)
+            ]
         self.final_norm = tf.keras.layers.LayerNormalization(
-            epsilon=GSASREC_EPSILON if gsasrec else 1e-8)
+            epsilon=GSASREC_EPSILON if gsasrec else 1e-8
+        )
         self.objective = objective
 
     def call(self, inputs, training=None):
@@ -245,7 +279,7 @@ class SASRec(tfrs.Model):
         mask = tf.not_equal(inputs, 0)
         x = self.item_embedding(inputs)
         if self.architecture == "sasrec":
-            x = x * (self.dim ** 0.5)
+            x = x * (self.dim**0.5)
         x = x + self.position_embedding(tf.range(tf.shape(inputs)[1]))[tf.newaxis]
         x = self.input_dropout(x, training=training) * tf.cast(mask, x.dtype)[:, :, tf.newaxis]
         for block in self.blocks:
@@ -259,7 +293,7 @@ class SASRec(tfrs.Model):
     def item_embeddings(self):
         """[num_items + 1, dim] output item embeddings (row 0: padding)."""
         if self.architecture == "gsasrec":  # Without the unused row num_items + 1.
-            return self.objective.embed(self.output_embedding.embeddings[:self.num_items + 1])
+            return self.objective.embed(self.output_embedding.embeddings[: self.num_items + 1])
         return self.objective.embed(self.output_embedding.embeddings)
 
     def train_step(self, inputs):
@@ -273,12 +307,13 @@ class SASRec(tfrs.Model):
             loss = self.compute_loss(inputs, training=True)
             regularization_loss = tf.reduce_sum([tf.reduce_sum(x) for x in self.losses])
             total_loss = loss + regularization_loss
-        gradients = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                     for g in tape.gradient(total_loss, self.trainable_variables)]
+        gradients = [
+            tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+            for g in tape.gradient(total_loss, self.trainable_variables)
+        ]
         self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
         metrics = {metric.name: metric.result() for metric in self.metrics}
-        metrics.update(loss=loss, regularization_loss=regularization_loss,
-                       total_loss=total_loss)
+        metrics.update(loss=loss, regularization_loss=regularization_loss, total_loss=total_loss)
         return metrics
 
     def compute_loss(self, features, training=False):
@@ -292,12 +327,20 @@ class SASRec(tfrs.Model):
         """
         sequence = self(features["inputs"], training=training)
         targets = tf.reshape(features["targets"], [-1])
-        query_ids = (sequence_ids(tf.shape(features["targets"]))
-                     if self.objective.mask_known_positives else None)
-        return self.objective(tf.reshape(sequence, [-1, self.dim]), targets,
-                              self.output_embedding, all_item_embeddings=self.item_embeddings,
-                              training=training, example_mask=tf.not_equal(targets, 0),
-                              query_ids=query_ids)
+        query_ids = (
+            sequence_ids(tf.shape(features["targets"]))
+            if self.objective.mask_known_positives
+            else None
+        )
+        return self.objective(
+            tf.reshape(sequence, [-1, self.dim]),
+            targets,
+            self.output_embedding,
+            all_item_embeddings=self.item_embeddings,
+            training=training,
+            example_mask=tf.not_equal(targets, 0),
+            query_ids=query_ids,
+        )
 
 
 def sequence_ids(shape) -> tf.Tensor:
@@ -309,5 +352,5 @@ def sequence_ids(shape) -> tf.Tensor:
     rows = tf.range(tf.cast(batch, tf.int64), dtype=tf.int64)
     context = tf.distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync > 1:
-        rows += tf.cast(context.replica_id_in_sync_group, tf.int64) * (2 ** 32)
+        rows += tf.cast(context.replica_id_in_sync_group, tf.int64) * (2**32)
     return tf.repeat(rows, length)

@@ -23,13 +23,15 @@ class TwoTower(tfrs.Model):
     user's other items in the batch and its history (`compute_loss`).
     """
 
-    def __init__(self, num_users: int, num_items: int, objective: RetrievalObjective,
-                 dim: int = 64, **kwargs):
+    def __init__(
+        self, num_users: int, num_items: int, objective: RetrievalObjective, dim: int = 64, **kwargs
+    ):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
         dim = v.check_positive_int("dim", dim)
         self.user_embedding = tf.keras.layers.Embedding(
-            v.check_positive_int("num_users", num_users) + 1, dim, name="users")
+            v.check_positive_int("num_users", num_users) + 1, dim, name="users"
+        )
         self.history_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="history")
         self.query_tower = tf.keras.layers.Dense(dim, name="query")
         self.item_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="items")
@@ -41,9 +43,11 @@ class TwoTower(tfrs.Model):
         history = features["history"]
         mask = tf.cast(tf.not_equal(history, 0), tf.float32)[:, :, tf.newaxis]
         pooled = tf.reduce_sum(self.history_embedding(history) * mask, axis=1) / tf.maximum(
-            tf.reduce_sum(mask, axis=1), 1.0)
+            tf.reduce_sum(mask, axis=1), 1.0
+        )
         return self.objective.embed(
-            self.query_tower(tf.concat([self.user_embedding(features["user"]), pooled], 1)))
+            self.query_tower(tf.concat([self.user_embedding(features["user"]), pooled], 1))
+        )
 
     def candidate_embeddings(self, ids):
         """Item ids -> [.., dim] candidate embeddings."""
@@ -64,7 +68,12 @@ class TwoTower(tfrs.Model):
         known = {}
         if self.objective.mask_known_positives:
             known = dict(query_ids=features["user"], known_positive_ids=features["history"])
-        return self.objective(self.query_embeddings(features, training=training),
-                              features["item"], self.candidate_embeddings,
-                              all_item_embeddings=self.item_embeddings, training=training,
-                              example_weight=features.get("weight"), **known)
+        return self.objective(
+            self.query_embeddings(features, training=training),
+            features["item"],
+            self.candidate_embeddings,
+            all_item_embeddings=self.item_embeddings,
+            training=training,
+            example_weight=features.get("weight"),
+            **known,
+        )

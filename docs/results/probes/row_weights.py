@@ -55,21 +55,29 @@ def main(argv):
     num_batches = int(argv[1])
     for run_dir in argv[2:]:
         standard, improved, log_odds = row_weights(run_dir, num_batches)
-        print(f"{run_dir}: {len(standard)} rows; mean 1 - p_s {standard.mean():.4f}, "
-              f"mean w {improved.mean():.4f}")
-        print("  log10(n Q(p)/(1-Q(p)))  rows  mean(1-p_s)  mean(w)  "
-              "share of sum(1-p_s)  share of sum(w)")
+        print(
+            f"{run_dir}: {len(standard)} rows; mean 1 - p_s {standard.mean():.4f}, "
+            f"mean w {improved.mean():.4f}"
+        )
+        print(
+            "  log10(n Q(p)/(1-Q(p)))  rows  mean(1-p_s)  mean(w)  "
+            "share of sum(1-p_s)  share of sum(w)"
+        )
         for low, high in BINS:
             rows = (log_odds >= low) & (log_odds < high)
             if rows.any():
-                print(f"  [{low:5.1f}, {high:4.1f})  {rows.mean():6.3f}  "
-                      f"{standard[rows].mean():10.4f}  {improved[rows].mean():7.4f}  "
-                      f"{standard[rows].sum() / standard.sum():18.3f}  "
-                      f"{improved[rows].sum() / improved.sum():14.3f}")
+                print(
+                    f"  [{low:5.1f}, {high:4.1f})  {rows.mean():6.3f}  "
+                    f"{standard[rows].mean():10.4f}  {improved[rows].mean():7.4f}  "
+                    f"{standard[rows].sum() / standard.sum():18.3f}  "
+                    f"{improved[rows].sum() / improved.sum():14.3f}"
+                )
         variation = 0.5 * np.abs(standard / standard.sum() - improved / improved.sum()).sum()
-        print(f"  rows with 1 - p_s < 0.5: {np.mean(standard < 0.5):.4f}; with w < 0.5: "
-              f"{np.mean(improved < 0.5):.4f}; total variation between the normalised row "
-              f"weights: {variation:.4f}")
+        print(
+            f"  rows with 1 - p_s < 0.5: {np.mean(standard < 0.5):.4f}; with w < 0.5: "
+            f"{np.mean(improved < 0.5):.4f}; total variation between the normalised row "
+            f"weights: {variation:.4f}"
+        )
 
 
 if __name__ == "__main__":
