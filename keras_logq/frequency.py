@@ -8,6 +8,7 @@ They answer what `tfrs_logq.frequency`'s sources answer, for integer ids:
 so `model.save` / `keras.saving.load_model` and checkpoints carry it.
 
 Differences from tfrs_logq, and why:
+
 - Integer ids only: JAX has no string tensors (map strings with
   `keras.layers.StringLookup`).
 - The sketch hashes with 32-bit multiply-shift (h(x) = top log2(width) bits of

@@ -97,7 +97,7 @@ class InBatchSampler(NegativeSampler):
         a short batch's missing slots are masked, so a compiled step keeps one shape.
       log_q: with `deduplicate`, "horvitz_thompson" (unbiased) or "unigram"
         (the paper's released code; biased).
-      probabilities, seed, **kwargs: see `NegativeSampler`.
+      probabilities, seed, kwargs: see `NegativeSampler`.
     """
 
     def __init__(
@@ -290,7 +290,7 @@ class UniformSampler(NegativeSampler):
       num_negatives: draws per call (per row with `per_row`).
       first_id: smallest id (1 when id 0 is padding); 0 with a `vocabulary`.
       per_row: draw separately for every row.
-      seed, **kwargs: see `NegativeSampler`.
+      seed, kwargs: see `NegativeSampler`.
       vocabulary: optional list of distinct integer ids, the catalog, without the lookup's
         out-of-vocabulary or mask token (`logq_core.samplers.uniform_catalog`); the
         positives' dtype must hold them.
@@ -423,7 +423,7 @@ class MixedSampler(NegativeSampler):
       deduplicate: the in-batch half keeps each id once (only with "paper").
       per_row: the uniform half is drawn per row; `embeddings` is then the
         pair (uniform [batch, n_u, dim], in-batch [n_b, dim]).
-      probabilities, seed, **kwargs: see `NegativeSampler`.
+      probabilities, seed, kwargs: see `NegativeSampler`.
       vocabulary: optional catalog of the uniform half, distinct integer ids, as in
         `UniformSampler`.
     """
@@ -468,24 +468,26 @@ class MixedSampler(NegativeSampler):
         )
         self.uniform._caller = self.in_batch._caller = self._caller
         table = getattr(self.frequency, "num_items", None)  # A StaticFrequency's table.
-        if table is not None and vocabulary is None and first_id + num_items > table:
-            raise ValueError(
-                f"MixedSampler draws uniform ids in [first_id, first_id + num_items) = "
-                f"[{first_id}, {first_id + num_items}), but `probabilities` has {table} items "
-                f"(ids [0, {table})): the ids beyond would read a NaN log Q; received "
-                f"num_items={num_items}, first_id={first_id}."
-            )
-        if (
-            table is not None
-            and vocabulary is not None
-            and not (0 <= min(self.vocabulary) and max(self.vocabulary) < table)
-        ):
-            raise ValueError(
-                f"MixedSampler draws the uniform ids of its vocabulary, but `probabilities` "
-                f"has {table} items (ids [0, {table})): the ids outside would read a NaN log "
-                f"Q; received a vocabulary with ids in [{min(self.vocabulary)}, "
-                f"{max(self.vocabulary)}]."
-            )
+        if table is not None and vocabulary is None:
+            # Without a vocabulary the uniform half checked num_items, a positive int.
+            assert num_items is not None
+            if first_id + num_items > table:
+                raise ValueError(
+                    f"MixedSampler draws uniform ids in [first_id, first_id + num_items) = "
+                    f"[{first_id}, {first_id + num_items}), but `probabilities` has {table} "
+                    f"items (ids [0, {table})): the ids beyond would read a NaN log Q; "
+                    f"received num_items={num_items}, first_id={first_id}."
+                )
+        if table is not None and vocabulary is not None:
+            # Given a vocabulary, the uniform half keeps it as a list.
+            assert self.vocabulary is not None
+            if not (0 <= min(self.vocabulary) and max(self.vocabulary) < table):
+                raise ValueError(
+                    f"MixedSampler draws the uniform ids of its vocabulary, but "
+                    f"`probabilities` has {table} items (ids [0, {table})): the ids outside "
+                    f"would read a NaN log Q; received a vocabulary with ids in "
+                    f"[{min(self.vocabulary)}, {max(self.vocabulary)}]."
+                )
 
     @classmethod
     def from_lookup(
@@ -493,7 +495,7 @@ class MixedSampler(NegativeSampler):
     ) -> "MixedSampler":
         """A sampler whose uniform half draws the items of `lookup` (a Keras `StringLookup`
         or `IntegerLookup`), its out-of-vocabulary and mask tokens never drawn; `draw` as
-        in `UniformSampler.from_lookup`; **kwargs as the constructor's (`probabilities`,
+        in `UniformSampler.from_lookup`; `**kwargs` as the constructor's (`probabilities`,
         ...)."""
         return cls(
             num_uniform=num_uniform,

@@ -5,12 +5,24 @@ framework fills in, so TensorFlow and Keras 3 users read the same messages.
 """
 
 import math
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Literal,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    overload,
+)
 
 import numpy as np
 
+_Choice = TypeVar("_Choice")
 
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+
+def check_choice(name: str, value: Any, choices: Sequence[_Choice]) -> _Choice:
     """Returns `value` if it is one of `choices`, else raises ValueError."""
     if value not in choices:
         raise ValueError(
@@ -27,6 +39,14 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+@overload
+def check_positive_int(name: str, value: Any, allow_none: Literal[False] = ...) -> int: ...
+
+
+@overload
+def check_positive_int(name: str, value: Any, allow_none: bool) -> Optional[int]: ...
+
+
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Optional[int]:
     """Returns `value` as int if it is a positive integer, else raises ValueError."""
     if value is None and allow_none:
@@ -41,6 +61,14 @@ def check_non_negative_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"`{name}` must be a non-negative integer; received {name}={value!r}.")
     return int(value)
+
+
+@overload
+def check_positive_float(name: str, value: Any, allow_none: Literal[False] = ...) -> float: ...
+
+
+@overload
+def check_positive_float(name: str, value: Any, allow_none: bool) -> Optional[float]: ...
 
 
 def check_positive_float(name: str, value: Any, allow_none: bool = False) -> Optional[float]:

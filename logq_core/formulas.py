@@ -124,13 +124,13 @@ def sampled_softmax_terms(
     num_valid=None,
     known_positives=None,
 ):
-    """The sampled-softmax loss per row and, for "improved", its weight w = 1 - P_hat.
+    """The sampled-softmax loss per row and, for "improved", its weight w = 1 - P_hat::
 
-    none:               -s_p + log(e^{s_p} + sum_i m_i e^{s_i})
-    standard:           c = s - log Q (positive too); -c_p + log(e^{c_p} + sum_i m_i e^{c_i})
-    standard_negatives: c_i = s_i - log Q(d_i); -s_p + log(e^{s_p} + sum_i m_i e^{c_i})
-    improved:           c'_i = s_i - log Q'(d_i); LSE = log sum_i m_i e^{c'_i};
-                        n = sum_i m_i; w = sg(sigmoid(LSE - log n - s_p)); w (LSE - s_p)
+        none:               -s_p + log(e^{s_p} + sum_i m_i e^{s_i})
+        standard:           c = s - log Q (positive too); -c_p + log(e^{c_p} + sum_i m_i e^{c_i})
+        standard_negatives: c_i = s_i - log Q(d_i); -s_p + log(e^{s_p} + sum_i m_i e^{c_i})
+        improved:           c'_i = s_i - log Q'(d_i); LSE = log sum_i m_i e^{c'_i};
+                            n = sum_i m_i; w = sg(sigmoid(LSE - log n - s_p)); w (LSE - s_p)
 
     Args:
       ops: the array namespace.
@@ -194,14 +194,14 @@ def checked_sampled_softmax_terms(
 ):
     """`sampled_softmax_terms` on unchecked inputs, as both frameworks' losses take them.
 
+    The arguments after `log_q_values` are `sampled_softmax_terms`'s (`correction` already
+    checked, `log_q_scale` checked here).
+
     Args:
       ops: the array namespace.
       tensors: the framework's `logq_core.checks.Tensors` (dtypes, ranks, sizes).
       log_q_values: (name, log Q) -> log Q, the framework's check that it holds logs of
         probabilities (a graph assertion in TensorFlow, NaN in Keras 3).
-      positive, negatives, correction, negative_log_q, positive_log_q, mask,
-      log_q_excludes_positive, log_q_scale, num_valid, known_positives: as
-        `sampled_softmax_terms`; `correction` already checked, `log_q_scale` checked here.
     """
     check_log_q_given(correction, negative_log_q, positive_log_q, log_q_excludes_positive)
     positive, negatives, mask = checks.logits_inputs(tensors, positive, negatives, mask)
@@ -395,11 +395,15 @@ def mixture_log_q(
     Every slot of either half is a draw over the whole catalog: a uniform slot from 1/|D|;
     an in-batch slot (a pool entry kept at random) is one of the B - 1 other rows'
     positives, each a draw from q, or the row's own positive. Over a row's slots the
-    expected number of draws of an item d != p is then
+    expected number of draws of an item d != p is then::
+
         D(d) = E_u / |D| + E_b q(d),
+
     E_u the uniform slots and E_b = kept (B - 1) / B the expected q-draws among the kept
-    in-batch slots, and
+    in-batch slots, and::
+
         Z_hat = sum_i m_i e^{s_i} / D(d_i)
+
     has E[Z_hat] = sum_{d != p} e^{s_d} exactly (multiple importance sampling with the
     balance heuristic): a draw of p is an accidental hit whose term is masked, so no
     stratum is conditioned on the positive. As the per-draw equivalent over the row's n

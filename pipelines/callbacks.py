@@ -9,7 +9,7 @@ before the callbacks that read its value (ModelCheckpoint, EarlyStopping);
 import json
 import os
 import time
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -82,7 +82,13 @@ class TrainingProgress(tf.keras.callbacks.Callback):
         self.path, self.write, self.started = path, write, started
         self.early_stopping, self.checkpoint = early_stopping, checkpoint
         self.step = 0  # The step training (re)started from.
-        self.state = {"epochs": 0, "values": [], "best": None, "best_epoch": None, "seconds": 0.0}
+        self.state: Dict[str, Any] = {
+            "epochs": 0,
+            "values": [],
+            "best": None,
+            "best_epoch": None,
+            "seconds": 0.0,
+        }
         self.prior_seconds = 0.0
 
     def on_train_begin(self, logs=None):
@@ -176,7 +182,7 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
       from step 0.
     """
 
-    def __init__(self, backup_dir: str, save_freq: int):
+    def __init__(self, backup_dir: str, save_freq: Union[int, str]):
         super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=False)
         self._due_at_epoch_end = False
         self._metric_values = None
@@ -353,7 +359,7 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
         self.days, self.day_ends, self.day_items = days, day_ends, day_items
         self.num_items, self.batch_size = num_items, batch_size
         self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "train"))
-        self.rows = []
+        self.rows: List[Dict] = []
 
     def on_train_begin(self, logs=None):
         # After BackupAndRestore (earlier in the list): readings past the restored step are
@@ -402,6 +408,7 @@ def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, f
     if split.stream is not None:
         days, day_ends, day_items = split.stream.days, split.stream.day_ends, split.stream.day_items
     else:
+        assert split.train is not None  # A split without `stream` holds its training sequences.
         examples = builders.two_tower_examples(split.train, split.train_times)
         example_days = splits_lib.days(examples["time"], config.data.day_seconds)
         items = examples["flat"][examples["position"]]

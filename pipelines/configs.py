@@ -9,7 +9,7 @@ groups nested; `Config.from_dict` also reads the flat files of earlier runs.
 import dataclasses
 import math
 import numbers
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from logq_core import samplers
 from pipelines.data.splits import TEMPORAL_TARGETS
@@ -587,6 +587,8 @@ def _check_type(name: str, value: Any) -> None:
 
 
 def _check_range(name: str, value: Any) -> None:
+    low: float  # An integer field's bounds are ints; a float field's, floats (high: or None).
+    high: Optional[float]
     if name in _INTEGER_LOWS:
         low, meaning = _INTEGER_LOWS[name]
         high, high_text = _INTEGER_HIGHS.get(name, (2**31 - 1, "2^31 - 1"))

@@ -57,7 +57,7 @@ class TablePartitioner(tf.distribute.experimental.partitioners.Partitioner):
 
     The streaming estimators' state (a sketch of 1-D counters, scalars) then stays one
     variable per array, so that each update is one scatter op on one server (atomic per
-    variable: see `docs/user_guide.md`, parameter servers), and the dense layers' kernels
+    variable: see `docs/guide/distributed.md`, parameter servers), and the dense layers' kernels
     are small.
     """
 

@@ -24,7 +24,7 @@ checkpoint is gone.
 
 import json
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -43,7 +43,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
-    define = dict(flag_values=flag_values)
+    define: Dict[str, Any] = dict(flag_values=flag_values)
     flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.", **define)
     flags.DEFINE_enum(
         "index",

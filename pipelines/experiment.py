@@ -124,7 +124,14 @@ def event_files(data: configs.DataConfig) -> str:
     return data.data_path
 
 
-def _log_setup(data: configs.DataConfig, dim: int, run_dir: Optional[str], need_span: bool = False):
+def _log_setup(
+    data: configs.DataConfig, dim: int, run_dir: Optional[str], need_span: bool = False
+) -> Tuple[
+    List[str],
+    events_lib.EventColumns,
+    Dict[str, events_lib.Vocabulary],
+    Optional[Tuple[int, int]],
+]:
     """(files, columns, vocabularies, (first, last) time or None) of an event-log dataset:
     the run's saved vocabularies when `run_dir` holds them, else counted on the training
     days (the days before the validation day with --split=next_day, every day otherwise).
@@ -214,6 +221,7 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
             config.data, config.model.dim, run_dir, need_span=not built
         )
         if not built:
+            assert span is not None  # An out-of-core run's split is next_day: span was read.
             day_store.build(
                 directory,
                 events_lib.EncodedBatches(files, columns, vocabularies),
@@ -479,7 +487,7 @@ def make_optimizer(
     The composite holds Keras's legacy Adagrad and Adam, except with `parameter_server`
     (a ParameterServerStrategy's model), where it holds the current ones: with 2
     asynchronous workers the legacy pair diverged in 3 of 4 runs and the current pair in
-    none of 3 (docs/user_guide.md, parameter servers).
+    none of 3 (docs/guide/distributed.md, parameter servers).
     """
     adam = dict(learning_rate=training.learning_rate, epsilon=training.adam_epsilon)
     if training.table_optimizer == "adam":
@@ -549,6 +557,7 @@ def training_stream(
             shuffle_window=config.training.shuffle_window,
         )
     elif config.model.model == "sasrec":
+        assert split.train is not None  # A split without `stream` holds its training sequences.
         stream = builders.sasrec_dataset(
             split.train,
             config.model.max_length,
@@ -558,6 +567,7 @@ def training_stream(
             partial_batches=config.training.partial_batches,
         )
     else:
+        assert split.train is not None  # A split without `stream` holds its training sequences.
         in_time = config.training.order == "time"
         stream = builders.two_tower_dataset(
             split.train,
@@ -580,8 +590,10 @@ def pass_steps(config: configs.Config, split: splits_lib.Split) -> int:
     if split.stream is not None:
         size = split.stream.num_examples
     elif config.model.model == "sasrec":
+        assert split.train is not None  # A split without `stream` holds its training sequences.
         size = sum(len(s) >= 2 for s in split.train)  # One window per user with 2+ items.
     else:
+        assert split.train is not None  # A split without `stream` holds its training sequences.
         size = int(sum(max(len(s) - 1, 0) for s in split.train))
     if config.training.partial_batches:
         return max(-(-size // config.training.batch_size), 1)
@@ -681,7 +693,7 @@ def evaluate(
     queries: Optional[np.ndarray] = None,
     per_query: bool = False,
     candidates: Optional[np.ndarray] = None,
-) -> Dict[str, Union[float, np.ndarray]]:
+) -> Union[Dict[str, float], Dict[str, np.ndarray]]:
     """Recall@k / NDCG@k over the whole catalog (or the ids `candidates`) by `index`, the
     queries' histories filtered: their means, or with `per_query` each query's
     ([num_queries] arrays in the set's order). `queries`: the set's `query_embeddings`, when
@@ -719,7 +731,7 @@ def evaluate_split(
     index: str = "exact",
     queries: Optional[np.ndarray] = None,
     per_query: bool = False,
-) -> Dict[str, Union[float, np.ndarray]]:
+) -> Union[Dict[str, float], Dict[str, np.ndarray]]:
     """`evaluate` on the split's "test" or "validation" set as the run's report does: at
     the run's --ks, the test set over `test_index`."""
     if which not in ("test", "validation"):

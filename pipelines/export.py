@@ -10,7 +10,7 @@ is still accepted), the ScaNN index to export/scann/.
 `saved_model_cli show --all --dir OUTPUT_DIR/export/brute_force/1` lists the signatures.
 """
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 from absl import app
@@ -25,7 +25,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
-    define = dict(flag_values=flag_values)
+    define: Dict[str, Any] = dict(flag_values=flag_values)
     flags.DEFINE_enum(
         "index",
         "both",

@@ -23,7 +23,8 @@ def high_water_mib() -> Optional[float]:
     `reset_high_water` (Linux's VmHWM), MiB; None where /proc does not say."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
-            return int(re.search(r"VmHWM:\s+(\d+)", status.read()).group(1)) / 1024
+            # No match: None.group raises AttributeError, caught below.
+            return int(re.search(r"VmHWM:\s+(\d+)", status.read()).group(1)) / 1024  # type: ignore[union-attr]
     except (OSError, AttributeError):
         return None
 

@@ -39,7 +39,8 @@ def save(record: Dict, path: str) -> None:
         path,
         header=json.dumps({key: record[key] for key in _HEADER}),
         users=np.asarray(record["users"]),
-        **{
+        # (mypy: "value:NAME" keys, never savez_compressed's `allow_pickle`.)
+        **{  # type: ignore[arg-type]
             f"value:{name}": np.asarray(array, np.float32)
             for name, array in record["values"].items()
         },

@@ -7,7 +7,7 @@
 import os
 import subprocess
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -40,6 +40,7 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
     items = model.item_embeddings().numpy()
     candidates = experiment.test_index(config, split)
     indexes = ("exact", "scann") if config.training.index == "both" else (config.training.index,)
+    report: Dict[str, Any]
     report, retrieved = {}, {}
     for index in indexes:
         started = time.time()
@@ -147,7 +148,7 @@ def web_kl(
     chunk: Optional[int] = None,
     bands: Optional[np.ndarray] = None,
     draws: Optional[Tuple[np.ndarray, float]] = None,
-) -> Tuple[float, Dict[str, List]]:
+) -> Tuple[float, Dict[str, Any]]:
     """Mean KL(true law || model's softmax) over the vocabulary's items less each history,
     on `count` of the test queries, `chunk` at a time (default: as many as KL_CHUNK_PAIRS
     allows, at most 32) (the law's mass on items outside the vocabulary is left out: both
@@ -171,7 +172,7 @@ def web_kl(
         else np.arange(len(test.users))
     )
     total = 0.0
-    calibration: Dict[str, List] = {"model_log_p": [], "true_log_p": []}
+    calibration: Dict[str, Any] = {"model_log_p": [], "true_log_p": []}
     mass = {"model_mass": np.zeros(3), "true_mass": np.zeros(3)}
     if bands is not None:
         calibration["band"] = []
@@ -372,6 +373,12 @@ def export_run(
     next version after any already there); returns the version directories. With the run's
     `data` (`Interactions`), the export also serves the source's raw ids (`serving_raw`)."""
     kinds = export_lib.INDEXES if index == "both" else (index,)
+    if index == "both" and not export_lib.scann_export_available():
+        print(
+            "Exporting exact search only: the ScaNN SavedModel needs ScaNN's TensorFlow ops, "
+            "which do not load here (scann 1.4.2 builds them for TensorFlow 2.20)."
+        )
+        kinds = ("brute_force",)
     vocabularies = (
         {}
         if data is None

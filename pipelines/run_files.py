@@ -29,6 +29,7 @@ import shutil
 import socket
 import sys
 import time
+from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +136,7 @@ class RunLock:
     def __init__(self, directory: str):
         self.path = RunFiles(directory).lock
         self.directory = directory
-        self._fd = None
+        self._fd: Optional[int] = None
 
     def __enter__(self) -> "RunLock":
         while True:
@@ -177,6 +178,7 @@ class RunLock:
             os.remove(self.path)  # While still locked: a waiting process opens it anew.
         except FileNotFoundError:
             pass
+        assert self._fd is not None  # Set by `__enter__`.
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None

@@ -6,7 +6,7 @@ paired t over per-query differences (`pipelines.evaluate --against`).
 """
 
 import math
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -62,7 +62,7 @@ def welch_t(gap: float, std_a: float, n_a: int, std_b: float, n_b: int) -> Tuple
     return t, df, p
 
 
-def paired_t(differences: Sequence[float]) -> Dict[str, float]:
+def paired_t(differences: Union[Sequence[float], np.ndarray]) -> Dict[str, float]:
     """Paired t-test of per-unit differences d: {"n", "difference": mean of d, "se":
     std(d) / sqrt(n) (std with n - 1), "t", "p": two-sided, n - 1 degrees of freedom}."""
     d = np.asarray(differences, np.float64)

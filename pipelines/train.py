@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -51,7 +51,7 @@ FLAGS = flags.FLAGS
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """--preset, --output_dir, and one override flag per config field (the renamed fields'
     old names too, as aliases)."""
-    define = dict(flag_values=flag_values)
+    define: Dict[str, Any] = dict(flag_values=flag_values)
     flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.", **define)
     flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).", **define)
     flags.DEFINE_string(
@@ -88,7 +88,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "--partitioner=min_size: the smallest shard, in bytes.",
         **define,
     )
-    definers = {
+    definers: Dict[type, Callable[..., Any]] = {
         str: flags.DEFINE_string,
         int: flags.DEFINE_integer,
         float: flags.DEFINE_float,
@@ -376,7 +376,8 @@ def _run(
         progress.finish(
             **({"placement": placement} if parameter_server else {}),
             steps=int(model.optimizer.iterations.numpy()),  # Before the best weights load.
-            estimator_steps=int(source.step.numpy()) if streaming else None,
+            # (mypy: `streaming` is False when `source` is None.)
+            estimator_steps=int(source.step.numpy()) if streaming else None,  # type: ignore[union-attr]
             # The last epoch's training logs (loss and the task's diagnostics).
             last_epoch={k: float(v[-1]) for k, v in history.history.items() if v},
             estimator_state_digest=distribute.state_digest(source) if streaming else None,

@@ -87,6 +87,10 @@ _ensure_legacy_keras()
 _list_devices_without_the_no_driver_line()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfrs_logq import _scann
+
+_scann.import_scann()  # Before TFRS loads: TensorFlow 2.21 cannot load ScaNN's ops.
+
 from tfrs_logq import evaluation
 from tfrs_logq import frequency
 from tfrs_logq import losses
@@ -107,6 +111,8 @@ from tfrs_logq.negatives import Negatives
 from tfrs_logq.negatives import UniformSampler
 from tfrs_logq.negatives import make_sampler
 from tfrs_logq.tasks import LogQRetrieval
+
+_scann.mark_tfrs_layer()
 
 __all__ = [
     "CountMinSketchEstimator",

@@ -65,13 +65,14 @@ export there, or the ScaNN one from TF Serving built with ScaNN (the
 import os
 import shutil
 import tempfile
-from typing import Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 from absl import logging
 
+from tfrs_logq import _scann
 from tfrs_logq import retrieval
 
 INDEXES = ("brute_force", "scann")
@@ -433,6 +434,7 @@ def _serving_function(
         tf.TensorSpec(None, item_dtype, name=name)
         for name in ("history", "allowed", "exclude")[: 3 if filtered else 1]
     ]
+    function: Callable[..., Any]  # The signature's arguments, by name.
     if takes_user and filtered:
         function = lambda user, history, allowed, exclude: answer(user, history, allowed, exclude)
     elif takes_user:
@@ -483,6 +485,19 @@ def _next_version(path: str) -> int:
         int(name) for name in (os.listdir(path) if os.path.isdir(path) else []) if name.isdigit()
     ]
     return max(versions, default=0) + 1
+
+
+def scann_export_available() -> bool:
+    """Whether `export(index="scann")` can run here: ScaNN's TensorFlow ops loaded (scann
+    1.4.2 builds them for TensorFlow 2.20; on 2.21 only its Python index, which evaluation
+    uses, loads). False also where scann is not installed."""
+    if _scann.TF_OPS_ERROR is not None:
+        return False
+    try:
+        from scann.scann_ops.py import scann_ops  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        return False
+    return True
 
 
 def export(
@@ -537,6 +552,8 @@ def export(
     Raises:
       ValueError: an argument would give a model that cannot be served (see the module
         docstring), before anything is written.
+      ImportError: index="scann" where ScaNN's TensorFlow ops do not load (scann 1.4.2's
+        are built for TensorFlow 2.20; see `scann_export_available`).
     """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
@@ -615,6 +632,8 @@ def export(
         )
         if "user" in integer_ids:
             _check_integer_ids("user_vocabulary", user_vocabulary)
+    if index == "scann" and retrieval.uses_scann(item_table.shape[0] - 1, scann_min_items):
+        _scann.require_tf_ops("index='scann'")
     try:
         module = _Serving(
             model,

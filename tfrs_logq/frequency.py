@@ -29,7 +29,7 @@ tf.distribute: the ids of all replicas are gathered and one identical update
 is applied to every copy of the state.
 """
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -631,17 +631,20 @@ class StaticFrequency(FrequencyEstimator):
         if spec.shape.rank == 0:
             dataset = dataset.batch(65536)
         if spec.dtype == tf.string:
-            counts = {}
+            string_counts: Dict[Any, int] = {}
             for batch in dataset.as_numpy_iterator():
                 values, batch_counts = np.unique(np.asarray(batch).ravel(), return_counts=True)
                 for value, count in zip(values.tolist(), batch_counts.tolist()):
-                    counts[value] = counts.get(value, 0) + count
-            if not counts:
+                    string_counts[value] = string_counts.get(value, 0) + count
+            if not string_counts:
                 raise ValueError("`dataset` yielded no ids.")
             return cls.from_counts(
-                list(counts.values()), pseudo_count=pseudo_count, vocabulary=list(counts), **kwargs
+                list(string_counts.values()),
+                pseudo_count=pseudo_count,
+                vocabulary=list(string_counts),
+                **kwargs,
             )
-        counts = np.zeros([num_items or 0], np.int64)
+        counts: np.ndarray = np.zeros([num_items or 0], np.int64)
         for batch in dataset.as_numpy_iterator():
             ids = np.asarray(batch).ravel()
             if ids.size == 0:

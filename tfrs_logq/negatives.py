@@ -236,7 +236,7 @@ class NegativeSampler(tf.keras.layers.Layer):
     # Whether each row draws its own negatives, and how many negatives a call gives a row
     # at most (None: as many as the batch holds): set by the samplers that know them.
     per_row = False
-    num_negatives = None
+    num_negatives: Optional[int] = None
 
     @property
     def has_log_q(self) -> bool:
@@ -271,6 +271,8 @@ class NegativeSampler(tf.keras.layers.Layer):
 
     def _log_inclusion_probability(self, ids: tf.Tensor, num_draws) -> tf.Tensor:
         """The frequency source's log inclusion probability of `ids`, checked as `_log_q`."""
+        # Only `_checked_frequency` hands this out, and only when there is a frequency source.
+        assert self.frequency is not None
         return v.check_log_probabilities(
             "probabilities.log_inclusion_probability(ids)",
             self.frequency.log_inclusion_probability(ids, num_draws),
@@ -314,7 +316,7 @@ class InBatchSampler(NegativeSampler):
         pool) refer to the global pool. A step on N replicas then computes the
         same per-example losses as one replica on the same global batch. No
         effect without replicas.
-      probabilities, seed, **kwargs: see `NegativeSampler`.
+      probabilities, seed, kwargs: see `NegativeSampler`.
     """
 
     def __init__(
@@ -334,7 +336,7 @@ class InBatchSampler(NegativeSampler):
         self.max_pool_size = v.check_positive_int("max_pool_size", max_pool_size, allow_none=True)
 
     @property
-    def num_negatives(self) -> Optional[int]:
+    def num_negatives(self) -> Optional[int]:  # type: ignore[override]  # shadows a class default
         return self.max_pool_size
 
     def call(
@@ -509,7 +511,7 @@ class UniformSampler(NegativeSampler):
       num_negatives: number of draws per call (per row when `per_row`).
       first_id: smallest id of an integer catalog (e.g. 1 when id 0 is padding); 0 with a
         `vocabulary`.
-      seed, **kwargs: see `NegativeSampler`. Uniform sampling needs no
+      seed, kwargs: see `NegativeSampler`. Uniform sampling needs no
         `probabilities`.
       per_row: draw separately for every row of the batch.
       vocabulary: optional list of distinct string (or integer) ids, the catalog, without
@@ -530,7 +532,7 @@ class UniformSampler(NegativeSampler):
         kwargs.pop("probabilities", None)  # Present in configs; uniform needs none.
         super().__init__(probabilities=None, seed=seed, **kwargs)
         self.num_items, self.vocabulary = samplers.uniform_catalog(num_items, first_id, vocabulary)
-        self.num_negatives = v.check_positive_int("num_negatives", num_negatives)
+        self.num_negatives: int = v.check_positive_int("num_negatives", num_negatives)
         self.first_id = first_id
         self.per_row = v.check_bool("per_row", per_row)
         self._vocabulary_ids = None
@@ -544,7 +546,7 @@ class UniformSampler(NegativeSampler):
     def from_lookup(cls, lookup, num_negatives: int, **kwargs) -> "UniformSampler":
         """A sampler over the vocabulary of `lookup` (the item tower's `StringLookup` or
         `IntegerLookup`), its out-of-vocabulary and mask tokens left out
-        (`lookup_vocabulary`); **kwargs as the constructor's."""
+        (`lookup_vocabulary`); `**kwargs` as the constructor's."""
         return cls(num_negatives=num_negatives, vocabulary=lookup_vocabulary(lookup), **kwargs)
 
     @property
@@ -627,6 +629,7 @@ class UniformSampler(NegativeSampler):
 
     def _draw_from_vocabulary(self, positive_ids: tf.Tensor, shape) -> tf.Tensor:
         """Ids of the vocabulary at uniform positions, of the positives' dtype."""
+        assert self.vocabulary is not None  # `call` draws from the vocabulary only when set.
         samplers.check_vocabulary_ids("UniformSampler", self.vocabulary, positive_ids.dtype.name)
         positions = self.rng.uniform(shape, minval=0, maxval=self.num_items, dtype=tf.int32)
         return tf.cast(tf.gather(self._vocabulary_ids, positions), positive_ids.dtype)
@@ -680,7 +683,7 @@ class MixedSampler(NegativeSampler):
       first_id: smallest id of the catalog, as in `UniformSampler`.
       global_batch: the in-batch half draws from the global batch (see
         `InBatchSampler`); the uniform half is drawn on each replica.
-      probabilities, seed, **kwargs: see `NegativeSampler`. Both mixtures need
+      probabilities, seed, kwargs: see `NegativeSampler`. Both mixtures need
         probabilities for any correction.
       deduplicate: the in-batch half keeps each distinct id once (see
         `InBatchSampler`). Only with `mixture="paper"`: the exact mixture
@@ -739,7 +742,7 @@ class MixedSampler(NegativeSampler):
     def from_lookup(cls, lookup, num_uniform: int, num_in_batch: int, **kwargs) -> "MixedSampler":
         """A sampler whose uniform half draws from the vocabulary of `lookup` (the item
         tower's `StringLookup` or `IntegerLookup`), its out-of-vocabulary and mask tokens left
-        out (`lookup_vocabulary`); **kwargs as the constructor's (`probabilities`, ...)."""
+        out (`lookup_vocabulary`); `**kwargs` as the constructor's (`probabilities`, ...)."""
         return cls(
             num_uniform=num_uniform,
             num_in_batch=num_in_batch,
@@ -753,7 +756,7 @@ class MixedSampler(NegativeSampler):
         return self.uniform.vocabulary
 
     @property
-    def per_row(self) -> bool:
+    def per_row(self) -> bool:  # type: ignore[override]  # shadows a class default
         return self.uniform.per_row
 
     def reset(self) -> None:
@@ -763,7 +766,9 @@ class MixedSampler(NegativeSampler):
         self.in_batch.reset()
 
     @property
-    def num_negatives(self) -> int:
+    def num_negatives(self) -> int:  # type: ignore[override]  # shadows a class default
+        # `__init__` checked num_in_batch, the in-batch half's max_pool_size, a positive int.
+        assert self.in_batch.max_pool_size is not None
         return self.uniform.num_negatives + self.in_batch.max_pool_size
 
     def call(

@@ -213,6 +213,13 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         `candidate_mask`) and each query's other known positives (`query_ids`,
         `known_positive_ids`, `known_positives`).
 
+        Known positives leave the loss's sums but stay draws: log Q and
+        "improved"'s n are unchanged, so Z_hat stays an unbiased estimate of the
+        partition function without them, for every correction and sampler
+        (`logq_core.formulas.mask_known_positives`). `score_mask` instead also
+        removes the columns from "improved"'s n (for columns that are not draws,
+        such as padding). Hard negatives are mined among the remaining columns.
+
         Args:
           query_embeddings: [num_queries, dim] query representations, or
             [num_queries, num_heads, dim] for "maxsim" scoring (as TFRS).
@@ -264,13 +271,6 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
           known_positives: without a sampler, optional [num_queries, num_candidates]
             bool, True where candidate column j is a known positive of query i (the
             explicit form of the two above, combined with them).
-
-          Known positives leave the loss's sums but stay draws: log Q and
-          "improved"'s n are unchanged, so Z_hat stays an unbiased estimate of the
-          partition function without them, for every correction and sampler
-          (`logq_core.formulas.mask_known_positives`). `score_mask` instead also
-          removes the columns from "improved"'s n (for columns that are not draws,
-          such as padding). Hard negatives are mined among the remaining columns.
 
         Returns:
           Scalar loss: the sum over queries of sample-weighted per-example losses.

@@ -29,7 +29,7 @@ import os
 import resource
 import shutil
 import time
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -146,7 +146,7 @@ class _Buckets:
         self.weighted = weighted
         self.pending: List[Tuple[np.ndarray, ...]] = []
         self.rows, self.parts = 0, 0
-        self.days = set()
+        self.days: Set[int] = set()
 
     def add(self, user, item, when, weight) -> None:
         columns = (user, item, when) + ((weight,) if self.weighted else ())
@@ -338,11 +338,12 @@ def _build_into(
     user_counts = np.zeros(num_users + 1, np.int64)
     item_counts = np.zeros(num_items + 1, np.int64)
     train_item_counts = np.zeros(num_items + 1, np.int64)
-    before = {"validation": np.zeros(num_users + 1, np.int64), "test": None}
+    # "test" is filled in by the end of the pass (below).
+    before: Dict[str, np.ndarray] = {"validation": np.zeros(num_users + 1, np.int64), "test": None}  # type: ignore[dict-item]
     active = {}
     duplicates = kept = 0
     for day in range(last + 1):
-        columns = buckets.read(day)
+        columns: Sequence[np.ndarray] = buckets.read(day)
         if not columns:
             continue
         order, dropped = chronological(*columns[:3])
@@ -389,7 +390,7 @@ def _build_into(
     # Pass 2: the training examples in time order, and the chosen users' histories.
     state = np.zeros([num_users + 1, history_length], np.int32)
     seen = np.zeros(num_users + 1, np.int64)
-    kept_history = {"validation": [], "test": []}
+    kept_history: Dict[str, List[Tuple[np.ndarray, np.ndarray]]] = {"validation": [], "test": []}
     days, day_ends, total = [], [], 0
     targets = {}
     for day in range(last + 1):
@@ -523,7 +524,8 @@ def _write_eval(directory: str, eval_sets: Dict[str, splits_lib.EvalSet]) -> Non
             values = getattr(eval_set, part)
             arrays[f"{name}_{part}"] = np.concatenate(values) if values else np.zeros(0)
             arrays[f"{name}_{part}_lengths"] = np.array([len(v) for v in values], np.int64)
-    np.savez(os.path.join(directory, "queries.npz"), **arrays)
+    # (mypy: no key of `arrays` is savez's `allow_pickle`.)
+    np.savez(os.path.join(directory, "queries.npz"), **arrays)  # type: ignore[arg-type]
 
 
 def read_eval(directory: str, name: str) -> splits_lib.EvalSet:

@@ -88,7 +88,7 @@ class EventLog(NamedTuple):
     interactions: Interactions
     weights: Optional[np.ndarray]
     integer_ids: Tuple[str, ...]
-    stats: Dict[str, int]
+    stats: Dict[str, float]
 
 
 def event_files(pattern: str) -> List[str]:
@@ -322,6 +322,7 @@ def time_span(
         last = seconds.max() if last is None else max(last, seconds.max())
     if first is None:
         raise DataError(", ".join(files), None, "the log holds no events.")
+    assert last is not None  # Set with `first`.
     return int(first), int(last)
 
 

@@ -14,7 +14,7 @@ import math
 import os
 import re
 import zlib
-from typing import Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -154,6 +154,7 @@ def load_grouplens(path: Optional[str] = None, min_rating: Optional[float] = Non
                 "integer timestamp (ASCII digits, a finite rating); received "
                 f"{shown(line, 80)}.",
             )
+        assert user is not None and movie is not None and timestamp is not None  # Checked above.
         for value, text, what in ((user, parts[0], "UserID"), (movie, parts[1], "MovieID")):
             _in_int64(path, number, value, text, what, "ids are 64-bit integers")
         _in_int64(path, number, timestamp, parts[3], "timestamp", "times are integer seconds")
@@ -172,11 +173,13 @@ def load_sasrec(path: Optional[str] = None) -> Interactions:
     """
     path = path or data_file(ML_1M_SASREC_FILE)
     rows = []
-    previous = {}  # user: (item, time) of the user's previous line.
+    # user: (item, time) of the user's previous line.
+    previous: Dict[Optional[int], Tuple[Optional[int], int]] = {}
     for number, line in _lines(path):
         parts = line.split()
         ids = [_int64(part) if part.isascii() and part.isdigit() else None for part in parts]
-        if len(parts) != 2 or None in ids or min(ids) < 1:
+        # (mypy: `None in ids` is checked before `min(ids)`.)
+        if len(parts) != 2 or None in ids or min(ids) < 1:  # type: ignore[type-var, operator]
             raise DataError(
                 path,
                 number,
@@ -184,7 +187,7 @@ def load_sasrec(path: Optional[str] = None) -> Interactions:
                 f"(ASCII digits); received {shown(line, 80)}.",
             )
         for value, text, what in zip(ids, parts, ("user id", "item id")):
-            if value > INT64_MAX:
+            if value > INT64_MAX:  # type: ignore[operator]  # No None: checked above.
                 raise DataError(
                     path,
                     number,
@@ -204,10 +207,10 @@ def load_sasrec(path: Optional[str] = None) -> Interactions:
             sparse = sparse_ids(np.array([row[column] for row in rows], np.int64))
             if sparse is not None:
                 largest, distinct = sparse
-                line = next(row[2] for row in rows if row[column] == largest)
+                line_number = next(row[2] for row in rows if row[column] == largest)
                 raise DataError(
                     path,
-                    line,
+                    line_number,
                     f"{name} id {largest:,} is more than "
                     f"{MAX_ID_SPARSITY:g}x the file's {distinct:,} distinct {name} "
                     "ids. SASRec-format ids are used as they are (embedding rows "
@@ -299,16 +302,16 @@ def load_tfds(
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
 
     dataset = tfds.load(name, split="train", data_dir=data_dir, download=download)
-    users, items, times = [], [], []
+    user_parts, item_parts, times = [], [], []
     columns = ("user_id", "movie_id", "timestamp")
     dataset = dataset.map(lambda x: {k: x[k] for k in columns})  # Other features vary in shape.
     for batch in tfds.as_numpy(dataset.batch(65536)):
-        users.append(batch["user_id"].astype(str))
-        items.append(batch["movie_id"].astype(str))
+        user_parts.append(batch["user_id"].astype(str))
+        item_parts.append(batch["movie_id"].astype(str))
         times.append(batch["timestamp"].astype(np.int64))
-    if not users:
+    if not user_parts:
         raise DataError(name, None, "the dataset holds no interactions.")
-    users, items = np.concatenate(users), np.concatenate(items)
+    users, items = np.concatenate(user_parts), np.concatenate(item_parts)
     try:  # Raw ids are numeric strings: order them as numbers, as the GroupLens loader does.
         users, items = users.astype(np.int64), items.astype(np.int64)
     except ValueError:

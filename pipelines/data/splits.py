@@ -2,12 +2,32 @@
 the next-day split of industrial logs."""
 
 import math
-from typing import List, NamedTuple, Optional
+from typing import TYPE_CHECKING, List, NamedTuple, Optional
 
 import numpy as np
 
 from pipelines.data.interactions import DataError
 from pipelines.data.interactions import Interactions
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class _DayStore(Protocol):
+        """What is read of a split's `day_store.DayStore` (not imported: day_store imports
+        this module)."""
+
+        @property
+        def directory(self) -> str: ...
+        @property
+        def num_examples(self) -> int: ...
+        @property
+        def days(self) -> np.ndarray: ...
+        @property
+        def day_ends(self) -> np.ndarray: ...
+        @property
+        def item_counts(self) -> np.ndarray: ...
+        def day_items(self, day: int) -> np.ndarray: ...
+
 
 # gSASRec's validation users on ML-1M: 512 draws of RandomState(42) over
 # range(6040), compared with the 1-based user ids.
@@ -26,7 +46,7 @@ class EvalSet(NamedTuple):
 class Split(NamedTuple):
     """Training sequences per user (index = dense user id), and the evaluation sets."""
 
-    train: List[np.ndarray]
+    train: Optional[List[np.ndarray]]
     validation: EvalSet
     test: EvalSet
     num_items: int
@@ -36,13 +56,15 @@ class Split(NamedTuple):
     train_weights: Optional[List[np.ndarray]] = None
     # The training examples on disk (`day_store.DayStore`: an event log's next-day split
     # read out of core); `train` is then None.
-    stream: Optional[object] = None
+    stream: Optional["_DayStore"] = None
 
     def train_counts(self) -> np.ndarray:
         """[num_items + 1] training interactions per item."""
         if self.stream is not None:
             return self.stream.item_counts
-        flat = np.concatenate([np.asarray(s, np.int64) for s in self.train] or [[]])
+        assert self.train is not None  # Without `stream` the split holds its sequences.
+        # mypy cannot type the empty fallback [[]]; it concatenates to an empty array.
+        flat = np.concatenate([np.asarray(s, np.int64) for s in self.train] or [[]])  # type: ignore[list-item]
         return np.bincount(flat.astype(np.int64), minlength=self.num_items + 1)
 
 

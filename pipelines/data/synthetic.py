@@ -85,7 +85,7 @@ def make_synthetic(
 
     lengths = rng.integers(min_length, max_length + 1, size=num_users)
     chunk = chunk or max(1, 2**24 // (num_items + 1))
-    user_col, item_col = [], []
+    user_parts, item_parts = [], []
     for start in range(1, num_users + 1, chunk):
         block = np.arange(start, min(start + chunk, num_users + 1))
         perturbed = catalog.logits(block) + rng.gumbel(size=[len(block), num_items + 1])
@@ -93,9 +93,9 @@ def make_synthetic(
             length = lengths[user - 1]
             top = np.argpartition(-perturbed[row], length)[:length]
             # Decreasing perturbed logit = the order of successive draws.
-            item_col.append(top[np.argsort(-perturbed[row, top])])
-            user_col.append(np.full(length, user))
-    user_col, item_col = np.concatenate(user_col), np.concatenate(item_col)
+            item_parts.append(top[np.argsort(-perturbed[row, top])])
+            user_parts.append(np.full(length, user))
+    user_col, item_col = np.concatenate(user_parts), np.concatenate(item_parts)
     # Each user's draws at increasing random times.
     times = np.concatenate([np.sort(rng.integers(0, time_span, size=n)) for n in lengths])
     interactions = from_arrays(user_col, item_col, times, keep_ids=True)

@@ -105,13 +105,13 @@ class WebCatalog(NamedTuple):
         out = np.full([len(users), k], -1, np.int64)
         for row, user in enumerate(users):
             removed = np.asarray(exclude[row], np.int64)
-            ids, scores = [], []
+            id_parts, score_parts = [], []
             for slot in range(self.user_clusters.shape[1]):
                 cluster = self.user_clusters[user, slot]
                 top = order[starts[cluster] : starts[cluster + 1]][: k + len(removed)]
-                ids.append(top)
-                scores.append(np.log(self.user_weights[user, slot]) + within[top])
-            ids, scores = np.concatenate(ids), np.concatenate(scores)
+                id_parts.append(top)
+                score_parts.append(np.log(self.user_weights[user, slot]) + within[top])
+            ids, scores = np.concatenate(id_parts), np.concatenate(score_parts)
             ids, first = np.unique(ids, return_index=True)  # A cluster listed twice.
             scores = scores[first]
             keep = ~np.isin(ids, removed)

@@ -140,7 +140,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
         _check_sampler(loss, sampler)
         # Attribute names as the checkpoints of earlier runs have them.
         self.task = None
-        self.uniform = None
+        self.uniform: Optional[negatives_lib.UniformSampler] = None
         if loss == "sampled_softmax":
             self.task = LogQRetrieval(
                 correction=correction,
@@ -151,6 +151,7 @@ class RetrievalObjective(tf.keras.layers.Layer):
                 num_hard_negatives=num_hard_negatives or None,
             )
         elif loss in ("bce", "gbce"):
+            assert isinstance(sampler, negatives_lib.UniformSampler)  # `_check_sampler` checked.
             self.uniform = sampler
 
     @property
@@ -246,10 +247,12 @@ class RetrievalObjective(tf.keras.layers.Layer):
         if self.task is not None:
             table = None
             sampler = self.task.sampler
+            assert sampler is not None  # `_check_sampler` checked the sampled softmax's sampler.
             if (
                 all_item_embeddings is not None
                 and sampler.per_row
-                and scores_whole_table(self.num_items, sampler.num_negatives)
+                # A per-row sampler (uniform, mixed) draws a fixed number of negatives.
+                and scores_whole_table(self.num_items, sampler.num_negatives)  # type: ignore[arg-type]
             ):
                 # Per-row draws on a small catalog: their scores are columns of one matmul.
                 table = all_item_embeddings()
@@ -269,9 +272,11 @@ class RetrievalObjective(tf.keras.layers.Layer):
             return loss / count
         query_embeddings = tf.cast(query_embeddings, tf.float32)
         if self.loss == "full_softmax":
-            table = tf.cast(all_item_embeddings(), tf.float32)[1:]
+            # The full softmax's callers always pass the table (documented above).
+            table = tf.cast(all_item_embeddings(), tf.float32)[1:]  # type: ignore[misc]
             logits = _ops.scores(query_embeddings, table)
             return total(losses_lib.full_softmax_loss(logits, positive_ids - 1)) / count
+        assert self.uniform is not None  # bce and gbce: `__init__` set it.
         positive_logits = _ops.row_scores(
             query_embeddings, tf.cast(item_embedding_fn(positive_ids), tf.float32)
         )

@@ -6,6 +6,7 @@
 - `architecture="gsasrec"`: the model the logQ paper's numbers came from,
   `NonameUntitled/logq` gsasrec.py (a fork of `asash/gSASRec-pytorch`) with
   gSASRec-pytorch's transformer_decoder.py, layer by layer:
+
   - no sqrt(dim) scaling of the item embeddings (gsasrec.py `forward`);
   - attention with Q, K and V projections (with bias) and no output
     projection; queries are LN(x), keys and values the block input x

@@ -1,0 +1,107 @@
+"""What a TFRS user gets on each supported TensorFlow (2.20 and 2.21): the README's quickstart
+trains, ScaNN's own index searches, the brute-force SavedModel serves, and the ScaNN SavedModel
+is exported where ScaNN's TensorFlow ops load (2.20) and refused by name where they do not
+(2.21). `make check-tf TF=2.21` runs this file in an environment with TensorFlow 2.21."""
+
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+import tfrs_logq
+from tfrs_logq import export
+from tfrs_logq import retrieval
+from tfrs_logq.models import RetrievalObjective
+from tfrs_logq.models import SASRec
+
+NUM_USERS, NUM_ITEMS = 40, 60
+
+
+class TwoTower(tfrs.Model):
+    """The README's TFRS quickstart, as written there."""
+
+    def __init__(self, item_probabilities):
+        super().__init__()
+        self.user_model = tf.keras.layers.Embedding(NUM_USERS, 64)
+        self.item_model = tf.keras.layers.Embedding(NUM_ITEMS, 64)
+        self.task = tfrs_logq.LogQRetrieval(
+            correction="improved",
+            sampler=tfrs_logq.MixedSampler(
+                NUM_ITEMS, num_uniform=16, num_in_batch=16, probabilities=item_probabilities
+            ),
+        )
+
+    def compute_loss(self, features, training=False):
+        return self.task(
+            self.user_model(features["user_id"]),
+            self.item_model(features["item_id"]),
+            candidate_ids=features["item_id"],
+            candidate_embedding_fn=self.item_model,
+        )
+
+
+class TensorFlowVersionTest(tf.test.TestCase):
+    def test_a_supported_tensorflow(self):
+        self.assertRegex(tf.__version__, r"^2\.2[01]\.")
+        self.assertTrue(tf.keras.Model.__module__.startswith("tf_keras"))
+
+    def test_quickstart_trains(self):
+        rng = np.random.default_rng(0)
+        counts = rng.integers(1, 50, NUM_ITEMS).astype(np.float64)
+        features = {
+            "user_id": rng.integers(0, NUM_USERS, 512),
+            "item_id": rng.choice(NUM_ITEMS, 512, p=counts / counts.sum()),
+        }
+        model = TwoTower(counts / counts.sum())
+        model.compile(optimizer=tf.keras.optimizers.Adagrad(0.1))
+        history = model.fit(
+            tf.data.Dataset.from_tensor_slices(features).batch(64), epochs=2, verbose=0
+        )
+        losses = history.history["loss"]
+        self.assertTrue(np.isfinite(losses).all())
+        self.assertLess(losses[-1], losses[0])
+
+    def test_scann_own_index_searches(self):
+        rng = np.random.default_rng(1)
+        items = rng.normal(size=(2001, 16)).astype(np.float32)
+        queries = rng.normal(size=(8, 16)).astype(np.float32)
+        found = retrieval.scann_top_k(queries, items, 10, min_items=0)
+        exact = retrieval.exact_top_k(queries, items, 10)
+        self.assertEqual(found.shape, (8, 10))
+        self.assertGreater(retrieval.overlap_at_k(found, exact, 10), 0.6)
+
+    def test_exports(self):
+        tf.keras.utils.set_random_seed(0)
+        model = SASRec(
+            NUM_ITEMS,
+            RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
+            max_length=8,
+            dim=16,
+            dropout=0.0,
+        )
+        model(tf.zeros([1, 8], tf.int32))
+        base = tempfile.mkdtemp()
+        path = export.export(model, os.path.join(base, "brute_force"), k=5, max_length=8)
+        served = tf.saved_model.load(path).signatures["serving_default"](
+            history=tf.constant([[1, 2, 3]], tf.int64)
+        )
+        self.assertEqual(served["ids"].shape, (1, 5))
+        scann = os.path.join(base, "scann")
+        if tf.__version__.startswith("2.20."):
+            self.assertTrue(export.scann_export_available())
+            self.assertTrue(
+                os.path.isdir(
+                    export.export(model, scann, k=5, index="scann", max_length=8, scann_min_items=0)
+                )
+            )
+        else:  # ScaNN 1.4.2's TensorFlow ops are built for 2.20.
+            self.assertFalse(export.scann_export_available())
+            with self.assertRaisesRegex(
+                ImportError,
+                r"index='scann' needs ScaNN's TensorFlow ops, which scann "
+                r"1\.4\.2 builds for TensorFlow 2\.20 only; this is TensorFlow 2\.21",
+            ):
+                export.export(model, scann, k=5, index="scann", max_length=8, scann_min_items=0)
+            self.assertFalse(os.path.exists(scann))
