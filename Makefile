@@ -60,8 +60,9 @@ docs: $(STAMP)
 check-tf:
 	$(MAKE) VENV=.venv-tf$(TF) TF=$(TF) venv
 	TFRS_LOGQ_DATA=$${TFRS_LOGQ_DATA:-$(TEST_DATA)} .venv-tf$(TF)/bin/python -m pytest -n 2 \
-	    tests/test_tensorflow_versions.py tests/test_tasks.py tests/test_losses.py \
-	    tests/test_retrieval.py tests/test_export.py tests/test_cli.py $(PYTEST_ARGS)
+	    tests/tfrs_logq/test_tensorflow_versions.py tests/tfrs_logq/test_tasks.py \
+	    tests/tfrs_logq/test_losses.py tests/tfrs_logq/test_retrieval.py \
+	    tests/tfrs_logq/test_export.py tests/pipelines/test_cli.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-tf* runs build docs/_build *.egg-info

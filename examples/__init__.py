@@ -1,1 +1,1 @@
-"""Examples: keras_logq (Keras 3) with keras-rs."""
+"""Examples, run from a clone as `python -m examples.NAME` (not installed with the wheel)."""

@@ -1,5 +1,5 @@
 """`python -m pipelines.train`, killed by SIGKILL (nothing after it runs) at a named point:
-the fault injection of the resume tests (`tests/test_train.py::ResumeAnywhereTest`).
+the fault injection of the resume tests (`tests/pipelines/test_train.py::ResumeAnywhereTest`).
 
 Usage: python -m tests.interrupt POINT N [pipelines.train flags]
 

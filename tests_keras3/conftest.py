@@ -1,6 +1,6 @@
 """keras_logq's tests run in their own process, one per Keras 3 backend (KERAS_BACKEND).
 
-`tests/test_keras3.py` starts `python -m pytest tests_keras3` once per backend;
+`tests/keras_logq/test_backends.py` starts `python -m pytest tests_keras3` once per backend;
 run one directly with e.g. `KERAS_BACKEND=jax python -m pytest tests_keras3`.
 Nothing here imports tfrs_logq (which routes tf.keras to Keras 2).
 """

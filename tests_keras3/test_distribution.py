@@ -35,7 +35,8 @@ pytestmark = pytest.mark.skipif(
 def _run(devices, samplers):
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("XLA_FLAGS", None)
-    # `-S` as this process (tests/test_keras3.py runs this suite so, without TensorFlow).
+    # `-S` as this process (tests/keras_logq/test_backends.py runs this suite so, without
+    # TensorFlow).
     python = [sys.executable] + (["-S"] if sys.flags.no_site else [])
     result = subprocess.run(
         python

@@ -15,7 +15,7 @@ from unittest import mock
 import tensorflow as tf
 
 from paper import park
-from tests.test_train import _finish_as_uninterrupted
+from tests.pipelines.test_train import _finish_as_uninterrupted
 
 
 class ParkTest(tf.test.TestCase):

@@ -16,7 +16,7 @@ import pytest
 
 from examples import keras_sasrec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _tiny_file(directory):
@@ -99,7 +99,7 @@ def test_example_runs_on_a_tiny_file(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_example_runs_without_tensorflow(tmp_path):
     """As on a GPU machine with JAX and no TensorFlow, as documented, every row."""
-    from tests.test_keras3 import _site_packages_without_tensorflow  # pylint: disable=import-outside-toplevel
+    from tests.keras_logq.test_backends import _site_packages_without_tensorflow  # pylint: disable=import-outside-toplevel
 
     site = tmp_path / "site"
     site.mkdir()

@@ -271,7 +271,7 @@ class StaticShapesTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class ObjectiveOptionsTest(tf.test.TestCase):
-    """The released protocol's options (tests/test_parity.py checks their values)."""
+    """The released protocol's options (tests/tfrs_logq/test_parity.py checks their values)."""
 
     def test_config_round_trip_with_released_options(self):
         objective = make_objective(

@@ -19,7 +19,7 @@ from pipelines import cluster as cluster_lib
 from pipelines import configs
 from pipelines import distribute
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class PartitionerTest(tf.test.TestCase):

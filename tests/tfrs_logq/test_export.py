@@ -387,7 +387,7 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
             text=True,
             timeout=600,
             check=False,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
         )
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         lines = result.stdout.splitlines()

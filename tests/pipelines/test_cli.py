@@ -12,7 +12,7 @@ from pipelines import cli
 from pipelines import configs
 from pipelines import train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_help_lists_every_job_and_preset(capsys):

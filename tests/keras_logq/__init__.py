@@ -1,0 +1,1 @@
+"""Tests of `keras_logq`."""
