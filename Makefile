@@ -38,7 +38,7 @@ test: $(STAMP)
 
 # End-to-end runs in their own processes, and keras_logq on every Keras 3 backend.
 test-integration: $(STAMP)
-	$(PYTEST) -m "integration or backends" $(PYTEST_ARGS)
+	$(PYTEST) -m "(integration or backends) and not slow" $(PYTEST_ARGS)
 
 # pytest exits 5 when no test is marked slow: that is not a failure.
 test-slow: $(STAMP)

@@ -642,6 +642,7 @@ def test_extraction_finds_the_docs_commands():
         for where, text in UNUSABLE
     ],
 )
+@pytest.mark.integration
 def test_quoted_command_runs_as_written(command):
     error = check(command)
     assert error is None, (
@@ -655,17 +656,20 @@ def test_quoted_command_runs_as_written(command):
     zip(NEGATIVE_CONTROLS, CONTROL_COMMANDS),
     ids=[c.text for c in NEGATIVE_CONTROLS],
 )
+@pytest.mark.integration
 def test_broken_command_is_caught(control, command):
     error = check(command)
     assert error is not None, f"`{control.text}` passed its check"
     assert control.expect in error, error
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", POSITIVE_COMMANDS, ids=POSITIVE_CONTROLS)
 def test_right_command_passes(command):
     assert check(command) is None
 
 
+@pytest.mark.integration
 def test_stubbed_parse_agrees_with_a_real_start():
     """The real `python -m` start rejects the misspelt flag the check rejects, naming it."""
     process = _child([sys.executable, "-m", "pipelines.train", "--preset=smoke", "--no_such_flag"])

@@ -8,6 +8,7 @@ import sys
 import tempfile
 from unittest import mock
 
+import pytest
 import tensorflow as tf
 
 from paper import campaign_status
@@ -16,6 +17,7 @@ from paper import plan
 from paper import report
 
 
+@pytest.mark.integration
 class CampaignScriptTest(tf.test.TestCase):
     """paper/campaign.sh: it parses, and every step and report it hands to paper.reproduce
     names a known profile and known rows."""

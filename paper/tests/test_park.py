@@ -12,12 +12,14 @@ import tempfile
 import time
 from unittest import mock
 
+import pytest
 import tensorflow as tf
 
 from paper import park
 from tests.pipelines.test_train import _finish_as_uninterrupted
 
 
+@pytest.mark.integration
 class ParkTest(tf.test.TestCase):
     def test_packed_run_resumes_elsewhere_to_the_bit(self):
         # A smoke run is killed once its first best checkpoint is written, packed, its

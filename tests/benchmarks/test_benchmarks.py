@@ -15,6 +15,8 @@ from benchmarks import estimator_accuracy
 from benchmarks import gradient_bias
 from tfrs_logq import frequency
 
+pytestmark = pytest.mark.integration
+
 
 def run_benchmark(name: str, *flags: str, timeout: int) -> subprocess.CompletedProcess:
     """Runs `python -m benchmarks.NAME FLAGS...`, capturing its output."""

@@ -66,6 +66,7 @@ def test_training_windows_and_left_padding():
     np.testing.assert_array_equal(keras_sasrec.left_padded([[1, 2, 3, 4], []], 2), [[3, 4], [0, 0]])
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_example_runs_on_a_tiny_file(tmp_path):
     rows = ["mixed_improved"]

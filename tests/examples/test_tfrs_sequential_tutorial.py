@@ -10,6 +10,7 @@ from examples import tfrs_sequential_tutorial as tutorial
 
 
 class SequentialTutorialTest(tf.test.TestCase):
+    @pytest.mark.integration
     def test_windows_and_every_task_runs(self):
         path = os.path.join(tempfile.mkdtemp(), "ratings.dat")
         with open(path, "w", encoding="utf-8") as f:  # User 1: 3 events, user 2: 12.

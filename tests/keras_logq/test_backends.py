@@ -19,6 +19,8 @@ import tensorflow as tf
 from tests import reference
 from tfrs_logq import losses
 
+pytestmark = pytest.mark.backends
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BACKENDS = ("tensorflow", "jax", "torch")
 

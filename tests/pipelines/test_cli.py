@@ -45,45 +45,48 @@ def test_each_job_is_its_module():
         assert job.module == f"pipelines.{name}"
 
 
-def test_python_dash_m_pipelines_is_the_command():
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines", "--help"],
+def _command(*args):
+    """`python -m pipelines ARGS...` (what `tfrs-logq ARGS...` runs) in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+def test_python_dash_m_pipelines_is_the_command():
+    result = _command("--help")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "jobs:" in result.stdout and "industrial_smoke" in result.stdout
 
 
 def test_a_job_gets_its_flags_and_exit_status():
     """`tfrs-logq train` parses train's flags: a bad preset is refused by name, exit 1."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines", "train", "--preset=nope", "--output_dir=unused"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = _command("train", "--preset=nope", "--output_dir=unused")
     assert result.returncode == 1, result.stderr[-3000:]
     assert "--preset must be one of paper, official" in result.stderr
     assert "received --preset='nope'" in result.stderr
 
 
 def test_cluster_job_takes_argparse_flags():
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines", "cluster", "--workers=0", "--", "true"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = _command("cluster", "--workers=0", "--", "true")
     assert result.returncode == 2
     assert "tfrs-logq cluster: error: --workers must be an integer >= 1" in result.stderr
+
+
+def test_console_script_is_installed():
+    """`pip install` puts `tfrs-logq` beside the interpreter (setup.cfg's entry point)."""
+    script = os.path.join(os.path.dirname(sys.executable), "tfrs-logq")
+    if not os.path.exists(script):
+        pytest.skip(f"no console script beside {sys.executable} (not installed with pip)")
+    result = subprocess.run(
+        [script, "trian"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 2
+    assert "unknown job 'trian'" in result.stderr
 
 
 def _config(tmp_path, *argv, contents=None):

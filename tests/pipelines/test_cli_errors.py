@@ -237,6 +237,7 @@ def _child(*args):
     )
 
 
+@pytest.mark.integration
 def test_command_lines():
     # pipelines.train refuses --learning_rate=nan before it writes anything; TensorFlow's
     # device set-up (which logged "failed call to cuInit" on every CPU run) prints no error.
@@ -267,6 +268,7 @@ def test_command_lines():
     ), result.stderr[-3000:]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_mask_known_positives_trains(jit_compile):
     # The flag reaches the objective through the loss group (config.json), and the smoke run

@@ -10,6 +10,7 @@ from unittest import mock
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import tensorflow as tf
 
 from pipelines import configs
@@ -505,6 +506,7 @@ class DayStoreTest(tf.test.TestCase):
         self.assertEqual(os.listdir(out), [])
 
 
+@pytest.mark.integration
 class IndustrialRunTest(tf.test.TestCase):
     def test_industrial_smoke_run_serves_raw_ids_as_evaluated(self):
         os.environ[experiment.CACHE_ENV] = tempfile.mkdtemp()
@@ -593,6 +595,7 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertAllEqual(answer["ids"].numpy().astype(str), data.item_ids[expected])
 
 
+@pytest.mark.integration
 class WeightedEventLogTest(tf.test.TestCase):
     def test_a_weighted_csv_log_trains_with_weights_in_the_batches(self):
         catalog = web_synthetic.make_catalog(600, 300, 5, cluster_size=100, seed=1)
@@ -634,6 +637,7 @@ class WeightedEventLogTest(tf.test.TestCase):
         self.assertTrue((answer["ids"].numpy() % 1000 == 7).all())
 
 
+@pytest.mark.integration
 class BadLogRunTest(tf.test.TestCase):
     def test_a_bad_log_stops_before_training_and_writes_nothing(self):
         directory, out = tempfile.mkdtemp(), tempfile.mkdtemp()

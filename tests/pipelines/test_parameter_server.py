@@ -19,6 +19,8 @@ from pipelines import cluster as cluster_lib
 from pipelines import configs
 from pipelines import distribute
 
+pytestmark = pytest.mark.integration
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

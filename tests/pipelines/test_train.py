@@ -61,6 +61,7 @@ def _finish_as_uninterrupted(test, args, resumed, uninterrupted):
     return metrics, reference
 
 
+@pytest.mark.integration
 class TrainRunTest(tf.test.TestCase):
     def test_run_writes_metrics_and_evaluate_reproduces_them(self):
         out = tempfile.mkdtemp()
@@ -318,6 +319,7 @@ class TrainRunTest(tf.test.TestCase):
             configs.validate(SMOKE.replace(test_curve_every=-1))
 
 
+@pytest.mark.integration
 class ReleasedProtocolTest(tf.test.TestCase):
     def test_official_presets(self):
         # The released protocol (docs/protocol.md), and its CPU scale.
@@ -373,6 +375,7 @@ class ReleasedProtocolTest(tf.test.TestCase):
         self.assertBetween(metrics["test"]["ndcg@10"], 0.0, 1.0)
 
 
+@pytest.mark.integration
 class MirroredRunTest(tf.test.TestCase):
     def test_two_replicas_with_global_negatives_and_an_estimator(self):
         # The global batch of 32 is split 16 + 16 over the two logical CPUs; the run
@@ -605,6 +608,7 @@ class MultiWorkerTest(tf.test.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
 
 
+@pytest.mark.integration
 class CommandLineTest(tf.test.TestCase):
     def test_main_job_prints_a_table(self):
         out = tempfile.mkdtemp()
@@ -961,6 +965,7 @@ class _ResumeCase(tf.test.TestCase):
         return metrics
 
 
+@pytest.mark.integration
 class ResumeAnywhereTest(_ResumeCase):
     def test_kill_just_after_the_backup_at_an_epochs_end(self):
         # The issue's probe: epoch 0's validation and best checkpoint used to be lost.
@@ -970,6 +975,7 @@ class ResumeAnywhereTest(_ResumeCase):
         self._check("best_checkpoint", 2)
 
 
+@pytest.mark.integration
 class ResumeOutOfCoreTest(_ResumeCase):
     """The same for an event log read out of core (`day_store`): killed while its store is
     built, or in training streamed from it."""

@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
@@ -116,6 +117,7 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         self.assertContainsSubset({"Scann>ScannSearchBatched", "Scann>TensorsToScann"}, ops)
 
     @parameterized.parameters("brute_force", "scann")
+    @pytest.mark.integration  # Served by a fresh interpreter.
     def test_sasrec_reloads_alone_with_the_same_top_k(self, index):
         # 200 items are fewer than retrieval.SCANN_MIN_ITEMS: the "scann" export searches
         # exactly, says so, and needs no ScaNN ops to load.
@@ -377,6 +379,7 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(got["ids"], np.where(want > 0, want + 5000, -1))
         self.assertAllEqual(got["unknown_allowed_ids"], [0, 0])
 
+    @pytest.mark.integration
     def test_filtered_serving_demo(self):
         _require_scann_ops(self)  # It exports both indexes.
         # The user guide's command: trains the smoke preset, sends a filtered request to both
@@ -480,6 +483,7 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(export.export(model, base, k=5), os.path.join(base, "8"))
         self.assertEqual(sorted(os.listdir(base)), ["1", "2", "7", "8"])
 
+    @pytest.mark.integration  # Served by a fresh interpreter.
     def test_two_tower_and_out_of_vocabulary_ids(self):
         model = _two_tower()
         path = export.export(model, os.path.join(tempfile.mkdtemp(), "bf"), k=5, max_length=LENGTH)
