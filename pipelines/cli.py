@@ -9,8 +9,9 @@ lists a job's flags, `tfrs-logq --help` the jobs and the presets.
   tfrs-logq cluster --workers=2 --ps=2 -- tfrs-logq train --strategy=parameter_server ...
 """
 
-import importlib
+import runpy
 import sys
+from types import ModuleType
 from typing import List, NamedTuple, Optional
 
 PROG = "tfrs-logq"
@@ -37,11 +38,25 @@ JOBS = {
 
 def usage() -> str:
     """The text of `tfrs-logq --help`: the jobs, then the presets of `train --preset`."""
-    from pipelines import configs  # pylint: disable=import-outside-toplevel  (imports TensorFlow)
-
-    width = max(map(len, [*JOBS, *configs.PRESETS]))
-    lines = [f"usage: {PROG} JOB [FLAGS...]   ({PROG} JOB --help: the job's flags)", "", "jobs:"]
+    configs: Optional[ModuleType]
+    try:
+        from pipelines import configs  # pylint: disable=import-outside-toplevel  (TensorFlow)
+    except ModuleNotFoundError as error:  # `pip install tfrs_logq` alone: no TensorFlow.
+        configs, missing = None, error.name
+    width = max(map(len, [*JOBS, *(configs.PRESETS if configs else ())]))
+    lines = [
+        f"usage: {PROG} JOB [FLAGS...]   ({PROG} JOB --help: the job's flags)",
+        "",
+        "jobs:",
+    ]
     lines += [f"  {name:<{width}}  {job.summary}" for name, job in JOBS.items()]
+    if configs is None:
+        lines += [
+            "",
+            f"The jobs need the pipelines' dependencies ({missing!r} is missing): "
+            'pip install "tfrs_logq[pipelines]".',
+        ]
+        return "\n".join(lines)
     lines += [
         "",
         f"presets ({PROG} train --preset=NAME; any field can be overridden by its "
@@ -65,10 +80,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             file=sys.stderr,
         )
         return 2
-    module = importlib.import_module(JOBS[name].module)
     if name == "cluster":  # argparse, not absl.
-        return module.main(rest, prog=f"{PROG} cluster")
-    module.run_job([f"{PROG} {name}", *rest])  # absl's app.run: exits with the job's status.
+        from pipelines import cluster  # pylint: disable=import-outside-toplevel
+
+        return cluster.main(rest, prog=f"{PROG} cluster")
+    # As `python -m` runs it: absl files the job's flags under sys.argv[0], which its --help
+    # and usage errors list; app.run exits with the job's status.
+    sys.argv = [f"{PROG} {name}", *rest]
+    try:
+        runpy.run_module(JOBS[name].module, run_name="__main__", alter_sys=True)
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] in ("pipelines", "tfrs_logq"):
+            raise
+        print(
+            f"{PROG} {name} needs the pipelines' dependencies, which lack {error.name!r}: "
+            'pip install "tfrs_logq[pipelines]".',
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

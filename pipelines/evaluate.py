@@ -24,7 +24,7 @@ checkpoint is gone.
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 import numpy as np
 import tensorflow as tf
@@ -281,12 +281,6 @@ def main(argv):
         print(f"\nUpdated {path}")
 
 
-def run_job(argv: Optional[List[str]] = None) -> None:
-    """`python -m pipelines.evaluate` and `tfrs-logq evaluate`: defines the flags and runs `main`
-    (argv[0] is the program's name; None: sys.argv)."""
-    define_flags()
-    app.run(main, argv=argv)
-
-
 if __name__ == "__main__":
-    run_job()
+    define_flags()
+    app.run(main)

@@ -10,7 +10,8 @@ is still accepted), the ScaNN index to export/scann/.
 `saved_model_cli show --all --dir OUTPUT_DIR/export/brute_force/1` lists the signatures.
 """
 
-from typing import Any, Dict, List, Optional
+import sys
+from typing import Any, Dict
 
 import tensorflow as tf
 from absl import app
@@ -20,6 +21,7 @@ from absl import logging
 from pipelines import configs
 from pipelines import experiment
 from pipelines import report
+from tfrs_logq import export as export_lib
 
 FLAGS = flags.FLAGS
 
@@ -49,16 +51,14 @@ def main(argv):
     config, model, _, data = experiment.load_run(argv[1])
     # tfrs_logq.export names exact search brute_force.
     index = "both" if len(searches) > 1 else {"exact": "brute_force"}.get(searches[0], searches[0])
-    for path in report.export_run(model, config, argv[1], index, FLAGS.k, data=data):
+    try:
+        paths = report.export_run(model, config, argv[1], index, FLAGS.k, data=data)
+    except export_lib.ScannOpsUnavailable as error:
+        sys.exit(f"error: {error}")  # The message names the fix: no traceback.
+    for path in paths:
         print(f"Wrote {path}")
 
 
-def run_job(argv: Optional[List[str]] = None) -> None:
-    """`python -m pipelines.export` and `tfrs-logq export`: defines the flags and runs `main`
-    (argv[0] is the program's name; None: sys.argv)."""
-    define_flags()
-    app.run(main, argv=argv)
-
-
 if __name__ == "__main__":
-    run_job()
+    define_flags()
+    app.run(main)

@@ -373,12 +373,6 @@ def export_run(
     next version after any already there); returns the version directories. With the run's
     `data` (`Interactions`), the export also serves the source's raw ids (`serving_raw`)."""
     kinds = export_lib.INDEXES if index == "both" else (index,)
-    if index == "both" and not export_lib.scann_export_available():
-        print(
-            "Exporting exact search only: the ScaNN SavedModel needs ScaNN's TensorFlow ops, "
-            "which do not load here (scann 1.4.2 builds them for TensorFlow 2.20)."
-        )
-        kinds = ("brute_force",)
     vocabularies = (
         {}
         if data is None
@@ -390,16 +384,24 @@ def export_run(
         vocabularies["integer_ids"] = tuple(
             experiment.event_log_facts(config, output_dir)["integer_ids"]
         )
-    return [
-        export_lib.export(
-            model,
-            RunFiles(output_dir).export(kind),
-            k=k,
-            index=kind,
-            max_length=experiment.query_length(config),
-            scann_min_items=config.training.scann_min_items,
-            version=version,
-            **vocabularies,
-        )
-        for kind in kinds
-    ]
+    paths = []
+    for kind in kinds:
+        try:
+            paths.append(
+                export_lib.export(
+                    model,
+                    RunFiles(output_dir).export(kind),
+                    k=k,
+                    index=kind,
+                    max_length=experiment.query_length(config),
+                    scann_min_items=config.training.scann_min_items,
+                    version=version,
+                    **vocabularies,
+                )
+            )
+        except export_lib.ScannOpsUnavailable as error:
+            if index != "both":
+                raise
+            # TensorFlow 2.21: the exact-search export stands alone, and the run says why.
+            print(f"Not exported through ScaNN: {error}")
+    return paths

@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -545,12 +545,6 @@ def main(argv):
     print(f"\nWrote {RunFiles(FLAGS.output_dir).metrics}")
 
 
-def run_job(argv: Optional[List[str]] = None) -> None:
-    """`python -m pipelines.train` and `tfrs-logq train`: defines the flags and runs `main`
-    (argv[0] is the program's name; None: sys.argv)."""
-    define_flags()
-    app.run(main, argv=argv)
-
-
 if __name__ == "__main__":
-    run_job()
+    define_flags()
+    app.run(main)

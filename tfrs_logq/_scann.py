@@ -54,13 +54,17 @@ def mark_tfrs_layer() -> None:
         factorized_top_k._HAVE_SCANN = False  # pylint: disable=protected-access
 
 
+class ScannOpsUnavailable(ImportError):
+    """ScaNN is installed but its TensorFlow ops do not load on this TensorFlow."""
+
+
 def require_tf_ops(what: str) -> None:
-    """Raises ImportError naming the fix when ScaNN's TensorFlow ops did not load."""
+    """Raises `ScannOpsUnavailable` naming the fix when ScaNN's TensorFlow ops did not load."""
     if TF_OPS_ERROR is None:
         return
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    raise ImportError(
+    raise ScannOpsUnavailable(
         f"{what} needs ScaNN's TensorFlow ops, which scann 1.4.2 builds for TensorFlow 2.20 "
         f"only; this is TensorFlow {tf.__version__} ({TF_OPS_ERROR.splitlines()[0][:300]}). "
         "Use exact search (index='brute_force', --index=exact), which works on every "

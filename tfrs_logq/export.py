@@ -487,6 +487,10 @@ def _next_version(path: str) -> int:
     return max(versions, default=0) + 1
 
 
+# Raised by `export(index="scann")` where ScaNN's TensorFlow ops do not load (an ImportError).
+ScannOpsUnavailable = _scann.ScannOpsUnavailable
+
+
 def scann_export_available() -> bool:
     """Whether `export(index="scann")` can run here: ScaNN's TensorFlow ops loaded (scann
     1.4.2 builds them for TensorFlow 2.20; on 2.21 only its Python index, which evaluation
@@ -552,8 +556,9 @@ def export(
     Raises:
       ValueError: an argument would give a model that cannot be served (see the module
         docstring), before anything is written.
-      ImportError: index="scann" where ScaNN's TensorFlow ops do not load (scann 1.4.2's
-        are built for TensorFlow 2.20; see `scann_export_available`).
+      ScannOpsUnavailable: (an ImportError) index="scann" for a catalog of at least
+        `scann_min_items` where ScaNN's TensorFlow ops do not load (scann 1.4.2's are built
+        for TensorFlow 2.20; see `scann_export_available`), before anything is written.
     """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")

@@ -71,6 +71,16 @@ def test_a_job_gets_its_flags_and_exit_status():
     assert "received --preset='nope'" in result.stderr
 
 
+def test_a_jobs_help_lists_its_flags():
+    # absl prints the docstring, then the flags, and exits 1, as `python -m pipelines.train`.
+    result = _command("train", "--help")
+    assert result.returncode == 1, result.stderr[-3000:]
+    text = result.stdout
+    assert "The training entry point" in text
+    for flag in ("--preset", "--config_file", "--output_dir", "--correction"):
+        assert f"  {flag}:" in text, flag
+
+
 def test_cluster_job_takes_argparse_flags():
     result = _command("cluster", "--workers=0", "--", "true")
     assert result.returncode == 2

@@ -5,6 +5,7 @@ is exported where ScaNN's TensorFlow ops load (2.20) and refused by name where t
 
 import os
 import tempfile
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -43,6 +44,29 @@ class TwoTower(tfrs.Model):
 
 
 class TensorFlowVersionTest(tf.test.TestCase):
+    def test_a_runs_export_without_scann_ops_writes_exact_search_and_says_why(self):
+        """What a training run's export (both indexes) does on TensorFlow 2.21."""
+        from pipelines import configs  # pylint: disable=import-outside-toplevel
+        from pipelines import report  # pylint: disable=import-outside-toplevel
+
+        def fake_export(model, path, *, index, **kwargs):
+            if index == "scann":
+                raise export.ScannOpsUnavailable("index='scann' needs ScaNN's TensorFlow ops")
+            return os.path.join(path, "1")
+
+        out = tempfile.mkdtemp()
+        with (
+            mock.patch.object(export, "export", fake_export),
+            mock.patch("builtins.print") as printed,
+        ):
+            paths = report.export_run(None, configs.PRESETS["smoke"], out, "both")
+            self.assertEqual(paths, [os.path.join(out, "export", "brute_force", "1")])
+            printed.assert_called_once_with(
+                "Not exported through ScaNN: index='scann' needs ScaNN's TensorFlow ops"
+            )
+            with self.assertRaises(export.ScannOpsUnavailable):  # Asked for by name: an error.
+                report.export_run(None, configs.PRESETS["smoke"], out, "scann")
+
     def test_a_supported_tensorflow(self):
         self.assertRegex(tf.__version__, r"^2\.2[01]\.")
         self.assertTrue(tf.keras.Model.__module__.startswith("tf_keras"))
