@@ -244,7 +244,7 @@ def test_command_lines():
     out = os.path.join(tempfile.mkdtemp(), "run")
     script = textwrap.dedent(f"""
         import runpy, sys
-        import pipelines
+        import pipelines.train  # Its imports (tfrs_logq) list the devices quietly.
         import tensorflow as tf
         print("devices", [d.device_type for d in tf.config.list_physical_devices()])
         sys.argv = ["train", "--preset=smoke", "--learning_rate=nan", "--output_dir={out}"]
