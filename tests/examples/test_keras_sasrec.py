@@ -69,11 +69,19 @@ def test_training_windows_and_left_padding():
 @pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_example_runs_on_a_tiny_file(tmp_path):
+    """One row, as a JAX user without TensorFlow runs it (`-S`: site-packages without the
+    TensorFlow family, through PYTHONPATH)."""
+    from tests.keras_logq.test_backends import _site_packages_without_tensorflow  # pylint: disable=import-outside-toplevel
+
+    site = tmp_path / "site"
+    site.mkdir()
+    env = _env(PYTHONPATH=os.pathsep.join([_site_packages_without_tensorflow(str(site)), ROOT]))
     rows = ["mixed_improved"]
     output = tmp_path / "results.json"
     result = subprocess.run(
         [
             sys.executable,
+            "-S",
             "-m",
             "examples.keras_sasrec",
             f"--data_path={_tiny_file(tmp_path)}",
@@ -82,7 +90,7 @@ def test_example_runs_on_a_tiny_file(tmp_path):
             f"--output={output}",
         ],
         cwd=ROOT,
-        env=_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
