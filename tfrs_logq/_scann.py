@@ -9,7 +9,8 @@ so by `import tensorflow_recommenders`, whose `except ImportError` does not catc
 
 `import_scann`, run by `import tfrs_logq` before TFRS loads, imports ScaNN's Python index
 without the ops where they do not load, and tells TFRS that its ScaNN layer is unavailable;
-`TF_OPS_ERROR` then says why, and `tfrs_logq.export` refuses `index="scann"` naming the fix.
+`TF_OPS_ERROR` then says why, and `tfrs_logq.export` refuses `index="scann"` naming the fix
+(`export.ScannOpsUnavailable`).
 """
 
 import sys
@@ -52,22 +53,3 @@ def mark_tfrs_layer() -> None:
         from tensorflow_recommenders.layers import factorized_top_k  # pylint: disable=import-outside-toplevel
 
         factorized_top_k._HAVE_SCANN = False  # pylint: disable=protected-access
-
-
-class ScannOpsUnavailable(ImportError):
-    """ScaNN is installed but its TensorFlow ops do not load on this TensorFlow."""
-
-
-def require_tf_ops(what: str) -> None:
-    """Raises `ScannOpsUnavailable` naming the fix when ScaNN's TensorFlow ops did not load."""
-    if TF_OPS_ERROR is None:
-        return
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
-    raise ScannOpsUnavailable(
-        f"{what} needs ScaNN's TensorFlow ops, which scann 1.4.2 builds for TensorFlow 2.20 "
-        f"only; this is TensorFlow {tf.__version__} ({TF_OPS_ERROR.splitlines()[0][:300]}). "
-        "Use exact search (index='brute_force', --index=exact), which works on every "
-        "TensorFlow, or install TensorFlow 2.20 (pip install 'tensorflow~=2.20.0' "
-        "'tf-keras~=2.20.0'). Evaluation through ScaNN's own index works on both."
-    )

@@ -487,8 +487,23 @@ def _next_version(path: str) -> int:
     return max(versions, default=0) + 1
 
 
-# Raised by `export(index="scann")` where ScaNN's TensorFlow ops do not load (an ImportError).
-ScannOpsUnavailable = _scann.ScannOpsUnavailable
+class ScannOpsUnavailable(ImportError):
+    """`export(index="scann")` where ScaNN is installed but its TensorFlow ops do not load on
+    this TensorFlow (scann 1.4.2 builds them for TensorFlow 2.20)."""
+
+
+def _require_scann_ops(what: str) -> None:
+    """Raises `ScannOpsUnavailable` naming the fix when ScaNN's TensorFlow ops did not load."""
+    if _scann.TF_OPS_ERROR is None:
+        return
+    raise ScannOpsUnavailable(
+        f"{what} needs ScaNN's TensorFlow ops, which scann 1.4.2 builds for TensorFlow 2.20 "
+        f"only; this is TensorFlow {tf.__version__} "
+        f"({_scann.TF_OPS_ERROR.splitlines()[0][:300]}). Use exact search "
+        "(index='brute_force', --index=exact), which works on every TensorFlow, or install "
+        "TensorFlow 2.20 (pip install 'tensorflow~=2.20.0' 'tf-keras~=2.20.0'). Evaluation "
+        "through ScaNN's own index works on both."
+    )
 
 
 def scann_export_available() -> bool:
@@ -638,7 +653,7 @@ def export(
         if "user" in integer_ids:
             _check_integer_ids("user_vocabulary", user_vocabulary)
     if index == "scann" and retrieval.uses_scann(item_table.shape[0] - 1, scann_min_items):
-        _scann.require_tf_ops("index='scann'")
+        _require_scann_ops("index='scann'")
     try:
         module = _Serving(
             model,

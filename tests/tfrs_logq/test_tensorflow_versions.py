@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 import tfrs_logq
+from tfrs_logq import _scann
 from tfrs_logq import export
 from tfrs_logq import retrieval
 from tfrs_logq.models import RetrievalObjective
@@ -66,6 +67,35 @@ class TensorFlowVersionTest(tf.test.TestCase):
             )
             with self.assertRaises(export.ScannOpsUnavailable):  # Asked for by name: an error.
                 report.export_run(None, configs.PRESETS["smoke"], out, "scann")
+
+    def test_without_scann_ops_the_scann_export_is_refused_by_name(self):
+        """TensorFlow 2.21's case, made here: ScaNN's ops failed to load at import."""
+        tf.keras.utils.set_random_seed(0)
+        model = SASRec(
+            NUM_ITEMS,
+            RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
+            max_length=8,
+            dim=16,
+            dropout=0.0,
+        )
+        model(tf.zeros([1, 8], tf.int32))
+        path = os.path.join(tempfile.mkdtemp(), "scann")
+        error = "NotFoundError: .../_scann_ops.so: undefined symbol: _ZN4absl12lts_2025012716"
+        with mock.patch.object(_scann, "TF_OPS_ERROR", error):
+            self.assertFalse(export.scann_export_available())
+            with self.assertRaisesRegex(
+                export.ScannOpsUnavailable,
+                r"index='scann' needs ScaNN's TensorFlow ops, which scann 1\.4\.2 builds for "
+                r"TensorFlow 2\.20 only; this is TensorFlow .* \(NotFoundError: "
+                r"\.\.\./_scann_ops\.so: undefined symbol.*\)\. Use exact search "
+                r"\(index='brute_force', --index=exact\)",
+            ):
+                export.export(model, path, k=5, index="scann", max_length=8, scann_min_items=0)
+            self.assertFalse(os.path.exists(path))
+            # A catalog below scann_min_items is searched exactly: no ops needed.
+            self.assertTrue(
+                os.path.isdir(export.export(model, path, k=5, index="scann", max_length=8))
+            )
 
     def test_a_supported_tensorflow(self):
         self.assertRegex(tf.__version__, r"^2\.2[01]\.")
