@@ -100,7 +100,7 @@ def evaluate_indexes(
         for search in searches
     }
     shape = (
-        retrieval.embedding_geometry(queries, model.item_embeddings().numpy()) if geometry else None
+        retrieval.embedding_geometry(queries, retrieval.ItemTable.of(model)) if geometry else None
     )
     return config, metrics, shape
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
 
@@ -292,6 +292,34 @@ class WebTruth(NamedTuple):
         out[:, 1:] = logp[:, self.item_index[1:]]
         return out
 
+    def support(self, users: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """Per user of `users` (dense ids): (the dense ids of the vocabulary's items the law
+        gives mass on the test day, log P(d | u) of each before any renormalisation). The law
+        is sparse (a user's clusters), so this holds a user's few thousand items, not the
+        catalog: what the KL and the calibration read."""
+        catalog = self.catalog
+        within = (
+            catalog.log_weights(self.test_day)
+            - catalog.cluster_log_totals(self.test_day)[catalog.item_cluster]
+        )
+        members = np.argsort(catalog.item_cluster, kind="stable")
+        starts = np.searchsorted(catalog.item_cluster[members], np.arange(catalog.num_clusters + 1))
+        for user in self.user_index[np.asarray(users, np.int64)]:
+            parts, values = [], []
+            for slot in range(catalog.user_clusters.shape[1]):
+                cluster = catalog.user_clusters[user, slot]
+                items = members[starts[cluster] : starts[cluster + 1]]
+                parts.append(items)
+                values.append(np.log(catalog.user_weights[user, slot]) + within[items])
+            items, log_p = np.concatenate(parts), np.concatenate(values)
+            order = np.argsort(items, kind="stable")
+            items, log_p = items[order], log_p[order]
+            first = np.flatnonzero(np.r_[True, items[1:] != items[:-1]])
+            items, log_p = items[first], np.logaddexp.reduceat(log_p, first)  # A cluster twice.
+            dense = self.dense_item[items]
+            kept = dense > 0
+            yield dense[kept], log_p[kept]
+
     def oracle_top_k(self, users: np.ndarray, k: int, exclude, candidates=None) -> np.ndarray:
         """[len(users), k] dense ids ranked by the true law (0 pads), `exclude` removed, among
         the dense `candidates` (None: every item in the vocabulary)."""
@@ -462,7 +490,7 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
                 "history": tf.zeros([1, towers.history_length], tf.int32),
             }
         )
-        model.item_embeddings()
+        model.item_embeddings(tf.zeros([1], tf.int32))  # Builds the item tower, one row.
     track_random_generators(model)
     return model
 
@@ -702,7 +730,7 @@ def evaluate(
         queries = query_embeddings(model, config, eval_set)
     top = retrieval.top_k(
         queries,
-        model.item_embeddings().numpy(),
+        retrieval.ItemTable.of(model),  # Read a chunk at a time, never copied whole.
         max(ks),
         min_items=config.training.scann_min_items,
         exclude=eval_set.histories,

@@ -34,10 +34,11 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
     """Test metrics at `config.training.ks` by each index of `config.training.index`, over
     `test_index`; with both, the ANN overlap with exact search; Recall@k of head / torso /
     tail targets; the KL of the model's softmax to the true law (synthetic data; the
-    web-scale log needs the run's `data`)."""
+    web-scale log needs the run's `data`). The catalog is read a chunk at a time
+    (`retrieval.ItemTable`): no copy of it beside the model's table."""
     ks = configs.ks(config.training)
     queries = experiment.query_embeddings(model, config, split.test)
-    items = model.item_embeddings().numpy()
+    items = retrieval.ItemTable.of(model)
     candidates = experiment.test_index(config, split)
     indexes = ("exact", "scann") if config.training.index == "both" else (config.training.index,)
     report: Dict[str, Any]
@@ -66,9 +67,10 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
         )
     if config.data.dataset == "synthetic":
         # The true next-item law P(d | u) / (1 - P(H | u)) over d not in H: KL from the model's.
+        # (The embedded catalog: thousands of items, read whole.)
         report["kl_to_truth"] = retrieval.kl_to_truth(
             experiment.synthetic_data(config)[1].logits(split.test.users),
-            queries @ items.T,
+            queries @ items.gather(np.arange(len(items))).T,
             exclude=split.test.histories,
         )
     elif config.data.dataset == "web_synthetic" and data is not None:
@@ -134,26 +136,21 @@ def calibration_targets(targets, history) -> np.ndarray:
 
 # The web-scale log's KL is measured on this many test queries (a fixed sample).
 KL_QUERIES = 256
-# ... in chunks of at most 32 queries and this many (query, item) pairs: a chunk's arrays are
-# float64 [chunk, items], several alive at once (32 queries at 1M items, 6 at 5M).
-KL_CHUNK_PAIRS = 2**25
 
 
 def web_kl(
     truth,
     test: splits_lib.EvalSet,
     queries: np.ndarray,
-    items: np.ndarray,
+    items,
     count: int = KL_QUERIES,
-    chunk: Optional[int] = None,
     bands: Optional[np.ndarray] = None,
     draws: Optional[Tuple[np.ndarray, float]] = None,
 ) -> Tuple[float, Dict[str, Any]]:
     """Mean KL(true law || model's softmax) over the vocabulary's items less each history,
-    on `count` of the test queries, `chunk` at a time (default: as many as KL_CHUNK_PAIRS
-    allows, at most 32) (the law's mass on items outside the vocabulary is left out: both
-    laws are renormalised over the same candidates: the whole vocabulary, not the test
-    index); and the calibration of the model's P(p | u) on those queries' targets p:
+    on `count` of the test queries (the law's mass on items outside the vocabulary is left
+    out: both laws are renormalised over the same candidates: the whole vocabulary, not the
+    test index); and the calibration of the model's P(p | u) on those queries' targets p:
     {"model_log_p", "true_log_p"[, "band", "model_mass", "true_mass"]}, one entry per
     (query, target), the log probabilities of both
     softmaxes (what improved's row weight 1 - P(p | u) estimates, against the truth), and the
@@ -162,47 +159,60 @@ def web_kl(
     items, averaged over the queries (where the model's probability goes, against the
     truth's: [head, torso, tail], each list summing to 1). With `draws` (`expected_draws`),
     also "draws": each target's expected draws D(p) among a row's negatives, and
-    "negatives": the row's n (what each correction's implied P(p | u) needs)."""
-    if chunk is None:
-        chunk = max(1, min(32, KL_CHUNK_PAIRS // max(len(items), 1)))
+    "negatives": the row's n (what each correction's implied P(p | u) needs).
+
+    `items`: what `retrieval.ItemTable.of` reads. The model's normalisers are summed a chunk
+    of the catalog at a time (`retrieval.log_normalizers`) and the truth is read where it
+    has mass (`truth.support`: a user's clusters), so memory does not grow with the
+    catalog."""
+    table = retrieval.ItemTable.of(items)
     sample = splits_lib.subsample(test, count)
     rows = (
         np.searchsorted(test.users, sample.users)
         if len(sample.users) < len(test.users)
         else np.arange(len(test.users))
     )
+    histories = [np.asarray(test.histories[r], np.int64) for r in rows]
+    log_normalizer, model_mass = retrieval.log_normalizers(
+        queries[rows],
+        table,
+        exclude=histories,
+        groups=None if bands is None else np.maximum(np.asarray(bands, np.int64), 0),
+        num_groups=3,
+    )
     total = 0.0
     calibration: Dict[str, Any] = {"model_log_p": [], "true_log_p": []}
-    mass = {"model_mass": np.zeros(3), "true_mass": np.zeros(3)}
+    true_mass = np.zeros(3)
     if bands is not None:
         calibration["band"] = []
-        shifted = np.asarray(bands, np.int64) + 1  # Bins 1-3; the padding's -1 falls in 0.
-    for start in range(0, len(rows), chunk):
-        part = rows[start : start + chunk]
-        true = np.maximum(truth.log_probabilities(test.users[part]), -1e4)
-        scores = queries[part] @ items.T
-        exclude = [test.histories[r] for r in part]
-        total += len(part) * retrieval.kl_to_truth(true, scores, exclude=exclude)
-        log_true = retrieval.candidate_log_softmax(true, exclude)
-        log_model = retrieval.candidate_log_softmax(scores, exclude)
-        for row, query in enumerate(part):
-            targets = calibration_targets(test.targets[query], test.histories[query])
-            calibration["model_log_p"] += np.round(log_model[row, targets], 4).tolist()
-            calibration["true_log_p"] += np.round(log_true[row, targets], 4).tolist()
-            if bands is not None:
-                calibration["band"] += bands[targets].astype(int).tolist()
-            if draws is not None:
-                calibration.setdefault("draws", []).extend(
-                    float(f"{value:.5g}") for value in draws[0][targets]
-                )
+    for row, (query, (support, raw_log_p)) in enumerate(zip(rows, truth.support(test.users[rows]))):
+        candidate = ~np.isin(support, histories[row])
+        support, raw_log_p = support[candidate], raw_log_p[candidate]
+        raw_total = np.logaddexp.reduce(raw_log_p) if len(raw_log_p) else -np.inf
+        log_true = raw_log_p - raw_total
+        log_model = table.rows(support) @ queries[query].astype(np.float64) - log_normalizer[row]
+        total += float(np.sum(np.exp(log_true) * (log_true - log_model)))
+        targets = calibration_targets(test.targets[query], test.histories[query])
+        target_scores = table.rows(targets) @ queries[query].astype(np.float64)
+        calibration["model_log_p"] += np.round(target_scores - log_normalizer[row], 4).tolist()
+        # A target outside the law's support: the -1e4 floor the dense form clipped it to.
+        position = np.minimum(np.searchsorted(support, targets), max(len(support) - 1, 0))
+        found = (support[position] == targets) if len(support) else np.zeros(len(targets), bool)
+        true_at = np.where(found, log_true[position] if len(support) else 0.0, -1e4 - raw_total)
+        calibration["true_log_p"] += np.round(true_at, 4).tolist()
         if bands is not None:
-            for name, log_p in (("model_mass", log_model), ("true_mass", log_true)):
-                for row in log_p:  # One row at a time: a 5M-item chunk is 1.3 GB.
-                    mass[name] += np.bincount(shifted, weights=np.exp(row), minlength=4)[1:]
+            calibration["band"] += np.asarray(bands)[targets].astype(int).tolist()
+            true_mass += np.bincount(
+                np.asarray(bands)[support], weights=np.exp(log_true), minlength=3
+            )[:3]
+        if draws is not None:
+            calibration.setdefault("draws", []).extend(
+                float(f"{value:.5g}") for value in draws[0][targets]
+            )
     if bands is not None:
-        calibration.update(
-            {name: np.round(value / len(rows), 6).tolist() for name, value in mass.items()}
-        )
+        assert model_mass is not None
+        calibration["model_mass"] = np.round(model_mass.sum(axis=0) / len(rows), 6).tolist()
+        calibration["true_mass"] = np.round(true_mass / len(rows), 6).tolist()
     if draws is not None:
         calibration["negatives"] = round(float(draws[1]), 3)
         calibration.setdefault("draws", [])
@@ -225,14 +235,10 @@ def baselines(
         values["by_popularity"] = _by_popularity(top, split, ks)
         return values
 
-    counts = split.train_counts().astype(np.float32)[:, np.newaxis]
-    top = retrieval.top_k(
-        np.ones([len(test.users), 1], np.float32),
-        counts,
-        max(ks),
-        exclude=test.histories,
-        candidates=candidates,
-    )
+    # One ranking for every query: the catalog sorted once by training count (ties: lower id).
+    counts = split.train_counts().astype(np.float32)
+    top = retrieval.global_top_k(counts, max(ks), exclude=test.histories, candidates=candidates)
+    top = np.pad(top, [[0, 0], [0, max(max(ks) - top.shape[1], 0)]])
     result = {"popularity": metrics(top)}
     if config.data.dataset == "synthetic":
         catalog = experiment.synthetic_data(config)[1]

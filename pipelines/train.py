@@ -20,6 +20,7 @@ at a time trains in a directory (OUTPUT/run.lock).
 """
 
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -184,13 +185,22 @@ class PhaseTimer:
 
     def __init__(self, say=None):
         self.seconds: Dict[str, float] = {}
-        # The process's peak resident memory (MB) when each phase ended: where it grew.
+        # Each phase's own peak resident memory (MB): Linux's VmHWM, reset as the phase
+        # starts (`memory.reset_high_water`); where the kernel refuses the reset, the
+        # process's peak when the phase ended.
         self.peak_rss_mb: Dict[str, int] = {}
+        self._process_peak = 0.0
         self._open = None
         self._say = say
 
+    def process_peak_mb(self) -> int:
+        """The process's peak resident memory (MB) over every phase and before them."""
+        return round(max(self._process_peak, memory.peak_rss_mib()))
+
     def start(self, name: str) -> None:
         self.stop()
+        self._process_peak = max(self._process_peak, memory.peak_rss_mib())
+        memory.reset_high_water()
         self._open = (name, time.time())
         if self._say:
             self._say(f"[{name}] {PHASES.get(name, name)} ...")
@@ -200,7 +210,9 @@ class PhaseTimer:
             name, since = self._open
             seconds = time.time() - since
             self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 1)
-            self.peak_rss_mb[name] = peak_rss_mb()
+            own = memory.peak_rss_mib()
+            self._process_peak = max(self._process_peak, own)
+            self.peak_rss_mb[name] = max(self.peak_rss_mb.get(name, 0), round(own))
             self._open = None
             if self._say:
                 self._say(
@@ -411,12 +423,18 @@ def _run(
         with open(os.path.join(worker_dir, "report.json"), "w") as f:
             json.dump(worker, f, indent=1)
         return worker
+    resumed_from_step = progress.step
     if files.has_best():
-        if strategy.num_replicas_in_sync > 1 or parameter_server:
-            # Evaluate and export a plain copy: saving or reading the distributed model's
-            # on-read state (its metrics) would need every worker to take part, and a
-            # parameter-server model's variables live on the servers.
-            model = experiment.build_model(config, data, split)
+        # Evaluate and export a plain copy of the best weights: the trained model's optimizer
+        # slots (Adagrad's accumulators are a copy of every table) are released first, and
+        # saving or reading a distributed model's on-read state (its metrics) would need every
+        # worker to take part, and a parameter-server model's variables live on the servers.
+        for callback in callbacks:
+            callback.model = None
+        history = None
+        del model, callbacks, checkpoint, early_stopping, progress, backup, non_finite, history
+        gc.collect()
+        model = experiment.build_model(config, data, split)
         model.load_weights(files.best).expect_partial()
     phases.stop()
     with phases("evaluate"):
@@ -433,7 +451,7 @@ def _run(
                 "best_epoch"
             ),  # 0-based; early stopping's patience ran after.
             "steps": steps,
-            "resumed_from_step": progress.step,
+            "resumed_from_step": resumed_from_step,
             "estimator_steps": estimator_steps,  # Updates a streaming estimator received.
             **replicas,
             "steps_per_epoch": steps_per_epoch,
@@ -453,18 +471,13 @@ def _run(
             if key != "integer_ids"
         }
     with phases("export"):
-        if files.has_best():
-            # A plain copy of the best weights: the trained model's optimizer slots (Adagrad's
-            # accumulators are a copy of every table) have no place in a serving model.
-            model = experiment.build_model(config, data, split)
-            model.load_weights(files.best).expect_partial()
         _clear_exports(files)
         metrics["exports"] = report.export_run(model, config, output_dir, data=data, version=1)
     # This process's wall time per phase (training's over restarts: train_seconds), and its
     # peak resident memory, at the end of each phase and overall.
     metrics["phase_seconds"] = phases.seconds
     metrics["phase_peak_rss_mb"] = phases.peak_rss_mb
-    metrics["peak_rss_mb"] = peak_rss_mb()
+    metrics["peak_rss_mb"] = phases.process_peak_mb()
     with open(files.metrics, "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics

@@ -65,7 +65,7 @@ export there, or the ScaNN one from TF Serving built with ScaNN (the
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -81,13 +81,46 @@ RAW_IDS = ("strings", "default")
 SCANN_SAVE_OPTIONS = tf.saved_model.SaveOptions(namespace_whitelist=["Scann"])
 
 
+def _item_variable(model) -> tf.Variable:
+    """The served item embeddings: `model`'s, filled into one variable a chunk at a time
+    (`retrieval.ItemTable`), so that the export holds the catalog once beside the model.
+
+    Raises:
+      ValueError: not [num_items + 1, dim] with num_items >= 1, or a non-finite row.
+    """
+    try:
+        table = retrieval.ItemTable.of(model)
+    except ValueError:
+        table = None
+    if table is None or table.num_ids < 2:
+        shape = None if table is None else list(table.shape)
+        raise ValueError(
+            "`model.item_embeddings()` must be [num_items + 1, dim] (row 0: "
+            f"padding) with num_items >= 1; received shape {shape}."
+        )
+    items = tf.Variable(tf.zeros(table.shape, tf.float32), trainable=False, name="item_embeddings")
+    bad: List[int] = []
+    for ids, rows in table.chunks(None, first_id=0):
+        finite = np.isfinite(rows).all(axis=1)
+        if not finite.all():
+            bad.extend(ids[~finite][: 7 - len(bad)].tolist())
+        items[int(ids[0]) : int(ids[-1]) + 1].assign(rows)
+    if bad:
+        raise ValueError(
+            f"`model` has non-finite item embeddings (NaN or inf) in rows "
+            f"{bad[:6]}{' ...' if len(bad) > 6 else ''} of {table.num_ids}: every answer "
+            "would be NaN or arbitrary; not exported."
+        )
+    return items
+
+
 class _Serving(tf.Module):
     """The exported module: the model's variables, the item table, the index, two signatures."""
 
     def __init__(
         self,
         model,
-        item_embeddings: np.ndarray,
+        item_embeddings: tf.Variable,
         k: int,
         index: str,
         max_length: int,
@@ -106,7 +139,7 @@ class _Serving(tf.Module):
         self.num_items = int(item_embeddings.shape[0] - 1)
         self.k = min(k, self.num_items)  # The static width of every answer.
         self.max_length, self.takes_user = max_length, takes_user
-        self.items = tf.Variable(item_embeddings, trainable=False, name="item_embeddings")
+        self.items = item_embeddings  # `_item_variable`'s: the catalog's one copy.
         # A catalog below `scann_min_items` is served by exact search whatever the index asked
         # for (see `retrieval.SCANN_MIN_ITEMS`); `export` says so.
         self.index_kind = (
@@ -126,8 +159,7 @@ class _Serving(tf.Module):
                 num_reordering_candidates=max(settings["reorder"], self.k),
             )
             self.scann.index(
-                tf.constant(item_embeddings[1:]),
-                identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64),
+                item_embeddings[1:], identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64)
             )
 
     def _in_vocabulary(self, ids):
@@ -623,20 +655,7 @@ def export(
         raise ValueError(f"{target} exists: pass another `version`, or none for the next one.")
     takes_user = hasattr(model, "user_embedding")
     max_length = _max_length(model, max_length)
-    item_table = model.item_embeddings().numpy()
-    if item_table.ndim != 2 or item_table.shape[0] < 2:
-        raise ValueError(
-            "`model.item_embeddings()` must be [num_items + 1, dim] (row 0: "
-            f"padding) with num_items >= 1; received shape {item_table.shape}."
-        )
-    if not np.all(np.isfinite(item_table)):
-        bad = np.unique(np.nonzero(~np.isfinite(item_table))[0])
-        raise ValueError(
-            f"`model` has non-finite item embeddings (NaN or inf) in rows "
-            f"{bad[:6].tolist()}{' ...' if bad.size > 6 else ''} of "
-            f"{item_table.shape[0]}: every answer would be NaN or arbitrary; "
-            "not exported."
-        )
+    item_table = _item_variable(model)
     item_vocabulary = _vocabulary("item_vocabulary", item_vocabulary, item_table.shape[0] - 1)
     if "item" in integer_ids:
         _check_integer_ids("item_vocabulary", item_vocabulary)

@@ -5,10 +5,17 @@ gSASRec's protocol: every item is a candidate except padding and the items the
 user already interacted with (the query's history), which are filtered out.
 A query may have several positives; Recall@k is the fraction of them
 retrieved in the top k, NDCG@k the DCG of the hits over the ideal DCG.
+
+The catalog is read a chunk at a time (`ItemTable`): exact search streams chunks of item
+embeddings through the scorer and merges each chunk's top k, the softmax normalisers
+(`log_normalizers`) are summed the same way, and a ScaNN index holds the searched items'
+embeddings once. Beside the model's own tables, a search holds one chunk, one block of
+scores and the running top k: memory that does not grow with the catalog.
 """
 
+import inspect
 import math
-from typing import Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -18,45 +25,307 @@ from logq_core import checks
 DEFAULT_KS = (1, 10, 20, 100)
 
 
-# Exact search scores at most this many (query, item) pairs at once: a batch's score matrix
-# and its copies stay near 0.5 GB each, whatever the catalog (1,024 queries against 890k items
-# would take 3.6 GB per copy).
-SCORES_PER_BATCH = 2**27
+# Exact search scores at most this many (query, item) pairs at once: a block's score matrix
+# (float32) and its copies stay near 128 MB each, whatever the catalog.
+SCORES_PER_BATCH = 2**25
+
+# An `ItemTable` chunk holds at most this many bytes of float32 embeddings (dim 64: 262,144
+# items a chunk).
+CHUNK_BYTES = 2**26
+
+
+class ItemTable:
+    """A catalog's item embeddings read a chunk of ids at a time: row i is id i's embedding.
+
+    The searches and metrics of this module take one (or anything `ItemTable.of` accepts),
+    so that they hold a chunk of the catalog at a time, never a second copy of it: exact
+    search, the softmax normalisers, `embedding_geometry` and the ScaNN index's build (which
+    copies only the ids it indexes).
+
+    Args:
+      rows: maps an int64 array of ids to their [len(ids), dim] embeddings (an array or
+        a tensor).
+      num_ids: the number of ids, padding included (ids 0 .. num_ids - 1).
+      dim: the embeddings' width.
+    """
+
+    def __init__(self, rows: Callable[[np.ndarray], Any], num_ids: int, dim: int):
+        self._rows = rows
+        self.num_ids = checks.check_non_negative_int("num_ids", num_ids)
+        self.dim = checks.check_non_negative_int("dim", dim)
+
+    @classmethod
+    def of(cls, items) -> "ItemTable":
+        """`items` as an ItemTable: an ItemTable (returned as is); a model with
+        `item_embeddings(ids)` and `num_items` (tfrs_logq's SASRec and TwoTower: ids
+        0 .. num_items, each chunk through the model's item tower); a `tf.Variable` or tensor,
+        or an array, of shape [num_ids, dim] (read in place, by `tf.gather` or indexing). A
+        model whose `item_embeddings()` takes no ids is read whole, once.
+
+        Raises:
+          ValueError: `items` is not two-dimensional.
+        """
+        if isinstance(items, ItemTable):
+            return items
+        embeddings = getattr(items, "item_embeddings", None)
+        if callable(embeddings):
+            if "ids" in inspect.signature(embeddings).parameters and hasattr(items, "num_items"):
+                num_ids = int(items.num_items) + 1
+                dim = int(embeddings(np.zeros([1], np.int64)).shape[-1])
+                return cls(lambda ids: embeddings(tf.constant(ids)), num_ids, dim)
+            items = embeddings()
+        if not (isinstance(items, tf.Variable) or tf.is_tensor(items)):
+            items = np.asarray(items)
+        shape = tuple(items.shape)
+        if len(shape) != 2:
+            raise ValueError(
+                f"Item embeddings must be [num_ids, dim]; received shape {list(shape)}."
+            )
+        if isinstance(items, np.ndarray):
+            array = items
+            return cls(lambda ids: array[ids], shape[0], shape[1])
+        tensor = items
+        return cls(lambda ids: tf.gather(tensor, ids), int(shape[0]), int(shape[1]))
+
+    def __len__(self) -> int:
+        return self.num_ids
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        """(num_ids, dim), as an array's."""
+        return (self.num_ids, self.dim)
+
+    def rows(self, ids) -> np.ndarray:
+        """[len(ids), dim] float32: the embeddings of `ids`."""
+        value = self._rows(np.asarray(ids, np.int64))
+        value = value.numpy() if tf.is_tensor(value) else value
+        return np.asarray(value, np.float32)
+
+    def chunk_size(self) -> int:
+        """Ids read at once: CHUNK_BYTES of float32 rows."""
+        return max(1, CHUNK_BYTES // (4 * max(self.dim, 1)))
+
+    def chunks(
+        self, ids: Optional[np.ndarray] = None, first_id: int = 1, size: Optional[int] = None
+    ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """(ids, [len(ids), dim] float32 embeddings), `size` ids at a time (default
+        `chunk_size`), in increasing id order: the sorted `ids`, or every id from
+        `first_id` on."""
+        size = size or self.chunk_size()
+        if ids is None:
+            for start in range(first_id, self.num_ids, size):
+                part = np.arange(start, min(start + size, self.num_ids), dtype=np.int64)
+                yield part, self.rows(part)
+        else:
+            for start in range(0, len(ids), size):
+                part = ids[start : start + size]
+                yield part, self.rows(part)
+
+    def gather(self, ids: np.ndarray) -> np.ndarray:
+        """[len(ids), dim] float32 embeddings of `ids`, filled a chunk at a time (the only
+        copy: what a ScaNN index or an export holds)."""
+        out = np.empty([len(ids), self.dim], np.float32)
+        size = self.chunk_size()
+        for start in range(0, len(ids), size):
+            out[start : start + size] = self.rows(ids[start : start + size])
+        return out
+
+
+def searched_ids(
+    num_ids: int, first_id: int = 1, candidates: Optional[np.ndarray] = None
+) -> Optional[np.ndarray]:
+    """The sorted ids a search covers: `candidates` checked (unique, sorted), or None for
+    every id from `first_id` on.
+
+    Raises:
+      ValueError: a candidate outside [first_id, num_ids - 1], or no candidate.
+    """
+    if candidates is None:
+        return None
+    candidates = np.unique(np.asarray(candidates, np.int64))
+    if candidates.size == 0 or candidates[0] < first_id or candidates[-1] >= num_ids:
+        raise ValueError(
+            f"`candidates` must be ids in [{first_id}, {num_ids - 1}]; received "
+            f"{candidates.size} ids from {candidates[:1]} to {candidates[-1:]}."
+        )
+    return candidates
+
+
+def _exclusions(exclude: Optional[Sequence[np.ndarray]], num_queries: int):
+    """(rows, ids) of every excluded (query, id) pair, sorted by id."""
+    if exclude is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(exclude) != num_queries:
+        raise ValueError(
+            f"`exclude` must hold one list of ids per query ({num_queries}); received "
+            f"{len(exclude)}."
+        )
+    lists = [np.asarray(ids, np.int64).ravel() for ids in exclude]
+    rows = np.repeat(np.arange(num_queries, dtype=np.int64), [len(ids) for ids in lists])
+    ids = np.concatenate(lists) if lists else np.zeros(0, np.int64)
+    order = np.argsort(ids, kind="stable")
+    return rows[order], ids[order]
+
+
+def _in_chunk(exclusions, chunk_ids: np.ndarray):
+    """The (rows, positions in `chunk_ids`) of the excluded pairs whose id is in the chunk."""
+    rows, ids = exclusions
+    lo = np.searchsorted(ids, chunk_ids[0])
+    hi = np.searchsorted(ids, chunk_ids[-1], side="right")
+    rows, ids = rows[lo:hi], ids[lo:hi]
+    positions = np.minimum(np.searchsorted(chunk_ids, ids), len(chunk_ids) - 1)
+    kept = chunk_ids[positions] == ids
+    return rows[kept], positions[kept]
+
+
+def _scored_blocks(queries: np.ndarray, table: ItemTable, ids, first_id, exclude, block=None):
+    """For each chunk of the searched ids and each block of queries: (chunk ids, first query
+    row, [block, chunk] float32 scores with the block's excluded ids at -inf)."""
+    exclusions = _exclusions(exclude, len(queries))
+    for chunk_ids, rows in table.chunks(ids, first_id):
+        items = tf.constant(rows)
+        size = block or max(1, SCORES_PER_BATCH // len(chunk_ids))
+        excluded_rows, excluded_positions = _in_chunk(exclusions, chunk_ids)
+        for start in range(0, len(queries), size):
+            scores = tf.matmul(queries[start : start + size], items, transpose_b=True).numpy()
+            here = (excluded_rows >= start) & (excluded_rows < start + size)
+            scores[excluded_rows[here] - start, excluded_positions[here]] = -np.inf
+            yield chunk_ids, start, scores
 
 
 def exact_top_k(
     query_embeddings: np.ndarray,
-    item_embeddings: np.ndarray,
+    item_embeddings,
     k: int,
     exclude: Optional[Sequence[np.ndarray]] = None,
     first_id: int = 1,
     batch_size: Optional[int] = None,
+    candidates: Optional[np.ndarray] = None,
 ) -> np.ndarray:
-    """[num_queries, k] ids of the highest-scoring items by dot product, exactly.
+    """[num_queries, k] ids of the highest-scoring items by dot product, exactly (ties: the
+    lower id first).
+
+    The catalog is read a chunk at a time (`ItemTable`) and each chunk's top k merged into
+    the running one: memory holds one chunk, a block of scores (SCORES_PER_BATCH) and the
+    [num_queries, k] answer, whatever the catalog.
 
     Args:
       query_embeddings: [num_queries, dim].
-      item_embeddings: [num_ids, dim], row i the embedding of id i.
+      item_embeddings: [num_ids, dim], row i the embedding of id i: an array, a tensor or
+        variable, a model, or an `ItemTable` (`ItemTable.of`).
       k: how many to return (at most the number of candidates).
       exclude: per query, ids never to return (the user's history).
       first_id: ids below it (padding) are never returned.
-      batch_size: queries scored at once (default: up to 1,024, at most SCORES_PER_BATCH
-        scores).
+      batch_size: queries scored at once (default: as many as SCORES_PER_BATCH allows).
+      candidates: the ids searched (an index over part of the catalog; `searched_ids`);
+        None: every id from `first_id` on.
     """
-    queries = np.asarray(query_embeddings, np.float32)
-    table = tf.constant(np.asarray(item_embeddings, np.float32))
-    num_ids = int(table.shape[0])
-    batch_size = batch_size or max(1, min(1024, SCORES_PER_BATCH // max(num_ids, 1)))
-    k = min(k, num_ids - first_id)
-    results = []
-    for start in range(0, len(queries), batch_size):
-        scores = tf.matmul(queries[start : start + batch_size], table, transpose_b=True).numpy()
-        scores[:, :first_id] = -np.inf
-        if exclude is not None:
-            for row, ids in enumerate(exclude[start : start + batch_size]):
-                scores[row, np.asarray(ids, np.int64)] = -np.inf
-        results.append(tf.math.top_k(scores, k=k).indices.numpy())
-    return np.concatenate(results) if results else np.zeros([0, k], np.int64)
+    queries = np.ascontiguousarray(np.asarray(query_embeddings, np.float32))
+    table = ItemTable.of(item_embeddings)
+    ids = searched_ids(table.num_ids, first_id, candidates)
+    k = min(k, table.num_ids - first_id if ids is None else len(ids))
+    if len(queries) == 0 or k <= 0:
+        return np.zeros([len(queries), max(k, 0)], np.int64)
+    best_scores = np.empty([len(queries), k], np.float32)
+    best_ids = np.zeros([len(queries), k], np.int64)
+    filled, previous = 0, None
+    for chunk_ids, start, scores in _scored_blocks(
+        queries, table, ids, first_id, exclude, batch_size
+    ):
+        if previous is not chunk_ids:  # A new chunk: the blocks before it filled `filled`.
+            if previous is not None:
+                filled = min(k, filled + min(k, len(previous)))
+            previous = chunk_ids
+        stop = start + len(scores)
+        taken = min(k, len(chunk_ids))
+        values, positions = tf.math.top_k(scores, k=taken)
+        values, found = values.numpy(), chunk_ids[positions.numpy()]
+        if filled:  # Merge: the earlier chunks' ids (lower) first among equal scores.
+            values = np.concatenate([best_scores[start:stop, :filled], values], axis=1)
+            found = np.concatenate([best_ids[start:stop, :filled], found], axis=1)
+            merged = min(k, filled + taken)
+            values, positions = tf.math.top_k(values, k=merged)
+            values = values.numpy()
+            found = np.take_along_axis(found, positions.numpy(), axis=1)
+        best_scores[start:stop, : values.shape[1]] = values
+        best_ids[start:stop, : found.shape[1]] = found
+    return best_ids
+
+
+def log_normalizers(
+    query_embeddings: np.ndarray,
+    item_embeddings,
+    exclude: Optional[Sequence[np.ndarray]] = None,
+    first_id: int = 1,
+    groups: Optional[np.ndarray] = None,
+    num_groups: int = 0,
+) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """Each query's log sum of exp(score) over its candidates (every id from `first_id` on,
+    less its `exclude` ids), float64, summed a chunk of the catalog at a time; with
+    `groups` ([num_ids] ints in [0, num_groups)), also [num_queries, num_groups] the
+    softmax's mass on each group's items.
+
+    What a softmax over the whole catalog needs without holding a [num_queries, num_ids]
+    matrix: log P(d | q) = score(q, d) - log_normalizers(q).
+    """
+    queries = np.ascontiguousarray(np.asarray(query_embeddings, np.float32))
+    table = ItemTable.of(item_embeddings)
+    peak = np.full(len(queries), -np.inf)
+    total = np.zeros(len(queries))
+    mass = None if groups is None else np.zeros([len(queries), num_groups])
+    # Blocks of an eighth of exact search's pairs: their float64 copies stay near 32 MB.
+    block = max(1, SCORES_PER_BATCH // 8 // max(min(table.chunk_size(), table.num_ids), 1))
+    for chunk_ids, start, scores in _scored_blocks(queries, table, None, first_id, exclude, block):
+        scores = scores.astype(np.float64)
+        stop = start + len(scores)
+        new_peak = np.maximum(peak[start:stop], scores.max(axis=1))
+        safe = np.where(np.isfinite(new_peak), new_peak, 0.0)
+        scale = np.exp(np.where(np.isfinite(peak[start:stop]), peak[start:stop] - safe, -np.inf))
+        weights = np.exp(scores - safe[:, np.newaxis])
+        total[start:stop] = total[start:stop] * scale + weights.sum(axis=1)
+        if mass is not None:
+            assert groups is not None
+            one_hot = np.zeros([len(chunk_ids), num_groups])
+            one_hot[np.arange(len(chunk_ids)), np.asarray(groups)[chunk_ids]] = 1.0
+            mass[start:stop] = mass[start:stop] * scale[:, np.newaxis] + weights @ one_hot
+        peak[start:stop] = new_peak
+    safe = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore"):
+        result = np.where(total > 0, np.log(np.maximum(total, 1e-300)) + safe, -np.inf)
+    if mass is not None:
+        mass = mass / np.where(total > 0, total, 1.0)[:, np.newaxis]
+    return result, mass
+
+
+def global_top_k(
+    scores: np.ndarray,
+    k: int,
+    exclude: Optional[Sequence[np.ndarray]] = None,
+    num_queries: Optional[int] = None,
+    first_id: int = 1,
+    candidates: Optional[np.ndarray] = None,
+) -> np.ndarray:
+    """[num_queries, k] ids by one ranking shared by every query (`scores`, [num_ids]: a
+    popularity ranker), each row's `exclude` removed, ties by the lower id; rows short of k
+    candidates are padded with id 0. The catalog is sorted once, not scored per query.
+    `num_queries`: the rows (default: len(exclude))."""
+    scores = np.asarray(scores)
+    ids = searched_ids(len(scores), first_id, candidates)
+    if ids is None:
+        ids = np.arange(first_id, len(scores), dtype=np.int64)
+    if num_queries is None:
+        if exclude is None:
+            raise ValueError("`global_top_k` needs `num_queries` or `exclude`; received neither.")
+        num_queries = len(exclude)
+    longest = max((len(e) for e in exclude), default=0) if exclude is not None else 0
+    order = np.argsort(-scores[ids], kind="stable")[: k + longest]
+    head = ids[order]
+    out = np.zeros([num_queries, min(k, len(ids))], np.int64)
+    for row in range(num_queries):
+        kept = head if exclude is None else head[~np.isin(head, exclude[row])]
+        kept = kept[: out.shape[1]]
+        out[row, : len(kept)] = kept
+    return out
 
 
 def per_query_recall_ndcg(
@@ -149,16 +418,19 @@ def scann_defaults(num_items: int, k: int) -> Dict[str, int]:
 
 def scann_top_k(
     query_embeddings: np.ndarray,
-    item_embeddings: np.ndarray,
+    item_embeddings,
     k: int,
     exclude: Optional[Sequence[np.ndarray]] = None,
     first_id: int = 1,
     min_items: int = SCANN_MIN_ITEMS,
+    candidates: Optional[np.ndarray] = None,
     **overrides,
 ) -> np.ndarray:
     """Like `exact_top_k`, through a ScaNN index (tree + asymmetric hashing + exact reorder);
     below SCANN_MIN_ITEMS candidates, by exact search (`uses_scann`).
 
+    The index is built from the searched ids' embeddings, gathered a chunk at a time into
+    one array (`ItemTable.gather`), which is released once ScaNN holds its own copy.
     Excluded ids are dropped after the search, which asks for k plus the
     longest exclusion list so that k ids remain. A row the index returns too
     few ids for (the partitions searched can hold fewer than asked; ScaNN pads
@@ -167,50 +439,59 @@ def scann_top_k(
 
     Args:
       min_items: fewer candidates than this are searched exactly.
+      candidates: the ids indexed (`exact_top_k`); None: every id from `first_id` on.
       overrides: any of `scann_defaults`' keys.
     """
-    if not uses_scann(len(item_embeddings) - first_id, min_items):
-        return exact_top_k(query_embeddings, item_embeddings, k, exclude=exclude, first_id=first_id)
+    table = ItemTable.of(item_embeddings)
+    ids = searched_ids(table.num_ids, first_id, candidates)
+    if ids is None:
+        ids = np.arange(first_id, table.num_ids, dtype=np.int64)
+    if not uses_scann(len(ids), min_items):
+        return exact_top_k(
+            query_embeddings, table, k, exclude=exclude, first_id=first_id, candidates=candidates
+        )
     from scann import scann_ops_pybind  # pylint: disable=import-outside-toplevel
 
-    items = np.ascontiguousarray(np.asarray(item_embeddings, np.float32)[first_id:])
     queries = np.ascontiguousarray(np.asarray(query_embeddings, np.float32))
-    longest = max((len(ids) for ids in exclude), default=0) if exclude is not None else 0
-    wanted = min(k + longest, len(items))
-    settings = dict(scann_defaults(len(items), wanted), **overrides)
+    longest = max((len(e) for e in exclude), default=0) if exclude is not None else 0
+    wanted = min(k + longest, len(ids))
+    settings = dict(scann_defaults(len(ids), wanted), **overrides)
+    items = table.gather(ids)
     builder = scann_ops_pybind.builder(items, wanted, "dot_product")
-    if settings["num_leaves"] > 1 and len(items) >= 2 * settings["num_leaves"]:
+    if settings["num_leaves"] > 1 and len(ids) >= 2 * settings["num_leaves"]:
         builder = builder.tree(
             num_leaves=settings["num_leaves"],
             num_leaves_to_search=settings["num_leaves_to_search"],
-            training_sample_size=min(len(items), 250_000),
+            training_sample_size=min(len(ids), 250_000),
         )
     searcher = (
         builder.score_ah(2, anisotropic_quantization_threshold=0.2)
         .reorder(max(settings["reorder"], wanted))
         .build()
     )
+    del builder, items  # ScaNN holds its own copy.
     found, distances = searcher.search_batched(queries, final_num_neighbors=wanted)
-    found = found.astype(np.int64) + first_id
-    k = min(k, len(items))
+    del searcher
+    k = min(k, len(ids))
     out = np.zeros([len(queries), k], np.int64)
     short = []
-    for row, ids in enumerate(found):
+    for row, positions in enumerate(found):
         # Slots the index could not fill come back as row 0 with a NaN distance.
-        ids = ids[~np.isnan(distances[row])]
+        row_ids = ids[positions[~np.isnan(distances[row])].astype(np.int64)]
         if exclude is not None and len(exclude[row]):
-            ids = ids[~np.isin(ids, exclude[row])]
-        if len(ids) < k:
+            row_ids = row_ids[~np.isin(row_ids, exclude[row])]
+        if len(row_ids) < k:
             short.append(row)
             continue
-        out[row] = ids[:k]
+        out[row] = row_ids[:k]
     if short:
         out[short] = exact_top_k(
             queries[short],
-            item_embeddings,
+            table,
             k,
             exclude=None if exclude is None else [exclude[r] for r in short],
             first_id=first_id,
+            candidates=candidates,
         )
     return out
 
@@ -227,53 +508,32 @@ def top_k(
 ) -> np.ndarray:
     """[num_queries, k] ids by `index` ("exact" or "scann"), excluded ids filtered. A catalog
     of fewer than k items is returned whole, the row padded with id 0 (never a target).
+    `item_embeddings`: anything `ItemTable.of` reads (an array, a variable, a model).
     `min_items`: with "scann", smaller catalogs are searched exactly (0: always the index).
     `candidates`: the ids searched (an index over part of the catalog); None: every id from
     `first_id` on."""
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
-    if candidates is not None:
-        candidates = np.unique(np.asarray(candidates, np.int64))
-        if (
-            candidates.size == 0
-            or candidates[0] < first_id
-            or candidates[-1] >= len(item_embeddings)
-        ):
-            raise ValueError(
-                f"`candidates` must be ids in [{first_id}, "
-                f"{len(item_embeddings) - 1}]; received {candidates.size} ids "
-                f"from {candidates[:1]} to {candidates[-1:]}."
-            )
-        # Search the candidates' rows (row 0: padding); map rows back to ids.
-        position = np.zeros(len(item_embeddings), np.int64)
-        position[candidates] = np.arange(1, len(candidates) + 1)
-        table = np.concatenate(
-            [np.zeros_like(item_embeddings[:1]), np.asarray(item_embeddings)[candidates]]
-        )
-        kept = (
-            None
-            if exclude is None
-            else [
-                position[np.asarray(ids, np.int64)][position[np.asarray(ids, np.int64)] > 0]
-                for ids in exclude
-            ]
-        )
-        found = top_k(
-            query_embeddings, table, k, exclude=kept, index=index, first_id=1, min_items=min_items
-        )
-        return np.where(found > 0, np.concatenate([[0], candidates])[found], 0)
+    table = ItemTable.of(item_embeddings)
+    searched_ids(table.num_ids, first_id, candidates)  # Checked before any work.
     if index == "exact":
         found = exact_top_k(
-            query_embeddings, item_embeddings, k, exclude=exclude, first_id=first_id
+            query_embeddings,
+            table,
+            k,
+            exclude=exclude,
+            first_id=first_id,
+            candidates=candidates,
         )
     else:
         found = scann_top_k(
             query_embeddings,
-            item_embeddings,
+            table,
             k,
             exclude=exclude,
             first_id=first_id,
             min_items=min_items,
+            candidates=candidates,
         )
     return np.pad(found, [[0, 0], [0, max(k - found.shape[1], 0)]])
 
@@ -375,7 +635,7 @@ def kl_to_truth(
 
 
 def embedding_geometry(
-    query_embeddings: np.ndarray, item_embeddings: np.ndarray, first_id: int = 1
+    query_embeddings: np.ndarray, item_embeddings, first_id: int = 1
 ) -> Dict[str, float]:
     """How spread out a model's item vectors and scores are: a check for embedding collapse.
 
@@ -387,32 +647,48 @@ def embedding_geometry(
       items apart.
     - `item_norm`: the mean norm of the item vectors.
 
+    Read a chunk of the catalog at a time (`ItemTable`).
+
     Args:
       query_embeddings: [num_queries, dim].
-      item_embeddings: [num_ids, dim]; ids below `first_id` (padding) are left out.
+      item_embeddings: [num_ids, dim] (anything `ItemTable.of` reads); ids below
+        `first_id` (padding) are left out.
       first_id: the first id that is an item.
     """
     queries = np.asarray(query_embeddings, np.float64)
-    items = np.asarray(item_embeddings, np.float64)
-    if queries.ndim != 2 or items.ndim != 2 or queries.shape[1] != items.shape[1]:
+    table = ItemTable.of(item_embeddings)
+    if queries.ndim != 2 or queries.shape[1] != table.dim:
         raise ValueError(
             f"`query_embeddings` {queries.shape} and `item_embeddings` "
-            f"{items.shape} must be [num_queries, dim] and [num_ids, dim]."
+            f"{table.shape} must be [num_queries, dim] and [num_ids, dim]."
         )
-    if not 0 <= first_id < items.shape[0] or len(queries) == 0:
+    if not 0 <= first_id < table.num_ids or len(queries) == 0:
         raise ValueError(
             f"Need at least one query and one item at or after `first_id` "
-            f"{first_id}; got {len(queries)} queries and {items.shape[0]} ids."
+            f"{first_id}; got {len(queries)} queries and {table.num_ids} ids."
         )
-    items = items[first_id:]
-    norms = np.linalg.norm(items, axis=1)
-    if np.any(norms == 0):
+    directions, norm_sum, zero = np.zeros(table.dim), 0.0, 0
+    score_sum = np.zeros(len(queries))
+    square_sum = np.zeros(len(queries))
+    for _, rows in table.chunks(None, first_id):
+        items = rows.astype(np.float64)
+        norms = np.linalg.norm(items, axis=1)
+        zero += int(np.sum(norms == 0))
+        directions += (items / np.where(norms == 0, 1.0, norms)[:, None]).sum(axis=0)
+        norm_sum += float(norms.sum())
+        scores = queries @ items.T
+        score_sum += scores.sum(axis=1)
+        square_sum += (scores**2).sum(axis=1)
+    if zero:
         raise ValueError(
-            f"`item_embeddings` has {int(np.sum(norms == 0))} zero rows at or "
+            f"`item_embeddings` has {zero} zero rows at or "
             f"after `first_id` {first_id}; their direction is undefined."
         )
+    count = table.num_ids - first_id
+    mean = score_sum / count
+    variance = np.maximum(square_sum / count - mean**2, 0.0)
     return {
-        "mean_direction_norm": float(np.linalg.norm((items / norms[:, None]).mean(axis=0))),
-        "score_std": float((queries @ items.T).std(axis=1).mean()),
-        "item_norm": float(norms.mean()),
+        "mean_direction_norm": float(np.linalg.norm(directions / count)),
+        "score_std": float(np.sqrt(variance).mean()),
+        "item_norm": float(norm_sum / count),
     }

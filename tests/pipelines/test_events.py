@@ -561,6 +561,14 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertIsNot(
             experiment.web_truth(config, data._replace(per_item=data.per_item.copy())), truth
         )
+        # The sparse law the KL reads (a user's clusters) is the dense one where it has mass.
+        users = np.arange(1, 6)
+        dense = truth.log_probabilities(users)
+        for row, (ids, log_p) in enumerate(truth.support(users)):
+            self.assertAllClose(dense[row, ids], log_p)
+            rest = np.ones(dense.shape[1], bool)
+            rest[ids] = False
+            self.assertTrue(np.all(np.isneginf(dense[row, rest])))
         # Read out of core: the training examples were deleted once training was done.
         self.assertIsNotNone(experiment.load_run(out)[2].stream)
         self.assertFalse(day_store.has_examples(os.path.join(out, "day_store")))

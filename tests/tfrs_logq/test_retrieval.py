@@ -38,6 +38,126 @@ class ExactTopKTest(tf.test.TestCase):
         self.assertAllEqual(top, [[3, 2, 1], [3, 2, 1]])
 
 
+def _numpy_top_k(queries, items, k, exclude=None, first_id=1, candidates=None):
+    """The reference: the whole score matrix, ranked by a stable argsort (ties: lower id)."""
+    scores = queries.astype(np.float32) @ items.astype(np.float32).T
+    allowed = np.zeros(len(items), bool)
+    allowed[first_id:] = True
+    if candidates is not None:
+        allowed[:] = False
+        allowed[candidates] = True
+    out = []
+    for row, values in enumerate(scores):
+        ok = allowed.copy()
+        if exclude is not None:
+            ok[np.asarray(exclude[row], np.int64)] = False
+        ids = np.flatnonzero(ok)
+        out.append(ids[np.argsort(-values[ids], kind="stable")[:k]])
+    return out
+
+
+class ChunkedSearchTest(tf.test.TestCase):
+    """Exact search, the normalisers and the shared ranking read the catalog in chunks; with
+    chunks of 7 ids and blocks of 5 queries they equal the whole-matrix reference."""
+
+    def setUp(self):
+        super().setUp()
+        rng = np.random.default_rng(3)
+        # Small integers: exact scores with many ties, which the chunks must break as the
+        # reference does (the lower id first).
+        self.items = rng.integers(-3, 4, size=[53, 4]).astype(np.float32)
+        self.items[self.items.sum(axis=1) == 0, 0] = 5  # No zero row (the geometry's).
+        self.queries = rng.integers(-3, 4, size=[23, 4]).astype(np.float32)
+        self.exclude = [
+            rng.choice(np.arange(1, 53), rng.integers(0, 9), replace=False) for _ in range(23)
+        ]
+        small = mock.patch.multiple(retrieval, CHUNK_BYTES=7 * 16, SCORES_PER_BATCH=35)
+        small.start()
+        self.addCleanup(small.stop)
+
+    def test_exact_top_k_equals_the_whole_matrix(self):
+        for k in (1, 6, 30):
+            for candidates in (None, np.array([3, 4, 9, 10, 11, 17, 30, 31, 40, 41, 44, 52, 1, 2])):
+                found = retrieval.exact_top_k(
+                    self.queries, self.items, k, exclude=self.exclude, candidates=candidates
+                )
+                expected = _numpy_top_k(
+                    self.queries,
+                    self.items,
+                    k,
+                    self.exclude,
+                    candidates=None if candidates is None else np.unique(candidates),
+                )
+                for row, ids in enumerate(expected):  # Rows short of k: their own length.
+                    self.assertAllEqual(found[row, : len(ids)], ids)
+
+    def test_a_variable_and_a_model_are_read_in_place(self):
+        expected = retrieval.exact_top_k(self.queries, self.items, 10, exclude=self.exclude)
+        variable = tf.Variable(self.items)
+        self.assertAllEqual(
+            retrieval.exact_top_k(self.queries, variable, 10, exclude=self.exclude), expected
+        )
+
+        class Model:
+            num_items = 52
+
+            def item_embeddings(self, ids=None):
+                return tf.gather(variable, tf.range(53) if ids is None else ids)
+
+        table = retrieval.ItemTable.of(Model())
+        self.assertEqual(table.shape, (53, 4))
+        self.assertAllEqual(
+            retrieval.exact_top_k(self.queries, table, 10, exclude=self.exclude), expected
+        )
+
+    def test_log_normalizers_and_group_mass(self):
+        groups = np.arange(53) % 3
+        lse, mass = retrieval.log_normalizers(
+            self.queries, self.items, exclude=self.exclude, groups=groups, num_groups=3
+        )
+        scores = self.queries.astype(np.float64) @ self.items.T.astype(np.float64)
+        for row in range(len(self.queries)):
+            ok = np.ones(53, bool)
+            ok[0] = False
+            ok[self.exclude[row]] = False
+            values = scores[row, ok]
+            expected = np.log(np.exp(values - values.max()).sum()) + values.max()
+            self.assertAllClose(lse[row], expected, rtol=1e-6)
+            p = np.exp(values - expected)
+            self.assertAllClose(
+                mass[row], np.bincount(groups[ok], weights=p, minlength=3), rtol=1e-6
+            )
+
+    def test_global_top_k_is_the_dot_product_ranking_of_one_score(self):
+        counts = np.round(np.random.default_rng(1).exponential(size=53)).astype(np.float32)
+        for candidates in (None, np.arange(5, 40)):
+            expected = _numpy_top_k(
+                np.ones([23, 1]), counts[:, None], 10, self.exclude, candidates=candidates
+            )
+            found = retrieval.global_top_k(counts, 10, exclude=self.exclude, candidates=candidates)
+            self.assertAllEqual(found, np.array(expected))
+
+    def test_geometry_equals_the_whole_table(self):
+        expected_direction = np.linalg.norm(
+            (self.items[1:] / np.linalg.norm(self.items[1:], axis=1)[:, None]).mean(axis=0)
+        )
+        geometry = retrieval.embedding_geometry(self.queries, self.items)
+        self.assertAllClose(geometry["mean_direction_norm"], expected_direction, rtol=1e-6)
+        self.assertAllClose(
+            geometry["score_std"], (self.queries @ self.items[1:].T).std(axis=1).mean(), rtol=1e-5
+        )
+
+    def test_bad_candidates_and_exclusions_are_named(self):
+        with self.assertRaisesRegex(ValueError, "`candidates` must be ids in \\[1, 52\\]"):
+            retrieval.exact_top_k(self.queries, self.items, 3, candidates=np.array([0, 5]))
+        with self.assertRaisesRegex(ValueError, "one list of ids per query \\(23\\); received 2"):
+            retrieval.exact_top_k(self.queries, self.items, 3, exclude=[[1], [2]])
+        with self.assertRaisesRegex(
+            ValueError, "must be \\[num_ids, dim\\]; received shape \\[53\\]"
+        ):
+            retrieval.ItemTable.of(np.zeros(53))
+
+
 class RecallNdcgTest(tf.test.TestCase):
     def test_hand_computed(self):
         retrieved = np.array([[5, 3, 9, 1], [2, 4, 6, 8], [7, 1, 2, 3]])
@@ -285,8 +405,9 @@ class WebKlMassTest(tf.test.TestCase):
 
         class Truth:
             @staticmethod
-            def log_probabilities(users):
-                return true_logits[users]
+            def support(users):  # Mass on every item: the dense law, sparsely.
+                for user in users:
+                    yield np.arange(1, 7), true_logits[user, 1:]
 
         test = splits.EvalSet(
             np.array([0, 1, 2]),
@@ -296,16 +417,9 @@ class WebKlMassTest(tf.test.TestCase):
         queries, items = rng.normal(size=(3, 4)), rng.normal(size=(7, 4))
         bands = np.array([-1, 0, 0, 1, 1, 2, 2])
         draws = (np.arange(7) / 10.0, 5.5)
-        kl, calibration = report.web_kl(
-            Truth(), test, queries, items, chunk=2, bands=bands, draws=draws
-        )
-        # The default chunk (all 3 queries at once here) gives the same numbers.
-        whole_kl, whole = report.web_kl(Truth(), test, queries, items, bands=bands, draws=draws)
-        self.assertAllClose(whole_kl, kl, atol=1e-12)
-        for name, value in calibration.items():
-            self.assertAllClose(whole[name], value, atol=1e-12)
-        # A catalog too large for 32 queries a chunk: 14 pairs over 7 ids is 2 queries.
-        with mock.patch.object(report, "KL_CHUNK_PAIRS", 14):
+        kl, calibration = report.web_kl(Truth(), test, queries, items, bands=bands, draws=draws)
+        # Chunks of 2 items and blocks of 2 queries give the same numbers.
+        with mock.patch.multiple(retrieval, CHUNK_BYTES=2 * 16, SCORES_PER_BATCH=4):
             small_kl, small = report.web_kl(Truth(), test, queries, items, bands=bands, draws=draws)
         self.assertAllClose(small_kl, kl, atol=1e-12)
         for name, value in calibration.items():

@@ -291,11 +291,16 @@ class SASRec(tfrs.Model):
         """[batch, dim]: the representation at the last position (the next-item query)."""
         return self.objective.embed(self(inputs, training=training)[:, -1, :])
 
-    def item_embeddings(self):
-        """[num_items + 1, dim] output item embeddings (row 0: padding)."""
+    def item_embeddings(self, ids=None):
+        """[num_items + 1, dim] output item embeddings (row 0: padding); with `ids`, those
+        ids' rows only ([len(ids), dim]: what `tfrs_logq.retrieval.ItemTable` reads a chunk
+        of the catalog at a time)."""
+        table = self.output_embedding.embeddings
+        if ids is not None:
+            return self.objective.embed(tf.gather(table, ids))
         if self.architecture == "gsasrec":  # Without the unused row num_items + 1.
-            return self.objective.embed(self.output_embedding.embeddings[: self.num_items + 1])
-        return self.objective.embed(self.output_embedding.embeddings)
+            return self.objective.embed(table[: self.num_items + 1])
+        return self.objective.embed(table)
 
     def train_step(self, inputs):
         """`tfrs.Model.train_step`; under XLA (`compile(jit_compile=True)`) the item tables'

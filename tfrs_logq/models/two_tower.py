@@ -53,9 +53,11 @@ class TwoTower(tfrs.Model):
         """Item ids -> [.., dim] candidate embeddings."""
         return self.objective.embed(self.candidate_tower(self.item_embedding(ids)))
 
-    def item_embeddings(self):
-        """[num_items + 1, dim] for every id (row 0: padding)."""
-        return self.candidate_embeddings(tf.range(self.num_items + 1))
+    def item_embeddings(self, ids=None):
+        """[num_items + 1, dim] for every id (row 0: padding); with `ids`, those ids' rows
+        only ([len(ids), dim]: what `tfrs_logq.retrieval.ItemTable` reads a chunk of the
+        catalog at a time)."""
+        return self.candidate_embeddings(tf.range(self.num_items + 1) if ids is None else ids)
 
     def call(self, features, training=None):
         return self.query_embeddings(features, training=training)
