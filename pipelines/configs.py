@@ -373,6 +373,11 @@ class TrainingConfig:
         "test positive; 0: the whole catalog.",
     )
     test_queries: int = _field(0, "Test queries evaluated, at most (a seeded sample); 0: all.")
+    memory_budget_mb: int = _field(
+        0,
+        "Memory the run may use, MB: a run whose predicted peak (pipelines.memory.predict_mib) "
+        "exceeds it stops before building its tables; 0: the machine's (or cgroup's) memory.",
+    )
     order: str = _field(
         "shuffled",
         "Training order: shuffled, or time (two-tower on --split=next_day: time "
@@ -538,6 +543,7 @@ _INTEGER_LOWS = {
     "scann_min_items": (0, "always the index"),
     "index_size": (0, "the whole catalog"),
     "test_queries": (0, "all queries"),
+    "memory_budget_mb": (0, "the machine's memory"),
     "drift_every": (0, "never"),
     "seed": (0, ""),
     "test_day": (-1, "the log's last day"),

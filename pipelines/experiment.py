@@ -355,19 +355,34 @@ def web_truth(config: configs.Config, data: Interactions) -> WebTruth:
 def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     catalog = web_synthetic.read_truth(web_synthetic_dir(config.data))
 
-    def index_of(raw_ids, dense_raw):
-        order = np.argsort(raw_ids)
-        position = np.searchsorted(raw_ids[order], dense_raw)
+    def index_of(raw_keys, dense_keys):
+        order = np.argsort(raw_keys)
+        position = np.searchsorted(raw_keys[order], dense_keys)
         return order[np.minimum(position, len(order) - 1)]
 
+    # Matched by the ids' uint64 values (`web_synthetic.id_keys`): 8 bytes an id, not a
+    # sorted copy of the strings.
     item_index = np.concatenate(
-        [[-1], index_of(catalog.item_ids.astype(str), data.item_ids[1:].astype(str))]
+        [
+            [-1],
+            index_of(
+                web_synthetic.id_keys(catalog.item_ids), web_synthetic.id_keys(data.item_ids[1:])
+            ),
+        ]
     )
     user_index = np.concatenate(
-        [[0], index_of(catalog.user_ids.astype(str), data.user_ids[1:].astype(str))]
+        [
+            [0],
+            index_of(
+                web_synthetic.id_keys(catalog.user_ids, "u"),
+                web_synthetic.id_keys(data.user_ids[1:], "u"),
+            ),
+        ]
     )
     dense_item = np.zeros(len(catalog.item_ids), np.int64)
     dense_item[item_index[1:]] = np.arange(1, len(item_index))
+    # The truth keeps no id strings: the maps above are all it needs of them.
+    catalog = catalog._replace(item_ids=np.zeros(0, str), user_ids=np.zeros(0, str))
     # The split counts days from the log's first; the truth from its START_TIME.
     first, last = data.time_span()
     first_day = (first - web_synthetic.START_TIME) // config.data.day_seconds
@@ -741,13 +756,21 @@ def evaluate(
     return metrics(top, eval_set.targets, ks)
 
 
-def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
-    """The ids the test search covers: the `index_size` items with the most training events
-    plus every test positive (the paper's industrial index); None: the whole catalog."""
+def served_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
+    """The `index_size` items with the most training events (ties: the lower id), sorted:
+    what a run's exports serve; None (index_size 0): the whole catalog."""
     if not config.training.index_size:
         return None
     counts = split.train_counts()
-    top = np.argsort(-counts[1:], kind="stable")[: config.training.index_size] + 1
+    return np.sort(np.argsort(-counts[1:], kind="stable")[: config.training.index_size] + 1)
+
+
+def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
+    """The ids the test search covers: `served_index` plus every test positive (the paper's
+    industrial index); None: the whole catalog."""
+    top = served_index(config, split)
+    if top is None:
+        return None
     return np.union1d(top, np.concatenate(split.test.targets))
 
 

@@ -48,11 +48,11 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     searches = configs.indexes(FLAGS.index)
-    config, model, _, data = experiment.load_run(argv[1])
+    config, model, split, data = experiment.load_run(argv[1])
     # tfrs_logq.export names exact search brute_force.
     index = "both" if len(searches) > 1 else {"exact": "brute_force"}.get(searches[0], searches[0])
     try:
-        paths = report.export_run(model, config, argv[1], index, FLAGS.k, data=data)
+        paths = report.export_run(model, config, argv[1], index, FLAGS.k, data=data, split=split)
     except export_lib.ScannOpsUnavailable as error:
         sys.exit(f"error: {error}")  # The message names the fix: no traceback.
     for path in paths:

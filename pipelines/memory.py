@@ -1,12 +1,17 @@
 """This process's peak resident memory, for the jobs' reports and the benchmarks.
 
 `peak_rss_mib` reads Linux's VmHWM (getrusage elsewhere); `while_running` measures the peak
-of one piece of work apart from what the process held before it.
+of one piece of work apart from what the process held before it. `predict_mib` is the
+memory model: each phase's predicted peak, which a run prints beside the measured one and
+checks against `available_mib` (or --memory_budget_mb) before it builds its tables.
 """
 
+import os
 import re
 import resource
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
 
 
 def peak_rss_mib() -> float:
@@ -48,3 +53,91 @@ def while_running(work: Callable[[], object]) -> Tuple[float, float]:
     if during is None:  # No VmHWM: the whole process's peak is all there is.
         during = before = peak_rss_mib()
     return max(before, during), during
+
+
+# ------------------------------------------------------------------ the memory model
+
+MIB = 2**20
+# What a job holds besides its tables, in MiB: the interpreter, TensorFlow, the packages and
+# the run's small state (industrial_smoke at 85k items: 851 MiB after reading its log).
+RUNTIME_MIB = 850
+# Bytes an id of the vocabularies costs (Python strings in an object array, and their
+# lookups).
+VOCABULARY_BYTES = 96
+# Bytes a law item of the web-scale synthetic log's truth costs while it is read (its arrays
+# and the map to dense ids; the id strings while they are converted).
+LAW_BYTES = 112
+
+
+def predict_mib(
+    config,
+    num_users: int,
+    num_items: int,
+    index_items: Optional[int] = None,
+    law_items: int = 0,
+) -> Dict[str, int]:
+    """The predicted peak resident memory of each phase of a run of `config` (a
+    `pipelines.configs.Config`) over `num_users` users and `num_items` items, MiB:
+    {"tables", "train", "evaluate", "export"}.
+
+    - tables: every embedding table, float32 (a two-tower model's users, history items and
+      items; SASRec's item table, twice when untied);
+    - train: the runtime, the vocabularies, the tables and the optimizer's slots (one copy
+      of the tables with Adagrad, two with Adam), the count-min sketch, one chunk of the
+      catalog and blocks of scores (`tfrs_logq.retrieval`), the validation top k;
+    - evaluate: the runtime, the vocabularies, the tables (the slots released), a chunk and
+      the score blocks, the test top k, a ScaNN index over `index_items` (the searched
+      embeddings gathered once, and ScaNN's own copy), the synthetic law (`law_items`);
+    - export: the runtime, the vocabularies, the tables, the served item embeddings (one
+      copy of the index's) and, with ScaNN, the index over them (ScaNN's copy and the
+      gathered rows).
+
+    A model to compare with the measured peaks (`phase_peak_rss_mb`), not a bound.
+    """
+    from tfrs_logq import retrieval  # pylint: disable=import-outside-toplevel
+
+    model, training = config.model, config.training
+    dim = model.dim
+    two_tower = model.model == "two_tower"
+    item_tables = 2 if two_tower or not model.tie_embeddings else 1
+    rows = item_tables * (num_items + 1) + (num_users + 1 if two_tower else 0)
+    tables = 4.0 * dim * rows
+    slots = tables * (1 if training.table_optimizer == "adagrad" else 2)
+    sketch = 0.0
+    if config.loss.frequency == "count_min":
+        width = max(2**18, 1 << int(np.ceil(np.log2(max(2 * num_items, 1)))))
+        sketch = 4 * width * 8.0 * 2
+    chunk = retrieval.CHUNK_BYTES + 3 * 4.0 * retrieval.SCORES_PER_BATCH
+    k = max(int(k) for k in training.ks.split(",")) if training.ks else 100
+    queries = training.test_queries or 20_000
+    index_items = num_items if index_items is None else index_items
+    scann = 2 * 4.0 * dim * index_items if training.index in ("scann", "both") else 0.0
+    runtime = RUNTIME_MIB * MIB + VOCABULARY_BYTES * (num_items + num_users)
+    served = 4.0 * dim * (index_items + 1)  # A run's exports serve its index.
+    predicted = {
+        "tables": tables,
+        "train": runtime
+        + tables
+        + slots
+        + sketch
+        + chunk
+        + 12.0 * k * config.data.validation_queries,
+        "evaluate": runtime + tables + chunk + 12.0 * k * queries + scann + LAW_BYTES * law_items,
+        # The brute-force export's item variable, then the ScaNN one's and its index.
+        "export": runtime + tables + served + (2 * served if scann else 0.0),
+    }
+    return {name: round(value / MIB) for name, value in predicted.items()}
+
+
+def available_mib() -> float:
+    """The memory this process may use, MiB: the cgroup's limit where one is set (v2's
+    memory.max, v1's limit_in_bytes), else the machine's physical memory."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path, encoding="ascii") as limit:
+                value = limit.read().strip()
+            if value.isdigit() and int(value) < 2**60:
+                return int(value) / MIB
+        except OSError:
+            pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MIB

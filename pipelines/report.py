@@ -374,10 +374,14 @@ def export_run(
     k: int = 100,
     data=None,
     version=None,
+    split: Optional[splits_lib.Split] = None,
 ):
     """Exports `model` to OUTPUT/export/<index>/<version> for each index (by default the
     next version after any already there); returns the version directories. With the run's
-    `data` (`Interactions`), the export also serves the source's raw ids (`serving_raw`)."""
+    `data` (`Interactions`), the export also serves the source's raw ids (`serving_raw`).
+    With the run's `split` and an `index_size`, the exports serve that many items, those
+    with the most training events (`experiment.served_index`: the test index without the
+    test day's positives, which a server cannot know)."""
     kinds = export_lib.INDEXES if index == "both" else (index,)
     vocabularies = (
         {}
@@ -402,6 +406,7 @@ def export_run(
                     max_length=experiment.query_length(config),
                     scann_min_items=config.training.scann_min_items,
                     version=version,
+                    candidates=None if split is None else experiment.served_index(config, split),
                     **vocabularies,
                 )
             )

@@ -41,6 +41,7 @@ from pipelines import experiment
 from pipelines import memory
 from pipelines import report
 from pipelines.data import day_store
+from pipelines.data import splits as splits_lib
 from pipelines.data.interactions import DataError
 from pipelines.run_files import RunFiles
 from pipelines.run_files import RunInUse
@@ -231,6 +232,44 @@ class PhaseTimer:
         self.stop()
 
 
+def predicted_memory(config: configs.Config, data, split: splits_lib.Split) -> Dict[str, int]:
+    """`memory.predict_mib` for this run's vocabularies, test index and law, checked against
+    --memory_budget_mb (0: `memory.available_mib`) before any table is built.
+
+    Raises:
+      ValueError: a phase's predicted peak exceeds the budget (named, with the need).
+    """
+    law = config.data.synthetic_items if config.data.dataset == "web_synthetic" else 0
+    index = experiment.test_index(config, split)
+    predicted = memory.predict_mib(
+        config,
+        data.num_users,
+        data.num_items,
+        index_items=data.num_items if index is None else len(index),
+        law_items=law,
+    )
+    budget = config.training.memory_budget_mb or memory.available_mib()
+    phase, need = max(
+        ((name, value) for name, value in predicted.items() if name != "tables"),
+        key=lambda item: item[1],
+    )
+    if need > budget:
+        raise ValueError(
+            f"This run is predicted to need {need:,} MB in its {phase} phase ("
+            f"{predicted['tables']:,} MB of tables: {data.num_items:,} items, "
+            f"{data.num_users:,} users, --dim={config.model.dim}), more than the "
+            f"{budget:,.0f} MB it may use "
+            + (
+                f"(--memory_budget_mb={config.training.memory_budget_mb})"
+                if config.training.memory_budget_mb
+                else "(this machine's memory)"
+            )
+            + ". Lower --dim, the catalog (--min_item_count) or --test_queries, or raise "
+            "--memory_budget_mb."
+        )
+    return predicted
+
+
 # What each phase of `run` does, for its progress line.
 PHASES = {
     "data": "loading the data",
@@ -316,6 +355,13 @@ def _run(
         data = experiment.load_data(config, output_dir)
     with phases("split"):
         split = experiment.make_split(config, data, output_dir)
+    predicted = predicted_memory(config, data, split)
+    if chief and verbose:
+        _say(
+            "[memory] predicted peaks: "
+            + ", ".join(f"{name} {value:,} MB" for name, value in predicted.items())
+            + "."
+        )
     with phases("build"), strategy.scope():
         model = experiment.build_model(config, data, split)
         model.compile(
@@ -472,12 +518,15 @@ def _run(
         }
     with phases("export"):
         _clear_exports(files)
-        metrics["exports"] = report.export_run(model, config, output_dir, data=data, version=1)
+        metrics["exports"] = report.export_run(
+            model, config, output_dir, data=data, version=1, split=split
+        )
     # This process's wall time per phase (training's over restarts: train_seconds), and its
     # peak resident memory, at the end of each phase and overall.
     metrics["phase_seconds"] = phases.seconds
     metrics["phase_peak_rss_mb"] = phases.peak_rss_mb
     metrics["peak_rss_mb"] = phases.process_peak_mb()
+    metrics["predicted_peak_rss_mb"] = predicted
     with open(files.metrics, "w") as f:
         json.dump(metrics, f, indent=1)
     return metrics

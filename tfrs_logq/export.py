@@ -62,6 +62,7 @@ export there, or the ScaNN one from TF Serving built with ScaNN (the
 `google/tf-serving-scann` image) or from Python.
 """
 
+import inspect
 import os
 import shutil
 import tempfile
@@ -81,12 +82,15 @@ RAW_IDS = ("strings", "default")
 SCANN_SAVE_OPTIONS = tf.saved_model.SaveOptions(namespace_whitelist=["Scann"])
 
 
-def _item_variable(model) -> tf.Variable:
-    """The served item embeddings: `model`'s, filled into one variable a chunk at a time
-    (`retrieval.ItemTable`), so that the export holds the catalog once beside the model.
+def _item_variable(model, candidates: Optional[np.ndarray] = None):
+    """(the number of items, the served item embeddings): `model`'s, filled into one
+    variable a chunk at a time (`retrieval.ItemTable`), so that the export holds them once
+    beside the model: every id's (row 0: padding), or with `candidates` only theirs (row j:
+    candidates[j]).
 
     Raises:
-      ValueError: not [num_items + 1, dim] with num_items >= 1, or a non-finite row.
+      ValueError: not [num_items + 1, dim] with num_items >= 1, a candidate outside
+        [1, num_items], or a non-finite row.
     """
     try:
         table = retrieval.ItemTable.of(model)
@@ -98,20 +102,29 @@ def _item_variable(model) -> tf.Variable:
             "`model.item_embeddings()` must be [num_items + 1, dim] (row 0: "
             f"padding) with num_items >= 1; received shape {shape}."
         )
-    items = tf.Variable(tf.zeros(table.shape, tf.float32), trainable=False, name="item_embeddings")
+    if candidates is not None:
+        candidates = retrieval.searched_ids(table.num_ids, 1, candidates)
+    served = table.num_ids if candidates is None else len(candidates)
+    items = tf.Variable(
+        tf.zeros([served, table.dim], tf.float32), trainable=False, name="item_embeddings"
+    )
     bad: List[int] = []
-    for ids, rows in table.chunks(None, first_id=0):
+    row = 0
+    for ids, rows in (
+        table.chunks(None, first_id=0) if candidates is None else table.chunks(candidates)
+    ):
         finite = np.isfinite(rows).all(axis=1)
         if not finite.all():
             bad.extend(ids[~finite][: 7 - len(bad)].tolist())
-        items[int(ids[0]) : int(ids[-1]) + 1].assign(rows)
+        items[row : row + len(ids)].assign(rows)
+        row += len(ids)
     if bad:
         raise ValueError(
             f"`model` has non-finite item embeddings (NaN or inf) in rows "
             f"{bad[:6]}{' ...' if len(bad) > 6 else ''} of {table.num_ids}: every answer "
             "would be NaN or arbitrary; not exported."
         )
-    return items
+    return table.num_ids - 1, items, candidates
 
 
 class _Serving(tf.Module):
@@ -120,6 +133,7 @@ class _Serving(tf.Module):
     def __init__(
         self,
         model,
+        num_items: int,
         item_embeddings: tf.Variable,
         k: int,
         index: str,
@@ -128,6 +142,7 @@ class _Serving(tf.Module):
         item_vocabulary=None,
         user_vocabulary=None,
         scann_min_items: int = retrieval.SCANN_MIN_ITEMS,
+        candidates: Optional[np.ndarray] = None,
     ):
         super().__init__()
         # Raw (source) ids <-> dense ids; unknown raw ids map to 0, out of vocabulary.
@@ -136,31 +151,39 @@ class _Serving(tf.Module):
         if item_vocabulary is not None:
             self.item_raw = tf.constant([""] + list(item_vocabulary))
         self.model = model
-        self.num_items = int(item_embeddings.shape[0] - 1)
-        self.k = min(k, self.num_items)  # The static width of every answer.
+        self.num_items = num_items
+        # The ids answers come from: every item (rows 1.. of `items`; row 0 is padding), or
+        # `candidates` (row j of `items` is candidates[j]).
+        self.candidates = None if candidates is None else tf.constant(candidates, tf.int64)
+        self.num_served = num_items if candidates is None else len(candidates)
+        self.k = min(k, self.num_served)  # The static width of every answer.
         self.max_length, self.takes_user = max_length, takes_user
-        self.items = item_embeddings  # `_item_variable`'s: the catalog's one copy.
+        self.items = item_embeddings  # `_item_variable`'s: the served items' one copy.
         # A catalog below `scann_min_items` is served by exact search whatever the index asked
         # for (see `retrieval.SCANN_MIN_ITEMS`); `export` says so.
         self.index_kind = (
-            index if retrieval.uses_scann(self.num_items, scann_min_items) else "brute_force"
+            index if retrieval.uses_scann(self.num_served, scann_min_items) else "brute_force"
         )
         if self.index_kind == "scann":
-            settings = retrieval.scann_defaults(self.num_items, self.k)
+            settings = retrieval.scann_defaults(self.num_served, self.k)
             # The request's history can be longer than any fixed over-fetch: the search asks
             # for k plus the longest history in the batch (`final_num_neighbors` is a tensor),
             # and a batch with a row left short after the exclusion is answered exactly.
             self.scann = tfrs.layers.factorized_top_k.ScaNN(
                 k=self.k,
-                num_leaves=min(settings["num_leaves"], max(self.num_items // 2, 1)),
+                num_leaves=min(settings["num_leaves"], max(self.num_served // 2, 1)),
                 num_leaves_to_search=min(
-                    settings["num_leaves_to_search"], max(self.num_items // 2, 1)
+                    settings["num_leaves_to_search"], max(self.num_served // 2, 1)
                 ),
                 num_reordering_candidates=max(settings["reorder"], self.k),
             )
-            self.scann.index(
-                item_embeddings[1:], identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64)
-            )
+            if self.candidates is None:
+                self.scann.index(
+                    item_embeddings[1:],
+                    identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64),
+                )
+            else:
+                self.scann.index(item_embeddings.value(), identifiers=self.candidates)
 
     def _in_vocabulary(self, ids):
         return tf.logical_and(ids >= 1, ids <= self.num_items)
@@ -220,6 +243,11 @@ class _Serving(tf.Module):
 
     def _exact(self, queries, blocked):
         scores = tf.matmul(queries, self.items, transpose_b=True)
+        if self.candidates is not None:  # Row j: candidates[j].
+            blocked = tf.gather(blocked, self.candidates, axis=1)
+            scores = tf.where(blocked, tf.constant(-np.inf, scores.dtype), scores)
+            scores, columns = tf.math.top_k(scores, k=self.k)
+            return scores, tf.gather(self.candidates, columns)
         scores = tf.where(blocked, tf.constant(-np.inf, scores.dtype), scores)[:, 1:]
         scores, columns = tf.math.top_k(scores, k=self.k)
         return scores, tf.cast(columns, tf.int64) + 1
@@ -232,7 +260,7 @@ class _Serving(tf.Module):
         longest = tf.maximum(
             tf.reduce_max(tf.reduce_sum(tf.cast(blocked[:, 1:], tf.int32), axis=1)), 0
         )
-        wanted = tf.minimum(self.k + longest, self.num_items)
+        wanted = tf.minimum(self.k + longest, self.num_served)
         scores, ids = self.scann(queries, k=wanted)
         batch = tf.shape(queries)[0]
         scores = tf.reshape(scores, [batch, -1])
@@ -368,6 +396,8 @@ class _Serving(tf.Module):
     def item_embeddings(self, item_ids):
         item_ids = _ranked(item_ids, 1, "`item_ids` must be [batch] item ids")
         rows = tf.where(self._in_vocabulary(item_ids), item_ids, tf.zeros_like(item_ids))
+        if self.candidates is not None:  # Any item's, served or not: the model's own.
+            return {"embeddings": tf.cast(self.model.item_embeddings(rows), self.items.dtype)}
         return {"embeddings": tf.gather(self.items, rows)}
 
 
@@ -564,6 +594,7 @@ def export(
     scann_min_items: int = retrieval.SCANN_MIN_ITEMS,
     raw_ids: str = "strings",
     integer_ids: Sequence[str] = (),
+    candidates: Optional[Any] = None,
 ) -> str:
     """Writes a SavedModel of `model` (a `tfrs_logq.models.SASRec` or `TwoTower`) to
     `path/<version>/`, the layout TensorFlow Serving reads (`path` is its model base path).
@@ -591,6 +622,10 @@ def export(
       integer_ids: the raw ids ("user", "item") served as int64 (the source's own integer
         ids, whose decimal strings the vocabularies hold); the others are strings.
       scann_min_items: catalogs below it are served by exact search.
+      candidates: the item ids answers come from (an index over part of the catalog, such
+        as the items with the most training events); None: every item. The export holds
+        their embeddings once; `item_embeddings` still answers for every item (from the
+        model), and the history and filters still read every item.
 
     Returns:
       The version directory written (`path/<version>`). Its `serving_default` answers
@@ -655,8 +690,18 @@ def export(
         raise ValueError(f"{target} exists: pass another `version`, or none for the next one.")
     takes_user = hasattr(model, "user_embedding")
     max_length = _max_length(model, max_length)
-    item_table = _item_variable(model)
-    item_vocabulary = _vocabulary("item_vocabulary", item_vocabulary, item_table.shape[0] - 1)
+    if candidates is not None and not (
+        hasattr(model, "num_items") and "ids" in inspect.signature(model.item_embeddings).parameters
+    ):
+        raise ValueError(
+            "`candidates` needs a model whose `item_embeddings` takes `ids` and that has "
+            "`num_items` (tfrs_logq's SASRec and TwoTower): the export serves any item's "
+            f"embedding from it; received a {type(model).__name__}."
+        )
+    num_items, item_table, served_ids = _item_variable(
+        model, None if candidates is None else np.asarray(candidates, np.int64)
+    )
+    item_vocabulary = _vocabulary("item_vocabulary", item_vocabulary, num_items)
     if "item" in integer_ids:
         _check_integer_ids("item_vocabulary", item_vocabulary)
     if takes_user and item_vocabulary is not None:
@@ -671,11 +716,13 @@ def export(
         )
         if "user" in integer_ids:
             _check_integer_ids("user_vocabulary", user_vocabulary)
-    if index == "scann" and retrieval.uses_scann(item_table.shape[0] - 1, scann_min_items):
+    served = num_items if served_ids is None else len(served_ids)
+    if index == "scann" and retrieval.uses_scann(served, scann_min_items):
         _require_scann_ops("index='scann'")
     try:
         module = _Serving(
             model,
+            num_items,
             item_table,
             k,
             index,
@@ -684,12 +731,13 @@ def export(
             item_vocabulary,
             user_vocabulary if takes_user else None,
             scann_min_items,
+            served_ids,
         )
     except tf.errors.InvalidArgumentError as error:
         if index != "scann":
             raise
         raise ValueError(
-            f"index='scann' cannot index this catalog of {item_table.shape[0] - 1} items "
+            f"index='scann' cannot index this catalog of {served} items "
             f"(ScaNN: {str(error).splitlines()[0].split('}} ')[-1][:200]}); export it with "
             "index='brute_force', or raise scann_min_items above the catalog's size "
             f"(received scann_min_items={scann_min_items})."
@@ -700,7 +748,7 @@ def export(
             "so this export searches exactly (brute force), which is faster there "
             "and exact.",
             index,
-            module.num_items,
+            module.num_served,
             scann_min_items,
         )
     # Each answer twice: plain, and filtered (`allowed`, `exclude`: extra inputs, since a

@@ -333,12 +333,23 @@ def write_log(
             shutil.rmtree(temporary, ignore_errors=True)
 
 
+def id_keys(ids, prefix: str = "", chunk: int = 1 << 20) -> np.ndarray:
+    """The uint64 values of hex ids (`prefix` then the hex digits, as `make_catalog` writes
+    them), converted a chunk at a time: 8 bytes an id where the strings take about 64 (a
+    20M-item law's ids: 160 MB, not 1.3 GB)."""
+    out = np.empty(len(ids), np.uint64)
+    skip = len(prefix)
+    for start in range(0, len(ids), chunk):
+        out[start : start + chunk] = [int(str(i)[skip:], 16) for i in ids[start : start + chunk]]
+    return out
+
+
 def read_truth(directory: str) -> WebCatalog:
-    """The truth `write_log` saved."""
+    """The truth `write_log` saved (its ids as numpy's fixed-width strings)."""
     with np.load(os.path.join(directory, "truth.npz")) as saved:
         return WebCatalog(
-            saved["item_ids"].astype(object),
-            saved["user_ids"].astype(object),
+            saved["item_ids"],  # Fixed-width strings (numpy's), not Python objects.
+            saved["user_ids"],
             saved["item_cluster"],
             saved["base"],
             saved["trend"],

@@ -505,6 +505,53 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         )
         self.assertAllEqual(served["ids"], want)
 
+    @parameterized.parameters("brute_force", "scann")
+    def test_candidates_serve_part_of_the_catalog_as_exact_search_over_it(self, index):
+        # An index of 120 of the 200 items (scann_min_items=0: a real ScaNN index), exhaustive
+        # enough on 120 items to equal exact search; the history still excludes any item.
+        _require_scann_ops(self, index)
+        model = _two_tower()
+        candidates = np.arange(3, 200, 5).tolist() + np.arange(100, 180).tolist()
+        path = export.export(
+            model,
+            os.path.join(tempfile.mkdtemp(), index),
+            k=10,
+            index=index,
+            max_length=LENGTH,
+            scann_min_items=0,
+            candidates=candidates,
+        )
+        loaded = tf.saved_model.load(path)
+        history = np.array([[0, 0, 8, 103], [1, 2, 104, 105]], np.int64)
+        answer = loaded.signatures["serving_default"](
+            user=tf.constant([3, 7], tf.int64), history=tf.constant(history)
+        )
+        queries = model.query_embeddings(
+            {"user": np.array([3, 7], np.int32), "history": history.astype(np.int32)}
+        ).numpy()
+        want = retrieval.exact_top_k(
+            queries,
+            model,
+            10,
+            exclude=[np.array([8, 103]), np.array([1, 2, 104, 105])],
+            candidates=np.array(candidates),
+        )
+        ids = answer["ids"].numpy()
+        self.assertTrue(np.isin(ids, candidates).all())
+        if index == "brute_force":
+            self.assertAllEqual(ids, want)
+        else:  # ScaNN's quantised scores may swap near ties: the same set, nearly.
+            self.assertGreaterEqual(
+                np.mean([len(np.intersect1d(a, b)) for a, b in zip(ids, want)]), 9
+            )
+        # Any item's embedding, served or not, is the model's.
+        embedded = loaded.signatures["item_embeddings"](item_ids=tf.constant([1, 4, 103], tf.int64))
+        self.assertAllClose(
+            embedded["embeddings"], model.item_embeddings(tf.constant([1, 4, 103])), atol=1e-6
+        )
+        with self.assertRaisesRegex(ValueError, r"`candidates` must be ids in \[1, 200\]"):
+            export.export(model, tempfile.mkdtemp(), k=10, candidates=[0, 5])
+
     def test_raw_ids_in_and_out(self):
         # Raw ids as a GroupLens file has them: sparse movie ids, as strings.
         vocabulary = [str(1000 + 7 * i) for i in range(1, NUM_ITEMS + 1)]

@@ -1,0 +1,74 @@
+"""The memory model (`pipelines.memory.predict_mib`), the run's budget check and each phase's
+own peak."""
+
+import os
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import tfrs_logq  # noqa: F401  # isort: split
+from pipelines import configs
+from pipelines import memory
+from pipelines import train
+from pipelines.data import splits
+
+
+def test_tables_and_slots_scale_with_the_catalog():
+    config = configs.PRESETS["industrial"]
+    small = memory.predict_mib(config, 1_000_000, 1_000_000, index_items=200_000)
+    large = memory.predict_mib(config, 1_000_000, 20_000_000, index_items=2_000_000)
+    # Two-tower: users, history items and items, float32 at dim 64.
+    assert small["tables"] == round(4 * 64 * (1_000_001 + 2 * 1_000_001) / 2**20)
+    assert large["tables"] == round(4 * 64 * (1_000_001 + 2 * 20_000_001) / 2**20)
+    # Training holds Adagrad's accumulators too; evaluation releases them.
+    assert large["train"] - large["evaluate"] > 0.9 * large["tables"] - 2 * 4 * 64 * 2e6 / 2**20
+    adam = memory.predict_mib(config.replace(table_optimizer="adam"), 1_000_000, 1_000_000)
+    assert adam["train"] - small["train"] == pytest.approx(small["tables"], abs=2)
+    # The export: the served embeddings once, twice more with a ScaNN index.
+    exact = memory.predict_mib(
+        config.replace(index="exact"), 1_000_000, 1_000_000, index_items=200_000
+    )
+    assert small["export"] - exact["export"] == pytest.approx(2 * 4 * 64 * 200_001 / 2**20, abs=2)
+
+
+def test_available_memory_is_positive():
+    assert 0 < memory.available_mib() < 2**40
+
+
+class _Data:
+    num_users, num_items = 1_000_000, 20_000_000
+
+
+def _split(num_items):
+    empty = splits.EvalSet(np.array([1]), [np.array([], np.int64)], [np.array([1])])
+    return mock.Mock(test=empty, train_counts=lambda: np.ones(num_items + 1))
+
+
+def test_a_run_over_its_budget_stops_with_the_need_named():
+    config = configs.PRESETS["industrial"].replace(memory_budget_mb=16_000, index_size=0)
+    with pytest.raises(ValueError) as error:
+        train.predicted_memory(config, _Data(), _split(_Data.num_items))
+    message = str(error.value)
+    predicted = memory.predict_mib(config, _Data.num_users, _Data.num_items, law_items=10**6)
+    phase = max((p for p in predicted if p != "tables"), key=predicted.get)
+    assert f"predicted to need {predicted[phase]:,} MB in its {phase} phase" in message
+    assert "20,000,000 items, 1,000,000 users, --dim=64" in message
+    assert "--memory_budget_mb=16000" in message
+    # Within the budget: the predictions, per phase.
+    fits = configs.PRESETS["industrial"].replace(memory_budget_mb=10**6)
+    predicted = train.predicted_memory(fits, _Data(), _split(_Data.num_items))
+    assert set(predicted) == {"tables", "train", "evaluate", "export"}
+
+
+def test_each_phase_reports_its_own_peak():
+    timer = train.PhaseTimer()
+    with timer("big"):
+        block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched.
+        del block
+    with timer("small"):
+        pass
+    if os.path.exists("/proc/self/clear_refs") and memory.high_water_mib() is not None:
+        # The small phase's peak does not carry the big one's (where the kernel resets it).
+        assert timer.peak_rss_mb["small"] <= timer.peak_rss_mb["big"]
+    assert timer.process_peak_mb() >= timer.peak_rss_mb["big"]
