@@ -26,8 +26,11 @@ DEFAULT_KS = (1, 10, 20, 100)
 
 
 # Exact search scores at most this many (query, item) pairs at once: a block's score matrix
-# (float32) and its copies stay near 128 MB each, whatever the catalog.
-SCORES_PER_BATCH = 2**25
+# (float32) and its copies stay near 64 MB each, whatever the catalog.
+SCORES_PER_BATCH = 2**24
+
+# ScaNN searches this many queries at once (`scann_top_k`).
+SCANN_QUERY_BATCH = 1024
 
 # An `ItemTable` chunk holds at most this many bytes of float32 embeddings (dim 64: 262,144
 # items a chunk).
@@ -273,8 +276,8 @@ def log_normalizers(
     peak = np.full(len(queries), -np.inf)
     total = np.zeros(len(queries))
     mass = None if groups is None else np.zeros([len(queries), num_groups])
-    # Blocks of an eighth of exact search's pairs: their float64 copies stay near 32 MB.
-    block = max(1, SCORES_PER_BATCH // 8 // max(min(table.chunk_size(), table.num_ids), 1))
+    # Blocks of a quarter of exact search's pairs: their float64 copies stay near 32 MB.
+    block = max(1, SCORES_PER_BATCH // 4 // max(min(table.chunk_size(), table.num_ids), 1))
     for chunk_ids, start, scores in _scored_blocks(queries, table, None, first_id, exclude, block):
         scores = scores.astype(np.float64)
         stop = start + len(scores)
@@ -470,20 +473,26 @@ def scann_top_k(
         .build()
     )
     del builder, items  # ScaNN holds its own copy.
-    found, distances = searcher.search_batched(queries, final_num_neighbors=wanted)
-    del searcher
     k = min(k, len(ids))
     out = np.zeros([len(queries), k], np.int64)
     short = []
-    for row, positions in enumerate(found):
-        # Slots the index could not fill come back as row 0 with a NaN distance.
-        row_ids = ids[positions[~np.isnan(distances[row])].astype(np.int64)]
-        if exclude is not None and len(exclude[row]):
-            row_ids = row_ids[~np.isin(row_ids, exclude[row])]
-        if len(row_ids) < k:
-            short.append(row)
-            continue
-        out[row] = row_ids[:k]
+    # A batch of queries at a time: ScaNN's buffers grow with the queries times the
+    # candidates it re-scores (20,000 queries x 6,500 re-scored took 3 GB at once).
+    for start in range(0, len(queries), SCANN_QUERY_BATCH):
+        found, distances = searcher.search_batched(
+            queries[start : start + SCANN_QUERY_BATCH], final_num_neighbors=wanted
+        )
+        for offset, positions in enumerate(found):
+            row = start + offset
+            # Slots the index could not fill come back as row 0 with a NaN distance.
+            row_ids = ids[positions[~np.isnan(distances[offset])].astype(np.int64)]
+            if exclude is not None and len(exclude[row]):
+                row_ids = row_ids[~np.isin(row_ids, exclude[row])]
+            if len(row_ids) < k:
+                short.append(row)
+                continue
+            out[row] = row_ids[:k]
+    del searcher
     if short:
         out[short] = exact_top_k(
             queries[short],

@@ -228,6 +228,27 @@ class ScannTest(tf.test.TestCase):
         )
         self.assertAllEqual(found, retrieval.exact_top_k(queries, items, 1000))
 
+    def test_queries_searched_in_batches_answer_as_one(self):
+        rng = np.random.default_rng(5)
+        queries, items = rng.normal(size=(11, 8)), rng.normal(size=(3001, 8))
+        exclude = [rng.choice(np.arange(1, 3001), size=rng.integers(0, 30)) for _ in range(11)]
+        candidates = np.arange(2, 3001, 2)
+        # Every leaf searched and every candidate re-scored: exact, batch after batch.
+        with mock.patch.object(retrieval, "SCANN_QUERY_BATCH", 4):
+            batched = retrieval.scann_top_k(
+                queries,
+                items,
+                20,
+                exclude=exclude,
+                min_items=0,
+                candidates=candidates,
+                num_leaves=10,
+                num_leaves_to_search=10,
+                reorder=1500,
+            )
+        exact = retrieval.exact_top_k(queries, items, 20, exclude=exclude, candidates=candidates)
+        self.assertAllEqual(batched, exact)
+
     def test_rows_the_index_returns_too_few_for_are_completed_exactly(self):
         # One leaf of 20 searched: about 25 candidates come back, and row 0 excludes 450 of
         # the 500 items; before the fix this raised a broadcasting ValueError.
