@@ -19,6 +19,7 @@ from pipelines import experiment
 from pipelines.data import builders
 from pipelines.data import splits as splits_lib
 from pipelines.run_files import RunFiles
+from pipelines.run_files import write_json
 
 VALIDATION_METRIC = "val_ndcg@10"
 # The diagnostic test curve's epoch logs (`ValidationMetrics`), and the most test queries it
@@ -147,10 +148,7 @@ class TrainingProgress(tf.keras.callbacks.Callback):
 
     def _write(self) -> None:
         if self.write:
-            temporary = self.path + ".tmp"
-            with open(temporary, "w") as f:
-                json.dump(self.state, f)
-            os.replace(temporary, self.path)  # Atomic: a kill never leaves half a file.
+            write_json(self.path, self.state, indent=None)  # A kill never leaves half a file.
 
 
 def _best_of(values, better) -> Dict:
@@ -397,10 +395,7 @@ class EstimatorDrift(tf.keras.callbacks.Callback):
         with self.writer.as_default(step=step):
             for name in ("total_variation", "median_abs_log_error@1000"):
                 tf.summary.scalar(f"drift_{name}", row[name])
-        temporary = self.path + ".partial"
-        with open(temporary, "w") as f:
-            json.dump({"every": self.every, "readings": self.rows}, f, indent=1)
-        os.replace(temporary, self.path)
+        write_json(self.path, {"every": self.every, "readings": self.rows})
 
 
 def drift_callback(config: configs.Config, split: splits_lib.Split, estimator, files: RunFiles):

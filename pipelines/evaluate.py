@@ -37,6 +37,7 @@ from pipelines import experiment
 from pipelines import per_query
 from pipelines import report
 from pipelines.run_files import RunFiles
+from pipelines.run_files import write_json
 from tfrs_logq import retrieval
 
 FLAGS = flags.FLAGS
@@ -276,8 +277,7 @@ def main(argv):
             first = configs.indexes(run_index)[0]
             if first in by_search:
                 saved["test"] = by_search[first]
-        with open(path, "w") as f:
-            json.dump(saved, f, indent=1)
+        write_json(path, saved)  # A kill leaves the run's metrics whole.
         print(f"\nUpdated {path}")
 
 

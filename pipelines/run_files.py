@@ -32,6 +32,20 @@ import time
 from typing import Optional
 
 
+def write_json(path: str, value, indent: Optional[int] = 1) -> None:
+    """Writes `value` as JSON to `path` through a temporary file beside it, renamed into
+    place: a process killed while writing leaves the previous file (or none), never half of
+    one that a rerun would read."""
+    temporary = f"{path}.partial-{os.getpid()}"
+    try:
+        with open(temporary, "w") as f:
+            json.dump(value, f, indent=indent)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunFiles:
     """The paths of the run in `directory`."""

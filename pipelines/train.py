@@ -46,6 +46,7 @@ from pipelines.data.interactions import DataError
 from pipelines.run_files import RunFiles
 from pipelines.run_files import RunInUse
 from pipelines.run_files import RunLock
+from pipelines.run_files import write_json
 
 FLAGS = flags.FLAGS
 
@@ -466,8 +467,7 @@ def _run(
         worker = {"steps": steps, "estimator_steps": estimator_steps, **replicas}
         worker_dir = files.worker(strategy.cluster_resolver.task_id)
         os.makedirs(worker_dir, exist_ok=True)
-        with open(os.path.join(worker_dir, "report.json"), "w") as f:
-            json.dump(worker, f, indent=1)
+        write_json(os.path.join(worker_dir, "report.json"), worker)
         return worker
     resumed_from_step = progress.step
     if files.has_best():
@@ -527,8 +527,7 @@ def _run(
     metrics["phase_peak_rss_mb"] = phases.peak_rss_mb
     metrics["peak_rss_mb"] = phases.process_peak_mb()
     metrics["predicted_peak_rss_mb"] = predicted
-    with open(files.metrics, "w") as f:
-        json.dump(metrics, f, indent=1)
+    write_json(files.metrics, metrics)
     return metrics
 
 

@@ -53,3 +53,18 @@ class RunFilesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def test_write_json_never_leaves_half_a_file(tmp_path):
+    from pipelines.run_files import write_json  # pylint: disable=import-outside-toplevel
+
+    path = str(tmp_path / "metrics.json")
+    write_json(path, {"recall@10": 0.25})
+    # A value that fails half way (an object JSON cannot write): the old file stays whole.
+    try:
+        write_json(path, {"recall@10": 0.5, "bad": object()})
+    except TypeError:
+        pass
+    with open(path) as f:
+        assert json.load(f) == {"recall@10": 0.25}
+    assert os.listdir(tmp_path) == ["metrics.json"]
