@@ -498,3 +498,30 @@ class CatalogScalingTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class ScaleTest(tf.test.TestCase):
+    def test_records_and_table_of_a_run(self):
+        from benchmarks import scale  # pylint: disable=import-outside-toplevel
+
+        run = tempfile.mkdtemp()
+        metrics = {
+            "num_items": 1000,
+            "num_users": 50,
+            "phase_seconds": {"train": 10.0, "evaluate": 2.0},
+            "phase_peak_rss_mb": {"train": 2000, "evaluate": 2400},
+            "predicted_peak_rss_mb": {"tables": 10, "train": 1900, "evaluate": 2100},
+            "calibration": {"model_log_p": [0.1] * 5},
+            "baselines": {"popularity": {"recall@10": 0.1, "by_popularity": {}}},
+            "config": {"data": {"synthetic_items": 5000}, "training": {"index_size": 100}},
+        }
+        with open(os.path.join(run, "metrics.json"), "w") as f:
+            import json  # pylint: disable=import-outside-toplevel
+
+            json.dump(metrics, f)
+        kept = scale.record(run)
+        self.assertNotIn("calibration", kept)
+        self.assertEqual(kept["baselines"]["popularity"], {"recall@10": 0.1})
+        self.assertEqual(kept["config"]["synthetic_items"], 5000)
+        lines = scale.table([kept]).splitlines()
+        self.assertIn("| evaluate | 2 | 2,400 | 2,100 | 1.20 |", lines[-1])
