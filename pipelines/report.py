@@ -14,6 +14,7 @@ import numpy as np
 from logq_core import samplers
 from pipelines import configs
 from pipelines import experiment
+from pipelines import memory
 from pipelines.data import splits as splits_lib
 from pipelines.run_files import RunFiles
 from tfrs_logq import export as export_lib
@@ -396,6 +397,7 @@ def export_run(
         )
     paths = []
     for kind in kinds:
+        memory.release()  # The last export's module (and its index) freed first.
         try:
             paths.append(
                 export_lib.export(

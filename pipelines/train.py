@@ -202,6 +202,7 @@ class PhaseTimer:
     def start(self, name: str) -> None:
         self.stop()
         self._process_peak = max(self._process_peak, memory.peak_rss_mib())
+        memory.release()  # What the last phase freed goes back: each phase starts from its own.
         memory.reset_high_water()
         self._open = (name, time.time())
         if self._say:
