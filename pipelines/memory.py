@@ -13,8 +13,6 @@ import re
 import resource
 from typing import Callable, Dict, Optional, Tuple
 
-import numpy as np
-
 
 def peak_rss_mib() -> float:
     """This process's peak resident memory since it started, MiB: Linux's VmHWM before any
@@ -108,7 +106,10 @@ def predict_mib(
 
     A model to compare with the measured peaks (`phase_peak_rss_mb`), not a bound.
     """
-    from tfrs_logq import retrieval  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from pipelines import configs
+    from pipelines import experiment
+    from tfrs_logq import retrieval
 
     model, training = config.model, config.training
     dim = model.dim
@@ -119,10 +120,9 @@ def predict_mib(
     slots = tables * (1 if training.table_optimizer == "adagrad" else 2)
     sketch = 0.0
     if config.loss.frequency == "count_min":
-        width = max(2**18, 1 << int(np.ceil(np.log2(max(2 * num_items, 1)))))
-        sketch = 4 * width * 8.0 * 2
+        sketch = 4 * experiment.count_min_width(num_items) * 8.0 * 2
     chunk = retrieval.CHUNK_BYTES + 3 * 4.0 * retrieval.SCORES_PER_BATCH
-    k = max(int(k) for k in training.ks.split(",")) if training.ks else 100
+    k = max(configs.ks(training))
     queries = training.test_queries or 20_000
     index_items = num_items if index_items is None else index_items
     scann = 2 * 4.0 * dim * index_items if training.index in ("scann", "both") else 0.0

@@ -182,9 +182,11 @@ def _in_chunk(exclusions, chunk_ids: np.ndarray):
 
 
 def _scored_blocks(queries: np.ndarray, table: ItemTable, ids, first_id, exclude, block=None):
-    """For each chunk of the searched ids and each block of queries: (chunk ids, first query
-    row, [block, chunk] float32 scores with the block's excluded ids at -inf)."""
+    """For each chunk of the searched ids and each block of queries: (chunk ids, how many ids
+    the chunks before it held, first query row, [block, chunk] float32 scores with the
+    block's excluded ids at -inf)."""
     exclusions = _exclusions(exclude, len(queries))
+    before = 0
     for chunk_ids, rows in table.chunks(ids, first_id):
         items = tf.constant(rows)
         size = block or max(1, SCORES_PER_BATCH // len(chunk_ids))
@@ -193,7 +195,8 @@ def _scored_blocks(queries: np.ndarray, table: ItemTable, ids, first_id, exclude
             scores = tf.matmul(queries[start : start + size], items, transpose_b=True).numpy()
             here = (excluded_rows >= start) & (excluded_rows < start + size)
             scores[excluded_rows[here] - start, excluded_positions[here]] = -np.inf
-            yield chunk_ids, start, scores
+            yield chunk_ids, before, start, scores
+        before += len(chunk_ids)
 
 
 def exact_top_k(
@@ -231,14 +234,10 @@ def exact_top_k(
         return np.zeros([len(queries), max(k, 0)], np.int64)
     best_scores = np.empty([len(queries), k], np.float32)
     best_ids = np.zeros([len(queries), k], np.int64)
-    filled, previous = 0, None
-    for chunk_ids, start, scores in _scored_blocks(
+    for chunk_ids, before, start, scores in _scored_blocks(
         queries, table, ids, first_id, exclude, batch_size
     ):
-        if previous is not chunk_ids:  # A new chunk: the blocks before it filled `filled`.
-            if previous is not None:
-                filled = min(k, filled + min(k, len(previous)))
-            previous = chunk_ids
+        filled = min(k, before)  # The running top k's entries from the chunks before.
         stop = start + len(scores)
         taken = min(k, len(chunk_ids))
         values, positions = tf.math.top_k(scores, k=taken)
@@ -278,7 +277,9 @@ def log_normalizers(
     mass = None if groups is None else np.zeros([len(queries), num_groups])
     # Blocks of a quarter of exact search's pairs: their float64 copies stay near 32 MB.
     block = max(1, SCORES_PER_BATCH // 4 // max(min(table.chunk_size(), table.num_ids), 1))
-    for chunk_ids, start, scores in _scored_blocks(queries, table, None, first_id, exclude, block):
+    for chunk_ids, _, start, scores in _scored_blocks(
+        queries, table, None, first_id, exclude, block
+    ):
         scores = scores.astype(np.float64)
         stop = start + len(scores)
         new_peak = np.maximum(peak[start:stop], scores.max(axis=1))

@@ -21,6 +21,20 @@ from tfrs_logq.models import SASRec
 NUM_USERS, NUM_ITEMS = 40, 60
 
 
+def _sasrec():
+    """A small built SASRec (seeded): what the exports here write."""
+    tf.keras.utils.set_random_seed(0)
+    model = SASRec(
+        NUM_ITEMS,
+        RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
+        max_length=8,
+        dim=16,
+        dropout=0.0,
+    )
+    model(tf.zeros([1, 8], tf.int32))
+    return model
+
+
 class TwoTower(tfrs.Model):
     """The README's TFRS quickstart, as written there."""
 
@@ -70,15 +84,7 @@ class TensorFlowVersionTest(tf.test.TestCase):
 
     def test_without_scann_ops_the_scann_export_is_refused_by_name(self):
         """TensorFlow 2.21's case, made here: ScaNN's ops failed to load at import."""
-        tf.keras.utils.set_random_seed(0)
-        model = SASRec(
-            NUM_ITEMS,
-            RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
-            max_length=8,
-            dim=16,
-            dropout=0.0,
-        )
-        model(tf.zeros([1, 8], tf.int32))
+        model = _sasrec()
         path = os.path.join(tempfile.mkdtemp(), "scann")
         error = "NotFoundError: .../_scann_ops.so: undefined symbol: _ZN4absl12lts_2025012716"
         with mock.patch.object(_scann, "TF_OPS_ERROR", error):
@@ -127,15 +133,7 @@ class TensorFlowVersionTest(tf.test.TestCase):
         self.assertGreater(retrieval.overlap_at_k(found, exact, 10), 0.6)
 
     def test_exports(self):
-        tf.keras.utils.set_random_seed(0)
-        model = SASRec(
-            NUM_ITEMS,
-            RetrievalObjective(NUM_ITEMS, loss="full_softmax"),
-            max_length=8,
-            dim=16,
-            dropout=0.0,
-        )
-        model(tf.zeros([1, 8], tf.int32))
+        model = _sasrec()
         base = tempfile.mkdtemp()
         path = export.export(model, os.path.join(base, "brute_force"), k=5, max_length=8)
         served = tf.saved_model.load(path).signatures["serving_default"](
