@@ -159,6 +159,12 @@ class DataConfig:
         "--dataset=events: the most training memory (MB) the vocabularies may take "
         "(embedding rows and optimizer slots at --dim), checked while counting.",
     )
+    item_catalog: str = _field(
+        "",
+        "Event logs: a file of every servable item's id (.txt: one a line; CSV, TSV, Parquet: "
+        "the --item_column); the item table, index and exports then cover items without a "
+        "training event too. web_synthetic: 'log', its law's catalog. Empty: the logged items.",
+    )
     test_day: int = _field(
         -1,
         "--split=next_day: the test day, counted from the log's first day (0); the day "
@@ -688,6 +694,16 @@ def validate(config: Config) -> Config:
                 "--user_column, --item_column and --time_column must name three "
                 f"different columns; received {', '.join(map(repr, named))}."
             )
+    if config.data.item_catalog and config.data.dataset not in EVENT_LOGS:
+        raise ValueError(
+            f"--item_catalog is for event logs ({', '.join(EVENT_LOGS)}); received "
+            f"--item_catalog={config.data.item_catalog!r} with --dataset={config.data.dataset}."
+        )
+    if config.data.item_catalog == "log" and config.data.dataset != "web_synthetic":
+        raise ValueError(
+            "--item_catalog=log reads the catalog the web_synthetic log writes; give "
+            "--dataset=events the path of a catalog file."
+        )
     if config.data.dataset == "synthetic" and config.data.synthetic_items < SYNTHETIC_MIN_ITEMS:
         raise ValueError(
             f"--dataset=synthetic needs --synthetic_items >= "

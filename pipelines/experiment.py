@@ -159,7 +159,33 @@ def _log_setup(
         count_before=count_before,
         max_entries=events_lib.entries_in_budget(data.max_vocabulary_mb, dim),
     )
+    if data.item_catalog and saved is None:
+        vocabularies["item"] = _with_catalog(data, vocabularies["item"])
     return files, columns, vocabularies, span
+
+
+def item_catalog_path(data: configs.DataConfig) -> str:
+    """The file --item_catalog names ('log': the web_synthetic log's own, written if
+    missing)."""
+    if data.item_catalog == "log":
+        event_files(data)  # The log (and its catalog) written first if missing.
+        return web_synthetic.catalog_file(web_synthetic_dir(data))
+    return data.item_catalog
+
+
+def _with_catalog(data: configs.DataConfig, vocab: events_lib.Vocabulary) -> events_lib.Vocabulary:
+    """The item vocabulary extended by the catalog's items (`events.with_catalog`), said."""
+    path = item_catalog_path(data)
+    column = event_columns(data).item
+    vocab, facts = events_lib.with_catalog(vocab, events_lib.read_catalog(path, column))
+    print(
+        f"[data] item catalog {path}: {facts['catalog_items']:,} items, "
+        f"{facts['catalog_items_added']:,} of them without a training event (added to the "
+        f"item table); {facts['log_items_not_in_catalog']:,} items of the training events "
+        "are not in the catalog (kept).",
+        flush=True,
+    )
+    return vocab
 
 
 @functools.lru_cache(maxsize=2)
@@ -273,14 +299,19 @@ def _saved_for(directory: str, data: configs.DataConfig) -> bool:
     if not events_lib.has_vocabularies(directory):
         return False
     with open(os.path.join(directory, "vocabulary.json")) as f:
-        return json.load(f).get("data") == dataclasses.asdict(data)
+        saved = json.load(f).get("data")
+    # Settings added since the run saved them count at their defaults.
+    defaults = dataclasses.asdict(configs.DataConfig())
+    return saved is not None and {**defaults, **saved} == dataclasses.asdict(data)
 
 
 class WebTruth(NamedTuple):
     """The web-scale synthetic log's truth, in the run's dense ids."""
 
     catalog: web_synthetic.WebCatalog
-    item_index: np.ndarray  # [num_items + 1] generator index of each dense item (-1: padding)
+    # [num_items + 1] generator index of each dense item (-1: padding, or an item of an
+    # --item_catalog that the law does not hold: no mass).
+    item_index: np.ndarray
     dense_item: np.ndarray  # [N] dense id of each generator item (0: out of vocabulary)
     user_index: np.ndarray  # [num_users + 1] generator index of each dense user
     test_day: int  # The test day, as the truth counts days.
@@ -289,7 +320,8 @@ class WebTruth(NamedTuple):
         """[len(users), num_items + 1] log P(d | u) on the test day (padding: -inf)."""
         logp = self.catalog.log_probabilities(self.user_index[users], self.test_day)
         out = np.full([len(users), len(self.item_index)], -np.inf)
-        out[:, 1:] = logp[:, self.item_index[1:]]
+        known = np.flatnonzero(self.item_index >= 0)
+        out[:, known] = logp[:, self.item_index[known]]
         return out
 
     def support(self, users: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
@@ -326,12 +358,14 @@ class WebTruth(NamedTuple):
         allowed = self.dense_item > 0
         if candidates is not None:
             allowed = np.zeros(len(self.dense_item), bool)
-            allowed[self.item_index[candidates]] = True
+            index = self.item_index[candidates]
+            allowed[index[index >= 0]] = True
+        excluded = (self.item_index[np.asarray(ids, np.int64)] for ids in exclude)
         found = self.catalog.oracle_top_k(
             self.user_index[users],
             self.test_day,
             k,
-            [self.item_index[np.asarray(ids, np.int64)] for ids in exclude],
+            [ids[ids >= 0] for ids in excluded],
             allowed,
         )
         return np.where(found >= 0, self.dense_item[np.maximum(found, 0)], 0)
@@ -356,9 +390,12 @@ def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     catalog = web_synthetic.read_truth(web_synthetic_dir(config.data))
 
     def index_of(raw_keys, dense_keys):
+        """Each dense key's position in raw_keys; -1 where it has none (an id of an
+        --item_catalog outside the law)."""
         order = np.argsort(raw_keys)
-        position = np.searchsorted(raw_keys[order], dense_keys)
-        return order[np.minimum(position, len(order) - 1)]
+        position = np.minimum(np.searchsorted(raw_keys[order], dense_keys), len(order) - 1)
+        found = order[position]
+        return np.where(raw_keys[found] == dense_keys, found, -1)
 
     # Matched by the ids' uint64 values (`web_synthetic.id_keys`): 8 bytes an id, not a
     # sorted copy of the strings.
@@ -380,7 +417,8 @@ def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
         ]
     )
     dense_item = np.zeros(len(catalog.item_ids), np.int64)
-    dense_item[item_index[1:]] = np.arange(1, len(item_index))
+    known = np.flatnonzero(item_index >= 0)
+    dense_item[item_index[known]] = known
     # The truth keeps no id strings: the maps above are all it needs of them.
     catalog = catalog._replace(item_ids=np.zeros(0, str), user_ids=np.zeros(0, str))
     # The split counts days from the log's first; the truth from its START_TIME.

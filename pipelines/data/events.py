@@ -406,6 +406,82 @@ def vocabulary(counts: "pyarrow.Table", min_count: int) -> Vocabulary:
     )
 
 
+CATALOG_TEXT = (".txt", ".txt.gz")
+
+
+def read_catalog(
+    path: str, column: str = "item_id", batch_rows: int = BATCH_ROWS
+) -> "pyarrow.Array":
+    """The distinct item ids of the catalog file `path` (--item_catalog), as strings, sorted:
+    a text file (.txt, .txt.gz) of one id per line (empty lines skipped), or a CSV, TSV or
+    Parquet file whose `column` holds them (integer ids as their decimal strings, as the
+    log's).
+
+    Raises:
+      FileNotFoundError: no file at `path`.
+      DataError: an empty catalog, a null id, no `column`, or a file that cannot be read.
+    """
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+    import pyarrow.csv as pa_csv  # pylint: disable=import-outside-toplevel
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"--item_catalog={path!r} is not a file (expected a .txt file of one item id per "
+            "line, or a CSV, TSV or Parquet file with the item column)."
+        )
+    parts = []
+    if path.endswith(CATALOG_TEXT) and os.path.getsize(path) == 0:
+        raise DataError(path, None, "--item_catalog holds no item id.")
+    if path.endswith(CATALOG_TEXT):
+        try:
+            table = pa_csv.read_csv(
+                path,
+                read_options=pa_csv.ReadOptions(column_names=[column]),
+                parse_options=pa_csv.ParseOptions(delimiter="\t", quote_char=False),
+                convert_options=pa_csv.ConvertOptions(column_types={column: pa.string()}),
+            )
+        except (pa.ArrowInvalid, OSError) as error:
+            raise DataError(
+                path, None, f"cannot be read as one item id a line ({error})."
+            ) from None
+        parts = [table.column(column).combine_chunks()]
+    else:
+        columns = EventColumns(user=column, item=column, time="")
+        offset = 0
+        for _, batch in _batches([path], columns, batch_rows, only=[column]):
+            _no_nulls(path, batch, column, offset)
+            offset += batch.num_rows
+            parts.append(_ids(batch, column)[0])
+    ids = pc.unique(pa.concat_arrays(parts)) if parts else pa.array([], pa.string())
+    if not len(ids):
+        raise DataError(path, None, "--item_catalog holds no item id.")
+    return ids.take(pc.array_sort_indices(ids))
+
+
+def with_catalog(vocab: Vocabulary, catalog: "pyarrow.Array") -> Tuple[Vocabulary, Dict[str, int]]:
+    """The item vocabulary `vocab` extended by every id of `catalog` (`read_catalog`) it
+    lacks, after its own ids, in id order, with count 0: so that the item table, the index
+    and the exports cover every servable item, those without a training event included.
+    Returns it with {"catalog_items", "catalog_items_added" (the ids added),
+    "log_items_not_in_catalog" (kept: they have training events)}."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+    known = pa.array(list(vocab.ids), pa.string())
+    added = catalog.filter(pc.invert(pc.is_in(catalog, value_set=known)))
+    missing = len(known) - int(pc.sum(pc.is_in(known, value_set=catalog)).as_py() or 0)
+    extended = Vocabulary(
+        np.concatenate([vocab.ids, np.asarray(added.to_pylist(), dtype=object)]),
+        np.concatenate([vocab.counts, np.zeros(len(added), np.int64)]),
+    )
+    return extended, {
+        "catalog_items": len(catalog),
+        "catalog_items_added": len(added),
+        "log_items_not_in_catalog": missing,
+    }
+
+
 def log_vocabularies(
     files: Sequence[str],
     columns: EventColumns,

@@ -303,6 +303,7 @@ def write_log(
             user_weights=catalog.user_weights,
             num_days=catalog.num_days,
         )
+        _write_catalog(os.path.join(temporary, CATALOG_FILE), catalog.item_ids.astype(str))
         with open(os.path.join(temporary, "log.json"), "w") as f:
             json.dump(
                 {
@@ -339,9 +340,20 @@ def id_keys(ids, prefix: str = "", chunk: int = 1 << 20) -> np.ndarray:
     20M-item law's ids: 160 MB, not 1.3 GB)."""
     out = np.empty(len(ids), np.uint64)
     skip = len(prefix)
+
+    def key(i) -> int:
+        try:
+            return int(str(i)[skip:], 16) if str(i).startswith(prefix) else _FOREIGN
+        except ValueError:  # Not an id of the law (an --item_catalog's own item).
+            return _FOREIGN
+
     for start in range(0, len(ids), chunk):
-        out[start : start + chunk] = [int(str(i)[skip:], 16) for i in ids[start : start + chunk]]
+        out[start : start + chunk] = [key(i) for i in ids[start : start + chunk]]
     return out
+
+
+# The key of an id that is no hex id of the law (`id_keys`): above every key the law draws.
+_FOREIGN = 2**64 - 1
 
 
 def read_truth(directory: str) -> WebCatalog:
@@ -357,6 +369,29 @@ def read_truth(directory: str) -> WebCatalog:
             saved["user_weights"],
             int(saved["num_days"]),
         )
+
+
+CATALOG_FILE = "catalog.parquet"
+
+
+def _write_catalog(path: str, item_ids) -> None:
+    """catalog.parquet: column item_id, every item of the law (`--item_catalog=log`)."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+    temporary = path + ".partial"
+    pq.write_table(pa.table({"item_id": pa.array(item_ids, pa.string())}), temporary)
+    os.replace(temporary, path)
+
+
+def catalog_file(directory: str) -> str:
+    """The log's catalog file (every item of its law, column item_id), written from its
+    truth when a log written before catalogs lacks it."""
+    path = os.path.join(directory, CATALOG_FILE)
+    if not os.path.exists(path):
+        with np.load(os.path.join(directory, "truth.npz")) as saved:
+            _write_catalog(path, saved["item_ids"])
+    return path
 
 
 def log_files(directory: str) -> str:

@@ -264,6 +264,80 @@ class EventLogTest(tf.test.TestCase):
             events.load_events(os.path.join(self.dir, "*.csv"), min_item_count=0)
 
 
+class ItemCatalogTest(tf.test.TestCase):
+    """--item_catalog: every catalog item gets a row, those without an event after the log's."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp()
+
+    def test_text_csv_and_parquet_catalogs_read_alike(self):
+        text = os.path.join(self.dir, "items.txt")
+        with open(text, "w") as f:
+            f.write("c\na\n\nd\na\n")  # A duplicate and an empty line.
+        csv = _write_csv(
+            os.path.join(self.dir, "items.csv"), [("c", 1), ("a", 2), ("d", 3)], "item_id,x"
+        )
+        parquet = os.path.join(self.dir, "items.parquet")
+        pq.write_table(pa.table({"sku": pa.array([7, 3, 7], pa.int64())}), parquet)
+        for path, column, expected in (
+            (text, "item_id", ["a", "c", "d"]),
+            (csv, "item_id", ["a", "c", "d"]),
+            (parquet, "sku", ["3", "7"]),  # Integer ids as the log's: decimal strings.
+        ):
+            self.assertEqual(events.read_catalog(path, column).to_pylist(), expected)
+
+    def test_the_vocabulary_grows_by_the_catalog_after_the_log_items(self):
+        vocab = events.Vocabulary(np.array(["b", "a"], object), np.array([3, 1]))
+        extended, facts = events.with_catalog(vocab, pa.array(["a", "c", "d"]))
+        self.assertEqual(list(extended.ids), ["b", "a", "c", "d"])
+        self.assertEqual(extended.counts.tolist(), [3, 1, 0, 0])
+        self.assertEqual(
+            facts, {"catalog_items": 3, "catalog_items_added": 2, "log_items_not_in_catalog": 1}
+        )
+
+    def test_an_event_log_run_loads_every_catalog_item(self):
+        log = _write_csv(
+            os.path.join(self.dir, "log.csv"),
+            [("u1", "a", 1), ("u1", "b", 2), ("u2", "a", 3), ("u2", "b", 4)],
+        )
+        catalog = os.path.join(self.dir, "items.txt")
+        with open(catalog, "w") as f:
+            f.write("a\nb\nnew1\nnew2\n")
+        config = configs.PRESETS["smoke"].replace(
+            dataset="events", data_path=log, split="loo", min_user_count=1, item_catalog=catalog
+        )
+        configs.validate(config)
+        data = experiment.load_data(config)
+        self.assertEqual(list(data.item_ids), ["", "a", "b", "new1", "new2"])
+        self.assertEqual(data.num_items, 4)
+        self.assertEqual(np.bincount(data.item, minlength=5).tolist(), [0, 2, 2, 0, 0])
+
+    def test_the_synthetic_log_writes_its_law_as_the_catalog(self):
+        config = SMOKE.replace(item_catalog="log")
+        with mock.patch.dict(os.environ, {experiment.CACHE_ENV: self.dir}):
+            path = experiment.item_catalog_path(config.data)
+            self.assertLen(events.read_catalog(path), SMOKE.data.synthetic_items)
+            self.assertEqual(experiment.load_data(config).num_items, SMOKE.data.synthetic_items)
+
+    def test_bad_catalogs_are_named(self):
+        with self.assertRaisesRegex(
+            FileNotFoundError, "--item_catalog='/nowhere.txt' is not a file"
+        ):
+            events.read_catalog("/nowhere.txt")
+        empty = os.path.join(self.dir, "empty.txt")
+        open(empty, "w").close()
+        with self.assertRaisesRegex(DataError, "holds no item id"):
+            events.read_catalog(empty)
+        csv = _write_csv(os.path.join(self.dir, "c.csv"), [("x",)], "sku")
+        with self.assertRaisesRegex(DataError, "has no column 'item_id'"):
+            events.read_catalog(csv)
+        with self.assertRaisesRegex(ValueError, "--item_catalog is for event logs"):
+            configs.validate(configs.PRESETS["smoke"].replace(item_catalog=csv))
+        with self.assertRaisesRegex(ValueError, "--item_catalog=log reads the catalog"):
+            configs.validate(SMOKE.replace(dataset="events", data_path=csv, item_catalog="log"))
+
+
 class NextDaySplitTest(tf.test.TestCase):
     def test_days_queries_and_no_leakage(self):
         path = _write_csv(
