@@ -143,13 +143,27 @@ class _Serving(tf.Module):
         user_vocabulary=None,
         scann_min_items: int = retrieval.SCANN_MIN_ITEMS,
         candidates: Optional[np.ndarray] = None,
+        asset_dir: Optional[str] = None,
     ):
         super().__init__()
-        # Raw (source) ids <-> dense ids; unknown raw ids map to 0, out of vocabulary.
-        self.item_dense = _lookup(item_vocabulary)
-        self.user_dense = _lookup(user_vocabulary)
-        if item_vocabulary is not None:
-            self.item_raw = tf.constant([""] + list(item_vocabulary))
+        # Raw (source) ids <-> dense ids; unknown raw ids map to 0, out of vocabulary. The
+        # vocabularies are asset files (one id a line, in `asset_dir` until saved), not
+        # constants of the graph: a catalog of millions of ids would be copied into the
+        # GraphDef (and held by the exporting process) several times over.
+        item_file = _vocabulary_file(asset_dir, "items.txt", item_vocabulary)
+        self.item_dense = _lookup(item_file)
+        self.user_dense = _lookup(_vocabulary_file(asset_dir, "users.txt", user_vocabulary))
+        if item_file is not None:  # Dense id d -> raw id (line d - 1); "" for the others.
+            self.item_raw = tf.lookup.StaticHashTable(
+                tf.lookup.TextFileInitializer(
+                    item_file,
+                    tf.int64,
+                    tf.lookup.TextFileIndex.LINE_NUMBER,
+                    tf.string,
+                    tf.lookup.TextFileIndex.WHOLE_LINE,
+                ),
+                default_value="",
+            )
         self.model = model
         self.num_items = num_items
         # The ids answers come from: every item (rows 1.. of `items`; row 0 is padding), or
@@ -379,7 +393,7 @@ class _Serving(tf.Module):
         answer = self.recommend(
             dense_user, dense["history"], dense.get("allowed"), dense.get("exclude")
         )
-        ids = tf.gather(self.item_raw, answer["ids"])
+        ids = self.item_raw.lookup(answer["ids"] - 1)
         if "item" in integer_ids:
             ids = tf.strings.to_number(tf.where(tf.equal(ids, ""), "-1", ids), tf.int64)
         return {
@@ -433,6 +447,12 @@ def _vocabulary(name: str, values, size: int):
         raise ValueError(
             f"`{name}` must hold {size} distinct raw ids, one per dense id 1..{size}; received "
             f"{len(values)} ids ({len(set(values))} distinct)."
+        )
+    bad = next((v for v in values if not v or "\n" in v or "\r" in v), None)
+    if bad is not None:  # The export's vocabulary files hold one id a line.
+        raise ValueError(
+            f"`{name}` holds the raw id {bad!r}; an exported raw id is a non-empty string "
+            "without line breaks."
         )
     return values
 
@@ -530,13 +550,33 @@ def _trial_request(serve, serve_filtered, takes_user: bool, max_length: int) -> 
         )
 
 
-def _lookup(vocabulary):
-    """A table from the raw ids to dense ids 1..N (0 for any other string), or None."""
+def _vocabulary_file(directory: Optional[str], name: str, vocabulary) -> Optional[str]:
+    """`vocabulary` (raw ids of dense ids 1..N) written to directory/name, one id a line
+    (line i: dense id i + 1); None without a vocabulary."""
     if vocabulary is None:
         return None
+    if directory is None:
+        raise ValueError("`asset_dir` is needed to export a vocabulary.")
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for start in range(0, len(vocabulary), 1 << 16):
+            f.write("".join(f"{value}\n" for value in vocabulary[start : start + (1 << 16)]))
+    return path
+
+
+def _lookup(path: Optional[str]):
+    """A table from the raw ids of the vocabulary file `path` to dense ids 1..N (0 for any
+    other string), or None."""
+    if path is None:
+        return None
     return tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(
-            tf.constant(vocabulary), tf.range(1, len(vocabulary) + 1, dtype=tf.int64)
+        tf.lookup.TextFileInitializer(
+            path,
+            tf.string,
+            tf.lookup.TextFileIndex.WHOLE_LINE,
+            tf.int64,
+            tf.lookup.TextFileIndex.LINE_NUMBER,
+            value_index_offset=1,
         ),
         default_value=0,
     )
@@ -719,95 +759,103 @@ def export(
     served = num_items if served_ids is None else len(served_ids)
     if index == "scann" and retrieval.uses_scann(served, scann_min_items):
         _require_scann_ops("index='scann'")
+    # The vocabularies' files, until the SavedModel copies them into its assets.
+    asset_dir = tempfile.mkdtemp(prefix="tfrs_logq-vocabulary-")
     try:
-        module = _Serving(
-            model,
-            num_items,
-            item_table,
-            k,
-            index,
-            max_length,
-            takes_user,
-            item_vocabulary,
-            user_vocabulary if takes_user else None,
-            scann_min_items,
-            served_ids,
-        )
-    except tf.errors.InvalidArgumentError as error:
-        if index != "scann":
-            raise
-        raise ValueError(
-            f"index='scann' cannot index this catalog of {served} items "
-            f"(ScaNN: {str(error).splitlines()[0].split('}} ')[-1][:200]}); export it with "
-            "index='brute_force', or raise scann_min_items above the catalog's size "
-            f"(received scann_min_items={scann_min_items})."
-        ) from error
-    if module.index_kind != index:
-        logging.warning(
-            "index=%r: the catalog's %d items are fewer than scann_min_items=%d, "
-            "so this export searches exactly (brute force), which is faster there "
-            "and exact.",
-            index,
-            module.num_served,
-            scann_min_items,
-        )
-    # Each answer twice: plain, and filtered (`allowed`, `exclude`: extra inputs, since a
-    # TF Serving request must send every input of its signature).
-    serve, serve_filtered = (
-        _serving_function(module.recommend, takes_user, tf.int64, tf.int64, filtered)
-        for filtered in (False, True)
-    )
-    module.serve, module.serve_filtered = serve, serve_filtered
-    signatures: Dict[str, tf.types.experimental.ConcreteFunction] = {
-        "serving_default": serve.get_concrete_function(),
-        "serving_filtered": serve_filtered.get_concrete_function(),
-        "item_embeddings": module.item_embeddings.get_concrete_function(),
-    }
-    if item_vocabulary is not None:
-        dtypes = {kind: tf.int64 if kind in integer_ids else tf.string for kind in ("user", "item")}
-        integer_ids = tuple(integer_ids)
-        serve_raw, serve_raw_filtered = (
-            _serving_function(
-                lambda user, history, allowed, exclude: module.recommend_raw(
-                    user, history, allowed, exclude, integer_ids
-                ),
+        try:
+            module = _Serving(
+                model,
+                num_items,
+                item_table,
+                k,
+                index,
+                max_length,
                 takes_user,
-                dtypes["user"],
-                dtypes["item"],
-                filtered,
+                item_vocabulary,
+                user_vocabulary if takes_user else None,
+                scann_min_items,
+                served_ids,
+                asset_dir,
             )
+        except tf.errors.InvalidArgumentError as error:
+            if index != "scann":
+                raise
+            raise ValueError(
+                f"index='scann' cannot index this catalog of {served} items "
+                f"(ScaNN: {str(error).splitlines()[0].split('}} ')[-1][:200]}); export it with "
+                "index='brute_force', or raise scann_min_items above the catalog's size "
+                f"(received scann_min_items={scann_min_items})."
+            ) from error
+        if module.index_kind != index:
+            logging.warning(
+                "index=%r: the catalog's %d items are fewer than scann_min_items=%d, "
+                "so this export searches exactly (brute force), which is faster there "
+                "and exact.",
+                index,
+                module.num_served,
+                scann_min_items,
+            )
+        # Each answer twice: plain, and filtered (`allowed`, `exclude`: extra inputs, since a
+        # TF Serving request must send every input of its signature).
+        serve, serve_filtered = (
+            _serving_function(module.recommend, takes_user, tf.int64, tf.int64, filtered)
             for filtered in (False, True)
         )
-        module.serve_raw, module.serve_raw_filtered = serve_raw, serve_raw_filtered
-        raw = {
-            "serving_raw": serve_raw.get_concrete_function(),
-            "serving_raw_filtered": serve_raw_filtered.get_concrete_function(),
+        module.serve, module.serve_filtered = serve, serve_filtered
+        signatures: Dict[str, tf.types.experimental.ConcreteFunction] = {
+            "serving_default": serve.get_concrete_function(),
+            "serving_filtered": serve_filtered.get_concrete_function(),
+            "item_embeddings": module.item_embeddings.get_concrete_function(),
         }
-        if raw_ids == "strings":
-            signatures.update(raw)
-        else:  # The log's own ids are the default; dense ids stay reachable.
-            signatures["serving_dense"] = signatures["serving_default"]
-            signatures["serving_dense_filtered"] = signatures["serving_filtered"]
-            signatures["serving_default"] = raw["serving_raw"]
-            signatures["serving_filtered"] = raw["serving_raw_filtered"]
-    _trial_request(serve, serve_filtered, takes_user, max_length)
-    os.makedirs(path, exist_ok=True)
-    # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
-    # One left by a process killed while writing this version (SIGKILL skips the `finally`
-    # below) is removed first.
-    for name in os.listdir(path):
-        if name.startswith(f".{version}-partial-"):
-            shutil.rmtree(os.path.join(path, name), ignore_errors=True)
-    temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
-    try:
-        tf.saved_model.save(
-            module,
-            temporary,
-            signatures=signatures,
-            options=SCANN_SAVE_OPTIONS if module.index_kind == "scann" else None,
-        )
-        os.rename(temporary, target)
+        if item_vocabulary is not None:
+            dtypes = {
+                kind: tf.int64 if kind in integer_ids else tf.string for kind in ("user", "item")
+            }
+            integer_ids = tuple(integer_ids)
+            serve_raw, serve_raw_filtered = (
+                _serving_function(
+                    lambda user, history, allowed, exclude: module.recommend_raw(
+                        user, history, allowed, exclude, integer_ids
+                    ),
+                    takes_user,
+                    dtypes["user"],
+                    dtypes["item"],
+                    filtered,
+                )
+                for filtered in (False, True)
+            )
+            module.serve_raw, module.serve_raw_filtered = serve_raw, serve_raw_filtered
+            raw = {
+                "serving_raw": serve_raw.get_concrete_function(),
+                "serving_raw_filtered": serve_raw_filtered.get_concrete_function(),
+            }
+            if raw_ids == "strings":
+                signatures.update(raw)
+            else:  # The log's own ids are the default; dense ids stay reachable.
+                signatures["serving_dense"] = signatures["serving_default"]
+                signatures["serving_dense_filtered"] = signatures["serving_filtered"]
+                signatures["serving_default"] = raw["serving_raw"]
+                signatures["serving_filtered"] = raw["serving_raw_filtered"]
+        _trial_request(serve, serve_filtered, takes_user, max_length)
+        os.makedirs(path, exist_ok=True)
+        # A name TF Serving ignores (not a number), in the same directory so the rename is atomic.
+        # One left by a process killed while writing this version (SIGKILL skips the `finally`
+        # below) is removed first.
+        for name in os.listdir(path):
+            if name.startswith(f".{version}-partial-"):
+                shutil.rmtree(os.path.join(path, name), ignore_errors=True)
+        temporary = tempfile.mkdtemp(prefix=f".{version}-partial-", dir=path)
+        try:
+            tf.saved_model.save(
+                module,
+                temporary,
+                signatures=signatures,
+                options=SCANN_SAVE_OPTIONS if module.index_kind == "scann" else None,
+            )
+            os.rename(temporary, target)
+        finally:
+            if os.path.exists(temporary):
+                shutil.rmtree(temporary, ignore_errors=True)
+        return target
     finally:
-        if os.path.exists(temporary):
-            shutil.rmtree(temporary, ignore_errors=True)
-    return target
+        shutil.rmtree(asset_dir, ignore_errors=True)

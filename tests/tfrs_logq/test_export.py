@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl.testing import parameterized
+from tensorflow.core.protobuf import saved_model_pb2
 
 from tfrs_logq import export
 from tfrs_logq import retrieval
@@ -568,6 +569,16 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
         raw_of = np.array([""] + vocabulary)
         self.assertAllEqual(got["ids"].numpy().astype(str), raw_of[want["ids"].numpy()])
         self.assertAllClose(got["scores"], want["scores"])
+        # The vocabulary is an asset file (one id a line), not a constant of the graph.
+        with open(os.path.join(path, "assets", "items.txt")) as f:
+            self.assertEqual(f.read().splitlines(), vocabulary)
+        saved = saved_model_pb2.SavedModel()
+        with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+            saved.ParseFromString(f.read())
+        graph = saved.meta_graphs[0].graph_def
+        nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+        longest = max(len(n.attr["value"].tensor.string_val) for n in nodes if n.op == "Const")
+        self.assertLess(longest, NUM_ITEMS)
         two_tower = _two_tower()
         users = [f"u{i}" for i in range(1, 51)]
         tt_path = export.export(
@@ -601,6 +612,16 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
                 model,
                 os.path.join(tempfile.mkdtemp(), "x"),
                 item_vocabulary=vocabulary[:-1] + vocabulary[:1],
+            )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`item_vocabulary` holds the raw id 'a\\nb'; an exported raw id is a non-empty "
+            "string without line breaks",
+        ):
+            export.export(
+                model,
+                os.path.join(tempfile.mkdtemp(), "x"),
+                item_vocabulary=vocabulary[:-1] + ["a\nb"],
             )
 
     def test_malformed_requests_and_signatures(self):
