@@ -186,30 +186,37 @@ def web_kl(
     true_mass = np.zeros(3)
     if bands is not None:
         calibration["band"] = []
-    for row, (query, (support, raw_log_p)) in enumerate(zip(rows, truth.support(test.users[rows]))):
-        candidate = ~np.isin(support, histories[row])
-        support, raw_log_p = support[candidate], raw_log_p[candidate]
-        raw_total = np.logaddexp.reduce(raw_log_p) if len(raw_log_p) else -np.inf
-        log_true = raw_log_p - raw_total
-        log_model = table.rows(support) @ queries[query].astype(np.float64) - log_normalizer[row]
-        total += float(np.sum(np.exp(log_true) * (log_true - log_model)))
-        targets = calibration_targets(test.targets[query], test.histories[query])
-        target_scores = table.rows(targets) @ queries[query].astype(np.float64)
-        calibration["model_log_p"] += np.round(target_scores - log_normalizer[row], 4).tolist()
-        # A target outside the law's support: the -1e4 floor the dense form clipped it to.
-        position = np.minimum(np.searchsorted(support, targets), max(len(support) - 1, 0))
-        found = (support[position] == targets) if len(support) else np.zeros(len(targets), bool)
-        true_at = np.where(found, log_true[position] if len(support) else 0.0, -1e4 - raw_total)
-        calibration["true_log_p"] += np.round(true_at, 4).tolist()
-        if bands is not None:
-            calibration["band"] += np.asarray(bands)[targets].astype(int).tolist()
-            true_mass += np.bincount(
-                np.asarray(bands)[support], weights=np.exp(log_true), minlength=3
-            )[:3]
-        if draws is not None:
-            calibration.setdefault("draws", []).extend(
-                float(f"{value:.5g}") for value in draws[0][targets]
+    for block in _support_blocks(rows, truth.support(test.users[rows]), histories, test, table):
+        # One read of the block's rows (a chunk's worth): per query, a remote table (a
+        # parameter server's) would cost a round trip each.
+        ids = np.unique(
+            np.concatenate([np.r_[support, targets] for _, _, support, _, targets in block])
+        )
+        embedded = table.rows(ids).astype(np.float64)
+        for row, query, support, raw_log_p, targets in block:
+            raw_total = np.logaddexp.reduce(raw_log_p) if len(raw_log_p) else -np.inf
+            log_true = raw_log_p - raw_total
+            log_model = embedded[np.searchsorted(ids, support)] @ queries[query].astype(np.float64)
+            log_model -= log_normalizer[row]
+            total += float(np.sum(np.exp(log_true) * (log_true - log_model)))
+            target_scores = embedded[np.searchsorted(ids, targets)] @ queries[query].astype(
+                np.float64
             )
+            calibration["model_log_p"] += np.round(target_scores - log_normalizer[row], 4).tolist()
+            # A target outside the law's support: the -1e4 floor the dense form clipped it to.
+            position = np.minimum(np.searchsorted(support, targets), max(len(support) - 1, 0))
+            found = (support[position] == targets) if len(support) else np.zeros(len(targets), bool)
+            true_at = np.where(found, log_true[position] if len(support) else 0.0, -1e4 - raw_total)
+            calibration["true_log_p"] += np.round(true_at, 4).tolist()
+            if bands is not None:
+                calibration["band"] += np.asarray(bands)[targets].astype(int).tolist()
+                true_mass += np.bincount(
+                    np.asarray(bands)[support], weights=np.exp(log_true), minlength=3
+                )[:3]
+            if draws is not None:
+                calibration.setdefault("draws", []).extend(
+                    float(f"{value:.5g}") for value in draws[0][targets]
+                )
     if bands is not None:
         assert model_mass is not None
         calibration["model_mass"] = np.round(model_mass.sum(axis=0) / len(rows), 6).tolist()
@@ -218,6 +225,22 @@ def web_kl(
         calibration["negatives"] = round(float(draws[1]), 3)
         calibration.setdefault("draws", [])
     return total / len(rows), calibration
+
+
+def _support_blocks(rows, supports, histories, test, table):
+    """Lists of (row, query, support less the history, its raw log P, the targets), one per
+    query of `rows`, in blocks of about one chunk of the table's ids (`web_kl`)."""
+    block, size = [], 0
+    for row, (query, (support, raw_log_p)) in enumerate(zip(rows, supports)):
+        candidate = ~np.isin(support, histories[row])
+        targets = calibration_targets(test.targets[query], test.histories[query])
+        block.append((row, query, support[candidate], raw_log_p[candidate], targets))
+        size += int(candidate.sum()) + len(targets)
+        if size >= table.chunk_size():
+            yield block
+            block, size = [], 0
+    if block:
+        yield block
 
 
 def baselines(

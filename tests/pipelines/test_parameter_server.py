@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
 
@@ -141,6 +142,22 @@ def _wait_for(path, processes, timeout):
         time.sleep(0.2)
 
 
+def _run_to_the_chiefs_end(test, command, workers: int, timeout: float) -> str:
+    """Runs `command` as a chief, `workers` workers and 2 parameter servers until the chief
+    exits (then stops the servers); asserts it succeeded and returns its output."""
+    tasks = cluster_lib.start_cluster(
+        command, cluster_lib.local_cluster(workers, num_ps=2, chief=True)
+    )
+    chief = tasks["chief"][0]
+    try:
+        output = chief.communicate(timeout=timeout)[0]
+    finally:
+        chief.kill()
+        cluster_lib.stop(tasks["ps"] + tasks["worker"])
+    test.assertEqual(chief.returncode, 0, output[-3000:])
+    return output
+
+
 class TrainingTest(tf.test.TestCase):
     """A chief, 2 workers and 2 parameter servers as processes: 200 steps, a worker killed
     after the first epoch; the coordinator moves its steps to the other worker."""
@@ -248,16 +265,7 @@ class ResumeTest(tf.test.TestCase):
             chief.kill()
             chief.wait()
             cluster_lib.stop(tasks["ps"] + tasks["worker"])
-        tasks = cluster_lib.start_cluster(
-            command, cluster_lib.local_cluster(2, num_ps=2, chief=True)
-        )
-        chief = tasks["chief"][0]
-        try:
-            output = chief.communicate(timeout=400)[0]
-        finally:
-            chief.kill()
-            cluster_lib.stop(tasks["ps"] + tasks["worker"])
-        self.assertEqual(chief.returncode, 0, output[-3000:])
+        output = _run_to_the_chiefs_end(self, command, workers=2, timeout=400)
         self.assertNotIn("Epoch 1/3", output)  # The first epoch came from the backup.
         with open(os.path.join(out, "metrics.json")) as f:
             metrics = json.load(f)
@@ -313,3 +321,96 @@ class AsyncSketchTest(tf.test.TestCase):
         )
         self.assertLess(conservative["bias"]["head"], conservative["bias"]["tail"])
         self.assertGreater(conservative["bias"]["weighted"], -0.2)
+
+
+# Runs a module as `python -m` would, then prints the process's peak resident memory.
+_WITH_PEAK = """
+import re, runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+finally:
+    status = open("/proc/self/status").read()
+    print("VmHWM_MB", int(re.search(r"VmHWM:\\s+(\\d+)", status).group(1)) // 1024, flush=True)
+"""
+
+
+class ChiefMemoryTest(tf.test.TestCase):
+    """Item tables the chief does not hold while it evaluates: it reads them from the
+    servers a chunk at a time, below what one process evaluating the same checkpoint needs by
+    more than a table, with that process's test metrics; its export serves that process's
+    answers, rows past the first shard included."""
+
+    ITEMS, DIM = 2_000_000, 64  # Catalog items without an event: 489 MB a table.
+
+    def test_the_chief_evaluates_without_the_tables_and_answers_as_one_process(self):
+        out, cache = tempfile.mkdtemp(), tempfile.mkdtemp()
+        catalog = os.path.join(cache, "catalog.txt")
+        with open(catalog, "w") as f:
+            f.write("".join(f"new{i:07d}\n" for i in range(self.ITEMS)))
+        env = dict(os.environ, TFRS_LOGQ_CACHE=cache, PYTHONPATH=ROOT)
+        train = [
+            sys.executable,
+            "-m",
+            "pipelines.train",
+            "--strategy=parameter_server",
+            "--partitioner=fixed_shards",
+            "--preset=industrial_smoke",
+            f"--item_catalog={catalog}",
+            f"--dim={self.DIM}",
+            "--epochs=1",
+            "--steps_per_epoch=10",
+            "--index=exact",
+            f"--output_dir={out}",
+        ]
+        with mock.patch.dict(os.environ, env):  # The tasks inherit it.
+            _run_to_the_chiefs_end(self, train, workers=1, timeout=900)
+        with open(os.path.join(out, "metrics.json")) as f:
+            metrics = json.load(f)
+        num_items = metrics["num_items"]
+        self.assertGreater(num_items, self.ITEMS)  # The catalog's items and the log's.
+        table_mb = (num_items + 1) * self.DIM * 4 / 2**20
+        chief_test = metrics["test_exact"]
+
+        # One process evaluates and exports the same checkpoint.
+        peaks = {}
+        for command in (
+            ["pipelines.evaluate", out, "--index=exact"],
+            ["pipelines.export", out, "--index=exact"],
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", _WITH_PEAK, *command],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            self.assertEqual(done.returncode, 0, done.stdout[-2000:] + done.stderr[-3000:])
+            peaks[command[0].split(".")[1]] = int(done.stdout.split("VmHWM_MB")[-1])
+        # The single process holds the tables (items, history: 2 x 489 MB) beside what the
+        # chief holds while it evaluates: its data and vocabularies, a chunk and its scores:
+        # below the single process by more than a table. (The chief exports from a model of
+        # its own, as one process does: see pipelines/train.py.)
+        chief_peak = metrics["phase_peak_rss_mb"]["evaluate"]
+        self.assertLess(
+            chief_peak + table_mb,
+            peaks["evaluate"],
+            f"the chief's peak {chief_peak} MB, one process's {peaks['evaluate']} MB",
+        )
+        with open(os.path.join(out, "metrics.json")) as f:
+            single_test = json.load(f)["test_exact"]
+        self.assertEqual(sorted(single_test), sorted(chief_test))
+        for name, value in chief_test.items():
+            self.assertAllClose(single_test[name], value, atol=1e-6, msg=name)
+        chief_export, single_export = (
+            tf.saved_model.load(os.path.join(out, "export", "brute_force", str(v))).signatures
+            for v in (1, 2)
+        )
+        history = tf.constant([[1, 2, 3], [5, 0, 0], [num_items, 7, 9]], tf.int64)
+        user = tf.constant([1, 2, 3], tf.int64)
+        answers = [
+            export["serving_dense"](user=user, history=history)
+            for export in (chief_export, single_export)
+        ]
+        self.assertAllEqual(answers[0]["ids"], answers[1]["ids"])
+        self.assertAllClose(answers[0]["scores"], answers[1]["scores"], atol=1e-5)

@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 from tfrs_logq import _validation as v
+from tfrs_logq.models._tables import lookup
 from tfrs_logq.models.objective import RetrievalObjective
 
 
@@ -278,7 +279,7 @@ class SASRec(tfrs.Model):
             # With the model, so that optimizers and checkpoints see it from the first call.
             self.output_embedding(tf.zeros([1], tf.int32))
         mask = tf.not_equal(inputs, 0)
-        x = self.item_embedding(inputs)
+        x = lookup(self.item_embedding, inputs)
         if self.architecture == "sasrec":
             x = x * (self.dim**0.5)
         x = x + self.position_embedding(tf.range(tf.shape(inputs)[1]))[tf.newaxis]

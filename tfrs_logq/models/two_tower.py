@@ -4,6 +4,7 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 from tfrs_logq import _validation as v
+from tfrs_logq.models._tables import lookup
 from tfrs_logq.models.objective import RetrievalObjective
 
 
@@ -42,16 +43,16 @@ class TwoTower(tfrs.Model):
         """[batch, dim] from {"user", "history"}."""
         history = features["history"]
         mask = tf.cast(tf.not_equal(history, 0), tf.float32)[:, :, tf.newaxis]
-        pooled = tf.reduce_sum(self.history_embedding(history) * mask, axis=1) / tf.maximum(
+        pooled = tf.reduce_sum(lookup(self.history_embedding, history) * mask, axis=1) / tf.maximum(
             tf.reduce_sum(mask, axis=1), 1.0
         )
         return self.objective.embed(
-            self.query_tower(tf.concat([self.user_embedding(features["user"]), pooled], 1))
+            self.query_tower(tf.concat([lookup(self.user_embedding, features["user"]), pooled], 1))
         )
 
     def candidate_embeddings(self, ids):
         """Item ids -> [.., dim] candidate embeddings."""
-        return self.objective.embed(self.candidate_tower(self.item_embedding(ids)))
+        return self.objective.embed(self.candidate_tower(lookup(self.item_embedding, ids)))
 
     def item_embeddings(self, ids=None):
         """[num_items + 1, dim] for every id (row 0: padding); with `ids`, those ids' rows
