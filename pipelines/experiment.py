@@ -242,7 +242,9 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
     settings = _store_settings(config)
     with day_store.building(directory):
         started = time.time()
-        built = day_store.is_built(directory, **settings)
+        built = day_store.is_built(
+            directory, **settings, source_defaults=dataclasses.asdict(configs.DataConfig())
+        )
         files, columns, vocabularies, span = _log_setup(
             config.data, config.model.dim, run_dir, need_span=not built
         )

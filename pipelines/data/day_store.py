@@ -546,14 +546,21 @@ def is_built(
     day_seconds: int,
     test_day: int,
     settings_source: Dict,
+    source_defaults: Optional[Dict] = None,
 ) -> bool:
-    """Whether `directory` holds a complete store made with these settings."""
+    """Whether `directory` holds a complete store made with these settings; a setting of
+    `source_defaults` that the store's manifest lacks (added since it was built) counts at
+    its default."""
     path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
         return False
     with open(path) as f:
         manifest = json.load(f)
-    return manifest["settings"] == json.loads(
+    saved = manifest["settings"]
+    if source_defaults and isinstance(saved.get("source"), dict):
+        defaults = json.loads(json.dumps(source_defaults))
+        saved = {**saved, "source": {**defaults, **saved["source"]}}
+    return saved == json.loads(
         json.dumps(
             _settings(
                 history_length,

@@ -1,5 +1,6 @@
 """Event logs, the web-scale synthetic log, the next-day split and the industrial run (small)."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -494,6 +495,24 @@ class DayStoreTest(tf.test.TestCase):
             shuffle_window=50,
             batch_size=32,
         )
+
+    def test_a_store_built_before_a_new_data_setting_is_still_built(self):
+        config = self._log(weighted=False)
+        run_dir = tempfile.mkdtemp()
+        experiment.day_store_data(config, run_dir)
+        directory = experiment.day_store_dir(config, run_dir)
+        settings = experiment._store_settings(config)  # pylint: disable=protected-access
+        manifest_path = os.path.join(directory, day_store.MANIFEST)
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        del manifest["settings"]["source"]["item_catalog"]  # As a store built before it.
+        with open(manifest_path, "w") as f:
+            json.dump(manifest, f)
+        defaults = dataclasses.asdict(configs.DataConfig())
+        self.assertTrue(day_store.is_built(directory, **settings, source_defaults=defaults))
+        self.assertFalse(day_store.is_built(directory, **settings))
+        changed = experiment._store_settings(config.replace(item_catalog="x.txt"))  # pylint: disable=protected-access
+        self.assertFalse(day_store.is_built(directory, **changed, source_defaults=defaults))
 
     def _in_memory(self, config):
         log = experiment.event_log(config.data, config.model.dim)[0]
