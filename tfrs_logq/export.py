@@ -168,7 +168,12 @@ class _Serving(tf.Module):
         self.num_items = num_items
         # The ids answers come from: every item (rows 1.. of `items`; row 0 is padding), or
         # `candidates` (row j of `items` is candidates[j]).
-        self.candidates = None if candidates is None else tf.constant(candidates, tf.int64)
+        # A variable, not a constant: the graph stays small whatever the index's size.
+        self.candidates = (
+            None
+            if candidates is None
+            else tf.Variable(np.asarray(candidates, np.int64), trainable=False, name="candidates")
+        )
         self.num_served = num_items if candidates is None else len(candidates)
         self.k = min(k, self.num_served)  # The static width of every answer.
         self.max_length, self.takes_user = max_length, takes_user
@@ -197,7 +202,7 @@ class _Serving(tf.Module):
                     identifiers=tf.range(1, self.num_items + 1, dtype=tf.int64),
                 )
             else:
-                self.scann.index(item_embeddings.value(), identifiers=self.candidates)
+                self.scann.index(item_embeddings.value(), identifiers=self.candidates.value())
 
     def _in_vocabulary(self, ids):
         return tf.logical_and(ids >= 1, ids <= self.num_items)
