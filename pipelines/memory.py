@@ -86,6 +86,7 @@ def predict_mib(
     num_items: int,
     index_items: Optional[int] = None,
     law_items: int = 0,
+    tables_on_servers: bool = False,
 ) -> Dict[str, int]:
     """The predicted peak resident memory of each phase of a run of `config` (a
     `pipelines.configs.Config`) over `num_users` users and `num_items` items, MiB:
@@ -103,6 +104,10 @@ def predict_mib(
       copy of the index's), with ScaNN its index (about five copies of the served
       embeddings: ScaNN's searcher, its serialised form and the trial request's), and the
       SavedModel's writing (about half the variables).
+
+    With `tables_on_servers` (a parameter-server chief): the tables, their slots and the
+    sketch live on the servers while the chief trains and evaluates; it exports from a copy
+    of the tables (`pipelines.train`), so the export's prediction stays.
 
     A model to compare with the measured peaks (`phase_peak_rss_mb`), not a bound.
     """
@@ -128,15 +133,18 @@ def predict_mib(
     scann = 2 * 4.0 * dim * index_items if training.index in ("scann", "both") else 0.0
     runtime = RUNTIME_MIB * MIB + VOCABULARY_BYTES * (num_items + num_users)
     served = 4.0 * dim * (index_items + 1)  # A run's exports serve its index.
+    held = 0.0 if tables_on_servers else tables  # What the chief's train and evaluate hold.
+    if tables_on_servers:
+        slots = sketch = 0.0
     predicted = {
         "tables": tables,
         "train": runtime
-        + tables
+        + held
         + slots
         + sketch
         + chunk
         + 12.0 * k * config.data.validation_queries,
-        "evaluate": runtime + tables + chunk + 12.0 * k * queries + scann + LAW_BYTES * law_items,
+        "evaluate": runtime + held + chunk + 12.0 * k * queries + scann + LAW_BYTES * law_items,
         # The served embeddings; a ScaNN export's index (its searcher, the searcher serialised
         # into the module, the trial request's: about 5 copies, measured at 5M items) and the
         # SavedModel's writing (about half the variables, measured there).

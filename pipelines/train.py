@@ -237,8 +237,11 @@ class PhaseTimer:
         self.stop()
 
 
-def predicted_memory(config: configs.Config, data, split: splits_lib.Split) -> Dict[str, int]:
-    """`memory.predict_mib` for this run's vocabularies, test index and law, checked against
+def predicted_memory(
+    config: configs.Config, data, split: splits_lib.Split, parameter_server: bool = False
+) -> Dict[str, int]:
+    """`memory.predict_mib` for this run's vocabularies, test index and law (a
+    `parameter_server` chief: its tables on the servers), checked against
     --memory_budget_mb (0: `memory.available_mib`) before any table is built.
 
     Raises:
@@ -252,6 +255,7 @@ def predicted_memory(config: configs.Config, data, split: splits_lib.Split) -> D
         data.num_items,
         index_items=data.num_items if index is None else len(index),
         law_items=law,
+        tables_on_servers=parameter_server,
     )
     budget = config.training.memory_budget_mb or memory.available_mib()
     phase, need = max(
@@ -360,7 +364,7 @@ def _run(
         data = experiment.load_data(config, output_dir)
     with phases("split"):
         split = experiment.make_split(config, data, output_dir)
-    predicted = predicted_memory(config, data, split)
+    predicted = predicted_memory(config, data, split, parameter_server)
     if chief and verbose:
         _say(
             "[memory] predicted peaks: "

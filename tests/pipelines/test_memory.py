@@ -32,6 +32,18 @@ def test_tables_and_slots_scale_with_the_catalog():
     assert small["export"] - exact["export"] == pytest.approx(5 * 4 * 64 * 200_001 / 2**20, abs=2)
 
 
+def test_a_parameter_server_chief_holds_the_tables_only_to_export():
+    config = configs.PRESETS["industrial"]
+    alone = memory.predict_mib(config, 1_000_000, 20_000_000, index_items=2_000_000)
+    chief = memory.predict_mib(
+        config, 1_000_000, 20_000_000, index_items=2_000_000, tables_on_servers=True
+    )
+    # Evaluation: no table; training: no table, slot or sketch; the export: a copy, as alone.
+    assert alone["evaluate"] - chief["evaluate"] == pytest.approx(alone["tables"], abs=1)
+    assert alone["train"] - chief["train"] > 2 * alone["tables"] - 2
+    assert chief["export"] == alone["export"]
+
+
 def test_available_memory_is_positive():
     assert 0 < memory.available_mib() < 2**40
 
