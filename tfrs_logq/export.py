@@ -153,17 +153,7 @@ class _Serving(tf.Module):
         item_file = _vocabulary_file(asset_dir, "items.txt", item_vocabulary)
         self.item_dense = _lookup(item_file)
         self.user_dense = _lookup(_vocabulary_file(asset_dir, "users.txt", user_vocabulary))
-        if item_file is not None:  # Dense id d -> raw id (line d - 1); "" for the others.
-            self.item_raw = tf.lookup.StaticHashTable(
-                tf.lookup.TextFileInitializer(
-                    item_file,
-                    tf.int64,
-                    tf.lookup.TextFileIndex.LINE_NUMBER,
-                    tf.string,
-                    tf.lookup.TextFileIndex.WHOLE_LINE,
-                ),
-                default_value="",
-            )
+        self.item_raw = _lookup(item_file, to_raw=True)
         self.model = model
         self.num_items = num_items
         # The ids answers come from: every item (rows 1.. of `items`; row 0 is padding), or
@@ -569,22 +559,20 @@ def _vocabulary_file(directory: Optional[str], name: str, vocabulary) -> Optiona
     return path
 
 
-def _lookup(path: Optional[str]):
-    """A table from the raw ids of the vocabulary file `path` to dense ids 1..N (0 for any
-    other string), or None."""
+def _lookup(path: Optional[str], to_raw: bool = False):
+    """A table over the vocabulary file `path` (line i: dense id i + 1): raw id -> dense id
+    1..N (0 for any other string); with `to_raw`, line number (dense id - 1) -> raw id (""
+    for any other). None without a file."""
     if path is None:
         return None
-    return tf.lookup.StaticHashTable(
-        tf.lookup.TextFileInitializer(
-            path,
-            tf.string,
-            tf.lookup.TextFileIndex.WHOLE_LINE,
-            tf.int64,
-            tf.lookup.TextFileIndex.LINE_NUMBER,
-            value_index_offset=1,
-        ),
-        default_value=0,
+    line, whole = tf.lookup.TextFileIndex.LINE_NUMBER, tf.lookup.TextFileIndex.WHOLE_LINE
+    if to_raw:
+        initializer = tf.lookup.TextFileInitializer(path, tf.int64, line, tf.string, whole)
+        return tf.lookup.StaticHashTable(initializer, default_value="")
+    initializer = tf.lookup.TextFileInitializer(
+        path, tf.string, whole, tf.int64, line, value_index_offset=1
     )
+    return tf.lookup.StaticHashTable(initializer, default_value=0)
 
 
 def _next_version(path: str) -> int:
