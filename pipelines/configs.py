@@ -12,6 +12,7 @@ import numbers
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from logq_core import samplers
+from pipelines.data import events as events_lib
 from pipelines.data.splits import TEMPORAL_TARGETS
 from tfrs_logq import losses
 from tfrs_logq import retrieval
@@ -64,6 +65,7 @@ CHOICES = {
     "gbce_alpha": objective.GBCE_ALPHAS,
     "table_optimizer": TABLE_OPTIMIZERS,
     "order": ORDERS,
+    "time_unit": events_lib.TIME_UNITS,
 }
 
 # Fields renamed since earlier runs wrote their config.json (and old flag names).
@@ -137,7 +139,18 @@ class DataConfig:
     item_column: str = _field("item_id", "--dataset=events: the column of item ids.")
     time_column: str = _field(
         "timestamp",
-        "--dataset=events: the column of times (seconds, timestamps or ISO-8601 strings).",
+        "--dataset=events: the column of times (numbers, timestamps or ISO-8601 strings; Z "
+        "and offsets read to UTC).",
+    )
+    keep_id_whitespace: bool = _field(
+        False,
+        "--dataset=events: keep spaces around ids ('u_1 ' and 'u_1' two ids); by default "
+        "they are stripped, and counted.",
+    )
+    time_unit: str = _field(
+        "auto",
+        "--dataset=events: the unit of numeric times: s, ms, us, ns, or auto (each number's "
+        "from its size; times before 1990, after next year or over 20 years refused).",
     )
     weight_column: str = _field(
         "",
@@ -208,6 +221,11 @@ class ModelConfig:
         True,
         "--model=sasrec: score with the input item table; --notie_embeddings: with an "
         "output table of its own.",
+    )
+    share_item_table: bool = _field(
+        False,
+        "--model=two_tower: the history's items read the candidate item table (one item table: "
+        "half the item state at large catalogs).",
     )
     architecture: str = _field(
         "sasrec",
@@ -682,10 +700,21 @@ def validate(config: Config) -> Config:
             f"{config.loss.loss} --mask_known_positives."
         )
     ks(config.training)  # Raises on a bad --ks.
+    if config.model.share_item_table and config.model.model != "two_tower":
+        raise ValueError(
+            "--share_item_table shares the two-tower's history and candidate item tables: "
+            f"needs --model=two_tower; received --model={config.model.model} "
+            "--share_item_table (SASRec's is --tie_embeddings)."
+        )
     if config.data.dataset == "events" and not config.data.data_path:
         raise ValueError(
             "--dataset=events needs --data_path: the event log (a CSV, TSV or "
             "Parquet file, a directory of them, or a glob)."
+        )
+    if config.data.dataset in ("steam", "steam-reviews") and not config.data.data_path:
+        raise ValueError(
+            f"--dataset={config.data.dataset} needs --data_path: Steam is not bundled; "
+            "give the path of its file."
         )
     if config.data.dataset == "events":
         named = [getattr(config.data, f"{c}_column") for c in ("user", "item", "time")]

@@ -33,6 +33,7 @@ from absl import flags
 from absl import logging
 
 from pipelines import configs
+from pipelines import errors
 from pipelines import experiment
 from pipelines import per_query
 from pipelines import report
@@ -45,6 +46,7 @@ FLAGS = flags.FLAGS
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     define: Dict[str, Any] = dict(flag_values=flag_values)
+    errors.define_debug_flag(flag_values)
     flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.", **define)
     flags.DEFINE_enum(
         "index",
@@ -194,6 +196,11 @@ def format_comparison(comparison: Dict[str, Dict[str, float]], name_b: str, name
 
 
 def main(argv):
+    with errors.reported():  # A missing run, bad data: named, no traceback.
+        _main(argv)
+
+
+def _main(argv):
     if len(argv) != 2:
         raise app.UsageError("Usage: python -m pipelines.evaluate OUTPUT_DIR [--split=...]")
     tf.get_logger().setLevel("ERROR")

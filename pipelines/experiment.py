@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 from pipelines import configs
+from pipelines import errors
 from pipelines.data import builders
 from pipelines.data import day_store
 from pipelines.data import events as events_lib
@@ -106,7 +107,12 @@ def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
     if data.dataset == "web_synthetic":
         return events_lib.EventColumns()
     return events_lib.EventColumns(
-        data.user_column, data.item_column, data.time_column, data.weight_column
+        data.user_column,
+        data.item_column,
+        data.time_column,
+        data.weight_column,
+        time_unit=data.time_unit,
+        keep_id_whitespace=data.keep_id_whitespace,
     )
 
 
@@ -143,6 +149,14 @@ def _log_setup(
     saved = None
     if vocabulary_dir and _saved_for(vocabulary_dir, data):
         saved = events_lib.load_vocabularies(vocabulary_dir)
+    if saved is None and data.dataset == "events" and data.time_unit == "auto":
+        unit = events_lib.numeric_time_unit(files, columns)
+        if unit is not None:
+            print(
+                f"[data] times read as {unit} since 1970 (from the numbers' size; "
+                "--time_unit sets the unit).",
+                flush=True,
+            )
     span, count_before = None, None
     if data.split == "next_day" and (need_span or saved is None):
         span = events_lib.time_span(files, columns)
@@ -164,6 +178,44 @@ def _log_setup(
     return files, columns, vocabularies, span
 
 
+def test_day_end(data: configs.DataConfig, span: Optional[Tuple[int, int]]) -> Optional[int]:
+    """The end of a next-day split's test day, in the log's seconds (None without a span):
+    the events from it on are never trained or tested on, and counted apart."""
+    if span is None or data.split != "next_day":
+        return None
+    test = splits_lib.test_day_number(*span, data.test_day, data.day_seconds)
+    return ((span[0] // data.day_seconds) + test + 1) * data.day_seconds
+
+
+def say_dropped(facts: Dict) -> None:
+    """Prints what reading the log dropped and why, each cause its own count (`facts`: an
+    event log's read statistics; the same counts go to metrics.json's "event_log")."""
+    parts = [
+        f"{facts.get(key, 0):,} {what}"
+        for key, what in (
+            ("events_dropped_duplicate", "duplicates (the same user, item and time)"),
+            (
+                "events_dropped_out_of_vocabulary",
+                "out of the vocabulary (an id under --min_user_count / --min_item_count in "
+                "the training days, or first seen after them)",
+            ),
+            ("events_after_test_day", "after the test day (never used)"),
+        )
+    ]
+    stripped = [
+        f"{facts[f'{kind}_ids_stripped']:,} {kind} ids"
+        for kind in ("user", "item")
+        if facts.get(f"{kind}_ids_stripped")
+    ]
+    read, kept = facts.get("events_read", 0), facts.get("events_kept", 0)
+    line = f"[data] read {read:,} events; kept {kept:,}; dropped {', '.join(parts)}."
+    if stripped:
+        line += (
+            f" Stripped spaces around {' and '.join(stripped)} (--keep_id_whitespace keeps them)."
+        )
+    print(line, flush=True)
+
+
 def item_catalog_path(data: configs.DataConfig) -> str:
     """The file --item_catalog names ('log': the web_synthetic log's own, written if
     missing)."""
@@ -177,7 +229,8 @@ def _with_catalog(data: configs.DataConfig, vocab: events_lib.Vocabulary) -> eve
     """The item vocabulary extended by the catalog's items (`events.with_catalog`), said."""
     path = item_catalog_path(data)
     column = event_columns(data).item
-    vocab, facts = events_lib.with_catalog(vocab, events_lib.read_catalog(path, column))
+    catalog = events_lib.read_catalog(path, column, keep_whitespace=data.keep_id_whitespace)
+    vocab, facts = events_lib.with_catalog(vocab, catalog)
     print(
         f"[data] item catalog {path}: {facts['catalog_items']:,} items, "
         f"{facts['catalog_items_added']:,} of them without a training event (added to the "
@@ -195,10 +248,18 @@ def event_log(
     """(EventLog, glob) of an event-log dataset read into memory, encoded with the
     vocabularies of `_log_setup`."""
     started = time.time()
-    _, columns, vocabularies, _ = _log_setup(data, dim, run_dir)
+    _, columns, vocabularies, span = _log_setup(
+        data, dim, run_dir, need_span=data.split == "next_day"
+    )
     counted = time.time()
-    log = events_lib.load_events(event_files(data), columns, vocabularies=vocabularies)
+    log = events_lib.load_events(
+        event_files(data),
+        columns,
+        vocabularies=vocabularies,
+        count_after=test_day_end(data, span),
+    )
     log.stats["seconds_vocabulary"] = round(counted - started, 1)
+    say_dropped(log.stats)
     return log, event_files(data)
 
 
@@ -252,7 +313,9 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
             assert span is not None  # An out-of-core run's split is next_day: span was read.
             day_store.build(
                 directory,
-                events_lib.EncodedBatches(files, columns, vocabularies),
+                events_lib.EncodedBatches(
+                    files, columns, vocabularies, count_after=test_day_end(config.data, span)
+                ),
                 len(vocabularies["user"]),
                 len(vocabularies["item"]),
                 *span,
@@ -262,6 +325,7 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
                 say=lambda text: print(f"[day store] {text}", flush=True),
                 **settings,
             )
+            say_dropped(day_store.facts(directory))
     ids = {
         kind: np.concatenate([[""], vocab.ids]).astype(object)
         for kind, vocab in vocabularies.items()
@@ -488,7 +552,22 @@ def count_min_width(num_items: int) -> int:
     return max(2**18, 1 << int(np.ceil(np.log2(max(2 * num_items, 1)))))
 
 
-def make_frequency(loss: configs.LossConfig, split: splits_lib.Split, seed: int):
+def sketch_items(config: configs.Config, split: splits_lib.Split) -> Optional[int]:
+    """The items the count-min sketch is sized for (`count_min_width`): None, the catalog;
+    with --item_catalog the items of the training events only (a catalog item without one
+    never updates the sketch; sized by the catalog, a 20M-item catalog's sketch would take
+    4 GB)."""
+    if config.data.item_catalog:
+        return max(int(np.count_nonzero(split.train_counts()[1:])), 1)
+    return None
+
+
+def make_frequency(
+    loss: configs.LossConfig,
+    split: splits_lib.Split,
+    seed: int,
+    sketch_items: Optional[int] = None,
+):
     """Per-draw item probabilities for log Q: training counts (smoothed), or an estimator.
 
     Static counts get `loss.pseudo_count` added to every item (so that unseen
@@ -497,7 +576,7 @@ def make_frequency(loss: configs.LossConfig, split: splits_lib.Split, seed: int)
     """
     if loss.frequency == "count_min":
         return frequency_lib.CountMinSketchEstimator(
-            width=count_min_width(split.num_items), seed=seed
+            width=count_min_width(sketch_items or split.num_items), seed=seed
         )
     if loss.frequency == "hashed":
         return frequency_lib.HashedFrequencyEstimator(seed=seed)
@@ -515,7 +594,9 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
     objective = make_objective(
         data.num_items,
         seed=seed,
-        probabilities=make_frequency(config.loss, split, seed),
+        probabilities=make_frequency(
+            config.loss, split, seed, sketch_items=sketch_items(config, split)
+        ),
         **config.loss.objective_settings(),
     )
     # Dropout draws from tf.random.Generator variables, which `track_random_generators` puts
@@ -538,7 +619,13 @@ def build_model(config: configs.Config, data: Interactions, split: splits_lib.Sp
         )
         model(tf.zeros([1, towers.max_length], tf.int32))  # Build before restoring a backup.
     else:
-        model = TwoTower(data.num_users, data.num_items, objective, dim=towers.dim)
+        model = TwoTower(
+            data.num_users,
+            data.num_items,
+            objective,
+            dim=towers.dim,
+            share_item_table=towers.share_item_table,
+        )
         model(
             {
                 "user": tf.zeros([1], tf.int32),
@@ -844,11 +931,17 @@ def load_run(output_dir: str):
     """(config, model with the best weights, data split, data) of the run in `output_dir`."""
     files = RunFiles(output_dir)
     if not os.path.exists(files.config):
-        raise FileNotFoundError(f"{output_dir} holds no training run (no config.json).")
+        raise errors.RunNotFound(
+            f"{output_dir} holds no training run (no config.json): give the --output_dir of "
+            "a `tfrs-logq train` run."
+        )
     with open(files.config) as f:
         config = configs.validate(configs.Config.from_dict(json.load(f)))
     if not files.has_best():
-        raise FileNotFoundError(f"{output_dir} has no checkpoint yet ({files.best}.index).")
+        raise errors.RunNotFound(
+            f"{output_dir} has no checkpoint yet ({files.best}.index): its training has not "
+            "finished an epoch."
+        )
     data = load_data(config, output_dir)
     data_split = make_split(config, data, output_dir)
     model = build_model(config, data, data_split)

@@ -10,7 +10,6 @@ is still accepted), the ScaNN index to export/scann/.
 `saved_model_cli show --all --dir OUTPUT_DIR/export/brute_force/1` lists the signatures.
 """
 
-import sys
 from typing import Any, Dict
 
 import tensorflow as tf
@@ -19,15 +18,16 @@ from absl import flags
 from absl import logging
 
 from pipelines import configs
+from pipelines import errors
 from pipelines import experiment
 from pipelines import report
-from tfrs_logq import export as export_lib
 
 FLAGS = flags.FLAGS
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     define: Dict[str, Any] = dict(flag_values=flag_values)
+    errors.define_debug_flag(flag_values)
     flags.DEFINE_enum(
         "index",
         "both",
@@ -48,13 +48,13 @@ def main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     searches = configs.indexes(FLAGS.index)
-    config, model, split, data = experiment.load_run(argv[1])
-    # tfrs_logq.export names exact search brute_force.
-    index = "both" if len(searches) > 1 else {"exact": "brute_force"}.get(searches[0], searches[0])
-    try:
+    with errors.reported():  # A missing run, bad data, no ScaNN ops: named, no traceback.
+        config, model, split, data = experiment.load_run(argv[1])
+        # tfrs_logq.export names exact search brute_force.
+        index = (
+            "both" if len(searches) > 1 else {"exact": "brute_force"}.get(searches[0], searches[0])
+        )
         paths = report.export_run(model, config, argv[1], index, FLAGS.k, data=data, split=split)
-    except export_lib.ScannOpsUnavailable as error:
-        sys.exit(f"error: {error}")  # The message names the fix: no traceback.
     for path in paths:
         print(f"Wrote {path}")
 

@@ -86,6 +86,7 @@ def predict_mib(
     num_items: int,
     index_items: Optional[int] = None,
     law_items: int = 0,
+    sketch_items: Optional[int] = None,
     tables_on_servers: bool = False,
 ) -> Dict[str, int]:
     """The predicted peak resident memory of each phase of a run of `config` (a
@@ -93,7 +94,8 @@ def predict_mib(
     {"tables", "train", "evaluate", "export"}.
 
     - tables: every embedding table, float32 (a two-tower model's users, history items and
-      items; SASRec's item table, twice when untied);
+      items, one item table with `share_item_table`; SASRec's item table, twice when
+      untied);
     - train: the runtime, the vocabularies, the tables and the optimizer's slots (one copy
       of the tables with Adagrad, two with Adam), the count-min sketch, one chunk of the
       catalog and blocks of scores (`tfrs_logq.retrieval`), the validation top k;
@@ -104,6 +106,9 @@ def predict_mib(
       copy of the index's), with ScaNN its index (about five copies of the served
       embeddings: ScaNN's searcher, its serialised form and the trial request's), and the
       SavedModel's writing (about half the variables).
+
+    `sketch_items`: the items the count-min sketch is sized for (`experiment.sketch_items`;
+    None: `num_items`).
 
     With `tables_on_servers` (a parameter-server chief): the tables, their slots and the
     sketch live on the servers while the chief trains and evaluates; it exports from a copy
@@ -119,13 +124,16 @@ def predict_mib(
     model, training = config.model, config.training
     dim = model.dim
     two_tower = model.model == "two_tower"
-    item_tables = 2 if two_tower or not model.tie_embeddings else 1
+    if two_tower:
+        item_tables = 1 if model.share_item_table else 2
+    else:
+        item_tables = 1 if model.tie_embeddings else 2
     rows = item_tables * (num_items + 1) + (num_users + 1 if two_tower else 0)
     tables = 4.0 * dim * rows
     slots = tables * (1 if training.table_optimizer == "adagrad" else 2)
     sketch = 0.0
     if config.loss.frequency == "count_min":
-        sketch = 4 * experiment.count_min_width(num_items) * 8.0 * 2
+        sketch = 4 * experiment.count_min_width(sketch_items or num_items) * 8.0 * 2
     chunk = retrieval.CHUNK_BYTES + 3 * 4.0 * retrieval.SCORES_PER_BATCH
     k = max(configs.ks(training))
     queries = training.test_queries or 20_000

@@ -138,6 +138,10 @@ class RunInUse(RuntimeError):
     """Another process holds the run directory's lock."""
 
 
+class OutputDirError(ValueError):
+    """--output_dir cannot hold a run (a file, not writable, another run's config)."""
+
+
 class RunLock:
     """One writer per run directory: `with RunLock(directory):` holds an exclusive lock on
     OUTPUT/run.lock (flock) while the body runs, and removes the file at the end.

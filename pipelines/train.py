@@ -37,14 +37,15 @@ from absl import logging
 from pipelines import callbacks as callbacks_lib
 from pipelines import configs
 from pipelines import distribute
+from pipelines import errors
 from pipelines import experiment
 from pipelines import memory
 from pipelines import report
 from pipelines.data import day_store
 from pipelines.data import splits as splits_lib
-from pipelines.data.interactions import DataError
+from pipelines.run_files import OutputDirError  # noqa: F401  (re-exported: train.OutputDirError)
 from pipelines.run_files import RunFiles
-from pipelines.run_files import RunInUse
+from pipelines.run_files import RunInUse  # noqa: F401
 from pipelines.run_files import RunLock
 from pipelines.run_files import write_json
 
@@ -57,6 +58,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     define: Dict[str, Any] = dict(flag_values=flag_values)
     flags.DEFINE_string("preset", "synthetic", f"One of {', '.join(configs.PRESETS)}.", **define)
     flags.DEFINE_string("output_dir", None, "Where the run writes everything (required).", **define)
+    errors.define_debug_flag(flag_values)
     flags.DEFINE_string(
         "config_file",
         None,
@@ -144,14 +146,10 @@ def _check_output_dir(config: configs.Config, output_dir: str) -> None:
             if name in current and previous[name] != current[name]
         )
         if changed:
-            raise ValueError(
+            raise OutputDirError(
                 f"{output_dir} holds a run with another config (differs in "
                 f"{', '.join(changed)}); use another --output_dir."
             )
-
-
-class OutputDirError(ValueError):
-    """--output_dir cannot hold a run."""
 
 
 def _prepare_output_dir(output_dir: str) -> None:
@@ -255,6 +253,7 @@ def predicted_memory(
         data.num_items,
         index_items=data.num_items if index is None else len(index),
         law_items=law,
+        sketch_items=experiment.sketch_items(config, split),
         tables_on_servers=parameter_server,
     )
     budget = config.training.memory_budget_mb or memory.available_mib()
@@ -263,7 +262,7 @@ def predicted_memory(
         key=lambda item: item[1],
     )
     if need > budget:
-        raise ValueError(
+        raise errors.MemoryBudgetError(
             f"This run is predicted to need {need:,} MB in its {phase} phase ("
             f"{predicted['tables']:,} MB of tables: {data.num_items:,} items, "
             f"{data.num_users:,} users, --dim={config.model.dim}), more than the "
@@ -596,16 +595,8 @@ def main(argv):
         )
     except ValueError as error:
         raise app.UsageError(str(error)) from None
-    try:
+    with errors.reported():  # Named errors: the message says it all, no traceback.
         metrics = run(config, FLAGS.output_dir, strategy=strategy)
-    except (
-        OutputDirError,
-        RunInUse,
-        callbacks_lib.BackupError,
-        callbacks_lib.NonFiniteLoss,
-        DataError,
-    ) as error:
-        sys.exit(f"error: {error}")  # Named errors: the message says it all, no traceback.
     if "config" not in metrics:  # A non-chief worker: the chief evaluates and writes.
         print(
             f"\nWorker done: {metrics['steps']} steps on {metrics['num_replicas']} replicas "

@@ -481,8 +481,13 @@ def _build_into(
         "facts": {
             "events_read": int(encoded.read),
             "events_kept": int(kept),
-            "events_dropped_out_of_vocabulary": int(encoded.read - kept - duplicates),
+            "events_dropped_out_of_vocabulary": int(
+                encoded.read - kept - duplicates - encoded.after_out_of_vocabulary
+            ),
             "events_dropped_duplicate": int(duplicates),
+            "events_after_test_day": int(encoded.after),
+            "user_ids_stripped": int(encoded.stripped["user"]),
+            "item_ids_stripped": int(encoded.stripped["item"]),
             "files": len(encoded.files),
             "seconds_encode": round(time.time() - started, 1),
             "integer_ids": list(encoded.integer_ids()),

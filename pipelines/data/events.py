@@ -31,6 +31,7 @@ budget.
 """
 
 import dataclasses
+import datetime
 import glob
 import json
 import os
@@ -43,7 +44,6 @@ import numpy as np
 from pipelines.data.interactions import DataError
 from pipelines.data.interactions import Interactions
 from pipelines.data.interactions import chronological
-from pipelines.data.interactions import report_duplicates
 from pipelines.data.interactions import shown
 
 if TYPE_CHECKING:  # pyarrow is imported where a log is read.
@@ -59,12 +59,23 @@ _ENTRY_OVERHEAD = 1.5
 
 @dataclasses.dataclass(frozen=True)
 class EventColumns:
-    """The log's column names; `weight` empty when the log has none."""
+    """The log's column names; `weight` empty when the log has none. `time_unit`: the unit
+    of numeric times (`TIME_UNITS`; "auto": each number's from its size, the log's times
+    then checked plausible: see `_seconds`)."""
 
     user: str = "user_id"
     item: str = "item_id"
     time: str = "timestamp"
     weight: str = ""
+    time_unit: str = "auto"
+    keep_id_whitespace: bool = False
+
+    def __post_init__(self):
+        if self.time_unit not in TIME_UNITS:
+            raise ValueError(
+                f"time_unit must be one of {', '.join(TIME_UNITS)}; received "
+                f"time_unit={self.time_unit!r}."
+            )
 
     def names(self) -> List[str]:
         return [name for name in (self.user, self.item, self.time, self.weight) if name]
@@ -95,16 +106,18 @@ def event_files(pattern: str) -> List[str]:
     """The files of `pattern` (a file, a directory of files, or a glob), sorted.
 
     Raises:
-      FileNotFoundError: nothing matches.
-      DataError: a file of a format other than CSV, TSV or Parquet (.gz allowed for text).
+      DataError: nothing matches, or a file of a format other than CSV, TSV or Parquet
+        (.gz allowed for text).
     """
     if os.path.isdir(pattern):
         pattern = os.path.join(pattern, "*")
     files = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
     if not files:
-        raise FileNotFoundError(
-            f"--data_path={pattern!r} matches no event log file (expected "
-            "a CSV, TSV or Parquet file, a directory of them, or a glob)."
+        raise DataError(
+            pattern,
+            None,
+            "matches no event log file (--data_path: a CSV, TSV or Parquet file, a "
+            "directory of them, or a glob).",
         )
     formats = {file_format(path) for path in files}
     if len(formats) > 1:
@@ -192,19 +205,37 @@ def _no_nulls(path: str, batch, name: str, offset: int) -> None:
         )
 
 
-def _ids(batch, name: str):
-    """The id column as strings (integer ids as their decimal form), and whether it holds
-    int64 integers (an unsigned id at or above 2^63 is kept as its string)."""
+def _ids(batch, name: str, path: str = "", offset: int = 0, keep_whitespace: bool = False):
+    """(ids, is_integer, stripped): the id column as strings (integer ids as their decimal
+    form), whether it holds int64 integers (an unsigned id at or above 2^63 is kept as its
+    string), and how many ids lost surrounding whitespace ("u_1 " is "u_1"; none with
+    `keep_whitespace`). An empty id raises DataError naming its row."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     column = batch.column(name)
     if pa.types.is_integer(column.type):
         largest = pc.max(column).as_py() if len(column) else 0
-        return column.cast(pa.string()), largest is None or largest <= _INT64_MAX
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return column.cast(pa.string()), False
-    raise DataError("", None, f"column {name!r} holds {column.type}; ids are strings or integers.")
+        return column.cast(pa.string()), largest is None or largest <= _INT64_MAX, 0
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise DataError(
+            path, None, f"column {name!r} holds {column.type}; ids are strings or integers."
+        )
+    ids, stripped = column.cast(pa.string()), 0
+    if not keep_whitespace:
+        trimmed = pc.utf8_trim_whitespace(ids)
+        stripped = int(pc.sum(pc.not_equal(trimmed, ids)).as_py() or 0)
+        ids = trimmed
+    empty = pc.equal(pc.binary_length(ids), 0)
+    if pc.any(empty).as_py():
+        row = int(pc.indices_nonzero(empty)[0].as_py())
+        raise DataError(
+            path,
+            None,
+            f"column {name!r} holds the empty id {shown(column[row].as_py())} in data row "
+            f"{offset + row + 1}; every event needs a user and an item.",
+        )
+    return ids, False, stripped
 
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
@@ -235,8 +266,141 @@ def _out_of_range(path: str, name: str, offset: int, row: int, value) -> DataErr
     )
 
 
-def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
-    """The time column as int64 seconds."""
+# The units of --time_unit; "auto" reads each number's unit from its size (`_unit_divisors`).
+TIME_UNITS = ("auto", "s", "ms", "us", "ns")
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+_UNIT_NAMES = {1: "seconds", 10**3: "milliseconds", 10**6: "microseconds", 10**9: "nanoseconds"}
+# With --time_unit=auto a log's times must lie in [1990-01-01, the end of next year] and span
+# at most 20 years: outside, the unit (or the column) is likely misread.
+EARLIEST_TIME = 631_152_000  # 1990-01-01T00:00:00Z.
+MAX_SPAN_YEARS = 20
+_YEAR = 365.25 * 86_400
+# A time string that names its offset from UTC after its time of day (12:30Z, 12:30:00+02:00,
+# 12:30:00.5-0500); a date's own "-01" is not one.
+_OFFSET = r"[0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]+)?)?([Zz]|[+-][0-9]{2}(:?[0-9]{2})?)$"
+
+
+def latest_time() -> int:
+    """The end of next year (UTC), in seconds: the latest time an --time_unit=auto log may
+    hold."""
+    next_next = datetime.datetime.now(datetime.timezone.utc).year + 2
+    return int(datetime.datetime(next_next, 1, 1, tzinfo=datetime.timezone.utc).timestamp()) - 1
+
+
+def _date(seconds: int) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(int(seconds), datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S UTC"
+        )
+    except (OverflowError, OSError, ValueError):
+        return f"{seconds:,} seconds from 1970"
+
+
+def _unit_divisors(values: np.ndarray) -> np.ndarray:
+    """--time_unit=auto: each number's unit from its size: seconds below 1e11 (the year
+    5138), milliseconds below 1e14, microseconds below 1e17, nanoseconds above. Times of
+    1990 to 2100 fall in one range in every unit."""
+    size = np.abs(values.astype(np.float64))
+    return np.where(
+        size < 1e11, 1, np.where(size < 1e14, 10**3, np.where(size < 1e17, 10**6, 10**9))
+    ).astype(np.int64)
+
+
+def _check_plausible(path, name, offset, raw, seconds, divisors) -> None:
+    """--time_unit=auto: every time in [EARLIEST_TIME, latest_time()]; else DataError naming
+    the first row outside, its value as read and what it was read as."""
+    latest = latest_time()
+    outside = (seconds < EARLIEST_TIME) | (seconds > latest)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        unit = _UNIT_NAMES[int(divisors[row])] if divisors is not None else "a date"
+        raise DataError(
+            path,
+            None,
+            f"column {name!r} holds {shown(raw[row])} in data row {offset + row + 1}, read as "
+            f"{unit}: {_date(seconds[row])}, outside [1990-01-01, {_date(latest)[:10]}] "
+            "where --time_unit=auto expects a log's times. Give --time_unit (s, ms, us or "
+            "ns) if the numbers are right in that unit, or fix the column.",
+        )
+
+
+def _numbers_to_seconds(path, name, offset, values: np.ndarray, unit: str) -> np.ndarray:
+    """Numbers (int or float) of `unit` ("auto": each number's from its size) as int64
+    seconds (fractions truncated), checked plausible with "auto"."""
+    if unit == "auto":
+        divisors = _unit_divisors(values)
+    else:
+        divisors = np.full(len(values), _PER_SECOND[unit], np.int64)
+    if values.dtype.kind == "f":
+        seconds = (values / divisors).astype(np.int64)
+    else:
+        seconds = values.astype(np.int64) // divisors
+        seconds += (values.astype(np.int64) % divisors != 0) & (values < 0)  # Toward zero.
+    if unit == "auto":
+        _check_plausible(path, name, offset, values, seconds, divisors)
+    return seconds
+
+
+def _iso_seconds(column) -> Optional[np.ndarray]:
+    """ISO-8601 strings as int64 seconds: UTC where a value names its offset (Z, +02:00), as
+    written where it does not; fractions truncated. None when a value is not one."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+    with_offset = pc.match_substring_regex(column, _OFFSET).to_numpy(zero_copy_only=False)
+    seconds = np.empty(len(column), np.int64)
+    for rows, zone in ((with_offset, "UTC"), (~with_offset, None)):
+        if not rows.any():
+            continue
+        part = column.filter(pa.array(rows))
+        for unit in ("s", "ns"):  # Whole seconds, then fractions (1677-2262).
+            try:
+                read = part.cast(pa.timestamp(unit, tz=zone))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            seconds[rows] = read.cast(pa.timestamp("s", tz=zone), safe=False).cast(pa.int64())
+            break
+        else:
+            return None
+    return seconds
+
+
+def _first_unreadable(column) -> int:
+    """The first row of `column` (strings) that is not an ISO-8601 time, by halving."""
+    start, stop = 0, len(column)
+    while stop - start > 1:
+        middle = (start + stop) // 2
+        if _iso_seconds(column.slice(start, middle - start)) is None:
+            stop = middle
+        else:
+            start = middle
+    return start
+
+
+def numeric_time_unit(files: Sequence[str], columns: EventColumns) -> Optional[str]:
+    """The unit --time_unit=auto reads the log's numeric times in ("seconds",
+    "milliseconds", ...: the first event's, from its size; `_unit_divisors`), or None when
+    its times are not numbers (timestamps, ISO-8601 strings). Reads one batch."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+    for _, batch in _batches(files, columns, 1, only=[columns.time]):
+        value = batch.column(columns.time)[0].as_py()
+        if (
+            isinstance(value, str)
+            and pc.match_substring_regex(pa.array([value]), r"^-?[0-9]+$")[0].as_py()
+        ):
+            value = int(value)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return None
+        return _UNIT_NAMES[int(_unit_divisors(np.array([value]))[0])]
+    return None
+
+
+def _seconds(path: str, batch, name: str, offset: int, unit: str = "auto") -> np.ndarray:
+    """The time column as int64 seconds: numbers in `unit` (`TIME_UNITS`; "auto": each
+    number's from its size, and checked plausible), Arrow timestamps and dates, or strings
+    of digits (numbers) or ISO-8601 times (offsets such as Z or +02:00 read to UTC)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
@@ -249,7 +413,7 @@ def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
                 path,
                 None,
                 f"column {name!r} holds {values[row]} in data row "
-                f"{offset + row + 1}; times are finite seconds.",
+                f"{offset + row + 1}; times are finite numbers.",
             )
         if pa.types.is_floating(column.type):
             outside = (values >= 2.0**63) | (values < -(2.0**63))
@@ -258,44 +422,39 @@ def _seconds(path: str, batch, name: str, offset: int) -> np.ndarray:
         if outside.any():
             row = int(np.flatnonzero(outside)[0])
             raise _out_of_range(path, name, offset, row, values[row])
-        return values.astype(np.int64)
+        return _numbers_to_seconds(path, name, offset, values, unit)
     if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
         # Whole seconds (finer units truncated); nothing overflows going coarser.
         return (
-            column.cast(pa.timestamp("s"), safe=False)
+            column.cast(pa.timestamp("s", tz=getattr(column.type, "tz", None)), safe=False)
             .cast(pa.int64())
             .to_numpy(zero_copy_only=False)
         )
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        try:
-            return column.cast(pa.timestamp("s")).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
         numeric = pc.match_substring_regex(column, r"^-?[0-9]+$")
         if pc.all(numeric).as_py():
             try:
-                return column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+                values = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
             except pa.ArrowInvalid:  # A number past int64: name the first.
                 for row, value in enumerate(column.to_pylist()):
                     if not _INTEGER.fullmatch(value) or not (-(2**63) <= int(value) <= _INT64_MAX):
                         raise _out_of_range(path, name, offset, row, value) from None
                 raise
-        for row, value in enumerate(column.to_pylist()):
-            try:
-                pa.array([value]).cast(pa.timestamp("s"))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                if not _INTEGER.fullmatch(value):
-                    raise DataError(
-                        path,
-                        None,
-                        f"cannot read the time {shown(value)} in "
-                        f"column {name!r}, data row {offset + row + 1} (expected "
-                        "seconds or an ISO-8601 date or time).",
-                    ) from None
+            return _numbers_to_seconds(path, name, offset, values, unit)
+        seconds = _iso_seconds(column)
+        if seconds is None:
+            row = _first_unreadable(column)
+            raise DataError(
+                path,
+                None,
+                f"cannot read the time {shown(column[row].as_py())} in column {name!r}, data "
+                f"row {offset + row + 1} (expected a number or an ISO-8601 date or time).",
+            )
+        return seconds
     raise DataError(
         path,
         None,
-        f"column {name!r} holds {column.type}; times are seconds, timestamps or ISO-8601 strings.",
+        f"column {name!r} holds {column.type}; times are numbers, timestamps or ISO-8601 strings.",
     )
 
 
@@ -317,12 +476,21 @@ def time_span(
         offset = offsets.get(path, 0)
         offsets[path] = offset + batch.num_rows
         _no_nulls(path, batch, columns.time, offset)
-        seconds = _seconds(path, batch, columns.time, offset)
+        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
         first = seconds.min() if first is None else min(first, seconds.min())
         last = seconds.max() if last is None else max(last, seconds.max())
     if first is None:
         raise DataError(", ".join(files), None, "the log holds no events.")
     assert last is not None  # Set with `first`.
+    if columns.time_unit == "auto" and last - first > MAX_SPAN_YEARS * _YEAR:
+        raise DataError(
+            source_name(files),
+            None,
+            f"column {columns.time!r} spans {(last - first) / _YEAR:.1f} years, from "
+            f"{_date(first)} to {_date(last)}: more than the {MAX_SPAN_YEARS} years "
+            "--time_unit=auto expects of a log. Give --time_unit (s, ms, us or ns) if the "
+            "times are right in that unit, or fix the column.",
+        )
     return int(first), int(last)
 
 
@@ -348,12 +516,9 @@ def count_ids(
         offsets[path] = offset + batch.num_rows
         for name in (columns.user, columns.item, columns.time):
             _no_nulls(path, batch, name, offset)
-        seconds = _seconds(path, batch, columns.time, offset)
+        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
         for kind, name in (("user", columns.user), ("item", columns.item)):
-            try:
-                ids = _ids(batch, name)[0]
-            except DataError as error:
-                raise DataError(path, None, str(error).lstrip(": ")) from None
+            ids = _ids(batch, name, path, offset, columns.keep_id_whitespace)[0]
             if count_before is not None:
                 ids = ids.filter(pa.array(seconds < count_before))
             counted = pc.value_counts(ids).flatten()
@@ -410,25 +575,30 @@ CATALOG_TEXT = (".txt", ".txt.gz")
 
 
 def read_catalog(
-    path: str, column: str = "item_id", batch_rows: int = BATCH_ROWS
+    path: str,
+    column: str = "item_id",
+    batch_rows: int = BATCH_ROWS,
+    keep_whitespace: bool = False,
 ) -> "pyarrow.Array":
     """The distinct item ids of the catalog file `path` (--item_catalog), as strings, sorted:
     a text file (.txt, .txt.gz) of one id per line (empty lines skipped), or a CSV, TSV or
     Parquet file whose `column` holds them (integer ids as their decimal strings, as the
-    log's).
+    log's). Surrounding whitespace is stripped, as the log's ids', unless `keep_whitespace`.
 
     Raises:
-      FileNotFoundError: no file at `path`.
-      DataError: an empty catalog, a null id, no `column`, or a file that cannot be read.
+      DataError: no file at `path`, an empty catalog, a null id, no `column`, or a file
+        that cannot be read.
     """
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
     import pyarrow.csv as pa_csv  # pylint: disable=import-outside-toplevel
 
     if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"--item_catalog={path!r} is not a file (expected a .txt file of one item id per "
-            "line, or a CSV, TSV or Parquet file with the item column)."
+        raise DataError(
+            path,
+            None,
+            "is not a file (--item_catalog: a .txt file of one item id per line, or a CSV, "
+            "TSV or Parquet file with the item column).",
         )
     parts = []
     if path.endswith(CATALOG_TEXT) and os.path.getsize(path) == 0:
@@ -445,14 +615,17 @@ def read_catalog(
             raise DataError(
                 path, None, f"cannot be read as one item id a line ({error})."
             ) from None
-        parts = [table.column(column).combine_chunks()]
+        ids = table.column(column).combine_chunks()
+        if not keep_whitespace:
+            ids = pc.utf8_trim_whitespace(ids)
+        parts = [ids.filter(pc.greater(pc.binary_length(ids), 0))]
     else:
         columns = EventColumns(user=column, item=column, time="")
         offset = 0
         for _, batch in _batches([path], columns, batch_rows, only=[column]):
             _no_nulls(path, batch, column, offset)
+            parts.append(_ids(batch, column, path, offset, keep_whitespace)[0])
             offset += batch.num_rows
-            parts.append(_ids(batch, column)[0])
     ids = pc.unique(pa.concat_arrays(parts)) if parts else pa.array([], pa.string())
     if not len(ids):
         raise DataError(path, None, "--item_catalog holds no item id.")
@@ -527,7 +700,10 @@ class EncodedBatches:
     """The log's events in dense ids, batch after batch in file order (iterate once).
 
     Every batch is checked (nulls, ids, times, weights: `DataError` naming the file, the
-    column and the row). After the iteration, `read` holds the events read and
+    column and the row). After the iteration, `read` holds the events read, `stripped`
+    the user and item ids read without their surrounding whitespace, `after` the events at
+    or after `count_after` (the end of a next-day split's test day: never trained or tested
+    on) and `after_out_of_vocabulary` those of them out of the vocabulary, and
     `integer_ids()` the id columns whose every id is an int64 integer.
     """
 
@@ -537,15 +713,19 @@ class EncodedBatches:
         columns: EventColumns,
         vocabularies: Dict[str, Vocabulary],
         batch_rows: int = BATCH_ROWS,
+        count_after: Optional[int] = None,
     ):
         import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
         self.files, self.columns, self.batch_rows = files, columns, batch_rows
+        self.count_after = count_after
+        self.after = self.after_out_of_vocabulary = 0
         self.value_sets = {
             kind: pa.array(list(vocab.ids), pa.string()) for kind, vocab in vocabularies.items()
         }
         self.integer = {"user": True, "item": True}
         self.read = 0
+        self.stripped = {"user": 0, "item": 0}  # Ids read without surrounding whitespace.
 
     def integer_ids(self) -> Tuple[str, ...]:
         return tuple(kind for kind in ("user", "item") if self.integer[kind])
@@ -564,12 +744,20 @@ class EncodedBatches:
             self.read += batch.num_rows
             dense = {}
             for kind, name in (("user", columns.user), ("item", columns.item)):
-                ids, is_integer = _ids(batch, name)
+                ids, is_integer, stripped = _ids(
+                    batch, name, path, offset, columns.keep_id_whitespace
+                )
+                self.stripped[kind] += stripped
                 if self.integer[kind] and not is_integer:  # A regex: only while needed.
                     self.integer[kind] = _all_int64(ids)
                 dense[kind] = pc.index_in(ids, value_set=self.value_sets[kind])
             keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
             keep = keep.to_numpy(zero_copy_only=False)
+            seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
+            if self.count_after is not None:
+                after = seconds >= self.count_after
+                self.after += int(after.sum())
+                self.after_out_of_vocabulary += int((after & ~keep).sum())
             weight = None
             if columns.weight:
                 weight = batch.column(columns.weight)
@@ -595,7 +783,7 @@ class EncodedBatches:
             yield Encoded(
                 dense["user"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
                 dense["item"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
-                _seconds(path, batch, columns.time, offset)[keep],
+                seconds[keep],
                 weight,
             )
 
@@ -609,6 +797,7 @@ def load_events(
     max_entries: Optional[int] = None,
     batch_rows: int = BATCH_ROWS,
     count_before: Optional[int] = None,
+    count_after: Optional[int] = None,
 ) -> EventLog:
     """Reads an event log into dense `Interactions` (see the module's docstring).
 
@@ -622,6 +811,8 @@ def load_events(
       batch_rows: rows per record batch read.
       count_before: count the vocabularies on the events before this time only (the
         training days); the others are encoded with them.
+      count_after: the end of the test day: the events from it on are counted apart
+        (`stats["events_after_test_day"]`), not as out of the vocabulary.
     """
     files = event_files(pattern)
     started = time.time()
@@ -636,7 +827,7 @@ def load_events(
         count_before,
     )
     counted_at = time.time()
-    encoded = EncodedBatches(files, columns, vocabularies, batch_rows)
+    encoded = EncodedBatches(files, columns, vocabularies, batch_rows, count_after)
     users, items, times, weights = [], [], [], []
     for batch in encoded:
         users.append(batch.user)
@@ -658,13 +849,17 @@ def load_events(
         np.concatenate([[""], vocabularies["item"].ids]).astype(object),
         duplicates,
     )
-    report_duplicates(pattern, interactions)
     weight = np.concatenate(weights)[order] if columns.weight else None
     stats = {
         "events_read": int(encoded.read),
         "events_kept": int(len(order)),
-        "events_dropped_out_of_vocabulary": int(encoded.read - len(user)),
+        "events_dropped_out_of_vocabulary": int(
+            encoded.read - len(user) - encoded.after_out_of_vocabulary
+        ),
         "events_dropped_duplicate": duplicates,
+        "events_after_test_day": encoded.after,
+        "user_ids_stripped": encoded.stripped["user"],
+        "item_ids_stripped": encoded.stripped["item"],
         "files": len(files),
         "seconds_vocabulary": round(counted_at - started, 1),
         "seconds_encode": round(time.time() - counted_at, 1),

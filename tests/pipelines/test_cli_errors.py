@@ -89,6 +89,15 @@ PROBES = [
         "(--dataset=events); received --dataset=web_synthetic "
         "--weight_column=w.",
     ),
+    (
+        {"dataset": "steam"},
+        "--dataset=steam needs --data_path: Steam is not bundled; give the path of its file.",
+    ),
+    (
+        {"share_item_table": True},
+        "--share_item_table shares the two-tower's history and candidate item tables: needs "
+        "--model=two_tower; received --model=sasrec --share_item_table",
+    ),
     # A config.json edited by hand: the field's type is named.
     ({"batch_size": 2.5}, "--batch_size must be an integer; received --batch_size=2.5."),
     ({"jit_compile": "yes"}, "--jit_compile must be true or false; received --jit_compile='yes'."),
@@ -266,6 +275,34 @@ def test_command_lines():
         "--against takes one search; received --index=both. Give --index=exact or "
         "--index=scann." in result.stderr
     ), result.stderr[-3000:]
+
+
+@pytest.mark.integration
+def test_named_errors_print_one_line_and_a_traceback_only_with_debug():
+    empty = tempfile.mkdtemp()
+    runs = [
+        (["-m", "pipelines.evaluate", empty], f"error: {empty} holds no training run"),
+        (["-m", "pipelines.export", empty], f"error: {empty} holds no training run"),
+        (
+            [
+                "-m",
+                "pipelines.train",
+                "--preset=industrial_smoke",
+                "--dataset=events",
+                f"--data_path={empty}/none-*.csv",
+                f"--output_dir={empty}/run",
+            ],
+            f"error: {empty}/none-*.csv: matches no event log file",
+        ),
+    ]
+    for args, message in runs:
+        result = _child(*args)
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert message in result.stderr, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    result = _child(*runs[0][0], "--debug")
+    assert result.returncode == 1 and "Traceback" in result.stderr, result.stderr[-3000:]
+    assert "RunNotFound" in result.stderr
 
 
 @pytest.mark.integration

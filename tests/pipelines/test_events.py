@@ -1,7 +1,9 @@
 """Event logs, the web-scale synthetic log, the next-day split and the industrial run (small)."""
 
+import contextlib
 import dataclasses
 import gzip
+import io
 import json
 import os
 import re
@@ -10,6 +12,7 @@ from unittest import mock
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
@@ -28,6 +31,9 @@ from tfrs_logq import retrieval
 
 DAY = 86_400
 SMOKE = configs.PRESETS["industrial_smoke"]
+# Logs of small numbers (times 1, 2, ...: 1970 in seconds) read as seconds, not refused.
+SECONDS = events.EventColumns(time_unit="s")
+AUTO = events.EventColumns()
 
 
 def _write_csv(path, rows, header="user_id,item_id,timestamp", delimiter=","):
@@ -56,7 +62,7 @@ class EventLogTest(tf.test.TestCase):
                 ("cy", "b", 8),
             ],
         )
-        log = events.load_events(path)
+        log = events.load_events(path, SECONDS)
         data = log.interactions
         # "a" 3 events, "b" 2, "c" 1: dense ids by count.
         self.assertEqual(list(data.item_ids), ["", "a", "b", "c"])
@@ -66,7 +72,7 @@ class EventLogTest(tf.test.TestCase):
         self.assertEqual(data.item.tolist(), [1, 2, 3, 1, 1, 2])
         self.assertEqual(data.timestamp.tolist(), [10, 30, 5, 20, 7, 8])
         self.assertFalse(log.integer_ids)
-        dropped = events.load_events(path, min_item_count=2)
+        dropped = events.load_events(path, SECONDS, min_item_count=2)
         self.assertEqual(dropped.interactions.num_items, 2)
         self.assertEqual(dropped.stats["events_dropped_out_of_vocabulary"], 1)
 
@@ -82,7 +88,7 @@ class EventLogTest(tf.test.TestCase):
             header="u,i,t,w",
             delimiter="\t",
         )
-        log = events.load_events(path, events.EventColumns("u", "i", "t", "w"))
+        log = events.load_events(path, events.EventColumns("u", "i", "t", "w", time_unit="s"))
         data = log.interactions
         self.assertTrue(log.integer_ids)
         self.assertIn(str(big + 1), list(data.item_ids))
@@ -105,7 +111,7 @@ class EventLogTest(tf.test.TestCase):
                 os.path.join(self.dir, f"day-{day}.parquet"),
             )
         pattern = os.path.join(self.dir, "day-*.parquet")
-        log = events.load_events(pattern)
+        log = events.load_events(pattern, SECONDS)
         self.assertEqual(log.stats["files"], 2)
         self.assertLen(log.interactions.user, 6)
         events.save_vocabularies(
@@ -115,13 +121,13 @@ class EventLogTest(tf.test.TestCase):
             {},
         )
         saved = events.load_vocabularies(os.path.join(self.dir, "vocabulary"))
-        again = events.load_events(pattern, vocabularies=saved)
+        again = events.load_events(pattern, SECONDS, vocabularies=saved)
         for field in ("user", "item", "timestamp"):
             np.testing.assert_array_equal(
                 getattr(again.interactions, field), getattr(log.interactions, field)
             )
         # Counting only before a time: later-only ids are out of vocabulary.
-        early = events.load_events(pattern, count_before=DAY)
+        early = events.load_events(pattern, SECONDS, count_before=DAY)
         self.assertEqual(early.interactions.num_items, 2)
 
     def test_a_log_with_every_line_twice_is_read_once(self):
@@ -137,16 +143,19 @@ class EventLogTest(tf.test.TestCase):
         header = "user_id,item_id,timestamp,w"
         once = events.load_events(
             _write_csv(os.path.join(self.dir, "once.csv"), rows, header),
-            events.EventColumns(weight="w"),
+            events.EventColumns(weight="w", time_unit="s"),
         )
         path = _write_csv(
             os.path.join(self.dir, "twice.csv"), [row for row in rows for _ in range(2)], header
         )
+        twice = events.load_events(path, events.EventColumns(weight="w", time_unit="s"))
         with mock.patch("builtins.print") as printed:
-            twice = events.load_events(path, events.EventColumns(weight="w"))
+            experiment.say_dropped(twice.stats)  # What a run prints of them.
         printed.assert_called_once_with(
-            f"{path}: dropped 5 duplicate events (the same user, item and time as an earlier "
-            "event); kept 5.",
+            "[data] read 10 events; kept 5; dropped 5 duplicates (the same user, item and "
+            "time), 0 out of the vocabulary (an id under --min_user_count / --min_item_count "
+            "in the training days, or first seen after them), 0 after the test day (never "
+            "used).",
             flush=True,
         )
         self.assertEqual(once.stats["events_dropped_duplicate"], 0)
@@ -172,7 +181,7 @@ class EventLogTest(tf.test.TestCase):
                 ("b", "y", 2.5),
             ],
             # 20,000 digits: pyarrow reads inf.
-            "column 'timestamp' holds inf in data row 1; times are finite seconds.": [
+            "column 'timestamp' holds inf in data row 1; times are finite numbers.": [
                 ("a", "x", "9" * 20_000),
                 ("b", "y", 5),
             ],
@@ -196,7 +205,7 @@ class EventLogTest(tf.test.TestCase):
             ),
             path,
         )
-        log = events.load_events(path)
+        log = events.load_events(path, SECONDS)
         self.assertIn(str(2**63 + 1), list(log.interactions.user_ids))
         self.assertEqual(log.integer_ids, ("item",))
         pq.write_table(
@@ -255,14 +264,214 @@ class EventLogTest(tf.test.TestCase):
             with self.assertRaisesRegex(
                 DataError, expected.replace("(", r"\(").replace(")", r"\)")
             ):
-                events.load_events(path, **kwargs)
-        with self.assertRaisesRegex(FileNotFoundError, "matches no event log file"):
+                events.load_events(path, **{"columns": SECONDS, **kwargs})
+        with self.assertRaisesRegex(DataError, "none-\\*.csv: matches no event log file"):
             events.load_events(os.path.join(self.dir, "none-*.csv"))
         with self.assertRaisesRegex(DataError, "extension '.json'"):
             open(os.path.join(self.dir, "log.json"), "w").close()
             events.load_events(os.path.join(self.dir, "log.json"))
         with self.assertRaisesRegex(ValueError, "min_item_count must be a positive integer"):
             events.load_events(os.path.join(self.dir, "*.csv"), min_item_count=0)
+
+
+class TimesTest(tf.test.TestCase):
+    """Times as text or typed, in any offset or epoch unit, read to the same UTC seconds;
+    implausible times refused with their row."""
+
+    # 2024-05-01T12:30:00Z and 2024-05-02T00:00:00Z.
+    WANT = [1_714_566_600, 1_714_608_000]
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp()
+
+    def _times(self, times, columns=AUTO, kind="parquet"):
+        path = os.path.join(self.dir, f"log{len(os.listdir(self.dir))}.{kind}")
+        table = pa.table({"user_id": ["a", "b"], "item_id": ["x", "y"], "timestamp": times})
+        if kind == "parquet":
+            pq.write_table(table, path)
+        else:
+            pa_csv.write_csv(table, path)
+        log = events.load_events(path, columns)
+        order = np.argsort(log.interactions.user_ids[log.interactions.user])
+        return log.interactions.timestamp[order].tolist()
+
+    def test_iso_strings_with_an_offset_read_to_utc_as_text_or_typed(self):
+        for kind in ("parquet", "csv"):
+            for times in (
+                ["2024-05-01T12:30:00Z", "2024-05-02T00:00:00Z"],
+                ["2024-05-01T14:30:00+02:00", "2024-05-01T19:00:00-0500"],
+                ["2024-05-01T12:30:00.750Z", "2024-05-02 00:00:00"],  # Fraction; no offset.
+            ):
+                self.assertEqual(self._times(times, kind=kind), self.WANT, (kind, times))
+        typed = pa.array([self.WANT[0] * 1000, self.WANT[1] * 1000], pa.timestamp("ms", "UTC"))
+        self.assertEqual(self._times(typed), self.WANT)
+        berlin = pa.array(self.WANT, pa.timestamp("s", "Europe/Berlin"))  # Stored as UTC.
+        self.assertEqual(self._times(berlin), self.WANT)
+
+    def test_epoch_units_are_read_from_the_numbers_size_or_given(self):
+        for scale in (1, 10**3, 10**6, 10**9):
+            numbers = pa.array([t * scale + scale // 2 for t in self.WANT], pa.int64())
+            self.assertEqual(self._times(numbers), self.WANT, scale)
+            self.assertEqual(self._times(pa.array([str(t * scale) for t in self.WANT])), self.WANT)
+        self.assertEqual(self._times(pa.array([1.7145666e12, 1.714608e12])), self.WANT)
+        # A run says which unit it read.
+        path = os.path.join(self.dir, "ms.csv")
+        _write_csv(path, [("a", "x", self.WANT[0] * 1000), ("a", "y", self.WANT[1] * 1000)])
+        config = configs.PRESETS["smoke"].replace(
+            dataset="events", data_path=path, split="loo", min_user_count=1
+        )
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            data = experiment.load_data(config)
+        self.assertIn("[data] times read as milliseconds since 1970", printed.getvalue())
+        self.assertEqual(sorted(data.timestamp.tolist()), self.WANT)
+        given = events.EventColumns(time_unit="ms")
+        self.assertEqual(self._times(pa.array([5_000, 86_400_000]), given), [5, 86_400])
+        with self.assertRaisesRegex(
+            ValueError, "time_unit must be one of auto, s, ms, us, ns; received time_unit='sec'"
+        ):
+            events.EventColumns(time_unit="sec")
+
+    def test_implausible_times_are_refused_with_their_row(self):
+        cases = {
+            # Days or positions as seconds: 1970.
+            "column 'timestamp' holds '5' in data row 2, read as seconds: 1970-01-01 00:00:05 "
+            "UTC, outside [1990-01-01, ": pa.array([self.WANT[0], 5]),
+            # Seconds times 1,000 past the millisecond range's start: the year 56,000 would
+            # read as milliseconds; a value beyond next year is named.
+            "holds '4102444800' in data row 1, read as seconds: 2100-01-01 00:00:00 UTC": pa.array(
+                [4_102_444_800, self.WANT[0]]
+            ),
+        }
+        for expected, times in cases.items():
+            with self.assertRaisesRegex(DataError, re.escape(expected)):
+                self._times(times)
+        # Given the unit, the numbers are taken as they are.
+        self.assertEqual(
+            self._times(pa.array([self.WANT[0], 5]), events.EventColumns(time_unit="s")),
+            [self.WANT[0], 5],
+        )
+        path = os.path.join(self.dir, "long.parquet")
+        pq.write_table(
+            pa.table(
+                {"user_id": ["a", "b"], "item_id": ["x", "y"], "timestamp": [700_000_000, 1.7e9]}
+            ),
+            path,
+        )
+        with self.assertRaisesRegex(
+            DataError,
+            re.escape(
+                f"{path}: column 'timestamp' spans 31.7 years, from 1992-03-07 20:26:40 UTC to "
+                "2023-11-14 22:13:20 UTC: more than the 20 years"
+            ),
+        ):
+            events.time_span([path], events.EventColumns())
+
+    def test_an_unreadable_time_is_named_by_its_row_and_value(self):
+        for rows, row, value in (
+            (["2024-05-01", "yesterday"], 2, "yesterday"),
+            (["noon", "2024-05-01"], 1, "noon"),
+            (["2024-05-01T12:30:00Z"] * 5 + ["2024-13-01T00:00:00Z"], 6, "2024-13-01T00:00:00Z"),
+        ):
+            path = os.path.join(self.dir, f"bad{len(rows)}{row}.parquet")
+            pq.write_table(
+                pa.table(
+                    {"user_id": ["a"] * len(rows), "item_id": ["x"] * len(rows), "timestamp": rows}
+                ),
+                path,
+            )
+            with self.assertRaisesRegex(
+                DataError,
+                re.escape(
+                    f"{path}: cannot read the time '{value}' in column 'timestamp', data row {row}"
+                ),
+            ):
+                events.load_events(path)
+
+
+class IdWhitespaceTest(tf.test.TestCase):
+    def test_spaces_around_ids_are_stripped_and_counted_unless_kept(self):
+        directory = tempfile.mkdtemp()
+        path = os.path.join(directory, "log.parquet")
+        pq.write_table(
+            pa.table(
+                {
+                    "user_id": ["u_1 ", "u_1", "\tu_2", "u_2"],
+                    "item_id": ["a", " a ", "b", "b"],
+                    "timestamp": [1, 2, 3, 4],
+                }
+            ),
+            path,
+        )
+        log = events.load_events(path, SECONDS)
+        self.assertEqual(sorted(log.interactions.user_ids[1:]), ["u_1", "u_2"])
+        self.assertEqual(sorted(log.interactions.item_ids[1:]), ["a", "b"])
+        self.assertEqual((log.stats["user_ids_stripped"], log.stats["item_ids_stripped"]), (2, 1))
+        kept = events.load_events(path, events.EventColumns(time_unit="s", keep_id_whitespace=True))
+        self.assertEqual(len(kept.interactions.user_ids) - 1, 4)
+        self.assertEqual(kept.stats["user_ids_stripped"], 0)
+        # An id of spaces only is empty: named with its row.
+        pq.write_table(
+            pa.table({"user_id": ["u_1", "  "], "item_id": ["a", "b"], "timestamp": [1, 2]}),
+            path,
+        )
+        with self.assertRaisesRegex(
+            DataError, re.escape(f"{path}: column 'user_id' holds the empty id '  ' in data row 2")
+        ):
+            events.load_events(path, SECONDS)
+        # A catalog's ids are stripped alike.
+        catalog = os.path.join(directory, "items.txt")
+        with open(catalog, "w") as f:
+            f.write("a \n  \nb\n")
+        self.assertEqual(events.read_catalog(catalog).to_pylist(), ["a", "b"])
+        self.assertEqual(
+            events.read_catalog(catalog, keep_whitespace=True).to_pylist(), ["  ", "a ", "b"]
+        )
+
+
+class DroppedEventsTest(tf.test.TestCase):
+    def test_events_after_the_test_day_are_counted_apart_in_memory_and_in_the_store(self):
+        start = web_synthetic.START_TIME
+        rows = [
+            ("a", "x", start),
+            ("b", "x", start + 5),
+            ("a", "y", start + DAY),
+            ("b", "y", start + DAY + 1),
+            ("a", "x", start + 2 * DAY),  # The validation day.
+            ("a", "y", start + 3 * DAY),  # The test day (3).
+            ("z", "new", start + 3 * DAY),  # Out of the vocabulary, on the test day.
+            ("a", "x", start + 4 * DAY),  # After the test day: in the vocabulary,
+            ("late", "w", start + 5 * DAY),  # out of it,
+            ("late", "w", start + 5 * DAY),  # and its duplicate.
+        ]
+        path = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), rows)
+        want = {
+            "events_read": 10,
+            "events_dropped_out_of_vocabulary": 1,
+            "events_after_test_day": 3,
+        }
+        for model, order in (("sasrec", "shuffle"), ("two_tower", "time")):
+            config = SMOKE.replace(
+                dataset="events",
+                data_path=path,
+                test_day=3,
+                min_user_count=1,
+                model=model,
+                order=order,
+                history_length=4,
+            )
+            out = tempfile.mkdtemp()
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                experiment.load_data(config, out)
+                facts = experiment.event_log_facts(config, out)
+            self.assertEqual({key: facts[key] for key in want}, want, model)
+            # Kept: the 7 events in the vocabulary (the one after the test day included).
+            self.assertIn(
+                "[data] read 10 events; kept 7; dropped 0 duplicates (the same user, item and "
+                "time), 1 out of the vocabulary",
+                printed.getvalue(),
+            )
+            self.assertIn("3 after the test day (never used).", printed.getvalue())
 
 
 class ItemCatalogTest(tf.test.TestCase):
@@ -306,7 +515,12 @@ class ItemCatalogTest(tf.test.TestCase):
         with open(catalog, "w") as f:
             f.write("a\nb\nnew1\nnew2\n")
         config = configs.PRESETS["smoke"].replace(
-            dataset="events", data_path=log, split="loo", min_user_count=1, item_catalog=catalog
+            dataset="events",
+            data_path=log,
+            split="loo",
+            min_user_count=1,
+            item_catalog=catalog,
+            time_unit="s",
         )
         configs.validate(config)
         data = experiment.load_data(config)
@@ -322,9 +536,7 @@ class ItemCatalogTest(tf.test.TestCase):
             self.assertEqual(experiment.load_data(config).num_items, SMOKE.data.synthetic_items)
 
     def test_bad_catalogs_are_named(self):
-        with self.assertRaisesRegex(
-            FileNotFoundError, "--item_catalog='/nowhere.txt' is not a file"
-        ):
+        with self.assertRaisesRegex(DataError, "/nowhere.txt: is not a file \\(--item_catalog"):
             events.read_catalog("/nowhere.txt")
         empty = os.path.join(self.dir, "empty.txt")
         open(empty, "w").close()
@@ -354,7 +566,7 @@ class NextDaySplitTest(tf.test.TestCase):
                 ("u3", "b", 3 * DAY + 3),
             ],
         )
-        data = events.load_events(path).interactions
+        data = events.load_events(path, SECONDS).interactions
         split = splits.next_day(data)
         raw = data.item_ids
         u1 = list(data.user_ids).index("u1")
@@ -592,7 +804,7 @@ class DayStoreTest(tf.test.TestCase):
                 ("c", "x", 3 * DAY),
             ],
         )
-        config = SMOKE.replace(dataset="events", data_path=path, test_day=3)
+        config = SMOKE.replace(dataset="events", data_path=path, test_day=3, time_unit="s")
         out = os.path.join(directory, "run")
         with self.assertRaisesRegex(DataError, r"the test day \(day 3\) holds no query"):
             experiment.day_store_data(config, out)

@@ -9,6 +9,7 @@ import pytest
 
 import tfrs_logq  # noqa: F401  # isort: split
 from pipelines import configs
+from pipelines import experiment
 from pipelines import memory
 from pipelines import train
 from pipelines.data import splits
@@ -30,6 +31,32 @@ def test_tables_and_slots_scale_with_the_catalog():
         config.replace(index="exact"), 1_000_000, 1_000_000, index_items=200_000
     )
     assert small["export"] - exact["export"] == pytest.approx(5 * 4 * 64 * 200_001 / 2**20, abs=2)
+
+
+def test_a_shared_item_table_holds_one_item_table():
+    config = configs.PRESETS["industrial"]
+    two = memory.predict_mib(config, 1_000_000, 20_000_000, index_items=2_000_000)
+    one = memory.predict_mib(
+        config.replace(share_item_table=True), 1_000_000, 20_000_000, index_items=2_000_000
+    )
+    item_table = 4 * 64 * 20_000_001 / 2**20
+    assert two["tables"] - one["tables"] == pytest.approx(item_table, abs=1)
+    # Adagrad's accumulator of the table goes with it.
+    assert two["train"] - one["train"] == pytest.approx(2 * item_table, abs=2)
+
+
+def test_a_catalog_sizes_the_sketch_by_the_items_of_the_training_events():
+    config = configs.PRESETS["industrial"].replace(item_catalog="log")
+    counts = np.zeros(20_000_001)
+    counts[1:5_000_001] = 3  # 5M items with training events, 15M catalog items without.
+    split = mock.Mock(num_items=20_000_000, train_counts=lambda: counts)
+    assert experiment.sketch_items(config, split) == 5_000_000
+    assert experiment.sketch_items(config.replace(item_catalog=""), split) is None
+    full = memory.predict_mib(config, 1_000_000, 20_000_000)
+    events = memory.predict_mib(config, 1_000_000, 20_000_000, sketch_items=5_000_000)
+    # 4 rows of 8-byte counts, twice: 2^26 columns for 20M items, 2^24 for 5M.
+    assert full["train"] - events["train"] == pytest.approx(4 * 8 * 2 * (2**26 - 2**24) / 2**20)
+    assert full["evaluate"] == events["evaluate"]
 
 
 def test_a_parameter_server_chief_holds_the_tables_only_to_export():

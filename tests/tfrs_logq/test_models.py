@@ -503,6 +503,39 @@ class CosineAndScaleTest(tf.test.TestCase):
         restored = type(objective).from_config(objective.get_config())
         self.assertEqual((restored.l2_normalize, restored.log_q_scale), (True, 0.5))
 
+    def test_a_shared_item_table_is_one_table_read_by_both_towers(self):
+        objective = make_objective(
+            NUM_ITEMS,
+            negatives="in_batch",
+            correction="improved",
+            probabilities=np.full(NUM_ITEMS + 1, 1 / NUM_ITEMS, np.float32),
+        )
+        shared = TwoTower(20, NUM_ITEMS, objective, dim=8, share_item_table=True)
+        own = TwoTower(20, NUM_ITEMS, objective, dim=8)
+        features = {
+            "user": tf.constant([1, 2, 3]),
+            "history": tf.constant([[1, 2], [3, 0], [4, 5]]),
+            "item": tf.constant([7, 8, 9]),
+        }
+        for model in (shared, own):
+            model.compute_loss(features)
+        table_rows = lambda m: sorted(  # noqa: E731
+            w.shape[0] for w in m.trainable_weights if w.shape[0] == NUM_ITEMS + 1
+        )
+        self.assertEqual(table_rows(shared), [NUM_ITEMS + 1])
+        self.assertEqual(table_rows(own), [NUM_ITEMS + 1, NUM_ITEMS + 1])
+        # The history's pooled rows are the candidate table's: a history item's gradient
+        # reaches the one table.
+        with tf.GradientTape() as tape:
+            loss = shared.compute_loss(features, training=True)
+        gradient = tape.gradient(loss, shared.item_embedding.embeddings)
+        rows = tf.convert_to_tensor(gradient)
+        self.assertGreater(float(tf.reduce_sum(tf.abs(rows[1]))), 0.0)  # History only.
+        with self.assertRaisesRegex(TypeError, "share_item_table.*received"):
+            TwoTower(20, NUM_ITEMS, objective, dim=8, share_item_table="yes")
+        with self.assertRaisesRegex(ValueError, "needs --model=two_tower; received --model=sasrec"):
+            configs.validate(configs.PRESETS["smoke"].replace(share_item_table=True))
+
     def test_pipeline_flags(self):
         config = configs.validate(
             configs.PRESETS["smoke"].replace(l2_normalize=True, temperature=0.1, log_q_scale=0.5)

@@ -19,13 +19,22 @@ class TwoTower(tfrs.Model):
       num_users, num_items: vocabulary sizes (ids from 1; 0 is padding).
       objective: the `RetrievalObjective`.
       dim: embedding size.
+      share_item_table: the history's items read the candidate tower's item table (one item
+        table, half the item state of two at large catalogs; the history tower and the
+        candidate tower still have dense layers of their own). False: a table of its own.
 
     The objective's `mask_known_positives` masks, among each example's negatives, the
     user's other items in the batch and its history (`compute_loss`).
     """
 
     def __init__(
-        self, num_users: int, num_items: int, objective: RetrievalObjective, dim: int = 64, **kwargs
+        self,
+        num_users: int,
+        num_items: int,
+        objective: RetrievalObjective,
+        dim: int = 64,
+        share_item_table: bool = False,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_items = v.check_positive_int("num_items", num_items)
@@ -33,9 +42,14 @@ class TwoTower(tfrs.Model):
         self.user_embedding = tf.keras.layers.Embedding(
             v.check_positive_int("num_users", num_users) + 1, dim, name="users"
         )
-        self.history_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="history")
+        self.share_item_table = v.check_bool("share_item_table", share_item_table)
         self.query_tower = tf.keras.layers.Dense(dim, name="query")
         self.item_embedding = tf.keras.layers.Embedding(num_items + 1, dim, name="items")
+        self.history_embedding = (
+            self.item_embedding
+            if share_item_table
+            else tf.keras.layers.Embedding(num_items + 1, dim, name="history")
+        )
         self.candidate_tower = tf.keras.layers.Dense(dim, name="candidate")
         self.objective = objective
 
