@@ -489,7 +489,7 @@ def _run(
         del model, callbacks, checkpoint, early_stopping, progress, backup, non_finite, history
         gc.collect()
         with strategy.scope() if parameter_server else contextlib.nullcontext():
-            model = experiment.build_model(config, data, split)
+            model = experiment.build_model(config, data, split, weights_from_checkpoint=True)
         model.load_weights(files.best).expect_partial()
     phases.stop()
     with phases("evaluate"):
@@ -534,7 +534,7 @@ def _run(
             # (not their slots) once while it exports.
             del model
             memory.release()
-            model = experiment.build_model(config, data, split)
+            model = experiment.build_model(config, data, split, weights_from_checkpoint=True)
             model.load_weights(files.best).expect_partial()
         metrics["exports"] = report.export_run(
             model, config, output_dir, data=data, version=1, split=split

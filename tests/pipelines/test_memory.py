@@ -119,3 +119,20 @@ def test_release_returns_freed_memory_where_glibc_allows():
     memory.release()
     rss = memory.high_water_mib()
     assert rss is None or rss > 0
+
+
+@pytest.mark.parametrize("model", ["sasrec", "two_tower"])
+def test_a_model_for_a_checkpoint_builds_its_tables_as_zeros_and_loads_alike(model, tmp_path):
+    config = configs.PRESETS["smoke"].replace(model=model, share_item_table=model == "two_tower")
+    data = experiment.load_data(config)
+    split = experiment.make_split(config, data)
+    trained = experiment.build_model(config, data, split)
+    restored = experiment.build_model(config, data, split, weights_from_checkpoint=True)
+    tables = experiment.embedding_tables(restored)
+    assert tables and all(not np.any(table.numpy()) for table in tables)
+    assert all(np.any(table.numpy()) for table in experiment.embedding_tables(trained))
+    path = str(tmp_path / "best")
+    trained.save_weights(path)
+    restored.load_weights(path).expect_partial()
+    for a, b in zip(trained.weights, restored.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
