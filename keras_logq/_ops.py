@@ -16,6 +16,7 @@ import functools
 import types
 
 import keras
+import numpy as np
 from keras import ops
 
 from logq_core import checks
@@ -89,7 +90,48 @@ TENSORS = checks.Tensors(
 )
 float_tensor = functools.partial(checks.float_tensor, TENSORS)
 bool_tensor = functools.partial(checks.bool_tensor, TENSORS)
-ids_tensor = functools.partial(checks.ids_tensor, TENSORS)
+
+
+def _holds_int64() -> bool:
+    """Whether the backend keeps 64-bit integers (JAX only with `jax_enable_x64`: without
+    it, an int64 array is cut to int32 as it becomes a JAX array)."""
+    if keras.backend.backend() != "jax":
+        return True
+    import jax  # pylint: disable=import-outside-toplevel
+
+    return bool(jax.config.read("jax_enable_x64"))
+
+
+def check_host_ids(name: str, value) -> None:
+    """Two checks of host ids (numpy arrays, lists) that their conversion to a backend
+    tensor would lose: string ids (which JAX and PyTorch cannot hold) are a TypeError naming
+    the argument, and ids beyond int32 on a backend that would cut them to 32 bits (JAX by
+    default) a ValueError naming the id, never a wrapped id. Tensors pass."""
+    if isinstance(value, (np.ndarray, list, tuple, str, bytes, int, np.generic)):
+        array = np.asarray(value)
+        if array.dtype.kind in "USO" and array.size:
+            raise TypeError(
+                f"`{name}` must be an integer tensor of item ids; received {name} with "
+                f"string values ({array.ravel()[:3].tolist()!r}...). Map string ids to "
+                "integers first (keras.layers.StringLookup)."
+            )
+        if array.dtype.kind in "iu" and array.size and not _holds_int64():
+            low, high = int(array.min()), int(array.max())
+            if low < -(2**31) or high >= 2**31:
+                raise ValueError(
+                    f"`{name}` holds the id {high if high >= 2**31 else low}, outside int32, "
+                    f"which the {keras.backend.backend()} backend would cut to 32 bits "
+                    "(jax.config.update('jax_enable_x64', True) keeps int64); map the ids "
+                    "to [0, num_items) first."
+                )
+
+
+def ids_tensor(name: str, value, rank=1):
+    """`logq_core.checks.ids_tensor` for Keras tensors, after `check_host_ids`."""
+    check_host_ids(name, value)
+    return checks.ids_tensor(TENSORS, name, value, rank)
+
+
 check_rank = functools.partial(checks.check_rank, TENSORS)
 check_compatible_dim = functools.partial(checks.check_compatible_dim, TENSORS)
 check_same_shape = functools.partial(checks.check_same_shape, TENSORS)

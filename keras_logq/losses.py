@@ -653,6 +653,14 @@ class SampledSoftmax(keras.layers.Layer):
         self.supports_masking = True  # The position mask (see `call`).
         self.built = True
 
+    def __call__(self, *args, **kwargs):
+        # Keras converts host arrays to the backend's tensors before `call`: string ids
+        # would fail there as floats, and int64 ids on JAX be cut to 32 bits.
+        ids = kwargs.get("candidate_ids", args[3] if len(args) > 3 else None)
+        if ids is not None:
+            k.check_host_ids("candidate_ids", ids)
+        return super().__call__(*args, **kwargs)
+
     def call(
         self,
         scores=None,

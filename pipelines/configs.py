@@ -700,6 +700,12 @@ def validate(config: Config) -> Config:
             f"{config.loss.loss} --mask_known_positives."
         )
     ks(config.training)  # Raises on a bad --ks.
+    if config.training.jit_compile and config.model.model != "sasrec":
+        raise ValueError(
+            "--jit_compile compiles SASRec's training step; the two-tower's is not compiled "
+            "(its tables' sparse Adagrad update has no XLA kernel); received --model="
+            f"{config.model.model} --jit_compile."
+        )
     if config.model.share_item_table and config.model.model != "two_tower":
         raise ValueError(
             "--share_item_table shares the two-tower's history and candidate item tables: "

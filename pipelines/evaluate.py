@@ -257,6 +257,13 @@ def _main(argv):
     config, by_search, geometry = evaluate_indexes(
         output_dir, FLAGS.split, FLAGS.index, FLAGS.geometry
     )
+    path = RunFiles(output_dir).metrics
+    saved = None
+    if FLAGS.split == "test" and os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+    # The baselines the run scored on the same test queries (they search no index).
+    baselines = (saved or {}).get("baselines") or {}
     for number, (search, metrics) in enumerate(by_search.items()):
         if number:
             print()
@@ -264,7 +271,7 @@ def _main(argv):
             f"{config.model.model} on {config.data.dataset} ({config.data.split}), "
             f"{FLAGS.split} split, {search} search, history filtered:\n"
         )
-        print(report.format_metrics({"test": metrics}))
+        print(report.format_metrics({"test": metrics, "baselines": baselines}))
     if geometry is not None:
         print(
             f"\nEmbedding geometry ({FLAGS.split} queries): "
@@ -272,10 +279,7 @@ def _main(argv):
             f"score std per query {geometry['score_std']:.3f}, "
             f"mean item norm {geometry['item_norm']:.3f}"
         )
-    path = RunFiles(output_dir).metrics
-    if FLAGS.split == "test" and os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
+    if saved is not None:
         for search, metrics in by_search.items():
             saved[f"test_{search}"] = metrics
         # "test" is the run's first search (exact, unless it searched by ScaNN only).

@@ -57,3 +57,23 @@ def _seeded_python_random():
     """Samplers built without a seed seed their generator from Python's `random`: seed it
     per test, so that every test draws the same numbers whatever ran before it."""
     random.seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temporary_files_removed():
+    """Every `tempfile.mkdtemp()` of the session (runs, logs and exports: gigabytes for the
+    integration tests) lives under one directory, removed when the session ends."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+
+    root = tempfile.mkdtemp(prefix="tfrs_logq_tests_")
+    previous, tempfile.tempdir = tempfile.tempdir, root
+    environment = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = root  # Child processes (the integration tests' commands) too.
+    yield
+    tempfile.tempdir = previous
+    if environment is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = environment
+    shutil.rmtree(root, ignore_errors=True)

@@ -78,6 +78,10 @@ def test_static_frequency_reads_nan_for_ids_outside_the_table():
     if backend != "jax":  # JAX has no int64 without jax_enable_x64.
         wide = numpy(freq.log_q(np.array([2**32 + 1, 2], np.int64)))
         assert np.isnan(wide[0]) and np.isclose(wide[1], np.log(0.25))
+    else:  # It would cut 2^32 + 1 to 1: refused by name, never id 1's log Q.
+        with pytest.raises(ValueError, match=r"`ids` holds the id 4294967297, outside int32"):
+            freq.log_q(np.array([2**32 + 1, 2], np.int64))
+    np.testing.assert_allclose(numpy(freq.log_q(np.array([2], np.int64))), [np.log(0.25)])
     # The loss is then NaN, never trained on a clamped row.
     loss = keras_logq.sampled_softmax_loss(
         np.zeros([1], np.float32),

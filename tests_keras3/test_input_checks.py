@@ -497,3 +497,23 @@ def test_num_draws_and_probabilities_are_checked():
     np.testing.assert_array_equal(
         numpy(frequency.log_q(np.array([3, -1], np.int32))), [np.nan, np.nan]
     )
+
+
+# ------------------------------------------------------------------ host ids the backend loses
+
+
+def test_string_ids_are_refused_by_name_on_every_backend():
+    strings = np.array(["a", "b"])
+    message = r"`ids` must be an integer tensor of item ids; received ids with string values"
+    with pytest.raises(TypeError, match=message):
+        keras_logq.StaticFrequency(probabilities=np.full([10], 0.1)).log_q(strings)
+    with pytest.raises(TypeError, match=message):
+        keras_logq.CountMinSketchEstimator(width=64).update(strings)
+    scores, _, log_q = _scores_and_log_q()
+    with pytest.raises(TypeError, match=r"`candidate_ids` must be an integer tensor"):
+        keras_logq.SampledSoftmax(correction="standard")(
+            np.eye(B, N, dtype=np.float32),
+            scores,
+            candidate_log_q=log_q,
+            candidate_ids=np.array(list("abcdef")),
+        )

@@ -17,9 +17,11 @@ The exported model stands alone: a process that imports only TensorFlow (and
   `user_vocabulary` for a two-tower model): the same answer with the source's
   ids as strings in and out (a GroupLens movie id "1193", not the dense id the
   model was trained on); unknown raw ids are skipped and counted
-  (`unknown_history_ids`). With `raw_ids="default"` (runs on an event log) the
-  raw ids, strings or int64 as in the log (`integer_ids`), are `serving_default`
-  and the dense signature is `serving_dense`;
+  (`unknown_history_ids`), and a user the vocabulary lacks is said
+  (`unknown_user`: answered from the history alone). With `raw_ids="default"`
+  (runs on an event log) the raw ids, strings or int64 as in the log
+  (`integer_ids`), are `serving_default` and the dense signature is
+  `serving_dense`;
 - filtered requests: each of those answers again as `<name>_filtered`
   (`serving_filtered`, `serving_raw_filtered` or `serving_dense_filtered`), whose
   inputs add `allowed` and `exclude`, [batch, n] and [batch, m] item ids of the
@@ -369,7 +371,9 @@ class _Serving(tf.Module):
         "item") in `integer_ids` (their decimal strings are the vocabulary's keys). Item
         padding is "" (strings) or any negative id (integers); every other id the vocabulary
         lacks is counted (`unknown_<input>_ids`): skipped in `history` and `exclude`, and in
-        `allowed` an id that allows nothing."""
+        `allowed` an id that allows nothing. A user the vocabulary lacks is answered from the
+        user table's padding row and the history alone, and said (`unknown_user`, [batch]
+        bool): with an empty history too, every such request gets the same answer."""
         history = _ranked(history, 2, "`history` must be [batch, length] item ids")
         if user is not None:
             user = _ranked(user, 1, "`user` must be [batch] user ids")
@@ -395,6 +399,7 @@ class _Serving(tf.Module):
             "ids": ids,
             "scores": answer["scores"],
             "num_found": answer["num_found"],
+            **({} if dense_user is None else {"unknown_user": tf.equal(dense_user, 0)}),
             **{
                 f"unknown_{name}_ids": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
                 for name, mask in unknown.items()

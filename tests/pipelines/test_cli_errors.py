@@ -98,6 +98,12 @@ PROBES = [
         "--share_item_table shares the two-tower's history and candidate item tables: needs "
         "--model=two_tower; received --model=sasrec --share_item_table",
     ),
+    (
+        {"model": "two_tower", "jit_compile": True},
+        "--jit_compile compiles SASRec's training step; the two-tower's is not compiled (its "
+        "tables' sparse Adagrad update has no XLA kernel); received --model=two_tower "
+        "--jit_compile.",
+    ),
     # A config.json edited by hand: the field's type is named.
     ({"batch_size": 2.5}, "--batch_size must be an integer; received --batch_size=2.5."),
     ({"jit_compile": "yes"}, "--jit_compile must be true or false; received --jit_compile='yes'."),
@@ -151,7 +157,6 @@ def test_presets_and_edges_pass():
         },
         {
             "mask_known_positives": True,
-            "jit_compile": True,
             "batch_size": 128,
             "max_length": 50,
             "num_negatives": 256,

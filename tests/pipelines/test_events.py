@@ -896,6 +896,14 @@ class IndustrialRunTest(tf.test.TestCase):
             user=tf.constant(data.user_ids[users].astype(str)), history=tf.constant(raw.astype(str))
         )
         self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [1] * 5)
+        self.assertEqual(answer["unknown_user"].numpy().tolist(), [False] * 5)
+        # A user the vocabulary lacks, with no history: answered, and said.
+        stranger = served(
+            user=tf.constant(["nobody", str(data.user_ids[users[0]])]),
+            history=tf.constant([["", ""], ["", ""]]),
+        )
+        self.assertEqual(stranger["unknown_user"].numpy().tolist(), [True, False])
+        self.assertEqual(stranger["num_found"].numpy().tolist(), [100, 100])
         queries = model.query_embeddings(
             {
                 "user": tf.constant(users, tf.int32),

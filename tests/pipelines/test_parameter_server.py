@@ -3,6 +3,7 @@ loses a worker, and the count-min sketch under asynchronous updates."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -345,6 +346,8 @@ class ChiefMemoryTest(tf.test.TestCase):
 
     def test_the_chief_evaluates_without_the_tables_and_answers_as_one_process(self):
         out, cache = tempfile.mkdtemp(), tempfile.mkdtemp()
+        for directory in (out, cache):  # About 5 GB of runs and logs.
+            self.addCleanup(shutil.rmtree, directory, ignore_errors=True)
         catalog = os.path.join(cache, "catalog.txt")
         with open(catalog, "w") as f:
             f.write("".join(f"new{i:07d}\n" for i in range(self.ITEMS)))

@@ -143,6 +143,9 @@ class TrainRunTest(tf.test.TestCase):
         self.assertIn(
             f"| model | recall | {metrics['test_scann']['recall@1']:.4f} |", result.stdout
         )
+        # The baselines the run scored, as training printed them.
+        popularity = metrics["baselines"]["popularity"]["recall@1"]
+        self.assertIn(f"| popularity (baseline) | recall | {popularity:.4f} |", result.stdout)
         result = _cli("pipelines.export", out, "--index=brute_force", "--k=7")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertIn("Wrote " + os.path.join(out, "export", "brute_force", "2"), result.stdout)
