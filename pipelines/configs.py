@@ -9,6 +9,7 @@ groups nested; `Config.from_dict` also reads the flat files of earlier runs.
 import dataclasses
 import math
 import numbers
+import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from logq_core import samplers
@@ -435,6 +436,31 @@ def flag_help(name: str) -> str:
     choices = CHOICES.get(name)
     values = f" One of {', '.join(choices)}." if choices else ""
     return f"[{GROUP_OF[name]}] {FIELDS[name].metadata['help']}{values} Unset: the preset's."
+
+
+# A field's help that starts "--NAME=VALUE:" (or "--NAME=A or B:") applies only there.
+_APPLIES = re.compile(r"--([a-z_]+)=([a-z_0-9]+)(?: or ([a-z_0-9]+))?:")
+
+
+def unused_flags(config: "Config", given: List[str]) -> List[str]:
+    """The warnings for the fields of `given` (flags set on the command line) that `config`
+    does not use: a field whose help says where it applies ("--split=temporal: ...") given
+    with another value there ("--dataset=events" counts every event log)."""
+    warnings = []
+    values = config.flat()
+    for name in given:
+        match = _APPLIES.match(FIELDS[name].metadata["help"]) if name in FIELDS else None
+        if match is None:
+            continue
+        field, wanted = match.group(1), {match.group(2), match.group(3)} - {None}
+        if field == "dataset" and wanted == {"events"}:
+            wanted = set(EVENT_LOGS)
+        if field in values and values[field] not in wanted:
+            warnings.append(
+                f"warning: --{name} applies with --{field}={' or '.join(sorted(wanted))}; "
+                f"this run has --{field}={values[field]}, so it is ignored."
+            )
+    return warnings
 
 
 def indexes(index: str) -> Tuple[str, ...]:

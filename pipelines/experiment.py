@@ -162,6 +162,16 @@ def _log_setup(
         span = events_lib.time_span(files, columns)
         if saved is None:
             test = splits_lib.test_day_number(*span, data.test_day, data.day_seconds)
+            # A log of too few days is said as such (before its empty training days would
+            # be blamed on --min_user_count).
+            first_day = span[0] // data.day_seconds
+            splits_lib.check_test_day(
+                events_lib.source_name(files),
+                data.test_day,
+                test,
+                span[1] // data.day_seconds - first_day,
+                data.day_seconds,
+            )
             # The start of the validation day (the day before the test day).
             count_before = ((span[0] // data.day_seconds) + test - 1) * data.day_seconds
     vocabularies = events_lib.log_vocabularies(

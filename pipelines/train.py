@@ -122,7 +122,10 @@ def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> configs.Config:
         for name in configs.FIELDS
         if flag_values[name].value is not None
     }
-    return configs.validate(config.replace(**overrides))
+    config = configs.validate(config.replace(**overrides))
+    for warning in configs.unused_flags(config, list(overrides)):
+        print(warning, file=sys.stderr, flush=True)
+    return config
 
 
 # ---------------------------------------------------------------------------- run

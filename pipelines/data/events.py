@@ -21,8 +21,15 @@ The vocabularies are saved with the run (`save_vocabularies`) and read back
 by evaluation and export (`load_vocabularies`), which encode the log with
 them rather than counting again.
 
-Times: integer or float seconds, Arrow timestamps, or ISO-8601 strings
-("2024-05-01" or "2024-05-01T12:30:00").
+Times: numbers since 1970 in seconds, milliseconds, microseconds or nanoseconds
+(`EventColumns.time_unit`; "auto" reads each number's unit from its size and refuses a
+time before 1990 or after next year, or a log over 20 years), Arrow timestamps and dates,
+or ISO-8601 strings ("2024-05-01", "2024-05-01T12:30:00", "2024-05-01T12:30:00Z",
+"2024-05-01T14:30:00+02:00": an offset is read to UTC; a time without one as written), as
+text or typed, in CSV, TSV and Parquet alike.
+
+Ids: surrounding whitespace is stripped ("u_1 " is "u_1"), and counted, unless
+`EventColumns.keep_id_whitespace`; an empty or null id is refused with its row.
 
 Every malformed input raises `DataError` naming the file, the column and the
 value, before anything is written: a missing column, a null id or time, a

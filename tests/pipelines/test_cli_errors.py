@@ -336,3 +336,19 @@ def test_mask_known_positives_trains(jit_compile):
     with open(os.path.join(out, "metrics.json")) as f:
         assert json.load(f)["test"]["recall@100"] > 0.0
     assert configs.PRESETS["smoke"].loss.objective_settings()["mask_known_positives"] is False
+
+
+def test_a_flag_given_where_it_does_not_apply_is_warned():
+    config = configs.PRESETS["industrial"]
+    assert configs.unused_flags(config, ["test_fraction", "dim", "min_item_count", "gbce_t"]) == [
+        "warning: --test_fraction applies with --split=temporal; this run has "
+        "--split=next_day, so it is ignored.",
+        "warning: --gbce_t applies with --loss=gbce; this run has --loss=sampled_softmax, so it "
+        "is ignored.",
+    ]
+    # --dataset=events fields apply to every event log; SASRec's to SASRec.
+    assert configs.unused_flags(SMOKE, ["max_length", "loo_train_gap"]) == []
+    train_flags = flags.FlagValues()
+    train.define_flags(train_flags)
+    train_flags(["train", "--preset=industrial", "--test_fraction=0.2", "--output_dir=x"])
+    assert train.config_from_flags(train_flags).data.test_fraction == 0.2

@@ -474,6 +474,24 @@ class DroppedEventsTest(tf.test.TestCase):
             self.assertIn("3 after the test day (never used).", printed.getvalue())
 
 
+class OneDayLogTest(tf.test.TestCase):
+    def test_a_log_of_one_day_is_refused_for_its_days_not_the_minimum_counts(self):
+        start = web_synthetic.START_TIME
+        rows = [
+            (f"u{u}", f"i{(u + i) % 30}", start + 100 * u + i) for u in range(50) for i in range(5)
+        ]
+        path = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), rows)
+        config = SMOKE.replace(dataset="events", data_path=path)
+        with self.assertRaisesRegex(
+            DataError,
+            re.escape(
+                f"{path}: --test_day=-1 leaves no training day: the log spans days 0..0 "
+                "(86400 s each)"
+            ),
+        ):
+            experiment.load_data(config, tempfile.mkdtemp())
+
+
 class ItemCatalogTest(tf.test.TestCase):
     """--item_catalog: every catalog item gets a row, those without an event after the log's."""
 

@@ -860,3 +860,51 @@ class ExportTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class DocumentedSignaturesTest(tf.test.TestCase):
+    """Every signature, input and output the serving guides name is one an export has (the
+    guides once promised a `serving_raw` that event-log exports do not carry)."""
+
+    GUIDES = ("docs/guide/serving.md", "docs/guide/event_logs.md")
+    # Words in backticks that look like a signature's or an answer's name.
+    NAME = re.compile(r"`((?:serving|unknown|item)_[a-z_]+|num_found|ids|scores|embeddings)`")
+
+    def test_the_guides_name_only_what_exports_serve(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        named = set()
+        for guide in self.GUIDES:
+            with open(os.path.join(root, guide)) as f:
+                named |= set(self.NAME.findall(f.read()))
+        base = tempfile.mkdtemp()
+        items = [f"i{i}" for i in range(1, NUM_ITEMS + 1)]
+        users = [f"u{i}" for i in range(1, 51)]
+        exports = [
+            export.export(_two_tower(), os.path.join(base, "dense")),
+            export.export(
+                _two_tower(),
+                os.path.join(base, "raw"),
+                item_vocabulary=items,
+                user_vocabulary=users,
+            ),
+            export.export(
+                _two_tower(),
+                os.path.join(base, "log"),
+                item_vocabulary=items,
+                user_vocabulary=users,
+                raw_ids="default",
+            ),
+        ]
+        served = set()
+        for path in exports:
+            for name, signature in tf.saved_model.load(path).signatures.items():
+                served.add(name)
+                served |= set(signature.structured_outputs)
+                served |= set(signature.structured_input_signature[1])
+        self.assertContainsSubset({"serving_raw", "serving_dense", "unknown_user"}, named)
+        self.assertContainsSubset(named, served)
+        log = tf.saved_model.load(exports[2]).signatures
+        self.assertNotIn("serving_raw", log)  # An event log's raw ids are the default.
+        self.assertEqual(
+            log["serving_default"].structured_input_signature[1]["history"].dtype, tf.string
+        )
