@@ -52,7 +52,9 @@ def checked_embeddings(query_embeddings, candidate_embeddings, sample_weight):
 
 def _check_enough_candidates(query_embeddings, candidate_embeddings):
     """`candidate_embeddings`, checked to hold a row (the positive) for every query: at trace
-    time where both sizes are known, else by a graph assertion."""
+    time where both sizes are known, else by a graph assertion, and NaN where there are too
+    few (XLA drops assertions: the loss is then NaN, never the 0 of the queries without a
+    positive)."""
     message = (
         "`candidate_embeddings` must have at least one row per query (row i is query "
         "i's positive; extra rows are extra negatives)"
@@ -66,6 +68,7 @@ def _check_enough_candidates(query_embeddings, candidate_embeddings):
                 f"shape {_shape(query_embeddings)}."
             )
         return candidate_embeddings
+    enough = tf.shape(candidate_embeddings)[0] >= tf.shape(query_embeddings)[0]
     with tf.control_dependencies(
         [
             tf.debugging.assert_greater_equal(
@@ -75,7 +78,7 @@ def _check_enough_candidates(query_embeddings, candidate_embeddings):
             )
         ]
     ):
-        return tf.identity(candidate_embeddings)
+        return v.nan_unless(enough, tf.identity(candidate_embeddings))
 
 
 def checked_columns(

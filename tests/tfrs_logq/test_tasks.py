@@ -1070,6 +1070,15 @@ class ShapesAndIdsTest(tf.test.TestCase):
         ):
             graph(heads, candidates[:4])
         self.assertAllClose(graph(heads, candidates), LogQRetrieval()(heads, candidates))
+        # XLA drops the assertion: the loss is NaN, not the 0 of the rows without a positive.
+        compiled = tf.function(graph.python_function, jit_compile=True).get_concrete_function(
+            tf.TensorSpec([None, 2, 4]), tf.TensorSpec([None, 4])
+        )
+        self.assertTrue(np.isnan(compiled(tf.constant(heads), tf.constant(candidates[:4]))))
+        self.assertAllClose(
+            compiled(tf.constant(heads), tf.constant(candidates)),
+            LogQRetrieval()(heads, candidates),
+        )
 
     def test_maxsim_needs_a_head_and_sizes_must_match(self):
         query, candidates, ids, probability, weight = _batch()
