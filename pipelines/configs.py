@@ -445,10 +445,17 @@ _APPLIES = re.compile(r"--([a-z_]+)=([a-z_0-9]+)(?: or ([a-z_0-9]+))?:")
 def unused_flags(config: "Config", given: List[str]) -> List[str]:
     """The warnings for the fields of `given` (flags set on the command line) that `config`
     does not use: a field whose help says where it applies ("--split=temporal: ...") given
-    with another value there ("--dataset=events" counts every event log)."""
+    with another value there ("--dataset=events" counts every event log). A given
+    --jit_compile with the two-tower raises ValueError: a preset's is just not used."""
     warnings = []
     values = config.flat()
     for name in given:
+        if name == "jit_compile" and values["model"] != "sasrec" and values[name]:
+            raise ValueError(
+                "--jit_compile compiles SASRec's training step; the two-tower's is not "
+                "compiled (its tables' sparse Adagrad update has no XLA kernel); received "
+                f"--model={values['model']} --jit_compile."
+            )
         match = _APPLIES.match(FIELDS[name].metadata["help"]) if name in FIELDS else None
         if match is None:
             continue
@@ -518,8 +525,21 @@ class Config:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Config":
         """The config of a config.json: nested by group, or flat (earlier runs, with the
-        fields since renamed); fields it lacks (added since) take their defaults."""
-        return cls().replace(**_stored(values))
+        fields since renamed); fields it lacks (added since) take their defaults, or the
+        value the run was read with (`LEGACY_DATA`)."""
+        return cls().replace(**{**LEGACY_DATA, **_stored(values)})
+
+
+# Data settings added since runs were saved, at the value those runs' logs were read with:
+# a config.json, vocabulary.json or day-store manifest that lacks one was made before it
+# (numbers were seconds; ids kept their spaces).
+LEGACY_DATA = {"time_unit": "s", "keep_id_whitespace": True}
+
+
+def stored_data_defaults() -> Dict[str, Any]:
+    """The data settings a saved file that lacks some counts them at: the defaults, and
+    `LEGACY_DATA`'s values for the settings that changed how a log reads."""
+    return {**dataclasses.asdict(DataConfig()), **LEGACY_DATA}
 
 
 def _stored(values: Mapping[str, Any]) -> Dict[str, Any]:
@@ -726,12 +746,6 @@ def validate(config: Config) -> Config:
             f"{config.loss.loss} --mask_known_positives."
         )
     ks(config.training)  # Raises on a bad --ks.
-    if config.training.jit_compile and config.model.model != "sasrec":
-        raise ValueError(
-            "--jit_compile compiles SASRec's training step; the two-tower's is not compiled "
-            "(its tables' sparse Adagrad update has no XLA kernel); received --model="
-            f"{config.model.model} --jit_compile."
-        )
     if config.model.share_item_table and config.model.model != "two_tower":
         raise ValueError(
             "--share_item_table shares the two-tower's history and candidate item tables: "

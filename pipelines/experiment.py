@@ -314,7 +314,7 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
     with day_store.building(directory):
         started = time.time()
         built = day_store.is_built(
-            directory, **settings, source_defaults=dataclasses.asdict(configs.DataConfig())
+            directory, **settings, source_defaults=configs.stored_data_defaults()
         )
         files, columns, vocabularies, span = _log_setup(
             config.data, config.model.dim, run_dir, need_span=not built
@@ -376,8 +376,9 @@ def _saved_for(directory: str, data: configs.DataConfig) -> bool:
         return False
     with open(os.path.join(directory, "vocabulary.json")) as f:
         saved = json.load(f).get("data")
-    # Settings added since the run saved them count at their defaults.
-    defaults = dataclasses.asdict(configs.DataConfig())
+    # Settings added since the run saved them count at their defaults (or at the value the
+    # run's log was read with: configs.LEGACY_DATA).
+    defaults = configs.stored_data_defaults()
     return saved is not None and {**defaults, **saved} == dataclasses.asdict(data)
 
 

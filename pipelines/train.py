@@ -346,6 +346,24 @@ def run(
         return _run(config, output_dir, verbose, strategy, chief)
 
 
+def _has_backup(output_dir: str) -> bool:
+    """Whether `output_dir` holds a backup checkpoint to resume from (an .index file)."""
+    for _, _, names in os.walk(RunFiles(output_dir).backup):
+        if any(name.endswith(".index") for name in names):
+            return True
+    return False
+
+
+def _finished(output_dir: str) -> bool:
+    """Whether the run in `output_dir` finished training (progress.json says so) and has its
+    best checkpoint."""
+    files = RunFiles(output_dir)
+    if not (files.has_best() and os.path.exists(files.progress)):
+        return False
+    with open(files.progress) as f:
+        return bool(json.load(f).get("finished"))
+
+
 def _run(
     config: configs.Config,
     output_dir: str,
@@ -373,8 +391,11 @@ def _run(
             + ", ".join(f"{name} {value:,} MB" for name, value in predicted.items())
             + "."
         )
+    # A run that resumes from its backup, or finished training, takes every weight from a
+    # checkpoint: its tables start as zeros (no random draws held beside them).
+    restoring = _has_backup(output_dir) or _finished(output_dir)
     with phases("build"), strategy.scope():
-        model = experiment.build_model(config, data, split)
+        model = experiment.build_model(config, data, split, weights_from_checkpoint=restoring)
         model.compile(
             optimizer=experiment.make_optimizer(config.training, model, parameter_server),
             jit_compile=experiment.uses_xla(config, strategy),

@@ -482,7 +482,7 @@ def _build_into(
             "events_read": int(encoded.read),
             "events_kept": int(kept),
             "events_dropped_out_of_vocabulary": int(
-                encoded.read - kept - duplicates - encoded.after_out_of_vocabulary
+                encoded.read - kept - duplicates - encoded.after
             ),
             "events_dropped_duplicate": int(duplicates),
             "events_after_test_day": int(encoded.after),

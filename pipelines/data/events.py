@@ -285,6 +285,8 @@ _YEAR = 365.25 * 86_400
 # A time string that names its offset from UTC after its time of day (12:30Z, 12:30:00+02:00,
 # 12:30:00.5-0500); a date's own "-01" is not one.
 _OFFSET = r"[0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]+)?)?([Zz]|[+-][0-9]{2}(:?[0-9]{2})?)$"
+# A time of day's fraction of a second (12:30:00.750).
+_FRACTION = r"([0-9]{2}:[0-9]{2}:[0-9]{2})[.,][0-9]+"
 
 
 def latest_time() -> int:
@@ -336,6 +338,17 @@ def _numbers_to_seconds(path, name, offset, values: np.ndarray, unit: str) -> np
     seconds (fractions truncated), checked plausible with "auto"."""
     if unit == "auto":
         divisors = _unit_divisors(values)
+        mixed = divisors != divisors[0]
+        if mixed.any():
+            row = int(np.flatnonzero(mixed)[0])
+            raise DataError(
+                path,
+                None,
+                f"column {name!r} holds {shown(values[row])} in data row {offset + row + 1}, "
+                f"{_UNIT_NAMES[int(divisors[row])]} by its size, where data row {offset + 1} "
+                f"holds {shown(values[0])}, {_UNIT_NAMES[int(divisors[0])]}: a column's "
+                "times are of one unit (--time_unit sets it).",
+            )
     else:
         divisors = np.full(len(values), _PER_SECOND[unit], np.int64)
     if values.dtype.kind == "f":
@@ -359,16 +372,14 @@ def _iso_seconds(column) -> Optional[np.ndarray]:
     for rows, zone in ((with_offset, "UTC"), (~with_offset, None)):
         if not rows.any():
             continue
-        part = column.filter(pa.array(rows))
-        for unit in ("s", "ns"):  # Whole seconds, then fractions (1677-2262).
-            try:
-                read = part.cast(pa.timestamp(unit, tz=zone))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                continue
-            seconds[rows] = read.cast(pa.timestamp("s", tz=zone), safe=False).cast(pa.int64())
-            break
-        else:
+        # Fractions of a second dropped first: whole seconds parse over every year, and a
+        # value reads alike whatever its neighbours (`_first_unreadable` relies on it).
+        part = pc.replace_substring_regex(column.filter(pa.array(rows)), _FRACTION, r"\1")
+        try:
+            read = part.cast(pa.timestamp("s", tz=zone))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
+        seconds[rows] = read.cast(pa.int64())
     return seconds
 
 
@@ -710,8 +721,8 @@ class EncodedBatches:
     column and the row). After the iteration, `read` holds the events read, `stripped`
     the user and item ids read without their surrounding whitespace, `after` the events at
     or after `count_after` (the end of a next-day split's test day: never trained or tested
-    on) and `after_out_of_vocabulary` those of them out of the vocabulary, and
-    `integer_ids()` the id columns whose every id is an int64 integer.
+    on, so dropped here, in or out of the vocabulary), and `integer_ids()` the id columns
+    whose every id is an int64 integer.
     """
 
     def __init__(
@@ -726,7 +737,7 @@ class EncodedBatches:
 
         self.files, self.columns, self.batch_rows = files, columns, batch_rows
         self.count_after = count_after
-        self.after = self.after_out_of_vocabulary = 0
+        self.after = 0
         self.value_sets = {
             kind: pa.array(list(vocab.ids), pa.string()) for kind, vocab in vocabularies.items()
         }
@@ -761,10 +772,10 @@ class EncodedBatches:
             keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
             keep = keep.to_numpy(zero_copy_only=False)
             seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
-            if self.count_after is not None:
+            if self.count_after is not None:  # Never used: dropped here, and counted.
                 after = seconds >= self.count_after
                 self.after += int(after.sum())
-                self.after_out_of_vocabulary += int((after & ~keep).sum())
+                keep &= ~after
             weight = None
             if columns.weight:
                 weight = batch.column(columns.weight)
@@ -818,8 +829,8 @@ def load_events(
       batch_rows: rows per record batch read.
       count_before: count the vocabularies on the events before this time only (the
         training days); the others are encoded with them.
-      count_after: the end of the test day: the events from it on are counted apart
-        (`stats["events_after_test_day"]`), not as out of the vocabulary.
+      count_after: the end of the test day: the events from it on are dropped and counted
+        apart (`stats["events_after_test_day"]`), not as out of the vocabulary.
     """
     files = event_files(pattern)
     started = time.time()
@@ -860,9 +871,7 @@ def load_events(
     stats = {
         "events_read": int(encoded.read),
         "events_kept": int(len(order)),
-        "events_dropped_out_of_vocabulary": int(
-            encoded.read - len(user) - encoded.after_out_of_vocabulary
-        ),
+        "events_dropped_out_of_vocabulary": int(encoded.read - len(user) - encoded.after),
         "events_dropped_duplicate": duplicates,
         "events_after_test_day": encoded.after,
         "user_ids_stripped": encoded.stripped["user"],

@@ -98,12 +98,6 @@ PROBES = [
         "--share_item_table shares the two-tower's history and candidate item tables: needs "
         "--model=two_tower; received --model=sasrec --share_item_table",
     ),
-    (
-        {"model": "two_tower", "jit_compile": True},
-        "--jit_compile compiles SASRec's training step; the two-tower's is not compiled (its "
-        "tables' sparse Adagrad update has no XLA kernel); received --model=two_tower "
-        "--jit_compile.",
-    ),
     # A config.json edited by hand: the field's type is named.
     ({"batch_size": 2.5}, "--batch_size must be an integer; received --batch_size=2.5."),
     ({"jit_compile": "yes"}, "--jit_compile must be true or false; received --jit_compile='yes'."),
@@ -157,6 +151,7 @@ def test_presets_and_edges_pass():
         },
         {
             "mask_known_positives": True,
+            "jit_compile": True,
             "batch_size": 128,
             "max_length": 50,
             "num_negatives": 256,
@@ -352,3 +347,14 @@ def test_a_flag_given_where_it_does_not_apply_is_warned():
     train.define_flags(train_flags)
     train_flags(["train", "--preset=industrial", "--test_fraction=0.2", "--output_dir=x"])
     assert train.config_from_flags(train_flags).data.test_fraction == 0.2
+    # The synthetic preset compiles SASRec's step: its two-tower is just not compiled; a
+    # --jit_compile given with the two-tower is refused.
+    train_flags = flags.FlagValues()
+    train.define_flags(train_flags)
+    train_flags(["train", "--preset=synthetic", "--model=two_tower", "--output_dir=x"])
+    assert train.config_from_flags(train_flags).training.jit_compile is True
+    train_flags = flags.FlagValues()
+    train.define_flags(train_flags)
+    train_flags(["train", "--model=two_tower", "--jit_compile", "--output_dir=x"])
+    with pytest.raises(ValueError, match=r"received --model=two_tower --jit_compile\.$"):
+        train.config_from_flags(train_flags)

@@ -343,6 +343,10 @@ class TimesTest(tf.test.TestCase):
                 [4_102_444_800, self.WANT[0]]
             ),
         }
+        cases[
+            "holds '1714608000000' in data row 2, milliseconds by its size, where data row 1 "
+            "holds '1714566600', seconds: a column's times are of one unit"
+        ] = pa.array([self.WANT[0], self.WANT[1] * 1000])
         for expected, times in cases.items():
             with self.assertRaisesRegex(DataError, re.escape(expected)):
                 self._times(times)
@@ -372,6 +376,8 @@ class TimesTest(tf.test.TestCase):
             (["2024-05-01", "yesterday"], 2, "yesterday"),
             (["noon", "2024-05-01"], 1, "noon"),
             (["2024-05-01T12:30:00Z"] * 5 + ["2024-13-01T00:00:00Z"], 6, "2024-13-01T00:00:00Z"),
+            # A fraction beside a value that parses only in whole seconds: each row alone.
+            (["2024-05-01T00:00:00.5", "2024-05-02", "0001-01-01T00:00:00", "x"], 4, "x"),
         ):
             path = os.path.join(self.dir, f"bad{len(rows)}{row}.parquet")
             pq.write_table(
@@ -465,12 +471,14 @@ class DroppedEventsTest(tf.test.TestCase):
                 experiment.load_data(config, out)
                 facts = experiment.event_log_facts(config, out)
             self.assertEqual({key: facts[key] for key in want}, want, model)
-            # Kept: the 7 events in the vocabulary (the one after the test day included).
+            # The parts sum to the events read: 6 kept + 1 + 3.
             self.assertIn(
-                "[data] read 10 events; kept 7; dropped 0 duplicates (the same user, item and "
+                "[data] read 10 events; kept 6; dropped 0 duplicates (the same user, item and "
                 "time), 1 out of the vocabulary",
                 printed.getvalue(),
             )
+            parts = ("events_kept", "events_dropped_duplicate", *list(want)[1:])
+            self.assertEqual(sum(facts[key] for key in parts), facts["events_read"])
             self.assertIn("3 after the test day (never used).", printed.getvalue())
 
 

@@ -20,6 +20,7 @@ from pipelines import cluster as cluster_lib
 from pipelines import configs
 from pipelines import experiment
 from pipelines import train
+from pipelines.data import events as events_lib
 from pipelines.data.interactions import DataError
 from tests import conftest
 from tfrs_logq import retrieval
@@ -514,6 +515,25 @@ class ConfigFileTest(tf.test.TestCase):
             train._check_output_dir(  # pylint: disable=protected-access
                 preset.replace(dim=8, per_row=True), out
             )
+
+    def test_a_run_saved_before_the_time_and_id_settings_reads_its_log_as_then(self):
+        # Its numbers were read as seconds and its ids kept their spaces: a config.json and
+        # a vocabulary.json without the settings stay as they were read.
+        older = configs.PRESETS["industrial_smoke"].as_dict()
+        for name in configs.LEGACY_DATA:
+            del older["data"][name]
+        config = configs.Config.from_dict(older)
+        self.assertEqual((config.data.time_unit, config.data.keep_id_whitespace), ("s", True))
+        self.assertEqual(configs.Config.from_dict({}).data.time_unit, "s")
+        self.assertEqual(configs.DataConfig().time_unit, "auto")  # A new run's.
+        directory = tempfile.mkdtemp()
+        with open(os.path.join(directory, "vocabulary.json"), "w") as f:
+            json.dump({"data": older["data"]}, f)
+        for name in events_lib.VOCABULARY_FILES.values():
+            open(os.path.join(directory, name), "w").close()
+        saved_for = experiment._saved_for  # pylint: disable=protected-access
+        self.assertTrue(saved_for(directory, config.data))
+        self.assertFalse(saved_for(directory, configs.PRESETS["industrial_smoke"].data))
 
     def test_flags_and_their_old_names(self):
         flag_values = flags.FlagValues()
