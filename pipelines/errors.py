@@ -8,9 +8,7 @@ from typing import Iterator, Tuple, Type
 
 from absl import flags
 
-
-class RunNotFound(ValueError):
-    """A directory that holds no training run, or no checkpoint of one yet."""
+from pipelines.run_files import RunNotFound
 
 
 class MemoryBudgetError(ValueError):
@@ -29,7 +27,7 @@ def define_debug_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def named() -> Tuple[Type[BaseException], ...]:
     """The error types a job reports as one line."""
-    # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel  (callbacks and export import TensorFlow)
     from pipelines import callbacks
     from pipelines import run_files
     from pipelines.data.interactions import DataError

@@ -23,7 +23,6 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 from pipelines import configs
-from pipelines import errors
 from pipelines.data import builders
 from pipelines.data import day_store
 from pipelines.data import events as events_lib
@@ -34,6 +33,7 @@ from pipelines.data import web_synthetic
 from pipelines.data.interactions import DataError
 from pipelines.data.interactions import Interactions
 from pipelines.run_files import RunFiles
+from pipelines.run_files import RunNotFound
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import retrieval
 from tfrs_logq.models import SASRec
@@ -964,14 +964,14 @@ def load_run(output_dir: str):
     """(config, model with the best weights, data split, data) of the run in `output_dir`."""
     files = RunFiles(output_dir)
     if not os.path.exists(files.config):
-        raise errors.RunNotFound(
+        raise RunNotFound(
             f"{output_dir} holds no training run (no config.json): give the --output_dir of "
             "a `tfrs-logq train` run."
         )
     with open(files.config) as f:
         config = configs.validate(configs.Config.from_dict(json.load(f)))
     if not files.has_best():
-        raise errors.RunNotFound(
+        raise RunNotFound(
             f"{output_dir} has no checkpoint yet ({files.best}.index): its training has not "
             "finished an epoch."
         )

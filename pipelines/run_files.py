@@ -138,6 +138,10 @@ class RunInUse(RuntimeError):
     """Another process holds the run directory's lock."""
 
 
+class RunNotFound(ValueError):
+    """A directory that holds no training run, or no checkpoint of one yet."""
+
+
 class OutputDirError(ValueError):
     """--output_dir cannot hold a run (a file, not writable, another run's config)."""
 
