@@ -52,21 +52,7 @@ def record(run_dir: str) -> Dict:
     with open(os.path.join(run_dir, "metrics.json")) as f:
         metrics = json.load(f)
     kept = {key: metrics[key] for key in KEPT if key in metrics}
-    groups = metrics.get("config", {})
-    config = {key: value for group in groups.values() for key, value in group.items()}
-    kept["config"] = {
-        key: config.get(key)
-        for key in (
-            "dataset",
-            "synthetic_items",
-            "synthetic_users",
-            "synthetic_events_per_user",
-            "dim",
-            "index_size",
-            "test_queries",
-            "index",
-        )
-    }
+    kept["config"] = metrics.get("config", {})  # The whole config: the run re-runs from it.
     for name in ("popularity", "oracle"):
         if name in kept.get("baselines", {}):
             kept["baselines"][name] = {
@@ -93,7 +79,8 @@ def table(records: List[Dict]) -> str:
             model = {"train": "train", "evaluate": "evaluate", "baselines": "evaluate"}.get(
                 phase, "export" if phase == "export" else None
             )
-            law = r["config"].get("synthetic_items")
+            data = r["config"].get("data", r["config"])  # Nested; earlier records flat.
+            law = data.get("synthetic_items")
             lines.append(
                 f"| {r['run_dir']} | {f'{law:,}' if law else '-'} | "
                 f"{r.get('num_items', 0):,} | {phase} | {seconds.get(phase, 0):,.0f} | "

@@ -522,6 +522,6 @@ class ScaleTest(tf.test.TestCase):
         kept = scale.record(run)
         self.assertNotIn("calibration", kept)
         self.assertEqual(kept["baselines"]["popularity"], {"recall@10": 0.1})
-        self.assertEqual(kept["config"]["synthetic_items"], 5000)
+        self.assertEqual(kept["config"]["data"]["synthetic_items"], 5000)
         lines = scale.table([kept]).splitlines()
         self.assertIn("| evaluate | 2 | 2,400 | 2,100 | 1.20 |", lines[-1])
