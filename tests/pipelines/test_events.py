@@ -988,8 +988,13 @@ class WeightedEventLogTest(tf.test.TestCase):
 class BadLogRunTest(tf.test.TestCase):
     def test_a_bad_log_stops_before_training_and_writes_nothing(self):
         directory, out = tempfile.mkdtemp(), tempfile.mkdtemp()
-        rows = [(f"u{u}", f"i{(u * 7 + d) % 50}", d * DAY + u) for d in range(5) for u in range(40)]
-        path = _write_csv(os.path.join(directory, "log.csv"), rows[:-1] + [("u1", "", 3)])
+        start = web_synthetic.START_TIME
+        rows = [
+            (f"u{u}", f"i{(u * 7 + d) % 50}", start + d * DAY + u)
+            for d in range(5)
+            for u in range(40)
+        ]
+        path = _write_csv(os.path.join(directory, "log.csv"), rows[:-1] + [("u1", "", start + 3)])
         config = SMOKE.replace(dataset="events", data_path=path, index="exact", ks="10")
         with self.assertRaisesRegex(DataError, "column 'item_id' is empty"):
             train.run(config, out, verbose=0)

@@ -824,7 +824,9 @@ class CommandLineTest(tf.test.TestCase):
         directory = tempfile.mkdtemp()
         path = os.path.join(directory, "log.csv")
         with open(path, "w") as f:
-            f.write("user_id,item_id,timestamp\nu1,i1,5\nu2,,6\n")
+            # Three days of 2026 (the first time 1767225600 + 5 s): a null item, in row 2.
+            f.write("user_id,item_id,timestamp\n")
+            f.write("u1,i1,1767225605\nu2,,1767312006\nu3,i2,1767398407\n")
         result = _cli(
             "pipelines.train",
             "--preset=industrial_smoke",
