@@ -438,6 +438,9 @@ def flag_help(name: str) -> str:
     return f"[{GROUP_OF[name]}] {FIELDS[name].metadata['help']}{values} Unset: the preset's."
 
 
+# The --dataset=events fields that web_synthetic's log reads too (its columns and times
+# are its own).
+_EVERY_EVENT_LOG = ("min_item_count", "min_user_count", "max_vocabulary_mb")
 # A field's help that starts "--NAME=VALUE:" (or "--NAME=A or B:") applies only there.
 _APPLIES = re.compile(r"--([a-z_]+)=([a-z_0-9]+)(?: or ([a-z_0-9]+))?:")
 
@@ -445,8 +448,9 @@ _APPLIES = re.compile(r"--([a-z_]+)=([a-z_0-9]+)(?: or ([a-z_0-9]+))?:")
 def unused_flags(config: "Config", given: List[str]) -> List[str]:
     """The warnings for the fields of `given` (flags set on the command line) that `config`
     does not use: a field whose help says where it applies ("--split=temporal: ...") given
-    with another value there ("--dataset=events" counts every event log). A given
-    --jit_compile with the two-tower raises ValueError: a preset's is just not used."""
+    with another value there (`_EVERY_EVENT_LOG`'s "--dataset=events" counts every event
+    log). A given --jit_compile with the two-tower raises ValueError: a preset's is just not
+    used."""
     warnings = []
     values = config.flat()
     for name in given:
@@ -460,7 +464,7 @@ def unused_flags(config: "Config", given: List[str]) -> List[str]:
         if match is None:
             continue
         field, wanted = match.group(1), {match.group(2), match.group(3)} - {None}
-        if field == "dataset" and wanted == {"events"}:
+        if field == "dataset" and wanted == {"events"} and name in _EVERY_EVENT_LOG:
             wanted = set(EVENT_LOGS)
         if field in values and values[field] not in wanted:
             warnings.append(

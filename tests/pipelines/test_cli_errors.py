@@ -341,7 +341,12 @@ def test_a_flag_given_where_it_does_not_apply_is_warned():
         "warning: --gbce_t applies with --loss=gbce; this run has --loss=sampled_softmax, so it "
         "is ignored.",
     ]
-    # --dataset=events fields apply to every event log; SASRec's to SASRec.
+    # The vocabulary's counts apply to every event log, the columns to --dataset=events;
+    # SASRec's fields to SASRec.
+    assert configs.unused_flags(config, ["min_user_count", "time_unit"]) == [
+        "warning: --time_unit applies with --dataset=events; this run has "
+        "--dataset=web_synthetic, so it is ignored."
+    ]
     assert configs.unused_flags(SMOKE, ["max_length", "loo_train_gap"]) == []
     train_flags = flags.FlagValues()
     train.define_flags(train_flags)
