@@ -185,8 +185,9 @@ class DataConfig:
         "before validates, the days before it train; -1: the log's last day.",
     )
     day_seconds: int = _field(
-        86_400, "--split=next_day: the length of a day, in seconds (every log's times are read "
-        "to seconds)."
+        86_400,
+        "--split=next_day: the length of a day, in seconds (every log's times are read "
+        "to seconds).",
     )
     synthetic_days: int = _field(
         14,
