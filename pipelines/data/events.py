@@ -157,8 +157,10 @@ def _batches(
     only: Optional[Sequence[str]] = None,
 ) -> Iterator[Tuple[str, "pyarrow.RecordBatch"]]:
     """(file, record batch of the log's columns, or of `only`), file after file, in file
-    order. Id columns of text files are read as strings (so a column of digits and one of
-    names read alike)."""
+    order. Id and time columns of text files are read as strings (so a column of digits and
+    one of names read alike, and every row's time is parsed alike by `_seconds`: pyarrow's
+    own guess is made per 16 MB block, and fails on a block that mixes ISO times with and
+    without an offset)."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.csv as pa_csv  # pylint: disable=import-outside-toplevel
     import pyarrow.dataset as ds  # pylint: disable=import-outside-toplevel
@@ -170,7 +172,11 @@ def _batches(
         file_kind = ds.CsvFileFormat(
             parse_options=pa_csv.ParseOptions(delimiter="\t" if kind == "tsv" else ","),
             convert_options=pa_csv.ConvertOptions(
-                column_types={columns.user: pa.string(), columns.item: pa.string()},
+                column_types={
+                    columns.user: pa.string(),
+                    columns.item: pa.string(),
+                    columns.time: pa.string(),
+                },
                 strings_can_be_null=True,
             ),
             read_options=pa_csv.ReadOptions(block_size=1 << 24),
@@ -246,6 +252,8 @@ def _ids(batch, name: str, path: str = "", offset: int = 0, keep_whitespace: boo
 
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+# A decimal number with a point or an exponent (a time written by a spreadsheet or pandas).
+_DECIMAL = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 _INT64_MAX = 2**63 - 1
 
 
@@ -404,11 +412,11 @@ def numeric_time_unit(files: Sequence[str], columns: EventColumns) -> Optional[s
 
     for _, batch in _batches(files, columns, 1, only=[columns.time]):
         value = batch.column(columns.time)[0].as_py()
-        if (
-            isinstance(value, str)
-            and pc.match_substring_regex(pa.array([value]), r"^-?[0-9]+$")[0].as_py()
-        ):
-            value = int(value)
+        if isinstance(value, str):
+            if pc.match_substring_regex(pa.array([value]), r"^-?[0-9]+$")[0].as_py():
+                value = int(value)
+            elif pc.match_substring_regex(pa.array([value]), _DECIMAL)[0].as_py():
+                value = float(value)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return None
         return _UNIT_NAMES[int(_unit_divisors(np.array([value]))[0])]
@@ -459,6 +467,20 @@ def _seconds(path: str, batch, name: str, offset: int, unit: str = "auto") -> np
                         raise _out_of_range(path, name, offset, row, value) from None
                 raise
             return _numbers_to_seconds(path, name, offset, values, unit)
+        if pc.all(pc.match_substring_regex(column, _DECIMAL)).as_py():  # 1.7e9, 978300760.5
+            as_numbers = pa.record_batch([column.cast(pa.float64())], names=[name])
+            return _seconds(path, as_numbers, name, offset, unit)
+        number = pc.match_substring_regex(column, _DECIMAL).to_numpy(zero_copy_only=False)
+        if number.any():  # Some numbers, some not: name one of each, not a number as bad.
+            text, digits = int(np.flatnonzero(~number)[0]), int(np.flatnonzero(number)[0])
+            raise DataError(
+                path,
+                None,
+                f"column {name!r} holds the number {shown(column[digits].as_py())} in data row "
+                f"{offset + digits + 1} and {shown(column[text].as_py())} in data row "
+                f"{offset + text + 1}: a column's times are all numbers (since 1970, "
+                "--time_unit) or all ISO-8601 dates or times.",
+            )
         seconds = _iso_seconds(column)
         if seconds is None:
             row = _first_unreadable(column)

@@ -173,21 +173,23 @@ class EventLogTest(tf.test.TestCase):
 
     def test_times_and_ids_outside_int64_are_named(self):
         cases = {
-            # A time at 2^63 (pyarrow reads the column as floats), and a float past it.
-            "column 'timestamp' holds '9.223372036854776e+18' in data row 2, outside int64 "
+            # A time at 2^63, as written (a CSV's time column is read as text), and a float
+            # past it.
+            "column 'timestamp' holds '9223372036854775808' in data row 2, outside int64 "
             "seconds [-2^63, 2^63)": [("a", "x", 1), ("b", "y", 2**63)],
             "column 'timestamp' holds '1e+19' in data row 1, outside int64 seconds": [
                 ("a", "x", "1e19"),
                 ("b", "y", 2.5),
             ],
-            # 20,000 digits: pyarrow reads inf.
-            "column 'timestamp' holds inf in data row 1; times are finite numbers.": [
-                ("a", "x", "9" * 20_000),
-                ("b", "y", 5),
+            # 20,000 digits: the value itself, cut.
+            f"column 'timestamp' holds '{'9' * 40}'... (20,000 characters) in data row 1, "
+            "outside int64 seconds": [("a", "x", "9" * 20_000), ("b", "y", 5)],
+            # Beside a date: both named.
+            f"column 'timestamp' holds the number '{'9' * 40}'... (20,000 characters) in data "
+            "row 2 and '2026-01-01' in data row 1": [
+                ("a", "x", "2026-01-01"),
+                ("b", "y", "9" * 20_000),
             ],
-            # Read as text (a date elsewhere in the column): the value itself, cut.
-            f"cannot read the time '{'9' * 40}'... (20,000 characters) in column "
-            "'timestamp', data row 2": [("a", "x", "2026-01-01"), ("b", "y", "9" * 20_000)],
         }
         for number, (expected, rows) in enumerate(cases.items()):
             path = _write_csv(os.path.join(self.dir, f"range{number}.csv"), rows)
@@ -315,6 +317,8 @@ class TimesTest(tf.test.TestCase):
             self.assertEqual(self._times(numbers), self.WANT, scale)
             self.assertEqual(self._times(pa.array([str(t * scale) for t in self.WANT])), self.WANT)
         self.assertEqual(self._times(pa.array([1.7145666e12, 1.714608e12])), self.WANT)
+        with self.assertRaisesRegex(DataError, "holds inf in data row 2; times are finite"):
+            self._times(pa.array([1.7145666e12, float("inf")]))
         # A run says which unit it read.
         path = os.path.join(self.dir, "ms.csv")
         _write_csv(path, [("a", "x", self.WANT[0] * 1000), ("a", "y", self.WANT[1] * 1000)])
@@ -331,6 +335,34 @@ class TimesTest(tf.test.TestCase):
             ValueError, "time_unit must be one of auto, s, ms, us, ns; received time_unit='sec'"
         ):
             events.EventColumns(time_unit="sec")
+
+    def test_a_csv_reads_every_block_alike_and_decimal_times_as_numbers(self):
+        # pyarrow guesses a text column's type per 16 MB block: a block of ISO times without
+        # an offset and a later one with "Z" made two types and a read error.
+        # So did a block of whole seconds before one with fractions.
+        rows = 400_000  # 14-16 MB a half: the halves fall in different blocks.
+        for first, then in (
+            ("2024-05-01T12:30:00Z", "2024-05-02 00:00:00"),
+            ("1714566600", "1714608000.5"),
+        ):
+            path = os.path.join(self.dir, f"mixed{len(os.listdir(self.dir))}.csv")
+            with open(path, "w") as f:
+                f.write("user_id,item_id,timestamp\n")
+                f.writelines(f"u{i % 50},i{i % 7},{first}\n" for i in range(rows))
+                f.writelines(f"u{i % 50},i{i % 7},{then}\n" for i in range(rows))
+            log = events.load_events(path, AUTO, min_user_count=1)
+            self.assertEqual(np.unique(log.interactions.timestamp).tolist(), self.WANT, first)
+        # Decimal numbers as text (a spreadsheet's export) read as numbers, in their unit.
+        self.assertEqual(self._times(["1714566600.5", "1.714608e9"], kind="csv"), self.WANT)
+        self.assertEqual(self._times(["1714566600000.0", "1.714608E12"], kind="csv"), self.WANT)
+        # Numbers beside dates: both named, neither called unreadable.
+        for kind in ("csv", "parquet"):
+            with self.assertRaisesRegex(
+                DataError,
+                "holds the number '1714566600' in data row 2 and '2024-05-02T00:00:00Z' in "
+                "data row 1: a column's times are all numbers",
+            ):
+                self._times(["2024-05-02T00:00:00Z", "1714566600"], kind=kind)
 
     def test_implausible_times_are_refused_with_their_row(self):
         cases = {
