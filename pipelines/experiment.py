@@ -608,8 +608,10 @@ def build_model(
     its sampler (`make_objective`), the model group the towers.
 
     `weights_from_checkpoint`: the caller loads every weight from a checkpoint next, so the
-    tables start as zeros: a random initialisation holds about 1.5 more copies of a table
-    while it draws (7.1 GB at the 20M run's 2.8 GB of tables, `zeros_for_tables`)."""
+    tables start as zeros (`zeros_for_tables`). Otherwise a table larger than one chunk of
+    rows is drawn a chunk at a time (`draw_large_tables`): Keras's initializer holds the
+    draws and their scaled copy beside the table (3 times a 1.2 GB table at the build's
+    peak)."""
     seed = config.training.seed
     objective = make_objective(
         data.num_items,
@@ -637,8 +639,7 @@ def build_model(
             tie_embeddings=towers.tie_embeddings,
             architecture=towers.architecture,
         )
-        if weights_from_checkpoint:
-            zeros_for_tables(model)
+        drawn = zeros_for_tables(model, only_large=not weights_from_checkpoint)
         model(tf.zeros([1, towers.max_length], tf.int32))  # Build before restoring a backup.
     else:
         model = TwoTower(
@@ -648,8 +649,7 @@ def build_model(
             dim=towers.dim,
             share_item_table=towers.share_item_table,
         )
-        if weights_from_checkpoint:
-            zeros_for_tables(model)
+        drawn = zeros_for_tables(model, only_large=not weights_from_checkpoint)
         model(
             {
                 "user": tf.zeros([1], tf.int32),
@@ -657,17 +657,59 @@ def build_model(
             }
         )
         model.item_embeddings(tf.zeros([1], tf.int32))  # Builds the item tower, one row.
+    if not weights_from_checkpoint:
+        draw_large_tables(drawn, seed)
     track_random_generators(model)
     return model
 
 
-def zeros_for_tables(model: tf.keras.Model) -> None:
+def zeros_for_tables(
+    model: tf.keras.Model, only_large: bool = False
+) -> List[Tuple[tf.keras.layers.Embedding, tf.keras.initializers.Initializer]]:
     """Sets every unbuilt `Embedding` layer of `model` to start as zeros (a fill, written once)
     rather than its random initializer (which holds the draws and their scaled copy beside
-    the table): for a model whose weights a checkpoint gives next."""
+    the table): for a model whose weights a checkpoint gives next. `only_large`: only the
+    tables above `retrieval.CHUNK_BYTES` whose initializer is Keras's `RandomUniform` (the
+    Embedding's default), for `draw_large_tables` to draw after the build.
+
+    Returns (layer, its initializer) for each table set to zeros."""
+    zeroed = []
     for layer in model._flatten_layers():  # pylint: disable=protected-access
-        if isinstance(layer, tf.keras.layers.Embedding) and not layer.built:
-            layer.embeddings_initializer = tf.keras.initializers.Zeros()
+        if not isinstance(layer, tf.keras.layers.Embedding) or layer.built:
+            continue
+        initializer = layer.embeddings_initializer
+        if only_large and (
+            4 * layer.input_dim * layer.output_dim <= retrieval.CHUNK_BYTES
+            or type(initializer) is not tf.keras.initializers.RandomUniform
+        ):
+            continue
+        zeroed.append((layer, initializer))
+        layer.embeddings_initializer = tf.keras.initializers.Zeros()
+    return zeroed
+
+
+def draw_large_tables(
+    zeroed: List[Tuple[tf.keras.layers.Embedding, tf.keras.initializers.Initializer]], seed: int
+) -> None:
+    """Fills each built table of `zeroed` (`zeros_for_tables(only_large=True)`) with its
+    `RandomUniform` initializer's distribution, `retrieval.CHUNK_BYTES` of rows at a time
+    (stateless draws of `seed`, the table's place and the chunk): the build then holds the
+    table and one chunk."""
+    for place, (layer, initializer) in enumerate(zeroed):
+        table = layer.embeddings
+        rows, dim = table.shape
+        chunk = max(1, retrieval.CHUNK_BYTES // (4 * dim))
+        for number, start in enumerate(range(0, rows, chunk)):
+            stop = min(rows, start + chunk)
+            draws = tf.random.stateless_uniform(
+                [stop - start, dim],
+                seed=[seed, place * 2**20 + number],
+                minval=initializer.minval,
+                maxval=initializer.maxval,
+                dtype=table.dtype,
+            )
+            # A scatter writes in place on one process, on mirrored and on sharded tables.
+            table.scatter_update(tf.IndexedSlices(draws, tf.range(start, stop, dtype=tf.int64)))
 
 
 def embedding_tables(model: tf.keras.Model) -> List[tf.Variable]:

@@ -13,6 +13,7 @@ from pipelines import experiment
 from pipelines import memory
 from pipelines import train
 from pipelines.data import splits
+from tfrs_logq import retrieval
 
 
 def test_tables_and_slots_scale_with_the_catalog():
@@ -136,3 +137,31 @@ def test_a_model_for_a_checkpoint_builds_its_tables_as_zeros_and_loads_alike(mod
     restored.load_weights(path).expect_partial()
     for a, b in zip(trained.weights, restored.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("model", ["sasrec", "two_tower"])
+def test_a_large_table_is_drawn_a_chunk_at_a_time_from_keras_uniform_law(model, monkeypatch):
+    # Tables above 4 KB count as large here: the smoke preset's drawn chunk by chunk.
+    monkeypatch.setattr(retrieval, "CHUNK_BYTES", 4096)
+    config = configs.PRESETS["smoke"].replace(model=model, dim=16)
+    data = experiment.load_data(config)
+    split = experiment.make_split(config, data)
+
+    def large_tables(config):
+        model = experiment.build_model(config, data, split)
+        tables = [t.numpy() for t in experiment.embedding_tables(model)]
+        return [t for t in tables if t.nbytes > 4096]  # SASRec's positions: Keras's own.
+
+    tables, again = large_tables(config), large_tables(config)
+    assert tables
+    for table, same in zip(tables, again):
+        np.testing.assert_array_equal(table, same)  # The seed's draws.
+        assert table.min() >= -0.05 and table.max() < 0.05  # Keras's RandomUniform default.
+        assert np.all(np.any(table != 0, axis=1))  # Every row drawn.
+        # Uniform on [-0.05, 0.05): mean 0, standard deviation 0.1 / sqrt(12) = 0.0289.
+        assert abs(table.mean()) < 5 * 0.0289 / np.sqrt(table.size)
+        assert abs(table.std() - 0.1 / np.sqrt(12)) < 0.001
+        # 64 rows a chunk at dim 16: chunks hold their own draws.
+        assert not np.array_equal(table[:64], table[64:128])
+    seeded = config.replace(seed=config.training.seed + 1)
+    assert not np.array_equal(large_tables(seeded)[0], tables[0])

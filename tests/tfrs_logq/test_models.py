@@ -812,3 +812,54 @@ class DropoutTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class ReleasedAfterTrainingTest(tf.test.TestCase, parameterized.TestCase):
+    """A trained model's graph, and so its tables and optimizer slots, are freed with it:
+    tf-keras's cross-replica sum of one replica's gradients registered a custom gradient per
+    traced step in TensorFlow's process-wide registry, which held the step's graph."""
+
+    @parameterized.named_parameters(
+        ("composite_legacy_adagrad", "adagrad"), ("keras_adam", "adam"), ("sasrec", "sasrec")
+    )
+    def test_the_step_graph_dies_with_the_model(self, optimizer):
+        import gc  # pylint: disable=import-outside-toplevel
+        import weakref  # pylint: disable=import-outside-toplevel
+
+        from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
+
+        from pipelines import experiment  # pylint: disable=import-outside-toplevel
+
+        def registered():
+            return sum(k.startswith("CustomGradient") for k in ops._gradient_registry._registry)
+
+        data, split, probabilities = _data()
+        before = registered()
+
+        def train():
+            objective = make_objective(
+                data.num_items, negatives="in_batch", probabilities=probabilities, seed=1
+            )
+            if optimizer == "sasrec":
+                model = SASRec(data.num_items, objective, max_length=10, dim=8, num_blocks=1)
+                dataset = builders.sasrec_dataset(split.train, 10, 32, seed=0)
+                model.compile(optimizer=tf.keras.optimizers.Adam(0.01))
+            else:
+                model = TwoTower(data.num_users, data.num_items, objective, dim=8)
+                dataset = builders.two_tower_dataset(split.train, 10, 32, seed=0)
+                model(dict(user=tf.zeros([1], tf.int32), history=tf.zeros([1, 10], tf.int32)))
+                model.item_embeddings(tf.zeros([1], tf.int32))
+                training = configs.TrainingConfig(
+                    learning_rate=0.01, table_optimizer=optimizer, table_learning_rate=0.1
+                )
+                model.compile(optimizer=experiment.make_optimizer(training, model))
+            history = model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0).history
+            self.assertTrue(np.isfinite(history["loss"][-1]))
+            steps = model.train_function._list_all_concrete_functions()  # pylint: disable=protected-access
+            self.assertNotEmpty(steps)
+            return [weakref.ref(step.graph) for step in steps]
+
+        graphs = train()
+        gc.collect()
+        self.assertEqual(registered(), before)
+        self.assertEqual([g() for g in graphs], [None] * len(graphs), "a step outlived its model")

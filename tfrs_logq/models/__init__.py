@@ -1,5 +1,6 @@
 """Retrieval models built on LogQRetrieval: SASRec and a two-tower model."""
 
+from tfrs_logq.models._model import Model
 from tfrs_logq.models.objective import LOSSES
 from tfrs_logq.models.objective import NEGATIVES
 from tfrs_logq.models.objective import RetrievalObjective
@@ -7,4 +8,12 @@ from tfrs_logq.models.objective import make_objective
 from tfrs_logq.models.sasrec import SASRec
 from tfrs_logq.models.two_tower import TwoTower
 
-__all__ = ["LOSSES", "NEGATIVES", "RetrievalObjective", "SASRec", "TwoTower", "make_objective"]
+__all__ = [
+    "LOSSES",
+    "Model",
+    "NEGATIVES",
+    "RetrievalObjective",
+    "SASRec",
+    "TwoTower",
+    "make_objective",
+]

@@ -28,9 +28,9 @@
 from typing import Optional
 
 import tensorflow as tf
-import tensorflow_recommenders as tfrs
 
 from tfrs_logq import _validation as v
+from tfrs_logq.models._model import Model
 from tfrs_logq.models._tables import lookup
 from tfrs_logq.models.objective import RetrievalObjective
 
@@ -189,7 +189,7 @@ def gsasrec_initializer() -> tf.keras.initializers.Initializer:
     return tf.keras.initializers.TruncatedNormal(stddev=0.02)
 
 
-class SASRec(tfrs.Model):
+class SASRec(Model):
     """SASRec with learned positions, dropout, and (by default) input and output items tied.
 
     Inputs are [batch, max_length] left-padded item ids (0 = padding). Every
@@ -303,25 +303,16 @@ class SASRec(tfrs.Model):
             return self.objective.embed(table[: self.num_items + 1])
         return self.objective.embed(table)
 
-    def train_step(self, inputs):
-        """`tfrs.Model.train_step`; under XLA (`compile(jit_compile=True)`) the item tables'
-        sparse gradients are made dense first: Keras's Adam decays and updates every row of
-        a table at each step either way, and XLA's scatter of IndexedSlices cost more than
-        the dense sum (cpu preset, ML-1M: about 25 against 33 ms a step)."""
+    def _step_gradients(self, gradients):
+        """Under XLA (`compile(jit_compile=True)`) the item tables' sparse gradients are made
+        dense: Keras's Adam decays and updates every row of a table at each step either way,
+        and XLA's scatter of IndexedSlices cost more than the dense sum (cpu preset, ML-1M:
+        about 25 against 33 ms a step)."""
         if not getattr(self, "jit_compile", False):
-            return super().train_step(inputs)
-        with tf.GradientTape() as tape:
-            loss = self.compute_loss(inputs, training=True)
-            regularization_loss = tf.reduce_sum([tf.reduce_sum(x) for x in self.losses])
-            total_loss = loss + regularization_loss
-        gradients = [
-            tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-            for g in tape.gradient(total_loss, self.trainable_variables)
+            return gradients
+        return [
+            tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients
         ]
-        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
-        metrics = {metric.name: metric.result() for metric in self.metrics}
-        metrics.update(loss=loss, regularization_loss=regularization_loss, total_loss=total_loss)
-        return metrics
 
     def compute_loss(self, features, training=False):
         """Mean loss over the windows' non-padding positions.

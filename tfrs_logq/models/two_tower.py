@@ -1,14 +1,14 @@
 """A two-tower retrieval model: user id and history against item id."""
 
 import tensorflow as tf
-import tensorflow_recommenders as tfrs
 
 from tfrs_logq import _validation as v
+from tfrs_logq.models._model import Model
 from tfrs_logq.models._tables import lookup
 from tfrs_logq.models.objective import RetrievalObjective
 
 
-class TwoTower(tfrs.Model):
+class TwoTower(Model):
     """Query tower: [user embedding, mean of the history's item embeddings] -> dense;
     candidate tower: item embedding -> dense.
 
