@@ -161,19 +161,10 @@ def _log_setup(
     if data.split == "next_day" and (need_span or saved is None):
         span = events_lib.time_span(files, columns)
         if saved is None:
-            test = splits_lib.test_day_number(*span, data.test_day, data.day_seconds)
             # A log of too few days is said as such (before its empty training days would
-            # be blamed on --min_user_count).
-            first_day = span[0] // data.day_seconds
-            splits_lib.check_test_day(
-                events_lib.source_name(files),
-                data.test_day,
-                test,
-                span[1] // data.day_seconds - first_day,
-                data.day_seconds,
-            )
-            # The start of the validation day (the day before the test day).
-            count_before = ((span[0] // data.day_seconds) + test - 1) * data.day_seconds
+            # be blamed on --min_user_count); counted up to the validation day.
+            days = log_days(data, span, files)
+            count_before = days.day_start(days.test - 1)
     vocabularies = events_lib.log_vocabularies(
         files,
         columns,
@@ -188,13 +179,22 @@ def _log_setup(
     return files, columns, vocabularies, span
 
 
+def log_days(
+    data: configs.DataConfig, span: Tuple[int, int], files: Optional[List[str]] = None
+) -> splits_lib.DayLayout:
+    """The next-day protocol's days of an event log whose raw times span `span`
+    (`splits.day_layout`: every reader counts the log's days from them)."""
+    source = events_lib.source_name(files) if files else (data.data_path or data.dataset)
+    return splits_lib.day_layout(*span, data.test_day, data.day_seconds, source)
+
+
 def test_day_end(data: configs.DataConfig, span: Optional[Tuple[int, int]]) -> Optional[int]:
     """The end of a next-day split's test day, in the log's seconds (None without a span):
     the events from it on are never trained or tested on, and counted apart."""
     if span is None or data.split != "next_day":
         return None
-    test = splits_lib.test_day_number(*span, data.test_day, data.day_seconds)
-    return ((span[0] // data.day_seconds) + test + 1) * data.day_seconds
+    days = log_days(data, span)
+    return days.day_start(days.test + 1)
 
 
 def say_dropped(facts: Dict) -> None:
@@ -269,6 +269,8 @@ def event_log(
         count_after=test_day_end(data, span),
     )
     log.stats["seconds_vocabulary"] = round(counted - started, 1)
+    if span is not None:  # The raw log's times, which the next-day split counts days from.
+        log.stats["first_time"], log.stats["last_time"] = (int(t) for t in span)
     say_dropped(log.stats)
     return log, event_files(data)
 
@@ -519,13 +521,19 @@ def make_split(
     if config.data.split == "loo":
         split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
     elif config.data.split == "next_day":
-        weights = (
-            event_log(config.data, config.model.dim, run_dir)[0].weights
-            if config.data.weight_column
-            else None
-        )
+        weights, span = None, None
+        if config.data.dataset in configs.EVENT_LOGS:
+            log = event_log(config.data, config.model.dim, run_dir)[0]
+            weights = log.weights if config.data.weight_column else None
+            if "first_time" in log.stats:
+                span = (int(log.stats["first_time"]), int(log.stats["last_time"]))
         split = splits_lib.next_day(
-            data, config.data.test_day, config.data.day_seconds, source=source, weights=weights
+            data,
+            config.data.test_day,
+            config.data.day_seconds,
+            source=source,
+            weights=weights,
+            span=span,
         )
     else:
         split = splits_lib.temporal(

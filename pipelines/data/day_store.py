@@ -320,10 +320,8 @@ def _build_into(
 
     say = say or (lambda text: None)
     started = time.time()
-    first_day_start = (first_time // day_seconds) * day_seconds
-    last = (last_time - first_day_start) // day_seconds
-    test = splits_lib.test_day_number(first_time, last_time, test_day, day_seconds)
-    splits_lib.check_test_day(source, test_day, test, last, day_seconds)
+    layout = splits_lib.day_layout(first_time, last_time, test_day, day_seconds, source)
+    first_day_start, last, test = layout.start, layout.last, layout.test
     buckets = _Buckets(os.path.join(partial, "days"), first_day_start, day_seconds, weighted)
     for batch in encoded:
         buckets.add(batch.user, batch.item, batch.time, batch.weight)

@@ -2,7 +2,7 @@
 the next-day split of industrial logs."""
 
 import math
-from typing import TYPE_CHECKING, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -260,6 +260,38 @@ def test_day_number(
     )
 
 
+class DayLayout(NamedTuple):
+    """The days of a log whose times span [first, last]: `start`, the start of day 0 (the
+    first time's day), in the log's seconds; `test`, the test day's number; `last`, the last
+    day's number."""
+
+    start: int
+    test: int
+    last: int
+    day_seconds: int
+
+    def day_start(self, day: int) -> int:
+        """The first second of day `day` (counted as `days` counts)."""
+        return self.start + day * self.day_seconds
+
+
+def day_layout(
+    first: int, last: int, test_day: int, day_seconds: int, source: str = "the log"
+) -> DayLayout:
+    """The `DayLayout` of a log whose times run from `first` to `last` (its raw times, before
+    any event is dropped: every reader of the log, in memory or out of core, counts its days
+    alike), checked by `check_test_day`."""
+    start = (int(first) // day_seconds) * day_seconds
+    layout = DayLayout(
+        start,
+        test_day_number(first, last, test_day, day_seconds),
+        (int(last) - start) // day_seconds,
+        day_seconds,
+    )
+    check_test_day(source, test_day, layout.test, layout.last, day_seconds)
+    return layout
+
+
 def check_test_day(source: str, test_day: int, test: int, last: int, day_seconds: int) -> None:
     """Raises DataError unless the test day `test` leaves a training and a validation day
     before it in a log of days 0..`last`."""
@@ -298,6 +330,7 @@ def next_day(
     day_seconds: int = DAY_SECONDS,
     source: str = "the log",
     weights: Optional[np.ndarray] = None,
+    span: Optional[Tuple[int, int]] = None,
 ) -> Split:
     """Train on the days before the validation day, validate on the day before the test day,
     test on `test_day` (the paper's industrial protocol: train on days 1..T, evaluate on day
@@ -311,6 +344,8 @@ def next_day(
       test_day: the test day, counted from the log's first day (0); -1: the last day.
       day_seconds: the length of a day in the log's time unit.
       weights: optional [n] event weights, in `data`'s order (`Split.train_weights`).
+      span: (first, last) time of the log the days are counted on (an event log's raw
+        times, as its day store counts them); None: `data`'s.
 
     Raises:
       DataError: the test day holds no queries, or no day is left to train on.
@@ -321,12 +356,11 @@ def next_day(
         or (day_seconds < 1)
     ):
         raise ValueError(f"--day_seconds must be a positive integer; received {day_seconds!r}.")
-    day = days(data.timestamp, day_seconds)
-    last = int(day.max())
-    test = test_day_number(
-        int(data.timestamp.min()), int(data.timestamp.max()), test_day, day_seconds
-    )
-    check_test_day(source, test_day, test, last, day_seconds)
+    if span is None:
+        span = (int(data.timestamp.min()), int(data.timestamp.max()))
+    layout = day_layout(*span, test_day, day_seconds, source)
+    day = (np.asarray(data.timestamp, np.int64) - layout.start) // day_seconds
+    test = layout.test
     part = np.where(day < test - 1, 0, np.where(day == test - 1, 1, np.where(day == test, 2, 3)))
     bounds = np.searchsorted(data.user, np.arange(data.num_users + 2))
     train, train_times, train_weights, before_test = [], [], [], []

@@ -737,7 +737,7 @@ class DayStoreTest(tf.test.TestCase):
     """The out-of-core next-day split (`day_store`) against the in-memory one: the same
     queries, counts and training batches, whatever the buffer."""
 
-    def _log(self, weighted):
+    def _log(self, weighted, early=False):
         catalog = web_synthetic.make_catalog(600, 300, 5, cluster_size=100, seed=1)
         drawn = web_synthetic.draw_events(catalog, 10, seed=1)
         rng = np.random.default_rng(0)
@@ -750,6 +750,8 @@ class DayStoreTest(tf.test.TestCase):
             )
         )
         rows += rows[:50]  # Logged twice: dropped and counted on both paths.
+        if early:  # Two days before the rest, of a user seen once.
+            rows.append(("early", 7, int(drawn["time"].min()) - 2 * DAY, 1.0))
         header = "who,what,when" + (",reward" if weighted else "")
         rows = rows if weighted else [row[:3] for row in rows]
         path = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), rows, header)
@@ -787,7 +789,11 @@ class DayStoreTest(tf.test.TestCase):
     def _in_memory(self, config):
         log = experiment.event_log(config.data, config.model.dim)[0]
         split = splits.next_day(
-            log.interactions, config.data.test_day, config.data.day_seconds, weights=log.weights
+            log.interactions,
+            config.data.test_day,
+            config.data.day_seconds,
+            weights=log.weights,
+            span=(log.stats["first_time"], log.stats["last_time"]),
         )
         return log, split._replace(
             validation=splits.subsample(split.validation, config.data.validation_queries),
@@ -835,6 +841,16 @@ class DayStoreTest(tf.test.TestCase):
 
     def test_the_same_split_and_batches_as_in_memory(self):
         self._check_equal(self._log(weighted=False), day_store.BUFFER_ROWS)
+
+    def test_both_count_days_from_the_raw_log_when_its_first_day_is_dropped(self):
+        # The first day's only event is out of the vocabulary: day 0 is still its day.
+        config = self._log(weighted=False, early=True).replace(min_user_count=2, test_day=5)
+        self._check_equal(config, day_store.BUFFER_ROWS)
+        split = experiment.make_split(config, experiment.load_data(config))
+        self.assertNotEmpty(split.test.users)
+        log = experiment.event_log(config.data, config.model.dim)[0]
+        kept_first = int(log.interactions.timestamp.min())
+        self.assertEqual(log.stats["first_time"] // DAY, kept_first // DAY - 2)
 
     def test_weights_and_a_small_buffer_change_nothing(self):
         # A buffer of 500 events writes each day in several parts.
