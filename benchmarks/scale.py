@@ -14,6 +14,7 @@ Usage:
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from typing import Dict, List
@@ -44,6 +45,7 @@ KEPT = (
     "predicted_peak_rss_mb",
     "peak_rss_mb",
     "git_revision",
+    "code_diff_sha256",
 )
 
 
@@ -128,6 +130,11 @@ def main(argv):
         with open(FLAGS.output, "w") as f:
             json.dump(records, f, indent=1)
         print(f"Wrote {FLAGS.output}")
+        for run_dir, kept in zip(run_dirs, records):
+            if "code_diff_sha256" in kept:  # A dirty tree's run: its diff beside the record.
+                diff = f"{os.path.splitext(FLAGS.output)[0]}.{kept['run_dir']}.diff"
+                shutil.copyfile(os.path.join(run_dir, "code.diff"), diff)
+                print(f"Wrote {diff} (the run's uncommitted changes)")
 
 
 if __name__ == "__main__":

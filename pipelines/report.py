@@ -4,6 +4,7 @@
 `describe_indexes` print them; `export_run` writes the serving SavedModels.
 """
 
+import hashlib
 import os
 import subprocess
 import time
@@ -285,28 +286,44 @@ def baselines(
     return result
 
 
-def git_revision() -> str:
+def _git(*args: str) -> str:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
+    ).stdout
+
+
+def git_revision() -> str:
+    """The commit this code is at, "+dirty" when tracked files hold uncommitted changes
+    ("unknown" outside a git checkout)."""
+    return code_state()["git_revision"]
+
+
+def code_state(diff_path: Optional[str] = None) -> Dict[str, str]:
+    """What code a run ran: {"git_revision": `git_revision`} and, from a dirty tree,
+    "code_diff_sha256", the SHA-256 of `git diff HEAD` (the uncommitted changes to tracked
+    files), whose text is written to `diff_path` when given: a record from a dirty tree
+    still names its code, the commit and the diff to apply to it."""
     try:
-        revision = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        return revision + ("+dirty" if dirty else "")
+        revision = _git("rev-parse", "HEAD").strip()
+        diff = (
+            _git("diff", "HEAD", "--binary")
+            if _git("status", "--porcelain", "--untracked-files=no").strip()
+            else ""
+        )
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return {"git_revision": "unknown"}
+    if not diff:
+        if diff_path and os.path.exists(diff_path):  # A dirty run's, resumed from clean code.
+            os.remove(diff_path)
+        return {"git_revision": revision}
+    if diff_path:
+        with open(diff_path, "w", encoding="utf-8") as f:
+            f.write(diff)
+    return {
+        "git_revision": revision + "+dirty",
+        "code_diff_sha256": hashlib.sha256(diff.encode("utf-8")).hexdigest(),
+    }
 
 
 def format_metrics(metrics: Dict) -> str:

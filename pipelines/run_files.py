@@ -93,6 +93,11 @@ class RunFiles:
         return self._path("metrics.json")
 
     @property
+    def code_diff(self) -> str:
+        """The uncommitted changes the run's code held (`report.code_state`), if any."""
+        return self._path("code.diff")
+
+    @property
     def lock(self) -> str:
         return self._path("run.lock")
 

@@ -540,7 +540,8 @@ def _run(
             "duplicate_events": data.duplicates,  # Exact duplicates dropped while loading.
             "num_test_queries": len(split.test.users),
             "config": config.as_dict(),
-            "git_revision": report.git_revision(),
+            # The commit, and from a dirty tree the diff's hash (the diff: OUTPUT/code.diff).
+            **report.code_state(files.code_diff),
         }
     )
     if config.data.dataset in configs.EVENT_LOGS:

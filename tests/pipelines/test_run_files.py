@@ -4,6 +4,7 @@ import json
 import os
 import tempfile
 import unittest
+import unittest.mock
 
 from pipelines.run_files import RunFiles
 
@@ -68,3 +69,42 @@ def test_write_json_never_leaves_half_a_file(tmp_path):
     with open(path) as f:
         assert json.load(f) == {"recall@10": 0.25}
     assert os.listdir(tmp_path) == ["metrics.json"]
+
+
+class CodeStateTest(unittest.TestCase):
+    """A run names its commit and, from a dirty tree, the diff's hash beside the diff."""
+
+    def _state(self, status, diff, path):
+        import tfrs_logq  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        from pipelines import report  # pylint: disable=import-outside-toplevel
+
+        answers = {"rev-parse": "abc123\n", "status": status, "diff": diff}
+        with unittest.mock.patch.object(report, "_git", lambda *args: answers[args[0]]):
+            return report.code_state(path)
+
+    def test_clean_dirty_and_clean_again(self):
+        import hashlib  # pylint: disable=import-outside-toplevel
+
+        path = os.path.join(tempfile.mkdtemp(), "code.diff")
+        self.assertEqual(self._state("", "", path), {"git_revision": "abc123"})
+        self.assertFalse(os.path.exists(path))
+        diff = "diff --git a/x.py b/x.py\n-1\n+2\n"
+        state = self._state(" M x.py\n", diff, path)
+        self.assertEqual(state["git_revision"], "abc123+dirty")
+        self.assertEqual(state["code_diff_sha256"], hashlib.sha256(diff.encode()).hexdigest())
+        with open(path) as f:
+            self.assertEqual(f.read(), diff)
+        self.assertEqual(self._state("", "", path), {"git_revision": "abc123"})
+        self.assertFalse(os.path.exists(path))  # A stale diff does not outlive a clean rerun.
+
+    def test_outside_a_checkout(self):
+        import subprocess  # pylint: disable=import-outside-toplevel
+
+        import tfrs_logq  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        from pipelines import report  # pylint: disable=import-outside-toplevel
+
+        def fail(*args):
+            raise subprocess.CalledProcessError(128, "git")
+
+        with unittest.mock.patch.object(report, "_git", fail):
+            self.assertEqual(report.code_state(), {"git_revision": "unknown"})
