@@ -1,6 +1,7 @@
 """Retrieval models built on LogQRetrieval: SASRec and a two-tower model."""
 
 from tfrs_logq.models._model import Model
+from tfrs_logq.models._model import apply_gradients
 from tfrs_logq.models.objective import LOSSES
 from tfrs_logq.models.objective import NEGATIVES
 from tfrs_logq.models.objective import RetrievalObjective
@@ -15,5 +16,6 @@ __all__ = [
     "RetrievalObjective",
     "SASRec",
     "TwoTower",
+    "apply_gradients",
     "make_objective",
 ]
