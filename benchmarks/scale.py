@@ -78,8 +78,8 @@ def table(records: List[Dict]) -> str:
         for phase in PHASES:
             if phase not in peaks:
                 continue
-            model = {"train": "train", "evaluate": "evaluate", "baselines": "evaluate"}.get(
-                phase, "export" if phase == "export" else None
+            model = {"baselines": "evaluate"}.get(
+                phase, phase if phase in ("build", "train", "evaluate", "export") else None
             )
             data = r["config"].get("data", r["config"])  # Nested; earlier records flat.
             law = data.get("synthetic_items")

@@ -91,11 +91,13 @@ def predict_mib(
 ) -> Dict[str, int]:
     """The predicted peak resident memory of each phase of a run of `config` (a
     `pipelines.configs.Config`) over `num_users` users and `num_items` items, MiB:
-    {"tables", "train", "evaluate", "export"}.
+    {"tables", "build", "train", "evaluate", "export"}.
 
     - tables: every embedding table, float32 (a two-tower model's users, history items and
       items, one item table with `share_item_table`; SASRec's item table, twice when
       untied);
+    - build: the runtime, the vocabularies, the tables and one chunk (a large table is
+      drawn, or zeroed for a checkpoint, a chunk at a time: `experiment.build_model`);
     - train: the runtime, the vocabularies, the tables and the optimizer's slots (one copy
       of the tables with Adagrad, two with Adam), the count-min sketch, one chunk of the
       catalog and blocks of scores (`tfrs_logq.retrieval`), the validation top k;
@@ -146,6 +148,7 @@ def predict_mib(
         slots = sketch = 0.0
     predicted = {
         "tables": tables,
+        "build": runtime + held + retrieval.CHUNK_BYTES,
         "train": runtime
         + held
         + slots
