@@ -1,12 +1,13 @@
 """Significance tests for the differences the reports print, in the standard library only.
 
 Student's t p-values by exact finite sums; a t-test of a difference and its standard error;
-Welch's unpaired t (the paper campaign's rows, their seeds unpaired); and a
-paired t over per-query differences (`pipelines.evaluate --against`).
+Welch's unpaired t (the paper campaign's rows, their seeds unpaired); a paired t over
+per-query differences (`pipelines.evaluate --against`); Holm's adjustment over a family of
+comparisons; and what a difference's confidence interval excludes (TOST).
 """
 
 import math
-from typing import Dict, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -86,3 +87,72 @@ def paired(values_a: Sequence[float], values_b: Sequence[float]) -> Dict[str, fl
             f"Paired values need the same units: received shapes {a.shape} and {b.shape}."
         )
     return dict(paired_t(b - a), mean_a=float(a.mean()), mean_b=float(b.mean()))
+
+
+def t_upper_p(t: float, df: int) -> float:
+    """P(T >= t) for Student's t with `df` degrees of freedom (one-sided)."""
+    half = student_t_two_sided_p(t, df) / 2
+    return half if t >= 0 else 1.0 - half
+
+
+def t_quantile(probability: float, df: int) -> float:
+    """The t with P(T <= t) = `probability` (in (0, 1)) for `df` degrees of freedom, by
+    bisection on `t_upper_p` (to 1e-10)."""
+    if not 0.0 < probability < 1.0:
+        raise ValueError(f"`probability` must be in (0, 1); received probability={probability!r}.")
+    low, high = -1.0, 1.0
+    while 1.0 - t_upper_p(low, df) > probability:
+        low *= 2
+    while 1.0 - t_upper_p(high, df) < probability:
+        high *= 2
+    while high - low > 1e-10:
+        middle = (low + high) / 2
+        if 1.0 - t_upper_p(middle, df) < probability:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def holm(p_values: Sequence[float]) -> List[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given: the i-th smallest of m is
+    multiplied by m - i (i from 0), then made non-decreasing in that order and capped at 1.
+    Rejecting where the adjusted p < alpha keeps the family-wise error rate at alpha over
+    the m comparisons."""
+    p = [float(value) for value in p_values]
+    if any(not 0.0 <= value <= 1.0 for value in p):
+        raise ValueError(f"p-values must lie in [0, 1]; received {p_values!r}.")
+    order = sorted(range(len(p)), key=p.__getitem__)
+    adjusted, running = [0.0] * len(p), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def equivalence(
+    differences: Union[Sequence[float], np.ndarray],
+    margin: Optional[float] = None,
+    alpha: float = 0.05,
+) -> Dict[str, float]:
+    """What paired differences d (per seed or per query) exclude, by two one-sided tests
+    (TOST, Schuirmann 1987): `paired_t`'s numbers and "excluded", the smallest margin m for
+    which both one-sided tests reject |mean difference| >= m at `alpha` (the farther bound
+    of the 1 - 2 alpha confidence interval): a difference larger than it is excluded. With
+    `margin`, "tost_p", the larger of the two one-sided p-values (< alpha: the difference
+    lies within +-margin), and "equivalent"."""
+    result = paired_t(differences)
+    df = result["n"] - 1
+    spread = t_quantile(1.0 - alpha, df) * result["se"]
+    result["excluded"] = abs(result["difference"]) + spread
+    if margin is not None:
+        if not margin > 0:
+            raise ValueError(f"`margin` must be positive; received margin={margin!r}.")
+        if result["se"] > 0:
+            below = t_upper_p((result["difference"] + margin) / result["se"], df)
+            above = 1.0 - t_upper_p((result["difference"] - margin) / result["se"], df)
+            result["tost_p"] = max(below, above)
+        else:
+            result["tost_p"] = 0.0 if abs(result["difference"]) < margin else 1.0
+        result["equivalent"] = float(result["tost_p"] < alpha)
+    return result

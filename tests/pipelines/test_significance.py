@@ -92,3 +92,44 @@ class SignificanceTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class FamilyAndEquivalenceTest(tf.test.TestCase):
+    def test_t_quantile_against_scipy(self):
+        for df in (1, 2, 4, 19, 200):
+            for probability in (0.025, 0.5, 0.9, 0.95, 0.999):
+                self.assertAllClose(
+                    significance.t_quantile(probability, df),
+                    stats.t.ppf(probability, df),
+                    atol=1e-7,
+                    msg=(probability, df),
+                )
+        with self.assertRaisesRegex(ValueError, r"received probability=1\.0"):
+            significance.t_quantile(1.0, 3)
+
+    def test_holm_by_hand(self):
+        # m = 4: 0.01 x 4, 0.02 x 3, 0.03 x 2 = 0.06 (kept at least 0.06), 0.5 x 1.
+        self.assertAllClose(significance.holm([0.03, 0.5, 0.01, 0.02]), [0.06, 0.5, 0.04, 0.06])
+        # Six comparisons, one at 0.021: 0.126 adjusted (the audit's 0.12).
+        self.assertAllClose(significance.holm([0.021, 0.3, 0.4, 0.5, 0.6, 0.7])[0], 0.126)
+        self.assertEqual(significance.holm([0.9, 0.8]), [1.0, 1.0])  # 0.8 x 2, capped.
+        with self.assertRaisesRegex(ValueError, "p-values must lie in"):
+            significance.holm([0.1, 1.5])
+
+    def test_tost_against_scipy_one_sided_tests(self):
+        rng = np.random.default_rng(0)
+        d = rng.normal(0.002, 0.01, size=5)
+        result = significance.equivalence(d, margin=0.02)
+        n, mean, se = d.size, d.mean(), d.std(ddof=1) / np.sqrt(d.size)
+        lower = stats.t.sf((mean + 0.02) / se, n - 1)  # H0: difference <= -margin.
+        upper = stats.t.cdf((mean - 0.02) / se, n - 1)  # H0: difference >= +margin.
+        self.assertAllClose(result["tost_p"], max(lower, upper), atol=1e-9)
+        self.assertEqual(result["equivalent"], float(max(lower, upper) < 0.05))
+        # "excluded": the margin at which the TOST's p is exactly alpha.
+        at_bound = significance.equivalence(d, margin=result["excluded"])
+        self.assertAllClose(at_bound["tost_p"], 0.05, atol=1e-7)
+        self.assertAllClose(
+            result["excluded"], abs(mean) + stats.t.ppf(0.95, n - 1) * se, atol=1e-9
+        )
+        with self.assertRaisesRegex(ValueError, "received margin=0"):
+            significance.equivalence(d, margin=0)
