@@ -107,8 +107,8 @@ def paired(a: Dict[int, Dict], b: Dict[int, Dict], name: str) -> Optional[Dict]:
     d = [metric(b[seed], name) - metric(a[seed], name) for seed in seeds]
     result = {"seeds": seeds, "d": d, "mean": float(np.mean(d))}
     if len(d) > 1:
-        test = significance.paired_t(d)
-        result.update(se=test["se"], t=test["t"], p=test["p"])
+        test = significance.equivalence(d)
+        result.update(se=test["se"], t=test["t"], p=test["p"], excluded=test["excluded"])
         # Rounding's spread only: the same d at every seed, no t to speak of.
         result["same"] = test["se"] <= 1e-12 * max(abs(result["mean"]), 1e-4)
     return result
@@ -120,7 +120,11 @@ def _spread(result: Dict) -> str:
         return "1 seed"
     if result["same"]:
         return "the same at every seed"
-    return f"SE {_small(result['se'], 4)}, p {_small(result['p'], 3)}"
+    holm = f", Holm {_small(result['p_holm'], 3)}" if "p_holm" in result else ""
+    return (
+        f"SE {_small(result['se'], 4)}, p {_small(result['p'], 3)}{holm}; "
+        f"> {_small(result['excluded'], 4)} excluded"
+    )
 
 
 def _difference_cell(result: Optional[Dict]) -> str:
@@ -129,15 +133,21 @@ def _difference_cell(result: Optional[Dict]) -> str:
 
 def _paired_table(records: Records, pairs: Sequence[Tuple[CellRow, CellRow, str]]) -> List[str]:
     """One line per pair (b, a, name) with common seeds: b - a of every metric and the KL."""
-    lines = []
+    lines, rows = [], []
     for b, a, name in pairs:
         results = {
             m: paired(_by_seed(records, *a), _by_seed(records, *b), m)
             for m in METRICS + ("kl_to_truth",)
         }
         seeds = next((r["seeds"] for r in results.values() if r), None)
-        if seeds is None:
-            continue
+        if seeds is not None:
+            rows.append((name, seeds, results))
+    for m in METRICS + ("kl_to_truth",):  # Holm over the table's pairs, metric by metric.
+        tested = [r[m] for _, _, r in rows if r[m] and "p" in r[m] and not r[m]["same"]]
+        for result, adjusted in zip(tested, significance.holm([t["p"] for t in tested])):
+            if len(tested) > 1:
+                result["p_holm"] = adjusted
+    for name, seeds, results in rows:
         lines.append(
             f"| {name} | {', '.join(map(str, seeds))} | "
             + " | ".join(_difference_cell(results[m]) for m in METRICS + ("kl_to_truth",))
@@ -150,7 +160,11 @@ def _paired_table(records: Records, pairs: Sequence[Tuple[CellRow, CellRow, str]
         "Paired by seed: d = the first row minus the second at each seed both ran (the "
         "same log, test queries and initialisation), its mean, the standard error "
         "std(d)/sqrt(n) and the paired t-test's two-sided p (n - 1 df: with 3 seeds a "
-        "difference needs 4.3 SE for p < 0.05). KL: lower is closer to the truth.",
+        "difference needs 4.3 SE for p < 0.05); Holm: p adjusted over this table's pairs, "
+        'metric by metric (a family-wise error rate of 5% where Holm < 0.05); "> X '
+        'excluded": a mean difference larger than X in either direction is rejected by '
+        "two one-sided t-tests at 5% (TOST: |d| + t(0.95, n - 1) SE), the size of effect "
+        "the seeds rule out. KL: lower is closer to the truth.",
         "",
         "| pair | seeds | Recall@10 | Recall@100 | Recall@1000 | NDCG@10 | KL |",
         "|---|---|---|---|---|---|---|",
@@ -762,13 +776,13 @@ def missing(runs: Sequence[IndustrialRun], records: Records) -> Dict[str, List[s
 
 
 def _verdict_word(result: Optional[Dict], lower_better: bool = False) -> str:
-    """How a paired difference reads at p < 0.05: "better", "worse", "level", "untested"
-    (one seed) or "missing"."""
+    """How a paired difference reads at p < 0.05 (Holm's adjusted p where its family set
+    one): "better", "worse", "level", "untested" (one seed) or "missing"."""
     if result is None:
         return "missing"
     if "p" not in result:
         return "untested"
-    if result["p"] >= 0.05 or result["mean"] == 0:
+    if result.get("p_holm", result["p"]) >= 0.05 or result["mean"] == 0:
         return "level"
     better = (result["mean"] < 0) if lower_better else (result["mean"] > 0)
     return "better" if better else "worse"
@@ -817,8 +831,8 @@ TALLY_EXPERIMENTS = ("main", "inbatch", "catalog", "skew")
 def tally(records: Records, preset: str, name: str) -> Dict[str, List[str]]:
     """improved − standard at `name` in every distinct setting of TALLY_EXPERIMENTS with 2
     seeds or more (a setting two experiments share, such as the catalog's 1x cell and
-    `main`, counts once): the settings' labels by "better", "level" and "worse" (p < 0.05),
-    and "untested" (one seed) or "missing"."""
+    `main`, counts once): the settings' labels by "better", "level" and "worse" (Holm's p
+    over the tested settings < 0.05), and "untested" (one seed) or "missing"."""
     result: Dict[str, List[str]] = {
         "better": [],
         "level": [],
@@ -826,22 +840,28 @@ def tally(records: Records, preset: str, name: str) -> Dict[str, List[str]]:
         "untested": [],
         "missing": [],
     }
-    seen = set()
+    seen, compared = set(), []
     for experiment in TALLY_EXPERIMENTS:
         for cell in plan_lib.cells(experiment, preset):
             key = tuple(sorted(cell.overrides.items()))
             if key in seen:
                 continue
             seen.add(key)
-            result[
-                _verdict_word(
+            compared.append(
+                (
+                    cell.label,
                     paired(
                         _by_seed(records, experiment, cell.setting, "standard"),
                         _by_seed(records, experiment, cell.setting, "improved"),
                         name,
-                    )
+                    ),
                 )
-            ].append(cell.label)
+            )
+    tested = [r for _, r in compared if r and "p" in r]
+    for r, adjusted in zip(tested, significance.holm([r["p"] for r in tested])):
+        r["p_holm"] = adjusted
+    for label, r in compared:
+        result[_verdict_word(r)].append(label)
     return result
 
 
@@ -874,9 +894,8 @@ def _in_short(records: Records, labels: Dict[str, str], preset: str, best: str) 
         )
     return (
         f"In short: use {labels[best]} with {negatives}. Improved against standard "
-        f"(TFRS), paired by seed over the settings below with 2 seeds or more, was "
-        + "; ".join(counts)
-        + "."
+        f"(TFRS), paired by seed over the settings below with 2 seeds or more (p Holm-"
+        f"adjusted over the settings), was " + "; ".join(counts) + "."
     )
 
 

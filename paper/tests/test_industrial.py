@@ -345,9 +345,12 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertAllClose(result["p"], 1 - t / math.sqrt(t * t + 2))
         text = report_lib.markdown(runs, records, "CMD", {})
         self.assertIn(
-            "| improved − standard (TFRS) | 0, 1, 2 | +0.0100 (SE 0.0029, p 0.074) | "
-            "+0.0200 (SE 0.0058, p 0.074) | +0.0000 (the same at every seed) | "
-            "+0.0050 (SE 0.0014, p 0.074) | +0.0000 (the same at every seed) |",
+            # Excluded: |d| + t(0.95, 2) SE = 0.02 + 2.920 x 0.00577 = 0.0369 at Recall@100.
+            # Holm over main's two tested pairs: this one the larger p, times 1.
+            "| improved − standard (TFRS) | 0, 1, 2 | +0.0100 (SE 0.0029, p 0.074, Holm 0.074; "
+            "> 0.0184 excluded) | +0.0200 (SE 0.0058, p 0.074, Holm 0.074; > 0.0369 excluded) "
+            "| +0.0000 (the same at every seed) | +0.0050 (SE 0.0014, p 0.074, Holm 0.074; "
+            "> 0.0092 excluded) | +0.0000 (the same at every seed) |",
             text,
         )
         # Two common seeds of none: standard − none over seeds 0 and 1.
@@ -355,7 +358,7 @@ class RecordsAndReportTest(tf.test.TestCase):
         # The catalog's 1M cell is main's runs.
         self.assertIn(
             "| improved − standard (TFRS), 1,000,000 items, 1,000,000 users | 0, 1, 2 "
-            "| +0.0100 (SE 0.0029, p 0.074) |",
+            "| +0.0100 (SE 0.0029, p 0.074; > 0.0184 excluded) |",
             text,
         )
         self.assertIn(
@@ -578,7 +581,8 @@ class RecordsAndReportTest(tf.test.TestCase):
             "## Advice\n\nIn short: use improved with in-batch or mixed negatives "
             "(level at Recall@10 at 1,000,000 items). Improved against standard (TFRS), "
             "paired by seed "
-            "over the settings below with 2 seeds or more, was at Recall@10 better in "
+            "over the settings below with 2 seeds or more (p Holm-adjusted over the "
+            "settings), was at Recall@10 better in "
             "6 (1,000,000 items, mixed negatives; 1,000,000 items, in-batch "
             "negatives; 100,000 items, 100,000 users; 5,000,000 items, 1,000,000 "
             "users; Zipf exponent 0.8; Zipf exponent 1.2), level in 0 and worse in 0 "
@@ -596,7 +600,7 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertIn(
             "More negatives: the uniform reference (8192) row, 8 times the negatives "
             "drawn uniformly (each step scores 8 times the logits), against improved: "
-            "Recall@10 level (+0.0028, SE 0.0013, p 0.161)",
+            "Recall@10 level (+0.0028, SE 0.0013, p 0.161; > 0.0066 excluded)",
             text,
         )
         self.assertIn(
@@ -610,15 +614,16 @@ class RecordsAndReportTest(tf.test.TestCase):
         # (Recall@10 is half of Recall@100 in these records: the same p).
         self.assertIn(
             "Improved against standard (TFRS): Recall@10 better (+0.0122, SE 0.0013, "
-            "p 0.011), Recall@100 better (+0.0243, SE 0.0026, p 0.011);",
+            "p 0.011; > 0.0160 excluded), Recall@100 better (+0.0243, SE 0.0026, p 0.011; "
+            "> 0.0319 excluded);",
             text,
         )
         self.assertIn(
             "Catalog size, improved against standard: 100,000 items, 100,000 users: "
             "Recall@10 better (+0.0100, the same at every seed), Recall@100 better "
             "(+0.0200, the same at every seed); 1,000,000 items, 1,000,000 users: "
-            "Recall@10 better (+0.0122, SE 0.0013, p 0.011), Recall@100 better "
-            "(+0.0243, SE 0.0026, p 0.011)",
+            "Recall@10 better (+0.0122, SE 0.0013, p 0.011; > 0.0160 excluded), Recall@100 "
+            "better (+0.0243, SE 0.0026, p 0.011; > 0.0319 excluded)",
             text,
         )
         self.assertIn(
