@@ -1017,6 +1017,34 @@ def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
     return ["", "## Advice", "", " ".join(text)]
 
 
+def _short_trainings(records: Records) -> str:
+    """A sentence naming the records whose training time is under half their row's median
+    with as many steps (a run restarted before its record summed the time over restarts:
+    the time before the restart is missing), or nothing."""
+    short = []
+    for key, value in sorted(records.items()):
+        seconds, steps = value.get("train_seconds"), value.get("steps")
+        others = [
+            v["train_seconds"]
+            for k, v in records.items()
+            if k[:3] == key[:3] and k != key and v.get("steps") == steps and v.get("train_seconds")
+        ]
+        if seconds and others and seconds < 0.5 * float(np.median(others)):
+            experiment, setting, row, seed = key
+            short.append(
+                f"{experiment}/{row}{'-' + setting if setting else ''} seed {seed} "
+                f"({seconds:,.0f} s against {', '.join(f'{o:,.0f}' for o in sorted(others))})"
+            )
+    if not short:
+        return ""
+    return (
+        " These records' training times are under half their row's with as many steps, most "
+        "likely only the part after a restart (the time before it is not in the record): "
+        + "; ".join(short)
+        + "."
+    )
+
+
 def markdown(
     runs: Sequence[IndustrialRun],
     records: Records,
@@ -1053,8 +1081,9 @@ def markdown(
         f"{config.training.index_size:,} most trained items plus the day's positives, on "
         f"{config.training.test_queries:,} of its users (exact search; oracle: the true law, "
         "popularity: training counts, on the same queries and index). Mean ± sample std over "
-        "seeds (n). `train s` is the training's wall-clock time, summed over resumes; most runs "
-        "shared the machine's 2 cores with other work, so read it as rough.",
+        "seeds (n). `train s` is the training's wall-clock time as its record gives it; most "
+        "runs shared the machine's 2 cores with other work, so read it as rough."
+        + _short_trainings(records),
         "",
         "Rows (each `--correction`; `pipelines.train`'s flags on top of the preset):",
         "",
