@@ -819,5 +819,22 @@ class SmokeCampaignTest(tf.test.TestCase):
         self.assertIn("4 runs planned, 4 already finished.", again.stdout)
 
 
+class ShortTrainingTest(tf.test.TestCase):
+    def test_a_record_under_half_its_rows_time_is_named(self):
+        records = {
+            ("main", "", "improved", seed): {"train_seconds": t, "steps": 100}
+            for seed, t in enumerate([208.0, 1380.0, 1409.0])
+        }
+        records[("main", "", "none", 0)] = {"train_seconds": 50.0, "steps": 10}  # Alone.
+        self.assertEqual(
+            report_lib._short_trainings(records),  # pylint: disable=protected-access
+            " These records' training times are under half their row's with as many steps, "
+            "most likely only the part after a restart (the time before it is not in the "
+            "record): main/improved seed 0 (208 s against 1,380, 1,409).",
+        )
+        records[("main", "", "improved", 0)]["train_seconds"] = 1000.0
+        self.assertEqual(report_lib._short_trainings(records), "")  # pylint: disable=protected-access
+
+
 if __name__ == "__main__":
     tf.test.main()
