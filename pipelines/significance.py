@@ -142,7 +142,7 @@ def equivalence(
     `margin`, "tost_p", the larger of the two one-sided p-values (< alpha: the difference
     lies within +-margin), and "equivalent"."""
     result = paired_t(differences)
-    df = result["n"] - 1
+    df = int(result["n"]) - 1
     spread = t_quantile(1.0 - alpha, df) * result["se"]
     result["excluded"] = abs(result["difference"]) + spread
     if margin is not None:
