@@ -503,10 +503,7 @@ def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     # The split counts days from the log's first; the truth from its START_TIME.
     first, last = data.time_span()
     first_day = (first - web_synthetic.START_TIME) // config.data.day_seconds
-    test_day = (
-        splits_lib.test_day_number(first, last, config.data.test_day, config.data.day_seconds)
-        + first_day
-    )
+    test_day = log_days(config.data, (first, last)).test + first_day
     return WebTruth(catalog, item_index, dense_item, user_index, test_day)
 
 

@@ -293,17 +293,12 @@ def _git(*args: str) -> str:
     ).stdout
 
 
-def git_revision() -> str:
-    """The commit this code is at, "+dirty" when tracked files hold uncommitted changes
-    ("unknown" outside a git checkout)."""
-    return code_state()["git_revision"]
-
-
 def code_state(diff_path: Optional[str] = None) -> Dict[str, str]:
-    """What code a run ran: {"git_revision": `git_revision`} and, from a dirty tree,
-    "code_diff_sha256", the SHA-256 of `git diff HEAD` (the uncommitted changes to tracked
-    files), whose text is written to `diff_path` when given: a record from a dirty tree
-    still names its code, the commit and the diff to apply to it."""
+    """What code a run ran: {"git_revision": the commit this code is at, "+dirty" when
+    tracked files hold uncommitted changes ("unknown" outside a git checkout)} and, from a
+    dirty tree, "code_diff_sha256", the SHA-256 of `git diff HEAD` (those changes), whose
+    text is written to `diff_path` when given: a record from a dirty tree still names its
+    code, the commit and the diff to apply to it."""
     try:
         revision = _git("rev-parse", "HEAD").strip()
         diff = (

@@ -467,10 +467,10 @@ def _seconds(path: str, batch, name: str, offset: int, unit: str = "auto") -> np
                         raise _out_of_range(path, name, offset, row, value) from None
                 raise
             return _numbers_to_seconds(path, name, offset, values, unit)
-        if pc.all(pc.match_substring_regex(column, _DECIMAL)).as_py():  # 1.7e9, 978300760.5
+        number = pc.match_substring_regex(column, _DECIMAL).to_numpy(zero_copy_only=False)
+        if number.all():  # 1.7e9, 978300760.5
             as_numbers = pa.record_batch([column.cast(pa.float64())], names=[name])
             return _seconds(path, as_numbers, name, offset, unit)
-        number = pc.match_substring_regex(column, _DECIMAL).to_numpy(zero_copy_only=False)
         if number.any():  # Some numbers, some not: name one of each, not a number as bad.
             text, digits = int(np.flatnonzero(~number)[0]), int(np.flatnonzero(number)[0])
             raise DataError(
