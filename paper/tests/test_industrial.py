@@ -810,7 +810,7 @@ class SmokeCampaignTest(tf.test.TestCase):
         self.assertRegex(
             text,
             r"\| improved − standard \(TFRS\) \| 0, 1 \| [-+]0\.\d{4} "
-            r"\(SE [0-9.e-]+, p [0-9.e-]+\) \|",
+            r"\(SE [0-9.e+-]+, p [0-9.e+-]+(, Holm [0-9.e+-]+)?; > [0-9.e+-]+ excluded\) \|",
         )
         self.assertIn("Not written yet", text)
         again = subprocess.run(
