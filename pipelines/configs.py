@@ -201,6 +201,11 @@ class DataConfig:
         "--dataset=web_synthetic: the Zipf exponent of item popularity within a cluster "
         "(> 0; larger is more skewed towards the head); 1.0: the logs written before the flag.",
     )
+    synthetic_log_seed: int = _field(
+        0,
+        "--dataset=web_synthetic: the seed of the log (its law, events and test day), apart "
+        "from --seed (the weights, shuffles and negatives): a fresh log per value.",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -622,11 +627,16 @@ _INTEGER_LOWS = {
     "memory_budget_mb": (0, "the machine's memory"),
     "drift_every": (0, "never"),
     "seed": (0, ""),
+    "synthetic_log_seed": (0, ""),
     "test_day": (-1, "the log's last day"),
     "num_hard_negatives": (0, "every negative"),
 }
 # numpy's and Python's seeds take 32 bits; a day may be counted in ms, us or ns.
-_INTEGER_HIGHS = {"seed": (2**32 - 1, "2^32 - 1"), "day_seconds": (2**62, "2^62")}
+_INTEGER_HIGHS = {
+    "seed": (2**32 - 1, "2^32 - 1"),
+    "synthetic_log_seed": (2**32 - 1, "2^32 - 1"),
+    "day_seconds": (2**62, "2^62"),
+}
 # Float fields: (low, low included, high, high included, what the bounds mean); None: no
 # bound. Every float must also be finite.
 _FLOAT_RANGES = {

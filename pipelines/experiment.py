@@ -93,13 +93,15 @@ def web_synthetic_dir(data: configs.DataConfig) -> str:
         return data.data_path
     # The Zipf exponent names the directory only where it is not 1.0, so that the logs
     # written before --synthetic_zipf keep their names.
+    # So does the log's seed where it is not 0.
     zipf = "" if data.synthetic_zipf == 1.0 else f"-zipf{data.synthetic_zipf:g}"
+    seed = f"-seed{data.synthetic_log_seed}" if data.synthetic_log_seed else ""
     return os.path.join(
         _cache_root(),
         "web_synthetic",
         f"items{data.synthetic_items}-users"
         f"{data.synthetic_users}-days{data.synthetic_days}-events"
-        f"{data.synthetic_events_per_user:g}{zipf}",
+        f"{data.synthetic_events_per_user:g}{zipf}{seed}",
     )
 
 
@@ -125,6 +127,7 @@ def event_files(data: configs.DataConfig) -> str:
             data.synthetic_users,
             data.synthetic_days,
             data.synthetic_events_per_user,
+            seed=data.synthetic_log_seed,
             exponent=data.synthetic_zipf,
         )
     return data.data_path

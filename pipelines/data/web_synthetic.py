@@ -264,9 +264,11 @@ def write_log(
     events: Dict[str, np.ndarray],
     seconds: float = 0.0,
     exponent: float = 1.0,
+    seed: int = 0,
 ) -> None:
     """One Parquet file per day (columns user_id, item_id, timestamp), the truth (truth.npz)
-    and log.json (sizes; `exponent`, the Zipf exponent `make_catalog` drew it with; `seconds`,
+    and log.json (sizes; `exponent`, the Zipf exponent `make_catalog` drew it with, and
+    `seed`, the seed of its law and events; `seconds`,
     the time the log took to draw), written to a temporary directory renamed to
     `directory`. A finished log already there (log.json) is kept and this one dropped: two
     runs that start together on a new cache draw the same log (same settings, same seed), and
@@ -312,6 +314,7 @@ def write_log(
                     "users": len(catalog.user_ids),
                     "days": catalog.num_days,
                     "zipf_exponent": float(exponent),
+                    "seed": int(seed),
                     "day_seconds": DAY_SECONDS,
                     "start_time": START_TIME,
                     "seconds_draw_and_write": round(seconds, 1),
@@ -410,8 +413,9 @@ def ensure_log(
 ) -> str:
     """Writes the log of these settings (`exponent`: the Zipf exponent, `make_catalog`'s)
     into `directory` unless it is already there (a finished log has log.json); returns the
-    glob of its files. A log already there drawn with another exponent (log.json's
-    "zipf_exponent"; 1.0 for logs written before it was recorded) is a ValueError."""
+    glob of its files. A log already there drawn with another exponent or seed (log.json's
+    "zipf_exponent" and "seed"; 1.0 and 0 for logs written before they were recorded) is a
+    ValueError."""
     summary = os.path.join(directory, "log.json")
     if not os.path.exists(summary):
         started = time.time()
@@ -422,10 +426,18 @@ def ensure_log(
             draw_events(catalog, events_per_user, seed=seed),
             seconds=time.time() - started,
             exponent=exponent,
+            seed=seed,
         )
     else:
         with open(summary) as f:
-            written = json.load(f).get("zipf_exponent", 1.0)
+            stored = json.load(f)
+        written = stored.get("zipf_exponent", 1.0)
+        if stored.get("seed", 0) != seed:
+            raise ValueError(
+                f"{directory} holds a log drawn with seed {stored.get('seed', 0)}; received "
+                f"--synthetic_log_seed={seed}. Give another --data_path, or leave it empty "
+                "for the cache's directory of these settings."
+            )
         if written != exponent:
             raise ValueError(
                 f"{directory} holds a log drawn with Zipf exponent {written:g}; "

@@ -98,6 +98,41 @@ class SyntheticZipfTest(tf.test.TestCase):
             ):
                 experiment.event_files(other.data)
 
+    def test_the_log_seed_draws_a_fresh_log_in_its_own_directory(self):
+        config = configs.PRESETS["industrial_smoke"].replace(
+            synthetic_items=600,
+            synthetic_users=200,
+            synthetic_days=3,
+            synthetic_events_per_user=4.0,
+        )
+        with (
+            tempfile.TemporaryDirectory() as cache,
+            mock.patch.dict(os.environ, {experiment.CACHE_ENV: cache}),
+        ):
+            experiment.event_files(config.data)
+            seeded = config.replace(synthetic_log_seed=7)
+            experiment.event_files(seeded.data)
+            default = experiment.web_synthetic_dir(config.data)
+            directory = experiment.web_synthetic_dir(seeded.data)
+            self.assertEqual(directory, default + "-seed7")
+            with open(os.path.join(directory, "log.json")) as f:
+                self.assertEqual(json.load(f)["seed"], 7)
+            base = web_synthetic.read_truth(default).base
+            np.testing.assert_allclose(
+                web_synthetic.read_truth(directory).base,
+                web_synthetic.make_catalog(600, 200, 3, seed=7).base,
+            )
+            self.assertGreater(np.abs(web_synthetic.read_truth(directory).base - base).max(), 0.1)
+            # The training seed leaves the log alone.
+            self.assertEqual(experiment.web_synthetic_dir(config.replace(seed=3).data), default)
+            other = config.replace(data_path=directory)
+            with self.assertRaisesRegex(
+                ValueError, "drawn with seed 7; received --synthetic_log_seed=0"
+            ):
+                experiment.event_files(other.data)
+            with self.assertRaisesRegex(ValueError, "--synthetic_log_seed must be"):
+                configs.validate(config.replace(synthetic_log_seed=-1))
+
     def test_a_log_written_twice_keeps_the_first(self):
         """Two runs starting together on a new cache both draw the log: the second to finish
         keeps the first's files (which the first may be reading), also when the first renames
