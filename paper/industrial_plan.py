@@ -48,6 +48,7 @@ from benchmarks.rows import Row
 from paper.plan import Run
 from paper.records import finished
 from paper.records import load
+from pipelines import compare
 from pipelines import configs
 
 PRESET, SMOKE_PRESET = "industrial", "industrial_smoke"
@@ -336,30 +337,9 @@ def unique(runs: Sequence[IndustrialRun]) -> List[IndustrialRun]:
 
 # ---------------------------------------------------------------------------- records
 
-# The fields of a run's metrics.json kept in its record (the rest is config, already in the
-# record's flags, or large).
-RECORD_FIELDS = (
-    "test",
-    "test_exact",
-    "test_scann",
-    "ann_overlap@1000",
-    "baselines",
-    "by_popularity",
-    "kl_to_truth",
-    "calibration",
-    "train_seconds",
-    "wall_seconds",
-    "steps",
-    "epochs_run",
-    "num_items",
-    "num_users",
-    "num_test_queries",
-    "index_items",
-    "peak_rss_mb",
-    "phase_seconds",
-    "git_revision",
-    "event_log",
-)
+# The fields of a run's metrics.json kept in its record: `pipelines.compare`'s (the rest is
+# config, already in the record's flags, or large).
+RECORD_FIELDS = compare.RECORD_FIELDS
 
 
 def record(run: IndustrialRun) -> Dict:

@@ -6,6 +6,7 @@ lists a job's flags, `tfrs-logq --help` the jobs and the presets.
   tfrs-logq train --preset=synthetic --output_dir=runs/demo
   tfrs-logq evaluate runs/demo --index=scann
   tfrs-logq export runs/demo --index=exact
+  tfrs-logq compare --output_dir=runs/cmp --corrections=standard,improved -- --preset=industrial
   tfrs-logq cluster --workers=2 --ps=2 -- tfrs-logq train --strategy=parameter_server ...
 """
 
@@ -29,6 +30,10 @@ JOBS = {
         "Re-evaluate a run from its checkpoint; --against compares two runs query by query.",
     ),
     "export": Job("pipelines.export", "Export a run as SavedModels (exact search and ScaNN)."),
+    "compare": Job(
+        "pipelines.compare",
+        "Train rows (corrections, any flags) x seeds on one dataset; report which is better.",
+    ),
     "cluster": Job(
         "pipelines.cluster",
         "Run a command as a local cluster (a chief, workers and parameter servers).",

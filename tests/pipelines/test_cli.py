@@ -35,7 +35,7 @@ def test_no_job_prints_the_usage_and_fails(capsys):
 def test_unknown_job_is_named(capsys):
     assert cli.main(["trian", "--preset=smoke"]) == 2
     assert capsys.readouterr().err == (
-        "tfrs-logq: unknown job 'trian'; the jobs are train, evaluate, export, cluster "
+        "tfrs-logq: unknown job 'trian'; the jobs are train, evaluate, export, compare, cluster "
         "(`tfrs-logq --help` lists them).\n"
     )
 

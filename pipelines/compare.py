@@ -1,0 +1,963 @@
+r"""`tfrs-logq compare`: which correction (or negatives, or any flag) is better on my log?
+
+Trains every row x seed as its own `pipelines.train` run, with the flags given after `--`
+common to all and each row's own on top, then writes a report of what the runs measured
+(test metrics at the best epoch, as each run's metrics.json has them):
+
+  tfrs-logq compare --output_dir=runs/compare/mylog --corrections=standard,improved \
+      --seeds=3 -- --preset=industrial --dataset=events --data_path='logs/*.parquet' \
+      --user_column=user_id --item_column=item_id --time_column=timestamp
+  tfrs-logq compare --output_dir=runs/compare/negatives --seeds=3 \
+      --row='in_batch: --negatives=in_batch' --row='mixed: --negatives=mixed' \
+      -- --preset=industrial_smoke
+
+Rows: `--corrections=A,B` is one row per correction (`--correction=A`); `--row='NAME:
+--flag=value ...'` is any row. Every row names the same flags (their values differ), and
+the rows' configs may differ in those flags alone: a pair that differs in more would be
+confounded, and is refused. The first row (or `--baseline`) is what the others are compared
+with.
+
+Seeds: seed N trains every row with `--seed=N` (weights, shuffles, negatives), so the rows
+are paired by seed. With `--vary_data` on the web-scale synthetic log, seed N also draws a
+fresh log (`--synthetic_log_seed=N`: a new law, events and test day), and the spread over
+seeds is that of training and data together.
+
+Layout (OUTPUT: --output_dir; RESULTS: --results_dir, by default OUTPUT):
+
+  OUTPUT/ROW/seedN/         the run (`pipelines.train`'s directory; its weights are deleted
+                            once its record is written, unless --keep_weights)
+  RESULTS/compare.json      the comparison's rows and common flags (a rerun must match)
+  RESULTS/ROW/seedN.json    the run's record: its config, command, code revision and
+                            metrics (a few kB; a run from a tree with uncommitted changes
+                            also stores the diff, ROW/seedN.diff, and names its SHA-256)
+  RESULTS/report.md         means, paired differences, popularity thirds and advice
+  RESULTS/report.json       the same numbers
+
+Resumes: a rerun of the same command trains only the runs without a record, and a killed
+run resumes from its backup. A run that fails is recorded as failed (its log's last lines),
+the others go on; the report names it and gives its row no mean until a rerun trains it.
+
+Statistics (`pipelines.significance`): per metric, each row's mean and SD over seeds; each
+row minus the baseline, paired by seed: its mean, SE, Student's t p, Holm's adjustment over
+the comparisons (one per row but the baseline, metric by metric), and the largest difference
+the seeds leave possible at 95% (TOST's bound: a difference above it is excluded); with
+`--margin=M`, TOST's p against +-M as well. One seed gives no p-values, and says so.
+"""
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import sys
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from pipelines import schedule
+from pipelines import significance
+from pipelines.run_files import RunFiles
+from pipelines.run_files import write_json
+
+FLAGS = flags.FLAGS
+SEEDS = 3
+ALPHA = 0.05
+
+# The fields of a run's metrics.json that its record keeps (its config is kept whole).
+RECORD_FIELDS = (
+    "test",
+    "test_exact",
+    "test_scann",
+    "ann_overlap@1000",
+    "baselines",
+    "by_popularity",
+    "kl_to_truth",
+    "calibration",
+    "train_seconds",
+    "wall_seconds",
+    "steps",
+    "epochs_run",
+    "num_items",
+    "num_users",
+    "num_test_queries",
+    "index_items",
+    "peak_rss_mb",
+    "phase_seconds",
+    "git_revision",
+    "code_diff_sha256",
+    "event_log",
+)
+# Set by compare for each run: never a row's or the common flags'.
+RESERVED = ("output_dir", "seed")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
+_FLAG = re.compile(r"^--([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$", re.DOTALL)
+# How many of a failed run's log lines its record keeps.
+LOG_LINES = 8
+
+
+class Row(NamedTuple):
+    name: str
+    flags: Tuple[Tuple[str, str], ...]  # (flag, value) in the order given.
+
+    def arguments(self) -> List[str]:
+        return [f"--{name}={value}" for name, value in self.flags]
+
+    def describe(self) -> str:
+        return " ".join(self.arguments())
+
+
+class Run(NamedTuple):
+    row: Row
+    seed: int
+    directory: str  # The run's --output_dir.
+    record: str  # Its record's path.
+    command: List[str]
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+def _flag_pairs(tokens: Sequence[str], where: str) -> List[Tuple[str, str]]:
+    """`--name=value` tokens (`--name` / `--noname` for a bool) as (name, value), the
+    renamed fields' old names read as their new ones."""
+    from pipelines import configs  # pylint: disable=import-outside-toplevel
+
+    pairs = []
+    for token in tokens:
+        match = _FLAG.match(token)
+        if not match:
+            raise ValueError(f"{where}: {token!r} is not a flag; give --name=value.")
+        name, value = match.group(1), match.group(2)
+        if value is None:
+            negated = name.startswith("no") and name[2:] in configs.FIELDS
+            name, value = (name[2:], "false") if negated else (name, "true")
+        pairs.append((configs.RENAMED.get(name, name), value))
+    return pairs
+
+
+def parse_row(text: str) -> Row:
+    """A `--row`: 'NAME: --flag=value ...'."""
+    name, colon, rest = text.partition(":")
+    name = name.strip()
+    if not colon or not _NAME.match(name):
+        raise ValueError(
+            f"--row must read 'NAME: --flag=value ...' with a NAME of letters, digits, "
+            f"'_', '.', '-' or '='; received --row={text!r}."
+        )
+    pairs = _flag_pairs(shlex.split(rest), f"--row={text!r}")
+    if not pairs:
+        raise ValueError(f"--row={text!r} sets no flag: a row is the flags it changes.")
+    return Row(name, tuple(pairs))
+
+
+def make_rows(row_texts: Sequence[str], corrections: Sequence[str]) -> List[Row]:
+    """The rows of --corrections (one per correction) then of --row, checked: at least two,
+    distinct names, the same flags named in each, none set twice or reserved."""
+    rows = [Row(c, (("correction", c),)) for c in corrections] + [parse_row(t) for t in row_texts]
+    if len(rows) < 2:
+        raise ValueError(
+            f"compare needs at least two rows (--corrections and --row); received {len(rows)}."
+        )
+    names = [row.name for row in rows]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"Rows need distinct names; received {', '.join(repeated)} twice.")
+    for row in rows:
+        flags_named = [name for name, _ in row.flags]
+        twice = sorted({name for name in flags_named if flags_named.count(name) > 1})
+        if twice:
+            raise ValueError(f"Row {row.name} sets --{', --'.join(twice)} more than once.")
+        reserved = [name for name in flags_named if name in RESERVED]
+        if reserved:
+            raise ValueError(
+                f"Row {row.name} sets --{reserved[0]}, which compare sets for each run "
+                "(--seeds, --output_dir)."
+            )
+    first = rows[0]
+    for row in rows[1:]:
+        a, b = {n for n, _ in first.flags}, {n for n, _ in row.flags}
+        if a != b:
+            only = sorted(a ^ b)
+            raise ValueError(
+                f"Rows {first.name} and {row.name} name different flags (--{', --'.join(only)} "
+                "in one only): the other would take the preset's value unnamed, and the "
+                "comparison would differ in more than the flags named. Give every row its "
+                "value of those flags, or set them once after --."
+            )
+    seen: Dict[Tuple[Tuple[str, str], ...], str] = {}
+    for row in rows:
+        key = tuple(sorted(row.flags))
+        if key in seen:
+            raise ValueError(f"Rows {seen[key]} and {row.name} set the same flags: one run.")
+        seen[key] = row.name
+    return rows
+
+
+def check_common(common: Sequence[str]) -> List[Tuple[str, str]]:
+    """The common flags (those after `--`), checked: flags only, none reserved."""
+    pairs = _flag_pairs(common, "the flags after --")
+    for name, value in pairs:
+        if name in RESERVED:
+            raise ValueError(
+                f"The flags after -- set --{name}, which compare sets for each run "
+                "(--output_dir: compare's own; seeds: --seeds)."
+            )
+        if name == "strategy" and value not in ("default", "mirrored"):
+            raise ValueError(
+                f"compare trains each run in one process; received --strategy={value}. "
+                "A cluster's runs: `tfrs-logq cluster` one run at a time."
+            )
+    return pairs
+
+
+def _flat(config_dict: Mapping[str, Any]) -> Dict[str, Any]:
+    flat: Dict[str, Any] = {}
+    for key, value in config_dict.items():
+        if isinstance(value, Mapping):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def row_configs(rows: Sequence[Row], common: Sequence[str], vary_data: bool) -> Dict[str, Any]:
+    """Each row's `configs.Config` at seed 0, as `pipelines.train` reads its flags (an error
+    names the row), checked: the rows' configs differ in the flags the rows name alone."""
+    # pylint: disable=import-outside-toplevel
+    from pipelines import train  # TensorFlow.
+
+    built = {}
+    for row in rows:
+        values = flags.FlagValues()
+        train.define_flags(values)
+        arguments = [*common, *row.arguments(), "--seed=0", "--output_dir=unused"]
+        try:
+            values(["compare", *arguments])
+            built[row.name] = train.config_from_flags(values)
+        except (flags.Error, ValueError) as error:
+            raise ValueError(f"Row {row.name} ({row.describe()}): {error}") from None
+    first = rows[0]
+    named = {name for name, _ in first.flags}
+    base = _flat(built[first.name].as_dict())
+    for row in rows[1:]:
+        other = _flat(built[row.name].as_dict())
+        differ = sorted(k for k in base if base[k] != other.get(k))
+        unnamed = [k for k in differ if k not in named]
+        if unnamed:
+            raise ValueError(
+                f"Rows {first.name} and {row.name} differ in --{', --'.join(unnamed)} too, "
+                f"which no row names (through --{', --'.join(sorted(named))}): the "
+                "comparison would be confounded. Set them once after --."
+            )
+    if vary_data:
+        datasets = {c.data.dataset for c in built.values()}
+        if datasets != {"web_synthetic"}:
+            raise ValueError(
+                "--vary_data draws a fresh synthetic log per seed: it needs "
+                f"--dataset=web_synthetic; received --dataset={', '.join(sorted(datasets))}."
+            )
+    return built
+
+
+def plan(
+    rows: Sequence[Row],
+    common: Sequence[str],
+    seeds: int,
+    output_dir: str,
+    results_dir: str,
+    vary_data: bool = False,
+    memory_budget_mb: int = 0,
+) -> List[Run]:
+    """The runs, seed by seed (an interrupted comparison has every row at the same number of
+    seeds), each a `pipelines.train` command."""
+    runs = []
+    for seed in range(seeds):
+        for row in rows:
+            directory = os.path.join(output_dir, row.name, f"seed{seed}")
+            command = [sys.executable, "-m", "pipelines.train", *common, *row.arguments()]
+            command.append(f"--seed={seed}")
+            if vary_data:
+                command.append(f"--synthetic_log_seed={seed}")
+            if memory_budget_mb:
+                command.append(f"--memory_budget_mb={memory_budget_mb}")
+            command.append(f"--output_dir={directory}")
+            record = os.path.join(results_dir, row.name, f"seed{seed}.json")
+            runs.append(Run(row, seed, directory, record, command))
+    return runs
+
+
+# ---------------------------------------------------------------------------- records
+
+
+def load_record(run: Run) -> Optional[Dict]:
+    if not os.path.exists(run.record):
+        return None
+    with open(run.record) as f:
+        return json.load(f)
+
+
+def finished(run: Run) -> bool:
+    """Whether the run has a record of a finished run, or a metrics.json to record."""
+    record = load_record(run)
+    if record is not None:
+        return record.get("status") == "finished"
+    return os.path.exists(RunFiles(run.directory).metrics)
+
+
+def _common_record(run: Run) -> Dict[str, Any]:
+    return {
+        "row": run.row.name,
+        "flags": dict(run.row.flags),
+        "seed": run.seed,
+        "command": shlex.join(run.command),
+        "directory": run.directory,
+    }
+
+
+def write_record(run: Run) -> Dict:
+    """Writes the record of a finished run (RECORD_FIELDS of its metrics.json, its config
+    whole; the code diff copied beside it when the run's tree had one); returns it."""
+    files = RunFiles(run.directory)
+    with open(files.metrics) as f:
+        metrics = json.load(f)
+    with open(files.config) as f:
+        config = json.load(f)
+    if os.path.exists(files.wall_seconds):
+        with open(files.wall_seconds) as f:
+            metrics["wall_seconds"] = json.load(f)["seconds"]
+    record = dict(
+        _common_record(run),
+        status="finished",
+        config=config,
+        **{name: metrics[name] for name in RECORD_FIELDS if name in metrics},
+    )
+    os.makedirs(os.path.dirname(run.record), exist_ok=True)
+    if record.get("code_diff_sha256") and os.path.exists(files.code_diff):
+        shutil.copyfile(files.code_diff, run.record[: -len(".json")] + ".diff")
+    write_json(run.record, record)
+    return record
+
+
+def write_failure(run: Run, error: str) -> Dict:
+    """Writes the record of a failed run: its error and its log's last lines."""
+    lines: List[str] = []
+    log = RunFiles(run.directory).train_log
+    if os.path.exists(log):
+        with open(log, errors="replace") as f:
+            lines = [line.rstrip("\n") for line in f][-LOG_LINES:]
+    record = dict(_common_record(run), status="failed", error=error, log_tail=lines)
+    os.makedirs(os.path.dirname(run.record), exist_ok=True)
+    write_json(run.record, record)
+    return record
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def _metric_order(name: str) -> Tuple[int, int, str]:
+    kind, _, k = name.partition("@")
+    order = {"recall": 0, "ndcg": 1, "hit_rate": 2}.get(kind, 3)
+    return order, int(k) if k.isdigit() else 0, name
+
+
+def metric_names(records: Iterable[Dict]) -> List[str]:
+    """The test metrics every finished record has, recall first, by K."""
+    names: Optional[set] = None
+    for record in records:
+        if record.get("status") == "finished":
+            keys = set(record.get("test", {}))
+            names = keys if names is None else names & keys
+    return sorted(names or (), key=_metric_order)
+
+
+def _describe(values: Sequence[float]) -> Dict[str, float]:
+    array = np.asarray(values, np.float64)
+    return {
+        "mean": float(array.mean()),
+        "sd": float(array.std(ddof=1)) if array.size > 1 else 0.0,
+        "n": int(array.size),
+    }
+
+
+def summarize(
+    rows: Sequence[Row],
+    seeds: int,
+    records: Mapping[Tuple[str, int], Dict],
+    baseline: str,
+    margin: Optional[float] = None,
+) -> Dict[str, Any]:
+    """The report's numbers from the records by (row, seed): per row its status and means;
+    per row but the baseline its paired differences (Holm over the rows, metric by metric);
+    the popularity thirds; the data-only baselines."""
+    finished_records = [r for r in records.values() if r.get("status") == "finished"]
+    metrics = metric_names(finished_records)
+    summary: Dict[str, Any] = {
+        "metrics": metrics,
+        "seeds": seeds,
+        "baseline": baseline,
+        "margin": margin,
+        "rows": {},
+        "differences": {},
+        "baselines": {},
+    }
+    for row in rows:
+        done = {s: records[(row.name, s)] for s in range(seeds) if (row.name, s) in records}
+        ok = {s: r for s, r in done.items() if r.get("status") == "finished"}
+        entry: Dict[str, Any] = {
+            "flags": dict(row.flags),
+            "finished": sorted(ok),
+            "failed": sorted(s for s, r in done.items() if r.get("status") == "failed"),
+            "pending": sorted(set(range(seeds)) - set(done)),
+        }
+        complete = len(ok) == seeds
+        entry["complete"] = complete
+        if ok:
+            entry["metrics"] = {
+                m: _describe([ok[s]["test"][m] for s in sorted(ok)]) for m in metrics
+            }
+            thirds = {}
+            for key in sorted({k for r in ok.values() for k in r.get("by_popularity", {})}):
+                kept = [r["by_popularity"][key] for r in ok.values() if key in r["by_popularity"]]
+                if len(kept) == len(ok):
+                    thirds[key] = _describe(kept)["mean"]
+            entry["by_popularity"] = thirds
+            seconds = [r["train_seconds"] for r in ok.values() if "train_seconds" in r]
+            if seconds:
+                entry["train_seconds"] = float(np.mean(seconds))
+        summary["rows"][row.name] = entry
+    for kind in ("popularity", "oracle"):
+        values: Dict[str, List[float]] = {}
+        for record in finished_records:
+            for m, value in (record.get("baselines", {}).get(kind) or {}).items():
+                if m in metrics and isinstance(value, (int, float)):
+                    values.setdefault(m, []).append(value)
+        if values:
+            summary["baselines"][kind] = {m: float(np.mean(v)) for m, v in values.items()}
+    others = [row.name for row in rows if row.name != baseline]
+    for name in others:
+        summary["differences"][name] = {}
+        common = [
+            s
+            for s in range(seeds)
+            if records.get((name, s), {}).get("status") == "finished"
+            and records.get((baseline, s), {}).get("status") == "finished"
+        ]
+        for m in metrics:
+            if not common:
+                continue
+            d = [records[(name, s)]["test"][m] - records[(baseline, s)]["test"][m] for s in common]
+            result: Dict[str, Any] = {"seeds": common, "d": d, "mean": float(np.mean(d))}
+            if len(d) > 1:
+                test = significance.equivalence(d, margin=margin)
+                result.update(se=test["se"], p=test["p"], excluded=test["excluded"])
+                if margin is not None:
+                    result["tost_p"] = test["tost_p"]
+            summary["differences"][name][m] = result
+    for m in metrics:  # Holm over the rows compared with the baseline, metric by metric.
+        tested = [
+            (name, summary["differences"][name][m])
+            for name in others
+            if "p" in summary["differences"][name].get(m, {})
+        ]
+        for (_, result), adjusted in zip(
+            tested, significance.holm([result["p"] for _, result in tested])
+        ):
+            result["p_holm"] = adjusted
+    return summary
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def _number(value: float, places: int = 4) -> str:
+    if value == 0 or abs(value) >= 0.5 * 10**-places:
+        return f"{value:.{places}f}"
+    return f"{value:.1e}"
+
+
+def _verdict(result: Dict[str, Any]) -> str:
+    """better / worse / level at Holm's p < ALPHA; "untested" without a p."""
+    if "p_holm" not in result:
+        return "untested"
+    if result["p_holm"] >= ALPHA:
+        return "level"
+    return "better" if result["mean"] > 0 else "worse"
+
+
+def _difference_cell(result: Optional[Dict[str, Any]]) -> str:
+    if not result:
+        return "–"
+    head = f"{result['mean']:+.4f}"
+    if "p" not in result:
+        return f"{head} (1 seed: no p-value)"
+    text = (
+        f"{head} (SE {_number(result['se'])}, p {_number(result['p'], 3)}, Holm "
+        f"{_number(result['p_holm'], 3)}; > {_number(result['excluded'])} excluded"
+    )
+    if "tost_p" in result:
+        text += f"; TOST p {_number(result['tost_p'], 3)}"
+    return text + ")"
+
+
+def advice(summary: Dict[str, Any], primary: str) -> str:
+    """A paragraph of advice from the summary's numbers alone."""
+    base, rows, seeds = summary["baseline"], summary["rows"], summary["seeds"]
+    metrics = summary["metrics"]
+    if not metrics:
+        return "No run has finished yet: nothing to advise."
+    sentences = []
+    broken = [
+        f"{name} (seeds {', '.join(map(str, e['failed']))} failed)"
+        for name, e in rows.items()
+        if e["failed"]
+    ]
+    missing = [
+        f"{name} (seeds {', '.join(map(str, e['pending']))})"
+        for name, e in rows.items()
+        if e["pending"]
+    ]
+    if broken:
+        sentences.append(
+            "Runs failed: " + "; ".join(broken) + ". Their rows have no mean until the same "
+            "command trains them again; the differences below pair only the seeds that finished."
+        )
+    if missing:
+        sentences.append("Runs not trained yet: " + "; ".join(missing) + ".")
+    if seeds < 2 or all("p" not in r.get(primary, {}) for r in summary["differences"].values()):
+        sentences.append(
+            "With one seed a row there are no p-values: each difference below is one draw of "
+            "training noise. Run --seeds=3 or more before choosing."
+        )
+        return " ".join(sentences)
+    Verdict = Tuple[str, Dict[str, Any], List[str]]
+    better: List[Verdict] = []
+    worse: List[Verdict] = []
+    level: List[Verdict] = []
+    trade: List[Verdict] = []
+    for name, results in summary["differences"].items():
+        verdict = _verdict(results.get(primary, {}))
+        others = {m: _verdict(results.get(m, {})) for m in metrics if m != primary}
+        result = results.get(primary, {})
+        if verdict == "better":
+            losing = [m for m, v in others.items() if v == "worse"]
+            (trade if losing else better).append((name, result, losing))
+        elif verdict == "worse":
+            worse.append((name, result, [m for m, v in others.items() if v == "better"]))
+        else:
+            level.append((name, result, [m for m, v in others.items() if v != "level"]))
+    k = len(summary["differences"])
+    family = f"Holm-adjusted over {k} comparisons" if k > 1 else "one comparison"
+    if better:
+        name, result, _ = max(better, key=lambda item: item[1]["mean"])
+        sentences.append(
+            f"Use {name}: on this log it leads {base} at {primary} by {result['mean']:+.4f} "
+            f"(p {_number(result['p_holm'], 3)}, {family}, {len(result['seeds'])} seeds) and "
+            "is worse at no other metric."
+        )
+    for name, result, losing in trade:
+        sentences.append(
+            f"{name} leads {base} at {primary} ({result['mean']:+.4f}) but trails it at "
+            f"{', '.join(losing)}: choose by the metric your product counts."
+        )
+    for name, result, winning in worse:
+        text = (
+            f"{name} trails {base} at {primary} by {result['mean']:+.4f} "
+            f"(p {_number(result['p_holm'], 3)})"
+        )
+        sentences.append(text + (f", though it leads at {', '.join(winning)}." if winning else "."))
+    for name, result, _ in level:
+        text = (
+            f"{name} and {base} are level at {primary} ({result['mean']:+.4f}, p "
+            f"{_number(result['p_holm'], 3)}, {family}); these seeds exclude a difference "
+            f"above {_number(result['excluded'])}"
+        )
+        if "tost_p" in result:
+            within = result["tost_p"] < ALPHA
+            text += (
+                f", and {'place' if within else 'do not place'} it within ±"
+                f"{_number(summary['margin'])} (TOST p {_number(result['tost_p'], 3)})"
+            )
+        sentences.append(text + ".")
+    if not better and not trade:
+        cost = {
+            name: entry.get("train_seconds")
+            for name, entry in rows.items()
+            if entry.get("train_seconds") is not None
+        }
+        advice_text = f"No row beats {base} at {primary}: keep {base}"
+        if len(cost) > 1 and level:
+            advice_text += (
+                ", or where rows are level pick the cheaper (training seconds: "
+                + ", ".join(f"{n} {s:.0f}" for n, s in cost.items())
+                + ")"
+            )
+        sentences.append(advice_text + ".")
+    return " ".join(sentences)
+
+
+def _third_keys(summary: Dict[str, Any], primary: str) -> List[str]:
+    keys = {k for e in summary["rows"].values() for k in e.get("by_popularity", {})}
+    return [
+        f"{third}_{primary}" for third in ("head", "torso", "tail") if f"{third}_{primary}" in keys
+    ]
+
+
+def format_report(
+    summary: Dict[str, Any],
+    primary: str,
+    command_line: str,
+    common: Sequence[str],
+    revisions: Sequence[str],
+    vary_data: bool,
+) -> str:
+    """The report as Markdown."""
+    metrics, base = summary["metrics"], summary["baseline"]
+    spread = (
+        "training and the synthetic log (a fresh log per seed)" if vary_data else "training alone"
+    )
+    lines = [
+        "# Which row on this log?",
+        "",
+        f"`{command_line}`",
+        "",
+        f"Common flags: `{' '.join(common) or '(the preset defaults)'}`. Seeds 0-"
+        f"{summary['seeds'] - 1} (their spread is that of {spread}); every row is compared "
+        f"with {base}, paired by seed. Code: {', '.join(revisions) or 'no run finished'}.",
+        "",
+        "## Advice",
+        "",
+        advice(summary, primary),
+        "",
+        "## Means over seeds",
+        "",
+        "| row | flags | seeds | " + " | ".join(metrics) + " | train s |",
+        "|---|---|---|" + "---|" * len(metrics) + "---|",
+    ]
+    for name, entry in summary["rows"].items():
+        flags_text = " ".join(f"--{k}={v}" for k, v in entry["flags"].items())
+        seeds_text = f"{len(entry['finished'])}/{summary['seeds']}"
+        if entry["failed"]:
+            seeds_text += f" (failed: {', '.join(map(str, entry['failed']))})"
+        if entry["complete"]:
+            cells = [
+                f"{entry['metrics'][m]['mean']:.4f} ± {entry['metrics'][m]['sd']:.4f}"
+                for m in metrics
+            ]
+        else:
+            cells = ["–"] * len(metrics)
+        seconds = entry.get("train_seconds")
+        lines.append(
+            f"| {name} | `{flags_text}` | {seeds_text} | "
+            + " | ".join(cells)
+            + f" | {'–' if seconds is None or not entry['complete'] else f'{seconds:.0f}'} |"
+        )
+    for kind, values in summary["baselines"].items():
+        cells = [f"{values[m]:.4f}" if m in values else "–" for m in metrics]
+        lines.append(f"| {kind} (baseline) | | | " + " | ".join(cells) + " | |")
+    lines += [
+        "",
+        "± is the SD over seeds; a row with a failed or untrained seed has no mean.",
+        "",
+        f"## Against {base}, paired by seed",
+        "",
+        "| row − " + base + " | seeds | " + " | ".join(metrics) + " |",
+        "|---|---|" + "---|" * len(metrics),
+    ]
+    for name, results in summary["differences"].items():
+        seeds: List[int] = next((r["seeds"] for r in results.values()), [])
+        lines.append(
+            f"| {name} − {base} | {', '.join(map(str, seeds)) or '–'} | "
+            + " | ".join(_difference_cell(results.get(m)) for m in metrics)
+            + " |"
+        )
+    lines += [
+        "",
+        "SE: the standard error of the mean difference over seeds; p: Student's t, two-sided; "
+        "Holm: p adjusted over the rows compared, metric by metric (better or worse where "
+        f'Holm < {ALPHA}); "> X excluded": the 95% bound of two one-sided tests, a '
+        "difference larger than X is unlikely at these seeds"
+        + (f"; TOST p: against ±{summary['margin']:g}" if summary["margin"] else "")
+        + ".",
+    ]
+    thirds = _third_keys(summary, primary)
+    if thirds:
+        lines += [
+            "",
+            f"## {primary} by popularity third of the target",
+            "",
+            "| row | " + " | ".join(k.split("_")[0] for k in thirds) + " |",
+            "|---|" + "---|" * len(thirds),
+        ]
+        for name, entry in summary["rows"].items():
+            values = entry.get("by_popularity", {})
+            lines.append(
+                f"| {name} | "
+                + " | ".join(f"{values[k]:.4f}" if k in values else "–" for k in thirds)
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def run_table(runs: Sequence[Run], records: Mapping[Tuple[str, int], Dict], primary: str) -> str:
+    """One line a run: its status, primary metric, seconds and code."""
+    lines = [
+        "",
+        "## Runs",
+        "",
+        f"| row | seed | status | {primary} | train s | code |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        record = records.get((run.row.name, run.seed))
+        if record is None:
+            lines.append(f"| {run.row.name} | {run.seed} | not trained | | | |")
+        elif record["status"] == "failed":
+            lines.append(f"| {run.row.name} | {run.seed} | failed: {record['error']} | | | |")
+        else:
+            value = record["test"].get(primary, math.nan)
+            lines.append(
+                f"| {run.row.name} | {run.seed} | finished | {value:.4f} | "
+                f"{record.get('train_seconds', math.nan):.0f} | "
+                f"{record.get('git_revision', 'unknown')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- the job
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("output_dir", None, "Where the runs go: OUTPUT/ROW/seedN (required).")
+    flags.DEFINE_string(
+        "results_dir", "", "Where the records and the report go (default: --output_dir)."
+    )
+    flags.DEFINE_list(
+        "corrections", [], "One row per correction (--correction=NAME), e.g. standard,improved."
+    )
+    flags.DEFINE_multi_string("row", [], "A row: 'NAME: --flag=value ...' (repeat for each row).")
+    flags.DEFINE_integer("seeds", SEEDS, "Seeds 0 .. N-1 of every row.", lower_bound=1)
+    flags.DEFINE_string(
+        "baseline", "", "The row the others are compared with (default: the first row)."
+    )
+    flags.DEFINE_string(
+        "metric",
+        "",
+        "The metric the advice reads first (default: the first recall@K).",
+    )
+    flags.DEFINE_float(
+        "margin",
+        None,
+        "A difference the product would not care about: TOST's p of each paired "
+        "difference against +-margin (default: none, the excluded bound only).",
+    )
+    flags.DEFINE_bool(
+        "vary_data",
+        False,
+        "--dataset=web_synthetic: seed N draws a fresh log too (--synthetic_log_seed=N).",
+    )
+    flags.DEFINE_integer(
+        "parallel",
+        1,
+        "Runs trained at once, each pinned to its share of the CPUs, each with "
+        "--memory_budget_mb set to its share of the memory (unless the flags set it).",
+        lower_bound=1,
+    )
+    flags.DEFINE_bool(
+        "keep_weights",
+        False,
+        "Keep each finished run's checkpoints, backup and SavedModels; by default "
+        "they are deleted once its record is written (gigabytes a run at a million items).",
+    )
+    flags.DEFINE_bool("report_only", False, "Write the report from the records; train nothing.")
+
+
+def _check_stored(results_dir: str, rows: Sequence[Row], common: Sequence[str]) -> None:
+    """RESULTS/compare.json: a rerun into the same directory compares the same thing (the
+    same common flags; a row it had keeps its flags; rows and seeds may be added)."""
+    path = os.path.join(results_dir, "compare.json")
+    stored: Dict[str, Any] = {"common": list(common), "rows": {}}
+    if os.path.exists(path):
+        with open(path) as f:
+            stored = json.load(f)
+        if stored["common"] != list(common):
+            raise ValueError(
+                f"{results_dir} holds a comparison with other common flags "
+                f"({shlex.join(stored['common'])}); received {shlex.join(common)}. Give "
+                "another --output_dir (or --results_dir)."
+            )
+        for row in rows:
+            if row.name in stored["rows"] and stored["rows"][row.name] != row.arguments():
+                raise ValueError(
+                    f"{results_dir} holds row {row.name} as "
+                    f"{shlex.join(stored['rows'][row.name])}; received {row.describe()}. "
+                    "Name the new row otherwise."
+                )
+    stored["rows"].update({row.name: row.arguments() for row in rows})
+    os.makedirs(results_dir, exist_ok=True)
+    write_json(path, stored)
+
+
+def _memory_budget(parallel: int, common_pairs: Sequence[Tuple[str, str]]) -> int:
+    """Each of `parallel` runs' share of the memory (MB), unless the flags set it."""
+    if parallel == 1 or any(name == "memory_budget_mb" for name, _ in common_pairs):
+        return 0
+    from pipelines import memory  # pylint: disable=import-outside-toplevel
+
+    return int(memory.available_mib() * 0.95 / parallel)
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return "tfrs-logq compare " + shlex.join(argv)
+
+
+def main(argv: Sequence[str]) -> None:
+    common = list(argv[1:])
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required.")
+    output_dir = FLAGS.output_dir
+    results_dir = FLAGS.results_dir or output_dir
+    try:
+        rows = make_rows(FLAGS.row, FLAGS.corrections)
+        common_pairs = check_common(common)
+        names = [row.name for row in rows]
+        baseline = FLAGS.baseline or names[0]
+        if baseline not in names:
+            raise ValueError(
+                f"--baseline must name a row ({', '.join(names)}); received "
+                f"--baseline={baseline!r}."
+            )
+        if FLAGS.margin is not None and not FLAGS.margin > 0:
+            raise ValueError(f"--margin must be positive; received --margin={FLAGS.margin}.")
+        configs_by_row = row_configs(rows, common, FLAGS.vary_data)
+        slots = schedule.cpu_slots(FLAGS.parallel)
+        _check_stored(results_dir, rows, common)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+    del configs_by_row  # Checked; each run reads its own flags.
+    runs = plan(
+        rows,
+        common,
+        FLAGS.seeds,
+        output_dir,
+        results_dir,
+        FLAGS.vary_data,
+        _memory_budget(FLAGS.parallel, common_pairs),
+    )
+    line = command_line(sys.argv[1:] if len(sys.argv) > 1 else [])
+    for run in runs:  # Finished before a kill, recorded now.
+        if load_record(run) is None and os.path.exists(RunFiles(run.directory).metrics):
+            write_record(run)
+    pending = [run for run in runs if not finished(run)]
+    print(
+        f"compare: {len(rows)} rows x {FLAGS.seeds} seeds, {len(runs)} runs; "
+        f"{len(runs) - len(pending)} already finished.",
+        flush=True,
+    )
+
+    def report() -> str:
+        return write_report(
+            runs,
+            rows,
+            baseline,
+            FLAGS.margin,
+            FLAGS.metric,
+            line,
+            common,
+            FLAGS.vary_data,
+            results_dir,
+        )
+
+    if not FLAGS.report_only and pending:
+        by_directory = {run.directory: run for run in pending}
+        jobs = [
+            schedule.Job(f"{run.row.name} seed {run.seed}", run.command, run.directory)
+            for run in pending
+        ]
+        for done in schedule.run_all(jobs, slots[: len(pending)] or slots, keep_going=True):
+            run = by_directory[done.job.directory]
+            if done.error is None:
+                record = write_record(run)
+                if not FLAGS.keep_weights:
+                    RunFiles(run.directory).prune_weights()
+                shown = ", ".join(
+                    f"{m} {record['test'][m]:.4f}" for m in metric_names([record])[:3]
+                )
+                print(
+                    f"[{done.number}/{len(pending)}] {done.job.label}: {shown} "
+                    f"({done.seconds:.0f} s)",
+                    flush=True,
+                )
+            else:
+                write_failure(run, done.error)
+                print(
+                    f"[{done.number}/{len(pending)}] {done.job.label} failed: {done.error}",
+                    flush=True,
+                )
+            report()
+    path = report()
+    with open(path) as f:
+        text = f.read()
+    advice_text = text.split("## Advice\n\n", 1)[1].split("\n\n", 1)[0]
+    print(f"\n{advice_text}\n\nWrote {path}.", flush=True)
+    failed = [run for run in runs if (load_record(run) or {}).get("status") == "failed"]
+    if failed:
+        print(
+            f"{len(failed)} runs failed ({', '.join(f'{r.row.name} seed {r.seed}' for r in failed)}"
+            "); the same command trains them again.",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+def write_report(
+    runs: Sequence[Run],
+    rows: Sequence[Row],
+    baseline: str,
+    margin: Optional[float],
+    metric: str,
+    line: str,
+    common: Sequence[str],
+    vary_data: bool,
+    results_dir: str,
+) -> str:
+    """Writes RESULTS/report.md and report.json from the runs' records; returns the first."""
+    records = {}
+    for run in runs:
+        record = load_record(run)
+        if record is not None:
+            records[(run.row.name, run.seed)] = record
+    seeds = max(run.seed for run in runs) + 1
+    summary = summarize(rows, seeds, records, baseline, margin)
+    metrics = summary["metrics"]
+    if metric and metrics and metric not in metrics:
+        raise app.UsageError(
+            f"--metric must be one of the runs' metrics ({', '.join(metrics)}); "
+            f"received --metric={metric!r}."
+        )
+    primary = (
+        metric
+        or next((m for m in metrics if m.startswith("recall@")), "")
+        or (metrics[0] if metrics else "")
+    )
+    revisions = sorted(
+        {r.get("git_revision", "unknown") for r in records.values() if r["status"] == "finished"}
+    )
+    text = format_report(summary, primary, line, common, revisions, vary_data)
+    text += run_table(runs, records, primary)
+    path = os.path.join(results_dir, "report.md")
+    temporary = path + ".partial"
+    with open(temporary, "w") as f:
+        f.write(text)
+    os.replace(temporary, path)
+    write_json(
+        os.path.join(results_dir, "report.json"), dict(summary, primary=primary, command=line)
+    )
+    return path
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
