@@ -22,6 +22,7 @@ from paper.comparisons import _small
 from paper.comparisons import summarise
 from paper.industrial_plan import IndustrialRun
 from pipelines import configs
+from pipelines import report as report_lib
 from pipelines import significance
 
 METRICS = ("recall@10", "recall@100", "recall@1000", "ndcg@10")
@@ -1045,6 +1046,56 @@ def _short_trainings(records: Records) -> str:
     )
 
 
+# Revisions records name that are not in the repository, and why: the report says so, and
+# paper/tests checks that no other record names a missing commit.
+LOST_REVISIONS = {
+    "fcad26fb2b876e8221a1d33f87c195f7008bb9dc": (
+        "the campaign worktree's commit, never merged and since lost: its code cannot be restored"
+    ),
+}
+
+
+def provenance(records: Records) -> str:
+    """Which code the records ran: each revision, how many records name it, and whether its
+    commit is in the repository (a lost one with LOST_REVISIONS's reason)."""
+    counts: Dict[str, List[str]] = {}
+    seen = set()
+    for (_experiment, setting, row, _seed), record in sorted(records.items()):
+        if record.get("directory") in seen:
+            continue  # A run two experiments share: one record.
+        seen.add(record.get("directory"))
+        revision = record.get("git_revision", "unknown")
+        counts.setdefault(revision, []).append(
+            f"{record.get('experiment', _experiment)}/{row}{'-' + setting if setting else ''}"
+        )
+    if not counts:
+        return "No record yet names its code."
+    parts = []
+    for revision, names in sorted(counts.items(), key=lambda item: -len(item[1])):
+        commit = revision.split("+", 1)[0]
+        dirty = " with uncommitted changes" if revision.endswith("+dirty") else ""
+        exists = report_lib.commit_exists(revision)
+        where = (
+            "in the repository"
+            if exists
+            else f"not in the repository ({LOST_REVISIONS[commit]})"
+            if commit in LOST_REVISIONS
+            else "not in the repository"
+            if exists is False
+            else "unchecked (no git checkout)"
+        )
+        main = sum(name.startswith("main/") for name in names)
+        parts.append(
+            f"{len(names)} at `{commit[:7]}`{dirty}, {where}"
+            + (f" ({main} of them `main`'s)" if main else "")
+        )
+    return (
+        'Each record names the code it ran (`git_revision`; "+dirty": the campaign '
+        "worktree's `paper/` and `pipelines/report.py`, reporting rather than training, were "
+        "newer than its commit). Records by revision: " + "; ".join(parts) + "."
+    )
+
+
 def markdown(
     runs: Sequence[IndustrialRun],
     records: Records,
@@ -1115,9 +1166,7 @@ def markdown(
         "catalog's 0.1x log, one seed a point: the preset's rates were swept there with "
         "improved alone (docs/speed.md), and its best rates lay on that sweep's edge.",
         "",
-        'Each record names the code it ran (`git_revision`); "+dirty" marks the campaign\'s '
-        "worktree, whose `paper/` and `pipelines/report.py` (reporting, not training) were "
-        "newer than its commit.",
+        provenance(records),
         "",
         f"Command: `{command_line}` (resumes; `--report_only` rewrites this from the records).",
         "",

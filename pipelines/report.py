@@ -293,6 +293,21 @@ def _git(*args: str) -> str:
     ).stdout
 
 
+def commit_exists(revision: str) -> Optional[bool]:
+    """Whether the commit a record names (`git_revision`, "+dirty" or not) is in this
+    checkout's repository; None outside a git checkout or for "unknown"."""
+    commit = revision.split("+", 1)[0]
+    if not commit or commit == "unknown":
+        return None
+    try:
+        _git("cat-file", "-e", f"{commit}^{{commit}}")
+    except subprocess.CalledProcessError:
+        return False
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return True
+
+
 def code_state(diff_path: Optional[str] = None) -> Dict[str, str]:
     """What code a run ran: {"git_revision": the commit this code is at, "+dirty" when
     tracked files hold uncommitted changes ("unknown" outside a git checkout)} and, from a

@@ -766,6 +766,80 @@ class RecordsAndReportTest(tf.test.TestCase):
 
 
 @pytest.mark.slow
+def _revisions(value):
+    """Every "git_revision" string in a JSON value."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "git_revision" and isinstance(item, str):
+                yield item
+            else:
+                yield from _revisions(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _revisions(item)
+
+
+class RevisionsTest(tf.test.TestCase):
+    def test_every_committed_record_names_a_commit_of_the_repository(self):
+        """Each record under docs/results names a commit that is in the repository, but
+        those of LOST_REVISIONS (named in the report with their reason), and only under
+        industrial_claim/: the set may shrink as they are re-run, never grow."""
+        from pipelines import report as pipeline_report  # pylint: disable=import-outside-toplevel
+
+        root = os.path.join(os.path.dirname(__file__), "..", "..")
+        shallow = subprocess.run(
+            ["git", "rev-parse", "--is-shallow-repository"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+            self.skipTest("not a full git clone: old commits cannot be looked up")
+        checked, lost = set(), {}
+        results = os.path.join(root, "docs", "results")
+        for directory, _, names in os.walk(results):
+            for name in names:
+                if not name.endswith(".json"):
+                    continue
+                path = os.path.join(directory, name)
+                with open(path) as f:
+                    revisions = set(_revisions(json.load(f)))
+                for revision in revisions:
+                    commit = revision.split("+", 1)[0]
+                    if commit in report_lib.LOST_REVISIONS:
+                        lost.setdefault(commit, []).append(os.path.relpath(path, results))
+                    elif commit not in checked:
+                        self.assertTrue(pipeline_report.commit_exists(revision), (path, revision))
+                        checked.add(commit)
+        for paths in lost.values():
+            self.assertTrue(all(p.startswith("industrial_claim") for p in paths), paths)
+        self.assertLessEqual(sum(map(len, lost.values())), 57)
+
+    def test_provenance_counts_records_once_by_revision(self):
+        lost = next(iter(report_lib.LOST_REVISIONS))
+        shared = {"experiment": "main", "git_revision": "0" * 40 + "+dirty", "directory": "a"}
+        records = {
+            ("catalog", "items1000000", "standard", 0): shared,
+            ("main", "", "standard", 0): dict(shared),
+            ("main", "", "none", 2): {
+                "experiment": "main",
+                "git_revision": lost + "+dirty",
+                "directory": "b",
+            },
+        }
+        text = report_lib.provenance(records)
+        self.assertIn(
+            "1 at `0000000` with uncommitted changes, not in the repository (1 of them `main`'s)",
+            text,
+        )
+        self.assertIn(
+            f"1 at `{lost[:7]}` with uncommitted changes, not in the repository "
+            "(the campaign worktree's commit",
+            text,
+        )
+
+
 class SmokeCampaignTest(tf.test.TestCase):
     def test_two_rows_two_seeds_then_skipped(self):
         out, results, cache = tempfile.mkdtemp(), tempfile.mkdtemp(), tempfile.mkdtemp()
