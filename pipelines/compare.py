@@ -96,6 +96,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
 _FLAG = re.compile(r"^--([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$", re.DOTALL)
 # How many of a failed run's log lines its record keeps.
 LOG_LINES = 8
+# Fewer test queries than this and the advice says that only large differences can show.
+SMALL_TEST = 1000
 
 
 class Row(NamedTuple):
@@ -403,6 +405,9 @@ def summarize(
         "differences": {},
         "baselines": {},
     }
+    queries = [r["num_test_queries"] for r in finished_records if "num_test_queries" in r]
+    if queries:
+        summary["test_queries"] = [int(min(queries)), int(max(queries))]
     for row in rows:
         done = {s: records[(row.name, s)] for s in range(seeds) if (row.name, s) in records}
         ok = {s: r for s, r in done.items() if r.get("status") == "finished"}
@@ -595,6 +600,24 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
                 + ")"
             )
         sentences.append(advice_text + ".")
+    popularity = summary["baselines"].get("popularity", {}).get(primary)
+    means = [
+        entry["metrics"][primary]["mean"]
+        for entry in rows.values()
+        if entry.get("complete") and primary in entry.get("metrics", {})
+    ]
+    if popularity is not None and means and max(means) < popularity:
+        sentences.append(
+            f"But every row is below the popularity baseline at {primary} ({max(means):.4f} at "
+            f"best against {popularity:.4f}): on this log the model itself needs work (its "
+            "training, size or features) before the choice of correction matters."
+        )
+    queries = summary.get("test_queries")
+    if queries and queries[0] < SMALL_TEST:
+        sentences.append(
+            f"The test holds {queries[0]:,} queries: each metric is a mean over few users, and "
+            "only large differences can show."
+        )
     return " ".join(sentences)
 
 
@@ -603,6 +626,14 @@ def _third_keys(summary: Dict[str, Any], primary: str) -> List[str]:
     return [
         f"{third}_{primary}" for third in ("head", "torso", "tail") if f"{third}_{primary}" in keys
     ]
+
+
+def _queries(summary: Dict[str, Any]) -> str:
+    queries = summary.get("test_queries")
+    if not queries:
+        return "–"
+    low, high = queries
+    return f"{low:,}" if low == high else f"{low:,} to {high:,}"
 
 
 def format_report(
@@ -625,7 +656,8 @@ def format_report(
         "",
         f"Common flags: `{' '.join(common) or '(the preset defaults)'}`. Seeds 0-"
         f"{summary['seeds'] - 1} (their spread is that of {spread}); every row is compared "
-        f"with {base}, paired by seed. Code: {', '.join(revisions) or 'no run finished'}.",
+        f"with {base}, paired by seed. Test queries: {_queries(summary)}. Code: "
+        f"{', '.join(revisions) or 'no run finished'}.",
         "",
         "## Advice",
         "",
@@ -810,7 +842,10 @@ def _memory_budget(parallel: int, common_pairs: Sequence[Tuple[str, str]]) -> in
 
 
 def command_line(argv: Sequence[str]) -> str:
-    return "tfrs-logq compare " + shlex.join(argv)
+    """The command that trains (and re-trains) this comparison, as the report shows it:
+    `argv` without --report_only, which renders the same report and trains nothing."""
+    shown = [a for a in argv if a not in ("--report_only", "--report_only=true")]
+    return "tfrs-logq compare " + shlex.join(shown)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -295,6 +295,24 @@ class ReportTest(tf.test.TestCase):
             "a trails b at recall@10 by -0.0267 (p 0.015), though it leads at recall@100.", text
         )
 
+    def test_advice_names_a_model_below_popularity_and_a_small_test(self):
+        records, _ = self._records()
+        rows = _rows("a: --correction=none", "c: --correction=improved")
+        for record in records.values():
+            record["baselines"]["popularity"]["recall@10"] = 0.2
+            record["num_test_queries"] = 105
+        summary = compare.summarize(rows, 3, records, "a")
+        self.assertEqual(summary["test_queries"], [105, 105])
+        text = compare.advice(summary, "recall@10")
+        self.assertIn(
+            "But every row is below the popularity baseline at recall@10 (0.1133 at best "
+            "against 0.2000)",
+            text,
+        )
+        self.assertIn("The test holds 105 queries", text)
+        report = compare.format_report(summary, "recall@10", "c", [], ["abc"], False)
+        self.assertIn("Test queries: 105. Code: abc.", report)
+
     def test_one_seed_reports_no_p_values(self):
         records, _ = self._records()
         rows = _rows("a: --correction=none", "b: --correction=standard")
