@@ -57,6 +57,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from pipelines import per_query as per_query_lib
 from pipelines import schedule
 from pipelines import significance
 from pipelines.run_files import RunFiles
@@ -98,6 +99,8 @@ _FLAG = re.compile(r"^--([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$", re.DOTALL)
 LOG_LINES = 8
 # Fewer test queries than this and the advice says that only large differences can show.
 SMALL_TEST = 1000
+# Bootstrap resamples of the test queries.
+REPLICATES = 1000
 
 
 class Row(NamedTuple):
@@ -294,6 +297,11 @@ def plan(
 # ---------------------------------------------------------------------------- records
 
 
+def per_query_path(run: Run) -> str:
+    """RESULTS/ROW/seedN.npz: the run's per-query test metrics, beside its record."""
+    return run.record[: -len(".json")] + per_query_lib.SUFFIX
+
+
 def load_record(run: Run) -> Optional[Dict]:
     if not os.path.exists(run.record):
         return None
@@ -339,6 +347,8 @@ def write_record(run: Run) -> Dict:
     os.makedirs(os.path.dirname(run.record), exist_ok=True)
     if record.get("code_diff_sha256") and os.path.exists(files.code_diff):
         shutil.copyfile(files.code_diff, run.record[: -len(".json")] + ".diff")
+    if os.path.exists(files.per_query):  # Each test query's metrics: the bootstrap's input.
+        shutil.copyfile(files.per_query, per_query_path(run))
     write_json(run.record, record)
     return record
 
@@ -474,6 +484,68 @@ def summarize(
     return summary
 
 
+def bootstrap_se(
+    pairs: Sequence[Tuple[np.ndarray, np.ndarray]],
+    same_queries: bool,
+    replicates: int = REPLICATES,
+    seed: int = 0,
+) -> float:
+    """The SE over test queries of a mean over seeds of b - a, by bootstrap: `pairs` holds
+    each seed's per-query values (a, b) on that seed's queries. Each replicate resamples the
+    queries with replacement, the same resample for every seed where they share their
+    queries (`same_queries`), else each seed's own; returns the replicates' SD."""
+    rng = np.random.default_rng(seed)
+    d = [np.asarray(b, np.float64) - np.asarray(a, np.float64) for a, b in pairs]
+    totals = np.zeros(replicates)
+    batch = max(1, min(replicates, 2_000_000 // max(len(v) for v in d)))
+    for start in range(0, replicates, batch):
+        size = min(batch, replicates - start)
+        if same_queries:
+            picks = rng.integers(0, len(d[0]), size=(size, len(d[0])))
+            for values in d:
+                totals[start : start + size] += values[picks].mean(axis=1)
+        else:
+            for values in d:
+                picks = rng.integers(0, len(values), size=(size, len(values)))
+                totals[start : start + size] += values[picks].mean(axis=1)
+    return float((totals / len(d)).std(ddof=1))
+
+
+def add_query_spread(
+    summary: Dict[str, Any], per_query: Mapping[Tuple[str, int], Dict], replicates: int = REPLICATES
+) -> None:
+    """Adds to each paired difference with per-query values for all its seeds "se_queries"
+    (`bootstrap_se` over the test queries) and "share_queries", the queries' share of the
+    variance se_queries^2 / (se_queries^2 + se^2), where se is the SE over seeds."""
+    base = summary["baseline"]
+    for name, results in summary["differences"].items():
+        for metric, result in results.items():
+            records = [
+                (per_query.get((base, s)), per_query.get((name, s))) for s in result["seeds"]
+            ]
+            if not records or any(a is None or b is None for a, b in records):
+                continue
+            if any(
+                not np.array_equal(a["users"], b["users"])
+                or a["targets_digest"] != b["targets_digest"]
+                or metric not in a["values"]
+                or metric not in b["values"]
+                for a, b in records
+            ):
+                continue  # Not the same queries within a seed: no pairing by query.
+            first = records[0][0]
+            same = all(
+                np.array_equal(a["users"], first["users"])
+                and a["targets_digest"] == first["targets_digest"]
+                for a, _ in records
+            )
+            pairs = [(a["values"][metric], b["values"][metric]) for a, b in records]
+            spread = bootstrap_se(pairs, same, replicates)
+            result["se_queries"] = spread
+            if "se" in result and spread + result["se"] > 0:
+                result["share_queries"] = spread**2 / (spread**2 + result["se"] ** 2)
+
+
 # ---------------------------------------------------------------------------- the report
 
 
@@ -600,6 +672,22 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
                 + ")"
             )
         sentences.append(advice_text + ".")
+    for name, results in summary["differences"].items():
+        result = results.get(primary, {})
+        if "share_queries" in result:
+            share = result["share_queries"]
+            sentences.append(
+                f"Of the uncertainty of {name} − {base} at {primary}, "
+                + (
+                    f"{share:.0%} is the test queries (SE {_number(result['se_queries'])} over "
+                    f"queries, {_number(result['se'])} over seeds): a larger test would tell more "
+                    "than more seeds."
+                    if share > 0.5
+                    else f"{1 - share:.0%} is training (SE {_number(result['se'])} over seeds, "
+                    f"{_number(result['se_queries'])} over queries): more seeds would tell more "
+                    "than a larger test."
+                )
+            )
     popularity = summary["baselines"].get("popularity", {}).get(primary)
     means = [
         entry["metrics"][primary]["mean"]
@@ -714,6 +802,33 @@ def format_report(
         + (f"; TOST p: against ±{summary['margin']:g}" if summary["margin"] else "")
         + ".",
     ]
+    spread_rows = [
+        (name, m, results[m])
+        for name, results in summary["differences"].items()
+        for m in metrics
+        if "se_queries" in results.get(m, {}) and "se" in results[m]
+    ]
+    if spread_rows:
+        lines += [
+            "",
+            "## Training or test queries?",
+            "",
+            f"| row − {base} | metric | SE over seeds | SE over test queries | queries' share |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {name} − {base} | {m} | {_number(r['se'])} | {_number(r['se_queries'])} | "
+            f"{r['share_queries']:.0%} |"
+            for name, m, r in spread_rows
+            if "share_queries" in r
+        ]
+        lines += [
+            "",
+            f"SE over seeds: the spread of {spread} on these test queries, which the p-values "
+            f"above are conditional on; SE over test queries: {REPLICATES:,} bootstrap resamples "
+            "of the queries (each seed's pair on the same resample), the uncertainty of another "
+            "draw of test users; the share: its part of the two variances' sum.",
+        ]
     thirds = _third_keys(summary, primary)
     if thirds:
         lines += [
@@ -966,6 +1081,12 @@ def write_report(
             records[(run.row.name, run.seed)] = record
     seeds = max(run.seed for run in runs) + 1
     summary = summarize(rows, seeds, records, baseline, margin)
+    per_query = {
+        (run.row.name, run.seed): per_query_lib.load(per_query_path(run))
+        for run in runs
+        if (run.row.name, run.seed) in records and os.path.exists(per_query_path(run))
+    }
+    add_query_spread(summary, per_query)
     metrics = summary["metrics"]
     if metric and metrics and metric not in metrics:
         raise app.UsageError(

@@ -16,6 +16,7 @@ from logq_core import samplers
 from pipelines import configs
 from pipelines import experiment
 from pipelines import memory
+from pipelines import per_query
 from pipelines.data import splits as splits_lib
 from pipelines.run_files import RunFiles
 from tfrs_logq import export as export_lib
@@ -30,6 +31,10 @@ def _by_popularity(top, split: splits_lib.Split, ks) -> Dict[str, float]:
     for k in sorted({min(10, max(ks)), max(ks)} | ({100} & set(ks))):
         result.update(retrieval.stratified_recall(top, split.test.targets, bands, k))
     return result
+
+
+# The key of `test_report`'s per-query record (`per_query.save`'s form).
+PER_QUERY = "per_query"
 
 
 def test_report(model, config: configs.Config, split: splits_lib.Split, data=None) -> Dict:
@@ -59,6 +64,15 @@ def test_report(model, config: configs.Config, split: splits_lib.Split, data=Non
         report[f"test_{index}"] = retrieval.recall_ndcg(retrieved[index], split.test.targets, ks)
         report[f"search_seconds_{index}"] = round(time.time() - started, 2)
     report["test"] = report[f"test_{indexes[0]}"]
+    # Each query's values by the first index: popped by the caller (`PER_QUERY`), not JSON.
+    report[PER_QUERY] = {
+        "users": np.asarray(split.test.users),
+        "targets_digest": per_query.targets_digest(split.test.targets),
+        "split": "test",
+        "index": indexes[0],
+        "description": f"{config.data.dataset}, split {config.data.split}",
+        "values": retrieval.per_query_recall_ndcg(retrieved[indexes[0]], split.test.targets, ks),
+    }
     searched = len(items) - 1 if candidates is None else len(candidates)
     report["index_items"] = searched
     if "scann" in indexes:

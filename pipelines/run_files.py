@@ -14,6 +14,7 @@ reproduction's driver reads run directories without one.)
                               its training examples are deleted once training is done)
   OUTPUT/drift.json           the streaming estimator's error against each day's Q
   OUTPUT/metrics.json         the test report, written last
+  OUTPUT/per_query_test.npz   each test query's metrics (`per_query`), written with it
   OUTPUT/export/<index>/<v>/  SavedModels for serving
   OUTPUT/workers/worker-N/    each non-chief worker's report (multi-worker runs)
   OUTPUT/wall_seconds.json    the reproduction driver's wall time of the run
@@ -91,6 +92,11 @@ class RunFiles:
     @property
     def metrics(self) -> str:
         return self._path("metrics.json")
+
+    @property
+    def per_query(self) -> str:
+        """Each test query's metrics by the run's first index (`per_query.save`)."""
+        return self._path("per_query_test.npz")
 
     @property
     def code_diff(self) -> str:

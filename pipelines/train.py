@@ -40,6 +40,7 @@ from pipelines import distribute
 from pipelines import errors
 from pipelines import experiment
 from pipelines import memory
+from pipelines import per_query
 from pipelines import report
 from pipelines.data import day_store
 from pipelines.data import splits as splits_lib
@@ -518,6 +519,7 @@ def _run(
     phases.stop()
     with phases("evaluate"):
         metrics = dict(report.test_report(model, config, split, data))
+        per_query.save(metrics.pop(report.PER_QUERY), files.per_query)
     with phases("baselines"):
         baselines = report.baselines(config, split, data)
     metrics.update(

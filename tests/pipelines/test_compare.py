@@ -188,6 +188,64 @@ class RecordsTest(tf.test.TestCase):
         self.assertFalse(compare.finished(run))
 
 
+class QuerySpreadTest(tf.test.TestCase):
+    def test_bootstrap_against_the_analytic_se(self):
+        rng = np.random.default_rng(3)
+        n = 3000
+        pairs = [(rng.random(n), rng.random(n) + 0.01 * s) for s in range(3)]
+        # The same queries every seed: the SE of the per-query mean over seeds, over n.
+        mean_d = np.mean([b - a for a, b in pairs], axis=0)
+        self.assertAllClose(
+            compare.bootstrap_se(pairs, same_queries=True, replicates=2000),
+            mean_d.std() / np.sqrt(n),
+            rtol=0.08,
+        )
+        # Each seed its own queries: the seeds' SEs combined, over the number of seeds.
+        each = [np.var(b - a) / n for a, b in pairs]
+        self.assertAllClose(
+            compare.bootstrap_se(pairs, same_queries=False, replicates=2000),
+            np.sqrt(np.sum(each)) / 3,
+            rtol=0.08,
+        )
+        # Deterministic.
+        self.assertEqual(
+            compare.bootstrap_se(pairs, True, 50), compare.bootstrap_se(pairs, True, 50)
+        )
+
+    def test_added_to_the_differences_and_reported(self):
+        rng = np.random.default_rng(0)
+        users = np.arange(1, 401)
+        records, per_query = {}, {}
+        for row, shift in (("a", 0.0), ("b", 0.02)):
+            for seed in range(3):
+                values = {"recall@10": np.clip(rng.random(400) * 0.3 + shift, 0, 1)}
+                per_query[(row, seed)] = {"users": users, "targets_digest": "t", "values": values}
+                mean = float(values["recall@10"].mean())
+                records[(row, seed)] = _record(row, seed, mean, 0.3)
+        rows = _rows("a: --correction=none", "b: --correction=improved")
+        summary = compare.summarize(rows, 3, records, "a")
+        compare.add_query_spread(summary, per_query, replicates=500)
+        result = summary["differences"]["b"]["recall@10"]
+        self.assertGreater(result["se_queries"], 0.0)
+        self.assertAllClose(
+            result["share_queries"],
+            result["se_queries"] ** 2 / (result["se_queries"] ** 2 + result["se"] ** 2),
+        )
+        self.assertNotIn("se_queries", summary["differences"]["b"]["recall@100"])
+        text = compare.format_report(summary, "recall@10", "c", [], ["abc"], False)
+        self.assertIn("## Training or test queries?", text)
+        self.assertRegex(text, r"\| b − a \| recall@10 \| 0\.\d{4} \| 0\.\d{4} \| \d+% \|")
+        self.assertRegex(
+            compare.advice(summary, "recall@10"),
+            r"Of the uncertainty of b − a at recall@10, \d+% is ",
+        )
+        # Other queries within a seed: no pairing by query, no bootstrap.
+        per_query[("b", 1)] = dict(per_query[("b", 1)], users=users + 1)
+        summary = compare.summarize(rows, 3, records, "a")
+        compare.add_query_spread(summary, per_query, replicates=50)
+        self.assertNotIn("se_queries", summary["differences"]["b"]["recall@10"])
+
+
 class ReportTest(tf.test.TestCase):
     def _records(self, failed=()):
         values = {

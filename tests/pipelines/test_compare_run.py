@@ -47,6 +47,8 @@ def test_two_corrections_two_seeds_then_nothing_left():
     assert "Holm" in report and "excluded" in report
     assert "## recall@10 by popularity third of the target" in report
     assert "| popularity (baseline) |" in report
+    assert "## Training or test queries?" in report
+    assert os.path.exists(os.path.join(out, "improved", "seed1.npz"))  # Per-query values.
     with open(os.path.join(out, "report.json")) as f:
         summary = json.load(f)
     assert summary["rows"]["improved"]["finished"] == [0, 1]

@@ -19,6 +19,7 @@ from pipelines import callbacks as callbacks_lib
 from pipelines import cluster as cluster_lib
 from pipelines import configs
 from pipelines import experiment
+from pipelines import per_query
 from pipelines import train
 from pipelines.data import events as events_lib
 from pipelines.data.interactions import DataError
@@ -78,6 +79,12 @@ class TrainRunTest(tf.test.TestCase):
         self.assertRegex(saved["git_revision"], r"^([0-9a-f]{40}(\+dirty)?|unknown)$")
         self.assertEqual(saved["steps"], 50)
         self.assertIn(saved["best_epoch"], (0, 1))  # Of the smoke preset's 2 epochs.
+        self.assertNotIn("per_query", saved)
+        queries = per_query.load(os.path.join(out, "per_query_test.npz"))
+        self.assertEqual((queries["split"], queries["index"]), ("test", "exact"))
+        self.assertLen(queries["users"], saved["num_test_queries"])
+        for name, value in saved["test"].items():  # Its means are the reported metrics.
+            self.assertAllClose(np.mean(queries["values"][name]), value, atol=1e-6)
         self.assertIn("oracle", saved["baselines"])
         bands = saved["baselines"]["popularity"]["by_popularity"]
         self.assertEqual(sorted(bands), sorted(saved["by_popularity"]))
