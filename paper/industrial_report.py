@@ -1055,6 +1055,15 @@ LOST_REVISIONS = {
 }
 
 
+# Runs trained again at a commit of the repository in place of a lost revision's, and how.
+RERUNS = (
+    "`main`'s runs that had run at `fcad26f` were trained again at `564d147` (none and "
+    "standard on negatives seed 2 each pinned to one core beside another run, the sampled "
+    X: their metrics replace "
+    "the lost revision's, but their training seconds are not comparable with the other runs'."
+)
+
+
 def provenance(records: Records) -> str:
     """Which code the records ran: each revision, how many records name it, and whether its
     commit is in the repository (a lost one with LOST_REVISIONS's reason)."""
@@ -1092,7 +1101,7 @@ def provenance(records: Records) -> str:
     return (
         'Each record names the code it ran (`git_revision`; "+dirty": the campaign '
         "worktree's `paper/` and `pipelines/report.py`, reporting rather than training, were "
-        "newer than its commit). Records by revision: " + "; ".join(parts) + "."
+        "newer than its commit). Records by revision: " + "; ".join(parts) + ". " + RERUNS
     )
 
 
