@@ -57,6 +57,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from pipelines import configs
 from pipelines import per_query as per_query_lib
 from pipelines import schedule
 from pipelines import significance
@@ -128,7 +129,6 @@ class Run(NamedTuple):
 def _flag_pairs(tokens: Sequence[str], where: str) -> List[Tuple[str, str]]:
     """`--name=value` tokens (`--name` / `--noname` for a bool) as (name, value), the
     renamed fields' old names read as their new ones."""
-    from pipelines import configs  # pylint: disable=import-outside-toplevel
 
     pairs = []
     for token in tokens:
@@ -137,7 +137,9 @@ def _flag_pairs(tokens: Sequence[str], where: str) -> List[Tuple[str, str]]:
             raise ValueError(f"{where}: {token!r} is not a flag; give --name=value.")
         name, value = match.group(1), match.group(2)
         if value is None:
-            negated = name.startswith("no") and name[2:] in configs.FIELDS
+            negated = name.startswith("no") and (
+                name[2:] in configs.FIELDS or name[2:] in configs.RENAMED
+            )
             name, value = (name[2:], "false") if negated else (name, "true")
         pairs.append((configs.RENAMED.get(name, name), value))
     return pairs
@@ -152,7 +154,11 @@ def parse_row(text: str) -> Row:
             f"--row must read 'NAME: --flag=value ...' with a NAME of letters, digits, "
             f"'_', '.', '-' or '='; received --row={text!r}."
         )
-    pairs = _flag_pairs(shlex.split(rest), f"--row={text!r}")
+    try:
+        tokens = shlex.split(rest)
+    except ValueError as error:
+        raise ValueError(f"--row={text!r}: {error}.") from None
+    pairs = _flag_pairs(tokens, f"--row={text!r}")
     if not pairs:
         raise ValueError(f"--row={text!r} sets no flag: a row is the flags it changes.")
     return Row(name, tuple(pairs))
@@ -161,6 +167,9 @@ def parse_row(text: str) -> Row:
 def make_rows(row_texts: Sequence[str], corrections: Sequence[str]) -> List[Row]:
     """The rows of --corrections (one per correction) then of --row, checked: at least two,
     distinct names, the same flags named in each, none set twice or reserved."""
+    bad = [c for c in corrections if not _NAME.match(c)]
+    if bad:
+        raise ValueError(f"--corrections takes correction names; received {bad[0]!r}.")
     rows = [Row(c, (("correction", c),)) for c in corrections] + [parse_row(t) for t in row_texts]
     if len(rows) < 2:
         raise ValueError(
@@ -467,9 +476,13 @@ def summarize(
             result: Dict[str, Any] = {"seeds": common, "d": d, "mean": float(np.mean(d))}
             if len(d) > 1:
                 test = significance.equivalence(d, margin=margin)
-                result.update(se=test["se"], p=test["p"], excluded=test["excluded"])
-                if margin is not None:
-                    result["tost_p"] = test["tost_p"]
+                # Rounding's spread only (the same d at every seed): no t to speak of.
+                if test["se"] <= 1e-12 * max(abs(result["mean"]), 1e-4):
+                    result["same"] = True
+                else:
+                    result.update(se=test["se"], p=test["p"], excluded=test["excluded"])
+                    if margin is not None:
+                        result["tost_p"] = test["tost_p"]
             summary["differences"][name][m] = result
     for m in metrics:  # Holm over the rows compared with the baseline, metric by metric.
         tested = [
@@ -520,7 +533,7 @@ def add_query_spread(
     base = summary["baseline"]
     for name, results in summary["differences"].items():
         for metric, result in results.items():
-            records = [
+            records: List[Any] = [
                 (per_query.get((base, s)), per_query.get((name, s))) for s in result["seeds"]
             ]
             if not records or any(a is None or b is None for a, b in records):
@@ -542,7 +555,9 @@ def add_query_spread(
             pairs = [(a["values"][metric], b["values"][metric]) for a, b in records]
             spread = bootstrap_se(pairs, same, replicates)
             result["se_queries"] = spread
-            if "se" in result and spread + result["se"] > 0:
+            # With other queries at each seed (a fresh log), the seeds' spread holds the
+            # queries' draw already: the SE stands alone, no share of the two.
+            if same and "se" in result and spread + result["se"] > 0:
                 result["share_queries"] = spread**2 / (spread**2 + result["se"] ** 2)
 
 
@@ -568,6 +583,8 @@ def _difference_cell(result: Optional[Dict[str, Any]]) -> str:
     if not result:
         return "–"
     head = f"{result['mean']:+.4f}"
+    if result.get("same"):
+        return f"{head} (the same at every seed)"
     if "p" not in result:
         return f"{head} (1 seed: no p-value)"
     text = (
@@ -584,7 +601,10 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
     base, rows, seeds = summary["baseline"], summary["rows"], summary["seeds"]
     metrics = summary["metrics"]
     if not metrics:
-        return "No run has finished yet: nothing to advise."
+        failed = sum(len(e["failed"]) for e in rows.values())
+        return "No run has finished yet: nothing to advise." + (
+            f" {failed} runs failed (the table of runs below names them)." if failed else ""
+        )
     sentences = []
     broken = [
         f"{name} (seeds {', '.join(map(str, e['failed']))} failed)"
@@ -603,17 +623,24 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
         )
     if missing:
         sentences.append("Runs not trained yet: " + "; ".join(missing) + ".")
-    if seeds < 2 or all("p" not in r.get(primary, {}) for r in summary["differences"].values()):
-        sentences.append(
-            "With one seed a row there are no p-values: each difference below is one draw of "
-            "training noise. Run --seeds=3 or more before choosing."
-        )
+    if all("p" not in r.get(primary, {}) for r in summary["differences"].values()):
+        if seeds < 2:
+            sentences.append(
+                "With one seed a row there are no p-values: each difference below is one draw "
+                "of training noise. Run --seeds=3 or more before choosing."
+            )
+        else:
+            sentences.append(
+                f"No row has two seeds paired with {base} that differ at {primary}: no p-values "
+                "yet (the same command trains what is missing)."
+            )
         return " ".join(sentences)
     Verdict = Tuple[str, Dict[str, Any], List[str]]
     better: List[Verdict] = []
     worse: List[Verdict] = []
     level: List[Verdict] = []
     trade: List[Verdict] = []
+    untested: List[str] = []
     for name, results in summary["differences"].items():
         verdict = _verdict(results.get(primary, {}))
         others = {m: _verdict(results.get(m, {})) for m in metrics if m != primary}
@@ -623,9 +650,16 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
             (trade if losing else better).append((name, result, losing))
         elif verdict == "worse":
             worse.append((name, result, [m for m, v in others.items() if v == "better"]))
-        else:
+        elif verdict == "level":
             level.append((name, result, [m for m, v in others.items() if v != "level"]))
-    k = len(summary["differences"])
+        else:
+            untested.append(name)
+    if untested:
+        sentences.append(
+            f"Not tested at {primary} (fewer than two seeds paired with {base}, or the same "
+            f"difference at every seed): {', '.join(untested)}."
+        )
+    k = sum("p_holm" in r.get(primary, {}) for r in summary["differences"].values())
     family = f"Holm-adjusted over {k} comparisons" if k > 1 else "one comparison"
     if better:
         name, result, _ = max(better, key=lambda item: item[1]["mean"])
@@ -921,14 +955,23 @@ def define_flags() -> None:
     flags.DEFINE_bool("report_only", False, "Write the report from the records; train nothing.")
 
 
-def _check_stored(results_dir: str, rows: Sequence[Row], common: Sequence[str]) -> None:
+def _check_stored(
+    results_dir: str, rows: Sequence[Row], common: Sequence[str], vary_data: bool = False
+) -> None:
     """RESULTS/compare.json: a rerun into the same directory compares the same thing (the
-    same common flags; a row it had keeps its flags; rows and seeds may be added)."""
+    same common flags and --vary_data; a row it had keeps its flags; rows and seeds may be
+    added)."""
     path = os.path.join(results_dir, "compare.json")
-    stored: Dict[str, Any] = {"common": list(common), "rows": {}}
+    stored: Dict[str, Any] = {"common": list(common), "rows": {}, "vary_data": vary_data}
     if os.path.exists(path):
         with open(path) as f:
             stored = json.load(f)
+        if stored.get("vary_data", False) != vary_data:
+            raise ValueError(
+                f"{results_dir} holds a comparison with --vary_data="
+                f"{str(stored.get('vary_data', False)).lower()}; received "
+                f"--vary_data={str(vary_data).lower()}. Give another --output_dir."
+            )
         if stored["common"] != list(common):
             raise ValueError(
                 f"{results_dir} holds a comparison with other common flags "
@@ -945,6 +988,27 @@ def _check_stored(results_dir: str, rows: Sequence[Row], common: Sequence[str]) 
     stored["rows"].update({row.name: row.arguments() for row in rows})
     os.makedirs(results_dir, exist_ok=True)
     write_json(path, stored)
+
+
+def _check_run_config(run: Run, expected) -> None:
+    """Raises where the run directory's config differs from the comparison's (a run left by
+    other flags), naming the fields; its seed, log seed and memory budget aside."""
+
+    with open(RunFiles(run.directory).config) as f:
+        found = configs.Config.from_dict(json.load(f)).flat()
+    wanted = expected.flat()
+    differ = sorted(
+        name
+        for name in wanted
+        if name not in ("seed", "synthetic_log_seed", "memory_budget_mb")
+        and found.get(name) != wanted[name]
+    )
+    if differ:
+        raise app.UsageError(
+            f"{run.directory} holds a finished run of other flags ("
+            + ", ".join(f"--{n}={found.get(n)!r}, expected {wanted[n]!r}" for n in differ[:3])
+            + "): give another --output_dir, or delete it."
+        )
 
 
 def _memory_budget(parallel: int, common_pairs: Sequence[Tuple[str, str]]) -> int:
@@ -981,12 +1045,30 @@ def main(argv: Sequence[str]) -> None:
             )
         if FLAGS.margin is not None and not FLAGS.margin > 0:
             raise ValueError(f"--margin must be positive; received --margin={FLAGS.margin}.")
+        for flag, path in (("--output_dir", output_dir), ("--results_dir", results_dir)):
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise ValueError(f"{flag} must be a directory; received {flag}={path!r}, a file.")
+        if FLAGS.vary_data and any(
+            name == "synthetic_log_seed" for row in rows for name, _ in row.flags
+        ) | any(name == "synthetic_log_seed" for name, _ in common_pairs):
+            raise ValueError("--vary_data sets --synthetic_log_seed for each seed; set it nowhere.")
         configs_by_row = row_configs(rows, common, FLAGS.vary_data)
+        if FLAGS.metric:
+            ks = configs.ks(next(iter(configs_by_row.values())).training)
+            known = [f"{kind}@{k}" for kind in ("recall", "ndcg") for k in ks]
+            if FLAGS.metric not in known:
+                raise ValueError(
+                    f"--metric must be one of {', '.join(known)}; received "
+                    f"--metric={FLAGS.metric!r}."
+                )
         slots = schedule.cpu_slots(FLAGS.parallel)
-        _check_stored(results_dir, rows, common)
+        if FLAGS.report_only and not os.path.exists(os.path.join(results_dir, "compare.json")):
+            raise ValueError(
+                f"--report_only: {results_dir} holds no comparison (no compare.json) to report."
+            )
+        _check_stored(results_dir, rows, common, FLAGS.vary_data)
     except ValueError as error:
         raise app.UsageError(str(error)) from None
-    del configs_by_row  # Checked; each run reads its own flags.
     runs = plan(
         rows,
         common,
@@ -997,9 +1079,12 @@ def main(argv: Sequence[str]) -> None:
         _memory_budget(FLAGS.parallel, common_pairs),
     )
     line = command_line(sys.argv[1:] if len(sys.argv) > 1 else [])
-    for run in runs:  # Finished before a kill, recorded now.
+    for run in runs:  # Finished before a kill, recorded now: if it is this comparison's run.
         if load_record(run) is None and os.path.exists(RunFiles(run.directory).metrics):
+            _check_run_config(run, configs_by_row[run.row.name])
             write_record(run)
+            if not FLAGS.keep_weights:
+                RunFiles(run.directory).prune_weights()
     pending = [run for run in runs if not finished(run)]
     print(
         f"compare: {len(rows)} rows x {FLAGS.seeds} seeds, {len(runs)} runs; "

@@ -371,6 +371,23 @@ class ReportTest(tf.test.TestCase):
         report = compare.format_report(summary, "recall@10", "c", [], ["abc"], False)
         self.assertIn("Test queries: 105. Code: abc.", report)
 
+    def test_three_rows_one_untested_and_a_difference_without_spread(self):
+        records, _ = self._records()
+        rows = _rows("a: --correction=none", "b: --correction=standard", "c: --correction=improved")
+        for seed in (1, 2):  # c has one seed paired with a: untested, not a crash.
+            records[("c", seed)] = _record("c", seed, 0, 0, status="failed")
+        summary = compare.summarize(rows, 3, records, "a")
+        text = compare.advice(summary, "recall@10")
+        self.assertIn("Not tested at recall@10", text)
+        self.assertIn("one comparison", text)  # Holm's family: the rows tested.
+        for seed in range(3):  # b: the same lead at every seed, no spread.
+            records[("b", seed)]["test"]["recall@10"] = records[("a", seed)]["test"]["recall@10"]
+        summary = compare.summarize(rows[:2], 3, records, "a")
+        self.assertTrue(summary["differences"]["b"]["recall@10"]["same"])
+        self.assertNotIn("Use b", compare.advice(summary, "recall@10"))
+        report = compare.format_report(summary, "recall@10", "c", [], ["x"], False)
+        self.assertIn("+0.0000 (the same at every seed)", report)
+
     def test_one_seed_reports_no_p_values(self):
         records, _ = self._records()
         rows = _rows("a: --correction=none", "b: --correction=standard")
