@@ -227,16 +227,6 @@ def check_common(common: Sequence[str]) -> List[Tuple[str, str]]:
     return pairs
 
 
-def _flat(config_dict: Mapping[str, Any]) -> Dict[str, Any]:
-    flat: Dict[str, Any] = {}
-    for key, value in config_dict.items():
-        if isinstance(value, Mapping):
-            flat.update(value)
-        else:
-            flat[key] = value
-    return flat
-
-
 def row_configs(rows: Sequence[Row], common: Sequence[str], vary_data: bool) -> Dict[str, Any]:
     """Each row's `configs.Config` at seed 0, as `pipelines.train` reads its flags (an error
     names the row), checked: the rows' configs differ in the flags the rows name alone."""
@@ -255,9 +245,9 @@ def row_configs(rows: Sequence[Row], common: Sequence[str], vary_data: bool) -> 
             raise ValueError(f"Row {row.name} ({row.describe()}): {error}") from None
     first = rows[0]
     named = {name for name, _ in first.flags}
-    base = _flat(built[first.name].as_dict())
+    base = built[first.name].flat()
     for row in rows[1:]:
-        other = _flat(built[row.name].as_dict())
+        other = built[row.name].flat()
         differ = sorted(k for k in base if base[k] != other.get(k))
         unnamed = [k for k in differ if k not in named]
         if unnamed:
