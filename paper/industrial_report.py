@@ -1059,7 +1059,7 @@ LOST_REVISIONS = {
 RERUNS = (
     "`main`'s runs that had run at `fcad26f` were trained again at `564d147` (none and "
     "standard on negatives seed 2 each pinned to one core beside another run, the sampled "
-    "reference's seed 1 beside other work): their metrics replace "
+    "reference's seeds 1 and 2 beside other work, seed 2 resumed once): their metrics replace "
     "the lost revision's, but their training seconds are not comparable with the other runs'."
 )
 

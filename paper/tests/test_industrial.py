@@ -814,7 +814,7 @@ class RevisionsTest(tf.test.TestCase):
                         checked.add(commit)
         for paths in lost.values():
             self.assertTrue(all(p.startswith("industrial_claim") for p in paths), paths)
-        self.assertLessEqual(sum(map(len, lost.values())), 54)
+        self.assertLessEqual(sum(map(len, lost.values())), 53)
 
     def test_provenance_counts_records_once_by_revision(self):
         lost = next(iter(report_lib.LOST_REVISIONS))
