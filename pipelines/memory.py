@@ -113,8 +113,8 @@ def predict_mib(
     None: `num_items`).
 
     With `tables_on_servers` (a parameter-server chief): the tables, their slots and the
-    sketch live on the servers while the chief trains and evaluates; it exports from a copy
-    of the tables (`pipelines.train`), so the export's prediction stays.
+    sketch live on the servers while the chief trains, evaluates and exports (the servers
+    write their shards of the SavedModel's variables), so no phase counts them.
 
     A model to compare with the measured peaks (`phase_peak_rss_mb`), not a bound.
     """
@@ -159,7 +159,7 @@ def predict_mib(
         # The served embeddings; a ScaNN export's index (its searcher, the searcher serialised
         # into the module, the trial request's: about 5 copies, measured at 5M items) and the
         # SavedModel's writing (about half the variables, measured there).
-        "export": runtime + tables + served * (6 if scann else 1) + 0.5 * (tables + served),
+        "export": runtime + held + served * (6 if scann else 1) + 0.5 * (held + served),
     }
     return {name: round(value / MIB) for name, value in predicted.items()}
 

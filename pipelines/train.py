@@ -507,7 +507,8 @@ def _run(
         # slots (Adagrad's accumulators are a copy of every table) are released first, and
         # saving or reading a distributed model's on-read state (its metrics) would need
         # every worker to take part. A parameter-server model is built again under its
-        # strategy, its tables on the servers: the chief reads them a chunk of rows at a time.
+        # strategy, its tables on the servers: the chief reads them a chunk of rows at a time,
+        # and the servers write their shards into its export.
         for callback in callbacks:
             callback.model = None
         history = None
@@ -554,15 +555,6 @@ def _run(
         }
     with phases("export"):
         _clear_exports(files)
-        if parameter_server and files.has_best():
-            # The export from a model of this process: a SavedModel of sharded tables loads
-            # the rows of every shard but the first wrong (TensorFlow 2.20; the test in
-            # tests/pipelines/test_parameter_server.py), so the chief holds the tables
-            # (not their slots) once while it exports.
-            del model
-            memory.release()
-            model = experiment.build_model(config, data, split, weights_from_checkpoint=True)
-            model.load_weights(files.best).expect_partial()
         metrics["exports"] = report.export_run(
             model, config, output_dir, data=data, version=1, split=split
         )

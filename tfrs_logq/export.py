@@ -800,10 +800,12 @@ def export(
             for filtered in (False, True)
         )
         module.serve, module.serve_filtered = serve, serve_filtered
-        signatures: Dict[str, tf.types.experimental.ConcreteFunction] = {
-            "serving_default": serve.get_concrete_function(),
-            "serving_filtered": serve_filtered.get_concrete_function(),
-            "item_embeddings": module.item_embeddings.get_concrete_function(),
+        # The functions themselves, traced by the save (a parameter-server model's tables are
+        # read whole there: `tfrs_logq.models._tables.saved_table`).
+        signatures: Dict[str, tf.types.experimental.PolymorphicFunction] = {
+            "serving_default": serve,
+            "serving_filtered": serve_filtered,
+            "item_embeddings": module.item_embeddings,
         }
         if item_vocabulary is not None:
             dtypes = {
@@ -823,10 +825,7 @@ def export(
                 for filtered in (False, True)
             )
             module.serve_raw, module.serve_raw_filtered = serve_raw, serve_raw_filtered
-            raw = {
-                "serving_raw": serve_raw.get_concrete_function(),
-                "serving_raw_filtered": serve_raw_filtered.get_concrete_function(),
-            }
+            raw = {"serving_raw": serve_raw, "serving_raw_filtered": serve_raw_filtered}
             if raw_ids == "strings":
                 signatures.update(raw)
             else:  # The log's own ids are the default; dense ids stay reachable.

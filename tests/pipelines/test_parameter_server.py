@@ -337,10 +337,12 @@ finally:
 
 
 class ChiefMemoryTest(tf.test.TestCase):
-    """Item tables the chief does not hold while it evaluates: it reads them from the
-    servers a chunk at a time, below what one process evaluating the same checkpoint needs by
-    more than a table, with that process's test metrics; its export serves that process's
-    answers, rows past the first shard included."""
+    """Item tables the chief does not hold while it evaluates or exports: it reads them from
+    the servers a chunk at a time, and the servers write their own shards into the
+    SavedModel; each phase stays below what one process evaluating or exporting the same
+    checkpoint needs by more than a table, with that process's test metrics; its export
+    serves that process's answers, rows past the first shard and a sharded dense kernel
+    included."""
 
     ITEMS, DIM = 2_000_000, 64  # Catalog items without an event: 489 MB a table.
 
@@ -391,15 +393,16 @@ class ChiefMemoryTest(tf.test.TestCase):
             self.assertEqual(done.returncode, 0, done.stdout[-2000:] + done.stderr[-3000:])
             peaks[command[0].split(".")[1]] = int(done.stdout.split("VmHWM_MB")[-1])
         # The single process holds the tables (items, history: 2 x 489 MB) beside what the
-        # chief holds while it evaluates: its data and vocabularies, a chunk and its scores:
-        # below the single process by more than a table. (The chief exports from a model of
-        # its own, as one process does: see pipelines/train.py.)
-        chief_peak = metrics["phase_peak_rss_mb"]["evaluate"]
-        self.assertLess(
-            chief_peak + table_mb,
-            peaks["evaluate"],
-            f"the chief's peak {chief_peak} MB, one process's {peaks['evaluate']} MB",
-        )
+        # chief holds: its data and vocabularies, a chunk and its scores, the served index:
+        # below the single process by more than a table.
+        for phase in ("evaluate", "export"):
+            chief_peak = metrics["phase_peak_rss_mb"][phase]
+            print(f"{phase}: the chief's peak {chief_peak} MB, one process's {peaks[phase]} MB")
+            self.assertLess(
+                chief_peak + table_mb,
+                peaks[phase],
+                f"{phase}: the chief's peak {chief_peak} MB, one process's {peaks[phase]} MB",
+            )
         with open(os.path.join(out, "metrics.json")) as f:
             single_test = json.load(f)["test_exact"]
         self.assertEqual(sorted(single_test), sorted(chief_test))
@@ -409,11 +412,22 @@ class ChiefMemoryTest(tf.test.TestCase):
             tf.saved_model.load(os.path.join(out, "export", "brute_force", str(v))).signatures
             for v in (1, 2)
         )
-        history = tf.constant([[1, 2, 3], [5, 0, 0], [num_items, 7, 9]], tf.int64)
-        user = tf.constant([1, 2, 3], tf.int64)
+        # Items of the first and the last shard (the fixed partitioner's two), users too.
+        history = tf.constant(
+            [[1, 2, 3], [5, 0, 0], [num_items, 7, 9], [num_items // 2, num_items // 2 + 1, 4]],
+            tf.int64,
+        )
+        user = tf.constant([1, 2, 3, 1_500], tf.int64)
         answers = [
             export["serving_dense"](user=user, history=history)
             for export in (chief_export, single_export)
         ]
         self.assertAllEqual(answers[0]["ids"], answers[1]["ids"])
         self.assertAllClose(answers[0]["scores"], answers[1]["scores"], atol=1e-5)
+        rows = [
+            export["item_embeddings"](
+                item_ids=tf.constant([1, num_items // 2 + 1, num_items], tf.int64)
+            )["embeddings"]
+            for export in (chief_export, single_export)
+        ]
+        self.assertAllClose(rows[0], rows[1], atol=1e-6)

@@ -152,37 +152,59 @@ if __name__ == "__main__":
 
 
 class ShardedTableTest(tf.test.TestCase):
-    """A table sharded over parameter servers is read right live, traced, and from a
-    SavedModel of it loaded in one process (where TensorFlow 2.20 restores it as one
-    variable, and a traced `tf.gather` served every row past the first shard wrong)."""
+    """Sharded variables are read right live, traced, and from a SavedModel of them loaded in
+    one process, where TensorFlow 2.20 restores each as one variable and a function traced
+    for the save reads that whole variable (`_tables.saved_table`), by a lookup and as a
+    dense kernel. The failure it prevents needs a parameter-server cluster's variables
+    (there a traced read of the shards served a table's rows past the first shard from the
+    wrong place and a two-shard [32, 16] kernel as [64, 16]):
+    tests/pipelines/test_parameter_server.py's `ChiefMemoryTest` serves such an export."""
 
-    def test_rows_of_every_shard_live_traced_and_saved(self):
+    def test_rows_and_kernels_of_every_shard_live_traced_and_saved(self):
         import os  # pylint: disable=import-outside-toplevel
         import tempfile  # pylint: disable=import-outside-toplevel
 
         from tfrs_logq.models._tables import lookup  # pylint: disable=import-outside-toplevel
 
+        sharded = tf.__internal__.distribute.ShardedVariable
         full = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+        kernel = np.arange(4 * 3, dtype=np.float32).reshape(4, 3) / 10
         layer = tf.keras.layers.Embedding(10, 3)
         layer.build(None)
         # Uneven shards, as a partitioner makes them (the first ones a row longer).
-        shards = [tf.Variable(full[:4]), tf.Variable(full[4:7]), tf.Variable(full[7:])]
-        layer.embeddings = tf.__internal__.distribute.ShardedVariable(shards)
+        layer.embeddings = sharded(
+            [tf.Variable(full[:4]), tf.Variable(full[4:7]), tf.Variable(full[7:])]
+        )
+        dense = tf.keras.layers.Dense(3, use_bias=False)
+        dense.build((None, 4))
+        dense.kernel = sharded([tf.Variable(kernel[:2]), tf.Variable(kernel[2:])])
 
         class Served(tf.Module):
             def __init__(self):
                 super().__init__()
-                self.layer = layer
+                self.layer, self.dense = layer, dense
 
             @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
             def rows(self, ids):
                 return lookup(self.layer, ids)
 
+            @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+            def project(self, x):
+                return self.dense(x)
+
         ids = np.array([[0, 3, 4], [6, 7, 9]])
+        x = np.eye(4, dtype=np.float32)
         self.assertAllEqual(lookup(layer, ids), full[ids])  # Eager: each shard's own rows.
+        self.assertAllClose(dense(x), kernel)  # Eager: the shards concatenated.
         served = Served()
-        self.assertAllEqual(served.rows(ids), full[ids])
+        self.assertAllEqual(served.rows(ids), full[ids])  # Traced before the save.
+        self.assertAllClose(served.project(x), kernel)
         path = os.path.join(tempfile.mkdtemp(), "served")
-        tf.saved_model.save(served, path)
+        tf.saved_model.save(
+            served, path, signatures={"rows": served.rows, "project": served.project}
+        )
         loaded = tf.saved_model.load(path)
         self.assertAllEqual(loaded.rows(ids), full[ids])
+        self.assertAllClose(loaded.project(x), kernel)
+        self.assertAllEqual(loaded.signatures["rows"](ids=ids)["output_0"], full[ids])
+        self.assertAllClose(loaded.signatures["project"](x=x)["output_0"], kernel)
