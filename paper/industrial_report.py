@@ -96,31 +96,21 @@ def metric(value: Dict, name: str) -> Optional[float]:
 
 
 def paired(a: Dict[int, Dict], b: Dict[int, Dict], name: str) -> Optional[Dict]:
-    """b - a of `name`, seed by seed over the seeds both have: {"seeds", "d": per seed,
-    "mean"} and, with 2 seeds or more, the paired t-test's "se", "t", "p"."""
-    seeds = sorted(
-        seed
-        for seed in set(a) & set(b)
-        if metric(a[seed], name) is not None and metric(b[seed], name) is not None
+    """b - a of `name`, seed by seed over the seeds both have
+    (`pipelines.significance.paired_by_seed`: with 2 seeds or more, the paired t-test's
+    "se", "t", "p", unless the difference is the same at every seed)."""
+    return significance.paired_by_seed(
+        {seed: metric(record, name) for seed, record in a.items()},
+        {seed: metric(record, name) for seed, record in b.items()},
     )
-    if not seeds:
-        return None
-    d = [metric(b[seed], name) - metric(a[seed], name) for seed in seeds]
-    result = {"seeds": seeds, "d": d, "mean": float(np.mean(d))}
-    if len(d) > 1:
-        test = significance.equivalence(d)
-        result.update(se=test["se"], t=test["t"], p=test["p"], excluded=test["excluded"])
-        # Rounding's spread only: the same d at every seed, no t to speak of.
-        result["same"] = test["se"] <= 1e-12 * max(abs(result["mean"]), 1e-4)
-    return result
 
 
 def _spread(result: Dict) -> str:
     """The SE and p of a paired difference, as the report prints them."""
+    if result.get("same"):
+        return "the same at every seed"
     if "p" not in result:
         return "1 seed"
-    if result["same"]:
-        return "the same at every seed"
     holm = f", Holm {_small(result['p_holm'], 3)}" if "p_holm" in result else ""
     return (
         f"SE {_small(result['se'], 4)}, p {_small(result['p'], 3)}{holm}; "
@@ -144,10 +134,9 @@ def _paired_table(records: Records, pairs: Sequence[Tuple[CellRow, CellRow, str]
         if seeds is not None:
             rows.append((name, seeds, results))
     for m in METRICS + ("kl_to_truth",):  # Holm over the table's pairs, metric by metric.
-        tested = [r[m] for _, _, r in rows if r[m] and "p" in r[m] and not r[m]["same"]]
-        for result, adjusted in zip(tested, significance.holm([t["p"] for t in tested])):
-            if len(tested) > 1:
-                result["p_holm"] = adjusted
+        tested = [r[m] for _, _, r in rows if r[m] and "p" in r[m]]
+        if len(tested) > 1:
+            significance.holm_adjust(tested)
     for name, seeds, results in rows:
         lines.append(
             f"| {name} | {', '.join(map(str, seeds))} | "
@@ -781,9 +770,12 @@ def _verdict_word(result: Optional[Dict], lower_better: bool = False) -> str:
     one): "better", "worse", "level", "untested" (one seed) or "missing"."""
     if result is None:
         return "missing"
-    if "p" not in result:
+    if result.get("same"):  # The same difference at every seed: no spread to test it against.
+        if result["mean"] == 0:
+            return "level"
+    elif "p" not in result:
         return "untested"
-    if result.get("p_holm", result["p"]) >= 0.05 or result["mean"] == 0:
+    elif result.get("p_holm", result["p"]) >= 0.05 or result["mean"] == 0:
         return "level"
     better = (result["mean"] < 0) if lower_better else (result["mean"] > 0)
     return "better" if better else "worse"
@@ -858,9 +850,7 @@ def tally(records: Records, preset: str, name: str) -> Dict[str, List[str]]:
                     ),
                 )
             )
-    tested = [r for _, r in compared if r and "p" in r]
-    for r, adjusted in zip(tested, significance.holm([r["p"] for r in tested])):
-        r["p_holm"] = adjusted
+    significance.holm_adjust(r for _, r in compared)
     for label, r in compared:
         result[_verdict_word(r)].append(label)
     return result
@@ -930,7 +920,7 @@ def advice(records: Records, labels: Dict[str, str], preset: str) -> List[str]:
         level = [
             labels[row]
             for row in corrections
-            if row != best and (pair(best, row, name) or {}).get("p", 1.0) >= 0.05
+            if row != best and _verdict_word(pair(best, row, name)) not in ("better", "worse")
         ]
         leaders.append(
             f"by {title} {labels[best]} ({means[best]:.4f}"

@@ -453,37 +453,22 @@ def summarize(
     others = [row.name for row in rows if row.name != baseline]
     for name in others:
         summary["differences"][name] = {}
-        common = [
-            s
-            for s in range(seeds)
-            if records.get((name, s), {}).get("status") == "finished"
-            and records.get((baseline, s), {}).get("status") == "finished"
-        ]
         for m in metrics:
-            if not common:
-                continue
-            d = [records[(name, s)]["test"][m] - records[(baseline, s)]["test"][m] for s in common]
-            result: Dict[str, Any] = {"seeds": common, "d": d, "mean": float(np.mean(d))}
-            if len(d) > 1:
-                test = significance.equivalence(d, margin=margin)
-                # Rounding's spread only (the same d at every seed): no t to speak of.
-                if test["se"] <= 1e-12 * max(abs(result["mean"]), 1e-4):
-                    result["same"] = True
-                else:
-                    result.update(se=test["se"], p=test["p"], excluded=test["excluded"])
-                    if margin is not None:
-                        result["tost_p"] = test["tost_p"]
-            summary["differences"][name][m] = result
+            result = significance.paired_by_seed(
+                *(
+                    {
+                        s: records[(row, s)]["test"].get(m)
+                        for s in range(seeds)
+                        if records.get((row, s), {}).get("status") == "finished"
+                    }
+                    for row in (baseline, name)
+                ),
+                margin=margin,
+            )
+            if result is not None:
+                summary["differences"][name][m] = result
     for m in metrics:  # Holm over the rows compared with the baseline, metric by metric.
-        tested = [
-            (name, summary["differences"][name][m])
-            for name in others
-            if "p" in summary["differences"][name].get(m, {})
-        ]
-        for (_, result), adjusted in zip(
-            tested, significance.holm([result["p"] for _, result in tested])
-        ):
-            result["p_holm"] = adjusted
+        significance.holm_adjust(summary["differences"][name].get(m) for name in others)
     return summary
 
 

@@ -3,11 +3,12 @@
 Student's t p-values by exact finite sums; a t-test of a difference and its standard error;
 Welch's unpaired t (the paper campaign's rows, their seeds unpaired); a paired t over
 per-query differences (`pipelines.evaluate --against`); Holm's adjustment over a family of
-comparisons; and what a difference's confidence interval excludes (TOST).
+comparisons; what a difference's confidence interval excludes (TOST); and the paired-by-seed
+differences the comparison reports (`tfrs-logq compare`, the industrial report) print.
 """
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -156,3 +157,37 @@ def equivalence(
             result["tost_p"] = 0.0 if abs(result["difference"]) < margin else 1.0
         result["equivalent"] = float(result["tost_p"] < alpha)
     return result
+
+
+def paired_by_seed(
+    a: Mapping[int, Optional[float]],
+    b: Mapping[int, Optional[float]],
+    margin: Optional[float] = None,
+) -> Optional[Dict[str, Any]]:
+    """b - a seed by seed, over the seeds both have a value for (None: no value): None
+    without one; else {"seeds", "d": per seed, "mean", "same"} and, with 2 seeds or more,
+    `equivalence`'s "se", "t", "p", "excluded" (and with `margin`, "tost_p"). "same": the
+    difference is the same at every seed up to rounding (two rows that train alike), which
+    has no t to speak of: then no "p", and no place in a Holm family (`holm_adjust`)."""
+    seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
+    if not seeds:
+        return None
+    d = [float(b[s]) - float(a[s]) for s in seeds]  # type: ignore[arg-type]
+    result: Dict[str, Any] = {"seeds": seeds, "d": d, "mean": float(np.mean(d)), "same": False}
+    if len(d) > 1:
+        test = equivalence(d, margin=margin)
+        if test["se"] <= 1e-12 * max(abs(result["mean"]), 1e-4):
+            result["same"] = True
+        else:
+            result.update(se=test["se"], t=test["t"], p=test["p"], excluded=test["excluded"])
+            if margin is not None:
+                result["tost_p"] = test["tost_p"]
+    return result
+
+
+def holm_adjust(results: Iterable[Optional[Dict[str, Any]]]) -> None:
+    """Sets "p_holm", Holm's adjusted p over the family, on each of `results` (one family of
+    comparisons, `paired_by_seed`'s) that has a "p"."""
+    tested = [r for r in results if r is not None and "p" in r]
+    for result, adjusted in zip(tested, holm([r["p"] for r in tested])):
+        result["p_holm"] = adjusted

@@ -133,3 +133,25 @@ class FamilyAndEquivalenceTest(tf.test.TestCase):
         )
         with self.assertRaisesRegex(ValueError, "received margin=0"):
             significance.equivalence(d, margin=0)
+
+    def test_paired_by_seed_against_scipy(self):
+        a = {0: 0.10, 1: 0.12, 2: 0.11, 3: 0.13}
+        b = {0: 0.11, 1: 0.125, 2: 0.13, 4: 0.5}  # Seed 3 and 4: only one side.
+        result = significance.paired_by_seed(a, b, margin=0.05)
+        self.assertEqual(result["seeds"], [0, 1, 2])
+        self.assertAllClose(result["d"], [0.01, 0.005, 0.02])
+        scipy = stats.ttest_rel([0.11, 0.125, 0.13], [0.10, 0.12, 0.11])
+        self.assertAllClose([result["t"], result["p"]], [scipy.statistic, scipy.pvalue])
+        self.assertFalse(result["same"])
+        self.assertIn("tost_p", result)
+        # A seed without a value is not paired; one seed gives no test; none gives None.
+        self.assertNotIn("p", significance.paired_by_seed({0: 0.1, 1: None}, {0: 0.2, 1: 0.3}))
+        self.assertIsNone(significance.paired_by_seed({0: 0.1}, {1: 0.2}))
+        # The same difference at every seed: no t, and outside Holm's family.
+        same = significance.paired_by_seed({0: 0.1, 1: 0.2}, {0: 0.1, 1: 0.2})
+        self.assertTrue(same["same"])
+        self.assertNotIn("p", same)
+        family = [result, same, None, dict(result)]
+        significance.holm_adjust(family)
+        self.assertAllClose(family[0]["p_holm"], min(1.0, 2 * result["p"]))
+        self.assertNotIn("p_holm", same)
