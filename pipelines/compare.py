@@ -454,17 +454,15 @@ def summarize(
     for name in others:
         summary["differences"][name] = {}
         for m in metrics:
-            result = significance.paired_by_seed(
-                *(
-                    {
-                        s: records[(row, s)]["test"].get(m)
-                        for s in range(seeds)
-                        if records.get((row, s), {}).get("status") == "finished"
-                    }
-                    for row in (baseline, name)
-                ),
-                margin=margin,
-            )
+            by_seed = [
+                {
+                    s: records[(row, s)]["test"].get(m)
+                    for s in range(seeds)
+                    if records.get((row, s), {}).get("status") == "finished"
+                }
+                for row in (baseline, name)
+            ]
+            result = significance.paired_by_seed(by_seed[0], by_seed[1], margin=margin)
             if result is not None:
                 summary["differences"][name][m] = result
     for m in metrics:  # Holm over the rows compared with the baseline, metric by metric.
