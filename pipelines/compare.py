@@ -94,6 +94,8 @@ RECORD_FIELDS = (
 )
 # Set by compare for each run: never a row's or the common flags'.
 RESERVED = ("output_dir", "seed")
+# Flags of how a run is carried out (its memory, its processes), the same for every row.
+NOT_A_ROW = ("memory_budget_mb", "strategy")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
 _FLAG = re.compile(r"^--([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$", re.DOTALL)
 # How many of a failed run's log lines its record keeps.
@@ -190,6 +192,12 @@ def make_rows(row_texts: Sequence[str], corrections: Sequence[str]) -> List[Row]
                 f"Row {row.name} sets --{reserved[0]}, which compare sets for each run "
                 "(--seeds, --output_dir)."
             )
+        how = [name for name in flags_named if name in NOT_A_ROW]
+        if how:
+            raise ValueError(
+                f"Row {row.name} sets --{how[0]}, which says how a run is carried out, not "
+                "what it trains: set it once after -- (for every row)."
+            )
     first = rows[0]
     for row in rows[1:]:
         a, b = {n for n, _ in first.flags}, {n for n, _ in row.flags}
@@ -256,6 +264,14 @@ def row_configs(rows: Sequence[Row], common: Sequence[str], vary_data: bool) -> 
                 f"which no row names (through --{', --'.join(sorted(named))}): the "
                 "comparison would be confounded. Set them once after --."
             )
+    flats = {name: config.flat() for name, config in built.items()}
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            if flats[a.name] == flats[b.name]:
+                raise ValueError(
+                    f"Rows {a.name} ({a.describe()}) and {b.name} ({b.describe()}) train the "
+                    "same configuration: one run twice, nothing to compare."
+                )
     if vary_data:
         datasets = {c.data.dataset for c in built.values()}
         if datasets != {"web_synthetic"}:

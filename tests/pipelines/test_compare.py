@@ -73,6 +73,14 @@ class RowsTest(tf.test.TestCase):
                 (["a: --correction=none", "b: --correction=none"], []),
                 "Rows a and b set the same flags",
             ),
+            (
+                (["a: --memory_budget_mb=100", "b: --memory_budget_mb=200"], []),
+                "Row a sets --memory_budget_mb, which says how a run is carried out",
+            ),
+            (
+                (["a: --strategy=default --dim=8", "b: --strategy=mirrored --dim=8"], []),
+                "Row a sets --strategy, which says how",
+            ),
         ]
         for (texts, corrections), message in cases:
             with self.subTest(message):
@@ -109,6 +117,11 @@ class RowsTest(tf.test.TestCase):
             compare.row_configs(
                 _rows("a: --preset=industrial_smoke", "b: --preset=synthetic"), [], False
             )
+        # Values that read the same: one configuration.
+        with self.assertRaisesRegex(
+            ValueError, r"Rows a \(--dim=32\) and b \(--dim=032\) train the same configuration"
+        ):
+            compare.row_configs(_rows("a: --dim=32", "b: --dim=032"), common, False)
         with self.assertRaisesRegex(ValueError, "--vary_data .* received --dataset=synthetic"):
             compare.row_configs(
                 _rows("a: --correction=none", "b: --correction=improved"),
