@@ -26,11 +26,15 @@ The tests share the numpy references and exact values of `tests/reference.py`.
   (`from_lookup`: a `StringLookup`'s item indices); in-batch pools from the global batch
   under `keras.distribution` on JAX.
 - frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
+- sparse: `SparseEmbedding` and the `SparseUpdates` model mixin: tables whose training
+  step on JAX reads and writes only the rows it touches (SGD, Adagrad, row-wise Adagrad,
+  lazy Adam).
 """
 
 from keras_logq import frequency
 from keras_logq import losses
 from keras_logq import negatives
+from keras_logq import sparse
 from keras_logq.frequency import CountMinSketchEstimator
 from keras_logq.frequency import HashedFrequencyEstimator
 from keras_logq.frequency import StaticFrequency
@@ -47,6 +51,8 @@ from keras_logq.negatives import MixedSampler
 from keras_logq.negatives import Negatives
 from keras_logq.negatives import UniformSampler
 from keras_logq.negatives import make_sampler
+from keras_logq.sparse import SparseEmbedding
+from keras_logq.sparse import SparseUpdates
 from logq_core import __version__  # noqa: F401  pylint: disable=unused-import
 
 __all__ = [
@@ -56,6 +62,8 @@ __all__ = [
     "MixedSampler",
     "Negatives",
     "SampledSoftmax",
+    "SparseEmbedding",
+    "SparseUpdates",
     "StaticFrequency",
     "UniformSampler",
     "bce_loss",
@@ -68,5 +76,6 @@ __all__ = [
     "masked_mean",
     "negatives",
     "negatives_loss",
+    "sparse",
     "sampled_softmax_loss",
 ]

@@ -1,0 +1,317 @@
+"""Row-sparse embedding tables on JAX: a step reads and writes only the rows it touches.
+
+On JAX the gradient of `keras.layers.Embedding`'s table is a dense array of the table's
+shape (a scatter of the batch's row gradients into zeros), and Keras's optimizers then read
+and write the whole table and every slot: a step's cost grows with the catalog (measured on
+an H200: 1.3 ms a two-tower step at 10k items, 6.3 ms at 10M, batch 8192, Adam). TensorFlow
+passes `IndexedSlices` and its optimizers update the rows only; PyTorch has
+`nn.Embedding(sparse=True)`; keras-rs's `DistributedEmbedding` updates rows sparsely on TPU
+SparseCores only (on a GPU or CPU it is a plain `Embedding`).
+
+Two pieces, used together:
+
+- `SparseEmbedding(input_dim, output_dim, optimizer=..., learning_rate=...)`: an embedding
+  layer whose table and optimizer state are non-trainable variables (so Keras's optimizer
+  never sees them and JAX never differentiates the table), with its own update rule:
+  "sgd", "adagrad" (Keras's `Adagrad`, element-wise: the same values as
+  `keras.optimizers.Adagrad` on a dense table, since rows without a gradient do not move
+  under Adagrad), "rowwise_adagrad" (one accumulator per row: TorchRec / FBGEMM's
+  `EXACT_ROWWISE_ADAGRAD`, a table's worth of state less) and "adam" (lazy Adam, as TF
+  Addons' `LazyAdam`: the moments of the touched rows only, Keras's bias correction by the
+  layer's own step count; equal to Keras's `Adam` on a step that touches every row).
+- `SparseUpdates`, a mixin placed before `keras.Model`: its JAX `train_step` differentiates
+  the loss with respect to the rows each `SparseEmbedding` call gathered (a zero added to
+  the gathered rows, whose gradient is theirs), sums the gradients of repeated ids, and
+  applies each layer's rule to those rows; every other variable goes through the model's
+  optimizer as usual. The tables and their state are the model's weights: `model.save`,
+  `save_weights` and `BackupAndRestore` keep and restore them like any weight.
+
+    class TwoTower(keras_logq.SparseUpdates, keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.users = keras_logq.SparseEmbedding(num_users, 64, learning_rate=0.05)
+            self.items = keras_logq.SparseEmbedding(num_items, 64, learning_rate=0.05)
+        ...
+
+A step's memory traffic on the tables is then the batch's rows (ids x dim), not the
+catalog: `benchmarks/sparse_tables.py` measures both. The mixin's `train_step` is JAX's:
+on TensorFlow and PyTorch, `fit` raises with what to use there (`keras.layers.Embedding`,
+whose gradients those backends already keep sparse on TensorFlow).
+"""
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import keras
+from keras import ops
+
+OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+
+
+class _Tape:
+    """The `SparseEmbedding` calls of one traced step: their gathered rows' shapes
+    (recording) or the zeros added to them and the ids read (applying)."""
+
+    def __init__(self, deltas: Optional[Sequence[Any]] = None):
+        self.recording = deltas is None
+        self.shapes: List[Tuple[Tuple[int, ...], Any]] = []
+        self.deltas = list(deltas or [])
+        self.calls: List[Tuple["SparseEmbedding", Any]] = []
+
+    def read(self, layer: "SparseEmbedding", ids, rows):
+        if self.recording:
+            self.shapes.append((tuple(rows.shape), rows.dtype))
+            self.calls.append((layer, None))
+            return rows
+        if len(self.calls) >= len(self.deltas):
+            raise RuntimeError(
+                "A SparseEmbedding was called more often in the step than when its calls were "
+                "counted: its calls must not depend on the values of the data."
+            )
+        delta = self.deltas[len(self.calls)]
+        self.calls.append((layer, ids))
+        return rows + delta
+
+
+_TAPE: Optional[_Tape] = None
+
+
+@keras.saving.register_keras_serializable(package="keras_logq")
+class SparseEmbedding(keras.layers.Layer):
+    """An embedding table updated row by row by its own optimizer rule (see the module).
+
+    Args:
+      input_dim: rows of the table (ids 0 .. input_dim - 1).
+      output_dim: the embedding's size.
+      optimizer: one of OPTIMIZERS.
+      learning_rate: the rule's step size.
+      initial_accumulator_value: Adagrad's accumulators start here (Keras's default 0.1).
+      beta_1, beta_2: Adam's moment decays.
+      epsilon: added inside Adagrad's square root (Keras's convention), outside Adam's and
+        row-wise Adagrad's.
+      embeddings_initializer: the table's initializer (Keras's default "uniform").
+
+    Called on integer ids of any shape, it returns their rows ([..., output_dim]). Outside
+    a `SparseUpdates` model's training step it is a plain lookup (evaluation, serving).
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        optimizer: str = "adagrad",
+        learning_rate: float = 0.05,
+        initial_accumulator_value: float = 0.1,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, size in (("input_dim", input_dim), ("output_dim", output_dim)):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"`{name}` must be a positive integer; received {name}={size!r}.")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"`optimizer` must be one of {', '.join(OPTIMIZERS)}; received "
+                f"optimizer={optimizer!r}."
+            )
+        for name, rate in (("learning_rate", learning_rate), ("epsilon", epsilon)):
+            if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not rate > 0:
+                raise ValueError(f"`{name}` must be a positive number; received {name}={rate!r}.")
+        if not initial_accumulator_value >= 0:
+            raise ValueError(
+                "`initial_accumulator_value` must be >= 0; received "
+                f"initial_accumulator_value={initial_accumulator_value!r}."
+            )
+        for name, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if not 0 <= beta < 1:
+                raise ValueError(f"`{name}` must lie in [0, 1); received {name}={beta!r}.")
+        self.input_dim, self.output_dim = input_dim, output_dim
+        self.optimizer_name = optimizer
+        self.learning_rate = float(learning_rate)
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.slots: Dict[str, Any] = {}
+
+    def build(self, input_shape=None):
+        del input_shape
+        shape = (self.input_dim, self.output_dim)
+        self.embeddings = self.add_weight(
+            shape=shape,
+            initializer=self.embeddings_initializer,
+            trainable=False,
+            name="embeddings",
+        )
+        accumulator = keras.initializers.Constant(self.initial_accumulator_value)
+        if self.optimizer_name == "adagrad":
+            self.slots = {"accumulator": self._state(shape, accumulator, "accumulator")}
+        elif self.optimizer_name == "rowwise_adagrad":
+            self.slots = {"accumulator": self._state((self.input_dim,), accumulator, "accumulator")}
+        elif self.optimizer_name == "adam":
+            self.slots = {
+                "m": self._state(shape, "zeros", "m"),
+                "v": self._state(shape, "zeros", "v"),
+                "step": self._state((), "zeros", "step"),
+            }
+        self.built = True
+
+    def _state(self, shape, initializer, name):
+        return self.add_weight(
+            shape=shape, initializer=initializer, name=name, trainable=False, dtype="float32"
+        )
+
+    def call(self, ids):
+        ids = ops.convert_to_tensor(ids)
+        dtype = keras.backend.standardize_dtype(ids.dtype)
+        if "int" not in dtype:
+            raise TypeError(f"SparseEmbedding takes integer ids; received dtype {dtype}.")
+        rows = ops.take(self.embeddings, ids, axis=0)
+        return rows if _TAPE is None else _TAPE.read(self, ids, rows)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.output_dim)
+
+    def state_variables(self) -> List[Any]:
+        """The table, then its optimizer state, in `sparse_update`'s order."""
+        return [self.embeddings, *self.slots.values()]
+
+    def sparse_update(self, values: Sequence[Any], ids, gradients) -> List[Any]:
+        """The rule applied to the rows of `ids` (flat, int) with `gradients` ([n, dim],
+        repeated ids summed first): new values of `state_variables()` (JAX arrays)."""
+        import jax  # pylint: disable=import-outside-toplevel
+        import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+        table, *slots = values
+        n = ids.shape[0]
+        unique, inverse = jnp.unique(ids, size=n, fill_value=self.input_dim, return_inverse=True)
+        g = jax.ops.segment_sum(gradients.astype(table.dtype), inverse.reshape(-1), num_segments=n)
+
+        def rows(array):
+            return array.at[unique].get(mode="fill", fill_value=0)
+
+        def put(array, new):
+            return array.at[unique].set(new, mode="drop")
+
+        lr = self.learning_rate
+        if self.optimizer_name == "sgd":
+            return [put(table, rows(table) - lr * g)]
+        if self.optimizer_name == "adagrad":
+            (accumulator,) = slots
+            acc = rows(accumulator) + g * g
+            step = lr * g / jnp.sqrt(acc + self.epsilon)
+            return [put(table, rows(table) - step), put(accumulator, acc)]
+        if self.optimizer_name == "rowwise_adagrad":
+            (accumulator,) = slots
+            acc = rows(accumulator) + jnp.mean(g * g, axis=-1)
+            step = lr * g / (jnp.sqrt(acc)[:, None] + self.epsilon)
+            return [put(table, rows(table) - step), put(accumulator, acc)]
+        m_all, v_all, count = slots
+        count = count + 1.0
+        m = rows(m_all) + (g - rows(m_all)) * (1 - self.beta_1)
+        v = rows(v_all) + (g * g - rows(v_all)) * (1 - self.beta_2)
+        alpha = lr * jnp.sqrt(1 - self.beta_2**count) / (1 - self.beta_1**count)
+        step = alpha * m / (jnp.sqrt(v) + self.epsilon)
+        return [put(table, rows(table) - step), put(m_all, m), put(v_all, v), count]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            input_dim=self.input_dim,
+            output_dim=self.output_dim,
+            optimizer=self.optimizer_name,
+            learning_rate=self.learning_rate,
+            initial_accumulator_value=self.initial_accumulator_value,
+            beta_1=self.beta_1,
+            beta_2=self.beta_2,
+            epsilon=self.epsilon,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+        )
+        return config
+
+
+class SparseUpdates:
+    """A `keras.Model` mixin (`class M(SparseUpdates, keras.Model)`) whose JAX training step
+    updates its `SparseEmbedding` tables row by row (see the module); the rest of the
+    model trains through its optimizer as with `keras.Model`."""
+
+    def _sparse_layers(self) -> List[SparseEmbedding]:
+        return [
+            layer
+            for layer in self._flatten_layers(include_self=False)  # type: ignore[attr-defined]
+            if isinstance(layer, SparseEmbedding)
+        ]
+
+    def train_step(self, *args):
+        if keras.backend.backend() != "jax":
+            raise NotImplementedError(
+                "SparseUpdates trains on JAX; received backend "
+                f"{keras.backend.backend()!r}. On TensorFlow use keras.layers.Embedding (its "
+                "gradients are IndexedSlices: the optimizers update the rows only)."
+            )
+        return self._jax_sparse_train_step(*args)
+
+    def _jax_sparse_train_step(self, state, data):
+        # pylint: disable=import-outside-toplevel
+        import jax
+        import jax.numpy as jnp
+        from keras.src.trainers import data_adapters
+
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        x, y, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data)
+
+        def loss(trainable, tape):
+            global _TAPE  # pylint: disable=global-statement
+            _TAPE = tape
+            try:
+                value, aux = self.compute_loss_and_updates(
+                    trainable,
+                    non_trainable,
+                    metrics_variables,
+                    x,
+                    y,
+                    sample_weight,
+                    training=True,
+                    optimizer_variables=optimizer_variables,
+                )
+            finally:
+                _TAPE = None
+            return value, (aux, [ids for _, ids in tape.calls])
+
+        # The calls' shapes first, from a trace that computes nothing (jax.eval_shape).
+        counting = _Tape()
+        jax.eval_shape(lambda t: loss(t, counting)[0], trainable)
+        applied: List[_Tape] = []
+
+        def loss_of_rows(trainable, deltas):
+            applied.append(_Tape(deltas))
+            return loss(trainable, applied[-1])
+
+        deltas = [jnp.zeros(shape, dtype) for shape, dtype in counting.shapes]
+        (_, (aux, ids)), (grads, row_grads) = jax.value_and_grad(
+            loss_of_rows, argnums=(0, 1), has_aux=True
+        )(trainable, deltas)
+        layers = [layer for layer, _ in applied[-1].calls]
+        unscaled_loss, y_pred, non_trainable, metrics_variables = aux
+        if trainable:
+            trainable, optimizer_variables = self.optimizer.stateless_apply(
+                optimizer_variables, grads, trainable
+            )
+        non_trainable = list(non_trainable)
+        position = {id(v): i for i, v in enumerate(self.non_trainable_variables)}
+        for layer in dict.fromkeys(layers):  # Each table once, its calls' rows together.
+            mine = [i for i, other in enumerate(layers) if other is layer]
+            flat_ids = jnp.concatenate([ids[i].reshape(-1) for i in mine]).astype(jnp.int32)
+            flat_grads = jnp.concatenate([row_grads[i].reshape(-1, layer.output_dim) for i in mine])
+            slots = [position[id(v)] for v in layer.state_variables()]
+            updated = layer.sparse_update([non_trainable[i] for i in slots], flat_ids, flat_grads)
+            for i, value in zip(slots, updated):
+                non_trainable[i] = value
+        logs, metrics_variables = self._update_metrics_variables(
+            metrics_variables, unscaled_loss, x, y, y_pred, sample_weight
+        )
+        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
+
+
+__all__ = ["OPTIMIZERS", "SparseEmbedding", "SparseUpdates"]
