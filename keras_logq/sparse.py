@@ -26,6 +26,8 @@ Two pieces, used together:
   optimizer as usual. The tables and their state are the model's weights: `model.save`,
   `save_weights` and `BackupAndRestore` keep and restore them like any weight.
 
+For example::
+
     class TwoTower(keras_logq.SparseUpdates, keras.Model):
         def __init__(self):
             super().__init__()
