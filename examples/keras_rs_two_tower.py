@@ -32,6 +32,7 @@ from pipelines.data import synthetic
 
 FLAGS = flags.FLAGS
 LOSSES = ("keras_rs_standard", "standard", "improved")
+DTYPE_POLICIES = ("float32", "mixed_bfloat16")
 
 if __name__ == "__main__":
     flags.DEFINE_integer("users", 3000, "Synthetic users.", lower_bound=10)
@@ -45,6 +46,13 @@ if __name__ == "__main__":
     flags.DEFINE_float("temperature", 0.1, "Scores are divided by it.", lower_bound=1e-6)
     flags.DEFINE_integer("seed", 0, "Seed of the data, the weights and the batches.")
     flags.DEFINE_list("losses", list(LOSSES), f"Losses to train, from {LOSSES}.")
+    flags.DEFINE_enum(
+        "dtype_policy",
+        "float32",
+        DTYPE_POLICIES,
+        "Keras's dtype policy: mixed_bfloat16 computes the towers and scores in bfloat16 "
+        "(variables and the losses stay float32).",
+    )
 
 
 def build_data(users: int, items: int, seed: int):
@@ -94,7 +102,10 @@ def make_model(
             self.sampled_softmax = keras_logq.SampledSoftmax(
                 correction="standard" if loss == "standard" else "improved", temperature=temperature
             )
-            self.retrieval = keras_rs.layers.BruteForceRetrieval(k=10, return_scores=False)
+            # Evaluation ranks in float32 whatever the policy (fewer ties than bfloat16).
+            self.retrieval = keras_rs.layers.BruteForceRetrieval(
+                k=10, return_scores=False, dtype="float32"
+            )
 
         def call(self, inputs):
             return self.user_tower(inputs["user"]), self.item_tower(inputs["item"])
@@ -112,6 +123,8 @@ def make_model(
                         scores, labels, candidate_log_q=log_q, candidate_ids=item_ids
                     )
                 )
+            # keras-rs's layers keep the scores' dtype: the loss in float32, as keras_logq's.
+            scores = ops.cast(scores, "float32")
             scores = self.correction(scores / temperature, ops.exp(log_q)[None, :])
             scores = self.remove_hits(scores, labels, item_ids)
             return ops.mean(keras.losses.categorical_crossentropy(labels, scores, from_logits=True))
@@ -153,8 +166,10 @@ def run(
     temperature=0.1,
     seed=0,
     verbose=1,
+    dtype_policy="float32",
 ):
-    """Trains one model per loss on the same data and batches; returns {loss: metrics}."""
+    """Trains one model per loss on the same data and batches; returns {loss: metrics}.
+    `dtype_policy` (DTYPE_POLICIES) is Keras's global policy while the models are built."""
     import keras  # pylint: disable=import-outside-toplevel
 
     train_users, train_items, test, probabilities = build_data(users, items, seed)
@@ -165,7 +180,12 @@ def run(
     results = {}
     for loss in losses:
         keras.utils.set_random_seed(seed)
-        model = make_model(loss, users, items, dim, temperature, probabilities, seed)
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(dtype_policy)
+        try:
+            model = make_model(loss, users, items, dim, temperature, probabilities, seed)
+        finally:
+            keras.config.set_dtype_policy(previous)
         model.compile(optimizer=keras.optimizers.Adam(learning_rate))
         start = time.time()
         model.fit(data, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=verbose)
@@ -193,11 +213,13 @@ def main(argv):
         FLAGS.learning_rate,
         FLAGS.temperature,
         FLAGS.seed,
+        dtype_policy=FLAGS.dtype_policy,
     )
     print(
         f"\nkeras-rs two-tower on the synthetic catalog ({FLAGS.users} users, {FLAGS.items} "
         f"items, leave-one-out), backend {keras.backend.backend()}, batch {FLAGS.batch_size}, "
-        f"{FLAGS.epochs} epochs, seed {FLAGS.seed}; BruteForceRetrieval, training items "
+        f"{FLAGS.epochs} epochs, seed {FLAGS.seed}, dtype policy {FLAGS.dtype_policy}; "
+        "BruteForceRetrieval, training items "
         "excluded:\n"
     )
     print("| loss | Recall@10 | NDCG@10 | training (s) |")

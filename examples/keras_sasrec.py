@@ -44,6 +44,7 @@ from pipelines.data import splits
 
 FLAGS = flags.FLAGS
 ROWS = ("bce", "in_batch_none", "in_batch_improved", "mixed_none", "mixed_improved")
+DTYPE_POLICIES = ("float32", "mixed_bfloat16")
 SASREC_FILE = os.path.join("ml-1m", "sasrec_ml-1m.txt.gz")
 
 
@@ -78,6 +79,13 @@ if __name__ == "__main__":
     )
     flags.DEFINE_integer("num_uniform", 128, "Uniform negatives of the mixed rows.", lower_bound=1)
     flags.DEFINE_string("output", None, "Also write the results as JSON to this file.")
+    flags.DEFINE_enum(
+        "dtype_policy",
+        "float32",
+        DTYPE_POLICIES,
+        "Keras's dtype policy: mixed_bfloat16 computes the blocks and logits in bfloat16 "
+        "(variables and the losses stay float32).",
+    )
     flags.register_validator(
         "rows", lambda rows: set(rows) <= set(ROWS), message=f"--rows must be among {ROWS}."
     )
@@ -239,7 +247,9 @@ def evaluate(model, test, max_len: int, k: int = 10, chunk: int = 512):
     hits, gains = [], []
     for start in range(0, len(test.users), chunk):
         histories = test.histories[start : start + chunk]
-        state = ops.convert_to_numpy(model.last_state(left_padded(histories, max_len)))
+        state = ops.convert_to_numpy(
+            ops.cast(model.last_state(left_padded(histories, max_len)), "float32")
+        )
         scores = state @ table.T
         for row, history in enumerate(histories):
             scores[row, np.asarray(history) - 1] = -np.inf
@@ -268,11 +278,13 @@ def run(
     num_uniform=128,
     verbose=2,
     on_result=None,
+    dtype_policy="float32",
 ):
     """Trains one model per row and seed on the same windows, seed by seed (every row of a
     seed before the next seed); returns {"rows": {row: {seed: metrics}}, ...} with
     Recall@10, NDCG@10 and training seconds. `on_result(results)` is called after each
-    model (to save what is done so far)."""
+    model (to save what is done so far). `dtype_policy` (DTYPE_POLICIES) is Keras's global
+    policy while the models are built."""
     import keras  # pylint: disable=import-outside-toplevel
 
     data, test, num_items, probabilities = load(data_path, max_len)
@@ -285,19 +297,24 @@ def run(
     for seed in seeds:
         for row in rows:
             keras.utils.set_random_seed(seed)
-            model = make_model(
-                row,
-                num_items,
-                probabilities,
-                max_len,
-                dim,
-                num_blocks,
-                num_heads,
-                dropout,
-                pool,
-                num_uniform,
-                seed,
-            )
+            previous = keras.config.dtype_policy()
+            keras.config.set_dtype_policy(dtype_policy)
+            try:
+                model = make_model(
+                    row,
+                    num_items,
+                    probabilities,
+                    max_len,
+                    dim,
+                    num_blocks,
+                    num_heads,
+                    dropout,
+                    pool,
+                    num_uniform,
+                    seed,
+                )
+            finally:
+                keras.config.set_dtype_policy(previous)
             model.compile(optimizer=keras.optimizers.Adam(learning_rate))
             start = time.time()
             history = model.fit(
@@ -384,6 +401,7 @@ def main(argv):
         learning_rate=FLAGS.learning_rate,
         pool=FLAGS.pool,
         num_uniform=FLAGS.num_uniform,
+        dtype_policy=FLAGS.dtype_policy,
     )
     device = keras.backend.backend()
     if device == "jax":
@@ -414,7 +432,7 @@ def main(argv):
         f"(history excluded), backend {device}, batch {FLAGS.batch_size}, "
         f"{FLAGS.epochs} epochs, {FLAGS.num_blocks} blocks of dim {FLAGS.dim}, in-batch "
         f"pool {FLAGS.pool}, mixed {FLAGS.num_uniform} uniform + {FLAGS.pool} in-batch, "
-        f"seeds {', '.join(map(str, seeds))}:\n"
+        f"seeds {', '.join(map(str, seeds))}, dtype policy {FLAGS.dtype_policy}:\n"
     )
     print(table(results))
 

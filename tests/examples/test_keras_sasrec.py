@@ -68,9 +68,10 @@ def test_training_windows_and_left_padding():
 
 @pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
-def test_example_runs_on_a_tiny_file(tmp_path):
+@pytest.mark.parametrize("dtype_policy", ["float32", "mixed_bfloat16"])
+def test_example_runs_on_a_tiny_file(tmp_path, dtype_policy):
     """One row, as a JAX user without TensorFlow runs it (`-S`: site-packages without the
-    TensorFlow family, through PYTHONPATH)."""
+    TensorFlow family, through PYTHONPATH), in float32 and in bfloat16."""
     from tests.keras_logq.test_backends import _site_packages_without_tensorflow  # pylint: disable=import-outside-toplevel
 
     site = tmp_path / "site"
@@ -88,6 +89,7 @@ def test_example_runs_on_a_tiny_file(tmp_path):
             f"--rows={','.join(rows)}",
             *TINY_FLAGS,
             f"--output={output}",
+            f"--dtype_policy={dtype_policy}",
         ],
         cwd=ROOT,
         env=env,
@@ -102,6 +104,8 @@ def test_example_runs_on_a_tiny_file(tmp_path):
     saved = json.loads(output.read_text())
     assert saved["num_test_users"] == 60 and saved["num_items"] == 40
     assert set(saved["rows"]) == set(rows) and saved["settings"]["epochs"] == 2
+    assert saved["settings"]["dtype_policy"] == dtype_policy
+    assert f"dtype policy {dtype_policy}" in result.stdout
 
 
 @pytest.mark.slow
