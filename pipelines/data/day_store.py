@@ -28,8 +28,9 @@ import json
 import os
 import resource
 import shutil
+import struct
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -104,9 +105,118 @@ class DayStore:
         """The TFRecord files of the examples, in time order."""
         return [os.path.join(self.directory, _examples_name(day)) for day in self.days]
 
+    def chunks(self) -> Iterator[Dict[str, np.ndarray]]:
+        """The training examples in time order, a record's chunk at a time, as numpy arrays
+        {"user", "item", "history"[, "weight"]}, the same values `parse_chunk` gives, read
+        without TensorFlow (`read_records`, `decode_int32_tensor`): a Keras 3 job on JAX or
+        PyTorch streams the store a TensorFlow job built."""
+        for path in self.example_files():
+            for record in read_records(path):
+                chunk = decode_int32_tensor(record)
+                features = {
+                    "user": chunk[:, 0],
+                    "item": chunk[:, 1],
+                    "history": chunk[:, 2 : 2 + self.history_length],
+                }
+                if self.weighted:
+                    features["weight"] = chunk[:, 2 + self.history_length].view(np.float32)
+                yield features
+
     def day_items(self, day: int) -> np.ndarray:
         """The items of training day `day`'s examples, in stream order."""
         return np.load(os.path.join(self.directory, f"items-{day:05d}.npy"))
+
+
+def read_records(path: str) -> Iterator[bytes]:
+    """The records of a TFRecord file, in order, without TensorFlow: each is a little-endian
+    uint64 length, its masked CRC-32C, the data and the data's masked CRC-32C (the CRCs are
+    not checked; a file cut short is named)."""
+    with open(path, "rb") as f:
+        while True:
+            header = f.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                raise DataError(path, None, f"a TFRecord header cut short ({len(header)} bytes).")
+            (length,) = struct.unpack("<Q", header[:8])
+            data = f.read(length)
+            if len(data) < length or len(f.read(4)) < 4:
+                raise DataError(
+                    path, None, f"a TFRecord record cut short ({len(data)} of {length})."
+                )
+            yield data
+
+
+def _varint(data: bytes, position: int) -> Tuple[int, int]:
+    """(value, next position) of the protobuf varint at `position`."""
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[Tuple[int, int, int, bytes]]:
+    """(field number, wire type, varint value, bytes value) of each field of a protobuf
+    message: varints (wire 0) and length-delimited fields (wire 2), the only wire types a
+    TensorProto of int32 uses."""
+    position = 0
+    while position < len(data):
+        key, position = _varint(data, position)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, position = _varint(data, position)
+            yield number, wire, value, b""
+        elif wire == 2:
+            length, position = _varint(data, position)
+            yield number, wire, 0, data[position : position + length]
+            position += length
+        else:
+            raise ValueError(f"An unexpected protobuf wire type {wire} in a TensorProto.")
+
+
+_DT_INT32 = 3  # TensorFlow's DataType enum.
+
+
+def decode_int32_tensor(data: bytes) -> np.ndarray:
+    """`tf.io.parse_tensor(data, tf.int32)` in numpy: a serialized TensorProto of int32 (its
+    `tensor_content` bytes, or its `int_val` list where TensorFlow wrote one).
+
+    Raises:
+      ValueError: not a TensorProto of int32.
+    """
+    shape: List[int] = []
+    content: Optional[bytes] = None
+    values: List[int] = []
+    for number, wire, integer, raw in _fields(data):
+        if number == 1 and integer != _DT_INT32:
+            raise ValueError(f"A TensorProto of dtype {integer}, not int32 ({_DT_INT32}).")
+        if number == 2:  # TensorShapeProto: repeated dim (2) {size (1)}.
+            for dim_number, _, _, dim in _fields(raw):
+                if dim_number == 2:
+                    sizes = [size for n, _, size, _ in _fields(dim) if n == 1]
+                    shape.append(sizes[0] if sizes else 0)
+        elif number == 4:
+            content = raw
+        elif number == 7:  # int_val: packed (wire 2) or one varint per value.
+            if wire == 2:
+                position = 0
+                while position < len(raw):
+                    item, position = _varint(raw, position)
+                    values.append(item)
+            else:
+                values.append(integer)
+    size = int(np.prod(shape)) if shape else 1
+    if content is not None:
+        array = np.frombuffer(content, "<i4").astype(np.int32)
+    else:  # Varints of negatives are their 64-bit two's complement: keep the low 32 bits.
+        array = (np.array(values, np.uint64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+        if array.size == 1 and size > 1:  # One value written for a constant tensor.
+            array = np.full(size, array[0], np.int32)
+    return array.reshape(shape)
 
 
 def _peak_mib() -> float:

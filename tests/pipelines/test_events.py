@@ -735,7 +735,8 @@ class TimeOrderTest(tf.test.TestCase):
 
 class DayStoreTest(tf.test.TestCase):
     """The out-of-core next-day split (`day_store`) against the in-memory one: the same
-    queries, counts and training batches, whatever the buffer."""
+    queries, counts and training batches, whatever the buffer; its examples read without
+    TensorFlow (`DayStore.chunks`) as TensorFlow parses them."""
 
     def _log(self, weighted, early=False):
         catalog = web_synthetic.make_catalog(600, 300, 5, cluster_size=100, seed=1)
@@ -822,6 +823,17 @@ class DayStoreTest(tf.test.TestCase):
                     [a.tolist() for a in getattr(want, part)],
                     (name, part),
                 )
+        # Read without TensorFlow (a Keras 3 job's way): the records TensorFlow parses.
+        store = split.stream
+        parsed = tf.data.TFRecordDataset(store.example_files()).map(
+            lambda record: day_store.parse_chunk(record, store.history_length, store.weighted)
+        )
+        chunks = list(store.chunks())
+        self.assertEqual(sum(len(c["user"]) for c in chunks), store.num_examples)
+        for got, want in zip(chunks, parsed, strict=True):
+            self.assertEqual(sorted(got), sorted(want))
+            for key in want:
+                self.assertAllEqual(got[key], want[key], key)
         steps = experiment.pass_steps(config, split)
         self.assertEqual(steps, experiment.pass_steps(config, reference))
         streamed = experiment.training_stream(config, split)[0]
@@ -838,6 +850,38 @@ class DayStoreTest(tf.test.TestCase):
             self.assertEqual(sorted(got), sorted(want))
             for key in want:
                 self.assertAllEqual(got[key], want[key], key)
+
+    def test_tfrecords_of_int32_tensors_read_without_tensorflow(self):
+        arrays = [
+            np.arange(24, dtype=np.int32).reshape(4, 6) - 5,
+            np.array([[2**31 - 1, -(2**31)]], np.int32),
+            np.zeros((0, 6), np.int32),
+            np.array(7, np.int32),
+        ]
+        path = os.path.join(tempfile.mkdtemp(), "x.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for array in arrays:
+                writer.write(tf.io.serialize_tensor(array).numpy())
+        records = list(day_store.read_records(path))
+        self.assertLen(records, len(arrays))
+        for record, array in zip(records, arrays):
+            decoded = day_store.decode_int32_tensor(record)
+            self.assertEqual(decoded.shape, array.shape)
+            self.assertAllEqual(decoded, array)
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[:-3])  # The last record's CRC cut.
+        with self.assertRaisesRegex(DataError, "cut short"):
+            list(day_store.read_records(path))
+        # TensorProtos with int_val (a negative one; one value for a constant tensor).
+        for value, shape in ((-3, None), (4, [2, 3])):
+            proto = tf.make_tensor_proto(value, dtype=tf.int32, shape=shape)
+            self.assertAllEqual(
+                day_store.decode_int32_tensor(proto.SerializeToString()), tf.make_ndarray(proto)
+            )
+        with self.assertRaisesRegex(ValueError, "not int32"):
+            day_store.decode_int32_tensor(tf.io.serialize_tensor(np.zeros(2)).numpy())
 
     def test_the_same_split_and_batches_as_in_memory(self):
         self._check_equal(self._log(weighted=False), day_store.BUFFER_ROWS)
