@@ -18,12 +18,15 @@ Modules:
     settings -> constructor arguments map behind both frameworks' `make_sampler`.
   checks: pure-Python argument checks whose messages name the argument and
     the value received.
+  metrics: Recall@k and NDCG@k of retrieved ids (numpy), per query and
+    their means.
 """
 
 __version__ = "0.2.0"  # Of the distribution: logq_core, keras_logq, tfrs_logq, pipelines.
 
 from logq_core import checks  # noqa: E402  pylint: disable=wrong-import-position
 from logq_core import formulas  # noqa: E402  pylint: disable=wrong-import-position
+from logq_core import metrics  # noqa: E402  pylint: disable=wrong-import-position
 from logq_core import samplers  # noqa: E402  pylint: disable=wrong-import-position
 
-__all__ = ["checks", "formulas", "samplers"]
+__all__ = ["checks", "formulas", "metrics", "samplers"]

@@ -971,17 +971,14 @@ def served_index(config: configs.Config, split: splits_lib.Split) -> Optional[np
     what a run's exports serve; None (index_size 0): the whole catalog."""
     if not config.training.index_size:
         return None
-    counts = split.train_counts()
-    return np.sort(np.argsort(-counts[1:], kind="stable")[: config.training.index_size] + 1)
+    return splits_lib.most_trained(split.train_counts(), config.training.index_size)
 
 
 def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
     """The ids the test search covers: `served_index` plus every test positive (the paper's
     industrial index); None: the whole catalog."""
     top = served_index(config, split)
-    if top is None:
-        return None
-    return np.union1d(top, np.concatenate(split.test.targets))
+    return None if top is None else splits_lib.with_positives(top, split.test)
 
 
 def evaluate_split(

@@ -391,3 +391,16 @@ def next_day(
         train_times,
         train_weights if weights is not None else None,
     )
+
+
+def most_trained(counts: np.ndarray, size: int) -> np.ndarray:
+    """The `size` ids with the most training events (`counts`: [num_items + 1], row 0 the
+    padding; ties: the lower id), sorted: the served index of the next-day protocol."""
+    return np.sort(np.argsort(-counts[1:], kind="stable")[:size] + 1)
+
+
+def with_positives(index: np.ndarray, eval_set: "EvalSet") -> np.ndarray:
+    """`index` plus every target of `eval_set`, sorted: the test index of the paper's
+    industrial protocol (the served items and the day's positives)."""
+    targets = np.concatenate(eval_set.targets) if eval_set.targets else np.zeros(0, np.int64)
+    return np.union1d(index, targets)

@@ -1,0 +1,303 @@
+r"""The next-day job on Keras 3 (JAX by default): an event log's day store, trained in time
+order with a count-min sketch and mixed negatives, tested on the next day's users over the
+industrial index. No TensorFlow is imported by the training process.
+
+The data is the day store `pipelines.train` builds for an event log or the web-scale
+synthetic log (`pipelines.data.day_store`: the training examples in time order, each with
+its user's previous items, and the next day's test queries), read with numpy
+(`DayStore.chunks`). Building a store needs TensorFlow; give `--store` a store built
+elsewhere (a run's OUTPUT/day_store while it trains, or one built with `--build_store`, which
+builds it in a child process that imports TensorFlow, from `pipelines.train`'s flags):
+
+  python -m examples.keras_next_day --build_store='--preset=industrial_smoke' \
+      --output=/tmp/next_day.json
+
+The model is the pipelines' two-tower: a user table and the history's mean item embedding,
+concatenated and projected (the query); the item table (the candidates); mixed negatives
+(`--num_uniform` uniform draws per row and the in-batch pool, `keras_logq.MixedSampler`) with
+log Q from a `keras_logq.CountMinSketchEstimator` fed each step's positives, and the
+`--correction` (improved by default). The tables are `keras_logq.SparseEmbedding`s with
+Adagrad on JAX (a step touches the batch's rows only), `keras.layers.Embedding` elsewhere.
+One pass over the days in time order (`--max_steps` stops early). The test: Recall@10/100/1000
+and NDCG of each test query's next-day items over the `--index_size` most trained items plus
+the day's positives (the pipelines' `test_index`), its history excluded, by exact search.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from logq_core import metrics as metrics_lib
+from pipelines.data import day_store
+from pipelines.data import splits
+
+FLAGS = flags.FLAGS
+KS = (10, 100, 1000)
+
+# Run by --build_store in a child process (TensorFlow): builds the store, prints its path.
+_BUILD = """
+import sys
+from absl import flags
+from pipelines import experiment, train
+values = flags.FlagValues()
+train.define_flags(values)
+values(["build", *sys.argv[1:], "--output_dir=unused"])
+config = train.config_from_flags(values)
+if not experiment.out_of_core(config):
+    sys.exit("--build_store: these flags do not read an event log by day (out of core): "
+             "an event log or web_synthetic, --split=next_day, --model=two_tower, --order=time.")
+experiment.day_store_data(config)
+print("STORE", experiment.day_store_dir(config, None))
+"""
+
+if __name__ == "__main__":
+    flags.DEFINE_string("store", "", "A built day store directory.")
+    flags.DEFINE_string(
+        "build_store", "", "pipelines.train's flags (quoted): build the store they describe."
+    )
+    flags.DEFINE_integer("dim", 64, "Embedding dimension.", lower_bound=1)
+    flags.DEFINE_integer("batch_size", 1024, "Examples per step.", lower_bound=2)
+    flags.DEFINE_integer("num_uniform", 512, "Uniform negatives per row.", lower_bound=1)
+    flags.DEFINE_enum("correction", "improved", ["none", "standard", "improved"], "The loss.")
+    flags.DEFINE_float("table_learning_rate", 0.5, "Adagrad's rate on the tables.")
+    flags.DEFINE_float("learning_rate", 0.005, "Adam's rate on the projection.")
+    flags.DEFINE_integer("sketch_width", 2**18, "Count-min sketch width (a power of two).")
+    flags.DEFINE_float("sketch_decay", 0.999, "Count-min sketch decay per step.")
+    flags.DEFINE_integer("index_size", 200_000, "Most trained items in the test index.")
+    flags.DEFINE_integer("max_steps", 0, "Stop after this many steps (0: one pass).")
+    flags.DEFINE_integer("seed", 0, "Seed of the weights and the draws.")
+    flags.DEFINE_string("output", "", "Also write the results as JSON here.")
+
+
+def build_store(train_flags: str) -> str:
+    """Builds the day store `train_flags` describe, in a child process (TensorFlow); its
+    directory."""
+    import shlex  # pylint: disable=import-outside-toplevel
+
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILD, *shlex.split(train_flags)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"--build_store failed:\n{done.stderr[-3000:]}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("STORE ")]
+    return lines[-1][len("STORE ") :]
+
+
+def load(directory: str):
+    """(DayStore, test EvalSet, num_users, num_items) of a built store."""
+    with open(os.path.join(directory, day_store.MANIFEST)) as f:
+        manifest = json.load(f)
+    if manifest.get("examples_removed"):
+        raise ValueError(
+            f"{directory}: its training examples were removed when its run finished training; "
+            "build the store again (--build_store) or use one whose run has not finished."
+        )
+    _, split = day_store.read(directory, np.zeros(0), np.zeros(0))
+    return split.stream, split.test, manifest["num_users"], manifest["num_items"]
+
+
+def batches(store, batch_size: int):
+    """The store's examples in time order, `batch_size` at a time (the last partial one
+    dropped: in-batch negatives want full batches)."""
+    pending = []
+    held = 0
+    for chunk in store.chunks():
+        pending.append(chunk)
+        held += len(chunk["user"])
+        while held >= batch_size:
+            joined = {key: np.concatenate([c[key] for c in pending]) for key in pending[0]}
+            yield {key: value[:batch_size] for key, value in joined.items()}
+            rest = {key: value[batch_size:] for key, value in joined.items()}
+            pending, held = [rest], len(rest["user"])
+
+
+def make_model(num_users: int, num_items: int, settings):
+    """The two-tower keras.Model (see the module)."""
+    import keras  # pylint: disable=import-outside-toplevel
+    from keras import ops  # pylint: disable=import-outside-toplevel
+
+    import keras_logq  # pylint: disable=import-outside-toplevel
+
+    jax = keras.backend.backend() == "jax"
+    dim, seed = settings["dim"], settings["seed"]
+
+    def table(rows, name):
+        init = keras.initializers.RandomUniform(-0.05, 0.05, seed=seed)
+        if jax:
+            return keras_logq.SparseEmbedding(
+                rows,
+                dim,
+                optimizer="adagrad",
+                learning_rate=settings["table_learning_rate"],
+                embeddings_initializer=init,
+                name=name,
+            )
+        return keras.layers.Embedding(rows, dim, embeddings_initializer=init, name=name)
+
+    bases = (keras_logq.SparseUpdates, keras.Model) if jax else (keras.Model,)
+
+    class TwoTower(*bases):
+        def __init__(self):
+            super().__init__()
+            self.users = table(num_users + 1, "users")
+            self.items = table(num_items + 1, "items")
+            self.projection = keras.layers.Dense(dim, name="query")
+            self.sketch = keras_logq.CountMinSketchEstimator(
+                width=settings["sketch_width"], decay=settings["sketch_decay"], seed=seed
+            )
+            self.sampler = keras_logq.MixedSampler(
+                num_items,
+                settings["num_uniform"],
+                settings["batch_size"],
+                first_id=1,
+                probabilities=self.sketch,
+                seed=seed,
+            )
+
+        def query(self, users, history):
+            rows = self.items(history)
+            real = ops.cast(ops.greater(history, 0), rows.dtype)[..., None]
+            mean = ops.sum(rows * real, axis=1) / ops.maximum(ops.sum(real, axis=1), 1.0)
+            return self.projection(ops.concatenate([self.users(users), mean], axis=-1))
+
+        def call(self, x):
+            return self.query(x["user"], x["history"]), self.items(x["item"])
+
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+            query, positives = y_pred
+            self.sketch.update(x["item"])
+            draws = self.sampler(x["item"], x["item"], positives, embedding_fn=self.items)
+            return ops.mean(
+                keras_logq.negatives_loss(
+                    query, positives, draws, correction=settings["correction"]
+                )
+            )
+
+    model = TwoTower()
+    # Where SparseUpdates does not apply, the dense tables and the projection train through
+    # Adagrad at the tables' rate.
+    model.compile(
+        optimizer=keras.optimizers.Adam(settings["learning_rate"])
+        if jax
+        else keras.optimizers.Adagrad(settings["table_learning_rate"])
+    )
+    return model
+
+
+def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 256):
+    """Recall and NDCG at KS of each test query over `index`, its history excluded (the
+    query reads its last `history_length` items, as the training examples do)."""
+    from keras import ops  # pylint: disable=import-outside-toplevel
+
+    items = np.asarray(ops.convert_to_numpy(model.items(index.astype(np.int32))), np.float32)
+    ranked = []
+    k = min(max(KS), len(index))
+    for start in range(0, len(test.users), chunk):
+        users = test.users[start : start + chunk].astype(np.int32)
+        histories = np.zeros((len(users), history_length), np.int32)
+        for row, history in enumerate(test.histories[start : start + chunk]):
+            recent = np.asarray(history[-history_length:], np.int32)
+            histories[row, history_length - len(recent) :] = recent
+        queries = np.asarray(ops.convert_to_numpy(model.query(users, histories)), np.float32)
+        scores = queries @ items.T
+        for row, history in enumerate(test.histories[start : start + chunk]):
+            scores[row, np.isin(index, history)] = -np.inf
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        order = np.take_along_axis(scores, top, 1).argsort(axis=1)[:, ::-1]
+        ranked.append(index[np.take_along_axis(top, order, 1)])
+    ranked_ids = np.concatenate(ranked)
+    if ranked_ids.shape[1] < max(KS):  # A small index: pad with ids that match nothing.
+        ranked_ids = np.pad(ranked_ids, ((0, 0), (0, max(KS) - ranked_ids.shape[1])))
+    return metrics_lib.recall_ndcg(ranked_ids, test.targets, KS)
+
+
+def run(store_dir: str, settings, verbose: bool = True):
+    """Trains and tests on the store at `store_dir`; returns the results."""
+    import keras  # pylint: disable=import-outside-toplevel
+
+    store, test, num_users, num_items = load(store_dir)
+    keras.utils.set_random_seed(settings["seed"])
+    model = make_model(num_users, num_items, settings)
+    started, steps, losses = time.time(), 0, []
+    for batch in batches(store, settings["batch_size"]):
+        logs = model.train_on_batch(batch, return_dict=True)
+        losses.append(float(logs["loss"]))
+        steps += 1
+        if verbose and steps % 100 == 0:
+            print(f"step {steps}: loss {np.mean(losses[-100:]):.4f}", flush=True)
+        if settings["max_steps"] and steps >= settings["max_steps"]:
+            break
+    train_seconds = time.time() - started
+    index = splits.with_positives(
+        splits.most_trained(store.item_counts, settings["index_size"]), test
+    )
+    started = time.time()
+    test_metrics = evaluate(model, test, index, store.history_length)
+    return dict(
+        backend=keras.backend.backend(),
+        steps=steps,
+        first_loss=losses[0] if losses else None,
+        last_loss=float(np.mean(losses[-20:])) if losses else None,
+        train_seconds=round(train_seconds, 1),
+        test_seconds=round(time.time() - started, 1),
+        num_users=num_users,
+        num_items=num_items,
+        num_test_queries=len(test.users),
+        index_items=len(index),
+        test=test_metrics,
+        settings=settings,
+    )
+
+
+def main(argv):
+    del argv
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    if bool(FLAGS.store) == bool(FLAGS.build_store):
+        raise app.UsageError("Give one of --store and --build_store.")
+    store_dir = FLAGS.store or build_store(FLAGS.build_store)
+    if not os.path.exists(os.path.join(store_dir, day_store.MANIFEST)):
+        raise app.UsageError(f"--store={store_dir} holds no built day store.")
+    settings = {
+        name: FLAGS[name].value
+        for name in (
+            "dim",
+            "batch_size",
+            "num_uniform",
+            "correction",
+            "table_learning_rate",
+            "learning_rate",
+            "sketch_width",
+            "sketch_decay",
+            "index_size",
+            "max_steps",
+            "seed",
+        )
+    }
+    results = run(store_dir, settings)
+    results["store"] = store_dir
+    test = results["test"]
+    print(
+        f"\nKeras 3 two-tower ({results['backend']}) on {store_dir}: {results['steps']} steps "
+        f"in {results['train_seconds']} s, loss {results['first_loss']:.3f} -> "
+        f"{results['last_loss']:.3f}; next-day test over {results['num_test_queries']} queries "
+        f"and an index of {results['index_items']:,} items:\n"
+    )
+    print("| metric | @10 | @100 | @1000 |\n|---|---|---|---|")
+    for name in ("recall", "ndcg"):
+        print(f"| {name} | " + " | ".join(f"{test[f'{name}@{k}']:.4f}" for k in KS) + " |")
+    if FLAGS.output:
+        with open(FLAGS.output, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)
