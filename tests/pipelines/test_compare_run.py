@@ -68,8 +68,8 @@ def test_a_failed_run_is_recorded_and_named():
     result = _compare(
         out,
         cache,
-        "--row=roomy: --memory_budget_mb=0",
-        "--row=tight: --memory_budget_mb=1",
+        "--row=roomy: --item_catalog=",
+        "--row=tight: --item_catalog=/nonexistent/catalog.txt",
         "--seeds=1",
         "--",
         "--preset=industrial_smoke",
@@ -79,9 +79,9 @@ def test_a_failed_run_is_recorded_and_named():
     with open(os.path.join(out, "tight", "seed0.json")) as f:
         record = json.load(f)
     assert record["status"] == "failed"
-    assert any("more than the 1 MB it may use" in line for line in record["log_tail"])
+    assert any("/nonexistent/catalog.txt" in line for line in record["log_tail"])
     with open(os.path.join(out, "report.md")) as f:
         report = f.read()
-    assert "| tight | `--memory_budget_mb=1` | 0/1 (failed: 0) |" in report
+    assert "| tight | `--item_catalog=/nonexistent/catalog.txt` | 0/1 (failed: 0) |" in report
     assert "Runs failed: tight (seeds 0 failed)" in report
     assert "With one seed a row there are no p-values" in report
