@@ -108,16 +108,13 @@ def load(directory: str):
 def batches(store, batch_size: int):
     """The store's examples in time order, `batch_size` at a time (the last partial one
     dropped: in-batch negatives want full batches)."""
-    pending = []
-    held = 0
+    rest = None
     for chunk in store.chunks():
-        pending.append(chunk)
-        held += len(chunk["user"])
-        while held >= batch_size:
-            joined = {key: np.concatenate([c[key] for c in pending]) for key in pending[0]}
-            yield {key: value[:batch_size] for key, value in joined.items()}
-            rest = {key: value[batch_size:] for key, value in joined.items()}
-            pending, held = [rest], len(rest["user"])
+        joined = chunk if rest is None else {k: np.concatenate([rest[k], chunk[k]]) for k in chunk}
+        full = len(joined["user"]) // batch_size * batch_size
+        for start in range(0, full, batch_size):
+            yield {key: value[start : start + batch_size] for key, value in joined.items()}
+        rest = {key: value[full:] for key, value in joined.items()}
 
 
 def make_model(num_users: int, num_items: int, settings):

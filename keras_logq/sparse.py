@@ -211,8 +211,9 @@ class SparseEmbedding(keras.layers.Layer):
             return [put(table, rows(table) - step), put(accumulator, acc)]
         m_all, v_all, count = slots
         count = count + 1.0
-        m = rows(m_all) + (g - rows(m_all)) * (1 - self.beta_1)
-        v = rows(v_all) + (g * g - rows(v_all)) * (1 - self.beta_2)
+        m_rows, v_rows = rows(m_all), rows(v_all)
+        m = m_rows + (g - m_rows) * (1 - self.beta_1)
+        v = v_rows + (g * g - v_rows) * (1 - self.beta_2)
         alpha = lr * jnp.sqrt(1 - self.beta_2**count) / (1 - self.beta_1**count)
         step = alpha * m / (jnp.sqrt(v) + self.epsilon)
         return [put(table, rows(table) - step), put(m_all, m), put(v_all, v), count]

@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_next_day_on_jax_without_tensorflow(tmp_path, monkeypatch):
     from pipelines import configs  # pylint: disable=import-outside-toplevel
     from pipelines import experiment  # pylint: disable=import-outside-toplevel
+    from tests.examples.test_keras_sasrec import _env  # pylint: disable=import-outside-toplevel
     from tests.keras_logq.test_backends import _site_packages_without_tensorflow  # pylint: disable=import-outside-toplevel
 
     monkeypatch.setenv("TFRS_LOGQ_CACHE", str(tmp_path / "cache"))
@@ -25,13 +26,7 @@ def test_next_day_on_jax_without_tensorflow(tmp_path, monkeypatch):
     store = experiment.day_store_dir(config, None)
     site = tmp_path / "site"
     site.mkdir()
-    env = dict(
-        os.environ,
-        KERAS_BACKEND="jax",
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=os.pathsep.join([_site_packages_without_tensorflow(str(site)), ROOT]),
-    )
-    env.pop("TF_USE_LEGACY_KERAS", None)
+    env = _env(PYTHONPATH=os.pathsep.join([_site_packages_without_tensorflow(str(site)), ROOT]))
     output = tmp_path / "results.json"
     result = subprocess.run(
         [
