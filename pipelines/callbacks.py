@@ -8,6 +8,7 @@ before the callbacks that read its value (ModelCheckpoint, EarlyStopping);
 
 import json
 import os
+import shutil
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -175,9 +176,10 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
       logs); Keras resets them when it re-enters an epoch, so after a restore from
       the middle of an epoch they are put back, and the epoch's logged means cover
       all its steps.
-    - A backup that cannot be read (cut off while being written, say) is an error that
-      names the directory and what to do, instead of TensorFlow's or a silent restart
-      from step 0.
+    - A backup that cannot be read (its files cut off or garbled after it was whole) is
+      an error that names the directory and what to do, instead of TensorFlow's or a
+      silent restart from step 0. The parts of a first backup killed before it was whole
+      (`has_backup` is False) are removed, and training starts at step 0.
     """
 
     def __init__(self, backup_dir: str, save_freq: Union[int, str]):
@@ -186,7 +188,12 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
         self._metric_values = None
 
     def on_train_begin(self, logs=None):
-        had_backup = os.path.isdir(self.backup_dir) and bool(os.listdir(self.backup_dir))
+        had_backup = has_backup(self.backup_dir)
+        chief_dir = os.path.join(self.backup_dir, "chief")
+        if not had_backup and os.path.isdir(chief_dir) and self._writes():
+            # The parts of a first backup killed before it was whole (TensorFlow writes the
+            # state file last): nothing to resume from, so training starts at step 0.
+            shutil.rmtree(chief_dir, ignore_errors=True)
         try:
             super().on_train_begin(logs)
         except (
@@ -205,6 +212,11 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
         self._metric_values = None
         if step and steps and step % steps:  # Restored from inside an epoch.
             self._metric_values = [v.numpy() for v in self._metric_variables()]
+
+    def _writes(self) -> bool:
+        """Whether this process writes the backup (the chief; every process of one)."""
+        strategy = self.model.distribute_strategy if self.model else None
+        return strategy is None or strategy.extended.should_checkpoint
 
     def _metric_variables(self):
         return [v for metric in self.model.metrics for v in metric.variables]
@@ -249,6 +261,13 @@ class _AfterEpochEnd(tf.keras.callbacks.Callback):
                 epoch=epoch,  # pylint: disable=protected-access
                 batch=self.params["steps"] - 1,
             )
+
+
+def has_backup(backup_dir: str) -> bool:
+    """Whether `backup_dir` holds a backup to resume from: its checkpoint state file, which
+    TensorFlow writes once a backup is whole. A first backup killed while being written
+    leaves only parts (a `_temp` directory, an index), which are no backup."""
+    return os.path.exists(os.path.join(backup_dir, "chief", "checkpoint"))
 
 
 class BackupError(RuntimeError):

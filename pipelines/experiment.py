@@ -295,7 +295,9 @@ def day_store_dir(config: configs.Config, run_dir: Optional[str]) -> str:
     settings."""
     if run_dir:
         return RunFiles(run_dir).day_store
-    key = json.dumps(_store_settings(config), sort_keys=True)
+    # "count": the vocabularies' count (its dense ids); an event logged more than once has
+    # counted once since issue 62, so a store cached before holds other dense ids.
+    key = json.dumps({**_store_settings(config), "count": "distinct events"}, sort_keys=True)
     return os.path.join(_cache_root(), "day_store", hashlib.sha256(key.encode()).hexdigest()[:16])
 
 

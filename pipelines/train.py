@@ -348,11 +348,8 @@ def run(
 
 
 def _has_backup(output_dir: str) -> bool:
-    """Whether `output_dir` holds a backup checkpoint to resume from (an .index file)."""
-    for _, _, names in os.walk(RunFiles(output_dir).backup):
-        if any(name.endswith(".index") for name in names):
-            return True
-    return False
+    """Whether `output_dir` holds a whole backup to resume from (`callbacks.has_backup`)."""
+    return callbacks_lib.has_backup(RunFiles(output_dir).backup)
 
 
 def _finished(output_dir: str) -> bool:

@@ -2,7 +2,8 @@ r"""Your own event log: CSV, TSV or Parquet files of (user, item, time[, weight]
 
 `load_events` reads one file or a glob through pyarrow's dataset reader, in
 record batches, twice: the first pass counts the user and item ids (their
-vocabularies), the second encodes every event into dense ids. Raw ids are
+vocabularies; an event logged more than once counted once, `count_ids`), the second
+encodes every event into dense ids. Raw ids are
 never held for more than one batch; memory is the vocabularies plus 16 bytes
 (dense user, dense item, time) per kept event, plus 4 with a weight column.
 The next-day split trained in time order does not hold the events at all: its
@@ -534,6 +535,29 @@ def time_span(
     return int(first), int(last)
 
 
+def _counted_events(files, columns, batch_rows, count_before):
+    """(path, offset, batch, {"user", "item": id strings}, seconds) of each record batch,
+    checked (nulls, ids, times); the ids and seconds of the events before `count_before`
+    only, when given."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+
+    offsets: Dict[str, int] = {}
+    for path, batch in _batches(files, columns, batch_rows):
+        offset = offsets.get(path, 0)
+        offsets[path] = offset + batch.num_rows
+        for name in (columns.user, columns.item, columns.time):
+            _no_nulls(path, batch, name, offset)
+        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
+        ids = {}
+        for kind, name in (("user", columns.user), ("item", columns.item)):
+            ids[kind] = _ids(batch, name, path, offset, columns.keep_id_whitespace)[0]
+        if count_before is not None:
+            counted = seconds < count_before
+            ids = {kind: value.filter(pa.array(counted)) for kind, value in ids.items()}
+            seconds = seconds[counted]
+        yield path, batch, ids, seconds
+
+
 def count_ids(
     files: Sequence[str],
     columns: EventColumns,
@@ -542,37 +566,186 @@ def count_ids(
     count_before: Optional[int] = None,
 ) -> Dict[str, "pyarrow.Table"]:
     """{"user", "item": (id, count) tables} over the log (the events before time
-    `count_before` only, when given); also checks every batch (columns, nulls, times).
+    `count_before` only, when given), an event logged more than once (the same user, item
+    and time) counted once, as `load_events` keeps it (`_Duplicates`: a log with repeated
+    events is read once more); also checks every batch (columns, nulls, times).
     `max_entries`: the most distinct ids (users plus items) allowed; a log with more raises
     DataError as soon as the count passes it."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     parts: Dict[str, List] = {"user": [], "item": []}
-    offsets: Dict[str, int] = {}
-    pending = 0
-    for path, batch in _batches(files, columns, batch_rows):
-        offset = offsets.get(path, 0)
-        offsets[path] = offset + batch.num_rows
-        for name in (columns.user, columns.item, columns.time):
-            _no_nulls(path, batch, name, offset)
-        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
-        for kind, name in (("user", columns.user), ("item", columns.item)):
-            ids = _ids(batch, name, path, offset, columns.keep_id_whitespace)[0]
-            if count_before is not None:
-                ids = ids.filter(pa.array(seconds < count_before))
-            counted = pc.value_counts(ids).flatten()
-            parts[kind].append(pa.table({"id": counted[0], "count": counted[1]}))
-        pending += batch.num_rows
-        if pending >= 8 * batch_rows:  # Keep the partial counts near the vocabulary's size.
-            parts = {kind: [_merge_counts(tables)] for kind, tables in parts.items()}
-            pending = 0
-            _check_budget(files, parts, max_entries)
-    if not offsets:
-        raise DataError(", ".join(files), None, "the log holds no events.")
+    pending, read = 0, False
+    with _Duplicates() as duplicates:
+        for _, batch, ids, seconds in _counted_events(files, columns, batch_rows, count_before):
+            read = True
+            for kind, values in ids.items():
+                counted = pc.value_counts(values).flatten()
+                parts[kind].append(pa.table({"id": counted[0], "count": counted[1]}))
+            duplicates.add(ids["user"], ids["item"], seconds)
+            pending += batch.num_rows
+            if pending >= 8 * batch_rows:  # Keep the partial counts near the vocabulary's size.
+                parts = {kind: [_merge_counts(tables)] for kind, tables in parts.items()}
+                pending = 0
+                _check_budget(files, parts, max_entries)
+        if not read:
+            raise DataError(", ".join(files), None, "the log holds no events.")
+        if duplicates.candidates():  # Each repeat of an event taken off its ids' counts.
+            again = _counted_events(files, columns, batch_rows, count_before)
+            repeats = duplicates.repeats((ids, seconds) for _, _, ids, seconds in again)
+            for kind in parts:
+                parts[kind].append(repeats[kind])
     parts = {kind: [_merge_counts(tables)] for kind, tables in parts.items()}
     _check_budget(files, parts, max_entries)
     return {kind: tables[0] for kind, tables in parts.items()}
+
+
+class _Duplicates:
+    """Finds the events of a log logged more than once (the same user id, item id and
+    time), in bounded memory, so that the vocabulary counts an event once, as
+    `interactions.chronological` keeps it.
+
+    Each event added (`add`, batch after batch) is keyed by a 64-bit hash of its ids and
+    time and written with its position to one of `PARTS` files on disk, by the key's top
+    bits. `candidates` then reads one part at a time (1/`PARTS` of the keys in memory) and
+    takes the events whose key is not unique; `repeats`, given the same batches again,
+    compares those events' ids and times themselves (a hash collision is no duplicate):
+    every event after the first of its kind is a repeat. Disk: 16 bytes per event, in a
+    temporary directory removed on exit.
+    """
+
+    PARTS = 64
+
+    def __init__(self):
+        import tempfile  # pylint: disable=import-outside-toplevel
+
+        self._directory = tempfile.mkdtemp(prefix="tfrs_logq_duplicates_")
+        self._files = [
+            open(os.path.join(self._directory, f"{part:02d}"), "wb") for part in range(self.PARTS)
+        ]
+        self._added = 0
+        self._candidates: Optional[np.ndarray] = None
+        self._weights = np.random.default_rng(20250101).integers(
+            1, 2**63, size=256, dtype=np.uint64
+        ) | np.uint64(1)
+
+    def __enter__(self) -> "_Duplicates":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import shutil  # pylint: disable=import-outside-toplevel
+
+        for file in self._files:
+            file.close()
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    def _hash(self, strings) -> np.ndarray:
+        """[n] uint64 hashes of a string array without nulls (a polynomial of its bytes)."""
+        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+
+        strings = pa.concat_arrays([strings.cast(pa.large_string())])  # Offsets from 0.
+        offsets = np.frombuffer(strings.buffers()[1], np.int64)[: len(strings) + 1]
+        data = np.frombuffer(strings.buffers()[2] or b"", np.uint8)[: offsets[-1]]
+        lengths = np.diff(offsets)
+        position = np.arange(len(data), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+        longest = int(lengths.max()) if len(lengths) else 0
+        if longest > len(self._weights):  # A weight per byte position, drawn once.
+            more = np.random.default_rng(longest).integers(
+                1, 2**63, size=longest - len(self._weights), dtype=np.uint64
+            )
+            self._weights = np.concatenate([self._weights, more | np.uint64(1)])
+        weight = self._weights[position]
+        sums = np.zeros(len(strings), np.uint64)
+        with np.errstate(over="ignore"):
+            terms = data.astype(np.uint64) * weight
+            filled = lengths > 0
+            if filled.any():
+                sums[filled] = np.add.reduceat(terms, offsets[:-1][filled])
+        return _mix(sums ^ lengths.astype(np.uint64))
+
+    def add(self, users, items, seconds: np.ndarray) -> None:
+        """Adds a batch's events (user and item id string arrays, int64 seconds)."""
+        if not len(seconds):
+            return
+        with np.errstate(over="ignore"):
+            keys = _mix(
+                _mix(self._hash(users) ^ np.uint64(0x9E3779B97F4A7C15))
+                ^ self._hash(items) * np.uint64(0xBF58476D1CE4E5B9)
+                ^ seconds.astype(np.int64).view(np.uint64) * np.uint64(0x94D049BB133111EB)
+            )
+        positions = np.arange(self._added, self._added + len(keys), dtype=np.int64)
+        part = (keys >> np.uint64(58)).astype(np.int64)
+        order = np.argsort(part, kind="stable")
+        bounds = np.searchsorted(part[order], np.arange(self.PARTS + 1))
+        for index in range(self.PARTS):
+            chosen = order[bounds[index] : bounds[index + 1]]
+            if len(chosen):
+                pairs = np.stack([keys[chosen].view(np.int64), positions[chosen]], 1)
+                pairs.tofile(self._files[index])
+        self._added += len(keys)
+
+    def candidates(self) -> int:
+        """How many events share their key with another (after the last `add`)."""
+        found = []
+        for index, file in enumerate(self._files):
+            file.close()
+            pairs = np.fromfile(os.path.join(self._directory, f"{index:02d}"), np.int64)
+            pairs = pairs.reshape(-1, 2)
+            keys = np.sort(pairs[:, 0])
+            shared = np.unique(keys[1:][keys[1:] == keys[:-1]])
+            if len(shared):
+                found.append(pairs[np.isin(pairs[:, 0], shared), 1])
+            del pairs, keys
+        self._candidates = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
+        return len(self._candidates)
+
+    def repeats(self, batches) -> Dict[str, "pyarrow.Table"]:
+        """{"user", "item": (id, -repeats) tables}: minus how many repeated events each id
+        has. `batches`: ({"user", "item": ids}, seconds) of the batches `add` was given, in
+        the same order (the log read again)."""
+        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+        import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+        assert self._candidates is not None, "candidates() first"
+        positions, start = self._candidates, 0
+        taken: Dict[str, List] = {"user": [], "item": [], "seconds": []}
+        for ids, seconds in batches:
+            mine = positions[(positions >= start) & (positions < start + len(seconds))] - start
+            start += len(seconds)
+            if len(mine):
+                for kind in ("user", "item"):
+                    taken[kind].append(ids[kind].take(pa.array(mine)))
+                taken["seconds"].append(seconds[mine])
+        assert start == self._added, "the log read again differs from the first reading"
+        events = pa.table(
+            {
+                "user": pa.concat_arrays(taken["user"]),
+                "item": pa.concat_arrays(taken["item"]),
+                "seconds": np.concatenate(taken["seconds"]),
+                "position": positions,
+            }
+        ).sort_by([(name, "ascending") for name in ("user", "item", "seconds", "position")])
+        same = np.zeros(events.num_rows, bool)  # The same event as the row before.
+        if events.num_rows > 1:
+            when = events["seconds"].to_numpy()
+            same[1:] = when[1:] == when[:-1]
+            for name in ("user", "item"):
+                column = events[name].combine_chunks()
+                same[1:] &= pc.equal(column[1:], column[:-1]).to_numpy(zero_copy_only=False)
+        repeated = events.filter(pa.array(same))
+        result = {}
+        for kind in ("user", "item"):
+            values = pc.value_counts(repeated[kind].combine_chunks()).flatten()
+            result[kind] = pa.table({"id": values[0], "count": pc.negate(values[1])})
+        return result
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: every bit of the [n] uint64 `values` spread over the result."""
+    with np.errstate(over="ignore"):
+        values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return values ^ (values >> np.uint64(31))
 
 
 def source_name(files: Sequence[str]) -> str:

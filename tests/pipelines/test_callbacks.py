@@ -299,6 +299,24 @@ class EpochEndBackupTest(tf.test.TestCase):
         }
         self.assertEqual(sorted(int(v) for v in names.values()), [2, 4])  # Epoch 2, batch 4.
 
+    def test_a_first_backup_killed_before_it_was_whole_starts_again_at_step_0(self):
+        # A kill while the first backup is written (a parameter-server chief's takes
+        # seconds, after progress.json) leaves its parts but no state file: no backup, not
+        # an unreadable one (before: "BackupError ... holds no readable training state").
+        straight, straight_logs = self._fit(tempfile.mkdtemp())
+        directory = tempfile.mkdtemp()
+        self.assertIsNone(self._fit(directory, _Kill(step=7))[0])  # A whole backup at 5.
+        chief = os.path.join(directory, "backup", "chief")
+        os.remove(os.path.join(chief, "checkpoint"))  # As if killed before TF wrote it,
+        os.makedirs(os.path.join(chief, "ckpt-2_temp"))  # with a shard half written.
+        with open(os.path.join(chief, "ckpt-2_temp", "part-00000-of-00001.data"), "wb") as f:
+            f.write(b"cut off")
+        self.assertFalse(callbacks_lib.has_backup(os.path.join(directory, "backup")))
+        total, logs = self._fit(directory)
+        self.assertEqual(sorted(logs), [0, 1, 2])  # From step 0.
+        self.assertEqual((total, logs), (straight, straight_logs))
+        self.assertFalse(os.path.exists(os.path.join(chief, "ckpt-2_temp")))  # Removed.
+
     def test_an_unreadable_backup_is_a_named_error(self):
         directory = tempfile.mkdtemp()
         self.assertIsNone(self._fit(directory, _Kill(step=12))[0])
