@@ -415,7 +415,11 @@ class TrainingConfig:
         "Training order: shuffled, or time (two-tower on --split=next_day: time "
         "order, shuffled within --shuffle_window examples).",
     )
-    shuffle_window: int = _field(10_000, "--order=time: the shuffle buffer, in examples.")
+    shuffle_window: int = _field(
+        10_000,
+        "--order=time: the shuffle block, in examples: each block of this many consecutive "
+        "examples is permuted (each pass anew), and no example leaves its block.",
+    )
     drift_every: int = _field(
         0,
         "A streaming --frequency with --order=time: log its error against the Q of the "

@@ -1,10 +1,12 @@
 """tf.data builders: SASRec sequence windows and two-tower examples, per replica, prefetched.
 
-Everything is built from in-memory arrays with `from_tensor_slices` and
-in-graph maps (no Python generator in the training path). Training streams are
-shuffled with a seed, repeated, batched with `drop_remainder=True` and
-prefetched; `input_context` (from `distribute_datasets_from_function`) shards
-them and sets the per-replica batch size.
+Everything is built from in-memory arrays (or the day store's pre-batched records) as
+tensors of rows, and every step works on whole tensors: a block of rows permuted at once,
+batches sliced with `rebatch`, histories gathered per batch (no per-example element, no
+Python generator in the training path). Training streams are shuffled with a seed, block by
+block (`_finish`), repeated, batched with `drop_remainder=True` and prefetched;
+`input_context` (from `distribute_datasets_from_function`) shards them and sets the
+per-replica batch size.
 """
 
 from typing import Callable, Dict, List, Optional, Sequence
@@ -36,6 +38,22 @@ def sequence_windows(sequences: Sequence[np.ndarray], max_length: int) -> Dict[s
     }
 
 
+def _shard_rows(
+    dataset: tf.data.Dataset, input_context: tf.distribute.InputContext
+) -> tf.data.Dataset:
+    """The rows whose index in the stream is `input_pipeline_id` modulo the number of input
+    pipelines (what `Dataset.shard` keeps of an unbatched stream), element by element."""
+    count = input_context.num_input_pipelines
+    mine = input_context.input_pipeline_id
+
+    def keep(start, rows):
+        n = tf.shape(tf.nest.flatten(rows)[0], out_type=tf.int64)[0]
+        chosen = (start + tf.range(n, dtype=tf.int64)) % count == mine
+        return start + n, tf.nest.map_structure(lambda t: tf.boolean_mask(t, chosen), rows)
+
+    return dataset.scan(tf.constant(0, tf.int64), keep)
+
+
 def _finish(
     dataset: tf.data.Dataset,
     size: int,
@@ -47,28 +65,53 @@ def _finish(
     partial_batches: bool = False,
     shuffle_window: Optional[int] = None,
 ) -> tf.data.Dataset:
-    """Shard, shuffle and repeat (training), batch, apply `batch_transform`, prefetch.
+    """Shard, shuffle and repeat (training), batch, apply `batch_transform`, prefetch: every
+    step on whole tensors of rows, none per example.
 
-    With `partial_batches`, training batches each pass (reshuffled) on its own, the
-    last batch of a pass holding the remainder, as a PyTorch DataLoader with
-    `shuffle=True` does; otherwise the passes run on into each other in full batches.
-    `shuffle_window`: shuffle with a buffer of this many examples (the order of `dataset`
-    kept but for local swaps: a time-ordered stream) rather than the whole set.
+    `dataset`: elements that are dicts of [n, ...] tensors, the `size` examples as rows in
+    stream order (one element holding them all, or chunks read from disk).
+
+    Training shuffles a block at a time: the stream is cut into blocks of `shuffle_window`
+    rows (the whole set without one), each block's rows are permuted (a stateless
+    permutation seeded by `seed`, the pass and the block: each pass reshuffled, the same
+    stream on every start, so a resumed run can skip to its step), and the rows are batched
+    across blocks. A row moves only within its block: a time-ordered stream keeps its order
+    but for local swaps. With `partial_batches`, each pass is batched on its own, the last
+    batch of a pass holding the remainder, as a PyTorch DataLoader with `shuffle=True` does;
+    otherwise the passes run on into each other in full batches. `input_context` keeps the
+    input pipeline's rows (`_shard_rows`) and sets the per-replica batch size.
     """
-    buffer = min(size, shuffle_window) if shuffle_window else size
     if input_context is not None:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        dataset = _shard_rows(dataset, input_context)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if training and partial_batches:
-        dataset = (
-            dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-            .batch(batch_size)
-            .repeat()
-        )
+    if not training:
+        dataset = dataset.rebatch(batch_size)
     else:
-        if training:
-            dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-        dataset = dataset.batch(batch_size, drop_remainder=training)
+        window = min(size, shuffle_window) if shuffle_window else size
+        base = int(np.random.SeedSequence(seed).generate_state(1)[0] >> 1)  # A random one for None.
+
+        def permuted(pass_number, block_number, block):
+            rows = tf.shape(tf.nest.flatten(block)[0])[0]
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(rows),
+                seed=tf.stack(
+                    [tf.constant(base, tf.int64), pass_number * (1 << 31) + block_number]
+                ),
+            )
+            return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
+
+        def one_pass(pass_number):
+            blocks = dataset.rebatch(window).enumerate()
+            shuffled = blocks.map(
+                lambda number, block: permuted(pass_number, number, block),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True,
+            )
+            return shuffled.rebatch(batch_size) if partial_batches else shuffled
+
+        dataset = tf.data.Dataset.range(1 << 62).flat_map(one_pass)
+        if not partial_batches:
+            dataset = dataset.rebatch(batch_size, drop_remainder=True)
     if batch_transform is not None:  # Vectorised over the batch: one call per batch.
         dataset = dataset.map(
             batch_transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
@@ -100,7 +143,7 @@ def sasrec_dataset(
     size = len(windows["inputs"])
     if size == 0:
         raise ValueError("No user has 2 or more items to train on.")
-    dataset = tf.data.Dataset.from_tensor_slices(windows)
+    dataset = tf.data.Dataset.from_tensors(windows)
     return _finish(
         dataset, size, batch_size, seed, training, input_context, partial_batches=partial_batches
     )
@@ -194,7 +237,7 @@ def two_tower_dataset(
 
     # The small index records are shuffled and batched; histories are gathered per batch.
     return _finish(
-        tf.data.Dataset.from_tensor_slices(examples),
+        tf.data.Dataset.from_tensors(examples),
         size,
         batch_size,
         seed,
@@ -217,23 +260,19 @@ def day_store_dataset(
 ) -> tf.data.Dataset:
     """`two_tower_dataset`'s time-ordered batches, streamed from a `day_store.DayStore`.
 
-    The store's TFRecord chunks are read day after day and split into examples, which go
-    through the same shard, window shuffle, repeat and batching as `two_tower_dataset`
-    with `times`: the same batches, in the same order, with memory bounded by the shuffle
-    window and the read-ahead, not by the log.
+    The store's TFRecord chunks (pre-batched rows) are read day after day and go through the
+    same shard, block shuffle, repeat and batching as `two_tower_dataset` with `times`, on
+    whole chunks and blocks: the same batches, in the same order, with memory bounded by the
+    shuffle window and the read-ahead, not by the log.
     """
     from pipelines.data import day_store  # pylint: disable=import-outside-toplevel
 
     if store.num_examples == 0:
         raise ValueError("No user has 2 or more items to train on.")
-    dataset = (
-        tf.data.TFRecordDataset(store.example_files())
-        .map(
-            lambda record: day_store.parse_chunk(record, store.history_length, store.weighted),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-        .unbatch()
+    dataset = tf.data.TFRecordDataset(store.example_files()).map(
+        lambda record: day_store.parse_chunk(record, store.history_length, store.weighted),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
     return _finish(
         dataset,

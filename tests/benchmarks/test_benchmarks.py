@@ -1,5 +1,6 @@
 """The benchmarks run end to end on small settings and report real numbers."""
 
+import json
 import os
 import re
 import subprocess
@@ -286,12 +287,24 @@ class DenseScoringTest(tf.test.TestCase):
 @pytest.mark.slow
 class InputPipelineTest(tf.test.TestCase):
     def test_command_line_prints_the_ratios(self):
+        output = os.path.join(tempfile.mkdtemp(), "input.json")
         result = run_benchmark(
-            "input_pipeline", "--batches=20", "--train_steps=5", "--dataset=synthetic", timeout=900
+            "input_pipeline", "--users=2000", "--seconds=0.5", f"--output={output}", timeout=900
         )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         for builder in ("sasrec", "two_tower"):
-            self.assertRegex(result.stdout, rf"\| {builder} \| [0-9,]+ \| [0-9,]+ \| [0-9.]+x \|")
+            self.assertRegex(
+                result.stdout,
+                rf"\| {builder} \| [0-9,]+ \| [0-9,]+ \([0-9.]+x\) \| [0-9,]+ \| [0-9.]+ \| "
+                r"[0-9.]+x \|",
+            )
+        self.assertRegex(result.stdout, r"\| day_store \| [0-9,]+ \| - \|")
+        with open(output) as f:
+            record = json.load(f)
+        self.assertEqual(
+            sorted(record["rows"]), ["day_store", "day_store_numpy", "sasrec", "two_tower"]
+        )
+        self.assertEqual(record["cores"], 1)
 
 
 @pytest.mark.slow
