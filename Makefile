@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_DATA ?= $(abspath ../shared/data)
 PYTEST = TFRS_LOGQ_DATA=$${TFRS_LOGQ_DATA:-$(TEST_DATA)} $(PY) -m pytest -n 2
 
-.PHONY: demo test test-integration test-slow lint docs check-tf venv clean
+.PHONY: demo test test-integration test-slow lint docs check-tf gpu-wheels venv clean
 
 venv: $(STAMP)
 
@@ -63,6 +63,13 @@ check-tf:
 	    tests/tfrs_logq/test_tensorflow_versions.py tests/tfrs_logq/test_tasks.py \
 	    tests/tfrs_logq/test_losses.py tests/tfrs_logq/test_retrieval.py \
 	    tests/tfrs_logq/test_export.py tests/pipelines/test_cli.py $(PYTEST_ARGS)
+
+# The Keras 3 wheels a GPU machine without them needs for `bash benchmarks/gpu.sh` (Python 3.12,
+# the versions this environment runs), downloaded into build/gpu_wheels: carry that folder.
+gpu-wheels: $(STAMP)
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --dest build/gpu_wheels \
+	    $$($(PY) -m pip list --format=freeze | grep -E '^(keras|keras-rs|namex|optree|absl-py)==')
 
 clean:
 	rm -rf $(VENV) .venv-tf* runs build docs/_build *.egg-info

@@ -29,9 +29,10 @@ Usage:
 import json
 import os
 import platform
-import subprocess
 import tempfile
 import time
+
+from benchmarks import records
 
 FLAGS = None  # absl's, set in main (TensorFlow is imported after the CPU affinity is set).
 
@@ -236,15 +237,6 @@ def _line(name: str, row: dict) -> str:
     )
 
 
-def _revision() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv) -> None:
     del argv
     _pin(FLAGS.cores)
@@ -259,7 +251,7 @@ def main(argv) -> None:
         "benchmark": "input_pipeline",
         "command": "python -m benchmarks.input_pipeline "
         + " ".join(f"--{name}={FLAGS[name].value}" for name in ("cores", "users", "items")),
-        "git_revision": _revision(),
+        "git_revision": records.revision(),
         "cores": FLAGS.cores,
         "machine_cpus": os.cpu_count(),
         **result,

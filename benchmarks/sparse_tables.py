@@ -27,7 +27,6 @@ Usage (JAX by default):
 import json
 import os
 import platform
-import subprocess
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -35,6 +34,8 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
+
+from benchmarks import records  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 VARIANTS = ("dense_adagrad", "sparse_adagrad", "dense_adam", "sparse_adam")
@@ -178,18 +179,9 @@ def main(argv) -> None:
         ]
         print(f"| {num_items:,} | " + " | ".join(cells) + f" | {', '.join(ratios)} |")
     if FLAGS.output:
-        try:
-            revision = subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.strip()
-        except OSError:
-            revision = ""
         record = {
             "benchmark": "sparse_tables",
-            "git_revision": revision,
+            "git_revision": records.revision(),
             "backend": keras.backend.backend(),
             "device": str(jax.devices()[0]),
             "machine": platform.processor() or platform.machine(),

@@ -538,3 +538,32 @@ class ScaleTest(tf.test.TestCase):
         self.assertEqual(kept["config"]["data"]["synthetic_items"], 5000)
         lines = scale.table([kept]).splitlines()
         self.assertIn("| evaluate | 2 | 2,400 | 2,100 | 1.20 |", lines[-1])
+
+
+@pytest.mark.slow
+class KerasGpuTest(tf.test.TestCase):
+    """`bash benchmarks/gpu.sh --smoke`: the GPU machine's command, proved on this CPU (Keras 3
+    installed here, so no wheel is installed)."""
+
+    def test_the_gpu_command_writes_its_record_at_smoke_size(self):
+        out = tempfile.mkdtemp()
+        result = subprocess.run(
+            ["bash", "benchmarks/gpu.sh", "--smoke", "--variants=keras_rs,improved,sparse_adam"],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+            env={**os.environ, "PYTHON": sys.executable, "OUT": out},
+        )
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        with open(os.path.join(out, "keras_gpu.json")) as f:
+            record = json.load(f)
+        self.assertEqual(record["device"]["backend"], "jax")
+        self.assertEqual(sorted(record["two_tower_ms"]), ["1000", "5000"])
+        self.assertEqual(
+            sorted(record["two_tower_ms"]["5000"]["128"]), ["improved", "keras_rs", "sparse_adam"]
+        )
+        self.assertEqual(sorted(record["sasrec_ms"]), ["float32", "mixed_bfloat16"])
+        self.assertIn("sparse_adam_largest_over_smallest_catalog", record["goals"])
+        self.assertIn("improved_over_keras_rs_5000_items_batch_128", record["goals"])
+        self.assertTrue(os.path.exists(os.path.join(out, "keras_gpu.log")))

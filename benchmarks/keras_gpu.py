@@ -1,0 +1,267 @@
+r"""The Keras 3 path's accelerator goals (issue 64), measured in one run, one JSON naming the
+device: run by `benchmarks/gpu.sh` on a GPU machine without TensorFlow, and at smoke size on
+a CPU (`--smoke`) to prove the script before a GPU is lent.
+
+Median milliseconds per training step (`model.train_on_batch`, Keras's jitted step; the
+variants of one cell interleaved, round after round):
+
+- two-tower, in-batch negatives, log Q of the Zipf law the items are drawn from, for every
+  catalog size and batch size:
+  - `keras_rs`: keras-rs's own loss (`SamplingProbabilityCorrection`,
+    `RemoveAccidentalHits`, softmax cross-entropy), dense tables, Adam;
+  - `standard`, `improved`: `keras_logq.SampledSoftmax`, dense tables, Adam (the models of
+    `examples/keras_rs_two_tower.py`);
+  - `sparse_adam`, `sparse_adagrad`: improved with `keras_logq.SparseEmbedding` tables
+    (`benchmarks/sparse_tables.py`'s model): only the batch's rows updated;
+- SASRec at the paper's ML-1M configuration (sequence 200, dim 128, batch 128, 2 blocks,
+  dropout 0.5; mixed improved: 128 uniform + 128 in-batch; `examples/keras_sasrec.py`'s
+  model) in float32 and in mixed bfloat16.
+
+The goals it reports (`goals` in the JSON, each with the measured ratio): the sparse step at
+the largest catalog at most 1.2x the smallest's at the largest batch; keras_logq standard and
+improved at most 1.0x keras-rs's loss; SASRec in bfloat16 at most 1.0 ms a step.
+
+Usage:
+  bash benchmarks/gpu.sh                       # on the GPU machine: JSON in $OUT
+  python -m benchmarks.keras_gpu --smoke       # here, on CPU: the same code at small sizes
+"""
+
+import json
+import os
+import platform
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
+from absl import app  # noqa: E402  pylint: disable=wrong-import-position
+from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
+
+from benchmarks import records  # noqa: E402  pylint: disable=wrong-import-position
+
+FLAGS = flags.FLAGS
+TWO_TOWER = ("keras_rs", "standard", "improved", "sparse_adam", "sparse_adagrad")
+SASREC = ("float32", "mixed_bfloat16")
+SMOKE = dict(catalogs=[1000, 5000], batch_sizes=[64, 128], sasrec_items=500, sasrec_length=20)
+
+
+def define_flags() -> None:
+    flags.DEFINE_list("catalogs", ["10000", "1000000", "10000000"], "Two-tower catalog sizes.")
+    flags.DEFINE_list("batch_sizes", ["1024", "8192"], "Two-tower batch sizes.")
+    flags.DEFINE_integer("dim", 64, "Two-tower embedding dimension.", lower_bound=1)
+    flags.DEFINE_list("variants", list(TWO_TOWER), f"Two-tower variants, from {TWO_TOWER}.")
+    flags.DEFINE_integer("rounds", 5, "Interleaved rounds.", lower_bound=1)
+    flags.DEFINE_integer("steps_per_round", 10, "Steps per round and variant.", lower_bound=1)
+    flags.DEFINE_bool("sasrec", True, "Also time SASRec in float32 and mixed bfloat16.")
+    flags.DEFINE_integer("sasrec_items", 3416, "SASRec's catalog (ML-1M's).", lower_bound=10)
+    flags.DEFINE_integer("sasrec_length", 200, "SASRec's sequence length.", lower_bound=2)
+    flags.DEFINE_bool("smoke", False, f"Small sizes, for a CPU: {SMOKE}.")
+    flags.DEFINE_string("output", "", "Write the results here (JSON).")
+
+
+def zipf_law(num_items: int) -> np.ndarray:
+    weights = 1.0 / np.arange(1, num_items + 1)
+    return weights / weights.sum()
+
+
+def two_tower_model(variant: str, num_items: int, dim: int, law: np.ndarray):
+    """A compiled two-tower keras.Model of `variant` (TWO_TOWER)."""
+    import keras  # pylint: disable=import-outside-toplevel
+
+    from benchmarks import sparse_tables  # pylint: disable=import-outside-toplevel
+    from examples import keras_rs_two_tower  # pylint: disable=import-outside-toplevel
+
+    if variant.startswith("sparse_"):
+        return sparse_tables.make_model(variant, num_items, dim, np.log(law))
+    loss = "keras_rs_standard" if variant == "keras_rs" else variant
+    # The example's ids are 1-based (row 0 pads, never drawn: the law's smallest value, as
+    # StaticFrequency takes values in (0, 1]); item i of the law is id i + 1.
+    probabilities = np.concatenate([[law.min()], law]).astype(np.float32)
+    model = keras_rs_two_tower.make_model(
+        loss, num_items, num_items, dim, 1.0, probabilities, seed=0
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    return model
+
+
+def _timed(models, batches, rounds: int, steps_per_round: int):
+    """{name: median seconds per step} of `models` ({name: keras.Model}) on their `batches`
+    ({name: [batch, ...]}), interleaved round after round, after two warm-up steps each."""
+    for name, model in models.items():
+        for batch in batches[name][:2]:
+            model.train_on_batch(batch)
+    times = {name: [] for name in models}
+    for r in range(rounds):
+        for name, model in models.items():
+            started = time.perf_counter()
+            for s in range(steps_per_round):
+                model.train_on_batch(batches[name][(r + s) % len(batches[name])])
+            times[name].append((time.perf_counter() - started) / steps_per_round)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def two_tower_cell(num_items: int, batch_size: int) -> dict:
+    """{variant: median ms per step} at one catalog and batch size."""
+    rng = np.random.default_rng(0)
+    law = zipf_law(num_items)
+    draws = [
+        (rng.integers(0, num_items, batch_size), rng.choice(num_items, batch_size, p=law))
+        for _ in range(4)
+    ]
+    models, batches = {}, {}
+    for variant in FLAGS.variants:
+        models[variant] = two_tower_model(variant, num_items, FLAGS.dim, law)
+        first = 0 if variant.startswith("sparse_") else 1  # The example's ids are 1-based.
+        batches[variant] = [
+            {"user": (u + first).astype("int32"), "item": (i + first).astype("int32")}
+            for u, i in draws
+        ]
+    seconds = _timed(models, batches, FLAGS.rounds, FLAGS.steps_per_round)
+    return {variant: round(1000 * value, 3) for variant, value in seconds.items()}
+
+
+def sasrec_cell(policy: str) -> float:
+    """Median ms per SASRec step under the dtype `policy`."""
+    import keras  # pylint: disable=import-outside-toplevel
+
+    from examples import keras_sasrec  # pylint: disable=import-outside-toplevel
+
+    items, length, batch = FLAGS.sasrec_items, FLAGS.sasrec_length, 128
+    rng = np.random.default_rng(0)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        model = keras_sasrec.make_model(
+            "mixed_improved",
+            items,
+            np.full(items + 1, 1.0 / items, np.float32),
+            length,
+            128,
+            2,
+            1,
+            0.5,
+            128,
+            128,
+            seed=0,
+        )
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        batches = [
+            {
+                "inputs": rng.integers(1, items + 1, (batch, length)).astype("int32"),
+                "targets": rng.integers(1, items + 1, (batch, length)).astype("int32"),
+            }
+            for _ in range(4)
+        ]
+        seconds = _timed({"m": model}, {"m": batches}, FLAGS.rounds, FLAGS.steps_per_round)
+        seconds = seconds["m"]
+    finally:
+        keras.config.set_dtype_policy(previous)
+    return round(1000 * seconds, 3)
+
+
+def device() -> dict:
+    import jax  # pylint: disable=import-outside-toplevel
+    import keras  # pylint: disable=import-outside-toplevel
+
+    first = jax.devices()[0]
+    return {
+        "platform": first.platform,
+        "device_kind": first.device_kind,
+        "devices": len(jax.devices()),
+        "jax": jax.__version__,
+        "keras": keras.__version__,
+        "backend": keras.backend.backend(),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def goals(two_tower: dict, sasrec: dict) -> dict:
+    """Issue 64's goals, each with its measured ratio (None where a cell is missing)."""
+    catalogs = sorted(int(c) for c in two_tower)
+    batches = sorted({int(b) for cells in two_tower.values() for b in cells})
+    result = {}
+    if catalogs and batches:
+        small, large, batch = str(catalogs[0]), str(catalogs[-1]), str(batches[-1])
+        for variant in ("sparse_adam", "sparse_adagrad", "improved"):
+            if variant in two_tower[small].get(batch, {}):
+                ratio = two_tower[large][batch][variant] / two_tower[small][batch][variant]
+                result[f"{variant}_largest_over_smallest_catalog"] = {
+                    "ratio": round(ratio, 3),
+                    "goal": "<= 1.2" if variant.startswith("sparse") else "(dense: grows)",
+                }
+        for catalog in map(str, catalogs):
+            for b in map(str, batches):
+                cell = two_tower[catalog].get(b, {})
+                for variant in ("standard", "improved"):
+                    if variant in cell and "keras_rs" in cell:
+                        result[f"{variant}_over_keras_rs_{catalog}_items_batch_{b}"] = {
+                            "ratio": round(cell[variant] / cell["keras_rs"], 3),
+                            "goal": "<= 1.0",
+                        }
+    if "mixed_bfloat16" in sasrec:
+        result["sasrec_bfloat16_ms"] = {"ms": sasrec["mixed_bfloat16"], "goal": "<= 1.0"}
+        result["sasrec_bfloat16_over_float32"] = {
+            "ratio": round(sasrec["mixed_bfloat16"] / sasrec["float32"], 3)
+        }
+    return result
+
+
+def main(argv) -> None:
+    del argv
+    if FLAGS.smoke:
+        FLAGS.catalogs = [str(c) for c in SMOKE["catalogs"]]
+        FLAGS.batch_sizes = [str(b) for b in SMOKE["batch_sizes"]]
+        FLAGS.sasrec_items, FLAGS.sasrec_length = SMOKE["sasrec_items"], SMOKE["sasrec_length"]
+        FLAGS.rounds, FLAGS.steps_per_round = 1, 2
+    bad = [v for v in FLAGS.variants if v not in TWO_TOWER]
+    if bad:
+        raise app.UsageError(f"--variants must be from {TWO_TOWER}; received {bad}.")
+    about = device()
+    print(
+        f"{about['device_kind']} ({about['platform']}), JAX {about['jax']}, Keras "
+        f"{about['keras']}; median ms a step, one run.",
+        flush=True,
+    )
+    two_tower = {}
+    for catalog in (int(c) for c in FLAGS.catalogs):
+        two_tower[str(catalog)] = {}
+        for batch in (int(b) for b in FLAGS.batch_sizes):
+            cell = two_tower_cell(catalog, batch)
+            two_tower[str(catalog)][str(batch)] = cell
+            print(
+                f"two-tower {catalog:,} items, batch {batch}: "
+                + ", ".join(f"{v} {ms:.2f}" for v, ms in cell.items()),
+                flush=True,
+            )
+    sasrec = {}
+    if FLAGS.sasrec:
+        for policy in SASREC:
+            sasrec[policy] = sasrec_cell(policy)
+            print(f"SASRec ({policy}): {sasrec[policy]:.2f} ms", flush=True)
+    record = {
+        "benchmark": "keras_gpu",
+        "git_revision": records.revision(),
+        "device": about,
+        "settings": {
+            "dim": FLAGS.dim,
+            "rounds": FLAGS.rounds,
+            "steps_per_round": FLAGS.steps_per_round,
+            "sasrec_items": FLAGS.sasrec_items,
+            "sasrec_length": FLAGS.sasrec_length,
+            "smoke": FLAGS.smoke,
+        },
+        "two_tower_ms": two_tower,
+        "sasrec_ms": sasrec,
+        "goals": goals(two_tower, sasrec),
+    }
+    print(json.dumps(record["goals"], indent=1))
+    if FLAGS.output:
+        with open(FLAGS.output, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+        print(f"Wrote {FLAGS.output}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
