@@ -63,6 +63,15 @@ def check_non_negative_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def _finite(value: Any) -> bool:
+    """Whether the number `value` is finite (math's, not np.isfinite: torch.compile traces
+    numpy calls as tensors, and the branch on one breaks the graph)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # An int beyond float's range.
+        return False
+
+
 @overload
 def check_positive_float(name: str, value: Any, allow_none: Literal[False] = ...) -> float: ...
 
@@ -78,7 +87,7 @@ def check_positive_float(name: str, value: Any, allow_none: bool = False) -> Opt
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float, np.number))
-        or not np.isfinite(value)
+        or not _finite(value)
         or value <= 0
     ):
         raise ValueError(f"`{name}` must be a positive number; received {name}={value!r}.")

@@ -517,3 +517,18 @@ def test_string_ids_are_refused_by_name_on_every_backend():
             candidate_log_q=log_q,
             candidate_ids=np.array(list("abcdef")),
         )
+
+
+def test_temperature_is_a_finite_positive_number_of_any_numeric_type():
+    # math.isfinite, not np.isfinite (which torch.compile traced as a tensor, breaking the
+    # graph at every call): the same values accepted and refused as before.
+    scores, ids, log_q = _scores_and_log_q()
+    labels = np.eye(B, dtype=np.float32)
+    for temperature in (1, 0.5, np.float32(2.0), np.int64(3)):
+        loss = keras_logq.SampledSoftmax(temperature=temperature)(
+            scores, labels, candidate_log_q=log_q, candidate_ids=ids
+        )
+        assert np.all(np.isfinite(numpy(loss)))
+    for temperature in (float("inf"), float("nan"), np.float32("nan"), 10**400, 0, True):
+        with pytest.raises(ValueError, match=r"`temperature` must be a positive number"):
+            keras_logq.SampledSoftmax(temperature=temperature)
