@@ -65,11 +65,14 @@ check-tf:
 	    tests/tfrs_logq/test_export.py tests/pipelines/test_cli.py $(PYTEST_ARGS)
 
 # The Keras 3 wheels a GPU machine without them needs for `bash benchmarks/gpu.sh` (Python 3.12,
-# the versions this environment runs), downloaded into build/gpu_wheels: carry that folder.
+# the versions this environment runs), downloaded into build/gpu_wheels with the commit they
+# were fetched at (REVISION: the GPU record names it, the copy there having no .git): carry it.
 gpu-wheels: $(STAMP)
+	rm -rf build/gpu_wheels
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
 	    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --dest build/gpu_wheels \
 	    $$($(PY) -m pip list --format=freeze | grep -E '^(keras|keras-rs|namex|optree|absl-py)==')
+	git rev-parse HEAD > build/gpu_wheels/REVISION
 
 clean:
 	rm -rf $(VENV) .venv-tf* runs build docs/_build *.egg-info

@@ -22,6 +22,10 @@ if ! "$PYTHON" -c "import keras, keras_rs" 2>/dev/null; then
   "$PYTHON" -m pip install -q --no-index --no-deps --target "$deps" "${wheels[@]}"
   export PYTHONPATH="$deps${PYTHONPATH:+:$PYTHONPATH}"
 fi
+if [ -z "${GIT_REVISION:-}" ] && ! git rev-parse HEAD >/dev/null 2>&1 \
+    && [ -f build/gpu_wheels/REVISION ]; then
+  export GIT_REVISION="$(cat build/gpu_wheels/REVISION)"  # A copy of the tree without .git.
+fi
 export KERAS_BACKEND="${KERAS_BACKEND:-jax}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 "$PYTHON" -m benchmarks.keras_gpu --output="$OUT/keras_gpu.json" "$@" 2>&1 | tee "$OUT/keras_gpu.log"

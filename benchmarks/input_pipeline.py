@@ -34,7 +34,7 @@ import time
 
 from benchmarks import records
 
-FLAGS = None  # absl's, set in main (TensorFlow is imported after the CPU affinity is set).
+FLAGS = None  # absl's, set in the __main__ block.
 
 
 def define_flags() -> None:
@@ -56,10 +56,13 @@ def define_flags() -> None:
 
 
 def _pin(cores: int) -> None:
+    """Pins every thread of this process (those TensorFlow's import started included; the
+    ones started later inherit it) to the first `cores` of its CPUs."""
     available = sorted(os.sched_getaffinity(0))
     if cores > len(available):
         raise ValueError(f"--cores={cores}, but this process may run on {len(available)} cores.")
-    os.sched_setaffinity(0, set(available[:cores]))
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), set(available[:cores]))
 
 
 def rate(dataset, seconds: float) -> float:

@@ -44,7 +44,7 @@ GROUPS: Dict[str, List[str]] = {
 
 def _quoted(place: str) -> Tuple[str, ...]:
     """The argv of the command quoted at `place`, `python` as this interpreter, at smoke size."""
-    found = [c for c in COMMANDS if place in c.where]
+    found = [c for c in COMMANDS if place in c.where]  # "file:line", compared whole.
     assert found, f"no command is quoted at {place} any more: update GROUPS"
     argv = [SMOKE.get(word, word) for word in found[0].argv]
     return (sys.executable, *argv[1:])

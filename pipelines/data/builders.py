@@ -82,6 +82,12 @@ def _finish(
     input pipeline's rows (`_shard_rows`) and sets the per-replica batch size.
     """
     if input_context is not None:
+        count, mine = input_context.num_input_pipelines, input_context.input_pipeline_id
+        if training and not len(range(mine, size, count)):  # Its passes would yield nothing.
+            raise ValueError(
+                f"{size} training examples leave input pipeline {mine} of {count} none; "
+                "train on more data or fewer workers."
+            )
         dataset = _shard_rows(dataset, input_context)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     if not training:
@@ -97,6 +103,7 @@ def _finish(
                 seed=tf.stack(
                     [tf.constant(base, tf.int64), pass_number * (1 << 31) + block_number]
                 ),
+                alg="philox",  # Fixed: "auto_select" may change with TensorFlow's version.
             )
             return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
 

@@ -2,10 +2,11 @@ r"""Your own event log: CSV, TSV or Parquet files of (user, item, time[, weight]
 
 `load_events` reads one file or a glob through pyarrow's dataset reader, in
 record batches, twice: the first pass counts the user and item ids (their
-vocabularies; an event logged more than once counted once, `count_ids`), the second
-encodes every event into dense ids. Raw ids are
-never held for more than one batch; memory is the vocabularies plus 16 bytes
-(dense user, dense item, time) per kept event, plus 4 with a weight column.
+vocabularies; an event logged more than once counted once, `count_ids`: a log with repeated
+events is read once more, and the repeats' raw ids held), the second encodes every event
+into dense ids. Other raw ids are never held for more than one batch; memory is the
+vocabularies plus 16 bytes (dense user, dense item, time) per kept event, plus 4 with a
+weight column.
 The next-day split trained in time order does not hold the events at all: its
 second pass (`EncodedBatches`) goes to disk, day by day (`day_store`).
 
@@ -611,7 +612,8 @@ class _Duplicates:
     takes the events whose key is not unique; `repeats`, given the same batches again,
     compares those events' ids and times themselves (a hash collision is no duplicate):
     every event after the first of its kind is a repeat. Disk: 16 bytes per event, in a
-    temporary directory removed on exit.
+    temporary directory under $TMPDIR removed on exit. Memory: the candidates' raw ids (a
+    log that is mostly repeats, two overlapping exports say, holds most of its ids then).
     """
 
     PARTS = 64
@@ -619,10 +621,16 @@ class _Duplicates:
     def __init__(self):
         import tempfile  # pylint: disable=import-outside-toplevel
 
+        # Under $TMPDIR (16 bytes an event: point it at a disk, not a RAM-backed tmpfs, for a
+        # log of billions of events).
         self._directory = tempfile.mkdtemp(prefix="tfrs_logq_duplicates_")
-        self._files = [
-            open(os.path.join(self._directory, f"{part:02d}"), "wb") for part in range(self.PARTS)
-        ]
+        self._files: List = []
+        try:
+            for part in range(self.PARTS):
+                self._files.append(open(os.path.join(self._directory, f"{part:02d}"), "wb"))
+        except BaseException:
+            self.__exit__()
+            raise
         self._added = 0
         self._candidates: Optional[np.ndarray] = None
         self._weights = np.random.default_rng(20250101).integers(
@@ -639,8 +647,20 @@ class _Duplicates:
             file.close()
         shutil.rmtree(self._directory, ignore_errors=True)
 
+    HASH_ROWS = 1 << 16  # Strings hashed at once: about 50 bytes of arrays per id byte.
+
     def _hash(self, strings) -> np.ndarray:
-        """[n] uint64 hashes of a string array without nulls (a polynomial of its bytes)."""
+        """[n] uint64 hashes of a string array without nulls (a polynomial of its bytes),
+        `HASH_ROWS` strings at a time."""
+        return np.concatenate(
+            [
+                self._hash_slice(strings.slice(first, self.HASH_ROWS))
+                for first in range(0, len(strings), self.HASH_ROWS)
+            ]
+            or [np.zeros(0, np.uint64)]
+        )
+
+    def _hash_slice(self, strings) -> np.ndarray:
         import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
         strings = pa.concat_arrays([strings.cast(pa.large_string())])  # Offsets from 0.
@@ -716,7 +736,13 @@ class _Duplicates:
                 for kind in ("user", "item"):
                     taken[kind].append(ids[kind].take(pa.array(mine)))
                 taken["seconds"].append(seconds[mine])
-        assert start == self._added, "the log read again differs from the first reading"
+        if start != self._added:
+            raise DataError(
+                "the event log",
+                None,
+                f"changed while it was read: {self._added:,} events counted at first, "
+                f"{start:,} when read again.",
+            )
         events = pa.table(
             {
                 "user": pa.concat_arrays(taken["user"]),

@@ -598,6 +598,21 @@ class BuilderTest(tf.test.TestCase):
         batch = next(iter(builders.two_tower_dataset(sequences, 2, batch_size=3, seed=1)))
         self.assertEqual(batch["history"].shape, (3, 2))
 
+    def test_an_input_pipeline_without_examples_is_refused_not_spun(self):
+        # 3 examples over 4 input pipelines: the last gets none, and its repeated passes would
+        # yield nothing forever.
+        context = tf.distribute.InputContext(
+            num_input_pipelines=4, input_pipeline_id=3, num_replicas_in_sync=4
+        )
+        with self.assertRaisesRegex(
+            ValueError, r"3 training examples leave input pipeline 3 of 4 none"
+        ):
+            builders.sasrec_dataset([np.array([1, 2])] * 3, 4, 4, seed=0, input_context=context)
+        sharded = builders.sasrec_dataset(
+            [np.array([1, 2])] * 3, 4, 4, seed=0, input_context=context, training=False
+        )
+        self.assertEqual(list(sharded), [])  # Evaluation: nothing to read is no error.
+
     def test_empty_training_data(self):
         with self.assertRaisesRegex(ValueError, r"No user has 2 or more items to train on"):
             builders.sasrec_dataset([np.array([1])], 4, 2)
