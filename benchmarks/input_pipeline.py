@@ -26,7 +26,6 @@ Usage:
   python -m benchmarks.input_pipeline [--cores=1] [--output=docs/results/input_pipeline_cpu.json]
 """
 
-import json
 import os
 import platform
 import tempfile
@@ -260,9 +259,7 @@ def main(argv) -> None:
         **result,
     }
     if FLAGS.output:
-        with open(FLAGS.output, "w") as f:
-            json.dump(record, f, indent=1)
-        print(f"\nWrote {FLAGS.output}")
+        records.write(FLAGS.output, record)
 
 
 if __name__ == "__main__":

@@ -272,9 +272,7 @@ def main(argv) -> None:
     }
     print(json.dumps(record["goals"], indent=1))
     if FLAGS.output:
-        with open(FLAGS.output, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-        print(f"Wrote {FLAGS.output}")
+        records.write(FLAGS.output, record)
 
 
 if __name__ == "__main__":

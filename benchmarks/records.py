@@ -26,3 +26,12 @@ def revision() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
+
+
+def write(path: str, record: dict) -> None:
+    """Writes a benchmark's `record` as JSON to `path` (--output) and says so."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    print(f"Wrote {path}")

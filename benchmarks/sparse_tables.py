@@ -24,7 +24,6 @@ Usage (JAX by default):
       --output=docs/results/sparse_tables_cpu.json
 """
 
-import json
 import os
 import platform
 import time
@@ -193,9 +192,7 @@ def main(argv) -> None:
             "steps_per_round": FLAGS.steps_per_round,
             "seconds_per_step": {str(n): row for n, row in results.items()},
         }
-        with open(FLAGS.output, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-        print(f"Wrote {FLAGS.output}")
+        records.write(FLAGS.output, record)
 
 
 if __name__ == "__main__":
