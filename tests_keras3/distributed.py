@@ -14,6 +14,10 @@ static number of in-batch slots the sampler saw when the step was traced, and th
 sharding of the item ids and of the item table inside the step. The same global batches,
 initial weights and seeds in every setting, so equal numbers mean the distributed step
 draws what the single-device step draws, from the global batch.
+
+`--tables=sgd` (or another of `keras_logq.sparse.OPTIMIZERS`) makes both tables
+`SparseEmbedding`s of that rule in a `SparseUpdates` model; under `ModelParallel` the item
+table's optimizer state is sharded by rows with the table.
 """
 
 import argparse
@@ -28,6 +32,7 @@ def _parse():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--samplers", default="in_batch_dedup_capped,mixed_sketch_per_row")
+    parser.add_argument("--tables", default="dense", help="dense, or a SparseEmbedding rule")
     return parser.parse_args()
 
 
@@ -45,6 +50,7 @@ import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
 from keras import ops  # noqa: E402  pylint: disable=wrong-import-position
 
 import keras_logq  # noqa: E402  pylint: disable=wrong-import-position
+from keras_logq import sparse  # noqa: E402  pylint: disable=wrong-import-position
 from tests import reference  # noqa: E402  pylint: disable=wrong-import-position
 
 NUM_ITEMS, ZIPF_Q = reference.NUM_ITEMS, reference.ZIPF_Q
@@ -78,9 +84,15 @@ class TwoTower(keras.Model):
 
     def __init__(self, kind, **kwargs):
         super().__init__(**kwargs)
-        self.users = keras.layers.Embedding(NUM_ITEMS, DIM, name="users")
-        self.items = keras.layers.Embedding(NUM_ITEMS, DIM, name="items")
+        self.users, self.items = (self._table(name) for name in ("users", "items"))
         self.sampler = make_sampler(kind)
+
+    def _table(self, name):
+        if ARGS.tables == "dense":
+            return keras.layers.Embedding(NUM_ITEMS, DIM, name=name)
+        return sparse.SparseEmbedding(
+            NUM_ITEMS, DIM, optimizer=ARGS.tables, learning_rate=LEARNING_RATE, name=name
+        )
 
     def call(self, inputs):
         return self.users(inputs["user"]), self.items(inputs["item"])
@@ -106,6 +118,10 @@ class TwoTower(keras.Model):
         return ops.mean(
             keras_logq.negatives_loss(query, positives, negatives, correction="improved")
         )
+
+
+class SparseTwoTower(sparse.SparseUpdates, TwoTower):
+    """The two-tower whose tables are `SparseEmbedding`s, updated row by row."""
 
 
 def _spec(sharding):
@@ -138,7 +154,7 @@ def train(kind, distribution, data, initial):
     TRACE.clear()
     scope = distribution.scope() if distribution is not None else _NoScope()
     with scope:
-        model = TwoTower(kind)
+        model = (TwoTower if ARGS.tables == "dense" else SparseTwoTower)(kind)
         model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE))
         model({"user": data["user"][:2], "item": data["item"][:2]})  # Builds the tables.
         model.users.embeddings.assign(initial["users"])
@@ -159,6 +175,10 @@ def train(kind, distribution, data, initial):
             users=_numpy(model.users.embeddings).tolist(),
             items=_numpy(model.items.embeddings).tolist(),
             table_sharding=str(_spec(model.items.embeddings.value.sharding)),
+            state_sharding={
+                name: str(_spec(slot.value.sharding))
+                for name, slot in getattr(model.items, "slots", {}).items()
+            },
             trace=dict(TRACE),
             **_state(model),
         )
@@ -188,6 +208,11 @@ def main():
     mesh = keras.distribution.DeviceMesh((ARGS.devices // 2, 2), ("batch", "model"), devices)
     layout_map = keras.distribution.LayoutMap(mesh)
     layout_map[".*items/embeddings"] = ("model", None)  # The item table's rows, sharded.
+    if ARGS.tables != "dense":  # ...and its optimizer state's rows (row-wise: one per row).
+        layout_map[".*items/(m|v)"] = ("model", None)
+        layout_map[".*items/accumulator"] = (
+            ("model",) if ARGS.tables == "rowwise_adagrad" else ("model", None)
+        )
     settings = {
         "single": None,
         "data_parallel": keras.distribution.DataParallel(devices=devices),

@@ -7,7 +7,8 @@ are drawn from the global batch, and the gradients of every negative reach the d
 holding its row, with nothing in keras_logq aware of the devices. These tests check it
 against a single-device run of the same global batches, initial weights and seeds: the
 same loss at every step, the same gradients of the first step, the same weights, seed
-state and count-min sketch after the last.
+state and count-min sketch after the last. The same holds with `SparseEmbedding` tables
+trained row by row by `SparseUpdates`, their optimizer state sharded with their rows.
 
 The devices are JAX host (CPU) devices, whose number is fixed when JAX starts, so the
 runs happen in a child process (`tests_keras3/distributed.py`) that sets
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _run(devices, samplers):
+def _run(devices, samplers, tables="dense"):
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("XLA_FLAGS", None)
     # `-S` as this process (tests/keras_logq/test_backends.py runs this suite so, without
@@ -45,6 +46,7 @@ def _run(devices, samplers):
             "tests_keras3.distributed",
             f"--devices={devices}",
             f"--samplers={','.join(samplers)}",
+            f"--tables={tables}",
         ],
         cwd=ROOT,
         env=env,
@@ -109,6 +111,22 @@ def test_data_parallel_and_model_parallel_on_two_devices_equal_one_device():
     # The draws of the deduplicated, capped pool: 16 kept slots out of the global 64 rows.
     assert results["in_batch_dedup_capped"]["single"]["trace"]["negatives"] == [16]
     assert results["mixed_sketch_per_row"]["single"]["trace"]["negatives"] == [64, 22]
+
+
+@pytest.mark.parametrize("rule", ["sgd", "rowwise_adagrad", "adam"])
+def test_sparse_tables_under_data_and_model_parallel_equal_one_device(rule):
+    """SparseUpdates' row-sparse step under `keras.distribution`: the gathered rows'
+    gradients and the scatter of their update are split by XLA like the rest of the step,
+    and the table's optimizer state is sharded with its rows by the same LayoutMap."""
+    samplers = ("mixed_sketch_per_row",)
+    results = _run(2, samplers, tables=rule)
+    _check_equal_to_single_device(results, samplers, batch_sharded=False)
+    run = results["mixed_sketch_per_row"]
+    slots = {"sgd": [], "rowwise_adagrad": ["accumulator"], "adam": ["m", "v", "step"]}[rule]
+    assert sorted(run["model_parallel"]["state_sharding"]) == sorted(slots)
+    for name, spec in run["model_parallel"]["state_sharding"].items():
+        want = {"accumulator": "P('model',)", "step": "P()"}.get(name, "P('model', None)")
+        assert spec == want, (name, spec)
 
 
 @pytest.mark.slow

@@ -570,6 +570,27 @@ class DuplicateCountTest(tf.test.TestCase):
         ):
             self.assertEqual(self._counts(pattern, batch_rows=3), want)
 
+    def test_a_log_changed_between_its_two_reads_is_named(self):
+        # The repeats are found on a second read; a log cut short in between (a file being
+        # rewritten) would take the wrong events off the counts, so it is refused.
+        pattern = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), self.ROWS)
+        read = events._counted_events
+        calls = []
+
+        def counted_events(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                _write_csv(pattern, self.ROWS[:5])
+            return read(*args, **kwargs)
+
+        with mock.patch.object(events, "_counted_events", counted_events):
+            with self.assertRaisesRegex(
+                events.DataError,
+                "changed while it was read: 9 events counted at first, 5 when read again",
+            ):
+                self._counts(pattern)
+        self.assertLen(calls, 2)
+
     def test_no_temporary_file_is_left(self):
         pattern = _write_csv(os.path.join(tempfile.mkdtemp(), "log.csv"), self.ROWS)
         before = set(glob.glob(os.path.join(tempfile.gettempdir(), "tfrs_logq_duplicates_*")))
