@@ -174,6 +174,24 @@ def sasrec_cell(policy: str) -> float:
     return round(1000 * seconds, 3)
 
 
+def _cell(function, *args):
+    """`function(*args)`, or {"error": its exception} when it raises: the run goes on to the
+    other cells (a lent GPU's minutes are few, and a cell out of memory says something)."""
+    import traceback  # pylint: disable=import-outside-toplevel
+
+    try:
+        return function(*args)
+    except Exception as error:  # pylint: disable=broad-except
+        traceback.print_exc()
+        _release()
+        return {"error": f"{type(error).__name__}: {error}"[:1000]}
+
+
+def _ms(value):
+    """A cell's milliseconds, or None for a cell that failed."""
+    return value if isinstance(value, (int, float)) else None
+
+
 def device() -> dict:
     import jax  # pylint: disable=import-outside-toplevel
     import keras  # pylint: disable=import-outside-toplevel
@@ -192,33 +210,37 @@ def device() -> dict:
 
 
 def goals(two_tower: dict, sasrec: dict) -> dict:
-    """Issue 64's goals, each with its measured ratio (None where a cell is missing)."""
+    """Issue 64's goals, each with its measured ratio; a goal whose cells failed or were not
+    run is left out."""
     catalogs = sorted(int(c) for c in two_tower)
     batches = sorted({int(b) for cells in two_tower.values() for b in cells})
+
+    def ms(catalog, batch, variant):
+        cell = two_tower.get(str(catalog), {}).get(str(batch), {})
+        return _ms(cell.get(variant)) if isinstance(cell, dict) else None
+
     result = {}
     if catalogs and batches:
-        small, large, batch = str(catalogs[0]), str(catalogs[-1]), str(batches[-1])
+        small, large, batch = catalogs[0], catalogs[-1], batches[-1]
         for variant in ("sparse_adam", "sparse_adagrad", "improved"):
-            if variant in two_tower[small].get(batch, {}):
-                ratio = two_tower[large][batch][variant] / two_tower[small][batch][variant]
+            if ms(small, batch, variant) and ms(large, batch, variant) and large != small:
                 result[f"{variant}_largest_over_smallest_catalog"] = {
-                    "ratio": round(ratio, 3),
+                    "ratio": round(ms(large, batch, variant) / ms(small, batch, variant), 3),
                     "goal": "<= 1.2" if variant.startswith("sparse") else "(dense: grows)",
                 }
-        for catalog in map(str, catalogs):
-            for b in map(str, batches):
-                cell = two_tower[catalog].get(b, {})
+        for catalog in catalogs:
+            for b in batches:
                 for variant in ("standard", "improved"):
-                    if variant in cell and "keras_rs" in cell:
+                    if ms(catalog, b, variant) and ms(catalog, b, "keras_rs"):
                         result[f"{variant}_over_keras_rs_{catalog}_items_batch_{b}"] = {
-                            "ratio": round(cell[variant] / cell["keras_rs"], 3),
+                            "ratio": round(ms(catalog, b, variant) / ms(catalog, b, "keras_rs"), 3),
                             "goal": "<= 1.0",
                         }
-    if "mixed_bfloat16" in sasrec:
-        result["sasrec_bfloat16_ms"] = {"ms": sasrec["mixed_bfloat16"], "goal": "<= 1.0"}
-        result["sasrec_bfloat16_over_float32"] = {
-            "ratio": round(sasrec["mixed_bfloat16"] / sasrec["float32"], 3)
-        }
+    bf16, fp32 = _ms(sasrec.get("mixed_bfloat16")), _ms(sasrec.get("float32"))
+    if bf16:
+        result["sasrec_bfloat16_ms"] = {"ms": bf16, "goal": "<= 1.0"}
+        if fp32:
+            result["sasrec_bfloat16_over_float32"] = {"ratio": round(bf16 / fp32, 3)}
     return result
 
 
@@ -238,22 +260,8 @@ def main(argv) -> None:
         f"{about['keras']}; median ms a step, one run.",
         flush=True,
     )
-    two_tower = {}
-    for catalog in (int(c) for c in FLAGS.catalogs):
-        two_tower[str(catalog)] = {}
-        for batch in (int(b) for b in FLAGS.batch_sizes):
-            cell = two_tower_cell(catalog, batch)
-            two_tower[str(catalog)][str(batch)] = cell
-            print(
-                f"two-tower {catalog:,} items, batch {batch}: "
-                + ", ".join(f"{v} {ms:.2f}" for v, ms in cell.items()),
-                flush=True,
-            )
-    sasrec = {}
-    if FLAGS.sasrec:
-        for policy in SASREC:
-            sasrec[policy] = sasrec_cell(policy)
-            print(f"SASRec ({policy}): {sasrec[policy]:.2f} ms", flush=True)
+    two_tower: dict = {}
+    sasrec: dict = {}
     record = {
         "benchmark": "keras_gpu",
         "git_revision": records.revision(),
@@ -266,13 +274,47 @@ def main(argv) -> None:
             "sasrec_length": FLAGS.sasrec_length,
             "smoke": FLAGS.smoke,
         },
+        "complete": False,
         "two_tower_ms": two_tower,
         "sasrec_ms": sasrec,
-        "goals": goals(two_tower, sasrec),
+        "goals": {},
     }
+
+    def save(complete=False):
+        # After every cell: a run cut short by the machine's limit keeps what it measured.
+        record["complete"] = complete
+        record["goals"] = goals(two_tower, sasrec)
+        if FLAGS.output:
+            records.write(FLAGS.output, record, quiet=not complete)
+
+    for catalog in (int(c) for c in FLAGS.catalogs):
+        two_tower[str(catalog)] = {}
+        for batch in (int(b) for b in FLAGS.batch_sizes):
+            cell = _cell(two_tower_cell, catalog, batch)
+            two_tower[str(catalog)][str(batch)] = cell
+            print(
+                f"two-tower {catalog:,} items, batch {batch}: "
+                + ", ".join(f"{v} {ms:.2f}" for v, ms in cell.items() if _ms(ms))
+                + (f" FAILED ({cell['error']})" if "error" in cell else ""),
+                flush=True,
+            )
+            save()
+    if FLAGS.sasrec:
+        for policy in SASREC:
+            sasrec[policy] = _cell(sasrec_cell, policy)
+            ms = _ms(sasrec[policy])
+            print(
+                f"SASRec ({policy}): "
+                + (f"{ms:.2f} ms" if ms else f"FAILED ({sasrec[policy]['error']})"),
+                flush=True,
+            )
+            save()
+    save(complete=True)
     print(json.dumps(record["goals"], indent=1))
-    if FLAGS.output:
-        records.write(FLAGS.output, record)
+    failed = [c for cells in two_tower.values() for c in cells.values() if "error" in c]
+    failed += [p for p, v in sasrec.items() if _ms(v) is None]
+    if failed:
+        raise SystemExit(f"{len(failed)} cell(s) failed; their errors are in the record.")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,14 @@ def revision() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def write(path: str, record: dict) -> None:
-    """Writes a benchmark's `record` as JSON to `path` (--output) and says so."""
+def write(path: str, record: dict, quiet: bool = False) -> None:
+    """Writes a benchmark's `record` as JSON to `path` (--output), whole or not at all (a
+    temporary file renamed over it), and says so unless `quiet`."""
     import json  # pylint: disable=import-outside-toplevel
 
-    with open(path, "w", encoding="utf-8") as f:
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
-    print(f"Wrote {path}")
+    os.replace(partial, path)
+    if not quiet:
+        print(f"Wrote {path}")
