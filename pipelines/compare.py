@@ -466,6 +466,15 @@ def summarize(
                     values.setdefault(m, []).append(value)
         if values:
             summary["baselines"][kind] = {m: float(np.mean(v)) for m, v in values.items()}
+        thirds: Dict[str, List[float]] = {}
+        for record in finished_records:
+            bands = (record.get("baselines", {}).get(kind) or {}).get("by_popularity") or {}
+            for key, value in bands.items():
+                thirds.setdefault(key, []).append(value)
+        if thirds:
+            summary["baselines"][f"{kind}_by_popularity"] = {
+                key: float(np.mean(v)) for key, v in thirds.items()
+            }
     others = [row.name for row in rows if row.name != baseline]
     for name in others:
         summary["differences"][name] = {}
@@ -861,12 +870,28 @@ def format_report(
             "| row | " + " | ".join(k.split("_")[0] for k in thirds) + " |",
             "|---|" + "---|" * len(thirds),
         ]
-        for name, entry in summary["rows"].items():
-            values = entry.get("by_popularity", {})
+        by_row = {name: entry.get("by_popularity", {}) for name, entry in summary["rows"].items()}
+        for kind in ("popularity", "oracle"):
+            if f"{kind}_by_popularity" in summary["baselines"]:
+                by_row[f"{kind} (baseline)"] = summary["baselines"][f"{kind}_by_popularity"]
+        for name, values in by_row.items():
             lines.append(
                 f"| {name} | "
                 + " | ".join(f"{values[k]:.4f}" if k in values else "–" for k in thirds)
                 + " |"
+            )
+        lines += [
+            "",
+            "Thirds of the catalog by training count (ties by id); a test target counts in its "
+            "item's third.",
+        ]
+        trained = [v for name, v in by_row.items() if name in summary["rows"] and v]
+        rest = [k for k in thirds if not k.startswith("head_")]
+        if trained and rest and all(v.get(k) == 0 for v in trained for k in rest):
+            lines[-1] += (
+                f" No trained row retrieves a torso or tail target in its top "
+                f"{primary.split('@')[-1]}: on a catalog where most items have no training "
+                "event, those thirds are mostly items the model never saw."
             )
     return "\n".join(lines) + "\n"
 

@@ -330,6 +330,37 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("| popularity (baseline) | | | 0.0500 | 0.2000 | – | |", text)
         self.assertIn("their spread is that of training alone", text)
 
+    def test_thirds_show_the_oracle_and_say_when_no_row_reaches_the_torso(self):
+        records, _ = self._records()
+        for record in records.values():
+            record["by_popularity"].update({"torso_recall@10": 0.0, "tail_recall@10": 0.0})
+            record["baselines"]["oracle"] = {
+                "recall@10": 0.3,
+                "by_popularity": {"head_recall@10": 0.4, "torso_recall@10": 0.1},
+            }
+        rows = _rows("a: --correction=none", "b: --correction=standard")
+        summary = compare.summarize(rows, 3, records, "a")
+        self.assertEqual(
+            summary["baselines"]["oracle_by_popularity"],
+            {"head_recall@10": 0.4, "torso_recall@10": 0.1},
+        )
+        text = compare.format_report(
+            summary, "recall@10", "tfrs-logq compare ...", [], ["abc123"], vary_data=False
+        )
+        self.assertIn("| oracle (baseline) | 0.4000 | 0.1000 | – |", text)
+        self.assertIn(
+            "a test target counts in its item's third. No trained row retrieves a torso or tail "
+            "target in its top 10",
+            text,
+        )
+        # A row that does reach the torso: no such sentence.
+        records[("b", 0)]["by_popularity"]["torso_recall@10"] = 0.01
+        summary = compare.summarize(rows, 3, records, "a")
+        text = compare.format_report(
+            summary, "recall@10", "tfrs-logq compare ...", [], ["abc123"], vary_data=False
+        )
+        self.assertNotIn("No trained row", text)
+
     def test_advice_from_the_numbers(self):
         records, _ = self._records()
         rows = _rows("a: --correction=none", "c: --correction=improved")
