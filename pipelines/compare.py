@@ -466,14 +466,14 @@ def summarize(
                     values.setdefault(m, []).append(value)
         if values:
             summary["baselines"][kind] = {m: float(np.mean(v)) for m, v in values.items()}
-        thirds: Dict[str, List[float]] = {}
+        bands: Dict[str, List[float]] = {}
         for record in finished_records:
-            bands = (record.get("baselines", {}).get(kind) or {}).get("by_popularity") or {}
-            for key, value in bands.items():
-                thirds.setdefault(key, []).append(value)
-        if thirds:
+            recorded = (record.get("baselines", {}).get(kind) or {}).get("by_popularity") or {}
+            for key, value in recorded.items():
+                bands.setdefault(key, []).append(value)
+        if bands:
             summary["baselines"][f"{kind}_by_popularity"] = {
-                key: float(np.mean(v)) for key, v in thirds.items()
+                key: float(np.mean(v)) for key, v in bands.items()
             }
     others = [row.name for row in rows if row.name != baseline]
     for name in others:
