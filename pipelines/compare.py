@@ -742,9 +742,17 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
 
 
 def _third_keys(summary: Dict[str, Any], primary: str) -> List[str]:
+    """The recorded "{third}_{metric}" keys of the primary metric's kind (recall), by cutoff."""
     keys = {k for e in summary["rows"].values() for k in e.get("by_popularity", {})}
+    kind = primary.split("@")[0]
+    cutoffs = sorted(
+        {int(k.split("@")[1]) for k in keys if k.split("_", 1)[1].startswith(f"{kind}@")}
+    )
     return [
-        f"{third}_{primary}" for third in ("head", "torso", "tail") if f"{third}_{primary}" in keys
+        f"{third}_{kind}@{cutoff}"
+        for cutoff in cutoffs
+        for third in ("head", "torso", "tail")
+        if f"{third}_{kind}@{cutoff}" in keys
     ]
 
 
@@ -863,17 +871,18 @@ def format_report(
         ]
     thirds = _third_keys(summary, primary)
     if thirds:
+        kind = primary.split("@")[0]
         lines += [
             "",
-            f"## {primary} by popularity third of the target",
+            f"## {kind} by popularity third of the target",
             "",
-            "| row | " + " | ".join(k.split("_")[0] for k in thirds) + " |",
+            "| row | " + " | ".join(f"{k.split('_')[0]} @{k.split('@')[1]}" for k in thirds) + " |",
             "|---|" + "---|" * len(thirds),
         ]
         by_row = {name: entry.get("by_popularity", {}) for name, entry in summary["rows"].items()}
-        for kind in ("popularity", "oracle"):
-            if f"{kind}_by_popularity" in summary["baselines"]:
-                by_row[f"{kind} (baseline)"] = summary["baselines"][f"{kind}_by_popularity"]
+        for baseline in ("popularity", "oracle"):
+            if f"{baseline}_by_popularity" in summary["baselines"]:
+                by_row[f"{baseline} (baseline)"] = summary["baselines"][f"{baseline}_by_popularity"]
         for name, values in by_row.items():
             lines.append(
                 f"| {name} | "
@@ -886,13 +895,21 @@ def format_report(
             "item's third.",
         ]
         trained = [v for name, v in by_row.items() if name in summary["rows"] and v]
-        rest = [k for k in thirds if not k.startswith("head_")]
-        if trained and rest and all(v.get(k) == 0 for v in trained for k in rest):
-            lines[-1] += (
-                f" No trained row retrieves a torso or tail target in its top "
-                f"{primary.split('@')[-1]}: on a catalog where most items have no training "
-                "event, those thirds are mostly items the model never saw."
-            )
+        oracle = by_row.get("oracle (baseline)", {})
+        for cutoff in sorted({int(k.split("@")[1]) for k in thirds}):
+            rest = [k for k in thirds if k.endswith(f"@{cutoff}") and not k.startswith("head_")]
+            if trained and rest and all(v.get(k) == 0 for v in trained for k in rest):
+                reached = [k for k in rest if oracle.get(k)]
+                lines[-1] += (
+                    f" No trained row retrieves a torso or tail target in its top {cutoff}"
+                    + (
+                        "; the oracle does ("
+                        + ", ".join(f"{k.split('_')[0]} {oracle[k]:.4f}" for k in reached)
+                        + ")."
+                        if reached
+                        else ", nor does the oracle."
+                    )
+                )
     return "\n".join(lines) + "\n"
 
 

@@ -348,9 +348,10 @@ class ReportTest(tf.test.TestCase):
             summary, "recall@10", "tfrs-logq compare ...", [], ["abc123"], vary_data=False
         )
         self.assertIn("| oracle (baseline) | 0.4000 | 0.1000 | – |", text)
+        self.assertIn("| row | head @10 | torso @10 | tail @10 |", text)
         self.assertIn(
             "a test target counts in its item's third. No trained row retrieves a torso or tail "
-            "target in its top 10",
+            "target in its top 10; the oracle does (torso 0.1000).",
             text,
         )
         # A row that does reach the torso: no such sentence.

@@ -45,7 +45,7 @@ def test_two_corrections_two_seeds_then_nothing_left():
         report = f.read()
     assert "| improved − standard | 0, 1 | " in report
     assert "Holm" in report and "excluded" in report
-    assert "## recall@10 by popularity third of the target" in report
+    assert "## recall by popularity third of the target" in report
     assert "| popularity (baseline) |" in report
     assert "## Training or test queries?" in report
     assert os.path.exists(os.path.join(out, "improved", "seed1.npz"))  # Per-query values.
