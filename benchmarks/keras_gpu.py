@@ -183,8 +183,9 @@ def _cell(function, *args):
         return function(*args)
     except Exception as error:  # pylint: disable=broad-except
         traceback.print_exc()
-        _release()
-        return {"error": f"{type(error).__name__}: {error}"[:1000]}
+        message = f"{type(error).__name__}: {error}"[:1000]
+    _release()  # After the except block: its traceback held the failed cell's models.
+    return {"error": message}
 
 
 def _ms(value):

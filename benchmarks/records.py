@@ -34,8 +34,13 @@ def write(path: str, record: dict, quiet: bool = False) -> None:
     import json  # pylint: disable=import-outside-toplevel
 
     partial = f"{path}.partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-    os.replace(partial, path)
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+        os.replace(partial, path)
+    except BaseException:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise
     if not quiet:
         print(f"Wrote {path}")

@@ -312,7 +312,7 @@ class UniformSampler(NegativeSampler):
         self.num_negatives = checks.check_positive_int("num_negatives", num_negatives)
         # The vocabulary as an array of each dtype drawn, checked once: a call in eager mode
         # (PyTorch, run_eagerly) would otherwise walk the list, about 90 ms at 1M ids.
-        self._vocabularies: Dict[str, Any] = {}
+        self._vocabularies: Dict[Any, Any] = {}
         self.first_id = first_id
         self.per_row = checks.check_bool("per_row", per_row)
 
@@ -336,17 +336,25 @@ class UniformSampler(NegativeSampler):
         return cls(num_negatives=num_negatives, **samplers.lookup_catalog(lookup, draw), **kwargs)
 
     def _vocabulary_ids(self, dtype: str):
-        """The vocabulary as ids of `dtype`, after `check_vocabulary_ids`, built once per
-        dtype: a numpy array, or on PyTorch the tensor itself (on the backend's device), so
-        that an eager step neither converts nor copies the catalog."""
-        cached = self._vocabularies.get(dtype)
-        if cached is None:
+        """The vocabulary as ids of `dtype`, after `check_vocabulary_ids`: the checked numpy
+        array is kept per dtype and, on PyTorch, the tensor made from it per device, so that
+        an eager step neither checks, converts nor copies the catalog. A tensor on torch's
+        "meta" device (Keras's symbolic build, which holds no data) is never kept."""
+        array = self._vocabularies.get(dtype)
+        if array is None:
             samplers.check_vocabulary_ids(self._caller, self.vocabulary, dtype)
-            cached = np.asarray(self.vocabulary, dtype)
-            if keras.backend.backend() == "torch":  # Graph backends embed it once per trace.
-                cached = ops.convert_to_tensor(cached)
-            self._vocabularies[dtype] = cached
-        return cached if keras.backend.backend() == "torch" else ops.convert_to_tensor(cached)
+            array = self._vocabularies[dtype] = np.asarray(self.vocabulary, dtype)
+        if keras.backend.backend() != "torch":  # Graph backends embed it once per trace.
+            return ops.convert_to_tensor(array)
+        from keras.src.backend.torch import core  # pylint: disable=import-outside-toplevel
+
+        device = str(core.get_device())
+        tensor = self._vocabularies.get((dtype, device))
+        if tensor is None:
+            tensor = ops.convert_to_tensor(array)
+            if tensor.device.type != "meta":
+                self._vocabularies[(dtype, device)] = tensor
+        return tensor
 
     def call(
         self,

@@ -472,7 +472,7 @@ def summarize(
             for key, value in recorded.items():
                 bands.setdefault(key, []).append(value)
         if bands:
-            summary["baselines"][f"{kind}_by_popularity"] = {
+            summary.setdefault("baselines_by_popularity", {})[kind] = {
                 key: float(np.mean(v)) for key, v in bands.items()
             }
     others = [row.name for row in rows if row.name != baseline]
@@ -881,8 +881,8 @@ def format_report(
         ]
         by_row = {name: entry.get("by_popularity", {}) for name, entry in summary["rows"].items()}
         for baseline in ("popularity", "oracle"):
-            if f"{baseline}_by_popularity" in summary["baselines"]:
-                by_row[f"{baseline} (baseline)"] = summary["baselines"][f"{baseline}_by_popularity"]
+            if baseline in summary.get("baselines_by_popularity", {}):
+                by_row[f"{baseline} (baseline)"] = summary["baselines_by_popularity"][baseline]
         for name, values in by_row.items():
             lines.append(
                 f"| {name} | "
@@ -907,7 +907,11 @@ def format_report(
                         + ", ".join(f"{k.split('_')[0]} {oracle[k]:.4f}" for k in reached)
                         + ")."
                         if reached
-                        else ", nor does the oracle."
+                        else (
+                            ", nor does the oracle."
+                            if oracle and all(k in oracle for k in rest)
+                            else "."
+                        )
                     )
                 )
     return "\n".join(lines) + "\n"

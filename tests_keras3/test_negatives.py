@@ -595,6 +595,27 @@ def test_a_vocabulary_is_checked_and_converted_once_per_dtype(monkeypatch):
         drawn.append(ids)
     assert checked == list(dict.fromkeys(dtypes))
     assert set(np.concatenate(drawn).tolist()) <= set(SPARSE_VOCABULARY)
+    # Keras's symbolic build of a model in fit runs the call first (on torch, on the "meta"
+    # device, whose tensors hold no data); the eager steps after it draw the vocabulary's ids.
+
+    class Tower(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.table = keras.layers.Embedding(1000, 4)
+            self.sampler = negatives.UniformSampler(
+                num_negatives=8, vocabulary=SPARSE_VOCABULARY, seed=9
+            )
+
+        def call(self, ids):
+            drawn = self.sampler(ids, ids).ids
+            return ops.sum(self.table(ids), -1, keepdims=True) + ops.sum(self.table(drawn))
+
+    tower = Tower()
+    tower.compile(optimizer="sgd", loss="mse", run_eagerly=True)
+    ids = np.asarray(SPARSE_VOCABULARY[:4], "int32")
+    tower.fit(ids, np.zeros((4, 1), "float32"), batch_size=4, verbose=0)
+    drawn = numpy(tower.sampler(ops.convert_to_tensor(ids), None).ids)
+    assert set(drawn.tolist()) <= set(SPARSE_VOCABULARY)
     # A vocabulary that positive ids' dtype cannot hold is still refused at the first call.
     wide = negatives.UniformSampler(num_negatives=4, vocabulary=[1, 2**20], seed=1)
     with pytest.raises(TypeError, match=r"ids \[1, 1048576\] do not fit"):

@@ -583,6 +583,7 @@ class KerasGpuRecordTest(tf.test.TestCase):
                 records.write(path, {"complete": True})
         with open(path) as f:
             self.assertEqual(json.load(f), {"complete": False})
+        self.assertFalse(os.path.exists(path + ".partial"))
 
 
 @pytest.mark.slow

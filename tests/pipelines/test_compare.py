@@ -341,13 +341,14 @@ class ReportTest(tf.test.TestCase):
         rows = _rows("a: --correction=none", "b: --correction=standard")
         summary = compare.summarize(rows, 3, records, "a")
         self.assertEqual(
-            summary["baselines"]["oracle_by_popularity"],
+            summary["baselines_by_popularity"]["oracle"],
             {"head_recall@10": 0.4, "torso_recall@10": 0.1},
         )
         text = compare.format_report(
             summary, "recall@10", "tfrs-logq compare ...", [], ["abc123"], vary_data=False
         )
         self.assertIn("| oracle (baseline) | 0.4000 | 0.1000 | – |", text)
+        self.assertNotIn("_by_popularity", text)
         self.assertIn("| row | head @10 | torso @10 | tail @10 |", text)
         self.assertIn(
             "a test target counts in its item's third. No trained row retrieves a torso or tail "
