@@ -460,17 +460,16 @@ def summarize(
         summary["rows"][row.name] = entry
     for kind in ("popularity", "oracle"):
         values: Dict[str, List[float]] = {}
-        for record in finished_records:
-            for m, value in (record.get("baselines", {}).get(kind) or {}).items():
-                if m in metrics and isinstance(value, (int, float)):
-                    values.setdefault(m, []).append(value)
-        if values:
-            summary["baselines"][kind] = {m: float(np.mean(v)) for m, v in values.items()}
         bands: Dict[str, List[float]] = {}
         for record in finished_records:
-            recorded = (record.get("baselines", {}).get(kind) or {}).get("by_popularity") or {}
-            for key, value in recorded.items():
+            recorded = record.get("baselines", {}).get(kind) or {}
+            for m, value in recorded.items():
+                if m in metrics and isinstance(value, (int, float)):
+                    values.setdefault(m, []).append(value)
+            for key, value in (recorded.get("by_popularity") or {}).items():
                 bands.setdefault(key, []).append(value)
+        if values:
+            summary["baselines"][kind] = {m: float(np.mean(v)) for m, v in values.items()}
         if bands:
             summary.setdefault("baselines_by_popularity", {})[kind] = {
                 key: float(np.mean(v)) for key, v in bands.items()
