@@ -3,9 +3,18 @@
 # Keras or TensorFlow (the lent H100/H200 image: Python 3.12, JAX on CUDA): installs the Keras 3
 # wheels carried in build/gpu_wheels (`make gpu-wheels` downloads them on a machine with the
 # package registry) into a temporary directory, then runs benchmarks.keras_gpu, whose JSON
-# (naming the GPU) goes to $OUT (default /tmp/gpu). Arguments go to benchmarks.keras_gpu:
+# (naming the GPU) goes to $OUT (default /tmp/gpu). Then, where PyTorch is installed, the same
+# cells on Keras's torch backend (dense variants only: SparseUpdates is JAX's) with each cell's
+# ratio to JAX's ($OUT/keras_gpu_torch.json). $PHASES chooses ("jax torch" by default; torch
+# alone compares against an earlier $OUT/keras_gpu.json). The phase sasrec_recall trains
+# examples.keras_sasrec's mixed improved row 40 epochs on $SASREC_DATA (MovieLens-1M in SASRec's
+# format; not in the repository) in float32 and in mixed bfloat16, seeds 0-2, and writes
+# $OUT/keras_sasrec_float32.json and $OUT/keras_sasrec_mixed_bfloat16.json: bfloat16's Recall@10
+# against float32's. Arguments go to benchmarks.keras_gpu:
 #   bash benchmarks/gpu.sh                  # the GPU run: 10k/1M/10M items, SASRec fp32/bf16
 #   bash benchmarks/gpu.sh --smoke          # the same code at small sizes (a CPU proves it)
+#   PHASES=torch bash benchmarks/gpu.sh     # the torch backend only
+#   PHASES=sasrec_recall SASREC_DATA=path/sasrec_ml-1m.txt.gz bash benchmarks/gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu}"
@@ -26,6 +35,45 @@ if [ -z "${GIT_REVISION:-}" ] && ! git rev-parse HEAD >/dev/null 2>&1 \
     && [ -f build/gpu_wheels/REVISION ]; then
   export GIT_REVISION="$(cat build/gpu_wheels/REVISION)"  # A copy of the tree without .git.
 fi
-export KERAS_BACKEND="${KERAS_BACKEND:-jax}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-"$PYTHON" -m benchmarks.keras_gpu --output="$OUT/keras_gpu.json" "$@" 2>&1 | tee "$OUT/keras_gpu.log"
+status=0
+for phase in ${PHASES-jax torch}; do
+  case "$phase" in
+    jax)
+      KERAS_BACKEND=jax "$PYTHON" -m benchmarks.keras_gpu --output="$OUT/keras_gpu.json" "$@" \
+        2>&1 | tee "$OUT/keras_gpu.log" || status=$?
+      ;;
+    torch)
+      if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+        echo "PyTorch is not installed: the torch backend is not measured." >&2
+        continue
+      fi
+      compare=()
+      [ -f "$OUT/keras_gpu.json" ] && compare=(--compare_to="$OUT/keras_gpu.json")
+      # Eager (Keras's default on torch; see docs/guide/keras.md), the catalogs and variants
+      # a torch step can hold in a few minutes.
+      KERAS_BACKEND=torch "$PYTHON" -m benchmarks.keras_gpu --output="$OUT/keras_gpu_torch.json" \
+        --variants=keras_rs,standard,improved --catalogs=10000,1000000 "${compare[@]}" "$@" \
+        2>&1 | tee "$OUT/keras_gpu_torch.log" || status=$?
+      ;;
+    sasrec_recall)
+      if [ ! -f "${SASREC_DATA:-}" ]; then
+        echo "PHASES=sasrec_recall needs SASREC_DATA, a SASRec-format file; received" \
+          "'${SASREC_DATA:-}'." >&2
+        exit 2
+      fi
+      for policy in float32 mixed_bfloat16; do
+        KERAS_BACKEND=jax "$PYTHON" -m examples.keras_sasrec --data_path="$SASREC_DATA" \
+          --rows=mixed_improved --max_len=200 --epochs="${SASREC_EPOCHS:-40}" \
+          --seeds="${SASREC_SEEDS:-0,1,2}" --dtype_policy="$policy" \
+          --output="$OUT/keras_sasrec_$policy.json" 2>&1 | tee "$OUT/keras_sasrec_$policy.log" \
+          || status=$?
+      done
+      ;;
+    *)
+      echo "PHASES must name jax, torch and/or sasrec_recall; received '${PHASES}'." >&2
+      exit 2
+      ;;
+  esac
+done
+exit "$status"

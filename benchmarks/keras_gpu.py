@@ -57,6 +57,12 @@ def define_flags() -> None:
     flags.DEFINE_integer("sasrec_length", 200, "SASRec's sequence length.", lower_bound=2)
     flags.DEFINE_bool("smoke", False, f"Small sizes, for a CPU: {SMOKE}.")
     flags.DEFINE_string("output", "", "Write the results here (JSON).")
+    flags.DEFINE_string(
+        "compare_to",
+        "",
+        "Another backend's record of the same cells on this device (JSON): the goals then "
+        "include this run's ratio to it, cell by cell (the torch backend's goal: <= 3x JAX).",
+    )
 
 
 def zipf_law(num_items: int) -> np.ndarray:
@@ -194,20 +200,52 @@ def _ms(value):
 
 
 def device() -> dict:
-    import jax  # pylint: disable=import-outside-toplevel
+    """The accelerator the backend runs on (its name, as the backend reports it) and the
+    versions."""
     import keras  # pylint: disable=import-outside-toplevel
 
-    first = jax.devices()[0]
-    return {
-        "platform": first.platform,
-        "device_kind": first.device_kind,
-        "devices": len(jax.devices()),
-        "jax": jax.__version__,
-        "keras": keras.__version__,
-        "backend": keras.backend.backend(),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-    }
+    about = {"keras": keras.__version__, "backend": keras.backend.backend()}
+    if about["backend"] == "torch":
+        import torch  # pylint: disable=import-outside-toplevel
+
+        cuda = torch.cuda.is_available()
+        about.update(
+            platform="gpu" if cuda else "cpu",
+            device_kind=torch.cuda.get_device_name(0) if cuda else platform.processor() or "cpu",
+            devices=torch.cuda.device_count() if cuda else 1,
+            torch=torch.__version__,
+        )
+    else:
+        import jax  # pylint: disable=import-outside-toplevel
+
+        first = jax.devices()[0]
+        about.update(
+            platform=first.platform,
+            device_kind=first.device_kind,
+            devices=len(jax.devices()),
+            jax=jax.__version__,
+        )
+    about.update(host=platform.node(), cpus=os.cpu_count())
+    return about
+
+
+def against(record: dict, other: dict) -> dict:
+    """`record`'s ms over `other`'s (another backend's record of the same settings on the same
+    device) for every cell both measured: {"torch_over_jax_...": {"ratio": ...}}."""
+    name = f"{record['device']['backend']}_over_{other['device']['backend']}"
+    result = {}
+    for catalog, cells in record["two_tower_ms"].items():
+        for batch, variants in cells.items():
+            theirs = other.get("two_tower_ms", {}).get(catalog, {}).get(batch, {})
+            for variant, ms in variants.items():
+                if _ms(ms) and isinstance(theirs, dict) and _ms(theirs.get(variant)):
+                    key = f"{name}_{variant}_{catalog}_items_batch_{batch}"
+                    result[key] = {"ratio": round(ms / theirs[variant], 3), "goal": "<= 3.0"}
+    for policy, ms in record["sasrec_ms"].items():
+        theirs = other.get("sasrec_ms", {}).get(policy)
+        if _ms(ms) and _ms(theirs):
+            result[f"{name}_sasrec_{policy}"] = {"ratio": round(ms / theirs, 3), "goal": "<= 3.0"}
+    return result
 
 
 def goals(two_tower: dict, sasrec: dict) -> dict:
@@ -255,10 +293,20 @@ def main(argv) -> None:
     bad = [v for v in FLAGS.variants if v not in TWO_TOWER]
     if bad:
         raise app.UsageError(f"--variants must be from {TWO_TOWER}; received {bad}.")
+    other = None
+    if FLAGS.compare_to:
+        try:
+            with open(FLAGS.compare_to, encoding="utf-8") as file:
+                other = json.load(file)
+        except (OSError, ValueError) as error:
+            raise app.UsageError(
+                f"--compare_to must be a keras_gpu record (JSON); received "
+                f"{FLAGS.compare_to!r}: {error}"
+            ) from error
     about = device()
     print(
-        f"{about['device_kind']} ({about['platform']}), JAX {about['jax']}, Keras "
-        f"{about['keras']}; median ms a step, one run.",
+        f"{about['device_kind']} ({about['platform']}), Keras {about['keras']} on "
+        f"{about['backend']} {about.get('jax') or about.get('torch')}; median ms a step, one run.",
         flush=True,
     )
     two_tower: dict = {}
@@ -285,6 +333,13 @@ def main(argv) -> None:
         # After every cell: a run cut short by the machine's limit keeps what it measured.
         record["complete"] = complete
         record["goals"] = goals(two_tower, sasrec)
+        if other is not None:
+            record["compared_to"] = {
+                "output": FLAGS.compare_to,
+                "device": other.get("device"),
+                "git_revision": other.get("git_revision"),
+            }
+            record["goals"].update(against(record, other))
         if FLAGS.output:
             records.write(FLAGS.output, record, quiet=not complete)
 
