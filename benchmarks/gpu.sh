@@ -62,7 +62,7 @@ for phase in ${PHASES-jax torch}; do
           "'${SASREC_DATA:-}'." >&2
         exit 2
       fi
-      for policy in float32 mixed_bfloat16; do
+      for policy in ${SASREC_POLICIES:-float32 mixed_bfloat16}; do
         KERAS_BACKEND=jax "$PYTHON" -m examples.keras_sasrec --data_path="$SASREC_DATA" \
           --rows=mixed_improved --max_len=200 --epochs="${SASREC_EPOCHS:-40}" \
           --seeds="${SASREC_SEEDS:-0,1,2}" --dtype_policy="$policy" \
