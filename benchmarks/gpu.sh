@@ -31,11 +31,14 @@ if ! "$PYTHON" -c "import keras, keras_rs" 2>/dev/null; then
   "$PYTHON" -m pip install -q --no-index --no-deps --target "$deps" "${wheels[@]}"
   export PYTHONPATH="$deps${PYTHONPATH:+:$PYTHONPATH}"
 fi
-if [ -z "${GIT_REVISION:-}" ] && ! git rev-parse HEAD >/dev/null 2>&1 \
-    && [ -f build/gpu_wheels/REVISION ]; then
-  export GIT_REVISION="$(cat build/gpu_wheels/REVISION)"  # A copy of the tree without .git.
+# The commit the records name: $GIT_REVISION where set, else the one `make gpu-wheels` wrote
+# beside the wheels (a copied tree's own .git can be missing or stale: a lent machine's copy
+# once carried an older commit's), else this clone's HEAD.
+if [ -z "${GIT_REVISION:-}" ] && [ -f build/gpu_wheels/REVISION ]; then
+  export GIT_REVISION="$(cat build/gpu_wheels/REVISION)"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+echo "The records name revision ${GIT_REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}." >&2
 status=0
 for phase in ${PHASES-jax torch}; do
   case "$phase" in

@@ -33,6 +33,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from benchmarks import records
 from logq_core import metrics as metrics_lib
 from pipelines.data import day_store
 from pipelines.data import splits
@@ -281,6 +282,7 @@ def main(argv):
     }
     results = run(store_dir, settings)
     results["store"] = store_dir
+    results["git_revision"] = records.revision()
     test = results["test"]
     print(
         f"\nKeras 3 two-tower ({results['backend']}) on {store_dir}: {results['steps']} steps "

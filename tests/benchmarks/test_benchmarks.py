@@ -573,6 +573,29 @@ class KerasGpuRecordTest(tf.test.TestCase):
         self.assertEqual(goals["improved_over_keras_rs_10000000_items_batch_8192"]["ratio"], 1.0)
         self.assertEqual(goals["sasrec_bfloat16_over_float32"], {"ratio": 0.45})
 
+    def test_the_torch_goal_compares_the_cells_both_backends_measured(self):
+        jax_record = {
+            "device": {"backend": "jax"},
+            "two_tower_ms": {"10000": {"1024": {"keras_rs": 2.0, "improved": 4.0}}},
+            "sasrec_ms": {"float32": 5.0, "mixed_bfloat16": {"error": "XlaRuntimeError"}},
+        }
+        torch_record = {
+            "device": {"backend": "torch"},
+            "two_tower_ms": {
+                "10000": {"1024": {"keras_rs": 3.0, "improved": 13.0}},
+                "1000000": {"1024": {"improved": 20.0}},  # Not measured on JAX.
+            },
+            "sasrec_ms": {"float32": 35.0, "mixed_bfloat16": 30.0},
+        }
+        self.assertEqual(
+            self.keras_gpu.against(torch_record, jax_record),
+            {
+                "torch_over_jax_keras_rs_10000_items_batch_1024": {"ratio": 1.5, "goal": "<= 3.0"},
+                "torch_over_jax_improved_10000_items_batch_1024": {"ratio": 3.25, "goal": "<= 3.0"},
+                "torch_over_jax_sasrec_float32": {"ratio": 7.0, "goal": "<= 3.0"},
+            },
+        )
+
     def test_a_record_is_replaced_whole(self):
         from benchmarks import records  # pylint: disable=import-outside-toplevel
 
