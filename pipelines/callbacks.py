@@ -61,8 +61,8 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     would overwrite the best checkpoint with its first epoch and wait `patience`
     epochs more. After each epoch this writes OUTPUT/progress.json (the chief
     only): the validation value of every epoch so far, the best one and its epoch,
-    and the seconds spent, summed over the processes up to each one's last finished
-    epoch. When training starts from a backup taken after k whole epochs, it keeps
+    and the seconds spent, summed over the processes up to each one's last backup
+    (`record_seconds`) or finished epoch. When training starts from a backup taken after k whole epochs, it keeps
     the first k values (an epoch the file counts but the backup does not is trained,
     validated and recorded again) and gives EarlyStopping and ModelCheckpoint the
     state they had after epoch k: the best of those values, its epoch, and the
@@ -115,6 +115,12 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     def seconds(self) -> float:
         """Seconds of training so far, this process's and the earlier ones'."""
         return self.prior_seconds + time.time() - self.started
+
+    def record_seconds(self) -> None:
+        """Writes the seconds trained so far (at a backup: `EpochEndBackup.after_backup`), so
+        that a run resumed from that backup adds to them, inside an epoch too."""
+        self.state["seconds"] = round(self.seconds(), 1)
+        self._write()
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.checkpoint.monitor)
@@ -176,6 +182,10 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
       logs); Keras resets them when it re-enters an epoch, so after a restore from
       the middle of an epoch they are put back, and the epoch's logged means cover
       all its steps.
+    - `after_backup` callables run after each backup is written (`TrainingProgress.
+      record_seconds`: the seconds trained up to a backup taken inside an epoch, which a
+      run resumed from it adds to; the epoch-end record alone lost them for a run killed
+      inside its only epoch).
     - A backup that cannot be read (its files cut off or garbled after it was whole) is
       an error that names the directory and what to do, instead of TensorFlow's or a
       silent restart from step 0. The parts of a first backup killed before it was whole
@@ -186,6 +196,12 @@ class EpochEndBackup(tf.keras.callbacks.BackupAndRestore):
         super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=False)
         self._due_at_epoch_end = False
         self._metric_values = None
+        self.after_backup: List[Callable[[], None]] = []
+
+    def _backup(self, epoch, batch=0):
+        super()._backup(epoch, batch=batch)
+        for after in self.after_backup:
+            after()
 
     def on_train_begin(self, logs=None):
         had_backup = has_backup(self.backup_dir)

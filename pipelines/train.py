@@ -426,6 +426,7 @@ def _run(
     else:
         non_finite = callbacks_lib.StopOnNonFiniteLoss()
         backup = callbacks_lib.EpochEndBackup(files.backup, save_freq=config.training.backup_every)
+        backup.after_backup.append(progress.record_seconds)
     callbacks = [
         non_finite,  # First: before a backup of a NaN step.
         callbacks_lib.ValidationMetrics(config, split.validation, split.test if chief else None),

@@ -186,6 +186,22 @@ class TrainingProgressTest(tf.test.TestCase):
             (3, 0.4, 2, [0.1, 0.3, 0.4]),
         )
 
+    def test_seconds_recorded_at_a_backup_inside_the_only_epoch_carry_over(self):
+        # A run of one long epoch killed after a step backup: the seconds trained up to that
+        # backup count, where the epoch-end record alone lost them (a resumed run reported
+        # only its own attempt's).
+        directory = tempfile.mkdtemp()
+        _, _, progress = self._callbacks(directory, iterations=0)
+        progress.on_train_begin()
+        progress.record_seconds()  # At the backup of step 5 (EpochEndBackup.after_backup).
+        state = json.load(open(os.path.join(directory, "progress.json")))
+        self.assertEqual((state["epochs"], state["values"]), (0, []))
+        self.assertBetween(state["seconds"], 10.0, 60.0)
+        _, _, progress = self._callbacks(directory, iterations=5)  # Resumed at step 5.
+        progress.on_train_begin()
+        self.assertEqual(progress.prior_seconds, state["seconds"])
+        self.assertBetween(progress.seconds(), state["seconds"] + 10.0, state["seconds"] + 60)
+
     def test_fresh_start_ignores_a_stale_file(self):
         directory = tempfile.mkdtemp()
         with open(os.path.join(directory, "progress.json"), "w") as f:
@@ -252,6 +268,10 @@ class EpochEndBackupTest(tf.test.TestCase):
         model = _Counter()
         model.compile(optimizer="sgd")
         backup = callbacks_lib.EpochEndBackup(os.path.join(directory, "backup"), save_freq=5)
+        self.after_backup = []
+        backup.after_backup.append(
+            lambda: self.after_backup.append(int(model.optimizer.iterations.numpy()))
+        )
         start = callbacks_lib.InputStart()
         logs = _EpochLogs()
         stream = experiment.resumable(
@@ -289,6 +309,7 @@ class EpochEndBackupTest(tf.test.TestCase):
     def test_no_backup_after_the_last_epoch(self):
         directory = tempfile.mkdtemp()
         self._fit(directory)
+        self.assertEqual(self.after_backup, [5, 10, 15, 20, 25])  # Each backup, then its hook.
         saved = tf.train.load_checkpoint(
             tf.train.latest_checkpoint(os.path.join(directory, "backup", "chief"))
         )
