@@ -56,19 +56,18 @@ class InputStart(tf.keras.callbacks.Callback):
 class TrainingProgress(tf.keras.callbacks.Callback):
     """Carries early stopping, the best checkpoint and the run's totals across restarts.
 
-    BackupAndRestore brings back the weights, the optimizer and the epoch, but
-    EarlyStopping and ModelCheckpoint(save_best_only) start afresh: a resumed run
-    would overwrite the best checkpoint with its first epoch and wait `patience`
-    epochs more. After each epoch this writes OUTPUT/progress.json (the chief
-    only): the validation value of every epoch so far, the best one and its epoch,
-    and the seconds spent, summed over the processes up to each one's last backup
-    (`record_seconds`) or finished epoch. When training starts from a backup taken
-    after k whole epochs, it keeps the first k values (an epoch the file counts but
-    the backup does not is trained, validated and recorded again) and gives EarlyStopping and ModelCheckpoint the
-    state they had after epoch k: the best of those values, its epoch, and the
-    epochs waited since. Place it after them and after BackupAndRestore (callbacks
-    run in list order); `EpochEndBackup` makes sure that a backup taken at an
-    epoch's end comes after this file's record of it.
+    BackupAndRestore brings back the weights, the optimizer and the epoch, but EarlyStopping
+    and ModelCheckpoint(save_best_only) start afresh: a resumed run would overwrite the best
+    checkpoint with its first epoch and wait `patience` epochs more. After each epoch this
+    writes OUTPUT/progress.json (the chief only): the validation value of every epoch so
+    far, the best one and its epoch, and the seconds spent, summed over the processes up to
+    each one's last backup (`record_seconds`) or finished epoch. When training starts from a
+    backup taken after k whole epochs, it keeps the first k values (an epoch the file counts
+    but the backup does not is trained, validated and recorded again) and gives
+    EarlyStopping and ModelCheckpoint the state they had after epoch k: the best of those
+    values, its epoch, and the epochs waited since. Place it after them and after
+    BackupAndRestore (callbacks run in list order); `EpochEndBackup` makes sure that a
+    backup taken at an epoch's end comes after this file's record of it.
     `finish` marks the training done, so that a rerun goes straight to evaluation.
     """
 
