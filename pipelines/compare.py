@@ -857,16 +857,24 @@ def format_report(
         ]
         lines += [
             f"| {name} − {base} | {m} | {_number(r['se'])} | {_number(r['se_queries'])} | "
-            f"{r['share_queries']:.0%} |"
+            + (f"{r['share_queries']:.0%} |" if "share_queries" in r else "– |")
             for name, m, r in spread_rows
-            if "share_queries" in r
         ]
+        unshared = any("share_queries" not in r for _, _, r in spread_rows)
         lines += [
             "",
-            f"SE over seeds: the spread of {spread} on these test queries, which the p-values "
-            f"above are conditional on; SE over test queries: {REPLICATES:,} bootstrap resamples "
-            "of the queries (each seed's pair on the same resample), the uncertainty of another "
-            "draw of test users; the share: its part of the two variances' sum.",
+            f"SE over seeds: the spread of {spread}"
+            + ("" if unshared else " on these test queries")
+            + f", which the p-values above are conditional on; SE over test queries: "
+            f"{REPLICATES:,} bootstrap resamples of the queries (each seed's pair on the same "
+            "resample), the uncertainty of another draw of test users; the share: its part of "
+            "the two variances' sum"
+            + (
+                " (–: each seed tested its own queries, a fresh log's, so the SE over seeds "
+                "holds their draw already and the two are not parts of one sum)."
+                if unshared
+                else "."
+            ),
         ]
     thirds = _third_keys(summary, primary)
     if thirds:

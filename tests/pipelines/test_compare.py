@@ -252,6 +252,18 @@ class QuerySpreadTest(tf.test.TestCase):
             compare.advice(summary, "recall@10"),
             r"Of the uncertainty of b − a at recall@10, \d+% is ",
         )
+        # A fresh log per seed (--vary_data): each seed's pair on its own queries. The SE over
+        # queries is reported, without a share (the seeds' SE holds the queries' draw).
+        fresh = {
+            (row, seed): dict(record, users=users + 1000 * seed)
+            for (row, seed), record in per_query.items()
+        }
+        summary = compare.summarize(rows, 3, records, "a")
+        compare.add_query_spread(summary, fresh, replicates=200)
+        self.assertNotIn("share_queries", summary["differences"]["b"]["recall@10"])
+        text = compare.format_report(summary, "recall@10", "c", [], ["abc"], True)
+        self.assertRegex(text, r"\| b − a \| recall@10 \| 0\.\d{4} \| 0\.\d{4} \| – \|")
+        self.assertIn("each seed tested its own queries", text)
         # Other queries within a seed: no pairing by query, no bootstrap.
         per_query[("b", 1)] = dict(per_query[("b", 1)], users=users + 1)
         summary = compare.summarize(rows, 3, records, "a")
