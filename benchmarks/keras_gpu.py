@@ -290,6 +290,9 @@ def goals(two_tower: dict, sasrec: dict) -> dict:
                 result[f"{variant}_largest_over_smallest_catalog"] = {
                     "ratio": round(ms(large, batch, variant) / ms(small, batch, variant), 3),
                     "goal": "<= 1.2" if variant.startswith("sparse") else "(dense: grows)",
+                    # Which cells: in a record cut short, the largest catalog measured so far.
+                    "catalogs": [small, large],
+                    "batch_size": batch,
                 }
         for catalog in catalogs:
             for b in batches:
