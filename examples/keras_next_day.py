@@ -14,9 +14,10 @@ builds it in a child process that imports TensorFlow, from `pipelines.train`'s f
 
 The model is the pipelines' two-tower: a user table and the history's mean item embedding,
 concatenated and projected (the query); the item table (the candidates); mixed negatives
-(`--num_uniform` uniform draws per row and the in-batch pool, `keras_logq.MixedSampler`) with
-log Q from a `keras_logq.CountMinSketchEstimator` fed each step's positives, and the
-`--correction` (improved by default). The tables are `keras_logq.SparseEmbedding`s with
+(`keras_logq.MixedSampler`: `--num_uniform` uniform draws a step, shared by its rows, and the
+in-batch pool, at most `--num_in_batch` of the batch's positives) with log Q from a
+`keras_logq.CountMinSketchEstimator` fed each step's positives, and the `--correction`
+(improved by default). The tables are `keras_logq.SparseEmbedding`s with
 Adagrad on JAX (a step touches the batch's rows only), `keras.layers.Embedding` elsewhere.
 One pass over the days in time order (`--max_steps` stops early). The test: Recall@10/100/1000
 and NDCG of each test query's next-day items over the `--index_size` most trained items plus
@@ -64,7 +65,10 @@ if __name__ == "__main__":
     )
     flags.DEFINE_integer("dim", 64, "Embedding dimension.", lower_bound=1)
     flags.DEFINE_integer("batch_size", 1024, "Examples per step.", lower_bound=2)
-    flags.DEFINE_integer("num_uniform", 512, "Uniform negatives per row.", lower_bound=1)
+    flags.DEFINE_integer("num_uniform", 512, "Uniform negatives per step.", lower_bound=1)
+    flags.DEFINE_integer(
+        "num_in_batch", 0, "In-batch pool's cap (0: the whole batch).", lower_bound=0
+    )
     flags.DEFINE_enum("correction", "improved", ["none", "standard", "improved"], "The loss.")
     flags.DEFINE_float("table_learning_rate", 0.5, "Adagrad's rate on the tables.")
     flags.DEFINE_float("learning_rate", 0.005, "Adam's rate on the projection.")
@@ -155,7 +159,7 @@ def make_model(num_users: int, num_items: int, settings):
             self.sampler = keras_logq.MixedSampler(
                 num_items,
                 settings["num_uniform"],
-                settings["batch_size"],
+                settings["num_in_batch"] or settings["batch_size"],
                 first_id=1,
                 probabilities=self.sketch,
                 seed=seed,
@@ -270,6 +274,7 @@ def main(argv):
             "dim",
             "batch_size",
             "num_uniform",
+            "num_in_batch",
             "correction",
             "table_learning_rate",
             "learning_rate",
