@@ -12,13 +12,11 @@ import numbers
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from logq_core import formulas
+from logq_core import options
 from logq_core import samplers
 from pipelines.data import events as events_lib
 from pipelines.data.splits import TEMPORAL_TARGETS
-from tfrs_logq import losses
-from tfrs_logq import retrieval
-from tfrs_logq.models import objective
-from tfrs_logq.models import sasrec
 
 DATASETS = (
     "synthetic",
@@ -53,17 +51,17 @@ CHOICES = {
     "dataset": DATASETS,
     "split": SPLITS,
     "model": MODELS,
-    "loss": objective.LOSSES,
+    "loss": options.LOSSES,
     "negatives": samplers.KINDS,
-    "correction": losses.CORRECTIONS,
+    "correction": formulas.CORRECTIONS,
     "frequency": FREQUENCIES,
     "mixture": samplers.MIXTURES,
     "index": INDEXES,
     "temporal_targets": TEMPORAL_TARGETS,
-    "architecture": sasrec.ARCHITECTURES,
+    "architecture": options.ARCHITECTURES,
     "log_q": samplers.IN_BATCH_LOG_Q,
-    "binary_reduction": objective.BINARY_REDUCTIONS,
-    "gbce_alpha": objective.GBCE_ALPHAS,
+    "binary_reduction": options.BINARY_REDUCTIONS,
+    "gbce_alpha": options.GBCE_ALPHAS,
     "table_optimizer": TABLE_OPTIMIZERS,
     "order": ORDERS,
     "time_unit": events_lib.TIME_UNITS,
@@ -392,7 +390,7 @@ class TrainingConfig:
         "is reported); brute_force is an old name of exact.",
     )
     scann_min_items: int = _field(
-        retrieval.SCANN_MIN_ITEMS,
+        options.SCANN_MIN_ITEMS,
         "A ScaNN search over fewer items than this is exact (the "
         "test evaluation and the export); 0: always build the index.",
     )

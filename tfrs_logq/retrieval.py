@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from logq_core import checks
+from logq_core import options
 from logq_core.metrics import DEFAULT_KS  # noqa: F401  (re-exported: the evaluations' ks)
 from logq_core.metrics import per_query_recall_ndcg  # noqa: F401  (re-exported)
 from logq_core.metrics import recall_ndcg  # noqa: F401  (re-exported)
@@ -334,12 +335,9 @@ def global_top_k(
 
 INDEXES = ("exact", "scann")
 
-# Below this many items a ScaNN request is answered by exact search. Measured on 2 CPU cores
-# (2,048 queries, dim 64, clustered embeddings, `scann_defaults`): at 3,000 items ScaNN was
-# 2.8x faster than exact search but returned 88% of the exact top-100; from 10,000 items on it
-# returned >= 99.7% at 4.6x (10k), 8.9x (30k), 17x (100k) and 37x (300k). Exact search over
-# fewer items costs milliseconds, so the index is not worth its recall there.
-SCANN_MIN_ITEMS = 10_000
+# Below this many items a ScaNN request is answered by exact search (measured: see
+# logq_core.options, where it is defined).
+SCANN_MIN_ITEMS = options.SCANN_MIN_ITEMS
 
 
 def uses_scann(num_items: int, min_items: int = SCANN_MIN_ITEMS) -> bool:

@@ -7,6 +7,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from logq_core import checks
+from logq_core import options
 from logq_core import samplers
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
@@ -14,14 +15,11 @@ from tfrs_logq import losses as losses_lib
 from tfrs_logq import negatives as negatives_lib
 from tfrs_logq.tasks import LogQRetrieval
 
-LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
-NEGATIVES = samplers.KINDS  # The samplers by name (defined in logq_core.samplers).
-# How bce / gbce reduce a row's 1 + n terms: their sum, or their mean (gSASRec's code).
-BINARY_REDUCTIONS = ("sum", "mean")
-# gBCE's alpha = n / (|D| - 1) (the gSASRec paper), or n / (|D| - 2) as gSASRec's code
-# computes it (gbce.py: alpha = negatives / (pool_size - 1), train_gsasrec.py passes
-# pool_size = num_items - 1).
-GBCE_ALPHAS = ("paper", "released")
+# The choices, defined in logq_core.options (logq_core.samplers for the samplers).
+LOSSES = options.LOSSES
+NEGATIVES = samplers.KINDS
+BINARY_REDUCTIONS = options.BINARY_REDUCTIONS
+GBCE_ALPHAS = options.GBCE_ALPHAS
 # bce / gbce score against the whole catalog (then gather) when it holds at most this many
 # items per negative drawn for each example.
 DENSE_SCORING_RATIO = 16

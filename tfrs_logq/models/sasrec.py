@@ -29,6 +29,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from logq_core import options
 from tfrs_logq import _validation as v
 from tfrs_logq.models._model import Model
 from tfrs_logq.models._tables import lookup
@@ -178,7 +179,7 @@ class GSASRecBlock(tf.keras.layers.Layer):
         return (x + ffn) * tf.cast(mask, x.dtype)[:, :, tf.newaxis]
 
 
-ARCHITECTURES = ("sasrec", "gsasrec")
+ARCHITECTURES = options.ARCHITECTURES  # Defined in logq_core.options.
 GSASREC_EPSILON = 1e-5  # torch.nn.LayerNorm's default.
 
 
