@@ -23,6 +23,7 @@ from absl import flags
 import tfrs_logq  # noqa: F401  pylint: disable=unused-import  (sets TF_USE_LEGACY_KERAS)
 from benchmarks import processes
 from pipelines import configs
+from pipelines.data import logs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("items", 1_000_000, "Items of the synthetic catalog.")
@@ -52,7 +53,6 @@ def _config(log: str) -> configs.Config:
 def _cell(path: str, log: str) -> None:
     """One cell, in this process: prints `processes.report`'s line (seconds: the read)."""
     # pylint: disable=import-outside-toplevel
-    from pipelines import experiment
     from pipelines.data import builders
     from pipelines.data import splits as splits_lib
 
@@ -61,7 +61,7 @@ def _cell(path: str, log: str) -> None:
     if path == "out_of_core":
         run_dir = tempfile.mkdtemp(prefix="event_memory-")
         try:
-            _, split = experiment.day_store_data(config, run_dir)
+            _, split = logs.day_store_data(config, run_dir)
             stream = builders.day_store_dataset(
                 split.stream,
                 config.training.batch_size,
@@ -73,7 +73,7 @@ def _cell(path: str, log: str) -> None:
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
     else:
-        log = experiment.event_log(config.data, config.model.dim)[0]
+        log = logs.event_log(config.data, config.model.dim)[0]
         split = splits_lib.next_day(log.interactions, config.data.test_day, config.data.day_seconds)
         stream = builders.two_tower_dataset(
             split.train,
@@ -101,14 +101,12 @@ def main(argv):
         path, log = FLAGS.cell.split(":", 1)
         _cell(path, log)
         return
-    from pipelines import experiment  # pylint: disable=import-outside-toplevel
-
     rows = []
     print("| events | days | reader | read and split (s) | peak RSS MiB | while streaming MiB |")
     print("|---|---|---|---|---|---|")
     for log in FLAGS.logs:
         config = _config(log)
-        experiment.event_files(config.data)  # Drawn first, in this process, if missing.
+        logs.event_files(config.data)  # Drawn first, in this process, if missing.
         for path in FLAGS.paths:
             alone = processes.run_alone(
                 "benchmarks.event_memory",

@@ -32,6 +32,7 @@ import tempfile
 import time
 
 from benchmarks import records
+from pipelines import provenance
 
 FLAGS = None  # absl's, set in the __main__ block.
 
@@ -96,7 +97,6 @@ def write_store(directory: str, sequences, times, history_length: int):
     """A `day_store.DayStore`-like object over TFRecord chunks of the two-tower examples of
     `sequences` in time order, written as the day store writes them."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from pipelines.data import builders  # pylint: disable=import-outside-toplevel
     from pipelines.data import day_store  # pylint: disable=import-outside-toplevel
@@ -117,10 +117,13 @@ def write_store(directory: str, sequences, times, history_length: int):
         day_ends=np.array([len(packed)]),
         item_counts=np.zeros(0, np.int64),
     )
-    with tf.io.TFRecordWriter(store.example_files()[0]) as writer:
-        for first in range(0, len(packed), day_store.CHUNK_ROWS):
-            chunk = packed[first : first + day_store.CHUNK_ROWS]
-            writer.write(tf.io.serialize_tensor(chunk).numpy())
+    day_store.write_records(
+        store.example_files()[0],
+        (
+            day_store.encode_int32_tensor(packed[first : first + day_store.CHUNK_ROWS])
+            for first in range(0, len(packed), day_store.CHUNK_ROWS)
+        ),
+    )
     return store, packed
 
 
@@ -253,7 +256,7 @@ def main(argv) -> None:
         "benchmark": "input_pipeline",
         "command": "python -m benchmarks.input_pipeline "
         + " ".join(f"--{name}={FLAGS[name].value}" for name in ("cores", "users", "items")),
-        "git_revision": records.revision(),
+        "git_revision": provenance.revision(),
         "cores": FLAGS.cores,
         "machine_cpus": os.cpu_count(),
         **result,

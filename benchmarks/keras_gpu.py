@@ -40,6 +40,7 @@ from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
 from benchmarks import records  # noqa: E402  pylint: disable=wrong-import-position
+from pipelines import provenance  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 TWO_TOWER = ("keras_rs", "standard", "improved", "sparse_adam", "sparse_adagrad")
@@ -347,7 +348,7 @@ def main(argv) -> None:
     sasrec: dict = {}
     record = {
         "benchmark": "keras_gpu",
-        "git_revision": records.revision(),
+        "git_revision": provenance.revision(),
         "device": about,
         "settings": {
             "dim": FLAGS.dim,

@@ -35,6 +35,7 @@ from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
 from benchmarks import records  # noqa: E402  pylint: disable=wrong-import-position
+from pipelines import provenance  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 VARIANTS = ("dense_adagrad", "sparse_adagrad", "dense_adam", "sparse_adam")
@@ -180,7 +181,7 @@ def main(argv) -> None:
     if FLAGS.output:
         record = {
             "benchmark": "sparse_tables",
-            "git_revision": records.revision(),
+            "git_revision": provenance.revision(),
             "backend": keras.backend.backend(),
             "device": str(jax.devices()[0]),
             "machine": platform.processor() or platform.machine(),

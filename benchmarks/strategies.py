@@ -69,10 +69,11 @@ def _train(args) -> Dict:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     import tfrs_logq  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    from logq_core import formulas  # pylint: disable=import-outside-toplevel
     from pipelines import configs  # pylint: disable=import-outside-toplevel
     from pipelines import distribute  # pylint: disable=import-outside-toplevel
     from pipelines import experiment  # pylint: disable=import-outside-toplevel
-    from pipelines import memory  # pylint: disable=import-outside-toplevel  # pylint: disable=import-outside-toplevel
+    from pipelines import memory  # pylint: disable=import-outside-toplevel
     from tfrs_logq.frequency import CountMinSketchEstimator  # pylint: disable=import-outside-toplevel
     from tfrs_logq.models import TwoTower  # pylint: disable=import-outside-toplevel
     from tfrs_logq.models import make_objective  # pylint: disable=import-outside-toplevel
@@ -93,7 +94,7 @@ def _train(args) -> Dict:
     data = stream(args.items, args.batch, args.steps, config.model.history_length)
     tf.keras.utils.set_random_seed(0)
     with strategy.scope():
-        sketch = CountMinSketchEstimator(width=experiment.count_min_width(args.items), seed=0)
+        sketch = CountMinSketchEstimator(width=formulas.count_min_width(args.items), seed=0)
         objective = make_objective(
             args.items, seed=0, probabilities=sketch, **config.loss.objective_settings()
         )

@@ -1,16 +1,22 @@
 r"""The next-day job on Keras 3 (JAX by default): an event log's day store, trained in time
 order with a count-min sketch and mixed negatives, tested on the next day's users over the
-industrial index. No TensorFlow is imported by the training process.
+industrial index. No TensorFlow is imported, to build the store or to train.
 
 The data is the day store `pipelines.train` builds for an event log or the web-scale
 synthetic log (`pipelines.data.day_store`: the training examples in time order, each with
 its user's previous items, and the next day's test queries), read with numpy
-(`DayStore.chunks`). Building a store needs TensorFlow; give `--store` a store built
-elsewhere (a run's OUTPUT/day_store while it trains, or one built with `--build_store`, which
-builds it in a child process that imports TensorFlow, from `pipelines.train`'s flags):
+(`DayStore.chunks`). Give `--store` a built store (a run's OUTPUT/day_store while it trains),
+or `--build_store` `pipelines.train`'s flags: the store they describe is built here (the
+synthetic log drawn first if missing), into the cache directory a TensorFlow run of the same
+flags reads, or found there built. The job's settings then default to that config's (its
+dimension, batch, negatives, correction, learning rates, shuffle window, index size and
+seed; the flags given override them), so that
 
-  python -m examples.keras_next_day --build_store='--preset=industrial_smoke' \
+  python -m examples.keras_next_day --build_store='--preset=industrial' \
       --output=/tmp/next_day.json
+
+is `python -m pipelines.train --preset=industrial` on Keras 3, trained and tested on the same
+examples and queries.
 
 The model is the pipelines' two-tower: a user table and the history's mean item embedding,
 concatenated and projected (the query); the item table (the candidates); mixed negatives
@@ -19,82 +25,144 @@ in-batch pool, at most `--num_in_batch` of the batch's positives) with log Q fro
 `keras_logq.CountMinSketchEstimator` fed each step's positives, and the `--correction`
 (improved by default). The tables are `keras_logq.SparseEmbedding`s with
 Adagrad on JAX (a step touches the batch's rows only), `keras.layers.Embedding` elsewhere.
-One pass over the days in time order (`--max_steps` stops early). The test: Recall@10/100/1000
+One pass over the days in time order, each block of `--shuffle_window` examples permuted
+(`--max_steps` stops early). The test: Recall@10/100/1000
 and NDCG of each test query's next-day items over the `--index_size` most trained items plus
 the day's positives (the pipelines' `test_index`), its history excluded, by exact search.
 """
 
 import json
 import os
-import subprocess
-import sys
+import resource
+import shlex
 import time
 
 import numpy as np
 from absl import app
 from absl import flags
 
-from benchmarks import records
+from logq_core import formulas
 from logq_core import metrics as metrics_lib
+from pipelines import provenance
+from pipelines import train_flags as train_flags_lib
 from pipelines.data import day_store
+from pipelines.data import logs
 from pipelines.data import splits
+from pipelines.run_files import write_json
 
 FLAGS = flags.FLAGS
 KS = (10, 100, 1000)
-
-# Run by --build_store in a child process (TensorFlow): builds the store, prints its path.
-_BUILD = """
-import sys
-from absl import flags
-from pipelines import experiment, train
-values = flags.FlagValues()
-train.define_flags(values)
-values(["build", *sys.argv[1:], "--output_dir=unused"])
-config = train.config_from_flags(values)
-if not experiment.out_of_core(config):
-    sys.exit("--build_store: these flags do not read an event log by day (out of core): "
-             "an event log or web_synthetic, --split=next_day, --model=two_tower, --order=time.")
-experiment.day_store_data(config)
-print("STORE", experiment.day_store_dir(config, None))
-"""
 
 if __name__ == "__main__":
     flags.DEFINE_string("store", "", "A built day store directory.")
     flags.DEFINE_string(
         "build_store", "", "pipelines.train's flags (quoted): build the store they describe."
     )
+    # With --build_store, each of these that is not given takes the value of the config the
+    # store's flags describe (`config_settings`): the TensorFlow pipeline's job.
     flags.DEFINE_integer("dim", 64, "Embedding dimension.", lower_bound=1)
     flags.DEFINE_integer("batch_size", 1024, "Examples per step.", lower_bound=2)
     flags.DEFINE_integer("num_uniform", 512, "Uniform negatives per step.", lower_bound=1)
     flags.DEFINE_integer(
         "num_in_batch", 0, "In-batch pool's cap (0: the whole batch).", lower_bound=0
     )
-    flags.DEFINE_enum("correction", "improved", ["none", "standard", "improved"], "The loss.")
+    flags.DEFINE_enum("correction", "improved", list(formulas.CORRECTIONS), "The loss.")
     flags.DEFINE_float("table_learning_rate", 0.5, "Adagrad's rate on the tables.")
     flags.DEFINE_float("learning_rate", 0.005, "Adam's rate on the projection.")
-    flags.DEFINE_integer("sketch_width", 2**18, "Count-min sketch width (a power of two).")
+    flags.DEFINE_integer(
+        "sketch_width",
+        0,
+        "Count-min sketch width, a power of two (0: the pipelines' for the catalog, "
+        "logq_core.formulas.count_min_width).",
+        lower_bound=0,
+    )
     flags.DEFINE_float("sketch_decay", 0.999, "Count-min sketch decay per step.")
     flags.DEFINE_integer("index_size", 200_000, "Most trained items in the test index.")
+    flags.DEFINE_integer(
+        "shuffle_window",
+        0,
+        "Shuffle the time-ordered stream within blocks of this many examples (0: none).",
+        lower_bound=0,
+    )
     flags.DEFINE_integer("max_steps", 0, "Stop after this many steps (0: one pass).")
-    flags.DEFINE_integer("seed", 0, "Seed of the weights and the draws.")
+    flags.DEFINE_integer("seed", 0, "Seed of the weights, the draws and the shuffle.")
     flags.DEFINE_string("output", "", "Also write the results as JSON here.")
 
 
-def build_store(train_flags: str) -> str:
-    """Builds the day store `train_flags` describe, in a child process (TensorFlow); its
-    directory."""
-    import shlex  # pylint: disable=import-outside-toplevel
+SETTINGS = (
+    "dim",
+    "batch_size",
+    "num_uniform",
+    "num_in_batch",
+    "correction",
+    "table_learning_rate",
+    "learning_rate",
+    "sketch_width",
+    "sketch_decay",
+    "index_size",
+    "shuffle_window",
+    "max_steps",
+    "seed",
+)
 
-    done = subprocess.run(
-        [sys.executable, "-c", _BUILD, *shlex.split(train_flags)],
-        capture_output=True,
-        text=True,
-        check=False,
+
+def build_store(train_flags: str):
+    """Builds (or finds built) the day store that `pipelines.train`'s flags `train_flags`
+    describe, here, without TensorFlow (`pipelines.data.logs.day_store_data`: the same
+    directory under $TFRS_LOGQ_CACHE that a TensorFlow run of those flags reads); (its
+    directory, the config).
+
+    Raises:
+      app.UsageError: the flags do not parse, or describe no run read out of core.
+    """
+    values = flags.FlagValues()
+    train_flags_lib.define_flags(values)
+    try:
+        values(["build_store", *shlex.split(train_flags), "--output_dir=unused"])
+        config = train_flags_lib.config_from_flags(values)
+    except (flags.Error, ValueError) as error:
+        raise app.UsageError(f"--build_store={train_flags!r}: {error}") from error
+    if not logs.out_of_core(config):
+        raise app.UsageError(
+            f"--build_store={train_flags!r} does not read an event log by day (out of core): "
+            "it needs an event log or web_synthetic, --split=next_day, --model=two_tower and "
+            "--order=time."
+        )
+    logs.day_store_data(config)
+    return logs.day_store_dir(config, None), config
+
+
+def config_settings(config) -> dict:
+    """The settings of this job that run the TensorFlow pipeline's job of `config`: its
+    dimension, batch, negatives (mixed: n - n // 2 uniform draws and an in-batch pool of
+    n // 2, as `logq_core.samplers.sampler_arguments` splits them), correction, learning
+    rates, shuffle window, index size and seed.
+
+    Raises:
+      app.UsageError: `config` trains what this job does not (other negatives than mixed,
+        log Q from other than a count-min sketch).
+    """
+    loss, training = config.loss, config.training
+    for name, value, wanted in (
+        ("negatives", loss.negatives, "mixed"),
+        ("frequency", loss.frequency, "count_min"),
+    ):
+        if value != wanted:
+            raise app.UsageError(
+                f"--build_store's --{name}={value}: this job trains --{name}={wanted} only."
+            )
+    return dict(
+        dim=config.model.dim,
+        batch_size=training.batch_size,
+        num_uniform=loss.num_negatives - loss.num_negatives // 2,
+        num_in_batch=loss.num_negatives // 2,
+        correction=loss.correction,
+        table_learning_rate=training.table_learning_rate,
+        learning_rate=training.learning_rate,
+        index_size=training.index_size,
+        shuffle_window=training.shuffle_window,
+        seed=training.seed,
     )
-    if done.returncode:
-        raise RuntimeError(f"--build_store failed:\n{done.stderr[-3000:]}")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("STORE ")]
-    return lines[-1][len("STORE ") :]
 
 
 def load(directory: str):
@@ -110,16 +178,34 @@ def load(directory: str):
     return split.stream, split.test, manifest["num_users"], manifest["num_items"]
 
 
-def batches(store, batch_size: int):
-    """The store's examples in time order, `batch_size` at a time (the last partial one
-    dropped: in-batch negatives want full batches)."""
+def _regroup(chunks, size: int, keep_last: bool):
+    """Dicts of arrays with `size` rows each, from `chunks` of any length, in order (the last
+    shorter one kept with `keep_last`, else dropped)."""
     rest = None
-    for chunk in store.chunks():
+    for chunk in chunks:
         joined = chunk if rest is None else {k: np.concatenate([rest[k], chunk[k]]) for k in chunk}
-        full = len(joined["user"]) // batch_size * batch_size
-        for start in range(0, full, batch_size):
-            yield {key: value[start : start + batch_size] for key, value in joined.items()}
+        full = len(joined["user"]) // size * size
+        for start in range(0, full, size):
+            yield {key: value[start : start + size] for key, value in joined.items()}
         rest = {key: value[full:] for key, value in joined.items()}
+    if keep_last and rest is not None and len(rest["user"]):
+        yield rest
+
+
+def batches(store, batch_size: int, shuffle_window: int = 0, seed: int = 0):
+    """The store's examples in time order, `batch_size` at a time (the last partial one
+    dropped: in-batch negatives want full batches); with `shuffle_window`, each block of that
+    many examples permuted first, as the TensorFlow pipeline's stream is (a row moves only
+    within its block; numpy's permutations, not TensorFlow's)."""
+    chunks = store.chunks()
+    if shuffle_window:
+        rng = np.random.default_rng(seed)
+        chunks = (
+            {key: value[order] for key, value in block.items()}
+            for block in _regroup(chunks, shuffle_window, keep_last=True)
+            for order in (rng.permutation(len(block["user"])),)
+        )
+    yield from _regroup(chunks, batch_size, keep_last=False)
 
 
 def make_model(num_users: int, num_items: int, settings):
@@ -229,8 +315,12 @@ def run(store_dir: str, settings, verbose: bool = True):
     store, test, num_users, num_items = load(store_dir)
     keras.utils.set_random_seed(settings["seed"])
     model = make_model(num_users, num_items, settings)
+    if not settings["sketch_width"]:
+        settings = {**settings, "sketch_width": formulas.count_min_width(num_items)}
     started, steps, losses = time.time(), 0, []
-    for batch in batches(store, settings["batch_size"]):
+    for batch in batches(
+        store, settings["batch_size"], settings["shuffle_window"], settings["seed"]
+    ):
         logs = model.train_on_batch(batch, return_dict=True)
         losses.append(float(logs["loss"]))
         steps += 1
@@ -262,45 +352,40 @@ def run(store_dir: str, settings, verbose: bool = True):
 
 def main(argv):
     del argv
+    started = time.time()
     os.environ.setdefault("KERAS_BACKEND", "jax")
     if bool(FLAGS.store) == bool(FLAGS.build_store):
         raise app.UsageError("Give one of --store and --build_store.")
-    store_dir = FLAGS.store or build_store(FLAGS.build_store)
+    settings = {name: FLAGS[name].value for name in SETTINGS}
+    if FLAGS.build_store:
+        store_dir, config = build_store(FLAGS.build_store)
+        given = {name: value for name, value in settings.items() if FLAGS[name].present}
+        settings = {**settings, **config_settings(config), **given}
+    else:
+        store_dir = FLAGS.store
     if not os.path.exists(os.path.join(store_dir, day_store.MANIFEST)):
         raise app.UsageError(f"--store={store_dir} holds no built day store.")
-    settings = {
-        name: FLAGS[name].value
-        for name in (
-            "dim",
-            "batch_size",
-            "num_uniform",
-            "num_in_batch",
-            "correction",
-            "table_learning_rate",
-            "learning_rate",
-            "sketch_width",
-            "sketch_decay",
-            "index_size",
-            "max_steps",
-            "seed",
-        )
-    }
     results = run(store_dir, settings)
-    results["store"] = store_dir
-    results["git_revision"] = records.revision()
+    results.update(
+        store=store_dir,
+        build_store=FLAGS.build_store,
+        wall_seconds=round(time.time() - started, 1),
+        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        git_revision=provenance.revision(),
+    )
     test = results["test"]
     print(
         f"\nKeras 3 two-tower ({results['backend']}) on {store_dir}: {results['steps']} steps "
         f"in {results['train_seconds']} s, loss {results['first_loss']:.3f} -> "
         f"{results['last_loss']:.3f}; next-day test over {results['num_test_queries']} queries "
-        f"and an index of {results['index_items']:,} items:\n"
+        f"and an index of {results['index_items']:,} items ({results['wall_seconds']} s from "
+        f"launch, peak memory {results['peak_rss_mb']:,} MiB):\n"
     )
     print("| metric | @10 | @100 | @1000 |\n|---|---|---|---|")
     for name in ("recall", "ndcg"):
         print(f"| {name} | " + " | ".join(f"{test[f'{name}@{k}']:.4f}" for k in KS) + " |")
     if FLAGS.output:
-        with open(FLAGS.output, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+        write_json(FLAGS.output, results)
 
 
 if __name__ == "__main__":

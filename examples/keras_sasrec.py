@@ -39,7 +39,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from benchmarks import records
+from pipelines import provenance
 from pipelines.data import loaders
 from pipelines.data import splits
 
@@ -416,7 +416,7 @@ def main(argv):
                 json.dump(
                     dict(
                         settings=settings,
-                        git_revision=records.revision(),
+                        git_revision=provenance.revision(),
                         device=device,
                         keras=keras.__version__,
                         data=os.path.basename(data_path),

@@ -793,6 +793,13 @@ def over_rows(combine, rows):
     return result
 
 
+def count_min_width(num_items: int) -> int:
+    """The count-min sketch's width for a catalog of `num_items`: at least 2^18, else the
+    power of two at or above twice the catalog (collisions then inflate an item's count by
+    at most about half an average item's, per row)."""
+    return max(2**18, 1 << math.ceil(math.log2(max(2 * num_items, 1))))
+
+
 def count_min_log_q(ops, counts, indices, total, unit, min_count: float, width: int):
     """log(max(min_i count_i(d), floor) / total), the sketch's per-draw log q.
 

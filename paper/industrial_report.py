@@ -22,7 +22,7 @@ from paper.comparisons import _small
 from paper.comparisons import summarise
 from paper.industrial_plan import IndustrialRun
 from pipelines import configs
-from pipelines import report as report_lib
+from pipelines import provenance as provenance_lib
 from pipelines import significance
 
 METRICS = ("recall@10", "recall@100", "recall@1000", "ndcg@10")
@@ -1073,7 +1073,7 @@ def provenance(records: Records) -> str:
     for revision, names in sorted(counts.items(), key=lambda item: -len(item[1])):
         commit = revision.split("+", 1)[0]
         dirty = " with uncommitted changes" if revision.endswith("+dirty") else ""
-        exists = report_lib.commit_exists(revision)
+        exists = provenance_lib.commit_exists(revision)
         where = (
             "in the repository"
             if exists

@@ -9,10 +9,8 @@ evaluation set.
 
 import dataclasses
 import functools
-import hashlib
 import json
 import os
-import time
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
@@ -22,11 +20,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from logq_core import formulas
 from pipelines import configs
 from pipelines.data import builders
-from pipelines.data import day_store
 from pipelines.data import events as events_lib
 from pipelines.data import loaders
+from pipelines.data import logs
 from pipelines.data import splits as splits_lib
 from pipelines.data import synthetic
 from pipelines.data import web_synthetic
@@ -47,10 +46,10 @@ def load_data(config: configs.Config, run_dir: Optional[str] = None) -> Interact
     """The interactions of `config.data.dataset` (MovieLens: --data_path, else the file under
     $TFRS_LOGQ_DATA). An event log is encoded with the vocabularies of the run in `run_dir`
     when it has saved them (`save_vocabularies`)."""
-    if out_of_core(config):
-        return day_store_data(config, run_dir)[0]
+    if logs.out_of_core(config):
+        return logs.day_store_data(config, run_dir)[0]
     if config.data.dataset in configs.EVENT_LOGS:
-        return event_log(config.data, config.model.dim, run_dir)[0].interactions
+        return logs.event_log(config.data, config.model.dim, run_dir)[0].interactions
     if config.data.dataset == "synthetic":
         return synthetic_data(config)[0]
     if config.data.dataset == "ml-1m":
@@ -79,314 +78,21 @@ def synthetic_data(config: configs.Config):
     )
 
 
-CACHE_ENV = "TFRS_LOGQ_CACHE"
-
-
-def _cache_root() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfrs_logq")
-
-
-def web_synthetic_dir(data: configs.DataConfig) -> str:
-    """Where the web-scale synthetic log of `data` lives: --data_path, else a directory named
-    by its settings under $TFRS_LOGQ_CACHE (default ~/.cache/tfrs_logq)."""
-    if data.data_path:
-        return data.data_path
-    # The Zipf exponent names the directory only where it is not 1.0, so that the logs
-    # written before --synthetic_zipf keep their names.
-    # So does the log's seed where it is not 0.
-    zipf = "" if data.synthetic_zipf == 1.0 else f"-zipf{data.synthetic_zipf:g}"
-    seed = f"-seed{data.synthetic_log_seed}" if data.synthetic_log_seed else ""
-    return os.path.join(
-        _cache_root(),
-        "web_synthetic",
-        f"items{data.synthetic_items}-users"
-        f"{data.synthetic_users}-days{data.synthetic_days}-events"
-        f"{data.synthetic_events_per_user:g}{zipf}{seed}",
-    )
-
-
-def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
-    if data.dataset == "web_synthetic":
-        return events_lib.EventColumns()
-    return events_lib.EventColumns(
-        data.user_column,
-        data.item_column,
-        data.time_column,
-        data.weight_column,
-        time_unit=data.time_unit,
-        keep_id_whitespace=data.keep_id_whitespace,
-    )
-
-
-def event_files(data: configs.DataConfig) -> str:
-    """The glob of the event log of `data` (the web-scale synthetic log written if missing)."""
-    if data.dataset == "web_synthetic":
-        return web_synthetic.ensure_log(
-            web_synthetic_dir(data),
-            data.synthetic_items,
-            data.synthetic_users,
-            data.synthetic_days,
-            data.synthetic_events_per_user,
-            seed=data.synthetic_log_seed,
-            exponent=data.synthetic_zipf,
-        )
-    return data.data_path
-
-
-def _log_setup(
-    data: configs.DataConfig, dim: int, run_dir: Optional[str], need_span: bool = False
-) -> Tuple[
-    List[str],
-    events_lib.EventColumns,
-    Dict[str, events_lib.Vocabulary],
-    Optional[Tuple[int, int]],
-]:
-    """(files, columns, vocabularies, (first, last) time or None) of an event-log dataset:
-    the run's saved vocabularies when `run_dir` holds them, else counted on the training
-    days (the days before the validation day with --split=next_day, every day otherwise).
-    The time span is read when the count needs it, or with `need_span`."""
-    pattern = event_files(data)
-    files = events_lib.event_files(pattern)
-    columns = event_columns(data)
-    vocabulary_dir = RunFiles(run_dir).vocabulary if run_dir else None
-    saved = None
-    if vocabulary_dir and _saved_for(vocabulary_dir, data):
-        saved = events_lib.load_vocabularies(vocabulary_dir)
-    if saved is None and data.dataset == "events" and data.time_unit == "auto":
-        unit = events_lib.numeric_time_unit(files, columns)
-        if unit is not None:
-            print(
-                f"[data] times read as {unit} since 1970 (from the numbers' size; "
-                "--time_unit sets the unit).",
-                flush=True,
-            )
-    span, count_before = None, None
-    if data.split == "next_day" and (need_span or saved is None):
-        span = events_lib.time_span(files, columns)
-        if saved is None:
-            # A log of too few days is said as such (before its empty training days would
-            # be blamed on --min_user_count); counted up to the validation day.
-            days = log_days(data, span, files)
-            count_before = days.day_start(days.test - 1)
-    vocabularies = events_lib.log_vocabularies(
-        files,
-        columns,
-        min_item_count=data.min_item_count,
-        min_user_count=data.min_user_count,
-        vocabularies=saved,
-        count_before=count_before,
-        max_entries=events_lib.entries_in_budget(data.max_vocabulary_mb, dim),
-    )
-    if data.item_catalog and saved is None:
-        vocabularies["item"] = _with_catalog(data, vocabularies["item"])
-    return files, columns, vocabularies, span
-
-
-def log_days(
-    data: configs.DataConfig, span: Tuple[int, int], files: Optional[List[str]] = None
-) -> splits_lib.DayLayout:
-    """The next-day protocol's days of an event log whose raw times span `span`
-    (`splits.day_layout`: every reader counts the log's days from them)."""
-    source = events_lib.source_name(files) if files else (data.data_path or data.dataset)
-    return splits_lib.day_layout(*span, data.test_day, data.day_seconds, source)
-
-
-def test_day_end(data: configs.DataConfig, span: Optional[Tuple[int, int]]) -> Optional[int]:
-    """The end of a next-day split's test day, in the log's seconds (None without a span):
-    the events from it on are never trained or tested on, and counted apart."""
-    if span is None or data.split != "next_day":
-        return None
-    days = log_days(data, span)
-    return days.day_start(days.test + 1)
-
-
-def say_dropped(facts: Dict) -> None:
-    """Prints what reading the log dropped and why, each cause its own count (`facts`: an
-    event log's read statistics; the same counts go to metrics.json's "event_log")."""
-    parts = [
-        f"{facts.get(key, 0):,} {what}"
-        for key, what in (
-            ("events_dropped_duplicate", "duplicates (the same user, item and time)"),
-            (
-                "events_dropped_out_of_vocabulary",
-                "out of the vocabulary (an id under --min_user_count / --min_item_count in "
-                "the training days, or first seen after them)",
-            ),
-            ("events_after_test_day", "after the test day (never used)"),
-        )
-    ]
-    stripped = [
-        f"{facts[f'{kind}_ids_stripped']:,} {kind} ids"
-        for kind in ("user", "item")
-        if facts.get(f"{kind}_ids_stripped")
-    ]
-    read, kept = facts.get("events_read", 0), facts.get("events_kept", 0)
-    line = f"[data] read {read:,} events; kept {kept:,}; dropped {', '.join(parts)}."
-    if stripped:
-        line += (
-            f" Stripped spaces around {' and '.join(stripped)} (--keep_id_whitespace keeps them)."
-        )
-    print(line, flush=True)
-
-
-def item_catalog_path(data: configs.DataConfig) -> str:
-    """The file --item_catalog names ('log': the web_synthetic log's own, written if
-    missing)."""
-    if data.item_catalog == "log":
-        event_files(data)  # The log (and its catalog) written first if missing.
-        return web_synthetic.catalog_file(web_synthetic_dir(data))
-    return data.item_catalog
-
-
-def _with_catalog(data: configs.DataConfig, vocab: events_lib.Vocabulary) -> events_lib.Vocabulary:
-    """The item vocabulary extended by the catalog's items (`events.with_catalog`), said."""
-    path = item_catalog_path(data)
-    column = event_columns(data).item
-    catalog = events_lib.read_catalog(path, column, keep_whitespace=data.keep_id_whitespace)
-    vocab, facts = events_lib.with_catalog(vocab, catalog)
-    print(
-        f"[data] item catalog {path}: {facts['catalog_items']:,} items, "
-        f"{facts['catalog_items_added']:,} of them without a training event (added to the "
-        f"item table); {facts['log_items_not_in_catalog']:,} items of the training events "
-        "are not in the catalog (kept).",
-        flush=True,
-    )
-    return vocab
-
-
-@functools.lru_cache(maxsize=2)
-def event_log(
-    data: configs.DataConfig, dim: int, run_dir: Optional[str] = None
-) -> Tuple[events_lib.EventLog, str]:
-    """(EventLog, glob) of an event-log dataset read into memory, encoded with the
-    vocabularies of `_log_setup`."""
-    started = time.time()
-    _, columns, vocabularies, span = _log_setup(
-        data, dim, run_dir, need_span=data.split == "next_day"
-    )
-    counted = time.time()
-    log = events_lib.load_events(
-        event_files(data),
-        columns,
-        vocabularies=vocabularies,
-        count_after=test_day_end(data, span),
-    )
-    log.stats["seconds_vocabulary"] = round(counted - started, 1)
-    if span is not None:  # The raw log's times, which the next-day split counts days from.
-        log.stats["first_time"], log.stats["last_time"] = (int(t) for t in span)
-    say_dropped(log.stats)
-    return log, event_files(data)
-
-
-def out_of_core(config: configs.Config) -> bool:
-    """Whether the run reads its event log out of core (`day_store`): the next-day split
-    trained in time order by the two-tower model. Other runs hold the log in memory (a
-    shuffled order draws from every example at once)."""
-    return (
-        config.data.dataset in configs.EVENT_LOGS
-        and config.data.split == "next_day"
-        and config.model.model == "two_tower"
-        and config.training.order == "time"
-    )
-
-
-def day_store_dir(config: configs.Config, run_dir: Optional[str]) -> str:
-    """OUTPUT/day_store; without a run, a directory under $TFRS_LOGQ_CACHE named by the
-    settings."""
-    if run_dir:
-        return RunFiles(run_dir).day_store
-    # "count": the vocabularies' count (its dense ids); an event logged more than once has
-    # counted once since issue 62, so a store cached before holds other dense ids.
-    key = json.dumps({**_store_settings(config), "count": "distinct events"}, sort_keys=True)
-    return os.path.join(_cache_root(), "day_store", hashlib.sha256(key.encode()).hexdigest()[:16])
-
-
-def _store_settings(config: configs.Config) -> Dict:
-    return dict(
-        history_length=config.model.history_length,
-        validation_queries=config.data.validation_queries,
-        test_queries=config.training.test_queries,
-        day_seconds=config.data.day_seconds,
-        test_day=config.data.test_day,
-        settings_source=dataclasses.asdict(config.data),
-    )
-
-
-@functools.lru_cache(maxsize=2)
-def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
-    """(LogSummary, Split) of an `out_of_core` run: its store read back, or built first
-    (from the run's saved vocabularies when it has them)."""
-    directory = day_store_dir(config, run_dir)
-    settings = _store_settings(config)
-    with day_store.building(directory):
-        started = time.time()
-        built = day_store.is_built(
-            directory, **settings, source_defaults=configs.stored_data_defaults()
-        )
-        files, columns, vocabularies, span = _log_setup(
-            config.data, config.model.dim, run_dir, need_span=not built
-        )
-        if not built:
-            assert span is not None  # An out-of-core run's split is next_day: span was read.
-            day_store.build(
-                directory,
-                events_lib.EncodedBatches(
-                    files, columns, vocabularies, count_after=test_day_end(config.data, span)
-                ),
-                len(vocabularies["user"]),
-                len(vocabularies["item"]),
-                *span,
-                weighted=bool(columns.weight),
-                source=config.data.data_path or config.data.dataset,
-                stats={"seconds_vocabulary": round(time.time() - started, 1)},
-                say=lambda text: print(f"[day store] {text}", flush=True),
-                **settings,
-            )
-            say_dropped(day_store.facts(directory))
-    ids = {
-        kind: np.concatenate([[""], vocab.ids]).astype(object)
-        for kind, vocab in vocabularies.items()
-    }
-    return day_store.read(directory, ids["user"], ids["item"])
-
-
-def event_log_facts(config: configs.Config, run_dir: Optional[str]) -> Dict:
-    """An event-log run's read statistics and "integer_ids" (the id columns whose ids are
-    all int64), without reading the log again when the run has them."""
-    if out_of_core(config):
-        return day_store.facts(day_store_dir(config, run_dir))
-    log = event_log(config.data, config.model.dim, run_dir)[0]
-    return {**log.stats, "integer_ids": list(log.integer_ids)}
-
-
 def save_vocabularies(config: configs.Config, output_dir: str) -> None:
     """Saves an event-log run's vocabularies to OUTPUT/vocabulary (once)."""
     if config.data.dataset not in configs.EVENT_LOGS:
         return
     directory = RunFiles(output_dir).vocabulary
-    if _saved_for(directory, config.data):
+    if logs.saved_for(directory, config.data):
         return
     data = load_data(config, output_dir)
-    facts = event_log_facts(config, output_dir)
+    facts = logs.event_log_facts(config, output_dir)
     events_lib.save_vocabularies(
         directory,
         data,
         facts,
-        {"source": event_files(config.data), "data": dataclasses.asdict(config.data)},
+        {"source": logs.event_files(config.data), "data": dataclasses.asdict(config.data)},
     )
-
-
-def _saved_for(directory: str, data: configs.DataConfig) -> bool:
-    """Whether `directory` holds vocabularies made with the data settings `data` (a run that
-    failed before training and is started again with other settings counts anew)."""
-    if not events_lib.has_vocabularies(directory):
-        return False
-    with open(os.path.join(directory, "vocabulary.json")) as f:
-        saved = json.load(f).get("data")
-    # Settings added since the run saved them count at their defaults (or at the value the
-    # run's log was read with: configs.LEGACY_DATA).
-    defaults = configs.stored_data_defaults()
-    return saved is not None and {**defaults, **saved} == dataclasses.asdict(data)
 
 
 class WebTruth(NamedTuple):
@@ -471,7 +177,7 @@ def web_truth(config: configs.Config, data: Interactions) -> WebTruth:
 
 
 def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
-    catalog = web_synthetic.read_truth(web_synthetic_dir(config.data))
+    catalog = web_synthetic.read_truth(logs.web_synthetic_dir(config.data))
 
     def index_of(raw_keys, dense_keys):
         """Each dense key's position in raw_keys; -1 where it has none (an id of an
@@ -508,7 +214,7 @@ def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     # The split counts days from the log's first; the truth from its START_TIME.
     first, last = data.time_span()
     first_day = (first - web_synthetic.START_TIME) // config.data.day_seconds
-    test_day = log_days(config.data, (first, last)).test + first_day
+    test_day = logs.log_days(config.data, (first, last)).test + first_day
     return WebTruth(catalog, item_index, dense_item, user_index, test_day)
 
 
@@ -517,15 +223,15 @@ def make_split(
 ) -> splits_lib.Split:
     """The split of `config`; its validation set holds at most `validation_queries` queries
     (an event log's weights: from the log read with `run_dir`'s vocabularies, as `data`)."""
-    if out_of_core(config):
-        return day_store_data(config, run_dir)[1]  # Subsampled as below when it was built.
+    if logs.out_of_core(config):
+        return logs.day_store_data(config, run_dir)[1]  # Subsampled as below when it was built.
     source = config.data.data_path or config.data.dataset
     if config.data.split == "loo":
         split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
     elif config.data.split == "next_day":
         weights, span = None, None
         if config.data.dataset in configs.EVENT_LOGS:
-            log = event_log(config.data, config.model.dim, run_dir)[0]
+            log = logs.event_log(config.data, config.model.dim, run_dir)[0]
             weights = log.weights if config.data.weight_column else None
             if "first_time" in log.stats:
                 span = (int(log.stats["first_time"]), int(log.stats["last_time"]))
@@ -566,15 +272,8 @@ def make_split(
     )
 
 
-def count_min_width(num_items: int) -> int:
-    """The count-min sketch's width for a catalog: at least 2^18, else the power of two at or
-    above twice the catalog (collisions then inflate an item's count by at most about half
-    an average item's, per row)."""
-    return max(2**18, 1 << int(np.ceil(np.log2(max(2 * num_items, 1)))))
-
-
 def sketch_items(config: configs.Config, split: splits_lib.Split) -> Optional[int]:
-    """The items the count-min sketch is sized for (`count_min_width`): None, the catalog;
+    """The items the count-min sketch is sized for (`formulas.count_min_width`): None, the catalog;
     with --item_catalog the items of the training events only (a catalog item without one
     never updates the sketch; sized by the catalog, a 20M-item catalog's sketch would take
     4 GB)."""
@@ -597,7 +296,7 @@ def make_frequency(
     """
     if loss.frequency == "count_min":
         return frequency_lib.CountMinSketchEstimator(
-            width=count_min_width(sketch_items or split.num_items), seed=seed
+            width=formulas.count_min_width(sketch_items or split.num_items), seed=seed
         )
     if loss.frequency == "hashed":
         return frequency_lib.HashedFrequencyEstimator(seed=seed)

@@ -119,8 +119,8 @@ def predict_mib(
     A model to compare with the measured peaks (`phase_peak_rss_mb`), not a bound.
     """
     # pylint: disable=import-outside-toplevel
+    from logq_core import formulas
     from pipelines import configs
-    from pipelines import experiment
     from tfrs_logq import retrieval
 
     model, training = config.model, config.training
@@ -135,7 +135,7 @@ def predict_mib(
     slots = tables * (1 if training.table_optimizer == "adagrad" else 2)
     sketch = 0.0
     if config.loss.frequency == "count_min":
-        sketch = 4 * experiment.count_min_width(sketch_items or num_items) * 8.0 * 2
+        sketch = 4 * formulas.count_min_width(sketch_items or num_items) * 8.0 * 2
     chunk = retrieval.CHUNK_BYTES + 3 * 4.0 * retrieval.SCORES_PER_BATCH
     k = max(configs.ks(training))
     queries = training.test_queries or 20_000

@@ -4,9 +4,6 @@
 `describe_indexes` print them; `export_run` writes the serving SavedModels.
 """
 
-import hashlib
-import os
-import subprocess
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -17,6 +14,7 @@ from pipelines import configs
 from pipelines import experiment
 from pipelines import memory
 from pipelines import per_query
+from pipelines.data import logs
 from pipelines.data import splits as splits_lib
 from pipelines.run_files import RunFiles
 from tfrs_logq import export as export_lib
@@ -300,56 +298,6 @@ def baselines(
     return result
 
 
-def _git(*args: str) -> str:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return subprocess.run(
-        ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
-    ).stdout
-
-
-def commit_exists(revision: str) -> Optional[bool]:
-    """Whether the commit a record names (`git_revision`, "+dirty" or not) is in this
-    checkout's repository; None outside a git checkout or for "unknown"."""
-    commit = revision.split("+", 1)[0]
-    if not commit or commit == "unknown":
-        return None
-    try:
-        _git("cat-file", "-e", f"{commit}^{{commit}}")
-    except subprocess.CalledProcessError:
-        return False
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return True
-
-
-def code_state(diff_path: Optional[str] = None) -> Dict[str, str]:
-    """What code a run ran: {"git_revision": the commit this code is at, "+dirty" when
-    tracked files hold uncommitted changes ("unknown" outside a git checkout)} and, from a
-    dirty tree, "code_diff_sha256", the SHA-256 of `git diff HEAD` (those changes), whose
-    text is written to `diff_path` when given: a record from a dirty tree still names its
-    code, the commit and the diff to apply to it."""
-    try:
-        revision = _git("rev-parse", "HEAD").strip()
-        diff = (
-            _git("diff", "HEAD", "--binary")
-            if _git("status", "--porcelain", "--untracked-files=no").strip()
-            else ""
-        )
-    except (OSError, subprocess.SubprocessError):
-        return {"git_revision": "unknown"}
-    if not diff:
-        if diff_path and os.path.exists(diff_path):  # A dirty run's, resumed from clean code.
-            os.remove(diff_path)
-        return {"git_revision": revision}
-    if diff_path:
-        with open(diff_path, "w", encoding="utf-8") as f:
-            f.write(diff)
-    return {
-        "git_revision": revision + "+dirty",
-        "code_diff_sha256": hashlib.sha256(diff.encode("utf-8")).hexdigest(),
-    }
-
-
 def format_metrics(metrics: Dict) -> str:
     """A short markdown table of the test metrics (and of the baselines, when present)."""
     ks = sorted({int(k.split("@")[1]) for k in metrics["test"]})
@@ -456,9 +404,7 @@ def export_run(
     if data is not None and config.data.dataset in configs.EVENT_LOGS:
         # An event log's own ids (strings, or int64 as the log has them) are the default.
         vocabularies["raw_ids"] = "default"
-        vocabularies["integer_ids"] = tuple(
-            experiment.event_log_facts(config, output_dir)["integer_ids"]
-        )
+        vocabularies["integer_ids"] = tuple(logs.event_log_facts(config, output_dir)["integer_ids"])
     paths = []
     for kind in kinds:
         memory.release()  # The last export's module (and its index) freed first.

@@ -100,7 +100,7 @@ class RunFiles:
 
     @property
     def code_diff(self) -> str:
-        """The uncommitted changes the run's code held (`report.code_state`), if any."""
+        """The uncommitted changes the run's code held (`provenance.code_state`), if any."""
         return self._path("code.diff")
 
     @property

@@ -784,7 +784,7 @@ class RevisionsTest(tf.test.TestCase):
         """Each record under docs/results names a commit that is in the repository, but
         those of LOST_REVISIONS (named in the report with their reason), and only under
         industrial_claim/: the set may shrink as they are re-run, never grow."""
-        from pipelines import report as pipeline_report  # pylint: disable=import-outside-toplevel
+        from pipelines import provenance  # pylint: disable=import-outside-toplevel
 
         root = os.path.join(os.path.dirname(__file__), "..", "..")
         shallow = subprocess.run(
@@ -810,7 +810,7 @@ class RevisionsTest(tf.test.TestCase):
                     if commit in report_lib.LOST_REVISIONS:
                         lost.setdefault(commit, []).append(os.path.relpath(path, results))
                     elif commit not in checked:
-                        self.assertTrue(pipeline_report.commit_exists(revision), (path, revision))
+                        self.assertTrue(provenance.commit_exists(revision), (path, revision))
                         checked.add(commit)
         for paths in lost.values():
             self.assertTrue(all(p.startswith("industrial_claim") for p in paths), paths)

@@ -147,6 +147,59 @@ def read_records(path: str) -> Iterator[bytes]:
             yield data
 
 
+def _masked_crc(data: bytes) -> bytes:
+    """TFRecord's checksum of `data`: its CRC-32C rotated right by 15 bits plus a constant
+    (TensorFlow's `crc32c::Mask`), little-endian."""
+    import google_crc32c  # pylint: disable=import-outside-toplevel
+
+    crc = google_crc32c.value(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
+def write_records(path: str, records: Iterator[bytes]) -> None:
+    """Writes `records` to a TFRecord file at `path`, the bytes `tf.io.TFRecordWriter`
+    writes (uncompressed), without TensorFlow: each a little-endian uint64 length, its
+    masked CRC-32C, the data and the data's masked CRC-32C (`read_records` reads them)."""
+    with open(path, "wb") as f:
+        for record in records:
+            header = struct.pack("<Q", len(record))
+            f.write(header + _masked_crc(header))
+            f.write(record)
+            f.write(_masked_crc(record))
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def encode_int32_tensor(array: np.ndarray) -> bytes:
+    """`tf.io.serialize_tensor(array).numpy()` of an int32 array, in numpy: a TensorProto of
+    its dtype, shape and little-endian `tensor_content` (`decode_int32_tensor` reads it)."""
+    array = np.asarray(array)
+    if array.dtype != np.int32:
+        raise ValueError(f"encode_int32_tensor takes int32 arrays; received dtype {array.dtype}.")
+    dims = b"".join(
+        _length_delimited(2, _encode_varint(1 << 3) + _encode_varint(size) if size else b"")
+        for size in array.shape
+    )
+    content = array.astype("<i4", copy=False).tobytes()
+    return (
+        _encode_varint(1 << 3)
+        + _encode_varint(_DT_INT32)
+        + _length_delimited(2, dims)
+        + (_length_delimited(4, content) if content else b"")
+    )
+
+
 def _varint(data: bytes, position: int) -> Tuple[int, int]:
     """(value, next position) of the protobuf varint at `position`."""
     value = shift = 0
@@ -426,8 +479,6 @@ def _build_into(
     say,
 ) -> None:
     """`build`, written in `partial` and renamed to `directory`."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
     say = say or (lambda text: None)
     started = time.time()
     layout = splits_lib.day_layout(first_time, last_time, test_day, day_seconds, source)
@@ -536,9 +587,13 @@ def _build_into(
         if weighted:
             packed[:, -1] = columns[3][order].view(np.int32)
         del blocks, windows
-        with tf.io.TFRecordWriter(os.path.join(partial, _examples_name(day))) as writer:
-            for start in range(0, len(packed), CHUNK_ROWS):
-                writer.write(tf.io.serialize_tensor(packed[start : start + CHUNK_ROWS]).numpy())
+        write_records(
+            os.path.join(partial, _examples_name(day)),
+            (
+                encode_int32_tensor(packed[start : start + CHUNK_ROWS])
+                for start in range(0, len(packed), CHUNK_ROWS)
+            ),
+        )
         np.save(os.path.join(partial, f"items-{day:05d}.npy"), item[order])
         total += len(order)
         days.append(day)

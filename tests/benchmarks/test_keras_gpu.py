@@ -76,4 +76,4 @@ class KerasGpuRecordTest(unittest.TestCase):
                 records.write(path, {"complete": True})
         with open(path) as f:
             self.assertEqual(json.load(f), {"complete": False})
-        self.assertFalse(os.path.exists(path + ".partial"))
+        self.assertEqual(os.listdir(os.path.dirname(path)), ["keras_gpu.json"])

@@ -25,6 +25,7 @@ from pipelines import train
 from pipelines.data import builders
 from pipelines.data import day_store
 from pipelines.data import events
+from pipelines.data import logs
 from pipelines.data import splits
 from pipelines.data import web_synthetic
 from pipelines.data.interactions import DataError
@@ -151,7 +152,7 @@ class EventLogTest(tf.test.TestCase):
         )
         twice = events.load_events(path, events.EventColumns(weight="w", time_unit="s"))
         with mock.patch("builtins.print") as printed:
-            experiment.say_dropped(twice.stats)  # What a run prints of them.
+            logs.say_dropped(twice.stats)  # What a run prints of them.
         printed.assert_called_once_with(
             "[data] read 10 events; kept 5; dropped 5 duplicates (the same user, item and "
             "time), 0 out of the vocabulary (an id under --min_user_count / --min_item_count "
@@ -502,7 +503,7 @@ class DroppedEventsTest(tf.test.TestCase):
             out = tempfile.mkdtemp()
             with contextlib.redirect_stdout(io.StringIO()) as printed:
                 experiment.load_data(config, out)
-                facts = experiment.event_log_facts(config, out)
+                facts = logs.event_log_facts(config, out)
             self.assertEqual({key: facts[key] for key in want}, want, model)
             # The parts sum to the events read: 6 kept + 1 + 3.
             self.assertIn(
@@ -673,8 +674,8 @@ class ItemCatalogTest(tf.test.TestCase):
 
     def test_the_synthetic_log_writes_its_law_as_the_catalog(self):
         config = SMOKE.replace(item_catalog="log")
-        with mock.patch.dict(os.environ, {experiment.CACHE_ENV: self.dir}):
-            path = experiment.item_catalog_path(config.data)
+        with mock.patch.dict(os.environ, {logs.CACHE_ENV: self.dir}):
+            path = logs.item_catalog_path(config.data)
             self.assertLen(events.read_catalog(path), SMOKE.data.synthetic_items)
             self.assertEqual(experiment.load_data(config).num_items, SMOKE.data.synthetic_items)
 
@@ -857,9 +858,9 @@ class DayStoreTest(tf.test.TestCase):
     def test_a_store_built_before_a_new_data_setting_is_still_built(self):
         config = self._log(weighted=False)
         run_dir = tempfile.mkdtemp()
-        experiment.day_store_data(config, run_dir)
-        directory = experiment.day_store_dir(config, run_dir)
-        settings = experiment._store_settings(config)  # pylint: disable=protected-access
+        logs.day_store_data(config, run_dir)
+        directory = logs.day_store_dir(config, run_dir)
+        settings = logs.store_settings(config)  # pylint: disable=protected-access
         manifest_path = os.path.join(directory, day_store.MANIFEST)
         with open(manifest_path) as f:
             manifest = json.load(f)
@@ -869,11 +870,11 @@ class DayStoreTest(tf.test.TestCase):
         defaults = dataclasses.asdict(configs.DataConfig())
         self.assertTrue(day_store.is_built(directory, **settings, source_defaults=defaults))
         self.assertFalse(day_store.is_built(directory, **settings))
-        changed = experiment._store_settings(config.replace(item_catalog="x.txt"))  # pylint: disable=protected-access
+        changed = logs.store_settings(config.replace(item_catalog="x.txt"))  # pylint: disable=protected-access
         self.assertFalse(day_store.is_built(directory, **changed, source_defaults=defaults))
 
     def _in_memory(self, config):
-        log = experiment.event_log(config.data, config.model.dim)[0]
+        log = logs.event_log(config.data, config.model.dim)[0]
         split = splits.next_day(
             log.interactions,
             config.data.test_day,
@@ -890,7 +891,7 @@ class DayStoreTest(tf.test.TestCase):
         old = day_store.BUFFER_ROWS
         day_store.BUFFER_ROWS = buffer_rows
         try:
-            summary, split = experiment.day_store_data(config, tempfile.mkdtemp())
+            summary, split = logs.day_store_data(config, tempfile.mkdtemp())
         finally:
             day_store.BUFFER_ROWS = old
         log, reference = self._in_memory(config)
@@ -971,6 +972,38 @@ class DayStoreTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "not int32"):
             day_store.decode_int32_tensor(tf.io.serialize_tensor(np.zeros(2)).numpy())
 
+    def test_tfrecords_of_int32_tensors_written_without_tensorflow(self):
+        """The store's writer gives the bytes of tf.io.TFRecordWriter and serialize_tensor,
+        CRCs included (TensorFlow's reader checks them)."""
+        arrays = [
+            np.arange(24, dtype=np.int32).reshape(4, 6) - 5,
+            np.array([[2**31 - 1, -(2**31)]], np.int32),
+            np.zeros((0, 6), np.int32),
+            np.zeros((3, 0), np.int32),
+            np.array(7, np.int32),
+            np.random.default_rng(0).integers(0, 10**6, (day_store.CHUNK_ROWS, 23), np.int32),
+        ]
+        for array in arrays:
+            self.assertEqual(
+                day_store.encode_int32_tensor(array),
+                tf.io.serialize_tensor(array).numpy(),
+                array.shape,
+            )
+        records = [day_store.encode_int32_tensor(array) for array in arrays] + [b"", b"x" * 300]
+        directory = tempfile.mkdtemp()
+        mine, theirs = os.path.join(directory, "mine"), os.path.join(directory, "theirs")
+        day_store.write_records(mine, iter(records))
+        with tf.io.TFRecordWriter(theirs) as writer:
+            for record in records:
+                writer.write(record)
+        with open(mine, "rb") as f, open(theirs, "rb") as g:
+            self.assertEqual(f.read(), g.read())
+        read = [r.numpy() for r in tf.data.TFRecordDataset(mine)]
+        self.assertEqual(read, records)
+        self.assertEqual(list(day_store.read_records(mine)), records)
+        with self.assertRaisesRegex(ValueError, "int32 arrays; received dtype int64"):
+            day_store.encode_int32_tensor(np.zeros(2, np.int64))
+
     def test_the_same_split_and_batches_as_in_memory(self):
         self._check_equal(self._log(weighted=False), day_store.BUFFER_ROWS)
 
@@ -980,7 +1013,7 @@ class DayStoreTest(tf.test.TestCase):
         self._check_equal(config, day_store.BUFFER_ROWS)
         split = experiment.make_split(config, experiment.load_data(config))
         self.assertNotEmpty(split.test.users)
-        log = experiment.event_log(config.data, config.model.dim)[0]
+        log = logs.event_log(config.data, config.model.dim)[0]
         kept_first = int(log.interactions.timestamp.min())
         self.assertEqual(log.stats["first_time"] // DAY, kept_first // DAY - 2)
 
@@ -1013,14 +1046,14 @@ class DayStoreTest(tf.test.TestCase):
         config = SMOKE.replace(dataset="events", data_path=path, test_day=3, time_unit="s")
         out = os.path.join(directory, "run")
         with self.assertRaisesRegex(DataError, r"the test day \(day 3\) holds no query"):
-            experiment.day_store_data(config, out)
+            logs.day_store_data(config, out)
         self.assertEqual(os.listdir(out), [])
 
 
 @pytest.mark.integration
 class IndustrialRunTest(tf.test.TestCase):
     def test_industrial_smoke_run_serves_raw_ids_as_evaluated(self):
-        os.environ[experiment.CACHE_ENV] = tempfile.mkdtemp()
+        os.environ[logs.CACHE_ENV] = tempfile.mkdtemp()
         out = tempfile.mkdtemp()
         config = SMOKE.replace(index="exact")
         metrics = train.run(config, out, verbose=0)
@@ -1049,9 +1082,9 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertTrue(all(0 <= row["total_variation"] <= 2 for row in drift))
         self.assertTrue(events.has_vocabularies(os.path.join(out, "vocabulary")))
         # Vocabularies of other data settings are not reused (counted anew).
-        self.assertTrue(experiment._saved_for(os.path.join(out, "vocabulary"), config.data))
+        self.assertTrue(logs.saved_for(os.path.join(out, "vocabulary"), config.data))
         self.assertFalse(
-            experiment._saved_for(
+            logs.saved_for(
                 os.path.join(out, "vocabulary"),
                 config.data.__class__(**{**config.data.__dict__, "min_item_count": 3}),
             )

@@ -75,12 +75,11 @@ class CodeStateTest(unittest.TestCase):
     """A run names its commit and, from a dirty tree, the diff's hash beside the diff."""
 
     def _state(self, status, diff, path):
-        import tfrs_logq  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-        from pipelines import report  # pylint: disable=import-outside-toplevel
+        from pipelines import provenance  # pylint: disable=import-outside-toplevel
 
         answers = {"rev-parse": "abc123\n", "status": status, "diff": diff}
-        with unittest.mock.patch.object(report, "_git", lambda *args: answers[args[0]]):
-            return report.code_state(path)
+        with unittest.mock.patch.object(provenance, "_git", lambda *args: answers[args[0]]):
+            return provenance.code_state(path)
 
     def test_clean_dirty_and_clean_again(self):
         import hashlib  # pylint: disable=import-outside-toplevel
@@ -100,11 +99,10 @@ class CodeStateTest(unittest.TestCase):
     def test_outside_a_checkout(self):
         import subprocess  # pylint: disable=import-outside-toplevel
 
-        import tfrs_logq  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-        from pipelines import report  # pylint: disable=import-outside-toplevel
+        from pipelines import provenance  # pylint: disable=import-outside-toplevel
 
         def fail(*args):
             raise subprocess.CalledProcessError(128, "git")
 
-        with unittest.mock.patch.object(report, "_git", fail):
-            self.assertEqual(report.code_state(), {"git_revision": "unknown"})
+        with unittest.mock.patch.object(provenance, "_git", fail):
+            self.assertEqual(provenance.code_state(), {"git_revision": "unknown"})

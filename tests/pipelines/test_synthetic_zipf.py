@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import configs
-from pipelines import experiment
+from pipelines.data import logs
 from pipelines.data import web_synthetic
 
 
@@ -49,9 +49,9 @@ class SyntheticZipfTest(tf.test.TestCase):
 
     def test_directory_name_carries_the_exponent_only_off_the_default(self):
         data = configs.PRESETS["industrial_smoke"].data
-        with mock.patch.dict(os.environ, {experiment.CACHE_ENV: "/cache"}):
-            default = experiment.web_synthetic_dir(data)
-            skewed = experiment.web_synthetic_dir(
+        with mock.patch.dict(os.environ, {logs.CACHE_ENV: "/cache"}):
+            default = logs.web_synthetic_dir(data)
+            skewed = logs.web_synthetic_dir(
                 configs.PRESETS["industrial_smoke"].replace(synthetic_zipf=1.2).data
             )
         self.assertEqual(
@@ -80,10 +80,10 @@ class SyntheticZipfTest(tf.test.TestCase):
         )
         with (
             tempfile.TemporaryDirectory() as cache,
-            mock.patch.dict(os.environ, {experiment.CACHE_ENV: cache}),
+            mock.patch.dict(os.environ, {logs.CACHE_ENV: cache}),
         ):
-            experiment.event_files(config.data)
-            directory = experiment.web_synthetic_dir(config.data)
+            logs.event_files(config.data)
+            directory = logs.web_synthetic_dir(config.data)
             self.assertTrue(directory.endswith("-zipf1.3"))
             with open(os.path.join(directory, "log.json")) as f:
                 self.assertEqual(json.load(f)["zipf_exponent"], 1.3)
@@ -96,7 +96,7 @@ class SyntheticZipfTest(tf.test.TestCase):
             with self.assertRaisesRegex(
                 ValueError, "drawn with Zipf exponent 1.3; received --synthetic_zipf=1"
             ):
-                experiment.event_files(other.data)
+                logs.event_files(other.data)
 
     def test_the_log_seed_draws_a_fresh_log_in_its_own_directory(self):
         config = configs.PRESETS["industrial_smoke"].replace(
@@ -107,13 +107,13 @@ class SyntheticZipfTest(tf.test.TestCase):
         )
         with (
             tempfile.TemporaryDirectory() as cache,
-            mock.patch.dict(os.environ, {experiment.CACHE_ENV: cache}),
+            mock.patch.dict(os.environ, {logs.CACHE_ENV: cache}),
         ):
-            experiment.event_files(config.data)
+            logs.event_files(config.data)
             seeded = config.replace(synthetic_log_seed=7)
-            experiment.event_files(seeded.data)
-            default = experiment.web_synthetic_dir(config.data)
-            directory = experiment.web_synthetic_dir(seeded.data)
+            logs.event_files(seeded.data)
+            default = logs.web_synthetic_dir(config.data)
+            directory = logs.web_synthetic_dir(seeded.data)
             self.assertEqual(directory, default + "-seed7")
             with open(os.path.join(directory, "log.json")) as f:
                 self.assertEqual(json.load(f)["seed"], 7)
@@ -124,12 +124,12 @@ class SyntheticZipfTest(tf.test.TestCase):
             )
             self.assertGreater(np.abs(web_synthetic.read_truth(directory).base - base).max(), 0.1)
             # The training seed leaves the log alone.
-            self.assertEqual(experiment.web_synthetic_dir(config.replace(seed=3).data), default)
+            self.assertEqual(logs.web_synthetic_dir(config.replace(seed=3).data), default)
             other = config.replace(data_path=directory)
             with self.assertRaisesRegex(
                 ValueError, "drawn with seed 7; received --synthetic_log_seed=0"
             ):
-                experiment.event_files(other.data)
+                logs.event_files(other.data)
             with self.assertRaisesRegex(ValueError, "--synthetic_log_seed must be"):
                 configs.validate(config.replace(synthetic_log_seed=-1))
 

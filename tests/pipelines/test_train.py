@@ -22,6 +22,7 @@ from pipelines import experiment
 from pipelines import per_query
 from pipelines import train
 from pipelines.data import events as events_lib
+from pipelines.data import logs
 from pipelines.data.interactions import DataError
 from tests import conftest
 from tfrs_logq import retrieval
@@ -538,7 +539,7 @@ class ConfigFileTest(tf.test.TestCase):
             json.dump({"data": older["data"]}, f)
         for name in events_lib.VOCABULARY_FILES.values():
             open(os.path.join(directory, name), "w").close()
-        saved_for = experiment._saved_for  # pylint: disable=protected-access
+        saved_for = logs.saved_for  # pylint: disable=protected-access
         self.assertTrue(saved_for(directory, config.data))
         self.assertFalse(saved_for(directory, configs.PRESETS["industrial_smoke"].data))
 
@@ -1017,7 +1018,7 @@ class ResumeOutOfCoreTest(_ResumeCase):
     @classmethod
     def setUpClass(cls):
         # The synthetic log, drawn once for the class (the subprocesses inherit the variable).
-        os.environ[experiment.CACHE_ENV] = tempfile.mkdtemp()
+        os.environ[logs.CACHE_ENV] = tempfile.mkdtemp()
         super().setUpClass()
 
     def test_kill_while_the_store_is_built(self):

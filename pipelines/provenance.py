@@ -1,0 +1,69 @@
+"""What code a record was made with (no TensorFlow imported: the Keras 3 examples and
+benchmarks run on machines without it): the commit, "+dirty" and the diff's hash from a tree
+with uncommitted changes, and whether a record's commit is in this repository."""
+
+import hashlib
+import os
+import subprocess
+from typing import Dict, Optional
+
+# A copy of the tree without its .git (a lent GPU machine's) names its commit here.
+REVISION_ENV = "GIT_REVISION"
+
+
+def _git(*args: str) -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
+    ).stdout
+
+
+def commit_exists(revision: str) -> Optional[bool]:
+    """Whether the commit a record names (`git_revision`, "+dirty" or not) is in this
+    checkout's repository; None outside a git checkout or for "unknown"."""
+    commit = revision.split("+", 1)[0]
+    if not commit or commit == "unknown":
+        return None
+    try:
+        _git("cat-file", "-e", f"{commit}^{{commit}}")
+    except subprocess.CalledProcessError:
+        return False
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return True
+
+
+def code_state(diff_path: Optional[str] = None) -> Dict[str, str]:
+    """What code a run ran: {"git_revision": the commit this code is at, "+dirty" when
+    tracked files hold uncommitted changes ("unknown" outside a git checkout)} and, from a
+    dirty tree, "code_diff_sha256", the SHA-256 of `git diff HEAD` (those changes), whose
+    text is written to `diff_path` when given: a record from a dirty tree still names its
+    code, the commit and the diff to apply to it. $GIT_REVISION, where set, is the commit
+    (a copy of the tree without its .git: `benchmarks/gpu.sh` sets it)."""
+    if os.environ.get(REVISION_ENV):
+        return {"git_revision": os.environ[REVISION_ENV]}
+    try:
+        revision = _git("rev-parse", "HEAD").strip()
+        diff = (
+            _git("diff", "HEAD", "--binary")
+            if _git("status", "--porcelain", "--untracked-files=no").strip()
+            else ""
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {"git_revision": "unknown"}
+    if not diff:
+        if diff_path and os.path.exists(diff_path):  # A dirty run's, resumed from clean code.
+            os.remove(diff_path)
+        return {"git_revision": revision}
+    if diff_path:
+        with open(diff_path, "w", encoding="utf-8") as f:
+            f.write(diff)
+    return {
+        "git_revision": revision + "+dirty",
+        "code_diff_sha256": hashlib.sha256(diff.encode("utf-8")).hexdigest(),
+    }
+
+
+def revision() -> str:
+    """The commit a record names: `code_state`'s "git_revision" (the diff is not kept)."""
+    return code_state()["git_revision"]
