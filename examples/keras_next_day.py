@@ -35,6 +35,7 @@ import json
 import os
 import resource
 import shlex
+import sys
 import time
 
 import numpy as np
@@ -371,6 +372,7 @@ def main(argv):
         build_store=FLAGS.build_store,
         wall_seconds=round(time.time() - started, 1),
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        tensorflow_imported="tensorflow" in sys.modules,
         git_revision=provenance.revision(),
     )
     test = results["test"]

@@ -68,7 +68,7 @@ def test_next_day_on_jax_without_tensorflow(tmp_path, monkeypatch):
         assert 0.0 < values[0] <= values[1] <= values[2] <= 1.0, test
     assert test["ndcg@10"] <= test["recall@10"]
     assert "| recall |" in result.stdout
-    assert results["store"] == store
+    assert results["store"] == store and results["tensorflow_imported"] is False
     for name in os.listdir(store):  # The same store (the manifest's timings aside).
         if name != "manifest.json":
             with open(os.path.join(store, name), "rb") as f:
