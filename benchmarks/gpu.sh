@@ -10,11 +10,17 @@
 # examples.keras_sasrec's mixed improved row 40 epochs on $SASREC_DATA (MovieLens-1M in SASRec's
 # format; not in the repository) in float32 and in mixed bfloat16, seeds 0-2, and writes
 # $OUT/keras_sasrec_float32.json and $OUT/keras_sasrec_mixed_bfloat16.json: bfloat16's Recall@10
-# against float32's. Arguments go to benchmarks.keras_gpu:
+# against float32's. The phase next_day runs examples.keras_next_day on $NEXT_DAY_FLAGS
+# (pipelines.train's flags; default --preset=industrial, the 1M-item log): the synthetic log
+# drawn, its day store built and the two-tower trained and tested, all without TensorFlow, into
+# $TFRS_LOGQ_CACHE (default: a temporary directory, not $OUT), the record in
+# $OUT/keras_next_day.json (it reads Parquet: carry pyarrow's wheel where the machine lacks it,
+# see the Makefile's gpu-wheels). Arguments go to benchmarks.keras_gpu:
 #   bash benchmarks/gpu.sh                  # the GPU run: 10k/1M/10M items, SASRec fp32/bf16
 #   bash benchmarks/gpu.sh --smoke          # the same code at small sizes (a CPU proves it)
 #   PHASES=torch bash benchmarks/gpu.sh     # the torch backend only
 #   PHASES=sasrec_recall SASREC_DATA=path/sasrec_ml-1m.txt.gz bash benchmarks/gpu.sh
+#   PHASES=next_day bash benchmarks/gpu.sh  # the next-day job at 1M items
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu}"
@@ -73,8 +79,18 @@ for phase in ${PHASES-jax torch}; do
           || status=$?
       done
       ;;
+    next_day)
+      if ! "$PYTHON" -c "import pyarrow, google_crc32c" 2>/dev/null; then
+        echo "PHASES=next_day needs pyarrow and google-crc32c: carry their wheels" \
+          "(make gpu-wheels GPU_WHEELS=...|pyarrow)." >&2
+        exit 2
+      fi
+      TFRS_LOGQ_CACHE="${TFRS_LOGQ_CACHE:-$(mktemp -d)}" KERAS_BACKEND=jax "$PYTHON" \
+        -m examples.keras_next_day --build_store="${NEXT_DAY_FLAGS:---preset=industrial}" \
+        --output="$OUT/keras_next_day.json" 2>&1 | tee "$OUT/keras_next_day.log" || status=$?
+      ;;
     *)
-      echo "PHASES must name jax, torch and/or sasrec_recall; received '${PHASES}'." >&2
+      echo "PHASES must name jax, torch, sasrec_recall and/or next_day; received '${PHASES}'." >&2
       exit 2
       ;;
   esac

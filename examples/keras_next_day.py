@@ -315,15 +315,15 @@ def run(store_dir: str, settings, verbose: bool = True):
 
     store, test, num_users, num_items = load(store_dir)
     keras.utils.set_random_seed(settings["seed"])
-    model = make_model(num_users, num_items, settings)
     if not settings["sketch_width"]:
         settings = {**settings, "sketch_width": formulas.count_min_width(num_items)}
+    model = make_model(num_users, num_items, settings)
     started, steps, losses = time.time(), 0, []
     for batch in batches(
         store, settings["batch_size"], settings["shuffle_window"], settings["seed"]
     ):
-        logs = model.train_on_batch(batch, return_dict=True)
-        losses.append(float(logs["loss"]))
+        step_logs = model.train_on_batch(batch, return_dict=True)
+        losses.append(float(step_logs["loss"]))
         steps += 1
         if verbose and steps % 100 == 0:
             print(f"step {steps}: loss {np.mean(losses[-100:]):.4f}", flush=True)
