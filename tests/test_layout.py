@@ -103,11 +103,15 @@ def test_the_product_imports_nothing_outside_the_wheel():
 
 
 def test_pipelines_imports_no_tensorflow():
-    """The Keras 3 examples read `pipelines.data`'s numpy modules on machines without
-    TensorFlow: importing them must not import it."""
+    """The Keras 3 examples read and build `pipelines.data`'s stores on machines without
+    TensorFlow (the config, its flags, the log and the day store): importing those modules
+    must not import it."""
     code = (
         "import sys; import pipelines.data.loaders, pipelines.data.splits, "
-        "pipelines.data.synthetic, pipelines.memory, pipelines.cli; "
+        "pipelines.data.synthetic, pipelines.memory, pipelines.cli, pipelines.configs, "
+        "pipelines.train_flags, pipelines.provenance, pipelines.data.logs, "
+        "pipelines.data.day_store, pipelines.data.events, pipelines.data.web_synthetic, "
+        "examples.keras_next_day, examples.keras_sasrec; "
         "print(sorted(m for m in ('tensorflow', 'tf_keras', 'tfrs_logq') "
         "if m in sys.modules))"
     )

@@ -568,3 +568,29 @@ class KerasGpuTest(tf.test.TestCase):
         self.assertIn("sparse_adam_largest_over_smallest_catalog", record["goals"])
         self.assertIn("improved_over_keras_rs_5000_items_batch_128", record["goals"])
         self.assertTrue(os.path.exists(os.path.join(out, "keras_gpu.log")))
+
+    def test_the_next_day_phase_builds_trains_and_tests(self):
+        out, cache = tempfile.mkdtemp(), tempfile.mkdtemp()
+        result = subprocess.run(
+            ["bash", "benchmarks/gpu.sh"],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+            env={
+                **os.environ,
+                "PYTHON": sys.executable,
+                "OUT": out,
+                "PHASES": "next_day",
+                "NEXT_DAY_FLAGS": "--preset=industrial_smoke",
+                "TFRS_LOGQ_CACHE": cache,
+            },
+        )
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        with open(os.path.join(out, "keras_next_day.json")) as f:
+            record = json.load(f)
+        self.assertEqual(record["build_store"], "--preset=industrial_smoke")
+        self.assertEqual(record["settings"]["batch_size"], 128)  # The preset's, not the flag's.
+        self.assertEqual(record["steps"], 14179 // 128)
+        self.assertEqual(sorted(os.listdir(out)), ["keras_next_day.json", "keras_next_day.log"])
+        self.assertTrue(record["store"].startswith(cache))
