@@ -7,10 +7,12 @@ synthetic log (`pipelines.data.day_store`: the training examples in time order, 
 its user's previous items, and the next day's test queries), read with numpy
 (`DayStore.chunks`). Give `--store` a built store (a run's OUTPUT/day_store while it trains),
 or `--build_store` `pipelines.train`'s flags: the store they describe is built here (the
-synthetic log drawn first if missing), into the cache directory a TensorFlow run of the same
-flags reads, or found there built. The job's settings then default to that config's (its
-dimension, batch, negatives, correction, learning rates, shuffle window, index size and
-seed; the flags given override them), so that
+synthetic log drawn first if missing, under $TFRS_LOGQ_CACHE where every run finds it) into
+$TFRS_LOGQ_CACHE/day_store (`pipelines.data.logs.day_store_dir` without a run), or found there
+built. The job's settings then default to that config's (its dimension, batch, negatives,
+correction, learning rates, shuffle window, item tables, index size and seed; the flags given
+override them); a config that trains what this job does not (another loss, more than one
+epoch, ...) is refused. So
 
   python -m examples.keras_next_day --build_store='--preset=industrial' \
       --output=/tmp/next_day.json
@@ -18,8 +20,10 @@ seed; the flags given override them), so that
 is `python -m pipelines.train --preset=industrial` on Keras 3, trained and tested on the same
 examples and queries.
 
-The model is the pipelines' two-tower: a user table and the history's mean item embedding,
-concatenated and projected (the query); the item table (the candidates); mixed negatives
+The model is the pipelines' two-tower (`tfrs_logq.models.TwoTower`): a user table and the
+mean embedding of the history's items (a history table of their own unless
+`--share_item_table`), concatenated and projected (the query); the item table, projected (the
+candidates); mixed negatives
 (`keras_logq.MixedSampler`: `--num_uniform` uniform draws a step, shared by its rows, and the
 in-batch pool, at most `--num_in_batch` of the batch's positives) with log Q from a
 `keras_logq.CountMinSketchEstimator` fed each step's positives, and the `--correction`
@@ -33,7 +37,6 @@ the day's positives (the pipelines' `test_index`), its history excluded, by exac
 
 import json
 import os
-import resource
 import shlex
 import sys
 import time
@@ -44,6 +47,8 @@ from absl import flags
 
 from logq_core import formulas
 from logq_core import metrics as metrics_lib
+from pipelines import configs
+from pipelines import memory
 from pipelines import provenance
 from pipelines import train_flags as train_flags_lib
 from pipelines.data import day_store
@@ -85,6 +90,9 @@ if __name__ == "__main__":
         "Shuffle the time-ordered stream within blocks of this many examples (0: none).",
         lower_bound=0,
     )
+    flags.DEFINE_bool(
+        "share_item_table", False, "The history reads the candidates' item table (one table)."
+    )
     flags.DEFINE_integer("max_steps", 0, "Stop after this many steps (0: one pass).")
     flags.DEFINE_integer("seed", 0, "Seed of the weights, the draws and the shuffle.")
     flags.DEFINE_string("output", "", "Also write the results as JSON here.")
@@ -102,16 +110,39 @@ SETTINGS = (
     "sketch_decay",
     "index_size",
     "shuffle_window",
+    "share_item_table",
     "max_steps",
     "seed",
 )
 
 
+# The settings of `pipelines.train` this job implements only at these values (the rest it
+# takes from the config, `config_settings`, or does not read: validation, backups, exports).
+JOB = dict(
+    negatives="mixed",
+    frequency="count_min",
+    mixture="exact",
+    deduplicate=False,
+    per_row=False,
+    loss="sampled_softmax",
+    log_q_scale=1.0,
+    temperature=1.0,
+    l2_normalize=False,
+    num_hard_negatives=0,
+    mask_known_positives=False,
+    table_optimizer="adagrad",
+    epochs=1,
+    steps_per_epoch=0,
+    weight_column="",
+    item_catalog="",
+)
+
+
 def build_store(train_flags: str):
     """Builds (or finds built) the day store that `pipelines.train`'s flags `train_flags`
-    describe, here, without TensorFlow (`pipelines.data.logs.day_store_data`: the same
-    directory under $TFRS_LOGQ_CACHE that a TensorFlow run of those flags reads); (its
-    directory, the config).
+    describe, here, without TensorFlow (`pipelines.data.logs.day_store_data` without a run:
+    under $TFRS_LOGQ_CACHE/day_store); (its directory, the config). A store built before is
+    not read back.
 
     Raises:
       app.UsageError: the flags do not parse, or describe no run read out of core.
@@ -129,8 +160,14 @@ def build_store(train_flags: str):
             "it needs an event log or web_synthetic, --split=next_day, --model=two_tower and "
             "--order=time."
         )
-    logs.day_store_data(config)
-    return logs.day_store_dir(config, None), config
+    directory = logs.day_store_dir(config, None)
+    built = day_store.is_built(
+        directory, **logs.store_settings(config), source_defaults=configs.stored_data_defaults()
+    )
+    if not built:
+        logs.day_store_data(config)
+        logs.day_store_data.cache_clear()  # `load` reads what training needs, once.
+    return directory, config
 
 
 def config_settings(config) -> dict:
@@ -140,29 +177,32 @@ def config_settings(config) -> dict:
     rates, shuffle window, index size and seed.
 
     Raises:
-      app.UsageError: `config` trains what this job does not (other negatives than mixed,
-        log Q from other than a count-min sketch).
+      app.UsageError: `config` trains what this job does not (`JOB`), each such setting
+        named with its value.
     """
     loss, training = config.loss, config.training
-    for name, value, wanted in (
-        ("negatives", loss.negatives, "mixed"),
-        ("frequency", loss.frequency, "count_min"),
-    ):
-        if value != wanted:
-            raise app.UsageError(
-                f"--build_store's --{name}={value}: this job trains --{name}={wanted} only."
-            )
+    flat = config.flat()
+    refused = [
+        f"--{name}={flat[name]!r} (this job: {wanted!r})"
+        for name, wanted in JOB.items()
+        if flat[name] != wanted
+    ]
+    if refused:
+        raise app.UsageError(
+            "--build_store's config trains what this job does not: " + ", ".join(refused) + "."
+        )
     return dict(
         dim=config.model.dim,
         batch_size=training.batch_size,
         num_uniform=loss.num_negatives - loss.num_negatives // 2,
         num_in_batch=loss.num_negatives // 2,
         correction=loss.correction,
-        table_learning_rate=training.table_learning_rate,
         learning_rate=training.learning_rate,
         index_size=training.index_size,
         shuffle_window=training.shuffle_window,
+        share_item_table=config.model.share_item_table,
         seed=training.seed,
+        table_learning_rate=training.table_learning_rate or training.learning_rate,
     )
 
 
@@ -182,15 +222,20 @@ def load(directory: str):
 def _regroup(chunks, size: int, keep_last: bool):
     """Dicts of arrays with `size` rows each, from `chunks` of any length, in order (the last
     shorter one kept with `keep_last`, else dropped)."""
-    rest = None
+    pending, rows = [], 0
     for chunk in chunks:
-        joined = chunk if rest is None else {k: np.concatenate([rest[k], chunk[k]]) for k in chunk}
-        full = len(joined["user"]) // size * size
+        pending.append(chunk)
+        rows += len(chunk["user"])
+        if rows < size:
+            continue
+        joined = {key: np.concatenate([c[key] for c in pending]) for key in chunk}
+        full = rows // size * size
         for start in range(0, full, size):
             yield {key: value[start : start + size] for key, value in joined.items()}
         rest = {key: value[full:] for key, value in joined.items()}
-    if keep_last and rest is not None and len(rest["user"]):
-        yield rest
+        pending, rows = [rest], rows - full
+    if keep_last and rows:
+        yield {key: np.concatenate([c[key] for c in pending]) for key in pending[0]}
 
 
 def batches(store, batch_size: int, shuffle_window: int = 0, seed: int = 0):
@@ -239,7 +284,13 @@ def make_model(num_users: int, num_items: int, settings):
             super().__init__()
             self.users = table(num_users + 1, "users")
             self.items = table(num_items + 1, "items")
+            # The history's items: a table of their own, or the candidates' (as TwoTower's
+            # share_item_table).
+            self.history = (
+                self.items if settings["share_item_table"] else table(num_items + 1, "history")
+            )
             self.projection = keras.layers.Dense(dim, name="query")
+            self.candidate = keras.layers.Dense(dim, name="candidate")
             self.sketch = keras_logq.CountMinSketchEstimator(
                 width=settings["sketch_width"], decay=settings["sketch_decay"], seed=seed
             )
@@ -253,18 +304,21 @@ def make_model(num_users: int, num_items: int, settings):
             )
 
         def query(self, users, history):
-            rows = self.items(history)
+            rows = self.history(history)
             real = ops.cast(ops.greater(history, 0), rows.dtype)[..., None]
             mean = ops.sum(rows * real, axis=1) / ops.maximum(ops.sum(real, axis=1), 1.0)
             return self.projection(ops.concatenate([self.users(users), mean], axis=-1))
 
+        def candidates(self, ids):
+            return self.candidate(self.items(ids))
+
         def call(self, x):
-            return self.query(x["user"], x["history"]), self.items(x["item"])
+            return self.query(x["user"], x["history"]), self.candidates(x["item"])
 
         def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
             query, positives = y_pred
             self.sketch.update(x["item"])
-            draws = self.sampler(x["item"], x["item"], positives, embedding_fn=self.items)
+            draws = self.sampler(x["item"], x["item"], positives, embedding_fn=self.candidates)
             return ops.mean(
                 keras_logq.negatives_loss(
                     query, positives, draws, correction=settings["correction"]
@@ -287,7 +341,7 @@ def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 2
     query reads its last `history_length` items, as the training examples do)."""
     from keras import ops  # pylint: disable=import-outside-toplevel
 
-    items = np.asarray(ops.convert_to_numpy(model.items(index.astype(np.int32))), np.float32)
+    items = np.asarray(ops.convert_to_numpy(model.candidates(index.astype(np.int32))), np.float32)
     ranked = []
     k = min(max(KS), len(index))
     for start in range(0, len(test.users), chunk):
@@ -330,8 +384,11 @@ def run(store_dir: str, settings, verbose: bool = True):
         if settings["max_steps"] and steps >= settings["max_steps"]:
             break
     train_seconds = time.time() - started
-    index = splits.with_positives(
-        splits.most_trained(store.item_counts, settings["index_size"]), test
+    # The pipelines' test index (`experiment.test_index`); index_size 0: the whole catalog.
+    index = (
+        splits.with_positives(splits.most_trained(store.item_counts, settings["index_size"]), test)
+        if settings["index_size"]
+        else np.arange(1, num_items + 1)
     )
     started = time.time()
     test_metrics = evaluate(model, test, index, store.history_length)
@@ -371,7 +428,7 @@ def main(argv):
         store=store_dir,
         build_store=FLAGS.build_store,
         wall_seconds=round(time.time() - started, 1),
-        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        peak_rss_mb=round(memory.peak_rss_mib()),
         tensorflow_imported="tensorflow" in sys.modules,
         git_revision=provenance.revision(),
     )

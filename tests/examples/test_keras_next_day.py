@@ -130,18 +130,29 @@ def test_settings_of_the_pipelines_config():
         learning_rate=0.02,
         index_size=200_000,
         shuffle_window=100_000,
+        share_item_table=False,
         seed=0,
     )
-    odd = config.replace(num_negatives=1025, correction="standard_negatives")
+    odd = config.replace(
+        num_negatives=1025,
+        correction="standard_negatives",
+        table_learning_rate=0.0,
+        share_item_table=True,
+    )
     settings = keras_next_day.config_settings(odd)
     assert (settings["num_uniform"], settings["num_in_batch"]) == (513, 512)
-    assert settings["correction"] == "standard_negatives"
+    assert settings["correction"] == "standard_negatives" and settings["share_item_table"]
+    assert settings["table_learning_rate"] == 0.02  # 0: the tables take --learning_rate.
     with pytest.raises(
-        app.UsageError, match=r"--negatives=in_batch: this job trains --negatives=mixed"
+        app.UsageError,
+        match=r"trains what this job does not: --negatives='in_batch' \(this job: 'mixed'\)\.",
     ):
         keras_next_day.config_settings(config.replace(negatives="in_batch"))
-    with pytest.raises(app.UsageError, match=r"--frequency=static"):
-        keras_next_day.config_settings(config.replace(frequency="static"))
+    with pytest.raises(
+        app.UsageError,
+        match=r"--loss='bce' \(this job: 'sampled_softmax'\), --epochs=3 \(this job: 1\)",
+    ):
+        keras_next_day.config_settings(config.replace(epochs=3, loss="bce"))
 
 
 def test_build_store_names_bad_flags():
