@@ -67,14 +67,15 @@ check-tf:
 # The Keras 3 wheels a GPU machine without them needs for `bash benchmarks/gpu.sh` (Python 3.12,
 # the versions this environment runs), downloaded into build/gpu_wheels with the commit they
 # were fetched at (REVISION: the GPU record names it, the copy there having no .git): carry it.
-# Its next_day phase also reads Parquet: `make gpu-wheels GPU_WHEELS="$(GPU_WHEELS)|pyarrow"`
-# (55 MB) where the GPU machine lacks pyarrow.
+# Its next_day phase also reads Parquet: `make gpu-wheels GPU_WHEELS_EXTRA='|pyarrow'` (55 MB)
+# where the GPU machine lacks pyarrow.
 GPU_WHEELS ?= keras|keras-rs|namex|optree|absl-py|google-crc32c
+GPU_WHEELS_EXTRA ?=
 gpu-wheels: $(STAMP)
 	rm -rf build/gpu_wheels
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
 	    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --dest build/gpu_wheels \
-	    $$($(PY) -m pip list --format=freeze | grep -E '^($(GPU_WHEELS))==')
+	    $$($(PY) -m pip list --format=freeze | grep -E '^($(GPU_WHEELS)$(GPU_WHEELS_EXTRA))==')
 	git rev-parse HEAD > build/gpu_wheels/REVISION
 
 clean:

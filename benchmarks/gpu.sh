@@ -26,11 +26,15 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu}"
 mkdir -p "$OUT"
 PYTHON="${PYTHON:-python3}"
-if ! "$PYTHON" -c "import keras, keras_rs" 2>/dev/null; then
+# What the phases import beyond JAX (the next_day phase reads Parquet too): where one is
+# missing, every wheel carried is installed.
+need="import keras, keras_rs, absl, google_crc32c"
+case " ${PHASES-jax torch} " in *" next_day "*) need="$need, pyarrow" ;; esac
+if ! "$PYTHON" -c "$need" 2>/dev/null; then
   wheels=(build/gpu_wheels/*.whl)
   if [ ! -e "${wheels[0]}" ]; then
-    echo "Keras 3 and keras-rs are not installed and build/gpu_wheels holds no wheel:" \
-      "run make gpu-wheels where the package registry is reachable, and carry build/gpu_wheels." >&2
+    echo "'$need' fails and build/gpu_wheels holds no wheel: run make gpu-wheels where the" \
+      "package registry is reachable, and carry build/gpu_wheels." >&2
     exit 2
   fi
   deps="$(mktemp -d)"
@@ -82,12 +86,15 @@ for phase in ${PHASES-jax torch}; do
     next_day)
       if ! "$PYTHON" -c "import pyarrow, google_crc32c" 2>/dev/null; then
         echo "PHASES=next_day needs pyarrow and google-crc32c: carry their wheels" \
-          "(make gpu-wheels GPU_WHEELS=...|pyarrow)." >&2
+          "(make gpu-wheels GPU_WHEELS_EXTRA='|pyarrow')." >&2
         exit 2
       fi
-      TFRS_LOGQ_CACHE="${TFRS_LOGQ_CACHE:-$(mktemp -d)}" KERAS_BACKEND=jax "$PYTHON" \
+      cache="${TFRS_LOGQ_CACHE:-}"
+      [ -n "$cache" ] || cache="$(mktemp -d)"
+      TFRS_LOGQ_CACHE="$cache" KERAS_BACKEND=jax "$PYTHON" \
         -m examples.keras_next_day --build_store="${NEXT_DAY_FLAGS:---preset=industrial}" \
         --output="$OUT/keras_next_day.json" 2>&1 | tee "$OUT/keras_next_day.log" || status=$?
+      [ -n "${TFRS_LOGQ_CACHE:-}" ] || rm -rf "$cache"  # A temporary log and store (GBs).
       ;;
     *)
       echo "PHASES must name jax, torch, sasrec_recall and/or next_day; received '${PHASES}'." >&2

@@ -438,7 +438,7 @@ def main(argv):
         f"in {results['train_seconds']} s, loss {results['first_loss']:.3f} -> "
         f"{results['last_loss']:.3f}; next-day test over {results['num_test_queries']} queries "
         f"and an index of {results['index_items']:,} items ({results['wall_seconds']} s from "
-        f"launch, peak memory {results['peak_rss_mb']:,} MiB):\n"
+        f"its start, peak memory {results['peak_rss_mb']:,} MiB):\n"
     )
     print("| metric | @10 | @100 | @1000 |\n|---|---|---|---|")
     for name in ("recall", "ndcg"):

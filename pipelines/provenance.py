@@ -5,9 +5,10 @@ with uncommitted changes, and whether a record's commit is in this repository.""
 import hashlib
 import os
 import subprocess
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
-# A copy of the tree without its .git (a lent GPU machine's) names its commit here.
+# A copy of the tree without its .git (a lent GPU machine's) names its commit here, for the
+# benchmarks' and examples' records (`revision`; a training run's `code_state` reads git).
 REVISION_ENV = "GIT_REVISION"
 
 
@@ -33,37 +34,46 @@ def commit_exists(revision: str) -> Optional[bool]:
     return True
 
 
+def _head_and_dirty() -> Tuple[str, bool]:
+    """(the commit HEAD names, whether tracked files hold uncommitted changes); raises
+    OSError / SubprocessError outside a git checkout."""
+    head = _git("rev-parse", "HEAD").strip()
+    return head, bool(_git("status", "--porcelain", "--untracked-files=no").strip())
+
+
 def code_state(diff_path: Optional[str] = None) -> Dict[str, str]:
     """What code a run ran: {"git_revision": the commit this code is at, "+dirty" when
     tracked files hold uncommitted changes ("unknown" outside a git checkout)} and, from a
     dirty tree, "code_diff_sha256", the SHA-256 of `git diff HEAD` (those changes), whose
     text is written to `diff_path` when given: a record from a dirty tree still names its
-    code, the commit and the diff to apply to it. $GIT_REVISION, where set, is the commit
-    (a copy of the tree without its .git: `benchmarks/gpu.sh` sets it)."""
-    if os.environ.get(REVISION_ENV):
-        return {"git_revision": os.environ[REVISION_ENV]}
+    code, the commit and the diff to apply to it."""
     try:
-        revision = _git("rev-parse", "HEAD").strip()
-        diff = (
-            _git("diff", "HEAD", "--binary")
-            if _git("status", "--porcelain", "--untracked-files=no").strip()
-            else ""
-        )
+        revision_, dirty = _head_and_dirty()
+        diff = _git("diff", "HEAD", "--binary") if dirty else ""
     except (OSError, subprocess.SubprocessError):
         return {"git_revision": "unknown"}
     if not diff:
         if diff_path and os.path.exists(diff_path):  # A dirty run's, resumed from clean code.
             os.remove(diff_path)
-        return {"git_revision": revision}
+        return {"git_revision": revision_}
     if diff_path:
         with open(diff_path, "w", encoding="utf-8") as f:
             f.write(diff)
     return {
-        "git_revision": revision + "+dirty",
+        "git_revision": revision_ + "+dirty",
         "code_diff_sha256": hashlib.sha256(diff.encode("utf-8")).hexdigest(),
     }
 
 
 def revision() -> str:
-    """The commit a record names: `code_state`'s "git_revision" (the diff is not kept)."""
-    return code_state()["git_revision"]
+    """The commit a benchmark's or an example's record names: $GIT_REVISION where set (a
+    copy of the tree whose .git is missing or stale: `benchmarks/gpu.sh` sets it), else
+    `code_state`'s "git_revision" without the diff ("+dirty" from a dirty tree; "unknown"
+    outside a git checkout)."""
+    if os.environ.get(REVISION_ENV):
+        return os.environ[REVISION_ENV]
+    try:
+        head, dirty = _head_and_dirty()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")

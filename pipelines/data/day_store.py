@@ -30,6 +30,7 @@ import resource
 import shutil
 import struct
 import time
+import warnings
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -147,11 +148,21 @@ def read_records(path: str) -> Iterator[bytes]:
             yield data
 
 
+_SLOW_CRC_SAID: List[bool] = []  # Said once a process.
+
+
 def _masked_crc(data: bytes) -> bytes:
     """TFRecord's checksum of `data`: its CRC-32C rotated right by 15 bits plus a constant
     (TensorFlow's `crc32c::Mask`), little-endian."""
     import google_crc32c  # pylint: disable=import-outside-toplevel
 
+    if google_crc32c.implementation != "c" and not _SLOW_CRC_SAID:
+        _SLOW_CRC_SAID.append(True)
+        warnings.warn(
+            "google-crc32c runs its pure-Python CRC-32C here (no C extension for this "
+            "platform): writing a day store will be slow.",
+            stacklevel=2,
+        )
     crc = google_crc32c.value(data)
     return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 

@@ -16,8 +16,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_next_day_on_jax_without_tensorflow(tmp_path, monkeypatch):
-    """--build_store builds the store in the process that lacks TensorFlow, the same bytes
-    as the TensorFlow pipeline's store of those flags (built here first, then moved aside)."""
+    """--build_store builds the store in the process that lacks TensorFlow, the same files as
+    the store this process (which has imported TensorFlow) builds from those flags, built
+    first and moved aside. (The writer's bytes against tf.io.TFRecordWriter's:
+    tests/pipelines/test_events.py.)"""
     import tfrs_logq  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     from pipelines import configs  # pylint: disable=import-outside-toplevel
     from pipelines.data import logs  # pylint: disable=import-outside-toplevel
@@ -28,7 +30,7 @@ def test_next_day_on_jax_without_tensorflow(tmp_path, monkeypatch):
     config = configs.PRESETS["industrial_smoke"]
     logs.day_store_data(config)  # In this process, which has imported TensorFlow.
     store = logs.day_store_dir(config, None)
-    os.rename(store, str(tmp_path / "built_with_tensorflow"))
+    os.rename(store, str(tmp_path / "built_beside_tensorflow"))
     site = tmp_path / "site"
     site.mkdir()
     env = _env(
@@ -72,7 +74,7 @@ def test_next_day_on_jax_without_tensorflow(tmp_path, monkeypatch):
     for name in os.listdir(store):  # The same store (the manifest's timings aside).
         if name != "manifest.json":
             with open(os.path.join(store, name), "rb") as f:
-                with open(os.path.join(tmp_path, "built_with_tensorflow", name), "rb") as g:
+                with open(os.path.join(tmp_path, "built_beside_tensorflow", name), "rb") as g:
                     assert f.read() == g.read(), name
 
 

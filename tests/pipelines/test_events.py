@@ -860,7 +860,7 @@ class DayStoreTest(tf.test.TestCase):
         run_dir = tempfile.mkdtemp()
         logs.day_store_data(config, run_dir)
         directory = logs.day_store_dir(config, run_dir)
-        settings = logs.store_settings(config)  # pylint: disable=protected-access
+        settings = logs.store_settings(config)
         manifest_path = os.path.join(directory, day_store.MANIFEST)
         with open(manifest_path) as f:
             manifest = json.load(f)
@@ -870,7 +870,7 @@ class DayStoreTest(tf.test.TestCase):
         defaults = dataclasses.asdict(configs.DataConfig())
         self.assertTrue(day_store.is_built(directory, **settings, source_defaults=defaults))
         self.assertFalse(day_store.is_built(directory, **settings))
-        changed = logs.store_settings(config.replace(item_catalog="x.txt"))  # pylint: disable=protected-access
+        changed = logs.store_settings(config.replace(item_catalog="x.txt"))
         self.assertFalse(day_store.is_built(directory, **changed, source_defaults=defaults))
 
     def _in_memory(self, config):

@@ -106,3 +106,20 @@ class CodeStateTest(unittest.TestCase):
 
         with unittest.mock.patch.object(provenance, "_git", fail):
             self.assertEqual(provenance.code_state(), {"git_revision": "unknown"})
+            with unittest.mock.patch.dict(os.environ, {"GIT_REVISION": ""}):
+                self.assertEqual(provenance.revision(), "unknown")
+            with unittest.mock.patch.dict(os.environ, {"GIT_REVISION": "abc123"}):
+                self.assertEqual(provenance.revision(), "abc123")  # A copy without .git.
+
+    def test_a_runs_record_reads_git_whatever_git_revision_says(self):
+        from pipelines import provenance  # pylint: disable=import-outside-toplevel
+
+        with unittest.mock.patch.dict(os.environ, {"GIT_REVISION": "elsewhere"}):
+            self.assertEqual(self._state("", "", None), {"git_revision": "abc123"})
+            self.assertEqual(self._state(" M x.py\n", "d", None)["git_revision"], "abc123+dirty")
+            answers = {"rev-parse": "abc123\n", "status": " M x.py\n"}
+            with unittest.mock.patch.object(provenance, "_git", lambda *a: answers[a[0]]):
+                self.assertEqual(provenance.revision(), "elsewhere")
+        with unittest.mock.patch.dict(os.environ, {"GIT_REVISION": ""}):
+            with unittest.mock.patch.object(provenance, "_git", lambda *a: answers[a[0]]):
+                self.assertEqual(provenance.revision(), "abc123+dirty")

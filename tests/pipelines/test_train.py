@@ -539,7 +539,7 @@ class ConfigFileTest(tf.test.TestCase):
             json.dump({"data": older["data"]}, f)
         for name in events_lib.VOCABULARY_FILES.values():
             open(os.path.join(directory, name), "w").close()
-        saved_for = logs.saved_for  # pylint: disable=protected-access
+        saved_for = logs.saved_for
         self.assertTrue(saved_for(directory, config.data))
         self.assertFalse(saved_for(directory, configs.PRESETS["industrial_smoke"].data))
 
