@@ -47,7 +47,7 @@ from absl import flags
 
 from logq_core import formulas
 from logq_core import metrics as metrics_lib
-from pipelines import configs
+from logq_core import samplers
 from pipelines import memory
 from pipelines import provenance
 from pipelines import train_flags as train_flags_lib
@@ -140,9 +140,9 @@ JOB = dict(
 
 def build_store(train_flags: str):
     """Builds (or finds built) the day store that `pipelines.train`'s flags `train_flags`
-    describe, here, without TensorFlow (`pipelines.data.logs.day_store_data` without a run:
-    under $TFRS_LOGQ_CACHE/day_store); (its directory, the config). A store built before is
-    not read back.
+    describe, here, without TensorFlow (`pipelines.data.logs.ensure_day_store` without a
+    run: under $TFRS_LOGQ_CACHE/day_store); (its directory, the config). A store built before
+    is not read back.
 
     Raises:
       app.UsageError: the flags do not parse, or describe no run read out of core.
@@ -160,14 +160,7 @@ def build_store(train_flags: str):
             "it needs an event log or web_synthetic, --split=next_day, --model=two_tower and "
             "--order=time."
         )
-    directory = logs.day_store_dir(config, None)
-    built = day_store.is_built(
-        directory, **logs.store_settings(config), source_defaults=configs.stored_data_defaults()
-    )
-    if not built:
-        logs.day_store_data(config)
-        logs.day_store_data.cache_clear()  # `load` reads what training needs, once.
-    return directory, config
+    return logs.ensure_day_store(config)[0], config
 
 
 def config_settings(config) -> dict:
@@ -191,11 +184,16 @@ def config_settings(config) -> dict:
         raise app.UsageError(
             "--build_store's config trains what this job does not: " + ", ".join(refused) + "."
         )
+    # The mixed negatives' split, as the pipelines' sampler takes it (num_items only
+    # passes its check: the split does not depend on it).
+    _, mixed = samplers.sampler_arguments(
+        "mixed", num_negatives=loss.num_negatives, num_items=config.data.synthetic_items
+    )
     return dict(
         dim=config.model.dim,
         batch_size=training.batch_size,
-        num_uniform=loss.num_negatives - loss.num_negatives // 2,
-        num_in_batch=loss.num_negatives // 2,
+        num_uniform=mixed["num_uniform"],
+        num_in_batch=mixed["num_in_batch"],
         correction=loss.correction,
         learning_rate=training.learning_rate,
         index_size=training.index_size,

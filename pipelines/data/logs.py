@@ -256,10 +256,12 @@ def store_settings(config: configs.Config) -> Dict:
     )
 
 
-@functools.lru_cache(maxsize=2)
-def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
-    """(LogSummary, Split) of an `out_of_core` run: its store read back, or built first
-    (from the run's saved vocabularies when it has them)."""
+def ensure_day_store(
+    config: configs.Config, run_dir: Optional[str] = None, vocabularies_too: bool = False
+):
+    """(the store's directory, the vocabularies or None) of an `out_of_core` run: its store
+    built first where it is not (from the run's saved vocabularies when it has them). A built
+    store's log is read again only for `vocabularies_too`."""
     directory = day_store_dir(config, run_dir)
     settings = store_settings(config)
     with day_store.building(directory):
@@ -267,6 +269,8 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
         built = day_store.is_built(
             directory, **settings, source_defaults=configs.stored_data_defaults()
         )
+        if built and not vocabularies_too:
+            return directory, None
         files, columns, vocabularies, span = _log_setup(
             config.data, config.model.dim, run_dir, need_span=not built
         )
@@ -287,6 +291,14 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
                 **settings,
             )
             say_dropped(day_store.facts(directory))
+    return directory, vocabularies
+
+
+@functools.lru_cache(maxsize=2)
+def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
+    """(LogSummary, Split) of an `out_of_core` run: its store read back, or built first
+    (`ensure_day_store`)."""
+    directory, vocabularies = ensure_day_store(config, run_dir, vocabularies_too=True)
     ids = {
         kind: np.concatenate([[""], vocab.ids]).astype(object)
         for kind, vocab in vocabularies.items()
