@@ -29,17 +29,21 @@ in-batch pool, at most `--num_in_batch` of the batch's positives) with log Q fro
 `keras_logq.CountMinSketchEstimator` fed each step's positives, and the `--correction`
 (improved by default). The tables are `keras_logq.SparseEmbedding`s with
 Adagrad on JAX (a step touches the batch's rows only), `keras.layers.Embedding` elsewhere.
-One pass over the days in time order, each block of `--shuffle_window` examples permuted
-(`--max_steps` stops early). The test: Recall@10/100/1000
-and NDCG of each test query's next-day items over the `--index_size` most trained items plus
-the day's positives (the pipelines' `test_index`), its history excluded, by exact search.
+One pass of `model.fit` over the days in time order, each block of `--shuffle_window`
+examples permuted (`--max_steps` stops early; `--steps_per_execution` steps a call of the
+compiled step), its loss printed as the mean of each LOSS_WINDOW steps. The test:
+Recall@10/100/1000 and NDCG of each test query's next-day items over the `--index_size` most
+trained items plus the day's positives (the pipelines' `test_index`), its history excluded,
+by exact search.
 """
 
+import itertools
 import json
 import os
 import shlex
 import sys
 import time
+import warnings
 
 import numpy as np
 from absl import app
@@ -58,6 +62,8 @@ from pipelines.run_files import write_json
 
 FLAGS = flags.FLAGS
 KS = (10, 100, 1000)
+# Steps whose mean loss is printed and recorded together.
+LOSS_WINDOW = 100
 
 if __name__ == "__main__":
     flags.DEFINE_string("store", "", "A built day store directory.")
@@ -94,6 +100,13 @@ if __name__ == "__main__":
         "share_item_table", False, "The history reads the candidates' item table (one table)."
     )
     flags.DEFINE_integer("max_steps", 0, "Stop after this many steps (0: one pass).")
+    flags.DEFINE_integer(
+        "steps_per_execution",
+        1,
+        "Training steps per call of the compiled step (Keras's compile argument; more "
+        "amortize the call's dispatch on an accelerator).",
+        lower_bound=1,
+    )
     flags.DEFINE_integer("seed", 0, "Seed of the weights, the draws and the shuffle.")
     flags.DEFINE_string("output", "", "Also write the results as JSON here.")
 
@@ -112,6 +125,7 @@ SETTINGS = (
     "shuffle_window",
     "share_item_table",
     "max_steps",
+    "steps_per_execution",
     "seed",
 )
 
@@ -284,7 +298,7 @@ def make_model(num_users: int, num_items: int, settings):
             self.items = table(num_items + 1, "items")
             # The history's items: a table of their own, or the candidates' (as TwoTower's
             # share_item_table).
-            self.history = (
+            self.history_items = (
                 self.items if settings["share_item_table"] else table(num_items + 1, "history")
             )
             self.projection = keras.layers.Dense(dim, name="query")
@@ -302,7 +316,7 @@ def make_model(num_users: int, num_items: int, settings):
             )
 
         def query(self, users, history):
-            rows = self.history(history)
+            rows = self.history_items(history)
             real = ops.cast(ops.greater(history, 0), rows.dtype)[..., None]
             mean = ops.sum(rows * real, axis=1) / ops.maximum(ops.sum(real, axis=1), 1.0)
             return self.projection(ops.concatenate([self.users(users), mean], axis=-1))
@@ -329,7 +343,8 @@ def make_model(num_users: int, num_items: int, settings):
     model.compile(
         optimizer=keras.optimizers.Adam(settings["learning_rate"])
         if jax
-        else keras.optimizers.Adagrad(settings["table_learning_rate"])
+        else keras.optimizers.Adagrad(settings["table_learning_rate"]),
+        steps_per_execution=settings.get("steps_per_execution", 1),
     )
     return model
 
@@ -361,6 +376,80 @@ def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 2
     return metrics_lib.recall_ndcg(ranked_ids, test.targets, KS)
 
 
+def train(model, store, settings, verbose: bool = True):
+    """One pass of `model.fit` over the store's batches (`batches`), at most
+    `settings["max_steps"]`; [(steps, mean loss over those steps)], a window of LOSS_WINDOW
+    steps (rounded up to whole calls of `steps_per_execution`) at a time, the last maybe
+    shorter.
+
+    `fit` rather than a loop of `train_on_batch`: Keras dispatches each step without waiting
+    for the last one's loss (a `train_on_batch` call returns its logs to the host), so the
+    next batch is read while the device trains; `settings["steps_per_execution"]` steps run in
+    one call of the compiled function.
+    """
+    steps = store.num_examples // settings["batch_size"]
+    if settings["max_steps"]:
+        steps = min(steps, settings["max_steps"])
+    if not steps:
+        raise ValueError(
+            f"batch_size={settings['batch_size']} is more than the store's "
+            f"{store.num_examples} training examples: no full batch to train on."
+        )
+    stream = (
+        (batch,)
+        for batch in itertools.islice(
+            batches(store, settings["batch_size"], settings["shuffle_window"], settings["seed"]),
+            steps,
+        )
+    )
+    # A window is whole calls of the compiled step (Keras takes steps_per_execution batches
+    # at each call); the last may be shorter.
+    per_call = settings.get("steps_per_execution", 1)
+    window = -(-LOSS_WINDOW // per_call) * per_call
+    windows = []
+
+    class Windows(keras_callback()):  # pylint: disable=too-few-public-methods
+        """Records (and prints) each window's mean loss from the epoch's running mean, read
+        at the window's end only: the steps between are dispatched without waiting."""
+
+        def __init__(self):
+            super().__init__()
+            self.done, self.total = 0, 0.0
+
+        def on_train_batch_end(self, batch, logs=None):
+            done = min(batch + 1, steps)  # With steps_per_execution, `batch` is a call's last.
+            if done % window and done < steps:
+                return
+            total = float(logs["loss"]) * done
+            windows.append((done - self.done, (total - self.total) / (done - self.done)))
+            self.done, self.total = done, total
+            if verbose:
+                print(f"step {done} of {steps}: loss {windows[-1][1]:.4f}", flush=True)
+
+    with warnings.catch_warnings():
+        # The last call may find fewer than steps_per_execution batches left: Keras then
+        # trains on those and warns that the stream ran out, as it should.
+        warnings.filterwarnings("ignore", "Your input ran out of data")
+        # One call of fit: a generator's batches read ahead by one call (tf.data prefetches
+        # them on TensorFlow) would be lost to the next.
+        model.fit(
+            stream,
+            steps_per_epoch=steps,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[Windows()],
+        )
+    return windows
+
+
+def keras_callback():
+    """keras.callbacks.Callback (Keras imported when the job runs, after the backend is set)."""
+    import keras  # pylint: disable=import-outside-toplevel
+
+    return keras.callbacks.Callback
+
+
 def run(store_dir: str, settings, verbose: bool = True):
     """Trains and tests on the store at `store_dir`; returns the results."""
     import keras  # pylint: disable=import-outside-toplevel
@@ -370,17 +459,8 @@ def run(store_dir: str, settings, verbose: bool = True):
     if not settings["sketch_width"]:
         settings = {**settings, "sketch_width": formulas.count_min_width(num_items)}
     model = make_model(num_users, num_items, settings)
-    started, steps, losses = time.time(), 0, []
-    for batch in batches(
-        store, settings["batch_size"], settings["shuffle_window"], settings["seed"]
-    ):
-        step_logs = model.train_on_batch(batch, return_dict=True)
-        losses.append(float(step_logs["loss"]))
-        steps += 1
-        if verbose and steps % 100 == 0:
-            print(f"step {steps}: loss {np.mean(losses[-100:]):.4f}", flush=True)
-        if settings["max_steps"] and steps >= settings["max_steps"]:
-            break
+    started = time.time()
+    losses = train(model, store, settings, verbose)
     train_seconds = time.time() - started
     # The pipelines' test index (`experiment.test_index`); index_size 0: the whole catalog.
     index = (
@@ -392,9 +472,11 @@ def run(store_dir: str, settings, verbose: bool = True):
     test_metrics = evaluate(model, test, index, store.history_length)
     return dict(
         backend=keras.backend.backend(),
-        steps=steps,
-        first_loss=losses[0] if losses else None,
-        last_loss=float(np.mean(losses[-20:])) if losses else None,
+        steps=sum(steps for steps, _ in losses),
+        # The mean loss of the first and of the last LOSS_WINDOW steps.
+        first_loss=losses[0][1],
+        last_loss=losses[-1][1],
+        loss_window=LOSS_WINDOW,
         train_seconds=round(train_seconds, 1),
         test_seconds=round(time.time() - started, 1),
         num_users=num_users,
@@ -433,7 +515,7 @@ def main(argv):
     test = results["test"]
     print(
         f"\nKeras 3 two-tower ({results['backend']}) on {store_dir}: {results['steps']} steps "
-        f"in {results['train_seconds']} s, loss {results['first_loss']:.3f} -> "
+        f"in {results['train_seconds']} s, loss (a window's mean) {results['first_loss']:.3f} -> "
         f"{results['last_loss']:.3f}; next-day test over {results['num_test_queries']} queries "
         f"and an index of {results['index_items']:,} items ({results['wall_seconds']} s from "
         f"its start, peak memory {results['peak_rss_mb']:,} MiB):\n"

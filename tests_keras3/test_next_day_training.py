@@ -1,0 +1,107 @@
+"""examples.keras_next_day's training pass: `model.fit` over the store's batches, a window of
+steps at a time, trains what a loop of `train_on_batch` over the same batches trains, with or
+without several steps per call."""
+
+import keras
+import numpy as np
+import pytest
+
+from examples import keras_next_day
+
+NUM_USERS, NUM_ITEMS, BATCH = 40, 60, 16
+
+
+class _Store:
+    """A store's stream of `num_examples` random examples, in chunks of 7 rows."""
+
+    def __init__(self, num_examples, seed=0):
+        rng = np.random.default_rng(seed)
+        self.num_examples = num_examples
+        self.rows = dict(
+            user=rng.integers(1, NUM_USERS + 1, num_examples).astype(np.int32),
+            item=rng.integers(1, NUM_ITEMS + 1, num_examples).astype(np.int32),
+            history=rng.integers(0, NUM_ITEMS + 1, (num_examples, 3)).astype(np.int32),
+        )
+
+    def chunks(self):
+        for start in range(0, self.num_examples, 7):
+            yield {key: value[start : start + 7] for key, value in self.rows.items()}
+
+
+def _settings(**overrides):
+    return dict(
+        dict(
+            dim=8,
+            batch_size=BATCH,
+            num_uniform=5,
+            num_in_batch=0,
+            correction="improved",
+            table_learning_rate=0.1,
+            learning_rate=0.01,
+            sketch_width=64,
+            sketch_decay=0.99,
+            shuffle_window=50,
+            share_item_table=False,
+            max_steps=0,
+            steps_per_execution=1,
+            seed=3,
+        ),
+        **overrides,
+    )
+
+
+def _weights(settings, fit):
+    keras.utils.set_random_seed(0)
+    store = _Store(BATCH * 25 + 5)  # 25 full batches; the last 5 rows are dropped.
+    model = keras_next_day.make_model(NUM_USERS, NUM_ITEMS, settings)
+    if fit:
+        windows = keras_next_day.train(model, store, settings, verbose=False)
+    else:
+        windows = []
+        for step, batch in enumerate(
+            keras_next_day.batches(
+                store, settings["batch_size"], settings["shuffle_window"], settings["seed"]
+            )
+        ):
+            if step == (settings["max_steps"] or np.inf):
+                break
+            windows.append(float(model.train_on_batch(batch)))
+    return [np.asarray(keras.ops.convert_to_numpy(w)) for w in model.weights], windows
+
+
+@pytest.mark.parametrize(
+    "steps_per_execution, max_steps, windows",
+    [
+        (1, 0, [10, 10, 5]),  # 25 batches, in windows of LOSS_WINDOW = 10 steps.
+        (3, 0, [12, 12, 1]),  # Windows of whole calls; the last call trains the one left.
+        (1, 14, [10, 4]),
+        (3, 14, [12, 2]),
+    ],
+)
+def test_fit_in_windows_trains_as_train_on_batch(
+    monkeypatch, steps_per_execution, max_steps, windows
+):
+    if steps_per_execution > 1 and keras.backend.backend() == "torch":
+        pytest.skip("Keras runs one step per call on torch (steps_per_execution must be 1).")
+    monkeypatch.setattr(keras_next_day, "LOSS_WINDOW", 10)
+    expected, losses = _weights(_settings(max_steps=max_steps), fit=False)
+    got, trained = _weights(
+        _settings(max_steps=max_steps, steps_per_execution=steps_per_execution), fit=True
+    )
+    assert [steps for steps, _ in trained] == windows
+    ends = np.cumsum([steps for steps, _ in trained])
+    np.testing.assert_allclose(  # Each window's mean of the steps' losses.
+        [loss for _, loss in trained],
+        [np.mean(losses[end - steps : end]) for end, (steps, _) in zip(ends, trained)],
+        rtol=1e-4,
+    )
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_store_without_a_full_batch_is_refused():
+    with pytest.raises(ValueError, match=r"batch_size=16 is more than the store's 9"):
+        keras_next_day.train(
+            keras_next_day.make_model(NUM_USERS, NUM_ITEMS, _settings()), _Store(9), _settings()
+        )
