@@ -31,16 +31,22 @@ in-batch pool, at most `--num_in_batch` of the batch's positives) with log Q fro
 Adagrad on JAX (a step touches the batch's rows only), `keras.layers.Embedding` elsewhere.
 One pass of `model.fit` over the days in time order, each block of `--shuffle_window`
 examples permuted (`--max_steps` stops early; `--steps_per_execution` steps a call of the
-compiled step), its loss printed as the mean of each LOSS_WINDOW steps. The test:
+compiled step), its loss printed as the mean of each LOSS_WINDOW steps. Every
+`--backup_every` steps and at the pass's end the training state is backed up (under
+$TFRS_LOGQ_CACHE/keras_next_day unless `--backup_dir`): the same command run again after a
+kill resumes from the last backup, and the backups are removed once the results are written.
+The test:
 Recall@10/100/1000 and NDCG of each test query's next-day items over the `--index_size` most
 trained items plus the day's positives (the pipelines' `test_index`), its history excluded,
 by exact search.
 """
 
+import hashlib
 import itertools
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 import warnings
@@ -107,6 +113,20 @@ if __name__ == "__main__":
         "amortize the call's dispatch on an accelerator).",
         lower_bound=1,
     )
+    flags.DEFINE_integer(
+        "backup_every",
+        5000,
+        "Training steps between backups (0: none), rounded up to whole loss windows; a run "
+        "killed while training resumes from its last backup when run again with the same "
+        "settings.",
+        lower_bound=0,
+    )
+    flags.DEFINE_string(
+        "backup_dir",
+        "",
+        "Where the backups go (default: a directory named by the store and the settings under "
+        "$TFRS_LOGQ_CACHE/keras_next_day, removed when the job has written its results).",
+    )
     flags.DEFINE_integer("seed", 0, "Seed of the weights, the draws and the shuffle.")
     flags.DEFINE_string("output", "", "Also write the results as JSON here.")
 
@@ -126,8 +146,12 @@ SETTINGS = (
     "share_item_table",
     "max_steps",
     "steps_per_execution",
+    "backup_every",
     "seed",
 )
+# Settings that do not change what a pass trains: a backup made under other values of these
+# is resumed.
+RESUMABLE_ACROSS = ("max_steps", "steps_per_execution", "backup_every")
 
 
 # The settings of `pipelines.train` this job implements only at these values (the rest it
@@ -376,7 +400,106 @@ def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 2
     return metrics_lib.recall_ndcg(ranked_ids, test.targets, KS)
 
 
-def train(model, store, settings, verbose: bool = True):
+def backup_dir_for(store_dir: str, settings) -> str:
+    """The default backup directory of a run: named by the store and the settings that
+    shape its training, under $TFRS_LOGQ_CACHE/keras_next_day."""
+    key = json.dumps(
+        dict(
+            store=os.path.abspath(store_dir),
+            **{k: v for k, v in settings.items() if k not in RESUMABLE_ACROSS},
+        ),
+        sort_keys=True,
+    )
+    name = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return os.path.join(logs.cache_root(), "keras_next_day", name)
+
+
+def _state_variables(model):
+    """What a backup holds: the model's variables (tables, projections, the sketch's counts,
+    the sparse tables' optimizer state, the samplers' seeds) and its optimizer's."""
+    return list(model.variables) + list(model.optimizer.variables)
+
+
+def _backups(directory: str):
+    """The complete backups in `directory`, oldest first."""
+    if not os.path.isdir(directory):
+        return []
+    names = sorted(
+        name for name in os.listdir(directory) if name.startswith("step-") and "." not in name
+    )
+    return [os.path.join(directory, name) for name in names]
+
+
+def save_backup(model, directory: str, steps: int, windows, settings) -> str:
+    """Writes the training state after `steps` steps to `directory`/step-STEPS (one .npy a
+    variable, then state.json), built under a temporary name and renamed when complete; the
+    older backups are removed after. Returns the backup's path."""
+    from keras import ops  # pylint: disable=import-outside-toplevel
+
+    if hasattr(model, "jax_state_sync"):  # JAX: fit keeps the state outside the variables.
+        model.jax_state_sync()
+    target = os.path.join(directory, f"step-{steps:09d}")
+    partial = f"{target}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    variables = _state_variables(model)
+    for i, variable in enumerate(variables):  # One at a time: at most one extra copy.
+        np.save(os.path.join(partial, f"{i:04d}.npy"), ops.convert_to_numpy(variable))
+    write_json(
+        os.path.join(partial, "state.json"),
+        dict(
+            steps=steps,
+            windows=windows,
+            settings=settings,
+            variables=[[v.path, list(v.shape), str(v.dtype)] for v in variables],
+        ),
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(partial, target)
+    for older in _backups(directory):
+        if older != target:
+            shutil.rmtree(older)
+    return target
+
+
+def restore_backup(model, path: str, settings):
+    """Loads the backup at `path` into `model` (built, its optimizer too); (steps, windows).
+
+    Raises:
+      ValueError: the backup was made under other settings, or of another model.
+    """
+    with open(os.path.join(path, "state.json")) as f:
+        state = json.load(f)
+    differ = [
+        f"{name}={state['settings'].get(name)!r} (this run: {value!r})"
+        for name, value in settings.items()
+        if name not in RESUMABLE_ACROSS and state["settings"].get(name) != value
+    ]
+    if differ:
+        raise ValueError(
+            f"The backup {path} was made with other settings: {', '.join(differ)}. Remove it "
+            "or give another --backup_dir to train from the start."
+        )
+    variables = _state_variables(model)
+    saved = [(tuple(shape), dtype) for _, shape, dtype in state["variables"]]
+    if saved != [(tuple(v.shape), str(v.dtype)) for v in variables]:
+        raise ValueError(
+            f"The backup {path} holds {len(saved)} variables that are not this model's "
+            f"{len(variables)} (their shapes or dtypes differ)."
+        )
+    for i, variable in enumerate(variables):
+        variable.assign(np.load(os.path.join(path, f"{i:04d}.npy")))
+    return state["steps"], [tuple(window) for window in state["windows"]]
+
+
+def _build(model, batch) -> None:
+    """Creates the model's and its optimizer's variables, as `fit` does, from one batch."""
+    model(batch)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+
+
+def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
     """One pass of `model.fit` over the store's batches (`batches`), at most
     `settings["max_steps"]`; [(steps, mean loss over those steps)], a window of LOSS_WINDOW
     steps (rounded up to whole calls of `steps_per_execution`) at a time, the last maybe
@@ -386,6 +509,11 @@ def train(model, store, settings, verbose: bool = True):
     for the last one's loss (a `train_on_batch` call returns its logs to the host), so the
     next batch is read while the device trains; `settings["steps_per_execution"]` steps run in
     one call of the compiled function.
+
+    With `backup_dir`, the state is saved there every `settings["backup_every"]` steps
+    (rounded up to whole windows) and at the pass's end (`save_backup`), and a backup found
+    there is loaded first and its steps skipped: a killed run goes on where its last backup
+    left it, and trains what one uninterrupted run trains.
     """
     steps = store.num_examples // settings["batch_size"]
     if settings["max_steps"]:
@@ -395,18 +523,28 @@ def train(model, store, settings, verbose: bool = True):
             f"batch_size={settings['batch_size']} is more than the store's "
             f"{store.num_examples} training examples: no full batch to train on."
         )
-    stream = (
-        (batch,)
-        for batch in itertools.islice(
+
+    def stream(start):
+        return itertools.islice(
             batches(store, settings["batch_size"], settings["shuffle_window"], settings["seed"]),
+            start,
             steps,
         )
-    )
+
     # A window is whole calls of the compiled step (Keras takes steps_per_execution batches
     # at each call); the last may be shorter.
     per_call = settings.get("steps_per_execution", 1)
     window = -(-LOSS_WINDOW // per_call) * per_call
-    windows = []
+    backup_every = -(-settings.get("backup_every", 0) // window) * window
+    start, windows = 0, []
+    latest = _backups(backup_dir)[-1:] if backup_dir else []
+    if latest:
+        _build(model, next(stream(0)))
+        start, windows = restore_backup(model, latest[0], settings)
+        if verbose:
+            print(f"resumed from {latest[0]}: {start} of {steps} steps trained", flush=True)
+    if start >= steps:
+        return windows
 
     class Windows(keras_callback()):  # pylint: disable=too-few-public-methods
         """Records (and prints) each window's mean loss from the epoch's running mean, read
@@ -414,17 +552,22 @@ def train(model, store, settings, verbose: bool = True):
 
         def __init__(self):
             super().__init__()
-            self.done, self.total = 0, 0.0
+            self.done, self.total = 0, 0.0  # In this call of fit.
 
         def on_train_batch_end(self, batch, logs=None):
-            done = min(batch + 1, steps)  # With steps_per_execution, `batch` is a call's last.
-            if done % window and done < steps:
+            # With steps_per_execution, `batch` is a call's last.
+            done = min(batch + 1, steps - start)
+            if (start + done) % window and start + done < steps:
                 return
             total = float(logs["loss"]) * done
             windows.append((done - self.done, (total - self.total) / (done - self.done)))
             self.done, self.total = done, total
             if verbose:
-                print(f"step {done} of {steps}: loss {windows[-1][1]:.4f}", flush=True)
+                print(f"step {start + done} of {steps}: loss {windows[-1][1]:.4f}", flush=True)
+            if backup_dir and (
+                start + done == steps or (backup_every and (start + done) % backup_every == 0)
+            ):
+                save_backup(self.model, backup_dir, start + done, windows, settings)
 
     with warnings.catch_warnings():
         # The last call may find fewer than steps_per_execution batches left: Keras then
@@ -433,8 +576,8 @@ def train(model, store, settings, verbose: bool = True):
         # One call of fit: a generator's batches read ahead by one call (tf.data prefetches
         # them on TensorFlow) would be lost to the next.
         model.fit(
-            stream,
-            steps_per_epoch=steps,
+            ((batch,) for batch in stream(start)),
+            steps_per_epoch=steps - start,
             epochs=1,
             shuffle=False,
             verbose=0,
@@ -450,8 +593,9 @@ def keras_callback():
     return keras.callbacks.Callback
 
 
-def run(store_dir: str, settings, verbose: bool = True):
-    """Trains and tests on the store at `store_dir`; returns the results."""
+def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = ""):
+    """Trains (backing up to `backup_dir`, see `train`) and tests on the store at
+    `store_dir`; returns the results."""
     import keras  # pylint: disable=import-outside-toplevel
 
     store, test, num_users, num_items = load(store_dir)
@@ -460,7 +604,7 @@ def run(store_dir: str, settings, verbose: bool = True):
         settings = {**settings, "sketch_width": formulas.count_min_width(num_items)}
     model = make_model(num_users, num_items, settings)
     started = time.time()
-    losses = train(model, store, settings, verbose)
+    losses = train(model, store, settings, verbose, backup_dir)
     train_seconds = time.time() - started
     # The pipelines' test index (`experiment.test_index`); index_size 0: the whole catalog.
     index = (
@@ -503,7 +647,8 @@ def main(argv):
         store_dir = FLAGS.store
     if not os.path.exists(os.path.join(store_dir, day_store.MANIFEST)):
         raise app.UsageError(f"--store={store_dir} holds no built day store.")
-    results = run(store_dir, settings)
+    backup_dir = FLAGS.backup_dir or backup_dir_for(store_dir, settings)
+    results = run(store_dir, settings, backup_dir=backup_dir if settings["backup_every"] else "")
     results.update(
         store=store_dir,
         build_store=FLAGS.build_store,
@@ -525,6 +670,11 @@ def main(argv):
         print(f"| {name} | " + " | ".join(f"{test[f'{name}@{k}']:.4f}" for k in KS) + " |")
     if FLAGS.output:
         write_json(FLAGS.output, results)
+    # The job is done: its backups go (a --backup_dir given keeps whatever else it holds).
+    for backup in _backups(backup_dir):
+        shutil.rmtree(backup)
+    if os.path.isdir(backup_dir) and not os.listdir(backup_dir):
+        os.rmdir(backup_dir)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """examples.keras_next_day's training pass: `model.fit` over the store's batches, a window of
 steps at a time, trains what a loop of `train_on_batch` over the same batches trains, with or
-without several steps per call."""
+without several steps per call; a pass killed and run again resumes from its last backup and
+trains the same weights."""
+
+import os
 
 import keras
 import numpy as np
@@ -50,12 +53,12 @@ def _settings(**overrides):
     )
 
 
-def _weights(settings, fit):
+def _weights(settings, fit, backup_dir=""):
     keras.utils.set_random_seed(0)
     store = _Store(BATCH * 25 + 5)  # 25 full batches; the last 5 rows are dropped.
     model = keras_next_day.make_model(NUM_USERS, NUM_ITEMS, settings)
     if fit:
-        windows = keras_next_day.train(model, store, settings, verbose=False)
+        windows = keras_next_day.train(model, store, settings, False, backup_dir)
     else:
         windows = []
         for step, batch in enumerate(
@@ -105,3 +108,57 @@ def test_a_store_without_a_full_batch_is_refused():
         keras_next_day.train(
             keras_next_day.make_model(NUM_USERS, NUM_ITEMS, _settings()), _Store(9), _settings()
         )
+
+
+def test_a_killed_pass_resumes_from_its_last_backup(monkeypatch, tmp_path):
+    monkeypatch.setattr(keras_next_day, "LOSS_WINDOW", 10)
+    settings = _settings(backup_every=10)
+    expected, expected_windows = _weights(settings, fit=True)
+    original = keras_next_day.batches
+
+    def dying(*args):  # The process dies after 17 steps' batches.
+        for step, batch in enumerate(original(*args)):
+            if step == 17:
+                raise RuntimeError("killed")
+            yield batch
+
+    monkeypatch.setattr(keras_next_day, "batches", dying)
+    with pytest.raises(Exception, match="killed"):  # TensorFlow's tf.data wraps it.
+        _weights(settings, fit=True, backup_dir=str(tmp_path))
+    assert os.listdir(tmp_path) == ["step-000000010"]  # The backup at 10; 20 never came.
+    monkeypatch.setattr(keras_next_day, "batches", original)
+    got, windows = _weights(settings, fit=True, backup_dir=str(tmp_path))
+    assert [steps for steps, _ in windows] == [10, 10, 5]
+    np.testing.assert_allclose(
+        [loss for _, loss in windows], [loss for _, loss in expected_windows], rtol=1e-5
+    )
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # The pass's end is backed up too: run again, nothing is trained and the weights are the
+    # same.
+    assert os.listdir(tmp_path) == ["step-000000025"]
+    again, windows_again = _weights(settings, fit=True, backup_dir=str(tmp_path))
+    assert windows_again == windows
+    for a, b in zip(again, got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_backup_of_other_settings_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(keras_next_day, "LOSS_WINDOW", 10)
+    _weights(_settings(backup_every=10, max_steps=10), fit=True, backup_dir=str(tmp_path))
+    with pytest.raises(
+        ValueError, match=r"other settings: correction='improved' \(this run: 'none'"
+    ):
+        _weights(_settings(backup_every=10, correction="none"), fit=True, backup_dir=str(tmp_path))
+    # max_steps, steps_per_execution and backup_every do not change what a pass trains.
+    _, windows = _weights(_settings(backup_every=20), fit=True, backup_dir=str(tmp_path))
+    assert [steps for steps, _ in windows] == [10, 10, 5]
+
+
+def test_the_default_backup_directory_is_named_by_store_and_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFRS_LOGQ_CACHE", str(tmp_path))
+    name = keras_next_day.backup_dir_for
+    assert name("/a/store", _settings()) == name("/a/store", _settings(max_steps=7))
+    assert name("/a/store", _settings()).startswith(str(tmp_path / "keras_next_day"))
+    assert name("/a/store", _settings()) != name("/b/store", _settings())
+    assert name("/a/store", _settings()) != name("/a/store", _settings(dim=4))

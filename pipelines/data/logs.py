@@ -26,7 +26,9 @@ from pipelines.run_files import RunFiles
 CACHE_ENV = "TFRS_LOGQ_CACHE"
 
 
-def _cache_root() -> str:
+def cache_root() -> str:
+    """$TFRS_LOGQ_CACHE, default ~/.cache/tfrs_logq: where logs, stores and backups made
+    without a run directory live."""
     return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfrs_logq")
 
 
@@ -41,7 +43,7 @@ def web_synthetic_dir(data: configs.DataConfig) -> str:
     zipf = "" if data.synthetic_zipf == 1.0 else f"-zipf{data.synthetic_zipf:g}"
     seed = f"-seed{data.synthetic_log_seed}" if data.synthetic_log_seed else ""
     return os.path.join(
-        _cache_root(),
+        cache_root(),
         "web_synthetic",
         f"items{data.synthetic_items}-users"
         f"{data.synthetic_users}-days{data.synthetic_days}-events"
@@ -242,7 +244,7 @@ def day_store_dir(config: configs.Config, run_dir: Optional[str]) -> str:
     # "count": the vocabularies' count (its dense ids); an event logged more than once has
     # counted once since issue 62, so a store cached before holds other dense ids.
     key = json.dumps({**store_settings(config), "count": "distinct events"}, sort_keys=True)
-    return os.path.join(_cache_root(), "day_store", hashlib.sha256(key.encode()).hexdigest()[:16])
+    return os.path.join(cache_root(), "day_store", hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 def store_settings(config: configs.Config) -> Dict:
