@@ -547,34 +547,36 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
         return windows
 
     class Windows(keras_callback()):  # pylint: disable=too-few-public-methods
-        """Records (and prints) each window's mean loss from the epoch's running mean, read
-        at the window's end only: the steps between are dispatched without waiting."""
+        """At each window's end: records (and prints) the window's mean loss, backs up, and
+        resets the loss's mean. Between, the steps are dispatched without waiting."""
 
         def __init__(self):
             super().__init__()
-            self.done, self.total = 0, 0.0  # In this call of fit.
+            self.last = start  # The last window's end.
 
         def on_train_batch_end(self, batch, logs=None):
             # With steps_per_execution, `batch` is a call's last.
-            done = min(batch + 1, steps - start)
-            if (start + done) % window and start + done < steps:
+            done = start + min(batch + 1, steps - start)
+            if done % window and done < steps:
                 return
-            total = float(logs["loss"]) * done
-            windows.append((done - self.done, (total - self.total) / (done - self.done)))
-            self.done, self.total = done, total
+            windows.append((done - self.last, float(logs["loss"])))
+            self.last = done
             if verbose:
-                print(f"step {start + done} of {steps}: loss {windows[-1][1]:.4f}", flush=True)
-            if backup_dir and (
-                start + done == steps or (backup_every and (start + done) % backup_every == 0)
-            ):
-                save_backup(self.model, backup_dir, start + done, windows, settings)
+                print(f"step {done} of {steps}: loss {windows[-1][1]:.4f}", flush=True)
+            if backup_dir and (done == steps or (backup_every and done % backup_every == 0)):
+                save_backup(self.model, backup_dir, done, windows, settings)
+            if hasattr(self.model, "jax_state_sync"):  # The step reads the state anew.
+                self.model.jax_state_sync()
+            self.model.reset_metrics()
 
     with warnings.catch_warnings():
         # The last call may find fewer than steps_per_execution batches left: Keras then
         # trains on those and warns that the stream ran out, as it should.
         warnings.filterwarnings("ignore", "Your input ran out of data")
-        # One call of fit: a generator's batches read ahead by one call (tf.data prefetches
-        # them on TensorFlow) would be lost to the next.
+        # One epoch of exactly the steps left: on TensorFlow a step asked of a spent stream
+        # still advances the counters that do not wait for its data (the optimizer's, the
+        # sketch's, the samplers' seeds), and a second call of fit would lose the batches
+        # tf.data read ahead for the first.
         model.fit(
             ((batch,) for batch in stream(start)),
             steps_per_epoch=steps - start,
@@ -603,6 +605,7 @@ def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = ""):
     if not settings["sketch_width"]:
         settings = {**settings, "sketch_width": formulas.count_min_width(num_items)}
     model = make_model(num_users, num_items, settings)
+    latest = _backups(backup_dir)[-1:] if backup_dir else []
     started = time.time()
     losses = train(model, store, settings, verbose, backup_dir)
     train_seconds = time.time() - started
@@ -621,6 +624,9 @@ def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = ""):
         first_loss=losses[0][1],
         last_loss=losses[-1][1],
         loss_window=LOSS_WINDOW,
+        # The steps a backup held when the run began (trained by an earlier, killed process,
+        # and not counted in train_seconds).
+        resumed_from_step=int(os.path.basename(latest[0])[len("step-") :]) if latest else 0,
         train_seconds=round(train_seconds, 1),
         test_seconds=round(time.time() - started, 1),
         num_users=num_users,
