@@ -45,6 +45,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -400,12 +401,13 @@ def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 2
     return metrics_lib.recall_ndcg(ranked_ids, test.targets, KS)
 
 
-def backup_dir_for(store_dir: str, settings) -> str:
-    """The default backup directory of a run: named by the store and the settings that
-    shape its training, under $TFRS_LOGQ_CACHE/keras_next_day."""
+def backup_dir_for(store_dir: str, settings, backend: str) -> str:
+    """The default backup directory of a run: named by the store, the Keras backend and the
+    settings that shape its training, under $TFRS_LOGQ_CACHE/keras_next_day."""
     key = json.dumps(
         dict(
             store=os.path.abspath(store_dir),
+            backend=backend,
             **{k: v for k, v in settings.items() if k not in RESUMABLE_ACROSS},
         ),
         sort_keys=True,
@@ -420,27 +422,55 @@ def _state_variables(model):
     return list(model.variables) + list(model.optimizer.variables)
 
 
+BACKUP = re.compile(r"step-(\d{9})$")
+PARTIAL_BACKUP = re.compile(r"step-\d{9}\.partial$")
+
+
 def _backups(directory: str):
-    """The complete backups in `directory`, oldest first."""
-    if not os.path.isdir(directory):
+    """The complete backups in `directory` (step-NNNNNNNNN directories holding state.json),
+    oldest first."""
+    if not directory or not os.path.isdir(directory):
         return []
-    names = sorted(
-        name for name in os.listdir(directory) if name.startswith("step-") and "." not in name
+    found = sorted(
+        (int(match.group(1)), os.path.join(directory, name))
+        for name in os.listdir(directory)
+        for match in [BACKUP.match(name)]
+        if match and os.path.isfile(os.path.join(directory, name, "state.json"))
     )
-    return [os.path.join(directory, name) for name in names]
+    return [path for _, path in found]
+
+
+def remove_backups(directory: str) -> None:
+    """Removes the backups in `directory`, complete or left half-written by a killed
+    process; nothing else there."""
+    if not directory or not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if (BACKUP.match(name) or PARTIAL_BACKUP.match(name)) and os.path.isdir(path):
+            shutil.rmtree(path)
+
+
+def _variable_name(variable) -> str:
+    """A variable's path without the numbers Keras appends to a name already taken in the
+    process (two_tower_1/... is two_tower/...)."""
+    return re.sub(r"_\d+(?=[/_]|$)", "", variable.path)
 
 
 def save_backup(model, directory: str, steps: int, windows, settings) -> str:
     """Writes the training state after `steps` steps to `directory`/step-STEPS (one .npy a
     variable, then state.json), built under a temporary name and renamed when complete; the
     older backups are removed after. Returns the backup's path."""
+    import keras  # pylint: disable=import-outside-toplevel
     from keras import ops  # pylint: disable=import-outside-toplevel
 
     if hasattr(model, "jax_state_sync"):  # JAX: fit keeps the state outside the variables.
         model.jax_state_sync()
     target = os.path.join(directory, f"step-{steps:09d}")
     partial = f"{target}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
+    for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        if PARTIAL_BACKUP.match(name):  # Left by a process killed while it saved.
+            shutil.rmtree(os.path.join(directory, name))
     os.makedirs(partial)
     variables = _state_variables(model)
     for i, variable in enumerate(variables):  # One at a time: at most one extra copy.
@@ -451,7 +481,9 @@ def save_backup(model, directory: str, steps: int, windows, settings) -> str:
             steps=steps,
             windows=windows,
             settings=settings,
-            variables=[[v.path, list(v.shape), str(v.dtype)] for v in variables],
+            backend=keras.backend.backend(),
+            keras=keras.__version__,
+            variables=[[_variable_name(v), list(v.shape), str(v.dtype)] for v in variables],
         ),
     )
     shutil.rmtree(target, ignore_errors=True)
@@ -480,13 +512,25 @@ def restore_backup(model, path: str, settings):
             f"The backup {path} was made with other settings: {', '.join(differ)}. Remove it "
             "or give another --backup_dir to train from the start."
         )
-    variables = _state_variables(model)
-    saved = [(tuple(shape), dtype) for _, shape, dtype in state["variables"]]
-    if saved != [(tuple(v.shape), str(v.dtype)) for v in variables]:
+    import keras  # pylint: disable=import-outside-toplevel
+
+    if state["backend"] != keras.backend.backend():
         raise ValueError(
-            f"The backup {path} holds {len(saved)} variables that are not this model's "
-            f"{len(variables)} (their shapes or dtypes differ)."
+            f"The backup {path} was made on Keras's {state['backend']} backend; this run is "
+            f"on {keras.backend.backend()} (KERAS_BACKEND)."
         )
+    variables = _state_variables(model)
+    ours = [[_variable_name(v), list(v.shape), str(v.dtype)] for v in variables]
+    if state["variables"] != ours:
+        differ = next(
+            (
+                f"{saved} against this model's {mine}"
+                for saved, mine in zip(state["variables"], ours)
+                if saved != mine
+            ),
+            f"{len(state['variables'])} variables against this model's {len(ours)}",
+        )
+        raise ValueError(f"The backup {path} is not of this model: {differ}.")
     for i, variable in enumerate(variables):
         variable.assign(np.load(os.path.join(path, f"{i:04d}.npy")))
     return state["steps"], [tuple(window) for window in state["windows"]]
@@ -535,40 +579,51 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
     # at each call); the last may be shorter.
     per_call = settings.get("steps_per_execution", 1)
     window = -(-LOSS_WINDOW // per_call) * per_call
-    backup_every = -(-settings.get("backup_every", 0) // window) * window
     start, windows = 0, []
     latest = _backups(backup_dir)[-1:] if backup_dir else []
     if latest:
         _build(model, next(stream(0)))
         start, windows = restore_backup(model, latest[0], settings)
+        if start > steps:
+            raise ValueError(
+                f"max_steps={settings['max_steps']}: the backup {latest[0]} holds {start} "
+                "steps trained already. Remove it (or give another --backup_dir) to train "
+                "fewer."
+            )
         if verbose:
             print(f"resumed from {latest[0]}: {start} of {steps} steps trained", flush=True)
     if start >= steps:
         return windows
 
     class Windows(keras_callback()):  # pylint: disable=too-few-public-methods
-        """At each window's end: records (and prints) the window's mean loss, backs up, and
-        resets the loss's mean. Between, the steps are dispatched without waiting."""
+        """Closes each window when the next call of the step begins: records (and prints)
+        its mean loss, backs up when due, and resets the loss's mean. It reads nothing at a
+        step's end, so Keras dispatches the steps without waiting for their losses."""
 
         def __init__(self):
             super().__init__()
-            self.last = start  # The last window's end.
+            self.last = self.last_backup = start  # The last window's end, the last backup.
 
-        def on_train_batch_end(self, batch, logs=None):
-            # With steps_per_execution, `batch` is a call's last.
-            done = start + min(batch + 1, steps - start)
-            if done % window and done < steps:
-                return
-            windows.append((done - self.last, float(logs["loss"])))
+        def close(self, done):
+            if hasattr(self.model, "jax_state_sync"):  # JAX: the metrics' state, read back.
+                self.model.jax_state_sync()
+            loss = float(self.model.get_metrics_result()["loss"])
+            windows.append((done - self.last, loss))
             self.last = done
             if verbose:
-                print(f"step {done} of {steps}: loss {windows[-1][1]:.4f}", flush=True)
-            if backup_dir and (done == steps or (backup_every and done % backup_every == 0)):
+                print(f"step {done} of {steps}: loss {loss:.4f}", flush=True)
+            every = settings.get("backup_every", 0)
+            due = every and done - self.last_backup >= every
+            if backup_dir and (done == steps or due):
                 save_backup(self.model, backup_dir, done, windows, settings)
-            if hasattr(self.model, "jax_state_sync"):  # The step reads the state anew.
-                self.model.jax_state_sync()
-            self.model.reset_metrics()
+                self.last_backup = done
+            self.model.reset_metrics()  # On JAX the next step reads the synced state.
 
+        def on_train_batch_begin(self, batch, logs=None):
+            if start + batch - self.last >= window:  # `batch`: the steps of this fit so far.
+                self.close(start + batch)
+
+    windows_callback = Windows()
     with warnings.catch_warnings():
         # The last call may find fewer than steps_per_execution batches left: Keras then
         # trains on those and warns that the stream ran out, as it should.
@@ -583,8 +638,9 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
             epochs=1,
             shuffle=False,
             verbose=0,
-            callbacks=[Windows()],
+            callbacks=[windows_callback],
         )
+    windows_callback.close(steps)
     return windows
 
 
@@ -653,8 +709,14 @@ def main(argv):
         store_dir = FLAGS.store
     if not os.path.exists(os.path.join(store_dir, day_store.MANIFEST)):
         raise app.UsageError(f"--store={store_dir} holds no built day store.")
-    backup_dir = FLAGS.backup_dir or backup_dir_for(store_dir, settings)
-    results = run(store_dir, settings, backup_dir=backup_dir if settings["backup_every"] else "")
+    import keras  # pylint: disable=import-outside-toplevel
+
+    backup_dir = ""
+    if settings["backup_every"]:
+        backup_dir = FLAGS.backup_dir or backup_dir_for(
+            store_dir, settings, keras.backend.backend()
+        )
+    results = run(store_dir, settings, backup_dir=backup_dir)
     results.update(
         store=store_dir,
         build_store=FLAGS.build_store,
@@ -677,9 +739,8 @@ def main(argv):
     if FLAGS.output:
         write_json(FLAGS.output, results)
     # The job is done: its backups go (a --backup_dir given keeps whatever else it holds).
-    for backup in _backups(backup_dir):
-        shutil.rmtree(backup)
-    if os.path.isdir(backup_dir) and not os.listdir(backup_dir):
+    remove_backups(backup_dir)
+    if backup_dir and not FLAGS.backup_dir and not os.listdir(backup_dir):
         os.rmdir(backup_dir)
 
 

@@ -114,19 +114,8 @@ def test_a_killed_pass_resumes_from_its_last_backup(monkeypatch, tmp_path):
     monkeypatch.setattr(keras_next_day, "LOSS_WINDOW", 10)
     settings = _settings(backup_every=10)
     expected, expected_windows = _weights(settings, fit=True)
-    original = keras_next_day.batches
-
-    def dying(*args):  # The process dies after 17 steps' batches.
-        for step, batch in enumerate(original(*args)):
-            if step == 17:
-                raise RuntimeError("killed")
-            yield batch
-
-    monkeypatch.setattr(keras_next_day, "batches", dying)
-    with pytest.raises(Exception, match="killed"):  # TensorFlow's tf.data wraps it.
-        _weights(settings, fit=True, backup_dir=str(tmp_path))
+    _killed_at_17(monkeypatch, settings, str(tmp_path))
     assert os.listdir(tmp_path) == ["step-000000010"]  # The backup at 10; 20 never came.
-    monkeypatch.setattr(keras_next_day, "batches", original)
     got, windows = _weights(settings, fit=True, backup_dir=str(tmp_path))
     assert [steps for steps, _ in windows] == [10, 10, 5]
     np.testing.assert_allclose(
@@ -155,10 +144,68 @@ def test_a_backup_of_other_settings_is_refused(monkeypatch, tmp_path):
     assert [steps for steps, _ in windows] == [10, 10, 5]
 
 
-def test_the_default_backup_directory_is_named_by_store_and_settings(monkeypatch, tmp_path):
+def test_the_default_backup_directory_is_named_by_store_backend_and_settings(monkeypatch, tmp_path):
     monkeypatch.setenv("TFRS_LOGQ_CACHE", str(tmp_path))
-    name = keras_next_day.backup_dir_for
+
+    def name(store, settings, backend="jax"):
+        return keras_next_day.backup_dir_for(store, settings, backend)
+
     assert name("/a/store", _settings()) == name("/a/store", _settings(max_steps=7))
     assert name("/a/store", _settings()).startswith(str(tmp_path / "keras_next_day"))
     assert name("/a/store", _settings()) != name("/b/store", _settings())
     assert name("/a/store", _settings()) != name("/a/store", _settings(dim=4))
+    assert name("/a/store", _settings()) != name("/a/store", _settings(), "torch")
+
+
+def _killed_at_17(monkeypatch, settings, backup_dir):
+    """Runs a pass whose process dies after 17 steps' batches; its backups stay."""
+    original = keras_next_day.batches
+
+    def dying(*args):
+        for step, batch in enumerate(original(*args)):
+            if step == 17:
+                raise RuntimeError("killed")
+            yield batch
+
+    monkeypatch.setattr(keras_next_day, "batches", dying)
+    with pytest.raises(Exception, match="killed"):  # TensorFlow's tf.data wraps it.
+        _weights(settings, fit=True, backup_dir=backup_dir)
+    monkeypatch.setattr(keras_next_day, "batches", original)
+
+
+def test_a_pass_resumed_with_more_steps_per_call_counts_its_windows_on(monkeypatch, tmp_path):
+    if keras.backend.backend() == "torch":
+        pytest.skip("Keras runs one step per call on torch (steps_per_execution must be 1).")
+    monkeypatch.setattr(keras_next_day, "LOSS_WINDOW", 10)
+    expected, _ = _weights(_settings(), fit=False)
+    _killed_at_17(monkeypatch, _settings(backup_every=10), str(tmp_path))
+    # Resumed at 10 with 3 steps a call: windows of 12 from there, a backup at the first
+    # window's end 10 or more steps after the last.
+    got, windows = _weights(
+        _settings(backup_every=10, steps_per_execution=3), fit=True, backup_dir=str(tmp_path)
+    )
+    assert [steps for steps, _ in windows] == [10, 12, 3]
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_backup_past_max_steps_or_of_another_model_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(keras_next_day, "LOSS_WINDOW", 10)
+    _killed_at_17(monkeypatch, _settings(backup_every=10), str(tmp_path))
+    with pytest.raises(ValueError, match=r"max_steps=6: the backup .*step-000000010 holds 10"):
+        _weights(_settings(backup_every=10, max_steps=6), fit=True, backup_dir=str(tmp_path))
+    (backup,) = keras_next_day._backups(str(tmp_path))  # pylint: disable=protected-access
+    other = keras_next_day.make_model(NUM_USERS, NUM_ITEMS, _settings(share_item_table=True))
+    keras_next_day._build(other, next(keras_next_day.batches(_Store(16), 16, 0, 0)))  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match=r"is not of this model: \['two_tower/history/"):
+        keras_next_day.restore_backup(other, backup, _settings(backup_every=10))
+
+
+def test_backups_are_told_from_other_files(tmp_path):
+    for name in ("step-final", "step-000000099", "step-000000005.partial", "step-000000007"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "step-000000007" / "state.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert keras_next_day._backups(str(tmp_path)) == [str(tmp_path / "step-000000007")]  # pylint: disable=protected-access
+    keras_next_day.remove_backups(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "step-final"]
