@@ -117,7 +117,7 @@ if __name__ == "__main__":
     flags.DEFINE_integer(
         "backup_every",
         5000,
-        "Training steps between backups (0: none), rounded up to whole loss windows; a run "
+        "Training steps between backups (0: none), taken at the first loss window's end; a run "
         "killed while training resumes from its last backup when run again with the same "
         "settings.",
         lower_bound=0,
@@ -545,17 +545,17 @@ def _build(model, batch) -> None:
 
 def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
     """One pass of `model.fit` over the store's batches (`batches`), at most
-    `settings["max_steps"]`; [(steps, mean loss over those steps)], a window of LOSS_WINDOW
-    steps (rounded up to whole calls of `steps_per_execution`) at a time, the last maybe
-    shorter.
+    `settings["max_steps"]`; (the steps a backup held at the start, [(steps, mean loss over
+    those steps)]), a window of LOSS_WINDOW steps (rounded up to whole calls of
+    `steps_per_execution`) at a time, the last maybe shorter.
 
     `fit` rather than a loop of `train_on_batch`: Keras dispatches each step without waiting
     for the last one's loss (a `train_on_batch` call returns its logs to the host), so the
     next batch is read while the device trains; `settings["steps_per_execution"]` steps run in
     one call of the compiled function.
 
-    With `backup_dir`, the state is saved there every `settings["backup_every"]` steps
-    (rounded up to whole windows) and at the pass's end (`save_backup`), and a backup found
+    With `backup_dir`, the state is saved there at the first window's end `backup_every`
+    steps or more after the last backup, and at the pass's end (`save_backup`), and a backup found
     there is loaded first and its steps skipped: a killed run goes on where its last backup
     left it, and trains what one uninterrupted run trains.
     """
@@ -593,7 +593,7 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
         if verbose:
             print(f"resumed from {latest[0]}: {start} of {steps} steps trained", flush=True)
     if start >= steps:
-        return windows
+        return start, windows
 
     class Windows(keras_callback()):  # pylint: disable=too-few-public-methods
         """Closes each window when the next call of the step begins: records (and prints)
@@ -641,7 +641,7 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
             callbacks=[windows_callback],
         )
     windows_callback.close(steps)
-    return windows
+    return start, windows
 
 
 def keras_callback():
@@ -661,9 +661,8 @@ def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = ""):
     if not settings["sketch_width"]:
         settings = {**settings, "sketch_width": formulas.count_min_width(num_items)}
     model = make_model(num_users, num_items, settings)
-    latest = _backups(backup_dir)[-1:] if backup_dir else []
     started = time.time()
-    losses = train(model, store, settings, verbose, backup_dir)
+    resumed_from_step, losses = train(model, store, settings, verbose, backup_dir)
     train_seconds = time.time() - started
     # The pipelines' test index (`experiment.test_index`); index_size 0: the whole catalog.
     index = (
@@ -682,7 +681,7 @@ def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = ""):
         loss_window=LOSS_WINDOW,
         # The steps a backup held when the run began (trained by an earlier, killed process,
         # and not counted in train_seconds).
-        resumed_from_step=int(os.path.basename(latest[0])[len("step-") :]) if latest else 0,
+        resumed_from_step=resumed_from_step,
         train_seconds=round(train_seconds, 1),
         test_seconds=round(time.time() - started, 1),
         num_users=num_users,

@@ -58,7 +58,7 @@ def _weights(settings, fit, backup_dir=""):
     store = _Store(BATCH * 25 + 5)  # 25 full batches; the last 5 rows are dropped.
     model = keras_next_day.make_model(NUM_USERS, NUM_ITEMS, settings)
     if fit:
-        windows = keras_next_day.train(model, store, settings, False, backup_dir)
+        _, windows = keras_next_day.train(model, store, settings, False, backup_dir)
     else:
         windows = []
         for step, batch in enumerate(
