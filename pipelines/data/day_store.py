@@ -18,6 +18,11 @@ The examples, batches and queries equal those of the in-memory path (`splits.nex
 `builders.two_tower_dataset` with times): the tests compare them. The directory is written
 under a temporary name and renamed when complete, so a killed build is started again and a
 finished one is read back by evaluation and export.
+
+Read without TensorFlow (`DayStore.chunks`), a damaged store is refused, never read short or
+wrong: both CRC-32Cs of every record are checked (as tf.data's reader checks them), lengths
+are bounded by the file, and each day's file is counted against the manifest; each error is
+a `DataError` naming the file (and the record's byte offset).
 """
 
 import contextlib
@@ -25,6 +30,7 @@ import dataclasses
 import fcntl
 import glob
 import json
+import math
 import os
 import resource
 import shutil
@@ -106,46 +112,222 @@ class DayStore:
         """The TFRecord files of the examples, in time order."""
         return [os.path.join(self.directory, _examples_name(day)) for day in self.days]
 
+    def day_counts(self) -> np.ndarray:
+        """[d] the training examples of each day, from `day_ends`.
+
+        Raises:
+          DataError: naming the manifest, `days`, `day_ends` and `num_examples` that do not
+            agree (other lengths, ends that fall, a last end other than `num_examples`).
+        """
+        days, ends = np.asarray(self.days), np.asarray(self.day_ends)
+        counts = np.diff(ends, prepend=0)
+        last = int(ends[-1]) if len(ends) else 0
+        if len(days) != len(ends) or (counts < 0).any() or last != self.num_examples:
+            raise DataError(
+                os.path.join(self.directory, MANIFEST),
+                None,
+                f"days {days.tolist()}, day_ends {ends.tolist()} and num_examples "
+                f"{self.num_examples} do not agree (a day end for each day, never falling, "
+                "the last one num_examples).",
+            )
+        return counts
+
+    def verified_files(self) -> List[str]:
+        """`example_files`, each checked against the manifest before a record is read: it
+        exists and holds at least the bytes of its day's examples (an emptied or cut file is
+        refused here; `chunks` counts each day's examples as it reads them).
+
+        Raises:
+          DataError: naming a day's file that is missing or too short for its examples.
+        """
+        row_bytes = 4 * self._columns()
+        paths = self.example_files()
+        for path, day, count in zip(paths, self.days, self.day_counts()):
+            if not os.path.exists(path):
+                raise DataError(
+                    path,
+                    None,
+                    f"no such file, where the manifest counts {count} training examples on "
+                    f"day {day}: the store is damaged; build it again.",
+                )
+            size = os.path.getsize(path)
+            if size < count * row_bytes:
+                raise DataError(
+                    path,
+                    None,
+                    f"{size} bytes, fewer than the {count * row_bytes} of the {count} training "
+                    f"examples the manifest counts on day {day} ({row_bytes} bytes each): the "
+                    "file is cut short; build the store again.",
+                )
+        return paths
+
+    def _columns(self) -> int:
+        """int32 columns of an example: user, item, the history[, the weight's bits]."""
+        return 2 + self.history_length + int(self.weighted)
+
     def chunks(self) -> Iterator[Dict[str, np.ndarray]]:
         """The training examples in time order, a record's chunk at a time, as numpy arrays
         {"user", "item", "history"[, "weight"]}, the same values `parse_chunk` gives, read
         without TensorFlow (`read_records`, `decode_int32_tensor`): a Keras 3 job on JAX or
-        PyTorch streams the store a TensorFlow job built."""
-        for path in self.example_files():
-            for record in read_records(path):
-                chunk = decode_int32_tensor(record)
+        PyTorch streams the store a TensorFlow job built.
+
+        The files are checked before the first chunk (`verified_files`); each record's CRCs
+        as it is read (as TensorFlow's reader checks them) and each day's examples against the
+        manifest's count when its file ends, so a damaged store is refused, never read short.
+
+        Raises:
+          DataError: naming the file (and the record's byte offset): a day's file missing,
+            cut short or holding other than the manifest's count of examples; a record whose
+            CRC does not match, whose length runs past the file's end, or that is not an int32
+            tensor of the store's columns.
+        """
+        return self._chunks(self.verified_files(), self.day_counts())
+
+    def _chunks(self, paths: List[str], counts: np.ndarray) -> Iterator[Dict[str, np.ndarray]]:
+        columns, history = self._columns(), self.history_length
+        for path, day, count in zip(paths, self.days, counts):
+            rows = 0
+            for offset, record in _records_at(path):
+                try:
+                    chunk = decode_int32_tensor(record)
+                except ValueError as error:
+                    raise DataError(
+                        path, None, f"the record at byte {offset}: not an int32 tensor ({error})"
+                    ) from error
+                if chunk.ndim != 2 or chunk.shape[1] != columns:
+                    raise DataError(
+                        path,
+                        None,
+                        f"the record at byte {offset}: a chunk of shape {list(chunk.shape)}, "
+                        f"not [rows, {columns}] (user, item, {history} history items"
+                        f"{', the weight' if self.weighted else ''}).",
+                    )
+                rows += len(chunk)
+                if rows > count:
+                    raise DataError(
+                        path,
+                        None,
+                        f"the record at byte {offset} brings day {day}'s training examples to "
+                        f"{rows}, past the {count} the manifest counts: the store is damaged; "
+                        "build it again.",
+                    )
                 features = {
                     "user": chunk[:, 0],
                     "item": chunk[:, 1],
-                    "history": chunk[:, 2 : 2 + self.history_length],
+                    "history": chunk[:, 2 : 2 + history],
                 }
                 if self.weighted:
-                    features["weight"] = chunk[:, 2 + self.history_length].view(np.float32)
+                    features["weight"] = chunk[:, 2 + history].view(np.float32)
                 yield features
+            if rows != count:
+                raise DataError(
+                    path,
+                    None,
+                    f"{rows} training examples, where the manifest counts {count} on day {day}: "
+                    "the file is cut short; build the store again.",
+                )
 
     def day_items(self, day: int) -> np.ndarray:
-        """The items of training day `day`'s examples, in stream order."""
-        return np.load(os.path.join(self.directory, f"items-{day:05d}.npy"))
+        """The items of training day `day`'s examples, in stream order.
+
+        Raises:
+          ValueError: `day` is not one of the store's training days.
+          DataError: naming the day's items file, missing, unreadable or of another length
+            than the manifest's count of the day's examples.
+        """
+        index = int(np.searchsorted(self.days, day))
+        if index == len(self.days) or self.days[index] != day:
+            raise ValueError(
+                f"day_items: day={day} is not a training day of the store {self.directory} "
+                f"(days {self.days[0] if len(self.days) else None}.."
+                f"{self.days[-1] if len(self.days) else None}, {len(self.days)} of them)."
+            )
+        count = int(self.day_counts()[index])
+        path = os.path.join(self.directory, f"items-{day:05d}.npy")
+        if not os.path.exists(path):
+            raise DataError(
+                path,
+                None,
+                f"no such file, where the manifest counts {count} training examples on day "
+                f"{day}: the store is damaged; build it again.",
+            )
+        try:
+            items = np.load(path)
+        except (OSError, ValueError) as error:
+            raise DataError(path, None, f"not a readable .npy array ({error}).") from error
+        if items.shape != (count,):
+            raise DataError(
+                path,
+                None,
+                f"items of shape {list(items.shape)}, where the manifest counts {count} training "
+                f"examples on day {day}: the store is damaged; build it again.",
+            )
+        return items
+
+
+# A record: its length (uint64) and the length's masked CRC-32C, the data, the data's.
+_HEADER_BYTES, _FOOTER_BYTES = 12, 4
 
 
 def read_records(path: str) -> Iterator[bytes]:
     """The records of a TFRecord file, in order, without TensorFlow: each is a little-endian
-    uint64 length, its masked CRC-32C, the data and the data's masked CRC-32C (the CRCs are
-    not checked; a file cut short is named)."""
+    uint64 length, its masked CRC-32C, the data and the data's masked CRC-32C. Both CRCs are
+    checked and the length is bounded by the file, as TensorFlow's reader does.
+
+    Raises:
+      DataError: naming `path` and the record's byte offset: a CRC that does not match, a
+        header or a length that runs past the file's end.
+    """
+    for _, record in _records_at(path):
+        yield record
+
+
+def _records_at(path: str) -> Iterator[Tuple[int, bytes]]:
+    """(byte offset, data) of each record of the TFRecord file `path` (see `read_records`)."""
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        offset = 0
         while True:
-            header = f.read(12)
+            header = f.read(_HEADER_BYTES)
             if not header:
                 return
-            if len(header) < 12:
-                raise DataError(path, None, f"a TFRecord header cut short ({len(header)} bytes).")
-            (length,) = struct.unpack("<Q", header[:8])
-            data = f.read(length)
-            if len(data) < length or len(f.read(4)) < 4:
+            where = f"the record at byte {offset}"
+            if len(header) < _HEADER_BYTES:
                 raise DataError(
-                    path, None, f"a TFRecord record cut short ({len(data)} of {length})."
+                    path,
+                    None,
+                    f"{where}: a header of {len(header)} bytes, not {_HEADER_BYTES}: the file "
+                    "is cut short.",
                 )
-            yield data
+            (length,) = struct.unpack("<Q", header[:8])
+            expected = _masked_crc(header[:8])
+            if header[8:] != expected:
+                raise DataError(
+                    path,
+                    None,
+                    f"{where}: its length's masked CRC-32C is {header[8:].hex()}, where its "
+                    f"bytes {header[:8].hex()} give {expected.hex()}: the file is corrupt.",
+                )
+            left = size - offset - _HEADER_BYTES - _FOOTER_BYTES
+            if length > left:
+                raise DataError(
+                    path,
+                    None,
+                    f"{where}: a length of {length} bytes, where the file ({size} bytes) "
+                    f"holds {max(left, 0)} after its header: the file is cut short.",
+                )
+            data = f.read(length)
+            footer = f.read(_FOOTER_BYTES)  # Short only if the file shrank: then no match.
+            expected = _masked_crc(data)
+            if footer != expected:
+                raise DataError(
+                    path,
+                    None,
+                    f"{where}: its data's masked CRC-32C is {footer.hex()}, where its {length} "
+                    f"bytes give {expected.hex()}: the file is corrupt.",
+                )
+            yield offset, data
+            offset += _HEADER_BYTES + length + _FOOTER_BYTES
 
 
 _SLOW_CRC_SAID: List[bool] = []  # Said once a process.
@@ -160,7 +342,7 @@ def _masked_crc(data: bytes) -> bytes:
         _SLOW_CRC_SAID.append(True)
         warnings.warn(
             "google-crc32c runs its pure-Python CRC-32C here (no C extension for this "
-            "platform): writing a day store will be slow.",
+            "platform): writing and reading a day store will be slow.",
             stacklevel=2,
         )
     crc = google_crc32c.value(data)
@@ -211,35 +393,61 @@ def encode_int32_tensor(array: np.ndarray) -> bytes:
     )
 
 
-def _varint(data: bytes, position: int) -> Tuple[int, int]:
-    """(value, next position) of the protobuf varint at `position`."""
+def _varint(data, position: int) -> Tuple[int, int]:
+    """(value, next position) of the protobuf varint at `position` of `data` (bytes or a
+    memoryview).
+
+    Raises:
+      ValueError: the varint runs past the data's end or over 10 bytes.
+    """
     value = shift = 0
+    start = position
     while True:
+        if position >= len(data):
+            raise ValueError(
+                f"a varint at byte {start} runs past the message's end ({len(data)} bytes)"
+            )
         byte = data[position]
         position += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value, position
         shift += 7
+        if shift >= 70:
+            raise ValueError(f"a varint at byte {start} of more than 10 bytes")
 
 
-def _fields(data: bytes) -> Iterator[Tuple[int, int, int, bytes]]:
+def _fields(data) -> Iterator[Tuple[int, int, int, memoryview]]:
     """(field number, wire type, varint value, bytes value) of each field of a protobuf
-    message: varints (wire 0) and length-delimited fields (wire 2), the only wire types a
-    TensorProto of int32 uses."""
+    message: varints (wire 0) and length-delimited fields (wire 2, a view of `data`: not
+    copied), the only wire types a TensorProto of int32 uses.
+
+    Raises:
+      ValueError: another wire type, or a varint or a field that runs past the data's end.
+    """
+    view = memoryview(data)
     position = 0
-    while position < len(data):
-        key, position = _varint(data, position)
+    while position < len(view):
+        start = position
+        key, position = _varint(view, position)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, position = _varint(data, position)
-            yield number, wire, value, b""
+            value, position = _varint(view, position)
+            yield number, wire, value, view[0:0]
         elif wire == 2:
-            length, position = _varint(data, position)
-            yield number, wire, 0, data[position : position + length]
+            length, position = _varint(view, position)
+            if length > len(view) - position:
+                raise ValueError(
+                    f"field {number} at byte {start} has a length of {length} bytes, where "
+                    f"{len(view) - position} are left in the message"
+                )
+            yield number, wire, 0, view[position : position + length]
             position += length
         else:
-            raise ValueError(f"An unexpected protobuf wire type {wire} in a TensorProto.")
+            raise ValueError(
+                f"field {number} at byte {start} has the protobuf wire type {wire}, which a "
+                "TensorProto of int32 does not use"
+            )
 
 
 _DT_INT32 = 3  # TensorFlow's DataType enum.
@@ -250,10 +458,11 @@ def decode_int32_tensor(data: bytes) -> np.ndarray:
     `tensor_content` bytes, or its `int_val` list where TensorFlow wrote one).
 
     Raises:
-      ValueError: not a TensorProto of int32.
+      ValueError: not a TensorProto of int32 (another dtype, values other than its shape's,
+        a message cut or malformed).
     """
     shape: List[int] = []
-    content: Optional[bytes] = None
+    content: Optional[memoryview] = None
     values: List[int] = []
     for number, wire, integer, raw in _fields(data):
         if number == 1 and integer != _DT_INT32:
@@ -273,13 +482,23 @@ def decode_int32_tensor(data: bytes) -> np.ndarray:
                     values.append(item)
             else:
                 values.append(integer)
-    size = int(np.prod(shape)) if shape else 1
+    size = math.prod(shape)
     if content is not None:
+        if len(content) != 4 * size:
+            raise ValueError(
+                f"A tensor_content of {len(content)} bytes for the shape {shape} "
+                f"({size} int32 values, {4 * size} bytes)."
+            )
+        # One copy, native and writable, of the message's bytes.
         array = np.frombuffer(content, "<i4").astype(np.int32)
     else:  # Varints of negatives are their 64-bit two's complement: keep the low 32 bits.
         array = (np.array(values, np.uint64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
         if array.size == 1 and size > 1:  # One value written for a constant tensor.
             array = np.full(size, array[0], np.int32)
+        if array.size != size:
+            raise ValueError(
+                f"{array.size} int_val values for the shape {shape} ({size} int32 values)."
+            )
     return array.reshape(shape)
 
 
