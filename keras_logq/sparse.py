@@ -39,14 +39,47 @@ A step's memory traffic on the tables is then the batch's rows (ids x dim), not 
 catalog: `benchmarks/sparse_tables.py` measures both. The mixin's `train_step` is JAX's:
 on TensorFlow and PyTorch, `fit` raises with what to use there (`keras.layers.Embedding`,
 whose gradients those backends already keep sparse on TensorFlow).
+
+Ids, as the frequency estimators take them: integers in [0, input_dim). Strings and floats
+are a TypeError, and on JAX without `jax_enable_x64` an integer array of the host (numpy)
+holding an id beyond int32, which JAX would cut to 32 bits (2**32 + 3 read as 3), is a
+ValueError naming the id, in a call and in `fit`, `evaluate` and `predict` of a
+`SparseUpdates` model. A host array with an id outside [0, input_dim) is a ValueError
+naming it; inside a compiled step, where nothing can raise, such an id reads a row of NaN,
+so the loss is NaN, and no row is trained for it (JAX alone would read -1 as the last row).
+
+The optimizer's own settings, as Keras applies them to a dense table:
+
+- loss scaling (`loss_scale_factor`, `keras.optimizers.LossScaleOptimizer` and the
+  `mixed_float16` policy's) is undone before the rows move;
+- under a `LossScaleOptimizer`, a step with a non-finite gradient (the rows' included)
+  changes neither the tables nor the other weights, as Keras skips it;
+- `optimizer.iterations` counts the steps even when the tables are the only weights;
+- clipping (`clipnorm`, `clipvalue`, `global_clipnorm`), weight decay, gradient
+  accumulation and EMA are not applied to the tables, so a model with a `SparseEmbedding`
+  refuses an optimizer that sets any of them (a `ValueError` naming the setting).
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import keras
+import numpy as np
 from keras import ops
 
+from keras_logq import _ops as k
+
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+
+# The optimizer settings Keras applies in `apply`, which the tables' own rules do not:
+# (attribute, what is refused when it holds a value other than these).
+_UNSUPPORTED_SETTINGS = (
+    ("clipnorm", (None,)),
+    ("clipvalue", (None,)),
+    ("global_clipnorm", (None,)),
+    ("weight_decay", (None, 0, 0.0)),
+    ("gradient_accumulation_steps", (None, 1)),
+    ("use_ema", (False,)),
+)
 
 
 class _Tape:
@@ -93,7 +126,9 @@ class SparseEmbedding(keras.layers.Layer):
       embeddings_initializer: the table's initializer (Keras's default "uniform").
 
     Called on integer ids of any shape, it returns their rows ([..., output_dim]). Outside
-    a `SparseUpdates` model's training step it is a plain lookup (evaluation, serving).
+    a `SparseUpdates` model's training step it is a plain lookup (evaluation, serving). An
+    id outside [0, input_dim) is a ValueError when the ids are a host (numpy) array, and
+    reads a row of NaN otherwise (a compiled step cannot raise): never another id's row.
     """
 
     def __init__(
@@ -164,12 +199,23 @@ class SparseEmbedding(keras.layers.Layer):
             shape=shape, initializer=initializer, name=name, trainable=False, dtype="float32"
         )
 
+    def __call__(self, ids, *args, **kwargs):
+        # Before Keras converts a host array to a tensor (JAX would cut int64 to int32).
+        if isinstance(ids, (np.ndarray, np.generic, list, tuple, int)):
+            _check_host_ids(ids, self.input_dim)
+        return super().__call__(ids, *args, **kwargs)
+
     def call(self, ids):
-        ids = ops.convert_to_tensor(ids)
-        dtype = keras.backend.standardize_dtype(ids.dtype)
-        if "int" not in dtype:
-            raise TypeError(f"SparseEmbedding takes integer ids; received dtype {dtype}.")
-        rows = ops.take(self.embeddings, ids, axis=0)
+        try:
+            ids = k.ids_tensor("ids", ids, rank=None)
+        except TypeError as error:
+            dtype = keras.backend.standardize_dtype(ops.convert_to_tensor(ids).dtype)
+            raise TypeError(
+                f"SparseEmbedding takes integer ids; received dtype {dtype}."
+            ) from error
+        valid, rows_read = k.table_rows(ids, self.input_dim)
+        rows = ops.take(self.embeddings, rows_read, axis=0)
+        rows = ops.where(ops.expand_dims(valid, -1), rows, float("nan"))
         return rows if _TAPE is None else _TAPE.read(self, ids, rows)
 
     def compute_output_shape(self, input_shape):
@@ -179,14 +225,22 @@ class SparseEmbedding(keras.layers.Layer):
         """The table, then its optimizer state, in `sparse_update`'s order."""
         return [self.embeddings, *self.slots.values()]
 
-    def sparse_update(self, values: Sequence[Any], ids, gradients) -> List[Any]:
+    def sparse_update(self, values: Sequence[Any], ids, gradients, apply=True) -> List[Any]:
         """The rule applied to the rows of `ids` (flat, int) with `gradients` ([n, dim],
-        repeated ids summed first): new values of `state_variables()` (JAX arrays)."""
+        repeated ids summed first): new values of `state_variables()` (JAX arrays). An id
+        outside [0, input_dim) moves no row; `apply` False (a scalar bool: a skipped step)
+        leaves every value as it was."""
         import jax  # pylint: disable=import-outside-toplevel
         import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
         table, *slots = values
         n = ids.shape[0]
+        # Invalid ids (and all, on a skipped step) become input_dim: a row `put` drops
+        # (JAX would read -1 as the last row), with a zero gradient.
+        valid, _ = k.table_rows(ids, self.input_dim)
+        keep = jnp.logical_and(valid, apply)
+        ids = jnp.where(keep, ids, self.input_dim).astype(jnp.int32)
+        gradients = jnp.where(keep[:, None], gradients, 0)
         unique, inverse = jnp.unique(ids, size=n, fill_value=self.input_dim, return_inverse=True)
         g = jax.ops.segment_sum(gradients.astype(table.dtype), inverse.reshape(-1), num_segments=n)
 
@@ -210,7 +264,7 @@ class SparseEmbedding(keras.layers.Layer):
             step = lr * g / (jnp.sqrt(acc)[:, None] + self.epsilon)
             return [put(table, rows(table) - step), put(accumulator, acc)]
         m_all, v_all, count = slots
-        count = count + 1.0
+        count = count + jnp.where(apply, 1.0, 0.0)
         m_rows, v_rows = rows(m_all), rows(v_all)
         m = m_rows + (g - m_rows) * (1 - self.beta_1)
         v = v_rows + (g * g - v_rows) * (1 - self.beta_2)
@@ -234,6 +288,37 @@ class SparseEmbedding(keras.layers.Layer):
         return config
 
 
+def _check_host_ids(ids, input_dim: int) -> None:
+    """The named errors of ids given as a host array: strings, ids beyond int32 where the
+    backend would cut them (`keras_logq._ops.check_host_ids`), and ids outside the table."""
+    k.check_host_ids("ids", ids)
+    array = np.asarray(ids)
+    if array.dtype.kind not in "iu" or not array.size:
+        return
+    low, high = int(array.min()), int(array.max())
+    if low < 0 or high >= input_dim:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"`ids` must lie in [0, {input_dim}) (the table's input_dim); received the id {bad}."
+        )
+
+
+def _check_host_inputs(data) -> None:
+    """Integer host arrays beyond int32 in `fit`'s (or `evaluate`'s, `predict`'s) data,
+    which JAX without `jax_enable_x64` would cut to 32 bits before any layer sees them."""
+    for value in keras.tree.flatten(data):
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            k.check_host_ids("x", value)
+
+
+def _optimizer_variable(optimizer, variable) -> int:
+    """The position of `variable` in `optimizer.variables`."""
+    for position, other in enumerate(optimizer.variables):
+        if other is variable:
+            return position
+    raise ValueError(f"{variable.path} is not a variable of the optimizer {optimizer.name}.")
+
+
 class SparseUpdates:
     """A `keras.Model` mixin (`class M(SparseUpdates, keras.Model)`) whose JAX training step
     updates its `SparseEmbedding` tables row by row (see the module); the rest of the
@@ -246,6 +331,40 @@ class SparseUpdates:
             if isinstance(layer, SparseEmbedding)
         ]
 
+    def _check_optimizer(self, optimizer) -> None:
+        """Refuses optimizer settings that the tables' rules would not apply (the module)."""
+        if optimizer is None or not self._sparse_layers():
+            return
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        for name, neutral in _UNSUPPORTED_SETTINGS:
+            value = getattr(inner, name, None)
+            if not any(value is n or (value == n and n is not None) for n in neutral):
+                raise ValueError(
+                    f"The optimizer's `{name}` is not applied to SparseEmbedding tables, whose "
+                    f"rows move by their own rule; received {name}={value!r}. Leave it unset, or "
+                    "train the tables as keras.layers.Embedding."
+                )
+
+    def compile(self, optimizer="rmsprop", **kwargs):
+        """`keras.Model.compile`, refusing optimizer settings the tables would miss."""
+        super().compile(optimizer=optimizer, **kwargs)
+        self._check_optimizer(self.optimizer)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        """`keras.Model.fit`, after the host ids check (the module)."""
+        _check_host_inputs((x, y))
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        """`keras.Model.evaluate`, after the host ids check (the module)."""
+        _check_host_inputs((x, y))
+        return super().evaluate(x, y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        """`keras.Model.predict`, after the host ids check (the module)."""
+        _check_host_inputs(x)
+        return super().predict(x, *args, **kwargs)
+
     def train_step(self, *args):
         if keras.backend.backend() != "jax":
             raise NotImplementedError(
@@ -253,6 +372,7 @@ class SparseUpdates:
                 f"{keras.backend.backend()!r}. On TensorFlow use keras.layers.Embedding (its "
                 "gradients are IndexedSlices: the optimizers update the rows only)."
             )
+        self._check_optimizer(self.optimizer)
         return self._jax_sparse_train_step(*args)
 
     def _jax_sparse_train_step(self, state, data):
@@ -297,18 +417,52 @@ class SparseUpdates:
         )(trainable, deltas)
         layers = [layer for layer, _ in applied[-1].calls]
         unscaled_loss, y_pred, non_trainable, metrics_variables = aux
+        optimizer = self.optimizer
+        dynamic = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        # The loss the gradients are of was scaled by the optimizer (`scale_loss`): its
+        # factor, or a LossScaleOptimizer's scale as it was in this step.
+        if dynamic:
+            scale = optimizer_variables[_optimizer_variable(optimizer, optimizer.dynamic_scale)]
+        else:
+            scale = optimizer.loss_scale_factor
+        if scale is not None:
+            row_grads = [g.astype(jnp.float32) / scale for g in row_grads]
+        finite = True
+        if dynamic:  # A non-finite step moves nothing (as Keras skips it), the rows included.
+            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in [*grads, *row_grads]]))
+            if trainable and row_grads:  # The optimizer sees the rows' verdict too.
+                grads = [grads[0] * jnp.where(finite, 1.0, jnp.nan).astype(grads[0].dtype)] + list(
+                    grads[1:]
+                )
         if trainable:
-            trainable, optimizer_variables = self.optimizer.stateless_apply(
+            trainable, optimizer_variables = optimizer.stateless_apply(
                 optimizer_variables, grads, trainable
             )
+        else:
+            optimizer_variables = list(optimizer_variables)
+            if dynamic:  # The scale grows or shrinks as after a step of dense weights.
+                # pylint: disable=protected-access
+                optimizer_variables = jax.lax.cond(
+                    finite,
+                    lambda v: list(optimizer._stateless_handle_finite_grads(v, [], [])[1]),
+                    lambda v: list(optimizer._stateless_handle_non_finite_grads(v, [])[1]),
+                    optimizer_variables,
+                )
+            # Keras's `apply` returns before counting a step without gradients.
+            count = _optimizer_variable(optimizer, optimizer.iterations)
+            optimizer_variables[count] = optimizer_variables[count] + jnp.where(
+                finite, 1, 0
+            ).astype(optimizer_variables[count].dtype)
         non_trainable = list(non_trainable)
         position = {id(v): i for i, v in enumerate(self.non_trainable_variables)}
         for layer in dict.fromkeys(layers):  # Each table once, its calls' rows together.
             mine = [i for i, other in enumerate(layers) if other is layer]
-            flat_ids = jnp.concatenate([ids[i].reshape(-1) for i in mine]).astype(jnp.int32)
+            flat_ids = jnp.concatenate([ids[i].reshape(-1) for i in mine])
             flat_grads = jnp.concatenate([row_grads[i].reshape(-1, layer.output_dim) for i in mine])
             slots = [position[id(v)] for v in layer.state_variables()]
-            updated = layer.sparse_update([non_trainable[i] for i in slots], flat_ids, flat_grads)
+            updated = layer.sparse_update(
+                [non_trainable[i] for i in slots], flat_ids, flat_grads, apply=finite
+            )
             for i, value in zip(slots, updated):
                 non_trainable[i] = value
         logs, metrics_variables = self._update_metrics_variables(

@@ -244,3 +244,159 @@ def test_other_backends_say_what_to_use():
 def test_exported_from_the_package():
     assert keras_logq.SparseEmbedding is SparseEmbedding
     assert keras_logq.SparseUpdates is SparseUpdates
+
+
+# Ids as the frequency estimators take them, and the optimizer's settings (issue 75).
+
+TABLE = np.arange(20, dtype=np.float32).reshape(10, 2)
+
+
+def _table(**kwargs):
+    return SparseEmbedding(
+        10, 2, embeddings_initializer=keras.initializers.Constant(TABLE), **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    "ids, error, message",
+    [
+        (np.array([1, -1], np.int32), ValueError, r"\[0, 10\).*received the id -1\."),
+        (np.array([10, 2], np.int64), ValueError, r"\[0, 10\).*received the id 10\."),
+        (np.array(["a", "b"]), TypeError, "ids with string values"),
+        (np.array([1.0, 2.0], np.float32), TypeError, "integer ids; received dtype float32"),
+    ],
+)
+def test_bad_host_ids_are_named(ids, error, message):
+    with pytest.raises(error, match=message):
+        _table()(ids)
+
+
+@pytest.mark.skipif(not JAX, reason="JAX without x64 cuts int64 to int32")
+def test_an_int64_id_beyond_int32_is_named_not_wrapped():
+    with pytest.raises(ValueError, match="holds the id 4294967299, outside int32"):
+        _table()(np.array([2**32 + 3], np.int64))
+
+
+def test_an_invalid_id_reads_nan_in_a_compiled_call_never_another_row():
+    ids = keras.Input(shape=(), dtype="int32")
+    model = keras.Model(ids, _table()(ids))
+    rows = model.predict(np.array([1, -1, 10, 3], np.int32), verbose=0)
+    np.testing.assert_array_equal(rows[[0, 3]], TABLE[[1, 3]])
+    assert np.isnan(rows[[1, 2]]).all()
+
+
+class _SumModel(SparseUpdates, keras.Model):
+    """Loss = the sum of the rows read (each read row's gradient is 1), or of their logs,
+    plus, with `dense`, a dense weight's (whose gradient is 1, finite)."""
+
+    def __init__(self, dense=False, log=False, **table):
+        super().__init__()
+        self.table = SparseEmbedding(10, 2, embeddings_initializer="zeros", **table)
+        self.dense = keras.layers.Dense(1, use_bias=False) if dense else None
+        if self.dense is not None:
+            self.dense.build((None, 1))
+        self.log = log
+
+    def call(self, x):
+        return self.table(x)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        del x, y, sample_weight, training
+        loss = ops.sum(ops.log(y_pred) if self.log else y_pred)
+        if self.dense is not None:
+            loss = loss + ops.sum(self.dense(ops.ones((1, 1))))
+        return loss
+
+
+def _trained_rows(compiled, ids=(1, 2), **model):
+    network = _SumModel(**model)
+    network.compile(optimizer=compiled)
+    network.fit(np.array(ids, np.int32), epochs=1, batch_size=len(ids), verbose=0)
+    return network, keras.ops.convert_to_numpy(network.table.embeddings)
+
+
+@needs_jax
+def test_fit_trains_no_row_for_an_invalid_id():
+    _, rows = _trained_rows("sgd", ids=(1, -1), optimizer="sgd", learning_rate=1.0)
+    np.testing.assert_array_equal(rows[1], [-1.0, -1.0])
+    np.testing.assert_array_equal(rows[[0, *range(2, 10)]], 0.0)  # Row 9 (JAX's -1) too.
+
+
+@needs_jax
+def test_fit_refuses_an_int64_id_beyond_int32():
+    network = _SumModel()
+    network.compile(optimizer="sgd")
+    with pytest.raises(ValueError, match="`x` holds the id 4294967299, outside int32"):
+        network.fit(np.array([1, 2**32 + 3], np.int64), epochs=1, batch_size=2, verbose=0)
+    with pytest.raises(ValueError, match="`x` holds the id 4294967299"):
+        network.predict(np.array([2**32 + 3], np.int64), verbose=0)
+
+
+@needs_jax
+def test_loss_scaling_is_undone_before_the_rows_move():
+    table = dict(optimizer="sgd", learning_rate=0.5)
+    plain = _trained_rows(keras.optimizers.SGD(0.1), **table)[1]
+    scaled = _trained_rows(keras.optimizers.SGD(0.1, loss_scale_factor=8.0), **table)[1]
+    np.testing.assert_array_equal(plain[1], [-0.5, -0.5])
+    np.testing.assert_allclose(scaled, plain, rtol=1e-6)
+
+
+@needs_jax
+def test_mixed_float16_moves_an_adagrad_row_as_float32_does():
+    table = dict(optimizer="adagrad", learning_rate=0.01)
+    expected = _trained_rows("sgd", **table)[1]
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        network, rows = _trained_rows("sgd", **table)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert isinstance(network.optimizer, keras.optimizers.LossScaleOptimizer)
+    # Adagrad's first step: 0.01 * 1 / sqrt(0.1 + 1) = 0.0095 (0.1, unscaled by 32768,
+    # was the row's move before).
+    np.testing.assert_allclose(expected[1], -0.01 / np.sqrt(1.1 + 1e-7), rtol=1e-6)
+    np.testing.assert_allclose(rows, expected, rtol=1e-3)
+
+
+@needs_jax
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_non_finite_step_moves_nothing_under_a_loss_scale_optimizer(dense):
+    # log(0): an infinite loss and gradient; Keras skips the step and halves the scale.
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    network = _SumModel(dense=dense, log=True, optimizer="adam", learning_rate=0.1)
+    network.compile(optimizer=optimizer)
+    network(np.array([1], np.int32))
+    before = [keras.ops.convert_to_numpy(v) for v in network.weights]
+    network.fit(np.array([1, 2], np.int32), epochs=1, batch_size=2, verbose=0)
+    for old, new in zip(before, network.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(new), old)
+    assert float(keras.ops.convert_to_numpy(optimizer.dynamic_scale)) == 2.0**14
+    assert int(keras.ops.convert_to_numpy(optimizer.iterations)) == 0
+
+
+@needs_jax
+def test_iterations_advance_when_the_tables_are_the_only_weights():
+    network, _ = _trained_rows("sgd", ids=(1, 2, 3, 4), optimizer="sgd")
+    network.fit(np.array([1, 2, 3, 4], np.int32), epochs=1, batch_size=2, verbose=0)
+    assert int(keras.ops.convert_to_numpy(network.optimizer.iterations)) == 3
+
+
+@pytest.mark.parametrize(
+    "optimizer, message",
+    [
+        (lambda: keras.optimizers.SGD(clipnorm=1.0), "clipnorm=1.0"),
+        (lambda: keras.optimizers.SGD(clipvalue=0.5), "clipvalue=0.5"),
+        (lambda: keras.optimizers.SGD(global_clipnorm=2.0), "global_clipnorm=2.0"),
+        (lambda: keras.optimizers.AdamW(), "weight_decay=0.004"),
+        (lambda: keras.optimizers.SGD(gradient_accumulation_steps=4), "accumulation_steps=4"),
+        (lambda: keras.optimizers.SGD(use_ema=True), "use_ema=True"),
+        (
+            lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(clipvalue=1.0)),
+            "clipvalue=1.0",
+        ),
+    ],
+)
+def test_optimizer_settings_the_tables_would_miss_are_refused(optimizer, message):
+    with pytest.raises(ValueError, match=f"not applied to SparseEmbedding tables.*{message}"):
+        _SumModel().compile(optimizer=optimizer())
+    # A model without a SparseEmbedding is not concerned.
+    keras.Model().compile(optimizer=optimizer())
