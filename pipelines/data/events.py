@@ -10,8 +10,14 @@ weight column.
 The next-day split trained in time order does not hold the events at all: its
 second pass (`EncodedBatches`) goes to disk, day by day (`day_store`).
 
-Ids may be strings or integers of any size (64-bit ids are read as int64 and
-kept as their decimal strings in the vocabulary). Dense ids number the ids by
+Ids may be strings or integers of any size; the vocabulary keeps every id as the string
+the log writes (an integer column's ids as their decimal strings). How the ids are typed is
+decided once, on the first read, for the log, the catalog and the export together
+(`IdTypes`): a column is integer (served as int64) when every id of the log is an int64
+written as int64 prints it, digits without a sign or leading zeros ("0", "7",
+"9223372036854775807"); else strings, each id as written ("007" is the string "007", not
+7; "-5" the string "-5": a request's negative int64 id is padding). A catalog beside an
+integer log must hold such ids too (`read_catalog`). Dense ids number the ids by
 training count, most frequent first (ties by raw id), so dense item 1 is the
 most popular item; ids seen fewer than `min_item_count` / `min_user_count`
 times are out of vocabulary and their events are dropped (and counted). An event logged
@@ -31,7 +37,8 @@ or ISO-8601 strings ("2024-05-01", "2024-05-01T12:30:00", "2024-05-01T12:30:00Z"
 text or typed, in CSV, TSV and Parquet alike.
 
 Ids: surrounding whitespace is stripped ("u_1 " is "u_1"), and counted, unless
-`EventColumns.keep_id_whitespace`; an empty or null id is refused with its row.
+`EventColumns.keep_id_whitespace`; an empty or null id, or one holding a line break (the
+export's vocabulary files hold one id a line), is refused with its row.
 
 Every malformed input raises `DataError` naming the file, the column and the
 value, before anything is written: a missing column, a null id or time, a
@@ -46,7 +53,17 @@ import json
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import numpy as np
 
@@ -91,10 +108,12 @@ class EventColumns:
 
 
 class Vocabulary(NamedTuple):
-    """Raw ids of dense ids 1..N (as strings) and their training counts."""
+    """Raw ids of dense ids 1..N (as strings) and their training counts; `integer`: whether
+    the log's ids of this kind are integers, served as int64 (`IdTypes`; else strings)."""
 
     ids: np.ndarray  # [N] object (str)
     counts: np.ndarray  # [N] int64
+    integer: bool = False
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -222,16 +241,20 @@ def _no_nulls(path: str, batch, name: str, offset: int) -> None:
 
 def _ids(batch, name: str, path: str = "", offset: int = 0, keep_whitespace: bool = False):
     """(ids, is_integer, stripped): the id column as strings (integer ids as their decimal
-    form), whether it holds int64 integers (an unsigned id at or above 2^63 is kept as its
-    string), and how many ids lost surrounding whitespace ("u_1 " is "u_1"; none with
-    `keep_whitespace`). An empty id raises DataError naming its row."""
+    form), whether it is an integer column whose ids are all int64 integers served as such
+    (in [0, 2^63): an unsigned id at or above 2^63, or a negative one, is kept as its string;
+    False for a column of strings, whose ids `_first_not_integer` types), and how many ids
+    lost surrounding whitespace ("u_1 " is "u_1"; none with `keep_whitespace`). An empty id,
+    or one holding a line break, raises DataError naming its row."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     column = batch.column(name)
     if pa.types.is_integer(column.type):
-        largest = pc.max(column).as_py() if len(column) else 0
-        return column.cast(pa.string()), largest is None or largest <= _INT64_MAX, 0
+        bounds = pc.min_max(column)
+        smallest, largest = bounds["min"].as_py(), bounds["max"].as_py()
+        served = largest is None or (smallest >= 0 and largest <= _INT64_MAX)
+        return column.cast(pa.string()), served, 0
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise DataError(
             path, None, f"column {name!r} holds {column.type}; ids are strings or integers."
@@ -250,6 +273,16 @@ def _ids(batch, name: str, path: str = "", offset: int = 0, keep_whitespace: boo
             f"column {name!r} holds the empty id {shown(column[row].as_py())} in data row "
             f"{offset + row + 1}; every event needs a user and an item.",
         )
+    broken = pc.or_(pc.match_substring(ids, "\n"), pc.match_substring(ids, "\r"))
+    if pc.any(broken).as_py():
+        row = int(pc.indices_nonzero(broken)[0].as_py())
+        raise DataError(
+            path,
+            None,
+            f"column {name!r} holds the id {shown(column[row].as_py())} in data row "
+            f"{offset + row + 1}, which spans lines; an id holds no line break (in a CSV, "
+            "a quote left open runs on into the next lines).",
+        )
     return ids, False, stripped
 
 
@@ -259,18 +292,64 @@ _DECIMAL = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 _INT64_MAX = 2**63 - 1
 
 
-def _all_int64(ids) -> bool:
-    """Whether every string of `ids` is a decimal int64 (ASCII digits, in range)."""
+# An id served as int64: as int64 prints a value in [0, 2^63), no sign or leading zeros.
+_SERVED_INTEGER = r"^(0|[1-9][0-9]{0,18})$"
+
+
+def _first_not_integer(ids) -> Optional[int]:
+    """The position of the first string of `ids` (no nulls) that is not an int64 id as it
+    prints (`_SERVED_INTEGER`, at most 2^63 - 1), or None when every one is."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
-    if not pc.all(pc.match_substring_regex(ids, r"^-?[0-9]{1,19}$")).as_py():
-        return False
-    try:
-        ids.cast(pa.int64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False  # 19 digits past 2^63 - 1.
-    return True
+    ok = pc.match_substring_regex(ids, _SERVED_INTEGER)
+    past = pc.and_(  # 19 digits past 2^63 - 1 (strings of one length compare as numbers).
+        pc.equal(pc.binary_length(ids), 19), pc.greater(ids, pa.scalar(str(_INT64_MAX)))
+    )
+    ok = pc.and_(ok, pc.invert(past))
+    if pc.all(ok).as_py():
+        return None
+    return int(pc.index(ok, False).as_py())
+
+
+class IdTypes:
+    """How a log's user and item ids are typed, decided on its first read (`count_ids`),
+    for the log, its catalog and the export together: "item" is integer (served as int64)
+    when every item id of the log is an int64 as it prints (`_SERVED_INTEGER`: "7", not
+    "007", "-7", "7.0" or "x7"); else strings, each id as written. `example[kind]` is
+    (file, data row, id) of the first id that made a kind strings."""
+
+    def __init__(self):
+        self.integer = {"user": True, "item": True}
+        self.example: Dict[str, Optional[Tuple[str, int, str]]] = {"user": None, "item": None}
+
+    def see(self, kind: str, ids, is_integer: bool, path: str, offset: int) -> None:
+        """Takes a batch's ids of `kind` (`_ids`'s strings and is_integer) into account."""
+        if not self.integer[kind] or is_integer:
+            return
+        row = _first_not_integer(ids)
+        if row is not None:
+            self.integer[kind] = False
+            self.example[kind] = (path, offset + row + 1, ids[row].as_py())
+
+    def describe(self) -> str:
+        """One line: each kind's type, and for strings the id that made them so."""
+        parts, numeric = [], False
+        for kind in ("user", "item"):
+            example = self.example[kind]
+            if example is None:
+                parts.append(f"{kind} ids are integers (served as int64)")
+                continue
+            path, row, value = example
+            numeric |= bool(re.fullmatch(r"[-+]?[0-9.]+", value))  # Digits, not as int64 prints.
+            parts.append(f"{kind} ids are strings ({shown(value)} in {path} data row {row})")
+        line = "ids: " + "; ".join(parts) + "."
+        if numeric:
+            line += (
+                " An id is an integer only as int64 prints it, without a sign, leading zeros "
+                "or a point; strings are served as written ('007' is not '7')."
+            )
+        return line
 
 
 def _out_of_range(path: str, name: str, offset: int, row: int, value) -> DataError:
@@ -536,10 +615,10 @@ def time_span(
     return int(first), int(last)
 
 
-def _counted_events(files, columns, batch_rows, count_before):
+def _counted_events(files, columns, batch_rows, count_before, types=None):
     """(path, offset, batch, {"user", "item": id strings}, seconds) of each record batch,
     checked (nulls, ids, times); the ids and seconds of the events before `count_before`
-    only, when given."""
+    only, when given. `types` (`IdTypes`), when given, sees every id, counted or not."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
     offsets: Dict[str, int] = {}
@@ -551,7 +630,9 @@ def _counted_events(files, columns, batch_rows, count_before):
         seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
         ids = {}
         for kind, name in (("user", columns.user), ("item", columns.item)):
-            ids[kind] = _ids(batch, name, path, offset, columns.keep_id_whitespace)[0]
+            ids[kind], is_integer, _ = _ids(batch, name, path, offset, columns.keep_id_whitespace)
+            if types is not None:
+                types.see(kind, ids[kind], is_integer, path, offset)
         if count_before is not None:
             counted = seconds < count_before
             ids = {kind: value.filter(pa.array(counted)) for kind, value in ids.items()}
@@ -565,20 +646,24 @@ def count_ids(
     max_entries: Optional[int] = None,
     batch_rows: int = BATCH_ROWS,
     count_before: Optional[int] = None,
-) -> Dict[str, "pyarrow.Table"]:
-    """{"user", "item": (id, count) tables} over the log (the events before time
-    `count_before` only, when given), an event logged more than once (the same user, item
-    and time) counted once, as `load_events` keeps it (`_Duplicates`: a log with repeated
-    events is read once more); also checks every batch (columns, nulls, times).
-    `max_entries`: the most distinct ids (users plus items) allowed; a log with more raises
-    DataError as soon as the count passes it."""
+) -> Tuple[Dict[str, "pyarrow.Table"], IdTypes]:
+    """({"user", "item": (id, count) tables}, the ids' `IdTypes`) over the log (the counts
+    of the events before time `count_before` only, when given; the types of every event's
+    ids), an event logged more than once (the same user, item and time) counted once, as
+    `load_events` keeps it (`_Duplicates`: a log with repeated events is read once more);
+    also checks every batch (columns, nulls, ids, times). `max_entries`: the most distinct
+    ids (users plus items) allowed; a log with more raises DataError as soon as the count
+    passes it."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     parts: Dict[str, List] = {"user": [], "item": []}
     pending, read = 0, False
+    types = IdTypes()
     with _Duplicates() as duplicates:
-        for _, batch, ids, seconds in _counted_events(files, columns, batch_rows, count_before):
+        for _, batch, ids, seconds in _counted_events(
+            files, columns, batch_rows, count_before, types
+        ):
             read = True
             for kind, values in ids.items():
                 counted = pc.value_counts(values).flatten()
@@ -598,7 +683,7 @@ def count_ids(
                 parts[kind].append(repeats[kind])
     parts = {kind: [_merge_counts(tables)] for kind, tables in parts.items()}
     _check_budget(files, parts, max_entries)
-    return {kind: tables[0] for kind, tables in parts.items()}
+    return {kind: tables[0] for kind, tables in parts.items()}, types
 
 
 class _Duplicates:
@@ -799,14 +884,17 @@ def entries_in_budget(budget_mb: float, dim: int, slots: int = 2) -> int:
     return int(budget_mb * 2**20 / (4 * dim * (1 + slots) * _ENTRY_OVERHEAD))
 
 
-def vocabulary(counts: "pyarrow.Table", min_count: int) -> Vocabulary:
-    """The ids seen at least `min_count` times, most frequent first (ties by id)."""
+def vocabulary(counts: "pyarrow.Table", min_count: int, integer: bool = False) -> Vocabulary:
+    """The ids seen at least `min_count` times, most frequent first (ties by id); `integer`:
+    whether they are served as int64 (`IdTypes`)."""
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     kept = counts.filter(pc.greater_equal(counts["count"], min_count))
     kept = kept.sort_by([("count", "descending"), ("id", "ascending")])
     return Vocabulary(
-        np.asarray(kept["id"].to_pylist(), dtype=object), kept["count"].to_numpy().astype(np.int64)
+        np.asarray(kept["id"].to_pylist(), dtype=object),
+        kept["count"].to_numpy().astype(np.int64),
+        integer,
     )
 
 
@@ -818,19 +906,25 @@ def read_catalog(
     column: str = "item_id",
     batch_rows: int = BATCH_ROWS,
     keep_whitespace: bool = False,
+    integer: bool = False,
 ) -> "pyarrow.Array":
     """The distinct item ids of the catalog file `path` (--item_catalog), as strings, sorted:
     a text file (.txt, .txt.gz) of one id per line (empty lines skipped), or a CSV, TSV or
     Parquet file whose `column` holds them (integer ids as their decimal strings, as the
     log's). Surrounding whitespace is stripped, as the log's ids', unless `keep_whitespace`.
+    A CSV or TSV catalog is read strictly (Python's csv module, each id's line known).
+    `integer`: the log's item ids are integers (`IdTypes`), so every catalog id must be an
+    int64 as it prints ("7"; not "007", "-7", "7.0" or "abc": the export serves int64).
 
     Raises:
-      DataError: no file at `path`, an empty catalog, a null id, no `column`, or a file
-        that cannot be read.
+      DataError: naming the file and the line (a Parquet file's data row), before anything
+        is trained: no file at `path`, an empty catalog, a null or empty id, an id that
+        spans lines, no `column`, a malformed CSV or TSV (a quote left open, a row with
+        more or fewer fields than the header), a file that cannot be read, or with
+        `integer` an id the log's integer ids cannot hold.
     """
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
-    import pyarrow.csv as pa_csv  # pylint: disable=import-outside-toplevel
 
     if not os.path.isfile(path):
         raise DataError(
@@ -839,36 +933,163 @@ def read_catalog(
             "is not a file (--item_catalog: a .txt file of one item id per line, or a CSV, "
             "TSV or Parquet file with the item column).",
         )
-    parts = []
-    if path.endswith(CATALOG_TEXT) and os.path.getsize(path) == 0:
-        raise DataError(path, None, "--item_catalog holds no item id.")
+    # (ids, the line of each, or None for a Parquet batch, and its first data row).
+    parts: List[Tuple["pyarrow.Array", Optional[np.ndarray], int]] = []
     if path.endswith(CATALOG_TEXT):
-        try:
-            table = pa_csv.read_csv(
-                path,
-                read_options=pa_csv.ReadOptions(column_names=[column]),
-                parse_options=pa_csv.ParseOptions(delimiter="\t", quote_char=False),
-                convert_options=pa_csv.ConvertOptions(column_types={column: pa.string()}),
-            )
-        except (pa.ArrowInvalid, OSError) as error:
-            raise DataError(
-                path, None, f"cannot be read as one item id a line ({error})."
-            ) from None
-        ids = table.column(column).combine_chunks()
-        if not keep_whitespace:
-            ids = pc.utf8_trim_whitespace(ids)
-        parts = [ids.filter(pc.greater(pc.binary_length(ids), 0))]
-    else:
+        parts.append((*_text_catalog(path, keep_whitespace), 0))
+    elif file_format(path) == "parquet":
         columns = EventColumns(user=column, item=column, time="")
         offset = 0
         for _, batch in _batches([path], columns, batch_rows, only=[column]):
             _no_nulls(path, batch, column, offset)
-            parts.append(_ids(batch, column, path, offset, keep_whitespace)[0])
+            parts.append((_ids(batch, column, path, offset, keep_whitespace)[0], None, offset))
             offset += batch.num_rows
-    ids = pc.unique(pa.concat_arrays(parts)) if parts else pa.array([], pa.string())
+    else:
+        delimiter = "\t" if file_format(path) == "tsv" else ","
+        parts.append((*_csv_catalog(path, column, delimiter, keep_whitespace), 0))
+    if integer:
+        for ids, lines, offset in parts:
+            row = _first_not_integer(ids)
+            if row is None:
+                continue
+            line = None if lines is None else int(lines[row])
+            where = "" if lines is not None else f" in data row {offset + row + 1}"
+            raise DataError(
+                path,
+                line,
+                f"holds the item id {shown(ids[row].as_py())}{where}, which the event "
+                "log's item ids cannot hold: they are integers (served as int64), and a "
+                "catalog id beside them is an int64 as it prints ('7'; not '007', '-7', "
+                "'7.0' or a name). Write the catalog's ids as the log writes them.",
+            )
+    ids = pa.concat_arrays([part[0] for part in parts]) if parts else pa.array([], pa.string())
+    ids = pc.unique(ids)
     if not len(ids):
         raise DataError(path, None, "--item_catalog holds no item id.")
     return ids.take(pc.array_sort_indices(ids))
+
+
+def _open_text(path: str):
+    """`path` (gzipped when it ends in .gz) as UTF-8 text (a byte order mark skipped), its
+    line ends as written (the csv module reads them)."""
+    import gzip  # pylint: disable=import-outside-toplevel
+
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def _stripped(ids: List[str], lines: List[int], keep_whitespace: bool):
+    """(ids as an Arrow string array, surrounding whitespace stripped unless
+    `keep_whitespace`, as the log's; [n] int64 line of each)."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+    array = pa.array(ids, pa.string())
+    if not keep_whitespace:
+        array = pc.utf8_trim_whitespace(array)
+    return array, np.asarray(lines, np.int64)
+
+
+def _text_catalog(path: str, keep_whitespace: bool):
+    """(ids, [n] line of each) of a .txt catalog: one id a line, empty lines skipped; a line
+    holding a tab refused (a table is a .tsv or .csv file)."""
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+    ids: List[str] = []
+    lines: List[int] = []
+    try:
+        with _open_text(path) as f:
+            for number, line in enumerate(f, 1):  # Lines end at \n, \r\n or \r.
+                ids.append(line.rstrip("\r\n"))
+                lines.append(number)
+    except (OSError, UnicodeDecodeError, EOFError) as error:
+        raise DataError(path, None, f"cannot be read as one item id a line ({error}).") from None
+    array, numbers = _stripped(ids, lines, keep_whitespace)
+    tabbed = pc.match_substring(array, "\t").to_numpy(zero_copy_only=False)
+    if tabbed.any():
+        row = int(np.flatnonzero(tabbed)[0])
+        raise DataError(
+            path,
+            int(numbers[row]),
+            f"holds {shown(array[row].as_py())}, with a tab: a .txt catalog holds one item "
+            "id a line (a table of items is a .tsv or .csv file with the --item_column).",
+        )
+    filled = pc.greater(pc.binary_length(array), 0)
+    return array.filter(filled), numbers[filled.to_numpy(zero_copy_only=False)]
+
+
+def _csv_catalog(path: str, column: str, delimiter: str, keep_whitespace: bool):
+    """(ids, [n] line of each) of `column` of a CSV or TSV catalog (a header line, then a
+    row per item; empty lines skipped), read strictly: DataError naming the line of a quote
+    left open, of a row whose field count is not the header's, or of an empty id or one
+    that spans lines."""
+    import csv  # pylint: disable=import-outside-toplevel
+
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    ids: List[str] = []
+    lines: List[int] = []
+    start = 1  # The line the row being read starts on.
+    try:
+        with _open_text(path) as f:
+            reader = csv.reader(f, delimiter=delimiter, strict=True)
+            header = next(reader, None)
+            if not header:
+                raise DataError(path, None, "--item_catalog holds no item id.")
+            if column not in header:
+                raise DataError(
+                    path,
+                    None,
+                    f"has no column {column!r} (its columns: {', '.join(header)}); name "
+                    "the item column with --item_column.",
+                )
+            index = header.index(column)
+            start = reader.line_num + 1
+            for row in reader:
+                if row and len(row) != len(header):
+                    raise DataError(
+                        path,
+                        start,
+                        f"holds {len(row)} field{'s' * (len(row) != 1)} where the header "
+                        f"has {len(header)}: every row of a {kind} catalog has the "
+                        "header's fields.",
+                    )
+                if row:
+                    ids.append(row[index])
+                    lines.append(start)
+                start = reader.line_num + 1
+    except csv.Error as error:
+        unclosed = "unexpected end of data" in str(error) or "field limit" in str(error)
+        raise DataError(
+            path,
+            start,
+            "is not well-formed "
+            + kind
+            + (
+                f": a quote opened on this line is never closed ({error})."
+                if unclosed
+                else f" ({error})."
+            ),
+        ) from None
+    except (OSError, UnicodeDecodeError, EOFError) as error:
+        raise DataError(path, None, f"cannot be read as {kind} ({error}).") from None
+    array, numbers = _stripped(ids, lines, keep_whitespace)
+    for bad, what in (
+        (pc.equal(pc.binary_length(array), 0), "an empty id: every row of a catalog names an item"),
+        (
+            pc.or_(pc.match_substring(array, "\n"), pc.match_substring(array, "\r")),
+            "an id that spans lines: an id holds no line break (a quote left open runs on "
+            "into the next lines)",
+        ),
+    ):
+        if pc.any(bad).as_py():
+            first = int(pc.indices_nonzero(bad)[0].as_py())
+            raise DataError(
+                path, int(numbers[first]), f"column {column!r} holds {shown(ids[first])}, {what}."
+            )
+    return array, numbers
 
 
 def with_catalog(vocab: Vocabulary, catalog: "pyarrow.Array") -> Tuple[Vocabulary, Dict[str, int]]:
@@ -886,6 +1107,7 @@ def with_catalog(vocab: Vocabulary, catalog: "pyarrow.Array") -> Tuple[Vocabular
     extended = Vocabulary(
         np.concatenate([vocab.ids, np.asarray(added.to_pylist(), dtype=object)]),
         np.concatenate([vocab.counts, np.zeros(len(added), np.int64)]),
+        vocab.integer,
     )
     return extended, {
         "catalog_items": len(catalog),
@@ -903,18 +1125,22 @@ def log_vocabularies(
     max_entries: Optional[int] = None,
     batch_rows: int = BATCH_ROWS,
     count_before: Optional[int] = None,
+    say: Optional[Callable[[str], None]] = None,
 ) -> Dict[str, Vocabulary]:
     """{"user", "item": Vocabulary} of the log: `vocabularies` when given (a saved run's),
-    else counted (arguments as in `load_events`). An empty vocabulary raises DataError."""
+    else counted, each typed (`IdTypes`; `say`, when given, is told how, in one line).
+    Other arguments as in `load_events`. An empty vocabulary raises DataError."""
     for name, value in (("min_item_count", min_item_count), ("min_user_count", min_user_count)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"--{name} must be a positive integer; received {name}={value!r}.")
     if vocabularies is None:
-        counted = count_ids(files, columns, max_entries, batch_rows, count_before)
+        counted, types = count_ids(files, columns, max_entries, batch_rows, count_before)
         vocabularies = {
-            "user": vocabulary(counted["user"], min_user_count),
-            "item": vocabulary(counted["item"], min_item_count),
+            "user": vocabulary(counted["user"], min_user_count, types.integer["user"]),
+            "item": vocabulary(counted["item"], min_item_count, types.integer["item"]),
         }
+        if say is not None:
+            say(types.describe())
     for kind, vocab in vocabularies.items():
         if not len(vocab):
             raise DataError(
@@ -942,8 +1168,8 @@ class EncodedBatches:
     column and the row). After the iteration, `read` holds the events read, `stripped`
     the user and item ids read without their surrounding whitespace, `after` the events at
     or after `count_after` (the end of a next-day split's test day: never trained or tested
-    on, so dropped here, in or out of the vocabulary), and `integer_ids()` the id columns
-    whose every id is an int64 integer.
+    on, so dropped here, in or out of the vocabulary). `integer_ids()`: the id columns
+    served as int64, as the vocabularies were typed when counted (`IdTypes`), not read again.
     """
 
     def __init__(
@@ -962,12 +1188,12 @@ class EncodedBatches:
         self.value_sets = {
             kind: pa.array(list(vocab.ids), pa.string()) for kind, vocab in vocabularies.items()
         }
-        self.integer = {"user": True, "item": True}
+        self.integer = {kind: bool(vocab.integer) for kind, vocab in vocabularies.items()}
         self.read = 0
         self.stripped = {"user": 0, "item": 0}  # Ids read without surrounding whitespace.
 
     def integer_ids(self) -> Tuple[str, ...]:
-        return tuple(kind for kind in ("user", "item") if self.integer[kind])
+        return tuple(kind for kind in ("user", "item") if self.integer.get(kind))
 
     def __iter__(self) -> Iterator[Encoded]:
         import pyarrow as pa  # pylint: disable=import-outside-toplevel
@@ -983,12 +1209,8 @@ class EncodedBatches:
             self.read += batch.num_rows
             dense = {}
             for kind, name in (("user", columns.user), ("item", columns.item)):
-                ids, is_integer, stripped = _ids(
-                    batch, name, path, offset, columns.keep_id_whitespace
-                )
+                ids, _, stripped = _ids(batch, name, path, offset, columns.keep_id_whitespace)
                 self.stripped[kind] += stripped
-                if self.integer[kind] and not is_integer:  # A regex: only while needed.
-                    self.integer[kind] = _all_int64(ids)
                 dense[kind] = pc.index_in(ids, value_set=self.value_sets[kind])
             keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
             keep = keep.to_numpy(zero_copy_only=False)
@@ -1045,7 +1267,7 @@ def load_events(
       columns: the column names.
       min_item_count, min_user_count: ids seen fewer times are out of vocabulary.
       vocabularies: {"user", "item": Vocabulary} to encode with (a saved run's), instead of
-        counting the log.
+        counting the log; their ids typed as they say (`Vocabulary.integer`).
       max_entries: the most distinct users plus items (`entries_in_budget`).
       batch_rows: rows per record batch read.
       count_before: count the vocabularies on the events before this time only (the
@@ -1138,14 +1360,20 @@ def has_vocabularies(directory: str) -> bool:
 
 
 def load_vocabularies(directory: str) -> Dict[str, Vocabulary]:
-    """The vocabularies `save_vocabularies` wrote."""
+    """The vocabularies `save_vocabularies` wrote, typed as vocabulary.json's "integer_ids"
+    says (a kind whose saved ids are not all int64 as they print, as a run saved before the
+    types were decided up front may hold, is strings)."""
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
 
+    with open(os.path.join(directory, "vocabulary.json")) as f:
+        integer_ids = json.load(f).get("integer_ids", [])
     result = {}
     for kind, name in VOCABULARY_FILES.items():
         table = pq.read_table(os.path.join(directory, name))
+        ids = table["id"].combine_chunks()
         result[kind] = Vocabulary(
-            np.asarray(table["id"].to_pylist(), dtype=object),
+            np.asarray(ids.to_pylist(), dtype=object),
             table["count"].to_numpy().astype(np.int64),
+            kind in integer_ids and _first_not_integer(ids) is None,
         )
     return result

@@ -122,7 +122,10 @@ def _log_setup(
         vocabularies=saved,
         count_before=count_before,
         max_entries=events_lib.entries_in_budget(data.max_vocabulary_mb, dim),
+        say=lambda line: print(f"[data] {line}", flush=True),
     )
+    # The ids' types are decided here, once, before training: the log's (`IdTypes`), the
+    # catalog's checked against them, the saved vocabularies and the export following.
     if data.item_catalog and saved is None:
         vocabularies["item"] = _with_catalog(data, vocabularies["item"])
     return files, columns, vocabularies, span
@@ -188,7 +191,9 @@ def _with_catalog(data: configs.DataConfig, vocab: events_lib.Vocabulary) -> eve
     """The item vocabulary extended by the catalog's items (`events.with_catalog`), said."""
     path = item_catalog_path(data)
     column = event_columns(data).item
-    catalog = events_lib.read_catalog(path, column, keep_whitespace=data.keep_id_whitespace)
+    catalog = events_lib.read_catalog(
+        path, column, keep_whitespace=data.keep_id_whitespace, integer=vocab.integer
+    )
     vocab, facts = events_lib.with_catalog(vocab, catalog)
     print(
         f"[data] item catalog {path}: {facts['catalog_items']:,} items, "

@@ -8,6 +8,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from unittest import mock
 
@@ -695,6 +697,212 @@ class ItemCatalogTest(tf.test.TestCase):
             configs.validate(SMOKE.replace(dataset="events", data_path=csv, item_catalog="log"))
 
 
+class IdTypesTest(tf.test.TestCase):
+    """Issue 75: the ids' type is decided once, on the log's first read, for the log, the
+    catalog and the export: integers (int64) only as int64 prints them, else strings as
+    written; a catalog the log's integers cannot hold, or a malformed one, is refused with
+    its file, line and value before anything is trained."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp()
+
+    def _file(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w", newline="") as f:
+            f.write(text)
+        return path
+
+    def test_negative_and_zero_padded_ids_are_strings_as_written(self):
+        path = _write_csv(
+            os.path.join(self.dir, "log.csv"),
+            [(-1, "007", 1), (-2, "7", 2), (-1, -5, 3), (-2, "007", 4)],
+        )
+        said = []
+        vocabularies = events.log_vocabularies(events.event_files(path), SECONDS, say=said.append)
+        self.assertEqual([v.integer for v in vocabularies.values()], [False, False])
+        self.assertEqual(
+            said,
+            [
+                f"ids: user ids are strings ('-1' in {path} data row 1); item ids are strings "
+                f"('007' in {path} data row 1). An id is an integer only as int64 prints it, "
+                "without a sign, leading zeros or a point; strings are served as written "
+                "('007' is not '7')."
+            ],
+        )
+        log = events.load_events(path, SECONDS)
+        self.assertEqual(log.integer_ids, ())  # Was ("user", "item"): the export then failed.
+        # "007" and "7" are two items, each as written.
+        self.assertEqual(list(log.interactions.item_ids), ["", "007", "-5", "7"])
+        self.assertEqual(list(log.interactions.user_ids), ["", "-1", "-2"])
+        # Typed integer columns alike: a negative int64 id makes the column strings.
+        parquet = os.path.join(self.dir, "log.parquet")
+        pq.write_table(
+            pa.table(
+                {
+                    "user_id": pa.array([3, 9], pa.int64()),
+                    "item_id": pa.array([-4, 2**62], pa.int64()),
+                    "timestamp": [1, 2],
+                }
+            ),
+            parquet,
+        )
+        log = events.load_events(parquet, SECONDS)
+        self.assertEqual(log.integer_ids, ("user",))
+        self.assertIn("-4", list(log.interactions.item_ids))
+        # Integers as int64 prints them (0 and 2^63 - 1 included) are served as int64.
+        plain = _write_csv(
+            os.path.join(self.dir, "plain.csv"),
+            [(0, 2**63 - 1, 1), (10, 7, 2), (10, 0, 3)],
+        )
+        said.clear()
+        log = events.load_events(plain, SECONDS)
+        self.assertEqual(log.integer_ids, ("user", "item"))
+        events.log_vocabularies([plain], SECONDS, say=said.append)
+        self.assertEqual(
+            said,
+            [
+                "ids: user ids are integers (served as int64); item ids are integers "
+                "(served as int64)."
+            ],
+        )
+        # 19 digits past 2^63 - 1, a plus sign, a point: strings.
+        for value in (2**63, "+7", "7.0"):
+            other = _write_csv(os.path.join(self.dir, "other.csv"), [(1, 5, 1), (2, value, 2)])
+            self.assertEqual(events.load_events(other, SECONDS).integer_ids, ("user",), value)
+
+    def test_the_saved_vocabularies_keep_their_types(self):
+        path = _write_csv(os.path.join(self.dir, "log.csv"), [(1, "007", 1), (2, 8, 2)])
+        log = events.load_events(path, SECONDS)
+        directory = os.path.join(self.dir, "vocabulary")
+        events.save_vocabularies(
+            directory, log.interactions, {"integer_ids": list(log.integer_ids)}, {}
+        )
+        saved = events.load_vocabularies(directory)
+        self.assertEqual((saved["user"].integer, saved["item"].integer), (True, False))
+        again = events.load_events(path, SECONDS, vocabularies=saved)
+        self.assertEqual(again.integer_ids, ("user",))
+        # A run saved before the types were decided up front said "item" for "007": strings.
+        with open(os.path.join(directory, "vocabulary.json"), "w") as f:
+            json.dump({"integer_ids": ["user", "item"]}, f)
+        saved = events.load_vocabularies(directory)
+        self.assertEqual((saved["user"].integer, saved["item"].integer), (True, False))
+
+    def test_a_catalog_the_logs_integer_ids_cannot_hold_is_refused_with_its_line(self):
+        parquet = os.path.join(self.dir, "items.parquet")
+        pq.write_table(pa.table({"item_id": ["5", "6", "1.0"]}), parquet)
+        negative = os.path.join(self.dir, "negative.parquet")
+        pq.write_table(pa.table({"item_id": pa.array([5, -6], pa.int64())}), negative)
+        cases = [
+            (self._file("a.csv", "item_id,x\n7,a\n8,b\nabc,c\n"), "line 4", "'abc'"),
+            (self._file("b.txt", "7\n\n007\n"), "line 3", "'007'"),
+            (self._file("c.tsv", "x\titem_id\n1\t-7\n"), "line 2", "'-7'"),
+            (parquet, None, "'1.0' in data row 3"),
+            (negative, None, "'-6' in data row 2"),
+        ]
+        for path, line, value in cases:
+            where = f"{path}, {line}" if line else path
+            with self.assertRaisesRegex(
+                DataError,
+                re.escape(
+                    f"{where}: holds the item id {value}, which the event log's item ids "
+                    "cannot hold: they are integers (served as int64), and a catalog id beside "
+                    "them is an int64 as it prints ('7'; not '007', '-7', '7.0' or a name). "
+                    "Write the catalog's ids as the log writes them."
+                ),
+            ):
+                events.read_catalog(path, integer=True)
+            # Beside a log of strings, every one of them is an id.
+            self.assertIn(value.split("'")[1], events.read_catalog(path).to_pylist())
+
+    def test_a_malformed_csv_catalog_is_named_by_its_line(self):
+        cases = {
+            # The quote opened on line 3 swallowed the rest of the file: 1 id of 3 was read.
+            "q.csv": (
+                'item_id,x\n7,1\n"8,2\n9,3\n',
+                "line 3: is not well-formed CSV: a quote opened on this line is never closed "
+                "(unexpected end of data).",
+            ),
+            "r.csv": (
+                "item_id,x\n7,1\n\n8\n9,3\n",
+                "line 4: holds 1 field where the header has 2: every row of a CSV catalog "
+                "has the header's fields.",
+            ),
+            "r.tsv": (
+                "item_id\tx\n7\t1\t2\n",
+                "line 2: holds 3 fields where the header has 2: every row of a TSV catalog "
+                "has the header's fields.",
+            ),
+            "s.csv": (
+                'item_id\n7\n"8\n9"\n',
+                "line 3: column 'item_id' holds '8\\n9', an id that spans lines: an id holds "
+                "no line break (a quote left open runs on into the next lines).",
+            ),
+            "e.csv": (
+                "item_id,x\n7,1\n  ,2\n",
+                "line 3: column 'item_id' holds '  ', an empty id: every row of a catalog "
+                "names an item.",
+            ),
+            "m.csv": (
+                'item_id,x\n7,1\n"8"x,2\n',
+                "line 3: is not well-formed CSV (',' expected after '\"').",
+            ),
+            "t.txt": (
+                "7\n8\t9\n",
+                "line 2: holds '8\\t9', with a tab: a .txt catalog holds one item id a line (a "
+                "table of items is a .tsv or .csv file with the --item_column).",
+            ),
+        }
+        for name, (text, message) in cases.items():
+            path = self._file(name, text)
+            with self.assertRaisesRegex(DataError, re.escape(f"{path}, {message}")):
+                events.read_catalog(path)
+        # Quoted ids, a byte order mark, CRLF line ends, gzip: read as written.
+        path = os.path.join(self.dir, "ok.csv.gz")
+        with gzip.open(path, "wt", newline="") as f:
+            f.write('\ufeffitem_id,x\r\n"7",1\r\n"a,b",2\r\n\r\n')
+        self.assertEqual(events.read_catalog(path).to_pylist(), ["7", "a,b"])
+        self.assertEqual(events.read_catalog(path, integer=False).to_pylist(), ["7", "a,b"])
+
+    def test_an_id_that_spans_lines_in_the_log_is_named(self):
+        path = os.path.join(self.dir, "log.parquet")
+        pq.write_table(
+            pa.table({"user_id": ["u", "v"], "item_id": ["a", "b\r\nc"], "timestamp": [1, 2]}),
+            path,
+        )
+        with self.assertRaisesRegex(
+            DataError,
+            re.escape(
+                f"{path}: column 'item_id' holds the id 'b\\r\\nc' in data row 2, which spans "
+                "lines; an id holds no line break (in a CSV, a quote left open runs on into "
+                "the next lines)."
+            ),
+        ):
+            events.load_events(path, SECONDS)
+
+    def test_a_run_refuses_a_bad_catalog_before_training_and_writes_nothing(self):
+        start = web_synthetic.START_TIME
+        rows = [(u, (u * 7 + d) % 50, start + d * DAY + u) for d in range(5) for u in range(40)]
+        log = _write_csv(os.path.join(self.dir, "log.csv"), rows)
+        catalogs = {
+            self._file("abc.txt", "1\n2\nabc\n"): "abc.txt, line 3: holds the item id 'abc'",
+            self._file("q.csv", 'item_id\n1\n"2\n3\n'): "q.csv, line 3: is not well-formed CSV",
+        }
+        for catalog, message in catalogs.items():
+            for config in (
+                SMOKE.replace(dataset="events", data_path=log, index="exact", ks="10"),
+                configs.PRESETS["smoke"].replace(
+                    dataset="events", data_path=log, split="loo", min_user_count=1
+                ),
+            ):
+                out = tempfile.mkdtemp()
+                config = config.replace(item_catalog=catalog)
+                configs.validate(config)
+                with self.assertRaisesRegex(DataError, re.escape(message)):
+                    train.run(config, out, verbose=0)
+                self.assertEqual(os.listdir(out), [])
+
+
 class NextDaySplitTest(tf.test.TestCase):
     def test_days_queries_and_no_leakage(self):
         path = _write_csv(
@@ -1215,6 +1423,109 @@ class BadLogRunTest(tf.test.TestCase):
         _write_csv(path, rows)  # Fixed: the same command now trains.
         metrics = train.run(config, out, verbose=0)
         self.assertIn("recall@10", metrics["test"])
+
+
+@pytest.mark.integration
+class IdTypesRunTest(tf.test.TestCase):
+    """Issue 75: a log of negative and zero-padded integer ids trains, exports and serves
+    them as the strings the log writes; a bad catalog is one line on the command line."""
+
+    @staticmethod
+    def _item(index: int) -> str:
+        """50 items: "000".."009", "0".."9" (so "007" beside "7"), "-1".."-15", "35".."49"."""
+        if index < 10:
+            return f"{index:03d}"
+        if index < 20:
+            return str(index - 10)
+        if index < 35:
+            return str(19 - index)
+        return str(index)
+
+    def test_negative_and_zero_padded_ids_train_export_and_serve_as_written(self):
+        directory, out = tempfile.mkdtemp(), tempfile.mkdtemp()
+        start = web_synthetic.START_TIME
+        rows = [
+            (-(u + 1), self._item((u * 7 + d) % 50), start + d * DAY + u)
+            for d in range(5)
+            for u in range(40)
+        ]
+        path = _write_csv(os.path.join(directory, "log.csv"), rows)
+        config = SMOKE.replace(dataset="events", data_path=path, index="exact", ks="10")
+        metrics = train.run(config, out, verbose=0)  # It failed at the export.
+        self.assertIn("recall@10", metrics["test"])
+        self.assertTrue(os.path.exists(os.path.join(out, "metrics.json")))
+        _, model, split, data = experiment.load_run(out)
+        for raw in ("007", "7", "-3", "-1"):
+            self.assertIn(raw, list(data.item_ids))
+        served = tf.saved_model.load(metrics["exports"][0]).signatures["serving_default"]
+        inputs = served.structured_input_signature[1]
+        self.assertEqual((inputs["user"].dtype, inputs["history"].dtype), (tf.string, tf.string))
+        # Served = the model's exact search, in the log's ids.
+        users = split.test.users[:5]
+        histories = split.test.histories[:5]
+        longest = max(len(h) for h in histories)
+        raw = np.full([5, longest], "", object)
+        for row, history in enumerate(histories):
+            raw[row, longest - len(history) :] = data.item_ids[history]
+        answer = served(
+            user=tf.constant(data.user_ids[users].astype(str)), history=tf.constant(raw.astype(str))
+        )
+        self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [0] * 5)
+        self.assertEqual(answer["unknown_user"].numpy().tolist(), [False] * 5)
+        queries = model.query_embeddings(
+            {
+                "user": tf.constant(users, tf.int32),
+                "history": builders.left_pad(histories, config.model.history_length),
+            }
+        )
+        expected = retrieval.exact_top_k(
+            queries.numpy(), model.item_embeddings().numpy(), 10, exclude=histories
+        )
+        self.assertAllEqual(answer["ids"].numpy()[:, :10].astype(str), data.item_ids[expected])
+        # "007" is not 7: a history of "007" excludes it, not "7"; "-3" is an id, not padding.
+        for seen, other in (("007", "7"), ("7", "007"), ("-3", "3")):
+            answer = served(user=tf.constant(["-1"]), history=tf.constant([[seen]]))
+            ids = answer["ids"].numpy()[0].astype(str).tolist()
+            self.assertEqual(answer["unknown_history_ids"].numpy().tolist(), [0], seen)
+            self.assertNotIn(seen, ids)
+            self.assertIn(other, ids)
+
+    def test_a_bad_catalog_is_one_line_on_the_command_line_and_writes_nothing(self):
+        directory = tempfile.mkdtemp()
+        out = os.path.join(directory, "run")
+        start = web_synthetic.START_TIME
+        rows = [(u, (u * 7 + d) % 50, start + d * DAY + u) for d in range(5) for u in range(40)]
+        log = _write_csv(os.path.join(directory, "log.csv"), rows)
+        catalog = os.path.join(directory, "items.csv")
+        with open(catalog, "w") as f:
+            f.write("item_id\n1\n1.0\n")
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.cli",
+                "train",
+                "--preset=industrial_smoke",
+                "--dataset=events",
+                f"--data_path={log}",
+                f"--item_catalog={catalog}",
+                f"--output_dir={out}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        self.assertEqual(result.returncode, 1, result.stderr[-3000:])
+        self.assertIn(
+            f"error: {catalog}, line 3: holds the item id '1.0', which the event log's item ids "
+            "cannot hold",
+            result.stderr,
+        )
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn("[data] ids: user ids are integers (served as int64)", result.stdout)
+        self.assertFalse(os.path.exists(out) and os.listdir(out), out)
 
 
 class IndustrialConfigTest(tf.test.TestCase):
