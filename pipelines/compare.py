@@ -39,19 +39,43 @@ the others go on; the report names it and gives its row no mean until a rerun tr
 
 Statistics (`pipelines.significance`): per metric, each row's mean and SD over seeds; each
 row minus the baseline, paired by seed: its mean, SE, Student's t p, Holm's adjustment over
-the comparisons (one per row but the baseline, metric by metric), and the largest difference
-the seeds leave possible at 95% (TOST's bound: a difference above it is excluded); with
-`--margin=M`, TOST's p against +-M as well. One seed gives no p-values, and says so.
+the comparisons (one per row but the baseline, metric by metric), and the far end of its 90%
+interval (TOST at 5%: a difference beyond it either way is rejected); with `--margin=M`,
+TOST's p against +-M as well. A difference the same at every seed has SE 0: tested (p 0, or
+1 where it is 0). One seed gives no p-values, and says so. The advice reads every metric:
+a row that trails the baseline at any (Holm p < 0.05) is named, and equivalence is claimed
+only where the test queries' SE (a bootstrap of each run's per-query values) allows it.
 """
 
+import contextlib
+import functools
+import glob
+import hashlib
 import json
 import math
 import os
+import pty
 import re
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+import threading
+import time
+import tty
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import numpy as np
 from absl import app
@@ -218,10 +242,22 @@ def make_rows(row_texts: Sequence[str], corrections: Sequence[str]) -> List[Row]
     return rows
 
 
-def check_common(common: Sequence[str]) -> List[Tuple[str, str]]:
-    """The common flags (those after `--`), checked: flags only, none reserved."""
+def check_common(common: Sequence[str], rows: Sequence[Row] = ()) -> List[Tuple[str, str]]:
+    """The common flags (those after `--`), checked: flags only, none reserved, none that a
+    row sets (the row's value would silently win: each run's command puts it last)."""
     pairs = _flag_pairs(common, "the flags after --")
+    by_rows: Dict[str, Row] = {}
+    for row in rows:
+        for name, _ in row.flags:
+            by_rows.setdefault(name, row)
     for name, value in pairs:
+        if name in by_rows:
+            row = by_rows[name]
+            raise ValueError(
+                f"The flags after -- set --{name}={value}, which the rows set (row {row.name}: "
+                f"--{name}={dict(row.flags)[name]}): each row trains its own value, so leave "
+                f"--{name} out after --."
+            )
         if name in RESERVED:
             raise ValueError(
                 f"The flags after -- set --{name}, which compare sets for each run "
@@ -317,11 +353,106 @@ def per_query_path(run: Run) -> str:
     return run.record[: -len(".json")] + per_query_lib.SUFFIX
 
 
+class DamagedRecord(ValueError):
+    """A record (or compare.json) that is not readable JSON: named, never a traceback."""
+
+
+def read_json(path: str, what: str) -> Any:
+    """The JSON at `path`; a file that is not JSON raises `DamagedRecord` naming it."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DamagedRecord(
+            f"{path} is damaged: {what} that is not readable JSON ({error}). Delete it (the "
+            "same command then trains that run again) or restore it from version control."
+        ) from None
+
+
 def load_record(run: Run) -> Optional[Dict]:
     if not os.path.exists(run.record):
         return None
-    with open(run.record) as f:
-        return json.load(f)
+    return read_json(run.record, "a run's record")
+
+
+# A file hashed whole up to this size; past it, its first and last HASH_BYTES (with its size
+# and mtime): a change in a big file's middle shows only as its mtime.
+WHOLE_HASH_BYTES = 8 << 20
+HASH_BYTES = 1 << 20
+
+
+def fingerprint(path: str) -> Dict[str, Any]:
+    """{"size", "mtime", "sha256", "hashed"} of a file: sha256 of the whole file up to
+    WHOLE_HASH_BYTES ("whole"), else of its first and last HASH_BYTES ("first and last
+    MiB"), so that a log of gigabytes is fingerprinted in milliseconds."""
+    status = os.stat(path)
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        if status.st_size <= WHOLE_HASH_BYTES:
+            for block in iter(lambda: f.read(HASH_BYTES), b""):
+                digest.update(block)
+            hashed = "whole"
+        else:
+            digest.update(f.read(HASH_BYTES))
+            f.seek(status.st_size - HASH_BYTES)
+            digest.update(f.read(HASH_BYTES))
+            hashed = "first and last MiB"
+    return {
+        "size": status.st_size,
+        "mtime": round(status.st_mtime, 3),
+        "sha256": digest.hexdigest(),
+        "hashed": hashed,
+    }
+
+
+def data_files(config) -> List[str]:
+    """The absolute paths of the files a config reads its data from: --data_path (a file, a
+    directory's files, or a glob's) and --item_catalog; none for the synthetic logs, which
+    the runs draw (web_synthetic writes its log at --data_path), nor for MovieLens read
+    from $TFRS_LOGQ_DATA without --data_path."""
+    paths: List[str] = []
+    data = config.data
+    if data.data_path and data.dataset not in ("synthetic", "web_synthetic", "ml-1m-tfds"):
+        paths.append(data.data_path)
+    if data.item_catalog and data.item_catalog != "log":
+        paths.append(data.item_catalog)
+    found: set = set()
+    for path in paths:
+        for match in sorted(glob.glob(os.path.expanduser(path))) or [path]:
+            if os.path.isdir(match):
+                for root, directories, names in os.walk(match):
+                    directories[:] = sorted(d for d in directories if not d.startswith("."))
+                    found.update(
+                        os.path.abspath(os.path.join(root, n)) for n in names if n[:1] != "."
+                    )
+            elif os.path.isfile(match):
+                found.add(os.path.abspath(match))
+    return sorted(found)
+
+
+def fingerprints(configs_by_row: Mapping[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """Every row's data files (`data_files`), each `fingerprint`ed once, by absolute path."""
+    paths = sorted({p for config in configs_by_row.values() for p in data_files(config)})
+    return {path: fingerprint(path) for path in paths}
+
+
+def changed_files(stored: Mapping[str, Dict], current: Mapping[str, Dict]) -> List[str]:
+    """What differs between two `fingerprints`: a file gone, added, of another size or hash,
+    or (hashed in part) of another mtime, each named with why."""
+    changes = [f"{path} (gone)" for path in sorted(set(stored) - set(current))]
+    changes += [f"{path} (new)" for path in sorted(set(current) - set(stored))]
+    for path in sorted(set(stored) & set(current)):
+        was, now = stored[path], current[path]
+        if was["size"] != now["size"]:
+            changes.append(f"{path} ({was['size']:,} bytes then, {now['size']:,} now)")
+        elif was["sha256"] != now["sha256"]:
+            changes.append(f"{path} (other content: sha256 of the {now['hashed']} differs)")
+        elif now["hashed"] != "whole" and was["mtime"] != now["mtime"]:
+            changes.append(
+                f"{path} (modified since: only its first and last MiB are hashed, and its "
+                "mtime differs)"
+            )
+    return changes
 
 
 def finished(run: Run) -> bool:
@@ -339,12 +470,15 @@ def _common_record(run: Run) -> Dict[str, Any]:
         "seed": run.seed,
         "command": shlex.join(run.command),
         "directory": run.directory,
+        # Where the command ran: its relative paths (--data_path too) are relative to it.
+        "working_directory": os.getcwd(),
     }
 
 
-def write_record(run: Run) -> Dict:
+def write_record(run: Run, data_fingerprints: Optional[Mapping[str, Dict]] = None) -> Dict:
     """Writes the record of a finished run (RECORD_FIELDS of its metrics.json, its config
-    whole; the code diff copied beside it when the run's tree had one); returns it."""
+    whole, the working directory and `data_fingerprints` (`fingerprints`) of its data files;
+    the code diff copied beside it when the run's tree had one); returns it."""
     files = RunFiles(run.directory)
     with open(files.metrics) as f:
         metrics = json.load(f)
@@ -359,6 +493,8 @@ def write_record(run: Run) -> Dict:
         config=config,
         **{name: metrics[name] for name in RECORD_FIELDS if name in metrics},
     )
+    if data_fingerprints is not None:
+        record["data_files"] = dict(data_fingerprints)
     os.makedirs(os.path.dirname(run.record), exist_ok=True)
     if record.get("code_diff_sha256") and os.path.exists(files.code_diff):
         shutil.copyfile(files.code_diff, run.record[: -len(".json")] + ".diff")
@@ -407,6 +543,11 @@ def _describe(values: Sequence[float]) -> Dict[str, float]:
         "sd": float(array.std(ddof=1)) if array.size > 1 else 0.0,
         "n": int(array.size),
     }
+
+
+def _mean_of_seeds(by_seed: Mapping[int, Sequence[float]]) -> float:
+    """The mean over seeds of each seed's mean."""
+    return float(np.mean([np.mean(values) for values in by_seed.values()]))
 
 
 def summarize(
@@ -459,20 +600,25 @@ def summarize(
                 entry["train_seconds"] = float(np.mean(seconds))
         summary["rows"][row.name] = entry
     for kind in ("popularity", "oracle"):
-        values: Dict[str, List[float]] = {}
-        bands: Dict[str, List[float]] = {}
-        for record in finished_records:
+        # Per seed first (each seed's rows score the same baseline on the same test, a fresh
+        # log's with --vary_data), then over the seeds: a seed with more rows finished does
+        # not weigh more.
+        values: Dict[str, Dict[int, List[float]]] = {}
+        bands: Dict[str, Dict[int, List[float]]] = {}
+        for (_, seed), record in records.items():
+            if record.get("status") != "finished":
+                continue
             recorded = record.get("baselines", {}).get(kind) or {}
             for m, value in recorded.items():
                 if m in metrics and isinstance(value, (int, float)):
-                    values.setdefault(m, []).append(value)
+                    values.setdefault(m, {}).setdefault(seed, []).append(value)
             for key, value in (recorded.get("by_popularity") or {}).items():
-                bands.setdefault(key, []).append(value)
+                bands.setdefault(key, {}).setdefault(seed, []).append(value)
         if values:
-            summary["baselines"][kind] = {m: float(np.mean(v)) for m, v in values.items()}
+            summary["baselines"][kind] = {m: _mean_of_seeds(v) for m, v in values.items()}
         if bands:
             summary.setdefault("baselines_by_popularity", {})[kind] = {
-                key: float(np.mean(v)) for key, v in bands.items()
+                key: _mean_of_seeds(v) for key, v in bands.items()
             }
     others = [row.name for row in rows if row.name != baseline]
     for name in others:
@@ -486,7 +632,9 @@ def summarize(
                 }
                 for row in (baseline, name)
             ]
-            result = significance.paired_by_seed(by_seed[0], by_seed[1], margin=margin)
+            result = significance.paired_by_seed(
+                by_seed[0], by_seed[1], margin=margin, test_constant=True
+            )
             if result is not None:
                 summary["differences"][name][m] = result
     for m in metrics:  # Holm over the rows compared with the baseline, metric by metric.
@@ -526,8 +674,13 @@ def add_query_spread(
 ) -> None:
     """Adds to each paired difference with per-query values for all its seeds "se_queries"
     (`bootstrap_se` over the test queries) and "share_queries", the queries' share of the
-    variance se_queries^2 / (se_queries^2 + se^2), where se is the SE over seeds."""
-    base = summary["baseline"]
+    variance se_queries^2 / (se_queries^2 + se^2), where se is the SE over seeds; and what
+    the difference excludes over another draw of test users as well as of training:
+    "excluded_queries", the far end of its 90% interval with both SEs
+    (`significance.with_extra_se`), and with a margin "tost_p_queries". Where each seed
+    tested its own queries (a fresh log each), the seeds' SE holds their draw already: those
+    are the seeds' own."""
+    base, margin = summary["baseline"], summary.get("margin")
     for name, results in summary["differences"].items():
         for metric, result in results.items():
             records: List[Any] = [
@@ -556,6 +709,19 @@ def add_query_spread(
             # queries' draw already: the SE stands alone, no share of the two.
             if same and "se" in result and spread + result["se"] > 0:
                 result["share_queries"] = spread**2 / (spread**2 + result["se"] ** 2)
+            if "se" not in result:
+                continue  # One seed: nothing to combine.
+            if same:
+                both = significance.with_extra_se(
+                    result["mean"], result["se"], spread, len(result["seeds"]) - 1, margin
+                )
+                result["excluded_queries"] = both["excluded"]
+                if margin is not None:
+                    result["tost_p_queries"] = both["tost_p"]
+            else:
+                result["excluded_queries"] = result["excluded"]
+                if margin is not None:
+                    result["tost_p_queries"] = result["tost_p"]
 
 
 # ---------------------------------------------------------------------------- the report
@@ -567,34 +733,118 @@ def _number(value: float, places: int = 4) -> str:
     return f"{value:.1e}"
 
 
-def _verdict(result: Dict[str, Any]) -> str:
+def _verdict(result: Optional[Dict[str, Any]]) -> str:
     """better / worse / level at Holm's p < ALPHA; "untested" without a p."""
-    if "p_holm" not in result:
+    if not result or "p_holm" not in result:
         return "untested"
     if result["p_holm"] >= ALPHA:
         return "level"
     return "better" if result["mean"] > 0 else "worse"
 
 
+# What "excluded" is, wherever the report and the advice name it.
+BOUND = "the far end of the 90% interval, TOST at 5%"
+
+
 def _difference_cell(result: Optional[Dict[str, Any]]) -> str:
     if not result:
         return "–"
     head = f"{result['mean']:+.4f}"
-    if result.get("same"):
-        return f"{head} (the same at every seed)"
     if "p" not in result:
         return f"{head} (1 seed: no p-value)"
-    text = (
-        f"{head} (SE {_number(result['se'])}, p {_number(result['p'], 3)}, Holm "
-        f"{_number(result['p_holm'], 3)}; > {_number(result['excluded'])} excluded"
-    )
+    if result.get("same"):
+        text = f"{head} (the same at every seed: SE 0, Holm {_number(result['p_holm'], 3)}"
+    else:
+        text = (
+            f"{head} (SE {_number(result['se'])}, p {_number(result['p'], 3)}, Holm "
+            f"{_number(result['p_holm'], 3)}"
+        )
+    text += f"; 90% CI to ±{_number(result['excluded'])}"
     if "tost_p" in result:
         text += f"; TOST p {_number(result['tost_p'], 3)}"
     return text + ")"
 
 
+def _listed(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _at(results: Mapping[str, Dict[str, Any]], names: Sequence[str]) -> str:
+    """'recall@10 (-0.0153, Holm p 0.001) and ...': each metric with its difference."""
+    return _listed(
+        [
+            f"{m} ({results[m]['mean']:+.4f}, Holm p {_number(results[m]['p_holm'], 3)})"
+            for m in names
+        ]
+    )
+
+
+def verdicts(summary: Dict[str, Any]) -> Dict[str, Dict[str, str]]:
+    """Per row but the baseline, per metric: better / worse / level / untested."""
+    return {
+        name: {m: _verdict(results.get(m)) for m in summary["metrics"]}
+        for name, results in summary["differences"].items()
+    }
+
+
+def _equivalence(summary: Dict[str, Any], result: Dict[str, Any], base: str, name: str) -> str:
+    """What a level difference excludes, over seeds and (where known) over test queries, and
+    whether it lies within ±margin: claimed only where the test queries' SE allows it."""
+    margin = summary.get("margin")
+    queries = summary.get("test_queries") or [0, 0]
+    small = 0 < queries[0] < SMALL_TEST
+    text = (
+        f"on these test queries the seeds exclude a difference beyond "
+        f"±{_number(result['excluded'])} ({BOUND})"
+    )
+    if "excluded_queries" in result and "share_queries" in result:
+        text += (
+            f"; over another draw of test users as well (SE {_number(result['se_queries'])} "
+            f"over queries beside {_number(result['se'])} over seeds), beyond "
+            f"±{_number(result['excluded_queries'])}"
+        )
+    if margin is None:
+        if "excluded_queries" not in result:
+            text += (
+                "; the runs kept no per-query values, so the test queries' own uncertainty is "
+                "not in it" + (f", and {queries[0]:,} queries is a small test" if small else "")
+            )
+        return text
+    shown = _number(margin)
+    if "tost_p_queries" in result:
+        if result["tost_p_queries"] < ALPHA:
+            return text + (
+                f"; so {name} and {base} are equivalent within ±{shown} (TOST p "
+                f"{_number(result['tost_p_queries'], 3)}, the test queries' SE included)"
+            )
+        if result["tost_p"] < ALPHA:
+            return text + (
+                f"; the seeds alone would place it within ±{shown} (TOST p "
+                f"{_number(result['tost_p'], 3)}), but the test is too small to: with its "
+                f"queries' SE, TOST p {_number(result['tost_p_queries'], 3)}. No equivalence "
+                "is claimed; a larger test would tell"
+            )
+        return text + (
+            f"; not placed within ±{shown} (TOST p {_number(result['tost_p_queries'], 3)})"
+        )
+    if result["tost_p"] < ALPHA:
+        return text + (
+            f"; the seeds alone would place it within ±{shown} (TOST p "
+            f"{_number(result['tost_p'], 3)}), but the runs kept no per-query values to tell "
+            "whether the test is large enough"
+            + (f" ({queries[0]:,} queries is likely too small)" if small else "")
+            + ": no equivalence is claimed"
+        )
+    return text + f"; not placed within ±{shown} (TOST p {_number(result['tost_p'], 3)})"
+
+
 def advice(summary: Dict[str, Any], primary: str) -> str:
-    """A paragraph of advice from the summary's numbers alone."""
+    """A paragraph of advice from the summary's numbers alone, reading every metric: each
+    row's Holm-significant differences from the baseline are named; "use X" only for a row
+    that leads somewhere and trails nowhere; "keep the baseline" only where no row leads at
+    any metric; "pick the cheaper" only among rows level with the baseline at every metric.
+    `primary` (--metric) is read first: the level rows' bounds are given at it."""
     base, rows, seeds = summary["baseline"], summary["rows"], summary["seeds"]
     metrics = summary["metrics"]
     if not metrics:
@@ -620,7 +870,8 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
         )
     if missing:
         sentences.append("Runs not trained yet: " + "; ".join(missing) + ".")
-    if all("p" not in r.get(primary, {}) for r in summary["differences"].values()):
+    by_row = verdicts(summary)
+    if all(v == "untested" for row in by_row.values() for v in row.values()):
         if seeds < 2:
             sentences.append(
                 "With one seed a row there are no p-values: each difference below is one draw "
@@ -628,81 +879,84 @@ def advice(summary: Dict[str, Any], primary: str) -> str:
             )
         else:
             sentences.append(
-                f"No row has two seeds paired with {base} that differ at {primary}: no p-values "
-                "yet (the same command trains what is missing)."
+                f"No row has two seeds paired with {base}: no p-values yet (the same command "
+                "trains what is missing)."
             )
         return " ".join(sentences)
-    Verdict = Tuple[str, Dict[str, Any], List[str]]
-    better: List[Verdict] = []
-    worse: List[Verdict] = []
-    level: List[Verdict] = []
-    trade: List[Verdict] = []
-    untested: List[str] = []
-    for name, results in summary["differences"].items():
-        verdict = _verdict(results.get(primary, {}))
-        others = {m: _verdict(results.get(m, {})) for m in metrics if m != primary}
-        result = results.get(primary, {})
-        if verdict == "better":
-            losing = [m for m, v in others.items() if v == "worse"]
-            (trade if losing else better).append((name, result, losing))
-        elif verdict == "worse":
-            worse.append((name, result, [m for m, v in others.items() if v == "better"]))
-        elif verdict == "level":
-            level.append((name, result, [m for m, v in others.items() if v != "level"]))
-        else:
-            untested.append(name)
-    if untested:
-        sentences.append(
-            f"Not tested at {primary} (fewer than two seeds paired with {base}, or the same "
-            f"difference at every seed): {', '.join(untested)}."
-        )
+    order = [primary] + [m for m in metrics if m != primary]
+    leaders, trades, level_everywhere = [], [], []
     k = sum("p_holm" in r.get(primary, {}) for r in summary["differences"].values())
-    family = f"Holm-adjusted over {k} comparisons" if k > 1 else "one comparison"
-    if better:
-        name, result, _ = max(better, key=lambda item: item[1]["mean"])
-        sentences.append(
-            f"Use {name}: on this log it leads {base} at {primary} by {result['mean']:+.4f} "
-            f"(p {_number(result['p_holm'], 3)}, {family}, {len(result['seeds'])} seeds) and "
-            "is worse at no other metric."
-        )
-    for name, result, losing in trade:
-        sentences.append(
-            f"{name} leads {base} at {primary} ({result['mean']:+.4f}) but trails it at "
-            f"{', '.join(losing)}: choose by the metric your product counts."
-        )
-    for name, result, winning in worse:
-        text = (
-            f"{name} trails {base} at {primary} by {result['mean']:+.4f} "
-            f"(p {_number(result['p_holm'], 3)})"
-        )
-        sentences.append(text + (f", though it leads at {', '.join(winning)}." if winning else "."))
-    for name, result, _ in level:
-        text = (
-            f"{name} and {base} are level at {primary} ({result['mean']:+.4f}, p "
-            f"{_number(result['p_holm'], 3)}, {family}); these seeds exclude a difference "
-            f"above {_number(result['excluded'])}"
-        )
-        if "tost_p" in result:
-            within = result["tost_p"] < ALPHA
-            text += (
-                f", and {'place' if within else 'do not place'} it within ±"
-                f"{_number(summary['margin'])} (TOST p {_number(result['tost_p'], 3)})"
+    family = f"Holm over the {k} rows compared, metric by metric" if k > 1 else "one row compared"
+    for name, results in summary["differences"].items():
+        verdict = by_row[name]
+        wins = [m for m in order if verdict[m] == "better"]
+        losses = [m for m in order if verdict[m] == "worse"]
+        untested = [m for m in order if verdict[m] == "untested"]
+        if wins and losses:
+            trades.append(name)
+            sentences.append(
+                f"{name} leads {base} at {_at(results, wins)} but trails it at "
+                f"{_at(results, losses)}: a trade-off, to choose by the metric your product "
+                "counts."
             )
+        elif wins:
+            leaders.append(name)
+            sentences.append(
+                f"{name} leads {base} at {_at(results, wins)} and trails it at none of the "
+                f"{len(metrics) - len(untested)} metrics tested ({family})."
+            )
+        elif losses:
+            sentences.append(f"{name} trails {base} at {_at(results, losses)}.")
+        tested_level = [m for m in order if verdict[m] == "level"]
+        if tested_level and not wins and not losses:
+            result = results[tested_level[0]]
+            sentences.append(
+                f"{name} and {base} are level at "
+                + ("every metric tested" if len(tested_level) > 1 else tested_level[0])
+                + f" ({family}, Holm p ≥ {ALPHA}); at {tested_level[0]} "
+                f"({result['mean']:+.4f}, Holm p {_number(result['p_holm'], 3)}) "
+                + _equivalence(summary, result, base, name)
+                + "."
+            )
+            if not untested:
+                level_everywhere.append(name)
+        if untested:
+            sentences.append(
+                f"{name} is not tested against {base} at {_listed(untested)} (fewer than two "
+                "seeds paired)."
+            )
+    if len(leaders) == 1 and not trades:
+        sentences.append(f"Use {leaders[0]} on this log.")
+    elif leaders:
+        others = [n for n in summary["differences"] if n not in leaders[:1]]
+        sentences.append(
+            f"Prefer {_listed(leaders)} to {base}: "
+            + ("each leads" if len(leaders) > 1 else "it leads")
+            + f" somewhere and trails nowhere; against {_listed(others)} "
+            + ("they are" if len(leaders) > 1 else "it is")
+            + f" not compared here (the same command with --baseline={leaders[0]} "
+            "--report_only compares them)."
+        )
+    elif trades:
+        sentences.append(
+            f"No row is ahead of {base} at every metric without trailing it at another: "
+            "which to keep depends on the metric your product counts."
+        )
+    else:
+        text = f"No row beats {base} at any metric: keep {base}"
+        cost = {n: rows[n].get("train_seconds") for n in [base, *level_everywhere]}
+        priced = {n: c for n, c in cost.items() if c is not None}
+        if level_everywhere and len(priced) > 1:
+            cheapest = min(priced, key=priced.__getitem__)
+            shown = ", ".join(f"{n} {c:.0f}" for n, c in priced.items())
+            if cheapest != base:
+                text += (
+                    f", or the cheaper {cheapest}, level with it at every metric (training "
+                    f"seconds: {shown})"
+                )
+            else:
+                text += f", the cheapest of the rows level with it (training seconds: {shown})"
         sentences.append(text + ".")
-    if not better and not trade:
-        cost = {
-            name: entry.get("train_seconds")
-            for name, entry in rows.items()
-            if entry.get("train_seconds") is not None
-        }
-        advice_text = f"No row beats {base} at {primary}: keep {base}"
-        if len(cost) > 1 and level:
-            advice_text += (
-                ", or where rows are level pick the cheaper (training seconds: "
-                + ", ".join(f"{n} {s:.0f}" for n, s in cost.items())
-                + ")"
-            )
-        sentences.append(advice_text + ".")
     for name, results in summary["differences"].items():
         result = results.get(primary, {})
         if "share_queries" in result:
@@ -836,8 +1090,10 @@ def format_report(
         "",
         "SE: the standard error of the mean difference over seeds; p: Student's t, two-sided; "
         "Holm: p adjusted over the rows compared, metric by metric (better or worse where "
-        f'Holm < {ALPHA}); "> X excluded": the 95% bound of two one-sided tests, a '
-        "difference larger than X is unlikely at these seeds"
+        f'Holm < {ALPHA}); "90% CI to ±X": X is the far end of the difference\'s 90% '
+        "confidence interval over these seeds, on these test queries (TOST at 5%: two "
+        "one-sided tests each reject a difference beyond ±X); a difference the same at every "
+        "seed has SE 0 (p 0 unless it is 0)"
         + (f"; TOST p: against ±{summary['margin']:g}" if summary["margin"] else "")
         + ".",
     ]
@@ -852,12 +1108,14 @@ def format_report(
             "",
             "## Training or test queries?",
             "",
-            f"| row − {base} | metric | SE over seeds | SE over test queries | queries' share |",
-            "|---|---|---|---|---|",
+            f"| row − {base} | metric | SE over seeds | SE over test queries | queries' share "
+            "| 90% CI to ±, seeds and queries |",
+            "|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {name} − {base} | {m} | {_number(r['se'])} | {_number(r['se_queries'])} | "
             + (f"{r['share_queries']:.0%} |" if "share_queries" in r else "– |")
+            + (f" {_number(r['excluded_queries'])} |" if "excluded_queries" in r else " – |")
             for name, m, r in spread_rows
         ]
         unshared = any("share_queries" not in r for _, _, r in spread_rows)
@@ -867,7 +1125,9 @@ def format_report(
             + ("" if unshared else " on these test queries")
             + f", which the p-values above are conditional on; SE over test queries: "
             f"{REPLICATES:,} bootstrap resamples of the queries (each seed's pair on the same "
-            "resample), the uncertainty of another draw of test users; the share: its part of "
+            "resample), the uncertainty of another draw of test users; the last column: "
+            f"{BOUND}, with both SEs (on the seeds' degrees of freedom), what the difference "
+            "excludes over another draw of training and of test users; the share: its part of "
             "the two variances' sum"
             + (
                 " (–: each seed tested its own queries, a fresh log's, so the SE over seeds "
@@ -949,6 +1209,218 @@ def run_table(runs: Sequence[Run], records: Mapping[Tuple[str, int], Dict], prim
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------- the runs
+
+# How often a running child's progress is printed, and how long a stopped one has to exit
+# after SIGINT before its process group is killed.
+PROGRESS_SECONDS = 30.0
+STOP_SECONDS = 5.0
+# Keras's progress bar (verbose=1, which `pipelines.train` picks on a terminal): the step,
+# the epoch's ETA and the loss.
+_BAR = re.compile(r"(\d+)/(\d+) \[[=>.]*\]")
+_ETA = re.compile(r" - ETA: (\S+)")
+_LOSS = re.compile(r" - loss: ([-+0-9.einaf]+)")
+_EPOCH = re.compile(r"^Epoch (\d+)/(\d+)")
+
+
+def progress_text(line: str, epoch: str = "") -> str:
+    """A child's last line as compare prints it: 'epoch 1/3, step 120/500, loss 5.4321, ETA
+    1:02' from Keras's progress bar; any other line as it is."""
+    match = _BAR.search(line)
+    if not match:
+        return line.strip()[:200]
+    step, total = match.groups()
+    eta, loss = (
+        found.group(1) if found else None for found in (_ETA.search(line), _LOSS.search(line))
+    )
+    text = (f"epoch {epoch}, " if epoch else "") + f"step {step}/{total}"
+    if loss:
+        text += f", loss {loss}"
+    return text + (f", ETA {eta}" if eta else "")
+
+
+class _Child:
+    """One run's process: in a session (and process group) of its own, so that compare alone
+    decides when it stops, writing to a pseudo-terminal (so that `pipelines.train` shows
+    Keras's progress bar) that a thread drains into the run's train.log, keeping the last
+    line."""
+
+    def __init__(self, number: int, total: int, run: Run, cpus: Optional[List[int]]):
+        self.number, self.total, self.run, self.cpus = number, total, run, cpus
+        self.last, self.epoch = "", ""
+        self.started = self.shown = time.time()
+        files = RunFiles(run.directory)
+        os.makedirs(run.directory, exist_ok=True)
+        self.log_path = files.train_log
+        self.log = open(self.log_path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+        line = shlex.join(run.command)
+        self.log.write(line + (f"  # CPUs {list(cpus)}" if cpus else "") + "\n")
+        self.log.flush()
+        master, terminal = pty.openpty()
+        tty.setraw(terminal)  # Bytes as written: no "\r\n" for "\n".
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        pin = None
+        if cpus is not None:
+            env.update(TF_NUM_INTRAOP_THREADS=str(len(cpus)), TF_NUM_INTEROP_THREADS=str(len(cpus)))
+            pin = functools.partial(os.sched_setaffinity, 0, list(cpus))
+        try:
+            self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+                run.command,
+                stdin=subprocess.DEVNULL,
+                stdout=terminal,
+                stderr=terminal,
+                env=env,
+                preexec_fn=pin,
+                start_new_session=True,
+            )
+        finally:
+            os.close(terminal)
+        self.master = master
+        self.reader = threading.Thread(target=self._drain, daemon=True)
+        self.reader.start()
+
+    def label(self) -> str:
+        return f"[{self.number}/{self.total}] {self.run.row.name} seed {self.run.seed}"
+
+    def _line(self, raw: bytes, whole: bool) -> None:
+        text = raw.rsplit(b"\r", 1)[-1].replace(b"\b", b"").decode("utf-8", "replace")
+        if whole:
+            self.log.write(text + "\n")
+            self.log.flush()
+            epoch = _EPOCH.match(text)
+            if epoch:
+                self.epoch = f"{epoch.group(1)}/{epoch.group(2)}"
+        if text.strip():
+            self.last = text
+
+    def _drain(self) -> None:
+        pending = b""
+        while True:
+            try:
+                data = os.read(self.master, 1 << 16)
+            except OSError:  # EIO: every holder of the terminal has closed it.
+                data = b""
+            if not data:
+                break
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                self._line(line, whole=True)
+            pending = b"\r" + pending.rsplit(b"\r", 1)[-1] if b"\r" in pending else pending
+            self._line(pending, whole=False)
+        if pending.strip(b"\r\b "):
+            self._line(pending, whole=True)
+
+    def progress(self) -> str:
+        return progress_text(self.last, self.epoch) if self.last else "no output yet"
+
+    def signal(self, number: int) -> None:
+        """Sends `number` to the run's process group: the training and any process it
+        started."""
+        try:
+            os.killpg(self.process.pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> Optional[str]:
+        """Once the process has ended: the log closed, its wall seconds written; None, or
+        its error."""
+        self.signal(signal.SIGKILL)  # Anything it left running in its group.
+        self.reader.join(timeout=5)
+        os.close(self.master)
+        self.log.close()
+        seconds = time.time() - self.started
+        code = self.process.returncode
+        line = shlex.join(self.run.command)
+        if code:
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+            return f"{line} {how}; see {self.log_path}."
+        write_json(RunFiles(self.run.directory).wall_seconds, {"seconds": seconds})
+        return None
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+def train_runs(
+    pending: Sequence[Run],
+    slots: Sequence[Optional[List[int]]],
+    finish,
+    progress_seconds: float = PROGRESS_SECONDS,
+) -> None:
+    """Trains `pending` in order, len(slots) at a time, each on its slot's CPUs, in this
+    thread: each run's start line, then its progress (`progress_text`) every
+    `progress_seconds`, then `finish(run, number, seconds, error)` (None, or why it failed)
+    as it ends, before the next starts. On Ctrl-C (KeyboardInterrupt) the running children
+    get SIGINT, their process groups SIGKILL after STOP_SECONDS; says which were stopped and
+    raises KeyboardInterrupt again."""
+    queue = list(enumerate(pending, 1))
+    free = list(slots)
+    running: List[_Child] = []
+    try:
+        while queue or running:
+            while queue and free:
+                number, run = queue.pop(0)
+                cpus = free.pop(0)
+                child = _Child(number, len(pending), run, cpus)
+                running.append(child)
+                print(
+                    f"{child.label()}: {shlex.join(run.command)}"
+                    + (f"  # CPUs {cpus}" if cpus else ""),
+                    flush=True,
+                )
+            time.sleep(0.1)
+            for child in list(running):
+                if child.process.poll() is not None:
+                    running.remove(child)
+                    free.append(child.cpus)
+                    error = child.close()
+                    finish(child.run, child.number, time.time() - child.started, error)
+                elif time.time() - child.shown >= progress_seconds:
+                    child.shown = time.time()
+                    print(
+                        f"{child.label()}: {child.progress()} "
+                        f"({_elapsed(child.shown - child.started)})",
+                        flush=True,
+                    )
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # A second Ctrl-C: the stop goes on.
+        for child in running:
+            child.signal(signal.SIGINT)
+        deadline = time.time() + STOP_SECONDS
+        while time.time() < deadline and any(c.process.poll() is None for c in running):
+            time.sleep(0.05)
+        for child in running:
+            child.signal(signal.SIGKILL)
+            child.process.wait()
+            child.close()
+        if running:
+            print(
+                "\ncompare: stopped "
+                + ", ".join(f"{c.run.row.name} seed {c.run.seed}" for c in running)
+                + " (its process group signalled); a stopped run resumes from its last backup.",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
+
+
+@contextlib.contextmanager
+def resumable(line: str) -> Iterator[None]:
+    """Ctrl-C inside: no traceback, the command that resumes, exit status 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(
+            "\ncompare: interrupted. Finished runs keep their records; the same command "
+            f"resumes the rest:\n  {line}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(130)
+
+
 # ---------------------------------------------------------------------------- the job
 
 
@@ -998,16 +1470,21 @@ def define_flags() -> None:
 
 
 def _check_stored(
-    results_dir: str, rows: Sequence[Row], common: Sequence[str], vary_data: bool = False
+    results_dir: str,
+    rows: Sequence[Row],
+    common: Sequence[str],
+    vary_data: bool = False,
+    data: Optional[Mapping[str, Dict]] = None,
+    trained: bool = False,
 ) -> None:
     """RESULTS/compare.json: a rerun into the same directory compares the same thing (the
     same common flags and --vary_data; a row it had keeps its flags; rows and seeds may be
-    added)."""
+    added), on the same data: `data`, the data files' `fingerprints` (None: not checked,
+    --report_only), must match those stored once a run has been `trained`."""
     path = os.path.join(results_dir, "compare.json")
     stored: Dict[str, Any] = {"common": list(common), "rows": {}, "vary_data": vary_data}
     if os.path.exists(path):
-        with open(path) as f:
-            stored = json.load(f)
+        stored = read_json(path, "the comparison's rows and common flags")
         if stored.get("vary_data", False) != vary_data:
             raise ValueError(
                 f"{results_dir} holds a comparison with --vary_data="
@@ -1027,9 +1504,25 @@ def _check_stored(
                     f"{shlex.join(stored['rows'][row.name])}; received {row.describe()}. "
                     "Name the new row otherwise."
                 )
-    stored["rows"].update({row.name: row.arguments() for row in rows})
-    os.makedirs(results_dir, exist_ok=True)
-    write_json(path, stored)
+        if data is not None and trained and "data_files" in stored:
+            changes = changed_files(stored["data_files"], data)
+            if changes:
+                raise ValueError(
+                    f"{results_dir} holds runs trained on other data: "
+                    + "; ".join(changes[:3])
+                    + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
+                    + ". A rerun would compare runs of two logs: give another --output_dir "
+                    "(or restore the files)."
+                )
+    before = dict(stored)
+    stored["rows"] = dict(stored["rows"], **{row.name: row.arguments() for row in rows})
+    if data is not None:
+        stored.setdefault("working_directory", os.getcwd())
+        if not trained or "data_files" not in stored:
+            stored["data_files"] = dict(data)
+    if stored != before or not os.path.exists(path):
+        os.makedirs(results_dir, exist_ok=True)
+        write_json(path, stored)
 
 
 def _check_run_config(run: Run, expected) -> None:
@@ -1070,6 +1563,52 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
+    line = command_line(sys.argv[1:] if len(sys.argv) > 1 else [])
+    with resumable(line):
+        try:
+            _main(argv, line)
+        except DamagedRecord as error:
+            raise app.UsageError(str(error)) from None
+
+
+# Beside a run whose weights compare removed: what `tfrs-logq export` tells.
+WEIGHTS_REMOVED = "weights_removed.json"
+
+
+def prune(run: Run) -> None:
+    """Deletes a recorded run's weights (`RunFiles.prune_weights`), leaving a note that
+    compare did (`removed_weights`)."""
+    RunFiles(run.directory).prune_weights()
+    write_json(
+        os.path.join(run.directory, WEIGHTS_REMOVED),
+        {
+            "removed_by": "tfrs-logq compare (without --keep_weights), once the run was recorded",
+            "record": os.path.abspath(run.record),
+            "command": shlex.join(run.command),
+        },
+    )
+
+
+def removed_weights(directory: str) -> Optional[str]:
+    """Why `directory` has no weights when compare removed them (its note is there and no
+    best checkpoint): a message naming --keep_weights; else None."""
+    path = os.path.join(directory, WEIGHTS_REMOVED)
+    if not os.path.exists(path) or RunFiles(directory).has_best():
+        return None
+    try:
+        note = read_json(path, "compare's note of removed weights")
+    except DamagedRecord:
+        note = {}
+    return (
+        f"{directory} holds no weights to export: tfrs-logq compare removed them once it "
+        f"had recorded the run ({note.get('record', 'its record')}), as it does without "
+        "--keep_weights. To export such a run, train it with --keep_weights: the comparison "
+        "again into another --output_dir, or the run alone with its command into a new "
+        f"--output_dir ({note.get('command', 'in its record')})."
+    )
+
+
+def _main(argv: Sequence[str], line: str) -> None:
     common = list(argv[1:])
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required.")
@@ -1077,7 +1616,7 @@ def main(argv: Sequence[str]) -> None:
     results_dir = FLAGS.results_dir or output_dir
     try:
         rows = make_rows(FLAGS.row, FLAGS.corrections)
-        common_pairs = check_common(common)
+        common_pairs = check_common(common, rows)
         names = [row.name for row in rows]
         baseline = FLAGS.baseline or names[0]
         if baseline not in names:
@@ -1108,25 +1647,27 @@ def main(argv: Sequence[str]) -> None:
             raise ValueError(
                 f"--report_only: {results_dir} holds no comparison (no compare.json) to report."
             )
-        _check_stored(results_dir, rows, common, FLAGS.vary_data)
-    except ValueError as error:
+        runs = plan(
+            rows,
+            common,
+            FLAGS.seeds,
+            output_dir,
+            results_dir,
+            FLAGS.vary_data,
+            _memory_budget(FLAGS.parallel, common_pairs),
+        )
+        # The data files, fingerprinted (a report from the records reads no data).
+        data = None if FLAGS.report_only else fingerprints(configs_by_row)
+        trained = any(os.path.exists(run.record) for run in runs)
+        _check_stored(results_dir, rows, common, FLAGS.vary_data, data, trained)
+    except ValueError as error:  # DamagedRecord included.
         raise app.UsageError(str(error)) from None
-    runs = plan(
-        rows,
-        common,
-        FLAGS.seeds,
-        output_dir,
-        results_dir,
-        FLAGS.vary_data,
-        _memory_budget(FLAGS.parallel, common_pairs),
-    )
-    line = command_line(sys.argv[1:] if len(sys.argv) > 1 else [])
     for run in runs:  # Finished before a kill, recorded now: if it is this comparison's run.
         if load_record(run) is None and os.path.exists(RunFiles(run.directory).metrics):
             _check_run_config(run, configs_by_row[run.row.name])
-            write_record(run)
+            write_record(run, data)
             if not FLAGS.keep_weights:
-                RunFiles(run.directory).prune_weights()
+                prune(run)
     pending = [run for run in runs if not finished(run)]
     print(
         f"compare: {len(rows)} rows x {FLAGS.seeds} seeds, {len(runs)} runs; "
@@ -1147,33 +1688,27 @@ def main(argv: Sequence[str]) -> None:
             results_dir,
         )
 
+    def finish(run: Run, number: int, seconds: float, error: Optional[str]) -> None:
+        if error is None:
+            record = write_record(run, data)
+            if not FLAGS.keep_weights:
+                prune(run)
+            shown = ", ".join(f"{m} {record['test'][m]:.4f}" for m in metric_names([record])[:3])
+            print(
+                f"[{number}/{len(pending)}] {run.row.name} seed {run.seed}: {shown} "
+                f"({seconds:.0f} s)",
+                flush=True,
+            )
+        else:
+            write_failure(run, error)
+            print(
+                f"[{number}/{len(pending)}] {run.row.name} seed {run.seed} failed: {error}",
+                flush=True,
+            )
+        report()
+
     if not FLAGS.report_only and pending:
-        by_directory = {run.directory: run for run in pending}
-        jobs = [
-            schedule.Job(f"{run.row.name} seed {run.seed}", run.command, run.directory)
-            for run in pending
-        ]
-        for done in schedule.run_all(jobs, slots[: len(pending)] or slots, keep_going=True):
-            run = by_directory[done.job.directory]
-            if done.error is None:
-                record = write_record(run)
-                if not FLAGS.keep_weights:
-                    RunFiles(run.directory).prune_weights()
-                shown = ", ".join(
-                    f"{m} {record['test'][m]:.4f}" for m in metric_names([record])[:3]
-                )
-                print(
-                    f"[{done.number}/{len(pending)}] {done.job.label}: {shown} "
-                    f"({done.seconds:.0f} s)",
-                    flush=True,
-                )
-            else:
-                write_failure(run, done.error)
-                print(
-                    f"[{done.number}/{len(pending)}] {done.job.label} failed: {done.error}",
-                    flush=True,
-                )
-            report()
+        train_runs(pending, slots[: len(pending)] or slots, finish)
     path = report()
     with open(path) as f:
         text = f.read()
@@ -1187,6 +1722,78 @@ def main(argv: Sequence[str]) -> None:
             file=sys.stderr,
         )
         sys.exit(1)
+
+
+def write_plot(summary: Dict[str, Any], path: str) -> Optional[str]:
+    """A forest plot of the report's paired differences (PNG, tens of kB): one panel per
+    metric, one line per row but the baseline: its mean difference over seeds, the 90%
+    interval (thick: its far end is TOST's bound at 5%) and the 95% interval (thin: it
+    excludes 0 where p < 0.05), filled where Holm's p < ALPHA. Returns `path`, or None when
+    no difference has two seeds."""
+    # pylint: disable=import-outside-toplevel
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    metrics, base = summary["metrics"], summary["baseline"]
+    names = list(summary["differences"])
+    if not any("se" in r for results in summary["differences"].values() for r in results.values()):
+        return None
+    columns = min(3, len(metrics))
+    lines = -(-len(metrics) // columns)
+    figure, axes = pyplot.subplots(
+        lines,
+        columns,
+        figsize=(3.2 * columns, 0.5 + 0.45 * len(names) * lines + 0.6 * lines),
+        squeeze=False,
+        sharey=True,
+    )
+    for index, axis in enumerate(axes.flat):
+        if index >= len(metrics):
+            axis.set_visible(False)
+            continue
+        metric = metrics[index]
+        axis.axvline(0.0, color="0.6", linewidth=0.8)
+        for position, name in enumerate(names):
+            result = summary["differences"][name].get(metric)
+            if not result:
+                continue
+            y = len(names) - 1 - position
+            filled = result.get("p_holm", 1.0) < ALPHA
+            if "se" in result:
+                df = len(result["seeds"]) - 1
+                for level, width in ((0.95, 1.0), (0.90, 3.0)):
+                    half = significance.t_quantile(1 - (1 - level) / 2, df) * result["se"]
+                    axis.plot(
+                        [result["mean"] - half, result["mean"] + half],
+                        [y, y],
+                        color="C0",
+                        linewidth=width,
+                        solid_capstyle="butt",
+                    )
+            axis.plot(
+                [result["mean"]],
+                [y],
+                "o",
+                color="C0",
+                markerfacecolor="C0" if filled else "white",
+                markersize=5,
+            )
+        axis.set_title(metric, fontsize=9)
+        axis.tick_params(labelsize=7)
+        axis.set_yticks(range(len(names)))
+        axis.set_yticklabels([f"{n} − {base}" for n in reversed(names)], fontsize=8)
+        axis.set_ylim(-0.6, len(names) - 0.4)
+    figure.suptitle(
+        f"Paired difference from {base} over {summary['seeds']} seeds: mean, 90% (thick) and "
+        f"95% (thin) intervals; filled: Holm p < {ALPHA}",
+        fontsize=8,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path
 
 
 def write_report(
@@ -1229,6 +1836,14 @@ def write_report(
         {r.get("git_revision", "unknown") for r in records.values() if r["status"] == "finished"}
     )
     text = format_report(summary, primary, line, common, revisions, vary_data)
+    plot = write_plot(summary, os.path.join(results_dir, "report.png"))
+    if plot:
+        heading = f"\n## Against {summary['baseline']}, paired by seed\n\n"
+        text = text.replace(
+            heading,
+            heading + f"![Each row − {summary['baseline']}, per metric](report.png)\n\n",
+            1,
+        )
     text += run_table(runs, records, primary)
     path = os.path.join(results_dir, "report.md")
     temporary = path + ".partial"

@@ -163,12 +163,16 @@ def paired_by_seed(
     a: Mapping[int, Optional[float]],
     b: Mapping[int, Optional[float]],
     margin: Optional[float] = None,
+    test_constant: bool = False,
 ) -> Optional[Dict[str, Any]]:
     """b - a seed by seed, over the seeds both have a value for (None: no value): None
     without one; else {"seeds", "d": per seed, "mean", "same"} and, with 2 seeds or more,
     `equivalence`'s "se", "t", "p", "excluded" (and with `margin`, "tost_p"). "same": the
-    difference is the same at every seed up to rounding (two rows that train alike), which
-    has no t to speak of: then no "p", and no place in a Holm family (`holm_adjust`)."""
+    difference is the same at every seed up to rounding (two rows that train alike, or one
+    that is ahead by a constant), whose SE is 0. By default it has no "p", and no place in a
+    Holm family (`holm_adjust`); with `test_constant`, its SE is 0 and its t infinite: p = 0
+    for a non-zero difference (every seed saw it), p = 1 for none, "excluded" |mean| (a
+    difference of 0 at every seed excludes any other), and it takes its place in the family."""
     seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
     if not seeds:
         return None
@@ -178,10 +182,48 @@ def paired_by_seed(
         test = equivalence(d, margin=margin)
         if test["se"] <= 1e-12 * max(abs(result["mean"]), 1e-4):
             result["same"] = True
+            if test_constant:
+                differs = abs(result["mean"]) > 1e-12
+                result.update(
+                    se=0.0,
+                    t=math.copysign(math.inf, result["mean"]) if differs else 0.0,
+                    p=0.0 if differs else 1.0,
+                    excluded=abs(result["mean"]) if differs else 0.0,
+                )
+                if margin is not None:
+                    result["tost_p"] = 0.0 if result["excluded"] < margin else 1.0
         else:
             result.update(se=test["se"], t=test["t"], p=test["p"], excluded=test["excluded"])
             if margin is not None:
                 result["tost_p"] = test["tost_p"]
+    return result
+
+
+def with_extra_se(
+    mean: float,
+    se: float,
+    extra_se: float,
+    df: int,
+    margin: Optional[float] = None,
+    alpha: float = 0.05,
+) -> Dict[str, float]:
+    """TOST of a difference `mean` whose SE over seeds `se` leaves out another source of
+    uncertainty with SE `extra_se` (the test queries': another draw of test users): with
+    se_total = sqrt(se^2 + extra_se^2) on the seeds' `df` degrees of freedom (conservative:
+    the extra SE, over thousands of queries, has many more), {"se_total", "excluded": the
+    far end of the 1 - 2 alpha interval |mean| + t(1 - alpha, df) se_total} and with
+    `margin`, "tost_p" against +-margin."""
+    if df < 1:
+        raise ValueError(f"`df` must be a positive integer; received df={df!r}.")
+    total = math.sqrt(se**2 + extra_se**2)
+    result = {"se_total": total, "excluded": abs(mean) + t_quantile(1.0 - alpha, df) * total}
+    if margin is not None:
+        if total > 0:
+            below = t_upper_p((mean + margin) / total, df)
+            above = 1.0 - t_upper_p((mean - margin) / total, df)
+            result["tost_p"] = max(below, above)
+        else:
+            result["tost_p"] = 0.0 if abs(mean) < margin else 1.0
     return result
 
 

@@ -4,12 +4,16 @@ numbers against numpy and scipy."""
 import json
 import os
 import tempfile
+from unittest import mock
 
 import numpy as np
 import scipy.stats
 import tensorflow as tf
+from absl import flags as absl_flags
 
 from pipelines import compare
+from pipelines import configs
+from pipelines import significance
 from pipelines.run_files import RunFiles
 
 
@@ -336,7 +340,7 @@ class ReportTest(tf.test.TestCase):
         self.assertRegex(
             text,
             r"\| b − a \| 0, 1, 2 \| \+0\.0267 \(SE 0\.0033, p 0\.015, "
-            r"Holm 0\.031; > 0\.0364 excluded; TOST p 0\.010\) \|",
+            r"Holm 0\.031; 90% CI to ±0\.0364; TOST p 0\.010\) \|",
         )
         self.assertIn("| b | 0.2733 | 0.1367 | 0.0000 |", text)
         self.assertIn("| popularity (baseline) | | | 0.0500 | 0.2000 | – | |", text)
@@ -381,21 +385,24 @@ class ReportTest(tf.test.TestCase):
         summary = compare.summarize(rows, 3, records, "a", margin=0.01)
         text = compare.advice(summary, "recall@10")
         self.assertIn(
-            "c and a are level at recall@10 (+0.0033, p 0.667, one comparison); these seeds "
-            "exclude a difference above 0.0228, and do not place it within ±0.0100 (TOST p ",
+            "c and a are level at every metric tested (one row compared, Holm p ≥ 0.05); at "
+            "recall@10 (+0.0033, Holm p 0.667) on these test queries the seeds exclude a "
+            "difference beyond ±0.0228 (the far end of the 90% interval, TOST at 5%); not "
+            "placed within ±0.0100 (TOST p 0.211).",
             text,
         )
         self.assertIn(
-            "No row beats a at recall@10: keep a, or where rows are level pick the "
-            "cheaper (training seconds: a 11, c 11)",
+            "No row beats a at any metric: keep a, the cheapest of the rows level with it "
+            "(training seconds: a 11, c 11)",
             text,
         )
         # b leads a at recall@10 by 0.0267 (p 0.015) and at no metric trails it.
         rows = _rows("a: --correction=none", "b: --correction=standard")
         self.assertRegex(
             compare.advice(compare.summarize(rows, 3, records, "a"), "recall@10"),
-            r"^Use b: on this log it leads a at recall@10 by \+0\.0267 \(p 0\.015, one "
-            r"comparison, 3 seeds\) and is worse at no other metric\.$",
+            r"^b leads a at recall@10 \(\+0\.0267, Holm p 0\.015\) and ndcg@10 \(\+0\.0133, "
+            r"Holm p 0\.015\) and trails it at none of the 3 metrics tested \(one row "
+            r"compared\)\. Use b on this log\.$",
         )
         # ... unless it trails at another metric: a trade-off, not a winner.
         for seed, lag in enumerate((0.020, 0.021, 0.019)):
@@ -403,13 +410,17 @@ class ReportTest(tf.test.TestCase):
                 records[("a", seed)]["test"]["recall@100"] - lag
             )
         text = compare.advice(compare.summarize(rows, 3, records, "a"), "recall@10")
-        self.assertIn("b leads a at recall@10 (+0.0267) but trails it at recall@100", text)
+        self.assertIn(
+            "b leads a at recall@10 (+0.0267, Holm p 0.015) and ndcg@10 (+0.0133, Holm p "
+            "0.015) but trails it at recall@100 (-0.0200, Holm p ",
+            text,
+        )
         self.assertNotIn("Use b", text)
+        self.assertNotIn("keep a", text)
         # Worse: a against b.
         text = compare.advice(compare.summarize(rows[::-1], 3, records, "b"), "recall@10")
-        self.assertIn(
-            "a trails b at recall@10 by -0.0267 (p 0.015), though it leads at recall@100.", text
-        )
+        self.assertIn("a leads b at recall@100 (+0.0200, Holm p ", text)
+        self.assertIn("but trails it at recall@10 (-0.0267, Holm p 0.015)", text)
 
     def test_advice_names_a_model_below_popularity_and_a_small_test(self):
         records, _ = self._records()
@@ -436,15 +447,22 @@ class ReportTest(tf.test.TestCase):
             records[("c", seed)] = _record("c", seed, 0, 0, status="failed")
         summary = compare.summarize(rows, 3, records, "a")
         text = compare.advice(summary, "recall@10")
-        self.assertIn("Not tested at recall@10", text)
-        self.assertIn("one comparison", text)  # Holm's family: the rows tested.
-        for seed in range(3):  # b: the same lead at every seed, no spread.
-            records[("b", seed)]["test"]["recall@10"] = records[("a", seed)]["test"]["recall@10"]
+        self.assertIn(
+            "c is not tested against a at recall@10, recall@100 and ndcg@10 (fewer than two "
+            "seeds paired).",
+            text,
+        )
+        self.assertIn("(one row compared)", text)  # Holm's family: the rows tested.
+        for seed in range(3):  # b: no difference at any seed: level, p 1.
+            records[("b", seed)]["test"] = dict(records[("a", seed)]["test"])
         summary = compare.summarize(rows[:2], 3, records, "a")
         self.assertTrue(summary["differences"]["b"]["recall@10"]["same"])
+        self.assertEqual(summary["differences"]["b"]["recall@10"]["p_holm"], 1.0)
         self.assertNotIn("Use b", compare.advice(summary, "recall@10"))
         report = compare.format_report(summary, "recall@10", "c", [], ["x"], False)
-        self.assertIn("+0.0000 (the same at every seed)", report)
+        self.assertIn(
+            "+0.0000 (the same at every seed: SE 0, Holm 1.000; 90% CI to ±0.0000)", report
+        )
 
     def test_one_seed_reports_no_p_values(self):
         records, _ = self._records()
@@ -470,6 +488,363 @@ class ReportTest(tf.test.TestCase):
         table = compare.run_table(runs, records, "recall@10")
         self.assertIn("| b | 1 | failed: exited with 1 | | | |", table)
         self.assertIn("| a | 2 | finished | 0.1100 | 12 | abc123 |", table)
+
+
+def _summary(values, baseline, margin=None, seconds=None, queries=None):
+    """A summary of records whose test metrics are `values[row][metric]` (one per seed)."""
+    names = list(values)
+    seeds = len(next(iter(next(iter(values.values())).values())))
+    records = {}
+    for row, metrics in values.items():
+        for seed in range(seeds):
+            record = _record(row, seed, 0.0, 0.0, seconds=(seconds or {}).get(row, 10.0))
+            record["test"] = {m: v[seed] for m, v in metrics.items()}
+            if queries:
+                record["num_test_queries"] = queries
+            records[(row, seed)] = record
+    rows = [compare.Row(n, (("correction", n),)) for n in names]
+    return compare.summarize(rows, seeds, records, baseline, margin)
+
+
+def _named_differences(summary, text):
+    """Asserts that the advice names every Holm-significant difference with its sign, says
+    "keep" only where no row leads anywhere, and "cheaper" only of rows level everywhere."""
+    base = summary["baseline"]
+    leads_somewhere = False
+    for name, results in summary["differences"].items():
+        for metric, result in results.items():
+            if result.get("p_holm", 1.0) < compare.ALPHA:
+                leads_somewhere |= result["mean"] > 0
+                named = f"{metric} ({result['mean']:+.4f}, Holm p "
+                assert named in text, (name, metric, text)
+                sentence = next(s for s in text.split(". ") if s.startswith(f"{name} "))
+                assert named in sentence, (name, metric, sentence)
+                verb = "leads" if result["mean"] > 0 else "trails"
+                assert f"{verb} {base} at" in sentence or f"{verb} it at" in sentence, sentence
+    if leads_somewhere:
+        assert f"keep {base}" not in text, text
+    if "cheaper " in text:
+        cheaper = text.split("cheaper ", 1)[1].split(",")[0]
+        assert all(
+            r.get("p_holm", 1.0) >= compare.ALPHA for r in summary["differences"][cheaper].values()
+        ), text
+
+
+class AdviceReadsEveryMetricTest(tf.test.TestCase):
+    """The probe's findings (issue 75, part 5), each on synthetic per-seed numbers."""
+
+    BASE = {"recall@10": [0.10, 0.12, 0.11], "recall@100": [0.30, 0.31, 0.29]}
+
+    def test_keep_none_is_not_said_while_a_correction_leads_elsewhere(self):
+        values = {
+            "none": self.BASE,
+            # Level at recall@10 (the primary), ahead at recall@100 at every seed but unevenly.
+            "standard": {"recall@10": [0.11, 0.11, 0.12], "recall@100": [0.32, 0.335, 0.31]},
+        }
+        summary = _summary(values, "none")
+        text = compare.advice(summary, "recall@10")
+        self.assertNotIn("keep none", text)
+        self.assertIn("standard leads none at recall@100 (+0.0217, Holm p 0.006)", text)
+        self.assertIn("Use standard on this log.", text)
+        _named_differences(summary, text)
+
+    def test_the_cheaper_row_is_never_one_that_trails_somewhere(self):
+        values = {
+            "a": self.BASE,
+            "b": {"recall@10": [0.11, 0.11, 0.12], "recall@100": [0.28, 0.285, 0.27]},
+        }
+        summary = _summary(values, "a", seconds={"a": 20.0, "b": 5.0})
+        text = compare.advice(summary, "recall@10")
+        self.assertIn("b trails a at recall@100 (-0.0217, Holm p 0.006)", text)
+        self.assertNotIn("cheaper", text)
+        self.assertIn("No row beats a at any metric: keep a.", text)
+        # Level everywhere and cheaper: named as such.
+        values["b"]["recall@100"] = [0.31, 0.29, 0.30]
+        summary = _summary(values, "a", seconds={"a": 20.0, "b": 5.0})
+        text = compare.advice(summary, "recall@10")
+        self.assertIn(
+            "keep a, or the cheaper b, level with it at every metric (training seconds: a 20, "
+            "b 5).",
+            text,
+        )
+        _named_differences(summary, text)
+
+    def test_a_constant_difference_at_every_seed_is_a_difference(self):
+        values = {
+            "a": self.BASE,
+            "b": {
+                "recall@10": [v + 0.01 for v in self.BASE["recall@10"]],
+                "recall@100": self.BASE["recall@100"],
+            },
+        }
+        summary = _summary(values, "a")
+        result = summary["differences"]["b"]["recall@10"]
+        self.assertTrue(result["same"])
+        self.assertEqual((result["p"], result["p_holm"], result["se"]), (0.0, 0.0, 0.0))
+        self.assertAllClose(result["excluded"], 0.01)
+        text = compare.advice(summary, "recall@10")
+        self.assertNotIn("trains what is missing", text)
+        self.assertNotIn("not tested", text)
+        self.assertIn("b leads a at recall@10 (+0.0100, Holm p 0.000)", text)
+        self.assertIn("Use b on this log.", text)
+        report = compare.format_report(summary, "recall@10", "c", [], ["x"], False)
+        self.assertIn(
+            "+0.0100 (the same at every seed: SE 0, Holm 0.000; 90% CI to ±0.0100)", report
+        )
+
+    def test_equivalence_only_where_the_test_queries_allow_it(self):
+        rng = np.random.default_rng(5)
+        users = np.arange(1, 106)  # The ML-1M weekly log's 105 test queries.
+        per_query, records = {}, {}
+        base_values = rng.random(105) * 0.2
+        for row, shift in (("a", 0.0), ("b", 0.0004)):
+            for seed in range(3):
+                # The seeds agree closely; the queries differ a lot from one another.
+                values = np.clip(
+                    base_values + shift + 0.0002 * seed + rng.normal(0, 0.05, 105), 0, 1
+                )
+                per_query[(row, seed)] = {
+                    "users": users,
+                    "targets_digest": "t",
+                    "values": {"recall@10": values},
+                }
+                record = _record(row, seed, float(values.mean()), 0.3)
+                record["test"] = {"recall@10": float(values.mean())}
+                record["num_test_queries"] = 105
+                records[(row, seed)] = record
+        # Paired by seed, the rows differ by about the same amount at every seed.
+        for seed in range(3):
+            records[("b", seed)]["test"]["recall@10"] = (
+                records[("a", seed)]["test"]["recall@10"] + (0.001, -0.0005, 0.0012)[seed]
+            )
+        rows = _rows("a: --correction=none", "b: --correction=improved")
+        summary = compare.summarize(rows, 3, records, "a", margin=0.01)
+        result = summary["differences"]["b"]["recall@10"]
+        self.assertLess(result["tost_p"], 0.05)  # The seeds alone: within ±0.01.
+        # Without per-query values: not claimed, and the small test named.
+        text = compare.advice(summary, "recall@10")
+        self.assertIn(
+            "the seeds alone would place it within ±0.0100 (TOST p 0.002), but the runs kept "
+            "no per-query values to tell whether the test is large enough (105 queries is "
+            "likely too small): no equivalence is claimed",
+            text,
+        )
+        self.assertNotIn("equivalent", text)
+        # With them: the queries' SE (about 0.007) is too large for ±0.01.
+        compare.add_query_spread(summary, per_query, replicates=300)
+        self.assertGreater(result["se_queries"], 5 * result["se"])
+        self.assertGreater(result["tost_p_queries"], 0.05)
+        text = compare.advice(summary, "recall@10")
+        self.assertIn("but the test is too small to: with its queries' SE, TOST p ", text)
+        self.assertNotIn("are equivalent", text)
+        # A margin the queries' SE allows: claimed.
+        summary = compare.summarize(rows, 3, records, "a", margin=0.05)
+        compare.add_query_spread(summary, per_query, replicates=300)
+        self.assertIn(
+            "so b and a are equivalent within ±0.0500 (TOST p ",
+            compare.advice(summary, "recall@10"),
+        )
+        self.assertAllClose(
+            summary["differences"]["b"]["recall@10"]["excluded_queries"],
+            significance.with_extra_se(result["mean"], result["se"], result["se_queries"], 2)[
+                "excluded"
+            ],
+        )
+
+    def test_the_bound_is_called_what_it_is(self):
+        summary = _summary(
+            {"a": self.BASE, "b": {"recall@10": [0.11, 0.12, 0.10], "recall@100": [0.3] * 3}}, "a"
+        )
+        text = compare.format_report(summary, "recall@10", "c", [], ["x"], False)
+        self.assertIn(
+            "X is the far end of the difference's 90% confidence interval over these seeds, on "
+            "these test queries (TOST at 5%: two one-sided tests each reject a difference "
+            "beyond ±X)",
+            text,
+        )
+        self.assertIn("90% CI to ±", text)
+        self.assertNotIn("95% bound", text)
+        self.assertNotIn("excluded", text)
+
+    def test_baselines_are_averaged_per_seed(self):
+        rows = _rows("a: --correction=none", "b: --correction=standard")
+        records = {}
+        for row in ("a", "b"):
+            for seed, popularity in ((0, 0.1), (1, 0.3)):
+                record = _record(row, seed, 0.1, 0.3)
+                record["baselines"] = {"popularity": {"recall@10": popularity}}
+                records[(row, seed)] = record
+        records[("b", 1)] = _record("b", 1, 0, 0, status="failed")
+        summary = compare.summarize(rows, 2, records, "a")
+        # Seed 0 (two records) and seed 1 (one) weigh alike: 0.2, not (0.1 + 0.1 + 0.3) / 3.
+        self.assertAllClose(summary["baselines"]["popularity"]["recall@10"], 0.2)
+
+    def test_the_committed_ml1m_and_table2_records_under_every_baseline(self):
+        root = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results", "compare")
+        significant = 0
+        for name in ("ml1m", "table2_5m"):
+            directory = os.path.join(root, name)
+            with open(os.path.join(directory, "compare.json")) as f:
+                stored = json.load(f)
+            rows = [
+                compare.Row(row, tuple(compare._flag_pairs(arguments, "test")))
+                for row, arguments in stored["rows"].items()
+            ]
+            runs = compare.plan(rows, stored["common"], 5, "/unused", directory)
+            records = {
+                (run.row.name, run.seed): compare.load_record(run)
+                for run in runs
+                if os.path.exists(run.record)
+            }
+            seeds = 1 + max(seed for _, seed in records)
+            for row in rows:
+                for margin in (None, 0.01):
+                    summary = compare.summarize(rows, seeds, records, row.name, margin)
+                    text = compare.advice(summary, "recall@10")
+                    _named_differences(summary, text)
+                    significant += sum(
+                        r.get("p_holm", 1.0) < compare.ALPHA
+                        for results in summary["differences"].values()
+                        for r in results.values()
+                    )
+                    if name == "ml1m":  # 105 queries, no per-query values: none claimed.
+                        self.assertNotIn("are equivalent", text)
+                        self.assertIn(f"No row beats {row.name} at any metric", text)
+        self.assertGreater(significant, 20)  # Table 2's rows differ at most metrics.
+
+
+class RecordsAndRerunsTest(tf.test.TestCase):
+    def test_a_damaged_record_is_named(self):
+        results = tempfile.mkdtemp()
+        rows = _rows("a: --correction=none", "b: --correction=improved")
+        run = compare.plan(rows, [], 1, tempfile.mkdtemp(), results)[0]
+        os.makedirs(os.path.dirname(run.record))
+        with open(run.record, "w") as f:
+            f.write('{"status": "fini')
+        with self.assertRaisesRegex(
+            compare.DamagedRecord,
+            f"{run.record} is damaged: a run's record that is not readable JSON "
+            r"\(Unterminated string.*\)\. Delete it \(the same command then trains that run "
+            "again\\)",
+        ):
+            compare.load_record(run)
+        with open(os.path.join(results, "compare.json"), "w") as f:
+            f.write("[")
+        with self.assertRaisesRegex(compare.DamagedRecord, "compare.json is damaged"):
+            compare._check_stored(results, rows, [])
+
+    def test_training_flags_that_a_row_sets_are_refused_after_the_dashes(self):
+        rows = compare.make_rows([], ["standard", "improved"])
+        with self.assertRaisesRegex(
+            ValueError,
+            "The flags after -- set --correction=none, which the rows set \\(row standard: "
+            "--correction=standard\\)",
+        ):
+            compare.check_common(["--preset=smoke", "--correction=none"], rows)
+        rows = _rows("a: --dim=8", "b: --dim=16")
+        with self.assertRaisesRegex(ValueError, "set --dim=32, which the rows set \\(row a"):
+            compare.check_common(["--dim=32"], rows)
+        self.assertEqual(compare.check_common(["--seeds_x=1"], rows), [("seeds_x", "1")])
+
+    def test_data_files_are_fingerprinted_and_a_changed_one_refused(self):
+        directory = tempfile.mkdtemp()
+        small, big = os.path.join(directory, "a.csv"), os.path.join(directory, "b.csv")
+        with open(small, "w") as f:
+            f.write("user_id,item_id\n1,2\n")
+        with open(big, "wb") as f:
+            f.write(os.urandom(3 << 10))
+        config = configs.PRESETS["industrial_smoke"].replace(
+            dataset="events", data_path=os.path.join(directory, "*.csv")
+        )
+        self.assertEqual(compare.data_files(config), [small, big])
+        with (
+            mock.patch.object(compare, "WHOLE_HASH_BYTES", 1 << 10),
+            mock.patch.object(compare, "HASH_BYTES", 256),
+        ):
+            prints = compare.fingerprints({"a": config})
+            self.assertEqual(prints[small]["hashed"], "whole")
+            self.assertEqual(prints[big]["hashed"], "first and last MiB")
+            self.assertEqual(prints[small]["size"], 20)
+            results = tempfile.mkdtemp()
+            rows = _rows("a: --correction=none", "b: --correction=improved")
+            compare._check_stored(results, rows, [], data=prints)
+            with open(os.path.join(results, "compare.json")) as f:
+                stored = json.load(f)
+            self.assertEqual(stored["data_files"], prints)
+            self.assertEqual(stored["working_directory"], os.getcwd())
+            # A record keeps them, and where the command ran.
+            run = compare.plan(rows, [], 1, tempfile.mkdtemp(), results)[0]
+            os.makedirs(run.directory)
+            for path in (RunFiles(run.directory).metrics, RunFiles(run.directory).config):
+                with open(path, "w") as f:
+                    json.dump({"test": {"recall@10": 0.1}}, f)
+            record = compare.write_record(run, prints)
+            self.assertEqual(record["data_files"], prints)
+            self.assertEqual(record["working_directory"], os.getcwd())
+            # The small file's content changes (same size); the big one's mtime alone.
+            with open(small, "w") as f:
+                f.write("user_id,item_id\n1,3\n")
+            os.utime(big, (1, 1))
+            changed = compare.fingerprints({"a": config})
+            compare._check_stored(results, rows, [], data=changed)  # Nothing trained yet.
+            compare._check_stored(results, rows, [], data=prints)
+            with self.assertRaisesRegex(
+                ValueError,
+                f"{results} holds runs trained on other data: {small} \\(other content: sha256 "
+                f"of the whole differs\\); {big} \\(modified since: only its first and last MiB "
+                "are hashed, and its mtime differs\\)\\. A rerun would compare runs of two logs",
+            ):
+                compare._check_stored(results, rows, [], data=changed, trained=True)
+            os.remove(big)
+            with self.assertRaisesRegex(ValueError, f"{big} \\(gone\\)"):
+                compare._check_stored(
+                    results, rows, [], data=compare.fingerprints({"a": config}), trained=True
+                )
+
+    def test_export_names_keep_weights_where_compare_removed_them(self):
+        rows = _rows("a: --correction=none", "b: --correction=improved")
+        run = compare.plan(rows, [], 1, tempfile.mkdtemp(), tempfile.mkdtemp())[0]
+        files = RunFiles(run.directory)
+        os.makedirs(os.path.dirname(files.best))
+        with open(files.best + ".index", "w") as f:
+            f.write("x")
+        with open(files.metrics, "w") as f:
+            json.dump({}, f)
+        self.assertIsNone(compare.removed_weights(run.directory))
+        compare.prune(run)
+        message = compare.removed_weights(run.directory)
+        self.assertIn(
+            f"{run.directory} holds no weights to export: tfrs-logq compare removed them once "
+            f"it had recorded the run ({os.path.abspath(run.record)}), as it does without "
+            "--keep_weights.",
+            message,
+        )
+        from pipelines import export  # pylint: disable=import-outside-toplevel
+
+        values = absl_flags.FlagValues()
+        export.define_flags(values)
+        values(["export"])
+        with mock.patch.object(export, "FLAGS", values):
+            with self.assertRaises(SystemExit) as raised:
+                export.main(["export", run.directory])
+        self.assertEqual(str(raised.exception.code), f"error: {message}")
+
+    def test_the_report_draws_a_forest_plot(self):
+        records, _ = ReportTest()._records()
+        rows = _rows("a: --correction=none", "b: --correction=standard", "c: --correction=improved")
+        results = tempfile.mkdtemp()
+        runs = compare.plan(rows, [], 3, tempfile.mkdtemp(), results)
+        for run in runs:
+            os.makedirs(os.path.dirname(run.record), exist_ok=True)
+            with open(run.record, "w") as f:
+                json.dump(records[(run.row.name, run.seed)], f)
+        path = compare.write_report(runs, rows, "a", None, "", "c", [], False, results)
+        png = os.path.join(results, "report.png")
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertLess(os.path.getsize(png), 200_000)
+        with open(path) as f:
+            self.assertIn("![Each row − a, per metric](report.png)", f.read())
 
 
 if __name__ == "__main__":

@@ -155,3 +155,35 @@ class FamilyAndEquivalenceTest(tf.test.TestCase):
         significance.holm_adjust(family)
         self.assertAllClose(family[0]["p_holm"], min(1.0, 2 * result["p"]))
         self.assertNotIn("p_holm", same)
+        # With test_constant (compare's): a lead at every seed is a difference, none is level.
+        ahead = significance.paired_by_seed(
+            {0: 0.1, 1: 0.2, 2: 0.3}, {0: 0.11, 1: 0.21, 2: 0.31}, margin=0.05, test_constant=True
+        )
+        self.assertTrue(ahead["same"])
+        self.assertEqual((ahead["se"], ahead["p"], ahead["t"]), (0.0, 0.0, np.inf))
+        self.assertAllClose([ahead["excluded"], ahead["tost_p"]], [0.01, 0.0])
+        level = significance.paired_by_seed(
+            {0: 0.1, 1: 0.2}, {0: 0.1, 1: 0.2}, margin=0.05, test_constant=True
+        )
+        self.assertEqual((level["p"], level["excluded"], level["tost_p"]), (1.0, 0.0, 0.0))
+        family = [result, ahead, level]
+        significance.holm_adjust(family)
+        self.assertEqual([r["p_holm"] for r in family[1:]], [0.0, 1.0])
+
+    def test_with_extra_se_against_scipy(self):
+        mean, se, extra, df = 0.004, 0.001, 0.003, 4
+        result = significance.with_extra_se(mean, se, extra, df, margin=0.01)
+        total = np.hypot(se, extra)
+        self.assertAllClose(result["se_total"], total)
+        self.assertAllClose(result["excluded"], abs(mean) + stats.t.ppf(0.95, df) * total)
+        tost = max(stats.t.sf((mean + 0.01) / total, df), stats.t.cdf((mean - 0.01) / total, df))
+        self.assertAllClose(result["tost_p"], tost)
+        # No extra uncertainty: equivalence's own bound.
+        d = [0.003, 0.005, 0.002, 0.006, 0.004]
+        plain = significance.equivalence(d, margin=0.01)
+        self.assertAllClose(
+            significance.with_extra_se(plain["difference"], plain["se"], 0.0, 4, 0.01)["excluded"],
+            plain["excluded"],
+        )
+        with self.assertRaisesRegex(ValueError, "received df=0"):
+            significance.with_extra_se(0.0, 1.0, 1.0, 0)
