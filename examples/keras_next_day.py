@@ -58,6 +58,7 @@ from absl import flags
 
 from logq_core import formulas
 from logq_core import metrics as metrics_lib
+from logq_core import ranking
 from logq_core import samplers
 from pipelines import memory
 from pipelines import provenance
@@ -65,6 +66,7 @@ from pipelines import train_flags as train_flags_lib
 from pipelines.data import day_store
 from pipelines.data import logs
 from pipelines.data import splits
+from pipelines.data.interactions import DataError
 from pipelines.run_files import write_json
 
 FLAGS = flags.FLAGS
@@ -376,29 +378,28 @@ def make_model(num_users: int, num_items: int, settings):
 
 def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 256):
     """Recall and NDCG at KS of each test query over `index`, its history excluded (the
-    query reads its last `history_length` items, as the training examples do)."""
+    query reads its last `history_length` items, as the training examples do), ranked by the
+    product's one exact search (`logq_core.ranking.exact_top_k`: ties to the lower id,
+    `NO_ITEM` where fewer than max(KS) candidates are left)."""
     from keras import ops  # pylint: disable=import-outside-toplevel
 
     items = np.asarray(ops.convert_to_numpy(model.candidates(index.astype(np.int32))), np.float32)
-    ranked = []
-    k = min(max(KS), len(index))
+    queries = []
     for start in range(0, len(test.users), chunk):
         users = test.users[start : start + chunk].astype(np.int32)
         histories = np.zeros((len(users), history_length), np.int32)
         for row, history in enumerate(test.histories[start : start + chunk]):
             recent = np.asarray(history[-history_length:], np.int32)
             histories[row, history_length - len(recent) :] = recent
-        queries = np.asarray(ops.convert_to_numpy(model.query(users, histories)), np.float32)
-        scores = queries @ items.T
-        for row, history in enumerate(test.histories[start : start + chunk]):
-            scores[row, np.isin(index, history)] = -np.inf
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        order = np.take_along_axis(scores, top, 1).argsort(axis=1)[:, ::-1]
-        ranked.append(index[np.take_along_axis(top, order, 1)])
-    ranked_ids = np.concatenate(ranked)
-    if ranked_ids.shape[1] < max(KS):  # A small index: pad with ids that match nothing.
-        ranked_ids = np.pad(ranked_ids, ((0, 0), (0, max(KS) - ranked_ids.shape[1])))
+        queries.append(np.asarray(ops.convert_to_numpy(model.query(users, histories)), np.float32))
+    ranked_ids = ranking.exact_top_k(
+        np.concatenate(queries), ranking.array_chunks(index, items), max(KS), test.histories
+    )
     return metrics_lib.recall_ndcg(ranked_ids, test.targets, KS)
+
+
+class NonFiniteLoss(ArithmeticError):
+    """The training loss became NaN or infinite: the job stops, and writes no results."""
 
 
 def backup_dir_for(store_dir: str, settings, backend: str) -> str:
@@ -608,6 +609,12 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
             if hasattr(self.model, "jax_state_sync"):  # JAX: the metrics' state, read back.
                 self.model.jax_state_sync()
             loss = float(self.model.get_metrics_result()["loss"])
+            if not np.isfinite(loss):
+                raise NonFiniteLoss(
+                    f"the training loss is {loss} over steps {self.last + 1}-{done} of {steps}: "
+                    "the model diverged (a learning rate too high?) or the data is damaged; "
+                    "no results are written."
+                )
             windows.append((done - self.last, loss))
             self.last = done
             if verbose:
@@ -715,7 +722,10 @@ def main(argv):
         backup_dir = FLAGS.backup_dir or backup_dir_for(
             store_dir, settings, keras.backend.backend()
         )
-    results = run(store_dir, settings, backup_dir=backup_dir)
+    try:
+        results = run(store_dir, settings, backup_dir=backup_dir)
+    except (NonFiniteLoss, DataError) as error:  # Named: one line, no traceback.
+        sys.exit(f"error: {error}")
     results.update(
         store=store_dir,
         build_store=FLAGS.build_store,

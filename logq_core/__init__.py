@@ -20,6 +20,9 @@ Modules:
     the value received.
   metrics: Recall@k and NDCG@k of retrieved ids (numpy), per query and
     their means.
+  ranking: the one exact top-k search every evaluation runs (chunked, history
+    excluded, ties to the lower id, NO_ITEM where a query has no candidate
+    left), with the framework's matmul and top-k given as functions.
 """
 
 __version__ = "0.2.0"  # Of the distribution: logq_core, keras_logq, tfrs_logq, pipelines.
@@ -27,6 +30,7 @@ __version__ = "0.2.0"  # Of the distribution: logq_core, keras_logq, tfrs_logq, 
 from logq_core import checks  # noqa: E402  pylint: disable=wrong-import-position
 from logq_core import formulas  # noqa: E402  pylint: disable=wrong-import-position
 from logq_core import metrics  # noqa: E402  pylint: disable=wrong-import-position
+from logq_core import ranking  # noqa: E402  pylint: disable=wrong-import-position
 from logq_core import samplers  # noqa: E402  pylint: disable=wrong-import-position
 
-__all__ = ["checks", "formulas", "metrics", "samplers"]
+__all__ = ["checks", "formulas", "metrics", "ranking", "samplers"]

@@ -18,7 +18,8 @@ def per_query_recall_ndcg(
     the same queries (`pipelines.evaluate --against`).
 
     Args:
-      retrieved: [num_queries, >= max(ks)] ranked ids.
+      retrieved: [num_queries, >= max(ks)] ranked ids; `logq_core.ranking.NO_ITEM` (-1) in
+        a slot no candidate filled, which never matches a target (a miss).
       targets: per query, its positive ids (at least one).
     """
     retrieved = np.asarray(retrieved)

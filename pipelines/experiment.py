@@ -143,7 +143,8 @@ class WebTruth(NamedTuple):
             yield dense[kept], log_p[kept]
 
     def oracle_top_k(self, users: np.ndarray, k: int, exclude, candidates=None) -> np.ndarray:
-        """[len(users), k] dense ids ranked by the true law (0 pads), `exclude` removed, among
+        """[len(users), k] dense ids ranked by the true law (`retrieval.NO_ITEM` pads: a miss,
+        as in the model's lists), `exclude` removed, among
         the dense `candidates` (None: every item in the vocabulary)."""
         allowed = self.dense_item > 0
         if candidates is not None:
@@ -158,7 +159,7 @@ class WebTruth(NamedTuple):
             [ids[ids >= 0] for ids in excluded],
             allowed,
         )
-        return np.where(found >= 0, self.dense_item[np.maximum(found, 0)], 0)
+        return np.where(found >= 0, self.dense_item[np.maximum(found, 0)], retrieval.NO_ITEM)
 
 
 # The last truth built, with the data it maps: the test report and the baselines of one run

@@ -209,3 +209,42 @@ def test_backups_are_told_from_other_files(tmp_path):
     assert keras_next_day._backups(str(tmp_path)) == [str(tmp_path / "step-000000007")]  # pylint: disable=protected-access
     keras_next_day.remove_backups(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "step-final"]
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="on TensorFlow this divergence fails first inside Adagrad's gather (an error too)",
+)
+def test_a_non_finite_loss_stops_the_pass_with_a_named_error():
+    settings = _settings(table_learning_rate=1e38, learning_rate=1e38)
+    keras.utils.set_random_seed(0)
+    model = keras_next_day.make_model(NUM_USERS, NUM_ITEMS, settings)
+    with pytest.raises(
+        keras_next_day.NonFiniteLoss, match=r"loss is (nan|inf) over steps 1-25 of 25"
+    ):
+        keras_next_day.train(model, _Store(BATCH * 25), settings, False)
+
+
+class _Tied:
+    """Every item scores the same for every query: the ranking is by id alone."""
+
+    def candidates(self, ids):
+        return np.ones((len(ids), 2), np.float32)
+
+    def query(self, users, histories):
+        del histories
+        return np.ones((len(users), 2), np.float32)
+
+
+def test_evaluation_is_the_products_search_ties_to_the_lower_id_no_excluded_id():
+    class Test:  # Two queries; the second's history holds its target and two of the index.
+        users = np.array([1, 2])
+        histories = [np.array([9]), np.array([5, 7, 8])]
+        targets = [np.array([7]), np.array([5])]
+
+    index = np.array([8, 5, 7, 20])  # Not sorted: the search sorts it.
+    metrics = keras_next_day.evaluate(_Tied(), Test, index, history_length=2)
+    # Query 1 ranks [5, 7, 8, 20]: its target at rank 2. Query 2 ranks [20] and then nothing
+    # (NO_ITEM, a miss): never its history's 5, so no hit.
+    assert metrics["recall@10"] == 0.5
+    assert metrics["ndcg@10"] == pytest.approx(0.5 / np.log2(3))

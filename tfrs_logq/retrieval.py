@@ -22,9 +22,11 @@ import tensorflow as tf
 
 from logq_core import checks
 from logq_core import options
+from logq_core import ranking
 from logq_core.metrics import DEFAULT_KS  # noqa: F401  (re-exported: the evaluations' ks)
 from logq_core.metrics import per_query_recall_ndcg  # noqa: F401  (re-exported)
 from logq_core.metrics import recall_ndcg  # noqa: F401  (re-exported)
+from logq_core.ranking import NO_ITEM  # noqa: F401  (re-exported: a slot no candidate fills)
 
 # Exact search scores at most this many (query, item) pairs at once: a block's score matrix
 # (float32) and its copies stay near 64 MB each, whatever the catalog.
@@ -155,49 +157,31 @@ def searched_ids(
     return candidates
 
 
-def _exclusions(exclude: Optional[Sequence[np.ndarray]], num_queries: int):
-    """(rows, ids) of every excluded (query, id) pair, sorted by id."""
-    if exclude is None:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if len(exclude) != num_queries:
-        raise ValueError(
-            f"`exclude` must hold one list of ids per query ({num_queries}); received "
-            f"{len(exclude)}."
-        )
-    lists = [np.asarray(ids, np.int64).ravel() for ids in exclude]
-    rows = np.repeat(np.arange(num_queries, dtype=np.int64), [len(ids) for ids in lists])
-    ids = np.concatenate(lists) if lists else np.zeros(0, np.int64)
-    order = np.argsort(ids, kind="stable")
-    return rows[order], ids[order]
+def _tf_matmul(queries: np.ndarray, items) -> np.ndarray:
+    return tf.matmul(queries, items, transpose_b=True).numpy()
 
 
-def _in_chunk(exclusions, chunk_ids: np.ndarray):
-    """The (rows, positions in `chunk_ids`) of the excluded pairs whose id is in the chunk."""
-    rows, ids = exclusions
-    lo = np.searchsorted(ids, chunk_ids[0])
-    hi = np.searchsorted(ids, chunk_ids[-1], side="right")
-    rows, ids = rows[lo:hi], ids[lo:hi]
-    positions = np.minimum(np.searchsorted(chunk_ids, ids), len(chunk_ids) - 1)
-    kept = chunk_ids[positions] == ids
-    return rows[kept], positions[kept]
+def _tf_chunks(table: "ItemTable", ids, first_id):
+    """The table's chunks, each made a tensor once for all its blocks of queries."""
+    for chunk_ids, rows in table.chunks(ids, first_id):
+        yield chunk_ids, tf.constant(rows)
+
+
+def _tf_top_k(values: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    found, positions = tf.math.top_k(values, k=k)  # Ties: the lower position first.
+    return found.numpy(), positions.numpy()
 
 
 def _scored_blocks(queries: np.ndarray, table: ItemTable, ids, first_id, exclude, block=None):
-    """For each chunk of the searched ids and each block of queries: (chunk ids, how many ids
-    the chunks before it held, first query row, [block, chunk] float32 scores with the
-    block's excluded ids at -inf)."""
-    exclusions = _exclusions(exclude, len(queries))
-    before = 0
-    for chunk_ids, rows in table.chunks(ids, first_id):
-        items = tf.constant(rows)
-        size = block or max(1, SCORES_PER_BATCH // len(chunk_ids))
-        excluded_rows, excluded_positions = _in_chunk(exclusions, chunk_ids)
-        for start in range(0, len(queries), size):
-            scores = tf.matmul(queries[start : start + size], items, transpose_b=True).numpy()
-            here = (excluded_rows >= start) & (excluded_rows < start + size)
-            scores[excluded_rows[here] - start, excluded_positions[here]] = -np.inf
-            yield chunk_ids, before, start, scores
-        before += len(chunk_ids)
+    """`logq_core.ranking.scored_blocks` of the table's chunks, scored by TensorFlow."""
+    return ranking.scored_blocks(
+        queries,
+        _tf_chunks(table, ids, first_id),
+        exclude,
+        block,
+        _tf_matmul,
+        scores_per_block=SCORES_PER_BATCH,
+    )
 
 
 def exact_top_k(
@@ -210,11 +194,13 @@ def exact_top_k(
     candidates: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """[num_queries, k] ids of the highest-scoring items by dot product, exactly (ties: the
-    lower id first).
+    lower id first): `logq_core.ranking.exact_top_k`, scored by TensorFlow.
 
     The catalog is read a chunk at a time (`ItemTable`) and each chunk's top k merged into
     the running one: memory holds one chunk, a block of scores (SCORES_PER_BATCH) and the
-    [num_queries, k] answer, whatever the catalog.
+    [num_queries, k] answer, whatever the catalog. A query with fewer than k candidates left
+    once its `exclude` ids are removed gets `NO_ITEM` (-1) in the slots it cannot fill:
+    never an excluded id, and a miss in `recall_ndcg`.
 
     Args:
       query_embeddings: [num_queries, dim].
@@ -233,26 +219,17 @@ def exact_top_k(
     k = min(k, table.num_ids - first_id if ids is None else len(ids))
     if len(queries) == 0 or k <= 0:
         return np.zeros([len(queries), max(k, 0)], np.int64)
-    best_scores = np.empty([len(queries), k], np.float32)
-    best_ids = np.zeros([len(queries), k], np.int64)
-    for chunk_ids, before, start, scores in _scored_blocks(
-        queries, table, ids, first_id, exclude, batch_size
-    ):
-        filled = min(k, before)  # The running top k's entries from the chunks before.
-        stop = start + len(scores)
-        taken = min(k, len(chunk_ids))
-        values, positions = tf.math.top_k(scores, k=taken)
-        values, found = values.numpy(), chunk_ids[positions.numpy()]
-        if filled:  # Merge: the earlier chunks' ids (lower) first among equal scores.
-            values = np.concatenate([best_scores[start:stop, :filled], values], axis=1)
-            found = np.concatenate([best_ids[start:stop, :filled], found], axis=1)
-            merged = min(k, filled + taken)
-            values, positions = tf.math.top_k(values, k=merged)
-            values = values.numpy()
-            found = np.take_along_axis(found, positions.numpy(), axis=1)
-        best_scores[start:stop, : values.shape[1]] = values
-        best_ids[start:stop, : found.shape[1]] = found
-    return best_ids
+    ranking.exclusions(exclude, len(queries))  # Checked before any chunk is read.
+    return ranking.exact_top_k(
+        queries,
+        _tf_chunks(table, ids, first_id),
+        k,
+        exclude,
+        batch_size,
+        _tf_matmul,
+        _tf_top_k,
+        scores_per_block=SCORES_PER_BATCH,
+    )
 
 
 def log_normalizers(
@@ -311,9 +288,9 @@ def global_top_k(
     candidates: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """[num_queries, k] ids by one ranking shared by every query (`scores`, [num_ids]: a
-    popularity ranker), each row's `exclude` removed, ties by the lower id; rows short of k
-    candidates are padded with id 0. The catalog is sorted once, not scored per query.
-    `num_queries`: the rows (default: len(exclude))."""
+    popularity ranker), each row's `exclude` removed, ties by the lower id; the slots of a
+    row short of k candidates hold `NO_ITEM` (a miss, as in the model's lists). The catalog
+    is sorted once, not scored per query. `num_queries`: the rows (default: len(exclude))."""
     scores = np.asarray(scores)
     ids = searched_ids(len(scores), first_id, candidates)
     if ids is None:
@@ -325,7 +302,7 @@ def global_top_k(
     longest = max((len(e) for e in exclude), default=0) if exclude is not None else 0
     order = np.argsort(-scores[ids], kind="stable")[: k + longest]
     head = ids[order]
-    out = np.zeros([num_queries, min(k, len(ids))], np.int64)
+    out = np.full([num_queries, k], NO_ITEM, np.int64)
     for row in range(num_queries):
         kept = head if exclude is None else head[~np.isin(head, exclude[row])]
         kept = kept[: out.shape[1]]
@@ -466,8 +443,8 @@ def top_k(
     min_items: int = SCANN_MIN_ITEMS,
     candidates: Optional[np.ndarray] = None,
 ) -> np.ndarray:
-    """[num_queries, k] ids by `index` ("exact" or "scann"), excluded ids filtered. A catalog
-    of fewer than k items is returned whole, the row padded with id 0 (never a target).
+    """[num_queries, k] ids by `index` ("exact" or "scann"), excluded ids filtered. A row
+    with fewer than k candidates left is filled with `NO_ITEM` (never an id: a miss).
     `item_embeddings`: anything `ItemTable.of` reads (an array, a variable, a model).
     `min_items`: with "scann", smaller catalogs are searched exactly (0: always the index).
     `candidates`: the ids searched (an index over part of the catalog); None: every id from
@@ -495,19 +472,17 @@ def top_k(
             min_items=min_items,
             candidates=candidates,
         )
-    return np.pad(found, [[0, 0], [0, max(k - found.shape[1], 0)]])
+    return np.pad(found, [[0, 0], [0, max(k - found.shape[1], 0)]], constant_values=NO_ITEM)
 
 
 def overlap_at_k(approximate: np.ndarray, exact: np.ndarray, k: int) -> float:
-    """Mean fraction of the exact top-k that the approximate top-k also returns (ANN recall)."""
-    return float(
-        np.mean(
-            [
-                len(np.intersect1d(a[:k], e[:k])) / max(len(e[:k]), 1)
-                for a, e in zip(approximate, exact)
-            ]
-        )
-    )
+    """Mean fraction of the exact top-k that the approximate top-k also returns (ANN recall);
+    `NO_ITEM` slots are no ids."""
+    shares = []
+    for a, e in zip(approximate, exact):
+        e = e[:k][e[:k] != NO_ITEM]
+        shares.append(len(np.intersect1d(a[:k], e)) / max(len(e), 1) if len(e) else 1.0)
+    return float(np.mean(shares))
 
 
 def popularity_bands(counts: np.ndarray, first_id: int = 1) -> np.ndarray:

@@ -22,16 +22,31 @@ class ExactTopKTest(tf.test.TestCase):
         self.assertAllEqual(top, np.argsort(-scores, axis=1)[:, :10])
         self.assertFalse(np.isin(0, top))
 
-    def test_top_k_pads_a_catalog_smaller_than_k_with_padding_ids(self):
+    def test_top_k_pads_a_catalog_smaller_than_k_with_no_item(self):
         rng = np.random.default_rng(0)
         queries, items = rng.normal(size=(2, 4)), rng.normal(size=(6, 4))  # 5 items.
         top = retrieval.top_k(queries, items, 8, exclude=[np.array([2]), np.array([], int)])
         self.assertEqual(top.shape, (2, 8))
-        self.assertAllEqual(top[:, 5:], np.zeros([2, 3]))  # Id 0: never a target.
+        self.assertAllEqual(top[0, 4:], np.full(4, retrieval.NO_ITEM))  # Never an id.
+        self.assertAllEqual(top[1, 5:], np.full(3, retrieval.NO_ITEM))
         self.assertAllEqual(np.sort(top[1, :5]), [1, 2, 3, 4, 5])
+        self.assertNotIn(2, top[0])
         self.assertEqual(
             retrieval.recall_ndcg(top, [np.array([3]), np.array([4])], ks=(8,))["recall@8"], 1.0
         )
+
+    def test_a_short_list_never_holds_an_excluded_id(self):
+        # The probe's case: 5 items, history {3, 4, 5}; exact search returned [2, 1, 3, 4, 5]
+        # and so scored a hit on a history target, which popularity (padded) could not.
+        items = np.array([[0.0], [2.0], [3.0], [1.0], [1.0], [1.0]], np.float32)
+        history = [np.array([3, 4, 5])]
+        for index in ("exact", "scann"):
+            top = retrieval.top_k(np.ones([1, 1]), items, 5, exclude=history, index=index)
+            self.assertAllEqual(top, [[2, 1, -1, -1, -1]])
+            self.assertEqual(retrieval.recall_ndcg(top, [np.array([3])], ks=(5,))["recall@5"], 0)
+        popularity = retrieval.global_top_k(np.array([0, 5, 9, 1, 1, 1.0]), 5, exclude=history)
+        self.assertAllEqual(popularity, [[2, 1, -1, -1, -1]])
+        self.assertEqual(retrieval.overlap_at_k(top, popularity, 5), 1.0)
 
     def test_k_is_capped_by_the_catalog(self):
         top = retrieval.exact_top_k(np.ones([2, 1]), np.arange(4.0)[:, None], 10)
@@ -88,8 +103,9 @@ class ChunkedSearchTest(tf.test.TestCase):
                     self.exclude,
                     candidates=None if candidates is None else np.unique(candidates),
                 )
-                for row, ids in enumerate(expected):  # Rows short of k: their own length.
+                for row, ids in enumerate(expected):  # Rows short of k: NO_ITEM after.
                     self.assertAllEqual(found[row, : len(ids)], ids)
+                    self.assertTrue(np.all(found[row, len(ids) :] == retrieval.NO_ITEM))
 
     def test_a_variable_and_a_model_are_read_in_place(self):
         expected = retrieval.exact_top_k(self.queries, self.items, 10, exclude=self.exclude)
@@ -135,7 +151,9 @@ class ChunkedSearchTest(tf.test.TestCase):
                 np.ones([23, 1]), counts[:, None], 10, self.exclude, candidates=candidates
             )
             found = retrieval.global_top_k(counts, 10, exclude=self.exclude, candidates=candidates)
-            self.assertAllEqual(found, np.array(expected))
+            for row, ids in enumerate(expected):
+                self.assertAllEqual(found[row, : len(ids)], ids)
+                self.assertTrue(np.all(found[row, len(ids) :] == retrieval.NO_ITEM))
 
     def test_geometry_equals_the_whole_table(self):
         expected_direction = np.linalg.norm(

@@ -1,0 +1,74 @@
+"""logq_core.ranking: the one exact top-k, against a whole-matrix numpy reference (ties to the
+lower id, excluded ids never returned, NO_ITEM where a query has fewer than k candidates)."""
+
+import numpy as np
+import pytest
+
+from logq_core import metrics
+from logq_core import ranking
+
+
+def _reference(queries, ids, embeddings, k, exclude=None):
+    """Each query's candidates ranked by a stable argsort of the whole score row (ties: the
+    lower id), its excluded ids removed, NO_ITEM after the last."""
+    order = np.argsort(ids, kind="stable")
+    ids, embeddings = ids[order], embeddings[order]
+    scores = queries.astype(np.float32) @ embeddings.astype(np.float32).T
+    out = np.full([len(queries), k], ranking.NO_ITEM, np.int64)
+    for row, values in enumerate(scores):
+        allowed = ~np.isin(ids, [] if exclude is None else exclude[row])
+        found = ids[allowed][np.argsort(-values[allowed], kind="stable")][:k]
+        out[row, : len(found)] = found
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 40])
+def test_numpy_top_k_breaks_ties_to_the_lower_position(k):
+    rng = np.random.default_rng(k)
+    values = rng.integers(-2, 3, size=(50, 40)).astype(np.float32)  # Many ties.
+    values[3, :] = -np.inf
+    values[4, ::3] = np.nan
+    found, positions = ranking.numpy_top_k(values, k)
+    expected_values, expected = ranking.numpy_top_k_sorted(values, k)
+    np.testing.assert_array_equal(positions, expected)
+    np.testing.assert_array_equal(found, expected_values)
+    # The reference itself: decreasing values, and equal values in increasing positions.
+    row = values[0]
+    np.testing.assert_array_equal(expected[0], sorted(range(40), key=lambda i: (-row[i], i))[:k])
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7, 1000])
+@pytest.mark.parametrize("k", [1, 5, 30])
+def test_exact_top_k_equals_the_whole_matrix(chunk, k):
+    rng = np.random.default_rng(chunk + k)
+    ids = rng.permutation(np.arange(3, 80))[:25]  # Candidates, unsorted, not 0 .. n.
+    embeddings = rng.integers(-2, 3, size=(25, 3)).astype(np.float32)
+    queries = rng.integers(-2, 3, size=(9, 3)).astype(np.float32)
+    exclude = [rng.choice(ids, rng.integers(0, 24), replace=False) for _ in range(9)]
+    exclude[2] = ids  # Every candidate excluded: a row of NO_ITEM.
+    found = ranking.exact_top_k(
+        queries, ranking.array_chunks(ids, embeddings, chunk), k, exclude, block=2
+    )
+    np.testing.assert_array_equal(found, _reference(queries, ids, embeddings, k, exclude))
+    assert (found[2] == ranking.NO_ITEM).all()
+    for row in range(9):
+        assert not np.isin(found[row], exclude[row]).any()
+
+
+def test_no_item_is_a_miss_in_the_metrics():
+    ranked = np.array([[2, 1, ranking.NO_ITEM, ranking.NO_ITEM]])
+    values = metrics.recall_ndcg(ranked, [np.array([3])], ks=(1, 4))
+    assert values == {"recall@1": 0.0, "ndcg@1": 0.0, "recall@4": 0.0, "ndcg@4": 0.0}
+    hit = metrics.recall_ndcg(ranked, [np.array([1])], ks=(4,))
+    assert hit["recall@4"] == 1.0 and hit["ndcg@4"] == pytest.approx(1 / np.log2(3))
+
+
+def test_a_query_with_nan_scores_returns_no_item_not_ids():
+    ids, embeddings = np.arange(1, 6), np.ones((5, 2), np.float32)
+    found = ranking.exact_top_k(np.array([[np.nan, 0.0]]), ranking.array_chunks(ids, embeddings), 3)
+    np.testing.assert_array_equal(found, [[-1, -1, -1]])
+
+
+def test_exclusions_are_checked():
+    with pytest.raises(ValueError, match=r"one list of ids per query \(2\); received 1"):
+        ranking.exclusions([[1]], 2)
