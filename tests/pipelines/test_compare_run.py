@@ -44,7 +44,7 @@ def test_two_corrections_two_seeds_then_nothing_left():
     with open(os.path.join(out, "report.md")) as f:
         report = f.read()
     assert "| improved − standard | 0, 1 | " in report
-    assert "Holm" in report and "excluded" in report
+    assert "Holm" in report and "90% CI to ±" in report
     assert "## recall by popularity third of the target" in report
     assert "| popularity (baseline) |" in report
     assert "## Training or test queries?" in report
