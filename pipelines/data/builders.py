@@ -271,15 +271,29 @@ def day_store_dataset(
     same shard, block shuffle, repeat and batching as `two_tower_dataset` with `times`, on
     whole chunks and blocks: the same batches, in the same order, with memory bounded by the
     shuffle window and the read-ahead, not by the log.
+
+    A damaged store is refused, never trained a day short (tf.data's reader checks each
+    record's CRCs, not a file's count): each day's file is checked against the manifest
+    before the dataset is made (`DayStore.verified_files`), and its parsed examples are
+    counted as it is read, against the manifest's count of the day (`DayStore.day_counts`).
+
+    Raises:
+      DataError: a day's file missing or too short for its examples, or a manifest whose
+        counts disagree (here, before a record is read).
+      tf.errors.InvalidArgumentError: while iterating, naming a day's file that holds fewer
+        or more examples than the manifest counts (one cut at a record boundary, say).
     """
     from pipelines.data import day_store  # pylint: disable=import-outside-toplevel
 
     if store.num_examples == 0:
         raise ValueError("No user has 2 or more items to train on.")
-    dataset = tf.data.TFRecordDataset(store.example_files()).map(
+    paths, counts = store.verified_files(), store.day_counts()
+    dataset = _counted_chunks(
+        paths,
+        counts,
+        store.days,
         lambda record: day_store.parse_chunk(record, store.history_length, store.weighted),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+        2 + store.history_length + int(store.weighted),
     )
     return _finish(
         dataset,
@@ -290,6 +304,92 @@ def day_store_dataset(
         input_context,
         partial_batches=partial_batches,
         shuffle_window=shuffle_window,
+    )
+
+
+def _text(*parts) -> tf.Tensor:
+    """A scalar string of `parts` (strings, string tensors and integer tensors), joined."""
+    return tf.strings.join(
+        [
+            part if isinstance(part, str) or part.dtype == tf.string else tf.strings.as_string(part)
+            for part in parts
+        ]
+    )
+
+
+def _counted_chunks(
+    paths: List[str],
+    counts: np.ndarray,
+    days: np.ndarray,
+    parse: Callable[[tf.Tensor], Dict[str, tf.Tensor]],
+    columns: int,
+) -> tf.data.Dataset:
+    """The parsed chunks of the day files `paths`, in order, each file's examples counted as
+    they are read: a file that ends with other than its day's count of `counts` (the day
+    `days` names) stops the stream with an InvalidArgumentError naming it, the count read and
+    the count expected. Each file is followed by an end marker (an empty chunk of `columns`
+    int32 columns) which the count checks and then drops."""
+    end = tf.io.serialize_tensor(tf.zeros([0, columns], tf.int32))
+    files = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant(paths, tf.string),
+            tf.constant(np.asarray(counts, np.int64)),
+            tf.constant(np.asarray(days, np.int64)),
+        )
+    )
+
+    def day_records(path, count, day):
+        records = tf.data.TFRecordDataset(path).map(lambda record: (record, False))
+        marked = records.concatenate(tf.data.Dataset.from_tensors((end, True)))
+        return marked.map(lambda record, last: (record, last, path, count, day))
+
+    def check(rows, element):
+        features, last, path, count, day = element
+        rows += tf.shape(features["item"], out_type=tf.int64)[0]
+        too_many = tf.debugging.Assert(
+            rows <= count,
+            [
+                _text(
+                    path,
+                    ": the training examples of day ",
+                    day,
+                    " reach ",
+                    rows,
+                    ", past the ",
+                    count,
+                    " the manifest counts: the store is damaged; build it again.",
+                )
+            ],
+        )
+        too_few = tf.debugging.Assert(
+            tf.logical_or(tf.logical_not(last), tf.equal(rows, count)),
+            [
+                _text(
+                    path,
+                    ": ",
+                    rows,
+                    " training examples, where the manifest counts ",
+                    count,
+                    " on day ",
+                    day,
+                    ": the file is cut short; build the store again.",
+                )
+            ],
+        )
+        with tf.control_dependencies([too_many, too_few]):
+            rows = tf.where(last, tf.constant(0, tf.int64), rows)
+        return rows, (features, last)
+
+    return (
+        files.flat_map(day_records)
+        .map(
+            lambda record, last, path, count, day: (parse(record), last, path, count, day),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        .scan(tf.constant(0, tf.int64), check)
+        .filter(lambda features, last: tf.logical_not(last))
+        .map(lambda features, last: features)
     )
 
 
