@@ -75,9 +75,40 @@ RUNTIME_MIB = 850
 # Bytes an id of the vocabularies costs (Python strings in an object array, and their
 # lookups).
 VOCABULARY_BYTES = 96
-# Bytes a law item of the web-scale synthetic log's truth costs while it is read (its arrays
-# and the map to dense ids; the id strings while they are converted).
+# Bytes a law item of the web-scale synthetic log's truth costs while it is held (its arrays
+# and the map to dense ids): from the data phase on where the data phase draws the log, and
+# in evaluation (the KL and the oracle read it).
 LAW_BYTES = 112
+# The data phase, drawing a synthetic log and building the day store (empirical: fitted on
+# the data phases of docs/results/scale/industrial_items5m.json and industrial_items20m.json,
+# 5M- and 20M-item laws of 20M events; checked on the others and on a 3M-item smoke run):
+# bytes a law item costs while the law is drawn and its ids mapped (float64 weights, their
+# cumulative sums, the cluster arrays and the string ids at once), and bytes an event costs
+# while the log is encoded and bucketed into days (its int64 user, item and time columns,
+# the sort's order and copies, a file's string ids and the day buckets' buffers).
+DATA_LAW_BYTES = 136
+DATA_EVENT_BYTES = 120
+# Bytes an event costs when the data phase reads a built store back (its manifest, the
+# evaluation sets and the item counts; the examples stay on disk).
+STORE_EVENT_BYTES = 12
+# What the build, training, evaluation and the export hold above their derived terms, MiB
+# (empirical: TensorFlow's graphs, functions and allocator pools, the input pipeline's
+# buffers; fitted on the records of the code since 2e759db, `tests/pipelines/test_memory.py`
+# names them): the build's variables' creation; training's step functions, the stream's
+# shuffle window and read-ahead, and the glibc arenas the step's threads keep (the Table 2
+# runs peaked 2.3 GB apart on two machines of one kind with the same config: this term is
+# set by the larger); what evaluation and the export inherit from training in one process.
+BUILD_SLACK_MIB = 550
+# Training's unexplained part grows with its state (the tables, their slots and the sketch):
+# the Table 2 runs (two-tower, two item tables of 2.73M rows at dim 64) peaked at their
+# derived terms plus 1.12 times that state; a run of a few MB of tables (MovieLens-1M)
+# peaks at its runtime. Empirical; fitted on the Table 2 runs' process peaks (which do not
+# say which phase peaked), loose for the 20M-item catalog's training (0.63 of it measured).
+TRAIN_STATE_SLACK = 1.12
+EVALUATE_SLACK_MIB = 1_400
+EXPORT_SLACK_MIB = 1_000
+
+PHASES = ("data", "split", "build", "train", "evaluate", "baselines", "export")
 
 
 def predict_mib(
@@ -88,35 +119,53 @@ def predict_mib(
     law_items: int = 0,
     sketch_items: Optional[int] = None,
     tables_on_servers: bool = False,
+    num_events: int = 0,
+    store_built: bool = False,
 ) -> Dict[str, int]:
     """The predicted peak resident memory of each phase of a run of `config` (a
-    `pipelines.configs.Config`) over `num_users` users and `num_items` items, MiB:
-    {"tables", "build", "train", "evaluate", "export"}.
+    `pipelines.configs.Config`) over `num_users` users and `num_items` items, MiB: "tables"
+    and each phase of `pipelines.train` ("data", "split", "build", "train", "evaluate",
+    "baselines", "export"). A bound: each phase's own peak in every committed record of the
+    code since 2e759db is at most its prediction (`tests/pipelines/test_memory.py`).
 
-    - tables: every embedding table, float32 (a two-tower model's users, history items and
+    What grows with what (bytes; C is what every phase after the data holds: the runtime,
+    96 a vocabulary id, 112 a law item of a synthetic log):
+
+    - data: the runtime, 136 a law item and 120 an event (the law drawn, the log encoded and
+      bucketed into days; empirical), or the vocabularies when larger than the law's
+      arrays; a built store read back: C without the law, 12 an event;
+    - split: C and 12 an event;
+    - build: C, the tables (4 x dim a row: a two-tower model's users, history items and
       items, one item table with `share_item_table`; SASRec's item table, twice when
-      untied);
-    - build: the runtime, the vocabularies, the tables and one chunk (a large table is
-      drawn, or zeroed for a checkpoint, a chunk at a time: `experiment.build_model`);
-    - train: the runtime, the vocabularies, the tables and the optimizer's slots (one copy
-      of the tables with Adagrad, two with Adam), the count-min sketch, one chunk of the
-      catalog and blocks of scores (`tfrs_logq.retrieval`), the validation top k;
-    - evaluate: the runtime, the vocabularies, the tables (the slots released), a chunk and
-      the score blocks, the test top k, a ScaNN index over `index_items` (the searched
-      embeddings gathered once, and ScaNN's own copy), the synthetic law (`law_items`);
-    - export: the runtime, the vocabularies, the tables, the served item embeddings (one
-      copy of the index's), with ScaNN its index (about five copies of the served
-      embeddings: ScaNN's searcher, its serialised form and the trial request's), and the
-      SavedModel's writing (about half the variables).
+      untied), three chunks (`retrieval.CHUNK_BYTES`: a table is drawn a chunk at a time,
+      its draws and their scaled copy beside it), a constant;
+    - train: C, the tables, the optimizer's slots (one copy of the tables with Adagrad, two
+      with Adam), the count-min sketch (4 rows of 2 x 8-byte counts, its width from
+      `sketch_items`), a chunk and blocks of scores, the validation top k (12 an entry), a
+      1.12 times the tables, slots and sketch (the step's functions, the stream's buffers,
+      allocator pools; empirical);
+    - evaluate and baselines: C, the tables (the slots released), a chunk and the score
+      blocks, the test top k (12 an entry: queries x k), a ScaNN index over `index_items`
+      (the searched embeddings gathered once, and ScaNN's own copy), the synthetic law, a
+      constant (what training leaves in the process; empirical);
+    - export: C, the tables, each read whole once more (the traced functions of the save
+      read each table whole: TensorFlow's copy-on-read after sparse updates), the served
+      embeddings (one copy of the index's; with ScaNN about five more: its searcher, its
+      serialised form, the trial request's), the SavedModel's writing (about half the
+      variables), a constant (empirical).
+
+    So the tables' phases grow with catalog x dim (and users x dim), evaluation with test
+    queries x k and the index, the data phase with the law and the log's events; no phase
+    grows with the batch or the history beyond the constants (a batch's rows and scores are
+    kilobytes to megabytes).
 
     `sketch_items`: the items the count-min sketch is sized for (`experiment.sketch_items`;
-    None: `num_items`).
+    None: `num_items`). `num_events`: the log's events (the data phase); `store_built`: the
+    day store is built (the data phase reads it back).
 
     With `tables_on_servers` (a parameter-server chief): the tables, their slots and the
     sketch live on the servers while the chief trains, evaluates and exports (the servers
     write their shards of the SavedModel's variables), so no phase counts them.
-
-    A model to compare with the measured peaks (`phase_peak_rss_mb`), not a bound.
     """
     # pylint: disable=import-outside-toplevel
     from logq_core import formulas
@@ -141,25 +190,42 @@ def predict_mib(
     queries = training.test_queries or 20_000
     index_items = num_items if index_items is None else index_items
     scann = 2 * 4.0 * dim * index_items if training.index in ("scann", "both") else 0.0
-    runtime = RUNTIME_MIB * MIB + VOCABULARY_BYTES * (num_items + num_users)
+    vocabularies = VOCABULARY_BYTES * (num_items + num_users)
+    law = LAW_BYTES * law_items
+    runtime = RUNTIME_MIB * MIB
+    held_after_data = runtime + vocabularies + law  # C: the law from the data phase on.
+    if store_built:
+        data = runtime + vocabularies + STORE_EVENT_BYTES * num_events
+    else:
+        data = (
+            runtime + max(vocabularies, DATA_LAW_BYTES * law_items) + DATA_EVENT_BYTES * num_events
+        )
     served = 4.0 * dim * (index_items + 1)  # A run's exports serve its index.
     held = 0.0 if tables_on_servers else tables  # What the chief's train and evaluate hold.
     if tables_on_servers:
         slots = sketch = 0.0
+    evaluate = (
+        held_after_data + held + chunk + 12.0 * k * queries + scann + EVALUATE_SLACK_MIB * MIB
+    )
     predicted = {
         "tables": tables,
-        "build": runtime + held + retrieval.CHUNK_BYTES,
-        "train": runtime
+        "data": data,
+        "split": held_after_data + STORE_EVENT_BYTES * num_events,
+        "build": held_after_data + held + 3 * retrieval.CHUNK_BYTES + BUILD_SLACK_MIB * MIB,
+        "train": held_after_data
         + held
         + slots
         + sketch
         + chunk
-        + 12.0 * k * config.data.validation_queries,
-        "evaluate": runtime + held + chunk + 12.0 * k * queries + scann + LAW_BYTES * law_items,
-        # The served embeddings; a ScaNN export's index (its searcher, the searcher serialised
-        # into the module, the trial request's: about 5 copies, measured at 5M items) and the
-        # SavedModel's writing (about half the variables, measured there).
-        "export": runtime + held + served * (6 if scann else 1) + 0.5 * (held + served),
+        + 12.0 * k * config.data.validation_queries
+        + TRAIN_STATE_SLACK * (held + slots + sketch),
+        "evaluate": evaluate,
+        "baselines": evaluate,
+        "export": held_after_data
+        + 2 * held
+        + served * (6 if scann else 1)
+        + 0.5 * (held + served)
+        + EXPORT_SLACK_MIB * MIB,
     }
     return {name: round(value / MIB) for name, value in predicted.items()}
 

@@ -168,6 +168,57 @@ class PhaseTimer:
         self.stop()
 
 
+def _log_events(config: configs.Config) -> int:
+    """The events of a synthetic web log, from its config (0 for other data: an event log's
+    size is known once it is read, and --max_vocabulary_mb checks it while it is counted)."""
+    if config.data.dataset != "web_synthetic":
+        return 0
+    return int(config.data.synthetic_users * config.data.synthetic_events_per_user)
+
+
+def _check_budget(config: configs.Config, phase: str, need: int, what: str) -> None:
+    """Raises `errors.MemoryBudgetError` when `need` (MiB, `phase`'s predicted peak, `what`
+    it is predicted for) exceeds --memory_budget_mb (0: `memory.available_mib`)."""
+    budget = config.training.memory_budget_mb or memory.available_mib()
+    if need > budget:
+        raise errors.MemoryBudgetError(
+            f"This run is predicted to need {need:,} MB in its {phase} phase ({what}), more "
+            f"than the {budget:,.0f} MB it may use "
+            + (
+                f"(--memory_budget_mb={config.training.memory_budget_mb})"
+                if config.training.memory_budget_mb
+                else "(this machine's memory)"
+            )
+            + ". Lower --dim, the catalog (--min_item_count) or --test_queries, or raise "
+            "--memory_budget_mb."
+        )
+
+
+def check_data_memory(config: configs.Config) -> Optional[int]:
+    """The data phase's predicted peak (MiB) of a synthetic web log, from its config alone
+    (the law's items and the log's events), checked against --memory_budget_mb before the
+    run writes anything; None for other data (an event log's size is known once read).
+
+    Raises:
+      MemoryBudgetError: the data phase's predicted peak exceeds the budget (named).
+    """
+    events = _log_events(config)
+    if not events:
+        return None
+    law, users = config.data.synthetic_items, config.data.synthetic_users
+    # The vocabularies hold at most the law's items and every user.
+    need = memory.predict_mib(config, users, min(law, events), law_items=law, num_events=events)[
+        "data"
+    ]
+    _check_budget(
+        config,
+        "data",
+        need,
+        f"drawing a {law:,}-item law and a log of {events:,} events for {users:,} users",
+    )
+    return need
+
+
 def predicted_memory(
     config: configs.Config, data, split: splits_lib.Split, parameter_server: bool = False
 ) -> Dict[str, int]:
@@ -176,7 +227,7 @@ def predicted_memory(
     --memory_budget_mb (0: `memory.available_mib`) before any table is built.
 
     Raises:
-      ValueError: a phase's predicted peak exceeds the budget (named, with the need).
+      MemoryBudgetError: a phase's predicted peak exceeds the budget (named, with the need).
     """
     law = config.data.synthetic_items if config.data.dataset == "web_synthetic" else 0
     index = experiment.test_index(config, split)
@@ -188,26 +239,20 @@ def predicted_memory(
         law_items=law,
         sketch_items=experiment.sketch_items(config, split),
         tables_on_servers=parameter_server,
+        num_events=_log_events(config),
     )
-    budget = config.training.memory_budget_mb or memory.available_mib()
+    # The data phase has run: the phases to come.
     phase, need = max(
-        ((name, value) for name, value in predicted.items() if name != "tables"),
+        ((name, value) for name, value in predicted.items() if name not in ("tables", "data")),
         key=lambda item: item[1],
     )
-    if need > budget:
-        raise errors.MemoryBudgetError(
-            f"This run is predicted to need {need:,} MB in its {phase} phase ("
-            f"{predicted['tables']:,} MB of tables: {data.num_items:,} items, "
-            f"{data.num_users:,} users, --dim={config.model.dim}), more than the "
-            f"{budget:,.0f} MB it may use "
-            + (
-                f"(--memory_budget_mb={config.training.memory_budget_mb})"
-                if config.training.memory_budget_mb
-                else "(this machine's memory)"
-            )
-            + ". Lower --dim, the catalog (--min_item_count) or --test_queries, or raise "
-            "--memory_budget_mb."
-        )
+    _check_budget(
+        config,
+        phase,
+        need,
+        f"{predicted['tables']:,} MB of tables: {data.num_items:,} items, "
+        f"{data.num_users:,} users, --dim={config.model.dim}",
+    )
     return predicted
 
 
@@ -270,6 +315,7 @@ def run(
     chief = distribute.is_chief(strategy)
     if not chief:
         return _run(config, output_dir, verbose, strategy, chief)
+    check_data_memory(config)  # Before anything is written.
     _prepare_output_dir(output_dir)
     with RunLock(output_dir):
         _check_output_dir(config, output_dir)

@@ -1,6 +1,8 @@
 """The memory model (`pipelines.memory.predict_mib`), the run's budget check and each phase's
 own peak."""
 
+import glob
+import json
 import os
 from unittest import mock
 
@@ -9,6 +11,7 @@ import pytest
 
 import tfrs_logq  # noqa: F401  # isort: split
 from pipelines import configs
+from pipelines import errors
 from pipelines import experiment
 from pipelines import memory
 from pipelines import train
@@ -26,7 +29,9 @@ def test_tables_and_slots_scale_with_the_catalog():
     # Training holds Adagrad's accumulators too; evaluation releases them.
     assert large["train"] - large["evaluate"] > 0.9 * large["tables"] - 2 * 4 * 64 * 2e6 / 2**20
     adam = memory.predict_mib(config.replace(table_optimizer="adam"), 1_000_000, 1_000_000)
-    assert adam["train"] - small["train"] == pytest.approx(small["tables"], abs=2)
+    # (Training's empirical part grows with its state: TRAIN_STATE_SLACK of it.)
+    slack = 1 + memory.TRAIN_STATE_SLACK
+    assert adam["train"] - small["train"] == pytest.approx(slack * small["tables"], abs=2)
     # The export: the served embeddings once, twice more with a ScaNN index.
     exact = memory.predict_mib(
         config.replace(index="exact"), 1_000_000, 1_000_000, index_items=200_000
@@ -43,7 +48,8 @@ def test_a_shared_item_table_holds_one_item_table():
     item_table = 4 * 64 * 20_000_001 / 2**20
     assert two["tables"] - one["tables"] == pytest.approx(item_table, abs=1)
     # Adagrad's accumulator of the table goes with it.
-    assert two["train"] - one["train"] == pytest.approx(2 * item_table, abs=2)
+    slack = 1 + memory.TRAIN_STATE_SLACK
+    assert two["train"] - one["train"] == pytest.approx(2 * item_table * slack, abs=2)
 
 
 def test_a_catalog_sizes_the_sketch_by_the_items_of_the_training_events():
@@ -56,7 +62,9 @@ def test_a_catalog_sizes_the_sketch_by_the_items_of_the_training_events():
     full = memory.predict_mib(config, 1_000_000, 20_000_000)
     events = memory.predict_mib(config, 1_000_000, 20_000_000, sketch_items=5_000_000)
     # 4 rows of 8-byte counts, twice: 2^26 columns for 20M items, 2^24 for 5M.
-    assert full["train"] - events["train"] == pytest.approx(4 * 8 * 2 * (2**26 - 2**24) / 2**20)
+    sketches = 4 * 8 * 2 * (2**26 - 2**24) / 2**20
+    slack = 1 + memory.TRAIN_STATE_SLACK
+    assert full["train"] - events["train"] == pytest.approx(sketches * slack, abs=1)
     assert full["evaluate"] == events["evaluate"]
 
 
@@ -66,11 +74,11 @@ def test_a_parameter_server_chief_never_holds_the_tables():
     chief = memory.predict_mib(
         config, 1_000_000, 20_000_000, index_items=2_000_000, tables_on_servers=True
     )
-    # Evaluation: no table; training: no table, slot or sketch; the export: no table, and no
-    # half of it written (the servers write their shards).
+    # Evaluation: no table; training: no table, slot or sketch; the export: no table, no
+    # whole read of it and no half of it written (the servers write their shards).
     assert alone["evaluate"] - chief["evaluate"] == pytest.approx(alone["tables"], abs=1)
     assert alone["train"] - chief["train"] > 2 * alone["tables"] - 2
-    assert alone["export"] - chief["export"] == pytest.approx(1.5 * alone["tables"], abs=1)
+    assert alone["export"] - chief["export"] == pytest.approx(2.5 * alone["tables"], abs=1)
 
 
 def test_available_memory_is_positive():
@@ -99,7 +107,7 @@ def test_a_run_over_its_budget_stops_with_the_need_named():
     # Within the budget: the predictions, per phase.
     fits = configs.PRESETS["industrial"].replace(memory_budget_mb=10**6)
     predicted = train.predicted_memory(fits, _Data(), _split(_Data.num_items))
-    assert set(predicted) == {"tables", "build", "train", "evaluate", "export"}
+    assert set(predicted) == {"tables", *memory.PHASES}
 
 
 def test_each_phase_reports_its_own_peak():
@@ -166,3 +174,130 @@ def test_a_large_table_is_drawn_a_chunk_at_a_time_from_keras_uniform_law(model, 
         assert not np.array_equal(table[:64], table[64:128])
     seeded = config.replace(seed=config.training.seed + 1)
     assert not np.array_equal(large_tables(seeded)[0], tables[0])
+
+
+# ------------------------------------------------ the model against the committed records
+
+RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results")
+# Phases a record measured of code whose memory has changed since, by the commit that
+# changed it: the model bounds today's code, and these measured the defects it fixed.
+SUPERSEDED = {
+    # Before 2e759db a trained model's tables and slots outlived it (the step's graph) and a
+    # table was drawn whole (three copies); before e317118 and a13e5bc no release between
+    # phases and the exports' vocabularies were graph constants.
+    "b58a941": {"build", "train", "evaluate", "baselines", "export"},
+    "5fe4713": {"build", "train", "evaluate", "baselines", "export"},
+    "a8607cd": {"build", "train", "evaluate", "baselines", "export"},
+    # Before a8607cd a model a checkpoint gives drew its tables at random (whole) first.
+    "56c15e0": {"build"},
+    "a13e5bc": {"build"},
+    # Before b58a941 evaluation searched the whole catalog at once, and a phase's peak was the
+    # process's (no reset of VmHWM).
+    "b137a94": {"split", "build", "train", "evaluate", "baselines", "export"},
+}
+# The items with training events of the 20M-item law (`industrial_items20m.json`'s
+# vocabulary): what a catalog run's sketch is sized for (`experiment.sketch_items`).
+LAW_20M_EVENT_ITEMS = 5_180_346
+
+
+def _records():
+    """(name, record) of every committed record with a config and a measured peak."""
+    paths = sorted(glob.glob(os.path.join(RESULTS, "**", "*.json"), recursive=True))
+    for path in paths:
+        with open(path) as f:
+            loaded = json.load(f)
+        for record in loaded if isinstance(loaded, list) else [loaded]:
+            if isinstance(record, dict) and "config" in record and "peak_rss_mb" in record:
+                yield os.path.relpath(path, RESULTS), record
+
+
+def _predicted(record):
+    config = configs.Config.from_dict(record["config"])
+    web = config.data.dataset == "web_synthetic"
+    events = config.data.synthetic_users * config.data.synthetic_events_per_user if web else 0
+    if not web and config.data.dataset == "events":  # MovieLens-1M's 1,000,209 ratings.
+        events = 1_000_209
+    return memory.predict_mib(
+        config,
+        record["num_users"],
+        record["num_items"],
+        index_items=record.get("index_items"),
+        law_items=config.data.synthetic_items if web else 0,
+        sketch_items=LAW_20M_EVENT_ITEMS if config.data.item_catalog else None,
+        num_events=int(events),
+        # A data phase of seconds read a built store back.
+        store_built=record["phase_seconds"].get("data", 0) < 10,
+    )
+
+
+def test_every_phase_of_every_committed_record_is_within_its_prediction():
+    records = list(_records())
+    assert len(records) >= 25  # The scale records, Table 2's 15 runs, MovieLens-1M's 6.
+    over, checked = [], 0
+    for name, record in records:
+        predicted = _predicted(record)
+        measured = record.get("phase_peak_rss_mb")
+        if measured is None:  # A process's peak only: within the largest phase's prediction.
+            measured = {max(memory.PHASES, key=predicted.get): record["peak_rss_mb"]}
+        superseded = SUPERSEDED.get(record["git_revision"][:7], set())
+        for phase, peak in measured.items():
+            if phase in superseded:
+                continue
+            checked += 1
+            if peak > predicted[phase]:
+                over.append(f"{name} {phase}: {peak} MB measured, {predicted[phase]} predicted")
+    assert not over, over
+    assert checked >= 45
+
+
+def test_the_bound_is_tight_where_it_was_set():
+    """Each phase's prediction is within 1.10x of the largest peak measured for it."""
+    ratios = {}
+    for _, record in _records():
+        predicted, measured = _predicted(record), record.get("phase_peak_rss_mb")
+        superseded = SUPERSEDED.get(record["git_revision"][:7], set())
+        if measured is None:
+            phase = max(memory.PHASES, key=predicted.get)
+            measured = {phase: record["peak_rss_mb"]}
+        for phase, peak in measured.items():
+            if phase not in superseded:
+                ratios[phase] = min(ratios.get(phase, 9.0), predicted[phase] / peak)
+    assert set(ratios) == set(memory.PHASES)
+    # The baselines are predicted as evaluation (what it holds, less a ScaNN index and the
+    # test top k, which the records do not resolve): 1.16x their largest peak.
+    assert ratios.pop("baselines") <= 1.20
+    assert all(ratio <= 1.10 for ratio in ratios.values()), ratios
+
+
+def test_the_data_phase_grows_with_the_law_and_the_log():
+    config = configs.PRESETS["industrial"]
+    small = memory.predict_mib(config, 10**6, 10**6, law_items=5 * 10**6, num_events=2 * 10**7)
+    large = memory.predict_mib(config, 10**6, 10**6, law_items=2 * 10**7, num_events=2 * 10**7)
+    assert large["data"] - small["data"] == pytest.approx(
+        memory.DATA_LAW_BYTES * 15e6 / 2**20, abs=1
+    )
+    more = memory.predict_mib(config, 10**6, 10**6, law_items=5 * 10**6, num_events=4 * 10**7)
+    assert more["data"] - small["data"] == pytest.approx(
+        memory.DATA_EVENT_BYTES * 2e7 / 2**20, abs=1
+    )
+    built = memory.predict_mib(
+        config, 10**6, 10**6, law_items=5 * 10**6, num_events=2 * 10**7, store_built=True
+    )
+    assert built["data"] < small["data"]
+
+
+def test_a_data_phase_over_the_budget_is_refused_before_anything_is_written(tmp_path):
+    config = configs.PRESETS["industrial"].replace(
+        synthetic_items=20_000_000, memory_budget_mb=4_000
+    )
+    output_dir = tmp_path / "run"
+    need = memory.predict_mib(config, 10**6, 2 * 10**7, law_items=2 * 10**7, num_events=2 * 10**7)
+    with pytest.raises(errors.MemoryBudgetError) as error:
+        train.run(config, str(output_dir))
+    message = str(error.value)
+    assert f"predicted to need {need['data']:,} MB in its data phase" in message
+    assert "a 20,000,000-item law and a log of 20,000,000 events for 1,000,000 users" in message
+    assert "more than the 4,000 MB it may use (--memory_budget_mb=4000)" in message
+    assert not output_dir.exists()
+    # Another dataset's size is known once read: no prediction before the data phase.
+    assert train.check_data_memory(configs.PRESETS["smoke"]) is None
