@@ -17,6 +17,25 @@ from tfrs_logq import scoring
 TASK_CORRECTIONS = (None,) + losses_lib.CORRECTIONS
 
 
+def _metric_list(name: str, value) -> List[tfrs_metrics.Factorized]:
+    """`value` (None, one `tfrs.metrics.Factorized` or a sequence of them) as a list.
+
+    Raises:
+      TypeError: anything else, named.
+    """
+    if value is None:
+        return []
+    metrics = [value] if isinstance(value, tfrs_metrics.Factorized) else value
+    if not isinstance(metrics, Sequence) or not all(
+        isinstance(metric, tfrs_metrics.Factorized) for metric in metrics
+    ):
+        raise TypeError(
+            f"`{name}` must be a tfrs.metrics.Factorized metric (such as FactorizedTopK) or a "
+            f"list of them; received {name}={value!r}."
+        )
+    return list(metrics)
+
+
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class LogQRetrieval(tf.keras.layers.Layer, base.Task):
     """Factorized retrieval task: sampled softmax with a logQ correction (`losses.CORRECTIONS`).
@@ -163,11 +182,7 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             self.masked_negatives = tf.keras.metrics.Mean(name="masked_negatives")
             self.valid_negatives = tf.keras.metrics.Mean(name="valid_negatives")
         self._loss = loss
-        if metrics is None:
-            metrics = []
-        if not isinstance(metrics, Sequence):
-            metrics = [metrics]
-        self._factorized_metrics = metrics
+        self._factorized_metrics = _metric_list("metrics", metrics)
         self._batch_metrics = batch_metrics or []
         self._loss_metrics = loss_metrics or []
         self.sampler = sampler
@@ -179,9 +194,9 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
 
     @factorized_metrics.setter
     def factorized_metrics(self, value) -> None:
-        if not isinstance(value, Sequence):
-            value = []
-        self._factorized_metrics = value
+        # One metric or a list, as the constructor's `metrics` (TFRS 0.7.7 turned one metric
+        # into an empty list here, so that its efficient-serving tutorial lost its metric).
+        self._factorized_metrics = _metric_list("factorized_metrics", value)
 
     def call(
         self,

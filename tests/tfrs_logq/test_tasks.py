@@ -1199,3 +1199,32 @@ class ScoringHelpersTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIs(_validation.check_bool("flag", False), False)
         with self.assertRaisesRegex(TypeError, r"`flag` must be a bool; received flag=1\."):
             _validation.check_bool("flag", 1)
+
+
+class FactorizedMetricsTest(tf.test.TestCase):
+    """`factorized_metrics` takes one metric or a list, as the constructor's `metrics`: TFRS's
+    efficient-serving tutorial assigns one (`task.factorized_metrics = metric`), which TFRS
+    0.7.7 turned into an empty list, losing the metric."""
+
+    def test_one_metric_or_a_list_in_the_setter_and_the_constructor(self):
+        query, candidates, ids, _, _ = _batch()
+        metric = _metrics(candidates, ids)["metrics"]
+        task = LogQRetrieval(correction="none")
+        task.factorized_metrics = metric
+        self.assertEqual(list(task.factorized_metrics), [metric])
+        task(query, candidates, candidate_ids=ids)
+        self.assertGreater(float(metric.result()[-1]), 0.0)  # The metric was updated.
+        task.factorized_metrics = [metric, metric]
+        self.assertLen(task.factorized_metrics, 2)
+        task.factorized_metrics = None
+        self.assertEqual(list(task.factorized_metrics), [])
+        self.assertEqual(list(LogQRetrieval(metrics=metric).factorized_metrics), [metric])
+
+    def test_anything_else_is_named(self):
+        task = LogQRetrieval()
+        with self.assertRaisesRegex(
+            TypeError, "`factorized_metrics` must be .* received factorized_metrics='top10'"
+        ):
+            task.factorized_metrics = "top10"
+        with self.assertRaisesRegex(TypeError, "`metrics` must be a tfrs.metrics.Factorized"):
+            LogQRetrieval(metrics=[tf.keras.metrics.Mean()])
