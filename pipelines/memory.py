@@ -80,14 +80,17 @@ VOCABULARY_BYTES = 96
 # in evaluation (the KL and the oracle read it).
 LAW_BYTES = 112
 # The data phase, drawing a synthetic log and building the day store (empirical: fitted on
-# the data phases of docs/results/scale/industrial_items5m.json and industrial_items20m.json,
-# 5M- and 20M-item laws of 20M events; checked on the others and on a 3M-item smoke run):
-# bytes a law item costs while the law is drawn and its ids mapped (float64 weights, their
-# cumulative sums, the cluster arrays and the string ids at once), and bytes an event costs
-# while the log is encoded and bucketed into days (its int64 user, item and time columns,
-# the sort's order and copies, a file's string ids and the day buckets' buffers).
-DATA_LAW_BYTES = 136
-DATA_EVENT_BYTES = 120
+# the data phases of docs/results/scale/industrial_items5m.json, industrial_items20m.json
+# (5M- and 20M-item laws, 20M events) and industrial_items3m_smoke.json (a 3M-item law,
+# 200k events: 1,577 MB, where a fit on the first two alone predicted 1,262); checked on the
+# others): what the phase holds above the runtime whatever the log (MiB), bytes a law item
+# costs while the law is drawn and its ids mapped (float64 weights, their cumulative sums,
+# the cluster arrays and the string ids at once), and bytes an event costs while the log is
+# encoded and bucketed into days (its int64 user, item and time columns, the sort's order and
+# copies, a file's string ids and the day buckets' buffers).
+DATA_FIXED_MIB = 320
+DATA_LAW_BYTES = 137
+DATA_EVENT_BYTES = 102
 # Bytes an event costs when the data phase reads a built store back (its manifest, the
 # evaluation sets and the item counts; the examples stay on disk).
 STORE_EVENT_BYTES = 12
@@ -131,9 +134,9 @@ def predict_mib(
     What grows with what (bytes; C is what every phase after the data holds: the runtime,
     96 a vocabulary id, 112 a law item of a synthetic log):
 
-    - data: the runtime, 136 a law item and 120 an event (the law drawn, the log encoded and
-      bucketed into days; empirical), or the vocabularies when larger than the law's
-      arrays; a built store read back: C without the law, 12 an event;
+    - data: the runtime, 320 MiB, 137 a law item (or the vocabularies when larger) and 102
+      an event (the law drawn, the log encoded and bucketed into days; empirical); a built
+      store read back: C without the law, 12 an event;
     - split: C and 12 an event;
     - build: C, the tables (4 x dim a row: a two-tower model's users, history items and
       items, one item table with `share_item_table`; SASRec's item table, twice when
@@ -198,7 +201,10 @@ def predict_mib(
         data = runtime + vocabularies + STORE_EVENT_BYTES * num_events
     else:
         data = (
-            runtime + max(vocabularies, DATA_LAW_BYTES * law_items) + DATA_EVENT_BYTES * num_events
+            runtime
+            + DATA_FIXED_MIB * MIB
+            + max(vocabularies, DATA_LAW_BYTES * law_items)
+            + DATA_EVENT_BYTES * num_events
         )
     served = 4.0 * dim * (index_items + 1)  # A run's exports serve its index.
     held = 0.0 if tables_on_servers else tables  # What the chief's train and evaluate hold.
