@@ -111,6 +111,9 @@ RECORD_FIELDS = (
     "num_test_queries",
     "index_items",
     "peak_rss_mb",
+    # Each phase's measured and predicted peak: what the memory model is checked against.
+    "phase_peak_rss_mb",
+    "predicted_peak_rss_mb",
     "phase_seconds",
     "git_revision",
     "code_diff_sha256",
