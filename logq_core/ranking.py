@@ -139,7 +139,7 @@ def exact_top_k(
 ) -> np.ndarray:
     """[num_queries, k] ids of each query's k highest-scoring candidates, exactly, in
     decreasing score, ties to the lower id; `NO_ITEM` in the slots that no candidate fills
-    (fewer than k left once `exclude`d), never an excluded id.
+    (fewer than k left once the `exclude` ids are removed), never an excluded id.
 
     Each chunk's top k is merged into the running one: memory holds one chunk, a block of
     scores (SCORES_PER_BLOCK pairs) and the [num_queries, k] answer, whatever the catalog.
