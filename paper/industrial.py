@@ -190,6 +190,17 @@ def add_draws(run: plan_lib.IndustrialRun, results_dir: str) -> bool:
     return True
 
 
+def lost_code(run: plan_lib.IndustrialRun) -> bool:
+    """Whether the run's directory holds a finished run whose code is a commit the repository
+    lacks (`industrial_report.LOST_REVISIONS`): its record would be evidence nobody can
+    re-run, so none is written, and it is not trained again while its directory holds it."""
+    if not plan_lib.trained(run):
+        return False
+    with open(RunFiles(run.run.directory).metrics) as f:
+        revision = str(json.load(f).get("git_revision", ""))
+    return revision.split("+", 1)[0] in industrial_report.LOST_REVISIONS
+
+
 def command_line() -> str:
     parts = ["python -m paper.industrial"]
     if FLAGS.smoke:
@@ -247,10 +258,24 @@ def main(argv) -> None:
     if FLAGS.add_draws:
         added = [run for run in plan_lib.unique(reported) if add_draws(run, results_dir)]
         print(f"Added the expected draws to {len(added)} records.", flush=True)
+    lost = {
+        run.run.directory
+        for run in plan_lib.unique(reported)
+        if plan_lib.load_record(run, results_dir) is None and lost_code(run)
+    }
+    if lost:
+        print(
+            f"{len(lost)} finished runs ran a commit the repository lacks "
+            f"(industrial_report.LOST_REVISIONS): not recorded, nor trained again while "
+            f"their directories hold them; remove these to train them: {' '.join(sorted(lost))}",
+            flush=True,
+        )
     unrecorded = [
         run
         for run in plan_lib.unique(reported)
-        if plan_lib.trained(run) and plan_lib.load_record(run, results_dir) is None
+        if plan_lib.trained(run)
+        and plan_lib.load_record(run, results_dir) is None
+        and run.run.directory not in lost
     ]
     if unrecorded:
         write(

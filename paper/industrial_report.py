@@ -60,6 +60,12 @@ TITLES = {
 
 Records = Dict[Tuple[str, str, str, int], Dict]  # (experiment, setting, row, seed): record
 CellRow = Tuple[str, str, str]  # (experiment, setting, row)
+# Records moved out of the results directory's tree into this folder of it (with the same
+# EXPERIMENT/ROW[-SETTING]/seedN.json layout): those naming a commit the repository lacks
+# (LOST_REVISIONS), kept as history. No table or test reads their numbers; the report names
+# the settings they leave without evidence and the command that re-runs each
+# (`lost_evidence`).
+ARCHIVE_DIR = "unreproducible"
 
 
 def collect(runs: Sequence[IndustrialRun], results_dir: str) -> Records:
@@ -71,6 +77,17 @@ def collect(runs: Sequence[IndustrialRun], results_dir: str) -> Records:
         if value is not None:
             found[(run.experiment, run.setting, run.row, run.seed)] = value
     return found
+
+
+def run_key(run: IndustrialRun) -> Tuple[str, str, str, int]:
+    """The run's key in `Records`."""
+    return (run.experiment, run.setting, run.row, run.seed)
+
+
+def archived(runs: Sequence[IndustrialRun], results_dir: str) -> Records:
+    """The records of `runs` moved to RESULTS_DIR/ARCHIVE_DIR (`collect`'s keys): what they
+    were, not evidence."""
+    return collect(runs, os.path.join(results_dir, ARCHIVE_DIR))
 
 
 def _pm(values: Sequence[float], places: int = 4) -> str:
@@ -196,8 +213,10 @@ def _table(
     cells: Sequence[plan_lib.Cell],
     labels: Dict[str, str],
     seeds: int,
+    moved: Optional[Records] = None,
 ) -> List[str]:
-    """The rows' metrics (mean ± std over seeds), with each cell's popularity and oracle."""
+    """The rows' metrics (mean ± std over seeds), with each cell's popularity and oracle; a
+    row with no record but moved ones (`archived`) reads "no evidence", not "not run"."""
     lines = [
         "| setting | row | n | Recall@10 | Recall@100 | Recall@1000 | NDCG@10 | "
         "KL to truth (nats) | train s |",
@@ -209,7 +228,12 @@ def _table(
             runs = _by_seed(records, experiment, cell.setting, row)
             pooled.update(runs)
             if not runs:
-                lines.append(f"| {cell.label} | {labels[row]} | 0/{seeds} | not run | | | | | |")
+                state = (
+                    "no evidence (records moved)"
+                    if _by_seed(moved or {}, experiment, cell.setting, row)
+                    else "not run"
+                )
+                lines.append(f"| {cell.label} | {labels[row]} | 0/{seeds} | {state} | | | | | |")
                 continue
             values = list(runs.values())
             lines.append(
@@ -351,7 +375,11 @@ def best_rates(
 
 
 def _lr_table(
-    records: Records, cells: Sequence[plan_lib.Cell], labels: Dict[str, str], preset: str
+    records: Records,
+    cells: Sequence[plan_lib.Cell],
+    labels: Dict[str, str],
+    preset: str,
+    moved: Optional[Records] = None,
 ) -> List[str]:
     """The lr experiment: per grid point, standard's and improved's Recall@10/100 and KL with
     improved − standard; then each row's best point and the two compared there."""
@@ -392,6 +420,11 @@ def _lr_table(
             + " |"
         )
     if not lines:
+        if any(key[0] == "lr" for key in moved or {}):
+            return [
+                "No evidence: every point's record named a lost commit and was moved (see "
+                "Settings without evidence; `python -m paper.industrial --experiments=lr`)."
+            ]
         return ["Not run yet (`python -m paper.industrial --experiments=lr`)."]
     text = [
         "d = improved − standard; n = standard's/improved's runs. Each point is one run "
@@ -1095,14 +1128,96 @@ def provenance(records: Records) -> str:
     )
 
 
+def lost_evidence(
+    runs: Sequence[IndustrialRun], records: Records, moved: Records, smoke: bool = False
+) -> List[str]:
+    """The report's section on the settings whose records were moved to ARCHIVE_DIR and not
+    recorded again: per (experiment, setting), its rows, seeds and moved records, their
+    training seconds, and the `paper.industrial` command that trains them again (it resumes:
+    a recorded run is skipped). A run two experiments share is listed under the one that
+    trains it. Nothing where no record was moved."""
+    preset = plan_lib.SMOKE_PRESET if smoke else plan_lib.PRESET
+    labels = {name: row.label for name, row in plan_lib.rows(preset).items()}
+    groups: Dict[Tuple[str, str], List[IndustrialRun]] = {}
+    for run in plan_lib.unique(runs):  # The owner's run first: plan order.
+        key = (run.experiment, run.setting, run.row, run.seed)
+        if key in moved and key not in records:
+            groups.setdefault((run.owner, run.setting), []).append(run)
+    if not groups:
+        return []
+    revisions: Dict[str, int] = {}
+    for group in groups.values():
+        for run in group:
+            revision = moved[(run.experiment, run.setting, run.row, run.seed)].get(
+                "git_revision", "unknown"
+            )
+            revisions[revision] = revisions.get(revision, 0) + 1
+    named = []
+    for revision, count in sorted(revisions.items(), key=lambda item: -item[1]):
+        commit = revision.split("+", 1)[0]
+        dirty = " with uncommitted changes" if revision.endswith("+dirty") else ""
+        reason = LOST_REVISIONS.get(commit, "not in the repository")
+        named.append(f"{count} at `{commit[:7]}`{dirty}, {reason}")
+    total = sum(revisions.values())
+    lines = [
+        "",
+        "## Settings without evidence",
+        "",
+        f"{total} {'record' if total == 1 else 'records'} named a commit that is not in the "
+        "repository ("
+        + "; ".join(named)
+        + "). Nobody can re-run the code they ran, so they were moved to "
+        f"[results/industrial_claim/{ARCHIVE_DIR}/](results/industrial_claim/{ARCHIVE_DIR}/) "
+        "(its README says why they are kept), where no table, advice or test reads them. "
+        "The settings below have no evidence until they are trained again at a commit of the "
+        "repository: this report reads nothing from them, and its advice waits for them. "
+        "Each command resumes (a recorded run is skipped), writes the new records and "
+        "rewrites this report; settings of one experiment can share one `--settings` list. "
+        "`moved train s`: the moved records' training seconds, summed, on 2 shared cores: a "
+        "guide to the time, not a measurement. A run two experiments share is listed under "
+        "the one that trains it (the lr grid's centre is the catalog's 0.1x cell).",
+        "",
+        "| experiment | setting | rows | seeds | records moved | moved train s | command |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (experiment, setting), group in groups.items():
+        cell_labels = {cell.setting: cell.label for cell in plan_lib.cells(experiment, preset)}
+        rows = [
+            row for row in plan_lib.experiment_rows(experiment) if any(r.row == row for r in group)
+        ]
+        seeds = sorted({run.seed for run in group})
+        seconds = sum(
+            moved[(run.experiment, run.setting, run.row, run.seed)].get("train_seconds") or 0
+            for run in group
+        )
+        command = ["python -m paper.industrial"] + (["--smoke"] if smoke else [])
+        command.append(f"--experiments={experiment}")
+        if setting:
+            command.append(f"--settings={setting}")
+        if rows != list(plan_lib.experiment_rows(experiment)):
+            command.append(f"--rows={','.join(rows)}")
+        if max(seeds) + 1 > plan_lib.experiment_seeds(experiment):
+            command.append(f"--seeds={max(seeds) + 1}")
+        lines.append(
+            f"| {experiment} | {cell_labels.get(setting, setting or '–')} | "
+            f"{', '.join(labels[row] for row in rows)} | {', '.join(map(str, seeds))} | "
+            f"{len(group)} | {seconds:,.0f} | `{' '.join(command)}` |"
+        )
+    return lines
+
+
 def markdown(
     runs: Sequence[IndustrialRun],
     records: Records,
     command_line: str,
     images: Dict[str, str],
     smoke: bool = False,
+    moved: Optional[Records] = None,
 ) -> str:
-    """The report's text; `images` maps an experiment to its calibration plot's link."""
+    """The report's text; `images` maps an experiment to its calibration plot's link,
+    `moved` holds the records moved to ARCHIVE_DIR (`archived`), read only to name what they
+    leave without evidence."""
+    moved = moved or {}
     preset = plan_lib.SMOKE_PRESET if smoke else plan_lib.PRESET
     known = plan_lib.rows(preset)
     labels = {name: row.label for name, row in known.items()}
@@ -1177,6 +1292,7 @@ def markdown(
             else ""
         ),
     ]
+    lines += lost_evidence(runs, records, moved, smoke)
     for experiment in plan_lib.EXPERIMENTS:
         planned = [run for run in runs if run.experiment == experiment]
         if not planned:
@@ -1185,9 +1301,9 @@ def markdown(
         seeds = len({run.seed for run in planned})
         lines += ["", f"## {TITLES[experiment]}", ""]
         if experiment == "lr":
-            lines += _lr_table(records, cells, labels, preset)
+            lines += _lr_table(records, cells, labels, preset, moved)
             continue
-        lines += _table(records, experiment, cells, labels, seeds)
+        lines += _table(records, experiment, cells, labels, seeds, moved)
         lines += _paired_table(records, _pairs(experiment, cells, labels))
         lines += _bands(records, experiment, cells, labels)
         lines += _calibration(records, experiment, cells, labels, images.get(experiment))
@@ -1210,8 +1326,12 @@ def markdown(
     if later:
         lines += [
             "",
-            "Not run yet (conditional catalog sizes, read above at the seeds "
-            "recorded): "
+            (
+                "Not recorded (conditional catalog sizes, read above at the seeds recorded; "
+                "moved records: Settings without evidence): "
+                if any(run.required is False and run_key(run) in moved for run in full_plan)
+                else "Not run yet (conditional catalog sizes, read above at the seeds recorded): "
+            )
             + "; ".join(f"{experiment}: {'; '.join(items)}" for experiment, items in later.items())
             + ".",
         ]
@@ -1229,6 +1349,7 @@ def write_report(
     (RESULTS_DIR/calibration_EXPERIMENT.png) from the records of `runs`; returns the paths
     written."""
     records = collect(runs, results_dir)
+    moved = archived(runs, results_dir)
     preset = plan_lib.SMOKE_PRESET if smoke else plan_lib.PRESET
     labels = {name: row.label for name, row in plan_lib.rows(preset).items()}
     written, images = [], {}
@@ -1241,5 +1362,5 @@ def write_report(
             images[experiment] = os.path.relpath(path, os.path.dirname(report_path) or ".")
     os.makedirs(os.path.dirname(report_path) or ".", exist_ok=True)
     with open(report_path, "w") as f:
-        f.write(markdown(runs, records, command_line, images, smoke))
+        f.write(markdown(runs, records, command_line, images, smoke, moved))
     return [report_path] + written

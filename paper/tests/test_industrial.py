@@ -412,6 +412,92 @@ class RecordsAndReportTest(tf.test.TestCase):
             text,
         )
 
+    def test_moved_records_are_named_not_read(self):
+        """Records moved to ARCHIVE_DIR (a lost commit) are no evidence: their rows read "no
+        evidence", their numbers appear nowhere, and a section names each setting they leave
+        without evidence with the command that trains it again."""
+        runs = plan_lib.plan()
+        lost = next(iter(report_lib.LOST_REVISIONS))
+        records = records_for(
+            runs,
+            {("main", "", row): [0.5, 0.51, 0.52] for row in plan_lib.experiment_rows("main")},
+        )
+        moved = records_for(
+            runs,
+            {
+                ("inbatch", "", "standard"): [0.611, 0.612, 0.613],
+                ("catalog", "items5000000", "improved"): [0.621, 0.622],
+                ("lr", "adagrad1-adam0.005", "standard"): [0.631],
+            },
+        )
+        for value in moved.values():
+            value["git_revision"] = lost + "+dirty"
+        text = report_lib.markdown(runs, records, "CMD", {}, moved=moved)
+        for number in ("0.611", "0.612", "0.621", "0.631", "0.3055", "0.3105"):
+            self.assertNotIn(number, text)
+        self.assertIn(
+            "| 1,000,000 items, in-batch negatives | standard (TFRS) | 0/3 | "
+            "no evidence (records moved) |",
+            text,
+        )
+        self.assertIn("| 1,000,000 items, in-batch negatives | none | 0/3 | not run |", text)
+        self.assertIn(
+            f"6 records named a commit that is not in the repository (6 at `{lost[:7]}` with "
+            f"uncommitted changes, {report_lib.LOST_REVISIONS[lost]}).",
+            text,
+        )
+        self.assertIn(
+            "| inbatch | 1,000,000 items, in-batch negatives | standard (TFRS) | 0, 1, 2 | 3 | "
+            "33 | `python -m paper.industrial --experiments=inbatch --rows=standard` |",
+            text,
+        )
+        self.assertIn(
+            "| catalog | 5,000,000 items, 1,000,000 users | improved | 0, 1 | 2 | 21 | "
+            "`python -m paper.industrial --experiments=catalog --settings=items5000000 "
+            "--rows=improved` |",
+            text,
+        )
+        self.assertIn(
+            "| lr | Adagrad 1, Adam 0.005 | standard (TFRS) | 0 | 1 | 10 | "
+            "`python -m paper.industrial --experiments=lr --settings=adagrad1-adam0.005 "
+            "--rows=standard` |",
+            text,
+        )
+        self.assertIn("Not recorded (conditional catalog sizes", text)
+        # A moved record trained again (recorded) leaves the section.
+        again = dict(records)
+        for key in moved:
+            if key[0] != "lr":
+                again[key] = records_for(runs, {key[:3]: [0.4] * 3})[key]
+        text = report_lib.markdown(runs, again, "CMD", {}, moved=moved)
+        self.assertIn("1 record named a commit", text)
+        self.assertNotIn("| inbatch |", text.split("## Settings without evidence")[1][:2000])
+        self.assertNotIn("Settings without evidence", report_lib.markdown(runs, records, "CMD", {}))
+
+    def test_archived_records_are_read_from_their_folder(self):
+        results = tempfile.mkdtemp()
+        run = next(r for r in plan_lib.plan(["inbatch"]) if r.row == "improved")
+        path = os.path.join(results, report_lib.ARCHIVE_DIR, run.record)
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as f:
+            json.dump({"git_revision": "f" * 40}, f)
+        runs = plan_lib.plan()
+        self.assertEqual(report_lib.collect(runs, results), {})
+        self.assertEqual(
+            report_lib.archived(runs, results),
+            {("inbatch", "", "improved", run.seed): {"git_revision": "f" * 40}},
+        )
+
+    def test_a_run_of_a_lost_commit_is_neither_recorded_nor_retrained(self):
+        from paper import industrial  # pylint: disable=import-outside-toplevel
+
+        out = tempfile.mkdtemp()
+        lost = next(iter(report_lib.LOST_REVISIONS))
+        runs = plan_lib.plan(["main"], seeds=1, smoke=True, output_dir=out)
+        write_fake(runs[0], dict(fake_metrics(0.5), git_revision=lost + "+dirty"))
+        write_fake(runs[1], fake_metrics(0.5))
+        self.assertEqual([industrial.lost_code(run) for run in runs[:3]], [True, False, False])
+
     def test_implied_p_is_the_sampled_row_weights(self):
         """`implied_log10_p` against the p_s of actual draws: 2,000 mixed negatives (half
         uniform over 50 items, half from q) with the mixture's log Q, the accidental hits
@@ -765,56 +851,18 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertNotIn("to keep them in git", again.stdout)  # Nothing new to record.
 
 
-@pytest.mark.slow
-def _revisions(value):
-    """Every "git_revision" string in a JSON value."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key == "git_revision" and isinstance(item, str):
-                yield item
-            else:
-                yield from _revisions(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _revisions(item)
-
-
 class RevisionsTest(tf.test.TestCase):
-    def test_every_committed_record_names_a_commit_of_the_repository(self):
-        """Each record under docs/results names a commit that is in the repository, but
-        those of LOST_REVISIONS (named in the report with their reason), and only under
-        industrial_claim/: the set may shrink as they are re-run, never grow."""
-        from pipelines import provenance  # pylint: disable=import-outside-toplevel
+    # That every committed record names a commit of the repository, but those moved to
+    # ARCHIVE_DIR, is tests/test_records.py's.
+    def test_the_archive_is_where_tests_test_records_exempts(self):
+        from paper import industrial  # pylint: disable=import-outside-toplevel
+        from tests import test_records  # pylint: disable=import-outside-toplevel
 
-        root = os.path.join(os.path.dirname(__file__), "..", "..")
-        shallow = subprocess.run(
-            ["git", "rev-parse", "--is-shallow-repository"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=False,
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.assertEqual(
+            os.path.join(root, industrial.RESULTS_DIR, report_lib.ARCHIVE_DIR),
+            test_records.ARCHIVE,
         )
-        if shallow.returncode != 0 or shallow.stdout.strip() != "false":
-            self.skipTest("not a full git clone: old commits cannot be looked up")
-        checked, lost = set(), {}
-        results = os.path.join(root, "docs", "results")
-        for directory, _, names in os.walk(results):
-            for name in names:
-                if not name.endswith(".json"):
-                    continue
-                path = os.path.join(directory, name)
-                with open(path) as f:
-                    revisions = set(_revisions(json.load(f)))
-                for revision in revisions:
-                    commit = revision.split("+", 1)[0]
-                    if commit in report_lib.LOST_REVISIONS:
-                        lost.setdefault(commit, []).append(os.path.relpath(path, results))
-                    elif commit not in checked:
-                        self.assertTrue(provenance.commit_exists(revision), (path, revision))
-                        checked.add(commit)
-        for paths in lost.values():
-            self.assertTrue(all(p.startswith("industrial_claim") for p in paths), paths)
-        self.assertLessEqual(sum(map(len, lost.values())), 53)
 
     def test_provenance_counts_records_once_by_revision(self):
         lost = next(iter(report_lib.LOST_REVISIONS))
@@ -840,6 +888,7 @@ class RevisionsTest(tf.test.TestCase):
         )
 
 
+@pytest.mark.slow
 class SmokeCampaignTest(tf.test.TestCase):
     def test_two_rows_two_seeds_then_skipped(self):
         out, results, cache = tempfile.mkdtemp(), tempfile.mkdtemp(), tempfile.mkdtemp()
