@@ -38,7 +38,7 @@ GROUPS: Dict[str, List[str]] = {
     "event_logs": ["docs/guide/event_logs.md:16", "docs/guide/event_logs.md:19"],
     "readme": ["README.md:99"],
     "readme_compare": ["README.md:102"],
-    "movielens": ["README.md:108", "docs/guide/compare.md:104"],
+    "movielens": ["README.md:108", "docs/guide/compare.md:138"],
 }
 
 
