@@ -33,6 +33,7 @@ from absl import flags
 from absl import logging
 
 from pipelines import configs
+from pipelines import console
 from pipelines import errors
 from pipelines import experiment
 from pipelines import per_query
@@ -294,4 +295,4 @@ def _main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    console.run(main)  # app.run, with one-line usage errors and --verbose.

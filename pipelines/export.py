@@ -19,6 +19,7 @@ from absl import logging
 
 from pipelines import compare
 from pipelines import configs
+from pipelines import console
 from pipelines import errors
 from pipelines import experiment
 from pipelines import report
@@ -66,4 +67,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    console.run(main)  # app.run, with one-line usage errors and --verbose.

@@ -306,11 +306,12 @@ def _in_repository(module: str) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _absl_program(module: str) -> bool:
-    """A module of this repository that runs through absl.app.run."""
+    """A module of this repository that runs through absl.app.run (or `pipelines.console.run`,
+    which calls it)."""
     source = _module_file(module)
     if source is None:
         return False
-    return bool(re.search(r"\bapp\.run\(", source.read_text()))
+    return bool(re.search(r"\b(app|console)\.run\(", source.read_text()))
 
 
 def _environment() -> Dict[str, str]:
@@ -350,7 +351,7 @@ def _result_of(process: subprocess.CompletedProcess) -> dict:
 
 # Runs MODULE as `python -m` does, with absl.app.run stubbed, then parses each argument list.
 ABSL_CHILD = r"""
-import json, runpy, sys, traceback
+import contextlib, inspect, io, json, runpy, sys, traceback
 from absl import app, flags
 
 module, argvs, mark = json.loads(sys.argv[1])
@@ -377,20 +378,23 @@ except _Started:
 except BaseException:
     out["error"] = traceback.format_exc(limit=-3).strip()
 if "main" in started:
-    namespace = started["main"].__globals__
+    namespace = inspect.unwrap(started["main"]).__globals__  # console.run wraps main.
     for argv in argvs:
         argv = [arg for arg in argv if arg not in HELP]
         flags.FLAGS.unparse_flags()
+        said = io.StringIO()  # What a parser prints before it exits (console.run's one line).
         try:
-            if started["flags_parser"] is not None:
-                rest = started["flags_parser"]([module, *argv])
-            else:
-                rest = flags.FLAGS([module, *argv])
+            with contextlib.redirect_stderr(said):
+                if started["flags_parser"] is not None:
+                    rest = started["flags_parser"]([module, *argv])
+                else:
+                    rest = flags.FLAGS([module, *argv])
             if callable(namespace.get("config_from_flags")):
                 namespace["config_from_flags"]()
             out["results"].append({"error": None, "positional": rest[1:]})
         except (Exception, SystemExit) as e:
-            out["results"].append({"error": f"{type(e).__name__}: {e}"})
+            error = f"{type(e).__name__}: {e}"
+            out["results"].append({"error": " ".join([error, said.getvalue().strip()]).strip()})
 print(mark + json.dumps(out), flush=True)
 """
 
@@ -674,7 +678,7 @@ def test_stubbed_parse_agrees_with_a_real_start():
     """The real `python -m` start rejects the misspelt flag the check rejects, naming it."""
     process = _child([sys.executable, "-m", "pipelines.train", "--preset=smoke", "--no_such_flag"])
     assert process.returncode != 0
-    assert "Unknown command line flag 'no_such_flag'" in process.stderr, process.stderr[-2000:]
+    assert "error: unknown flag --no_such_flag." in process.stderr, process.stderr[-2000:]
 
 
 def test_readme_keeps_the_project_rule():

@@ -108,7 +108,8 @@ def test_pipelines_imports_no_tensorflow():
     must not import it."""
     code = (
         "import sys; import pipelines.data.loaders, pipelines.data.splits, "
-        "pipelines.data.synthetic, pipelines.memory, pipelines.cli, pipelines.configs, "
+        "pipelines.data.synthetic, pipelines.memory, pipelines.cli, pipelines.console, "
+        "pipelines.configs, "
         "pipelines.train_flags, pipelines.provenance, pipelines.data.logs, "
         "pipelines.data.day_store, pipelines.data.events, pipelines.data.web_synthetic, "
         "examples.keras_next_day, examples.keras_sasrec; "

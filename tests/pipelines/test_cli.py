@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -10,6 +11,8 @@ from absl import flags
 
 from pipelines import cli
 from pipelines import configs
+from pipelines import console
+from pipelines import export
 from pipelines import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,3 +165,172 @@ def test_bad_config_file_is_named(tmp_path, contents, message):
 def test_bad_value_in_config_file_is_refused_by_validation(tmp_path):
     with pytest.raises(ValueError, match=r"dim"):
         _config(tmp_path, "--preset=smoke", contents={"dim": 0})
+
+
+# ---------------------------------------------------------------- what a person meets
+
+
+def _values(module=train):
+    values = flags.FlagValues()
+    module.define_flags(values)
+    return values
+
+
+def _flag_error(argv, values):
+    with pytest.raises(flags.Error) as raised:
+        values(["prog", *argv])
+    return console.flag_error_line(raised.value, values)
+
+
+def test_a_flag_that_does_not_parse_is_one_line_naming_it_and_its_value(monkeypatch):
+    monkeypatch.setattr(console, "PROG", "tfrs-logq train")
+    values = _values()
+    assert _flag_error(["--strategy=mirord"], values) == (
+        "--strategy must be one of default, mirrored, multi_worker, parameter_server, tpu; "
+        "received --strategy='mirord'. Did you mean --strategy=mirrored?"
+    )
+    assert _flag_error(["--strategy=zzz"], values) == (
+        "--strategy must be one of default, mirrored, multi_worker, parameter_server, tpu; "
+        "received --strategy='zzz'."
+    )
+    assert _flag_error(["--batch_size=abc"], values) == (
+        "--batch_size must be an integer; received --batch_size=abc."
+    )
+    assert _flag_error(["--corection=improved"], values) == (
+        "unknown flag --corection=improved. Did you mean --correction? "
+        "`tfrs-logq train --help` lists the flags."
+    )
+    assert _flag_error(["--nojit_compil"], values) == (
+        "unknown flag --nojit_compil. Did you mean --nojit_compile? "
+        "`tfrs-logq train --help` lists the flags."
+    )
+    assert _flag_error(["--k=0"], _values(export)) == (
+        "--k must be a positive integer; received --k=0."
+    )
+
+
+def test_compare_given_training_flags_before_the_double_dash_says_where_they_go(monkeypatch):
+    monkeypatch.setattr(console, "PROG", "tfrs-logq compare")
+    values = flags.FlagValues()
+    flags.DEFINE_string("output_dir", None, "", flag_values=values)
+    assert _flag_error(["--preset=synthetic"], values) == (
+        "--preset=synthetic is a flag of `train`, not of compare: give the flags every run "
+        "trains with after `--` (tfrs-logq compare --output_dir=... --corrections=... -- "
+        "--preset=synthetic)."
+    )
+    # A flag of neither is unknown.
+    assert _flag_error(["--presett=x"], values).startswith("unknown flag --presett=x.")
+
+
+def test_a_refused_choice_suggests_the_closest():
+    message = (
+        "--correction must be one of none, standard, standard_negatives, improved; "
+        "received --correction='improvd'."
+    )
+    assert console.usage_line(message) == message + " Did you mean --correction=improved?"
+    far = message.replace("improvd", "zzz")
+    assert console.usage_line(far) == far
+    assert console.usage_line("--output_dir is required.") == "--output_dir is required."
+
+
+def test_verbose_is_read_before_the_flags_are_parsed():
+    assert console.verbose_in(["--preset=smoke", "--verbose"])
+    assert console.verbose_in(["--verbose=true"])
+    assert not console.verbose_in(["--verbose", "--noverbose"])
+    assert not console.verbose_in(["--rows=x", "--", "--verbose"])  # A training flag of compare.
+    assert not console.verbose_in([])
+
+
+def test_a_bad_flag_value_is_one_line_not_the_help():
+    """Each job: one line on stderr (no --help first), exit status 1."""
+    for args, line in [
+        (
+            ["train", "--correction=improvd", "--output_dir=unused"],
+            "error: --correction must be one of none, standard, standard_negatives, improved; "
+            "received --correction='improvd'. Did you mean --correction=improved?",
+        ),
+        (
+            ["evaluate", "unused", "--index=scan"],
+            "error: --index must be one of exact, scann, both, brute_force; received "
+            "--index='scan'. Did you mean --index=scann?",
+        ),
+        (
+            [
+                "compare",
+                "--output_dir=unused",
+                "--corrections=standard,improved",
+                "--preset=synthetic",
+            ],
+            "error: --preset=synthetic is a flag of `train`, not of compare: give the flags "
+            "every run trains with after `--` (tfrs-logq compare --output_dir=... "
+            "--corrections=... -- --preset=synthetic).",
+        ),
+    ]:
+        result = _command(*args)
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert result.stderr == line + "\n", result.stderr[-3000:]
+        assert result.stdout == ""
+
+
+def test_native_log_lines_show_only_with_verbose():
+    quiet = _command("train", "--help")
+    for noise in ("cuInit", "oneDNN", "cpu_feature_guard", "cuda", "Logging before flag parsing"):
+        assert noise not in quiet.stderr, quiet.stderr[-3000:]
+    assert "--[no]verbose: Show the native log lines" in quiet.stdout
+    loud = _command("train", "--verbose", "--help")
+    assert loud.returncode == 1, loud.stderr[-3000:]
+    # TensorFlow's own INFO lines as it starts (oneDNN or CUDA, by the machine).
+    assert re.search(r"\] .*(oneDNN|CUDA|cuda|GPU|CPU)", loud.stderr), loud.stderr[-3000:]
+
+
+SCANN_BUILD = """
+import sys
+import numpy as np
+import pipelines.train  # The job's imports: ScaNN's libraries loaded.
+from pipelines import console
+from scann import scann_ops_pybind
+
+def build():  # Zero vectors and repeated ones: empty partitions, each logged by ScaNN.
+    items = np.repeat(np.eye(4, 16, dtype=np.float32), 4000, axis=0)
+    items[:4000] = 0
+    scann_ops_pybind.builder(items, 10, "dot_product").tree(
+        num_leaves=200, num_leaves_to_search=20, training_sample_size=len(items)
+    ).score_ah(2, anisotropic_quantization_threshold=0.2).reorder(100).build()
+    sys.stderr.write("built\\n")
+
+def main(argv):
+    build()
+
+if sys.argv[1] == "direct":
+    build()
+    sys.stderr.write("quiet\\n")
+    console.quiet_native_logs(2)
+    build()
+else:
+    console.run(main)
+"""
+
+
+def test_scanns_index_build_lines_are_quiet_unless_verbose():
+    """ScaNN logs through Abseil's C++ logging, which no environment variable quiets:
+    `console.quiet_native_logs` sets its level, as `console.run` does unless --verbose."""
+
+    def child(*args):
+        return subprocess.run(
+            [sys.executable, "-c", SCANN_BUILD, *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    result = child("direct")
+    assert result.returncode == 0, result.stderr[-3000:]
+    noisy, quiet = result.stderr.split("quiet\n")
+    assert "Could not normalize centroid" in noisy, noisy[-3000:]
+    assert quiet == "built\n", quiet[-3000:]
+    result = child("job")
+    assert (result.returncode, result.stderr) == (0, "built\n"), result.stderr[-3000:]
+    result = child("job", "--verbose")
+    assert "Could not normalize centroid" in result.stderr, result.stderr[-3000:]
