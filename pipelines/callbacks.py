@@ -95,6 +95,8 @@ class TrainingProgress(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.step = int(self.model.optimizer.iterations.numpy())
         state = self._read()
+        if self.step and self.write:  # Says so, whatever progress.json holds.
+            print(self.resumed_line(), flush=True)
         if self.step == 0 or state is None:
             return  # A fresh start (a progress file without a backup is stale).
         steps_per_epoch = (self.params or {}).get("steps")
@@ -110,6 +112,20 @@ class TrainingProgress(tf.keras.callbacks.Callback):
             self.early_stopping.best_epoch = self.state["best_epoch"]
             # As EarlyStopping counts: epochs finished since the best one.
             self.early_stopping.wait = self.state["epochs"] - 1 - self.state["best_epoch"]
+
+    def resumed_line(self) -> str:
+        """What a run resumed from its backup prints as training starts."""
+        steps_per_epoch = (self.params or {}).get("steps")
+        where = (
+            f" (epoch {self.step // steps_per_epoch + 1}, at its step "
+            f"{self.step % steps_per_epoch + 1} of {steps_per_epoch:,})"
+            if steps_per_epoch
+            else ""
+        )
+        return (
+            f"[train] resumed from step {self.step:,}{where}: the last backup of a run "
+            "stopped before it finished; the steps before it are not trained again."
+        )
 
     def seconds(self) -> float:
         """Seconds of training so far, this process's and the earlier ones'."""

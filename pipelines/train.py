@@ -36,6 +36,7 @@ from absl import logging
 
 from pipelines import callbacks as callbacks_lib
 from pipelines import configs
+from pipelines import console
 from pipelines import distribute
 from pipelines import errors
 from pipelines import experiment
@@ -272,6 +273,33 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+# Fewer test queries than this, and a run says its metrics' standard error is large.
+FEW_TEST_QUERIES = 1_000
+
+
+def few_test_queries_warning(config: configs.Config, queries: int) -> Optional[str]:
+    """One line when the test set holds fewer than `FEW_TEST_QUERIES` queries: how many, that
+    the metrics' standard error is large, and how to test on more; else None."""
+    if queries >= FEW_TEST_QUERIES:
+        return None
+    data = config.data
+    if config.training.test_queries and config.training.test_queries < FEW_TEST_QUERIES:
+        more = f"raise --test_queries={config.training.test_queries} (0: all)"
+    elif data.split == "next_day":
+        more = (
+            f"test on a longer window (--day_seconds={data.day_seconds}: a longer day, such as "
+            f"604800 for a week; --test_day={data.test_day}: a busier one) or use --split=temporal"
+        )
+    elif data.split == "temporal":
+        more = f"raise --test_fraction={data.test_fraction} or use --split=loo"
+    else:
+        more = "use a log with more users (leave-one-out tests one query per user)"
+    return (
+        f"warning: the test set holds {queries:,} queries (fewer than {FEW_TEST_QUERIES:,}): "
+        f"the metrics' standard error is large; {more}."
+    )
+
+
 def _clear_exports(files: RunFiles) -> None:
     """Removes a version 1 an earlier process of this run exported: the run's own export is
     version 1 of each index, so one there is an earlier attempt at this very export (same
@@ -357,6 +385,9 @@ def _run(
         data = experiment.load_data(config, output_dir)
     with phases("split"):
         split = experiment.make_split(config, data, output_dir)
+    warning = few_test_queries_warning(config, len(split.test.users))
+    if chief and warning:
+        print(warning, file=sys.stderr, flush=True)
     predicted = predicted_memory(config, data, split, parameter_server)
     if chief and verbose:
         _say(
@@ -453,7 +484,7 @@ def _run(
                 day_store.remove_examples(split.stream.directory)
     else:
         print(
-            f"{output_dir} finished training earlier ({trained['epochs']} epochs); "
+            f"{output_dir} finished training earlier ({_count(trained['epochs'], 'epoch')}); "
             "evaluating its best checkpoint.",
             flush=True,
         )
@@ -567,6 +598,11 @@ class _EpochBackup(callbacks_lib.EpochEndBackup):
         self._due_at_epoch_end = True  # Taken by after_epoch_end()'s callback.
 
 
+def _count(number: int, noun: str) -> str:
+    """'1 epoch', '2 epochs'."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -599,8 +635,9 @@ def main(argv):
     loss = config.loss
     print(
         f"\n{config.model.model} on {config.data.dataset} ({config.data.split}), "
-        f"{loss.loss} / {loss.negatives} / {loss.correction}: {metrics['epochs_run']} epochs, "
-        f"{metrics['steps']} steps, "
+        f"{loss.loss} / {loss.negatives} / {loss.correction}: "
+        f"{_count(metrics['epochs_run'], 'epoch')}, "
+        f"{_count(metrics['steps'], 'step')}, "
         f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users, "
         f"{index}, history filtered:\n"
     )
@@ -612,4 +649,4 @@ def main(argv):
 if __name__ == "__main__":
     define_flags()
     flags.adopt_module_key_flags(train_flags_lib)  # --help lists the flags defined there.
-    app.run(main)
+    console.run(main)  # app.run, with one-line usage errors and --verbose.

@@ -1,5 +1,7 @@
 """Tests of the training callbacks: where the input starts, and progress over restarts."""
 
+import contextlib
+import io
 import json
 import os
 import tempfile
@@ -98,10 +100,14 @@ class TrainingProgressTest(tf.test.TestCase):
         return early, checkpoint, progress
 
     def _run_epochs(self, directory, values):
-        """A fresh start that runs one epoch (of 10 steps) per validation value."""
+        """A fresh start that runs one epoch (of 10 steps) per validation value; it prints
+        nothing as it starts."""
         early, checkpoint, progress = self._callbacks(directory, iterations=0)
-        for callback in (early, progress):
-            callback.on_train_begin()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            for callback in (early, progress):
+                callback.on_train_begin()
+        self.assertEqual(printed.getvalue(), "")
         for epoch, value in enumerate(values):
             for callback in (early, checkpoint, progress):
                 callback.on_epoch_end(epoch, {callbacks_lib.VALIDATION_METRIC: value})
@@ -115,10 +121,17 @@ class TrainingProgressTest(tf.test.TestCase):
         self.assertBetween(state["seconds"], 10.0, 60.0)
         self.assertEqual(early.wait, 2)
 
-        # The process dies; a new one starts from a backup taken after step 40.
+        # The process dies; a new one starts from a backup taken after step 40, and says so.
         early, checkpoint, progress = self._callbacks(directory, iterations=40)
-        for callback in (early, progress):  # EarlyStopping first: it resets, then we restore.
-            callback.on_train_begin()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            for callback in (early, progress):  # EarlyStopping first: it resets, then we restore.
+                callback.on_train_begin()
+        self.assertEqual(
+            printed.getvalue(),
+            "[train] resumed from step 40 (epoch 5, at its step 1 of 10): the last backup of a "
+            "run stopped before it finished; the steps before it are not trained again.\n",
+        )
         self.assertEqual((early.best, early.wait, checkpoint.best), (0.3, 2, 0.3))
         self.assertEqual(progress.step, 40)
         self.assertBetween(progress.seconds(), state["seconds"] + 10.0, state["seconds"] + 60)

@@ -363,3 +363,36 @@ def test_a_flag_given_where_it_does_not_apply_is_warned():
     train_flags(["train", "--model=two_tower", "--jit_compile", "--output_dir=x"])
     with pytest.raises(ValueError, match=r"received --model=two_tower --jit_compile\.$"):
         train.config_from_flags(train_flags)
+
+
+def test_a_small_test_set_is_warned():
+    """Fewer than 1,000 test queries: one line saying how many, that the metrics' standard
+    error is large, and how to test on more (by the split)."""
+    industrial = configs.PRESETS["industrial"]
+    assert train.few_test_queries_warning(industrial, 4) == (
+        "warning: the test set holds 4 queries (fewer than 1,000): the metrics' standard error "
+        "is large; test on a longer window (--day_seconds=86400: a longer day, such as 604800 "
+        "for a week; --test_day=-1: a busier one) or use --split=temporal."
+    )
+    assert train.few_test_queries_warning(SMOKE, 300) == (
+        "warning: the test set holds 300 queries (fewer than 1,000): the metrics' standard "
+        "error is large; use a log with more users (leave-one-out tests one query per user)."
+    )
+    temporal = SMOKE.replace(split="temporal", test_fraction=0.1)
+    assert train.few_test_queries_warning(temporal, 999).endswith(
+        "; raise --test_fraction=0.1 or use --split=loo."
+    )
+    sampled = SMOKE.replace(test_queries=500)
+    assert train.few_test_queries_warning(sampled, 500).endswith(
+        "; raise --test_queries=500 (0: all)."
+    )
+    assert train.few_test_queries_warning(industrial, 1000) is None
+
+
+def test_one_epoch_is_one_epoch():
+    assert [train._count(n, "epoch") for n in (0, 1, 2, 1000)] == [  # pylint: disable=protected-access
+        "0 epochs",
+        "1 epoch",
+        "2 epochs",
+        "1,000 epochs",
+    ]
