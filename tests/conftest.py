@@ -5,6 +5,7 @@ runtime) so that MirroredStrategy tests can run two replicas in this process.
 Ops without a strategy still run on /CPU:0.
 """
 
+import contextlib
 import functools
 import os
 import random
@@ -62,18 +63,36 @@ def _seeded_python_random():
 @pytest.fixture(autouse=True, scope="session")
 def _temporary_files_removed():
     """Every `tempfile.mkdtemp()` of the session (runs, logs and exports: gigabytes for the
-    integration tests) lives under one directory, removed when the session ends."""
+    integration tests) lives under one directory, emptied when the session ends and removed
+    as the process exits.
+
+    TensorFlow's test temporary directory (`tf.test.TestCase.get_temp_dir`) is made there too,
+    and TensorFlow removes it itself at exit (an `atexit` function): it stays until then, and
+    the directory is removed after it (this `atexit` function is registered first, so it runs
+    last). Removed at the session's end, TensorFlow found it missing at exit and logged an
+    error to pytest's closed stream: a "--- Logging error ---" traceback after the summary."""
+    import atexit  # pylint: disable=import-outside-toplevel
     import shutil  # pylint: disable=import-outside-toplevel
     import tempfile  # pylint: disable=import-outside-toplevel
 
     root = tempfile.mkdtemp(prefix="tfrs_logq_tests_")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     previous, tempfile.tempdir = tempfile.tempdir, root
     environment = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = root  # Child processes (the integration tests' commands) too.
     yield
+    tensorflows = tf.compat.v1.test.get_temp_dir()  # TensorFlow's, made now if not yet.
     tempfile.tempdir = previous
     if environment is None:
         os.environ.pop("TMPDIR", None)
     else:
         os.environ["TMPDIR"] = environment
-    shutil.rmtree(root, ignore_errors=True)
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if path == tensorflows:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
