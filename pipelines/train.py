@@ -284,19 +284,20 @@ def few_test_queries_warning(config: configs.Config, queries: int) -> Optional[s
         return None
     data = config.data
     if config.training.test_queries and config.training.test_queries < FEW_TEST_QUERIES:
-        more = f"raise --test_queries={config.training.test_queries} (0: all)"
+        more = f"raise --test_queries (now {config.training.test_queries}; 0: all)"
     elif data.split == "next_day":
         more = (
-            f"test on a longer window (--day_seconds={data.day_seconds}: a longer day, such as "
-            f"604800 for a week; --test_day={data.test_day}: a busier one) or use --split=temporal"
+            f"test on a longer window (--day_seconds=604800 makes a day a week; now "
+            f"{data.day_seconds}) or a busier --test_day (now {data.test_day}), or use "
+            "--split=temporal"
         )
     elif data.split == "temporal":
-        more = f"raise --test_fraction={data.test_fraction} or use --split=loo"
+        more = f"raise --test_fraction (now {data.test_fraction}) or use --split=loo"
     else:
         more = "use a log with more users (leave-one-out tests one query per user)"
     return (
-        f"warning: the test set holds {queries:,} queries (fewer than {FEW_TEST_QUERIES:,}): "
-        f"the metrics' standard error is large; {more}."
+        f"warning: the test set holds {queries:,} queries (fewer than {FEW_TEST_QUERIES:,}), "
+        f"so its metrics' standard error is large; {more}."
     )
 
 

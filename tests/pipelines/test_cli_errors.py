@@ -370,21 +370,21 @@ def test_a_small_test_set_is_warned():
     error is large, and how to test on more (by the split)."""
     industrial = configs.PRESETS["industrial"]
     assert train.few_test_queries_warning(industrial, 4) == (
-        "warning: the test set holds 4 queries (fewer than 1,000): the metrics' standard error "
-        "is large; test on a longer window (--day_seconds=86400: a longer day, such as 604800 "
-        "for a week; --test_day=-1: a busier one) or use --split=temporal."
+        "warning: the test set holds 4 queries (fewer than 1,000), so its metrics' standard "
+        "error is large; test on a longer window (--day_seconds=604800 makes a day a week; now "
+        "86400) or a busier --test_day (now -1), or use --split=temporal."
     )
     assert train.few_test_queries_warning(SMOKE, 300) == (
-        "warning: the test set holds 300 queries (fewer than 1,000): the metrics' standard "
+        "warning: the test set holds 300 queries (fewer than 1,000), so its metrics' standard "
         "error is large; use a log with more users (leave-one-out tests one query per user)."
     )
     temporal = SMOKE.replace(split="temporal", test_fraction=0.1)
     assert train.few_test_queries_warning(temporal, 999).endswith(
-        "; raise --test_fraction=0.1 or use --split=loo."
+        "; raise --test_fraction (now 0.1) or use --split=loo."
     )
     sampled = SMOKE.replace(test_queries=500)
     assert train.few_test_queries_warning(sampled, 500).endswith(
-        "; raise --test_queries=500 (0: all)."
+        "; raise --test_queries (now 500; 0: all)."
     )
     assert train.few_test_queries_warning(industrial, 1000) is None
 
