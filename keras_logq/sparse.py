@@ -303,12 +303,23 @@ def _check_host_ids(ids, input_dim: int) -> None:
         )
 
 
-def _check_host_inputs(data) -> None:
-    """Integer host arrays beyond int32 in `fit`'s (or `evaluate`'s, `predict`'s) data,
-    which JAX without `jax_enable_x64` would cut to 32 bits before any layer sees them."""
-    for value in keras.tree.flatten(data):
-        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
-            k.check_host_ids("x", value)
+def _check_host_inputs(**data) -> None:
+    """Integer host arrays beyond int32 in `fit`'s (or `evaluate`'s, `predict`'s) data, by
+    argument (x, y), which JAX without `jax_enable_x64` would cut to 32 bits before any
+    layer sees them."""
+    if k._holds_int64():  # pylint: disable=protected-access
+        return
+    for name, value in data.items():
+        for array in keras.tree.flatten(value):
+            if isinstance(array, np.ndarray) and array.dtype.kind in "iu" and array.size:
+                low, high = int(array.min()), int(array.max())
+                if low < -(2**31) or high >= 2**31:
+                    raise ValueError(
+                        f"`{name}` holds the value {high if high >= 2**31 else low}, outside "
+                        f"int32, which the {keras.backend.backend()} backend would cut to 32 "
+                        "bits (jax.config.update('jax_enable_x64', True) keeps int64); map "
+                        "ids to [0, input_dim) first."
+                    )
 
 
 def _optimizer_variable(optimizer, variable) -> int:
@@ -345,24 +356,24 @@ class SparseUpdates:
                     "train the tables as keras.layers.Embedding."
                 )
 
-    def compile(self, optimizer="rmsprop", **kwargs):
+    def compile(self, *args, **kwargs):
         """`keras.Model.compile`, refusing optimizer settings the tables would miss."""
-        super().compile(optimizer=optimizer, **kwargs)
+        super().compile(*args, **kwargs)
         self._check_optimizer(self.optimizer)
 
     def fit(self, x=None, y=None, *args, **kwargs):
         """`keras.Model.fit`, after the host ids check (the module)."""
-        _check_host_inputs((x, y))
+        _check_host_inputs(x=x, y=y)
         return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         """`keras.Model.evaluate`, after the host ids check (the module)."""
-        _check_host_inputs((x, y))
+        _check_host_inputs(x=x, y=y)
         return super().evaluate(x, y, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
         """`keras.Model.predict`, after the host ids check (the module)."""
-        _check_host_inputs(x)
+        _check_host_inputs(x=x)
         return super().predict(x, *args, **kwargs)
 
     def train_step(self, *args):

@@ -42,7 +42,8 @@ def numpy_top_k(values: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
     kth = -np.partition(-values, k - 1, axis=1)[:, k - 1]
     greater = values > kth[:, None]
     equal = values == kth[:, None]
-    take = greater | (equal & (np.cumsum(equal, axis=1) <= (k - greater.sum(axis=1))[:, None]))
+    ranks = np.cumsum(equal, axis=1, dtype=np.int32)  # int32: half the memory of int64.
+    take = greater | (equal & (ranks <= (k - greater.sum(axis=1))[:, None]))
     if np.isnan(kth).any() or int(take.sum()) != rows * k:  # NaN among the k: sort them all.
         return numpy_top_k_sorted(values, k)
     positions = np.nonzero(take)[1].reshape(rows, k)  # Increasing positions in each row.
@@ -63,7 +64,8 @@ def _nan_low(values: np.ndarray) -> np.ndarray:
 
 def numpy_matmul(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
     """[queries, items] float32 dot products."""
-    return np.asarray(queries, np.float32) @ np.asarray(items, np.float32).T
+    with np.errstate(invalid="ignore"):  # 0 x inf: NaN, which the search ranks last.
+        return np.asarray(queries, np.float32) @ np.asarray(items, np.float32).T
 
 
 def exclusions(exclude: Optional[Sequence[np.ndarray]], num_queries: int):
@@ -112,6 +114,7 @@ def scored_blocks(
     it held, first query row, [block, chunk] float32 scores with the block's excluded ids at
     -inf). `chunks` yields (sorted ids, [len(ids), dim] embeddings)."""
     excluded = exclusions(exclude, len(queries))
+    finite_queries = bool(np.isfinite(queries).all())
     before = 0
     for chunk_ids, rows in chunks:
         chunk_ids = np.asarray(chunk_ids, np.int64)
@@ -119,8 +122,13 @@ def scored_blocks(
             continue
         size = block or max(1, scores_per_block // len(chunk_ids))
         excluded_rows, excluded_positions = in_chunk(excluded, chunk_ids)
+        # A NaN score (from a NaN or infinite embedding) ranks below -inf in every framework
+        # (tf.math.top_k would rank it first): looked for only where an embedding is not finite.
+        finite = finite_queries and bool(np.isfinite(np.asarray(rows)).all())
         for start in range(0, len(queries), size):
             scores = np.asarray(matmul(queries[start : start + size], rows), np.float32)
+            if not finite:
+                scores[np.isnan(scores)] = -np.inf
             here = (excluded_rows >= start) & (excluded_rows < start + size)
             scores[excluded_rows[here] - start, excluded_positions[here]] = -np.inf
             yield chunk_ids, before, start, scores

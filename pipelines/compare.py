@@ -48,6 +48,7 @@ only where the test queries' SE (a bootstrap of each run's per-query values) all
 """
 
 import contextlib
+import ctypes
 import functools
 import glob
 import hashlib
@@ -1262,10 +1263,8 @@ class _Child:
         master, terminal = pty.openpty()
         tty.setraw(terminal)  # Bytes as written: no "\r\n" for "\n".
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        pin = None
         if cpus is not None:
             env.update(TF_NUM_INTRAOP_THREADS=str(len(cpus)), TF_NUM_INTEROP_THREADS=str(len(cpus)))
-            pin = functools.partial(os.sched_setaffinity, 0, list(cpus))
         try:
             self.process = subprocess.Popen(  # pylint: disable=consider-using-with
                 run.command,
@@ -1273,7 +1272,7 @@ class _Child:
                 stdout=terminal,
                 stderr=terminal,
                 env=env,
-                preexec_fn=pin,
+                preexec_fn=functools.partial(_child_setup, cpus),
                 start_new_session=True,
             )
         finally:
@@ -1346,6 +1345,42 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
 
 
+def _child_setup(cpus: Optional[Sequence[int]]) -> None:
+    """In a run's process before it starts: pinned to `cpus` (if any), and sent SIGINT if
+    compare dies without stopping it (Linux's PR_SET_PDEATHSIG; a run in its own session
+    no longer hears the terminal's signals, and would die at its next write to the closed
+    pseudo-terminal)."""
+    if cpus is not None:
+        os.sched_setaffinity(0, list(cpus))
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # Not Linux's libc: the signal handlers below only.
+        pass
+
+
+def _raise_interrupt(signum, frame) -> None:
+    del frame
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a `kill`, a closed terminal) stop the runs as Ctrl-C does: their
+    groups signalled, the resume command printed. Only in the main thread, where Python
+    takes signals; the handlers before are restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGHUP)}
+    for number in before:
+        signal.signal(number, _raise_interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
 def train_runs(
     pending: Sequence[Run],
     slots: Sequence[Optional[List[int]]],
@@ -1355,9 +1390,14 @@ def train_runs(
     """Trains `pending` in order, len(slots) at a time, each on its slot's CPUs, in this
     thread: each run's start line, then its progress (`progress_text`) every
     `progress_seconds`, then `finish(run, number, seconds, error)` (None, or why it failed)
-    as it ends, before the next starts. On Ctrl-C (KeyboardInterrupt) the running children
-    get SIGINT, their process groups SIGKILL after STOP_SECONDS; says which were stopped and
-    raises KeyboardInterrupt again."""
+    as it ends, before the next starts. On Ctrl-C (KeyboardInterrupt), SIGTERM or SIGHUP the
+    running children get SIGINT, their process groups SIGKILL after STOP_SECONDS; says which
+    were stopped and raises KeyboardInterrupt again."""
+    with _terminations_interrupt():
+        _train_runs(pending, slots, finish, progress_seconds)
+
+
+def _train_runs(pending, slots, finish, progress_seconds) -> None:
     queue = list(enumerate(pending, 1))
     free = list(slots)
     running: List[_Child] = []
@@ -1388,7 +1428,8 @@ def train_runs(
                         flush=True,
                     )
     except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # A second Ctrl-C: the stop goes on.
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, signal.SIG_IGN)  # A second signal: the stop goes on.
         for child in running:
             child.signal(signal.SIGINT)
         deadline = time.time() + STOP_SECONDS

@@ -275,7 +275,6 @@ def baselines(
     # One ranking for every query: the catalog sorted once by training count (ties: lower id).
     counts = split.train_counts().astype(np.float32)
     top = retrieval.global_top_k(counts, max(ks), exclude=test.histories, candidates=candidates)
-    top = np.pad(top, [[0, 0], [0, max(max(ks) - top.shape[1], 0)]])
     result = {"popularity": metrics(top)}
     if config.data.dataset == "synthetic":
         catalog = experiment.synthetic_data(config)[1]

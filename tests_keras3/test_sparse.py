@@ -326,10 +326,18 @@ def test_fit_trains_no_row_for_an_invalid_id():
 def test_fit_refuses_an_int64_id_beyond_int32():
     network = _SumModel()
     network.compile(optimizer="sgd")
-    with pytest.raises(ValueError, match="`x` holds the id 4294967299, outside int32"):
+    with pytest.raises(ValueError, match="`x` holds the value 4294967299, outside int32"):
         network.fit(np.array([1, 2**32 + 3], np.int64), epochs=1, batch_size=2, verbose=0)
-    with pytest.raises(ValueError, match="`x` holds the id 4294967299"):
+    with pytest.raises(ValueError, match="`x` holds the value 4294967299"):
         network.predict(np.array([2**32 + 3], np.int64), verbose=0)
+    with pytest.raises(ValueError, match="`y` holds the value 1099511627776"):
+        network.fit(np.array([1, 2]), np.array([2**40, 1]), epochs=1, batch_size=2, verbose=0)
+
+
+def test_compile_takes_keras_positional_arguments():
+    network = _SumModel()
+    network.compile("sgd", "mse")
+    assert network.loss == "mse"
 
 
 @needs_jax

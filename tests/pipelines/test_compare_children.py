@@ -13,6 +13,8 @@ import tempfile
 import textwrap
 import time
 
+import pytest
+
 from pipelines import compare
 
 # A child that prints what Keras's progress bar prints on a terminal (redraws after "\b" and
@@ -119,7 +121,10 @@ def _alive(pid):
         return False
 
 
-def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume():
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume(stop):
+    # SIGTERM (a kill) and SIGHUP (a closed terminal) as Ctrl-C: the runs, in sessions of
+    # their own, would not hear them and die at their next write to compare's terminal.
     directory = tempfile.mkdtemp()
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     parent = subprocess.Popen(
@@ -137,7 +142,7 @@ def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume():
         time.sleep(0.05)
     child, grandchild = map(int, open(pids_file).read().split())
     interrupted = time.time()
-    parent.send_signal(signal.SIGINT)
+    parent.send_signal(stop)
     out, err = parent.communicate(timeout=30)
     took = time.time() - interrupted
     assert parent.returncode == 130, (out, err)
@@ -153,3 +158,29 @@ def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume():
     while (_alive(child) or _alive(grandchild)) and time.time() < deadline:
         time.sleep(0.05)
     assert not _alive(child) and not _alive(grandchild)
+
+
+def test_a_killed_compare_takes_its_run_with_it():
+    # SIGKILL leaves compare no handler: the run gets SIGINT from the kernel
+    # (PR_SET_PDEATHSIG) instead of training on, unseen, into a terminal nobody reads.
+    directory = tempfile.mkdtemp()
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED, directory, SLOW_CHILD],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids_file = os.path.join(directory, "pids")
+    deadline = time.time() + 60
+    while not os.path.exists(pids_file) or not open(pids_file).read():
+        assert parent.poll() is None
+        assert time.time() < deadline, "the child never started"
+        time.sleep(0.05)
+    child = int(open(pids_file).read().split()[0])
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)

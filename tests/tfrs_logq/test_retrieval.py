@@ -552,3 +552,21 @@ class WebKlMassTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class NonFiniteScoresTest(tf.test.TestCase):
+    """A NaN score (a NaN or infinite embedding) ranks below -inf, by TensorFlow's search as by
+    numpy's (tf.math.top_k alone ranks NaN first, which then left NO_ITEM before real ids)."""
+
+    def test_tensorflow_and_numpy_rank_nan_last_alike(self):
+        from logq_core import ranking  # pylint: disable=import-outside-toplevel
+
+        items = np.array([[0.0], [1.0], [np.nan], [2.0], [0.5], [np.inf]], np.float32)
+        queries = np.array([[1.0], [0.0], [-1.0]], np.float32)  # 0 x inf: NaN too.
+        found = retrieval.exact_top_k(queries, items, 4)
+        reference = ranking.exact_top_k(
+            queries, ranking.array_chunks(np.arange(1, 6), items[1:]), 4
+        )
+        self.assertAllEqual(found, reference)
+        self.assertAllEqual(found[0], [5, 3, 1, 4])
+        self.assertAllEqual(found[1], [1, 3, 4, -1])  # 0 x nan and 0 x inf: no candidate.
