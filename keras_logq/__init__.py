@@ -10,11 +10,11 @@ Why a sibling package and not `tfrs_logq.keras3`: importing any submodule of
 `tf.keras` to Keras 2 (TFRS needs it). A Keras 3 user on JAX must get neither.
 `import keras_logq` imports Keras 3 and nothing of TFRS.
 
-One concept, one place: the maths (losses, log Q, the static-shape pool, the
-sketch's estimate) is `logq_core`; here and in tfrs_logq only the glue differs
-(tensor checks, state, random draws, `get_config`), which is why `duplicates`
-still pairs a few short blocks of the two: calls into `logq_core`, then configs.
-The tests share the numpy references and exact values of `tests/reference.py`.
+The same numbers on either side: the maths (losses, log Q, the static-shape pool,
+the sketch's estimate) is `logq_core`'s, which keras_logq and tfrs_logq both call;
+they differ only in the framework's glue (tensor checks, state, random draws,
+`get_config`). Both are tested against the same numpy references, so a loss or
+an estimator here computes what its tfrs_logq namesake computes.
 
 - losses: `sampled_softmax_loss` (none, standard, standard_negatives,
   improved), `full_softmax_loss`, `bce_loss`, `gbce_loss`, `negatives_loss`,

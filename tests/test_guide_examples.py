@@ -140,6 +140,38 @@ def test_the_event_log_guide_trains_evaluates_and_serves_raw_ids(tmp_path):
     )
     assert answer["ids"].dtype == tf.string
     assert answer["unknown_user"].numpy().tolist() == [False, True]
+    # serving.md's table: an event log's export takes its raw ids at serving_default and
+    # serving_filtered, the dense ids at serving_dense(_filtered), and has no serving_raw.
+    exported = tf.saved_model.load(str(exports[-1])).signatures
+    assert sorted(exported) == _documented_signatures("an event log"), sorted(exported)
+
+
+def _documented_signatures(kind: str) -> List[str]:
+    """The signatures docs/guide/serving.md's table lists for the row starting with `kind`
+    (and `item_embeddings`, which every export has)."""
+    for line in (ROOT / "docs" / "guide" / "serving.md").read_text().splitlines():
+        if line.startswith(f"| {kind} "):
+            cells = line.strip("|").split("|")[1:]
+            names = [name.strip(" `") for cell in cells for name in cell.split(",")]
+            return sorted([*names, "item_embeddings"])
+    raise AssertionError(f"serving.md's table has no row for {kind!r}")
+
+
+def test_serving_guide_names_each_exports_signatures():
+    assert _documented_signatures("an event log") == [
+        "item_embeddings",
+        "serving_default",
+        "serving_dense",
+        "serving_dense_filtered",
+        "serving_filtered",
+    ]
+    assert _documented_signatures("a dataset") == [
+        "item_embeddings",
+        "serving_default",
+        "serving_filtered",
+        "serving_raw",
+        "serving_raw_filtered",
+    ]
 
 
 @pytest.mark.integration

@@ -331,6 +331,13 @@ def test_mask_known_positives_trains(jit_compile):
     with open(os.path.join(out, "metrics.json")) as f:
         assert json.load(f)["test"]["recall@100"] > 0.0
     assert configs.PRESETS["smoke"].loss.objective_settings()["mask_known_positives"] is False
+    if not jit_compile:  # serving.md's table: a dataset's export, raw ids at serving_raw.
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        from tests.test_guide_examples import _documented_signatures  # pylint: disable=import-outside-toplevel
+
+        exported = tf.saved_model.load(os.path.join(out, "export", "brute_force", "1"))
+        assert sorted(exported.signatures) == _documented_signatures("a dataset")
 
 
 def test_a_flag_given_where_it_does_not_apply_is_warned():
