@@ -1541,3 +1541,33 @@ class IndustrialConfigTest(tf.test.TestCase):
             with self.assertRaisesRegex(ValueError, message):
                 configs.validate(SMOKE.replace(**change))
         self.assertEqual(configs.ks(SMOKE.training), (10, 100, 1000))
+
+
+class PlainCatalogTest(tf.test.TestCase):
+    """A catalog without quotes is read by Arrow, with quotes by the strict reader: the same
+    ids either way, whitespace stripped alike; gzipped and TSV too."""
+
+    def test_arrow_and_the_strict_reader_read_the_same_ids(self):
+        directory = self.get_temp_dir()
+        rows = "item_id,title\n 7 ,a\n12,b\n\n7,c\n300,d\n"
+        cases = {
+            "plain.csv": (rows, "plain"),
+            "quoted.csv": (rows + '301,"e, f"\n', "strict"),
+            "plain.tsv": (rows.replace(",", "\t"), "plain"),
+            "plain.csv.gz": (rows, "plain"),
+        }
+        for name, (text, reader) in cases.items():
+            path = os.path.join(directory, name)
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "wt") as f:
+                f.write(text)
+            delimiter = "\t" if name.endswith(".tsv") else ","
+            fast = events._plain_csv_catalog(path, "item_id", delimiter, False)  # pylint: disable=protected-access
+            self.assertEqual(fast is None, reader == "strict", name)
+            strict, _ = events._csv_catalog(path, "item_id", delimiter, False)  # pylint: disable=protected-access
+            if fast is not None:
+                self.assertEqual(fast.to_pylist(), strict.to_pylist(), name)
+            expected = ["12", "300", "7"] + (["301"] if reader == "strict" else [])
+            self.assertEqual(
+                sorted(events.read_catalog(path, integer=True).to_pylist()), sorted(expected)
+            )
