@@ -22,8 +22,7 @@ Differences from tfrs_logq, and why:
 - `HashedFrequencyEstimator` (Yi et al.'s inter-arrival gaps) hashes the same way
   and writes its buckets densely too (`ops.scatter_update`).
 
-`duplicates` pairs `CountMinSketchEstimator.log_q` / `get_config` with tfrs_logq's:
-the call into `logq_core.formulas.count_min_log_q` and the config, not the maths.
+The estimate is `logq_core.formulas.count_min_log_q`, shared with tfrs_logq's sketch.
 """
 
 from typing import Any, Optional

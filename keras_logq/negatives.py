@@ -10,8 +10,8 @@ Integer ids only (Keras 3 has string tensors on TensorFlow only): the uniform dr
 from ids [first_id, first_id + num_items) or from a sparse integer `vocabulary`
 (`from_lookup` draws a `StringLookup`'s indices, for string ids mapped before the model).
 Under `keras.distribution` on JAX the pool is the global batch (see `InBatchSampler`).
-`duplicates` pairs `InBatchSampler.call`'s tail with tfrs_logq's
-`_pool_of_slots` / `_finish`: both are the calls into `logq_core` and `get_config`.
+The maths is `logq_core`'s, shared with tfrs_logq's samplers: both libraries draw the
+same negatives with the same log Q.
 """
 
 from typing import Any, Callable, Dict, Optional, Sequence

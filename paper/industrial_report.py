@@ -1227,7 +1227,7 @@ def markdown(
     )
     total = len({run.record for run in runs})
     lines = [
-        "# The paper's industrial claim at web scale, with a ground truth (issue 48)",
+        "# The paper's industrial claim at web scale, with a ground truth",
         "",
         "Which logQ correction should a team with millions of items use? The paper's Table 2 "
         "(a music service, a 2M-item index) has both corrections far ahead of none and improved "

@@ -10,11 +10,10 @@ lists a job's flags, `tfrs-logq --help` the jobs and the presets.
   tfrs-logq cluster --workers=2 --ps=2 -- tfrs-logq train --strategy=parameter_server ...
 """
 
-import contextlib
 import runpy
 import sys
 from types import ModuleType
-from typing import Iterator, List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional
 
 PROG = "tfrs-logq"
 
@@ -99,8 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         console.PROG = f"{PROG} {name}"
         if console.verbose_in(rest):  # Before the job imports TensorFlow.
             console.show_native_logs()
-        with _through_console_run():
-            runpy.run_module(JOBS[name].module, run_name="__main__", alter_sys=True)
+        runpy.run_module(JOBS[name].module, run_name="__main__", alter_sys=True)
     except ModuleNotFoundError as error:
         if error.name is None or error.name.split(".")[0] in ("pipelines", "tfrs_logq"):
             raise
@@ -111,22 +109,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
         return 1
     return 0
-
-
-@contextlib.contextmanager
-def _through_console_run() -> Iterator[None]:
-    """A job whose module still calls `absl.app.run` (compare) runs through `console.run`
-    too: --verbose, one-line usage errors, quiet native logs."""
-    from absl import app  # pylint: disable=import-outside-toplevel
-
-    from pipelines import console  # pylint: disable=import-outside-toplevel
-
-    absl_run = app.run
-    app.run = console.run  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        app.run = absl_run
 
 
 if __name__ == "__main__":

@@ -83,10 +83,13 @@ from absl import app
 from absl import flags
 
 from pipelines import configs
+from pipelines import console
 from pipelines import per_query as per_query_lib
 from pipelines import schedule
 from pipelines import significance
+from pipelines.run_files import WEIGHTS_REMOVED
 from pipelines.run_files import RunFiles
+from pipelines.run_files import removed_weights  # noqa: F401  (re-exported)
 from pipelines.run_files import write_json
 
 FLAGS = flags.FLAGS
@@ -1616,9 +1619,6 @@ def main(argv: Sequence[str]) -> None:
 
 
 # Beside a run whose weights compare removed: what `tfrs-logq export` tells.
-WEIGHTS_REMOVED = "weights_removed.json"
-
-
 def prune(run: Run) -> None:
     """Deletes a recorded run's weights (`RunFiles.prune_weights`), leaving a note that
     compare did (`removed_weights`)."""
@@ -1630,25 +1630,6 @@ def prune(run: Run) -> None:
             "record": os.path.abspath(run.record),
             "command": shlex.join(run.command),
         },
-    )
-
-
-def removed_weights(directory: str) -> Optional[str]:
-    """Why `directory` has no weights when compare removed them (its note is there and no
-    best checkpoint): a message naming --keep_weights; else None."""
-    path = os.path.join(directory, WEIGHTS_REMOVED)
-    if not os.path.exists(path) or RunFiles(directory).has_best():
-        return None
-    try:
-        note = read_json(path, "compare's note of removed weights")
-    except DamagedRecord:
-        note = {}
-    return (
-        f"{directory} holds no weights to export: tfrs-logq compare removed them once it "
-        f"had recorded the run ({note.get('record', 'its record')}), as it does without "
-        "--keep_weights. To export such a run, train it with --keep_weights: the comparison "
-        "again into another --output_dir, or the run alone with its command into a new "
-        f"--output_dir ({note.get('command', 'in its record')})."
     )
 
 
@@ -1902,4 +1883,4 @@ def write_report(
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    console.run(main)

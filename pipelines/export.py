@@ -17,12 +17,12 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from pipelines import compare
 from pipelines import configs
 from pipelines import console
 from pipelines import errors
 from pipelines import experiment
 from pipelines import report
+from pipelines import run_files
 from pipelines.run_files import RunNotFound
 
 FLAGS = flags.FLAGS
@@ -52,7 +52,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
     searches = configs.indexes(FLAGS.index)
     with errors.reported():  # A missing run, bad data, no ScaNN ops: named, no traceback.
-        removed = compare.removed_weights(argv[1])  # A run whose weights compare deleted.
+        removed = run_files.removed_weights(argv[1])  # A run whose weights compare deleted.
         if removed:
             raise RunNotFound(removed)
         config, model, split, data = experiment.load_run(argv[1])

@@ -145,6 +145,32 @@ class RunFiles:
         )
 
 
+# The note `tfrs-logq compare` leaves in a run whose weights it removed once recorded.
+WEIGHTS_REMOVED = "weights_removed.json"
+
+
+def removed_weights(directory: str) -> Optional[str]:
+    """Why `directory` has no weights when compare removed them (its note is there and no
+    best checkpoint): a message naming --keep_weights; else None."""
+    path = os.path.join(directory, WEIGHTS_REMOVED)
+    if not os.path.exists(path) or RunFiles(directory).has_best():
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            note = json.load(f)
+    except (OSError, ValueError):
+        note = {}
+    if not isinstance(note, dict):
+        note = {}
+    return (
+        f"{directory} holds no weights to export: tfrs-logq compare removed them once it "
+        f"had recorded the run ({note.get('record', 'its record')}), as it does without "
+        "--keep_weights. To export such a run, train it with --keep_weights: the comparison "
+        "again into another --output_dir, or the run alone with its command into a new "
+        f"--output_dir ({note.get('command', 'in its record')})."
+    )
+
+
 class RunInUse(RuntimeError):
     """Another process holds the run directory's lock."""
 

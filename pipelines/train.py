@@ -195,10 +195,11 @@ def _check_budget(config: configs.Config, phase: str, need: int, what: str) -> N
         )
 
 
-def check_data_memory(config: configs.Config) -> Optional[int]:
+def check_data_memory(config: configs.Config, output_dir: Optional[str] = None) -> Optional[int]:
     """The data phase's predicted peak (MiB) of a synthetic web log, from its config alone
-    (the law's items and the log's events), checked against --memory_budget_mb before the
-    run writes anything; None for other data (an event log's size is known once read).
+    (the law's items and the log's events; its day store read back where `output_dir`'s, or
+    the cache's, is built already), checked against --memory_budget_mb before the run
+    writes anything; None for other data (an event log's size is known once read).
 
     Raises:
       MemoryBudgetError: the data phase's predicted peak exceeds the budget (named).
@@ -207,15 +208,27 @@ def check_data_memory(config: configs.Config) -> Optional[int]:
     if not events:
         return None
     law, users = config.data.synthetic_items, config.data.synthetic_users
+    built = logs.out_of_core(config) and day_store.is_built(
+        logs.day_store_dir(config, output_dir),
+        **logs.store_settings(config),
+        source_defaults=configs.stored_data_defaults(),
+    )
     # The vocabularies hold at most the law's items and every user.
-    need = memory.predict_mib(config, users, min(law, events), law_items=law, num_events=events)[
-        "data"
-    ]
+    need = memory.predict_mib(
+        config,
+        users,
+        min(law, events),
+        law_items=law,
+        num_events=events,
+        store_built=bool(built),
+    )["data"]
     _check_budget(
         config,
         "data",
         need,
-        f"drawing a {law:,}-item law and a log of {events:,} events for {users:,} users",
+        f"reading back the day store of its log of {events:,} events"
+        if built
+        else f"drawing a {law:,}-item law and a log of {events:,} events for {users:,} users",
     )
     return need
 
@@ -344,7 +357,7 @@ def run(
     chief = distribute.is_chief(strategy)
     if not chief:
         return _run(config, output_dir, verbose, strategy, chief)
-    check_data_memory(config)  # Before anything is written.
+    check_data_memory(config, output_dir)  # Before anything is written.
     _prepare_output_dir(output_dir)
     with RunLock(output_dir):
         _check_output_dir(config, output_dir)

@@ -301,3 +301,20 @@ def test_a_data_phase_over_the_budget_is_refused_before_anything_is_written(tmp_
     assert not output_dir.exists()
     # Another dataset's size is known once read: no prediction before the data phase.
     assert train.check_data_memory(configs.PRESETS["smoke"]) is None
+
+
+def test_a_resumed_run_whose_store_is_built_is_checked_as_reading_it_back(tmp_path, monkeypatch):
+    # Its data phase reads the store back: refused (or passed) by that, not by a new draw.
+    config = configs.PRESETS["industrial"].replace(synthetic_items=20_000_000)
+    drawn = train.check_data_memory(config, str(tmp_path))
+    monkeypatch.setattr(train.day_store, "is_built", lambda *args, **kwargs: True)
+    read_back = train.check_data_memory(config, str(tmp_path))
+    assert (
+        read_back
+        == memory.predict_mib(
+            config, 10**6, 2 * 10**7, law_items=2 * 10**7, num_events=2 * 10**7, store_built=True
+        )["data"]
+    )
+    assert read_back < drawn
+    with pytest.raises(errors.MemoryBudgetError, match="reading back the day store of its log"):
+        train.check_data_memory(config.replace(memory_budget_mb=read_back - 1), str(tmp_path))
