@@ -247,8 +247,7 @@ def config_settings(config) -> dict:
 
 def load(directory: str):
     """(DayStore, test EvalSet, num_users, num_items) of a built store."""
-    with open(os.path.join(directory, day_store.MANIFEST)) as f:
-        manifest = json.load(f)
+    manifest = day_store.read_manifest(directory)
     if manifest.get("examples_removed"):
         raise ValueError(
             f"{directory}: its training examples were removed when its run finished training; "
@@ -612,8 +611,8 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
             if not np.isfinite(loss):
                 raise NonFiniteLoss(
                     f"the training loss is {loss} over steps {self.last + 1}-{done} of {steps}: "
-                    "the model diverged (a learning rate too high?) or the data is damaged; "
-                    "no results are written."
+                    "the model diverged (a learning rate too high?), or the store holds ids "
+                    "past the tables (a rebuilt or edited store?); no results are written."
                 )
             windows.append((done - self.last, loss))
             self.last = done

@@ -44,9 +44,12 @@ Ids, as the frequency estimators take them: integers in [0, input_dim). Strings 
 are a TypeError, and on JAX without `jax_enable_x64` an integer array of the host (numpy)
 holding an id beyond int32, which JAX would cut to 32 bits (2**32 + 3 read as 3), is a
 ValueError naming the id, in a call and in `fit`, `evaluate` and `predict` of a
-`SparseUpdates` model. A host array with an id outside [0, input_dim) is a ValueError
-naming it; inside a compiled step, where nothing can raise, such an id reads a row of NaN,
-so the loss is NaN, and no row is trained for it (JAX alone would read -1 as the last row).
+`SparseUpdates` model given numpy arrays. Ids that a `tf.data.Dataset` or a generator
+yields reach the model already cut by JAX's data adapter, where nothing can tell them
+from smaller ids: map such ids to [0, input_dim) (or enable x64) in the pipeline. A host
+array with an id outside [0, input_dim) is a ValueError naming it; inside a compiled step,
+where nothing can raise, such an id reads a row of NaN, so the loss is NaN, and no row is
+trained for it (JAX alone would read -1 as the last row).
 
 The optimizer's own settings, as Keras applies them to a dense table:
 
@@ -146,19 +149,26 @@ class SparseEmbedding(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         for name, size in (("input_dim", input_dim), ("output_dim", output_dim)):
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={size!r}.")
+        input_dim, output_dim = int(input_dim), int(output_dim)
         if optimizer not in OPTIMIZERS:
             raise ValueError(
                 f"`optimizer` must be one of {', '.join(OPTIMIZERS)}; received "
                 f"optimizer={optimizer!r}."
             )
         for name, rate in (("learning_rate", learning_rate), ("epsilon", epsilon)):
-            if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not rate > 0:
-                raise ValueError(f"`{name}` must be a positive number; received {name}={rate!r}.")
-        if not initial_accumulator_value >= 0:
+            if (
+                not isinstance(rate, (int, float, np.floating, np.integer))
+                or isinstance(rate, bool)
+                or not 0 < rate < float("inf")
+            ):
+                raise ValueError(
+                    f"`{name}` must be a positive, finite number; received {name}={rate!r}."
+                )
+        if not 0 <= initial_accumulator_value < float("inf"):
             raise ValueError(
-                "`initial_accumulator_value` must be >= 0; received "
+                "`initial_accumulator_value` must be a finite number >= 0; received "
                 f"initial_accumulator_value={initial_accumulator_value!r}."
             )
         for name, beta in (("beta_1", beta_1), ("beta_2", beta_2)):

@@ -115,11 +115,26 @@ def scored_blocks(
     -inf). `chunks` yields (sorted ids, [len(ids), dim] embeddings)."""
     excluded = exclusions(exclude, len(queries))
     finite_queries = bool(np.isfinite(queries).all())
-    before = 0
+    before, last = 0, None
     for chunk_ids, rows in chunks:
         chunk_ids = np.asarray(chunk_ids, np.int64)
         if not len(chunk_ids):
             continue
+        # Increasing ids, chunk after chunk: else exclusions (found by a sorted search) and
+        # the merge's tie order would be wrong, silently.
+        if (last is not None and chunk_ids[0] <= last) or (np.diff(chunk_ids) <= 0).any():
+            raise ValueError(
+                "`chunks` must hold increasing ids, each chunk's above the one before; "
+                f"received a chunk of ids {chunk_ids[:4].tolist()}"
+                f"{'...' if len(chunk_ids) > 4 else ''} after the id {last}."
+            )
+        last = int(chunk_ids[-1])
+        if np.ndim(rows) != 2 or len(rows) != len(chunk_ids) or rows.shape[1] != queries.shape[1]:
+            raise ValueError(
+                f"Each chunk's embeddings must be [len(ids), dim] with the queries' dim "
+                f"{queries.shape[1]}; received shape {list(np.shape(rows))} for {len(chunk_ids)} "
+                "ids."
+            )
         size = block or max(1, scores_per_block // len(chunk_ids))
         excluded_rows, excluded_positions = in_chunk(excluded, chunk_ids)
         # A NaN score (from a NaN or infinite embedding) ranks below -inf in every framework
@@ -165,6 +180,12 @@ def exact_top_k(
       scores_per_block: the most (query, item) pairs a block scores.
     """
     queries = np.ascontiguousarray(np.asarray(queries, np.float32))
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"`k` must be a non-negative integer; received k={k!r}.")
+    if queries.ndim != 2:
+        raise ValueError(
+            f"`queries` must be [num_queries, dim]; received shape {list(queries.shape)}."
+        )
     best_scores = np.full([len(queries), k], -np.inf, np.float32)
     best_ids = np.full([len(queries), k], NO_ITEM, np.int64)
     if len(queries) == 0 or k <= 0:

@@ -620,12 +620,12 @@ def _count(number: int, noun: str) -> str:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if not FLAGS.output_dir:
-        raise app.UsageError("--output_dir is required.")
-    try:
+    try:  # The flags' values first: a misspelt value is named before a missing flag.
         config = config_from_flags()
     except ValueError as error:
         raise app.UsageError(str(error)) from None
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required.")
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint saver logs at INFO every backup.
     if FLAGS.strategy == "parameter_server" and distribute.parameter_server_task():

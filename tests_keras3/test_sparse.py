@@ -220,6 +220,9 @@ def test_config_round_trip_and_a_plain_lookup_outside_training():
         ({"optimizer": "rmsprop"}, "optimizer='rmsprop'"),
         ({"learning_rate": 0}, "learning_rate=0"),
         ({"initial_accumulator_value": -1}, "initial_accumulator_value=-1"),
+        ({"initial_accumulator_value": float("inf")}, "initial_accumulator_value=inf"),
+        ({"learning_rate": float("inf")}, "learning_rate=inf"),
+        ({"input_dim": 2.0}, "input_dim=2.0"),
         ({"beta_1": 1.0}, "beta_1=1.0"),
     ],
 )
@@ -408,3 +411,9 @@ def test_optimizer_settings_the_tables_would_miss_are_refused(optimizer, message
         _SumModel().compile(optimizer=optimizer())
     # A model without a SparseEmbedding is not concerned.
     keras.Model().compile(optimizer=optimizer())
+
+
+def test_numpy_integer_sizes_are_taken():
+    layer = SparseEmbedding(np.int64(5), np.int32(2))
+    assert (layer.input_dim, layer.output_dim) == (5, 2)
+    assert type(layer.get_config()["input_dim"]) is int

@@ -213,8 +213,15 @@ def exact_top_k(
       candidates: the ids searched (an index over part of the catalog; `searched_ids`);
         None: every id from `first_id` on.
     """
+    checks.check_non_negative_int("k", k)
+    checks.check_non_negative_int("first_id", first_id)
     queries = np.ascontiguousarray(np.asarray(query_embeddings, np.float32))
     table = ItemTable.of(item_embeddings)
+    if queries.ndim != 2 or queries.shape[1] != table.dim:
+        raise ValueError(
+            f"`query_embeddings` must be [num_queries, {table.dim}] (the items' dim); "
+            f"received shape {list(queries.shape)}."
+        )
     ids = searched_ids(table.num_ids, first_id, candidates)
     k = min(k, table.num_ids - first_id if ids is None else len(ids))
     if len(queries) == 0 or k <= 0:
@@ -291,6 +298,8 @@ def global_top_k(
     popularity ranker), each row's `exclude` removed, ties by the lower id; the slots of a
     row short of k candidates hold `NO_ITEM` (a miss, as in the model's lists). The catalog
     is sorted once, not scored per query. `num_queries`: the rows (default: len(exclude))."""
+    checks.check_non_negative_int("k", k)
+    checks.check_non_negative_int("first_id", first_id)
     scores = np.asarray(scores)
     ids = searched_ids(len(scores), first_id, candidates)
     if ids is None:
@@ -299,6 +308,11 @@ def global_top_k(
         if exclude is None:
             raise ValueError("`global_top_k` needs `num_queries` or `exclude`; received neither.")
         num_queries = len(exclude)
+    if exclude is not None and len(exclude) != num_queries:
+        raise ValueError(
+            f"`exclude` must hold one list of ids per query ({num_queries}); received "
+            f"{len(exclude)}."
+        )
     longest = max((len(e) for e in exclude), default=0) if exclude is not None else 0
     order = np.argsort(-scores[ids], kind="stable")[: k + longest]
     head = ids[order]
@@ -345,6 +359,11 @@ def scann_defaults(num_items: int, k: int) -> Dict[str, int]:
         "num_leaves_to_search": min(num_leaves, max(16, num_leaves // (10 if large else 5))),
         "reorder": max((20 if large else 6) * k, 100),
     }
+
+
+# Asymmetric hashing trains 16 centres a block of dimensions: a ScaNN index of fewer items
+# (with scann_min_items=0) scores them by brute force inside the index instead.
+AH_MIN_ITEMS = 16
 
 
 def scann_top_k(
@@ -395,11 +414,14 @@ def scann_top_k(
             num_leaves_to_search=settings["num_leaves_to_search"],
             training_sample_size=min(len(ids), 250_000),
         )
-    searcher = (
-        builder.score_ah(2, anisotropic_quantization_threshold=0.2)
-        .reorder(max(settings["reorder"], wanted))
-        .build()
-    )
+    if len(ids) >= AH_MIN_ITEMS:
+        searcher = (
+            builder.score_ah(2, anisotropic_quantization_threshold=0.2)
+            .reorder(max(settings["reorder"], wanted))
+            .build()
+        )
+    else:  # Too few to train the hashing's codebooks: the index scores every item exactly.
+        searcher = builder.score_brute_force().build()
     del builder, items  # ScaNN holds its own copy.
     k = min(k, len(ids))
     out = np.zeros([len(queries), k], np.int64)
@@ -451,6 +473,8 @@ def top_k(
     `first_id` on."""
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {', '.join(INDEXES)}; received index={index!r}.")
+    checks.check_non_negative_int("k", k)
+    checks.check_non_negative_int("first_id", first_id)
     table = ItemTable.of(item_embeddings)
     searched_ids(table.num_ids, first_id, candidates)  # Checked before any work.
     if index == "exact":

@@ -37,6 +37,7 @@ import shutil
 import struct
 import time
 import warnings
+import zipfile
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -926,9 +927,37 @@ def _write_eval(directory: str, eval_sets: Dict[str, splits_lib.EvalSet]) -> Non
     np.savez(os.path.join(directory, "queries.npz"), **arrays)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def _store_file(path: str) -> Iterator[None]:
+    """A store file read inside is named when it is missing or damaged (a truncated
+    manifest, a lost or corrupt .npz), as a DataError, never a bare traceback."""
+    try:
+        yield
+    except DataError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
+        raise DataError(
+            path,
+            None,
+            f"is missing or damaged ({type(error).__name__}: {error}): this day store "
+            "cannot be read; remove it and build it again.",
+        ) from None
+
+
+def read_manifest(directory: str) -> Dict:
+    """The store's manifest (`_store_file`'s errors)."""
+    path = os.path.join(directory, MANIFEST)
+    with _store_file(path), open(path) as f:
+        manifest = json.load(f)
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+        return manifest
+
+
 def read_eval(directory: str, name: str) -> splits_lib.EvalSet:
     """The store's "validation" or "test" queries."""
-    with np.load(os.path.join(directory, "queries.npz")) as stored:
+    path = os.path.join(directory, "queries.npz")
+    with _store_file(path), np.load(path) as stored:
         parts = {}
         for part in ("histories", "targets"):
             bounds = np.cumsum(stored[f"{name}_{part}_lengths"])[:-1]
@@ -952,9 +981,9 @@ def is_built(
     path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
         return False
-    with open(path) as f:
-        manifest = json.load(f)
-    saved = manifest["settings"]
+    manifest = read_manifest(directory)
+    with _store_file(path):
+        saved = manifest["settings"]
     if source_defaults and isinstance(saved.get("source"), dict):
         defaults = json.loads(json.dumps(source_defaults))
         saved = {**saved, "source": {**defaults, **saved["source"]}}
@@ -975,12 +1004,21 @@ def is_built(
 def read(
     directory: str, user_ids: np.ndarray, item_ids: np.ndarray
 ) -> Tuple[LogSummary, splits_lib.Split]:
-    """(LogSummary, Split) of a built store; the split's `stream` is its `DayStore`."""
-    with open(os.path.join(directory, MANIFEST)) as f:
-        manifest = json.load(f)
-    with np.load(os.path.join(directory, "counts.npz")) as counts:
+    """(LogSummary, Split) of a built store; the split's `stream` is its `DayStore`.
+
+    Raises:
+      DataError: a store file missing or damaged, named.
+    """
+    manifest = read_manifest(directory)
+    counts_path = os.path.join(directory, "counts.npz")
+    with _store_file(counts_path), np.load(counts_path) as counts:
         user_counts, item_counts = counts["user"], counts["item"]
         train_item = counts["train_item"]
+    with _store_file(os.path.join(directory, MANIFEST)):  # A key missing from it, say.
+        return _read(directory, manifest, user_ids, item_ids, user_counts, item_counts, train_item)
+
+
+def _read(directory, manifest, user_ids, item_ids, user_counts, item_counts, train_item):
     summary = LogSummary(
         manifest["num_users"],
         manifest["num_items"],
@@ -1029,12 +1067,12 @@ def remove_examples(directory: str) -> None:
 
 
 def has_examples(directory: str) -> bool:
-    with open(os.path.join(directory, MANIFEST)) as f:
-        return not json.load(f).get("examples_removed", False)
+    return not read_manifest(directory).get("examples_removed", False)
 
 
 def facts(directory: str) -> Dict:
     """The read statistics of the store's log, and "integer_ids" (as `events.load_events`
     reports them)."""
-    with open(os.path.join(directory, MANIFEST)) as f:
-        return json.load(f)["facts"]
+    manifest = read_manifest(directory)
+    with _store_file(os.path.join(directory, MANIFEST)):
+        return manifest["facts"]

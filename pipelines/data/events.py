@@ -307,7 +307,7 @@ def _first_not_integer(ids) -> Optional[int]:
         pc.equal(pc.binary_length(ids), 19), pc.greater(ids, pa.scalar(str(_INT64_MAX)))
     )
     ok = pc.and_(ok, pc.invert(past))
-    if pc.all(ok).as_py():
+    if not len(ids) or pc.all(ok).as_py():  # pc.all of nothing is null, not True.
         return None
     return int(pc.index(ok, False).as_py())
 

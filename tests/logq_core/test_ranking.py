@@ -72,3 +72,29 @@ def test_a_query_with_nan_scores_returns_no_item_not_ids():
 def test_exclusions_are_checked():
     with pytest.raises(ValueError, match=r"one list of ids per query \(2\); received 1"):
         ranking.exclusions([[1]], 2)
+
+
+def test_chunks_out_of_order_or_repeated_are_refused_not_misread():
+    embeddings = np.ones((3, 2), np.float32)
+    queries = np.ones((1, 2), np.float32)
+    for chunks, after in (
+        ([(np.array([3, 4, 5]), embeddings), (np.array([1, 2, 6]), embeddings)], "5"),
+        ([(np.array([2, 3, 3]), embeddings)], "None"),
+    ):
+        with pytest.raises(ValueError, match=f"increasing ids.*after the id {after}"):
+            ranking.exact_top_k(queries, chunks, 2, [np.array([1, 2])])
+
+
+@pytest.mark.parametrize(
+    "k, queries, message",
+    [
+        (2.5, np.ones((1, 2)), "`k` must be a non-negative integer; received k=2.5"),
+        (-1, np.ones((1, 2)), "received k=-1"),
+        (2, np.ones((1, 3)), r"the queries' dim 3; received shape \[3, 2\]"),
+        (2, np.ones(2), r"`queries` must be \[num_queries, dim\]; received shape \[2\]"),
+    ],
+)
+def test_bad_arguments_are_named(k, queries, message):
+    chunks = ranking.array_chunks(np.arange(1, 4), np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match=message):
+        ranking.exact_top_k(queries, chunks, k)

@@ -245,7 +245,7 @@ def test_a_bad_flag_value_is_one_line_not_the_help():
     """Each job: one line on stderr (no --help first), exit status 1."""
     for args, line in [
         (
-            ["train", "--correction=improvd", "--output_dir=unused"],
+            ["train", "--correction=improvd"],  # Named before the missing --output_dir.
             "error: --correction must be one of none, standard, standard_negatives, improved; "
             "received --correction='improvd'. Did you mean --correction=improved?",
         ),

@@ -391,3 +391,22 @@ def test_a_crc_without_its_c_extension_is_said_to_be_slow(monkeypatch):
     monkeypatch.setattr(day_store, "_SLOW_CRC_SAID", [])
     with pytest.warns(UserWarning, match="writing and reading a day store will be slow"):
         day_store._masked_crc(b"x")  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize(
+    "name, damage, error",
+    [
+        (day_store.MANIFEST, lambda path: _truncate(path, 40), "JSONDecodeError"),
+        (day_store.MANIFEST, lambda path: open(path, "w").write("[1, 2]"), "not a JSON object"),
+        (day_store.MANIFEST, lambda path: open(path, "w").write("{}"), "KeyError"),
+        ("counts.npz", os.remove, "FileNotFoundError"),
+        ("queries.npz", lambda path: _flip(path, os.path.getsize(path) // 2), "BadZipFile"),
+    ],
+)
+def test_a_damaged_manifest_or_npz_is_named_not_a_traceback(built, tmp_path, name, damage, error):
+    directory = str(tmp_path / "day_store")
+    shutil.copytree(built, directory)
+    path = os.path.join(directory, name)
+    damage(path)
+    with pytest.raises(DataError, match=rf"{re.escape(path)}: is missing or damaged \(.*{error}"):
+        day_store.read(directory, np.zeros(0), np.zeros(0))

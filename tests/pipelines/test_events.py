@@ -1571,3 +1571,12 @@ class PlainCatalogTest(tf.test.TestCase):
             self.assertEqual(
                 sorted(events.read_catalog(path, integer=True).to_pylist()), sorted(expected)
             )
+
+    def test_a_catalog_without_ids_beside_an_integer_log_is_named(self):
+        directory = self.get_temp_dir()
+        for name, text in (("h.csv", "item_id,title\n"), ("h.tsv", "item_id\n"), ("b.txt", "\n\n")):
+            path = os.path.join(directory, name)
+            with open(path, "w") as f:
+                f.write(text)
+            with self.assertRaisesRegex(events.DataError, "holds no item id"):
+                events.read_catalog(path, integer=True)

@@ -570,3 +570,34 @@ class NonFiniteScoresTest(tf.test.TestCase):
         self.assertAllEqual(found, reference)
         self.assertAllEqual(found[0], [5, 3, 1, 4])
         self.assertAllEqual(found[1], [1, 3, 4, -1])  # 0 x nan and 0 x inf: no candidate.
+
+
+class ArgumentsAndSmallIndexesTest(tf.test.TestCase):
+    def test_bad_arguments_are_named(self):
+        items, queries = np.ones((6, 4), np.float32), np.ones((2, 4), np.float32)
+        for call, message in (
+            (lambda: retrieval.top_k(queries, items, -1), "received k=-1"),
+            (lambda: retrieval.exact_top_k(queries, items, 2.5), "received k=2.5"),
+            (lambda: retrieval.top_k(queries, items, 3, first_id=-1), "received first_id=-1"),
+            (
+                lambda: retrieval.top_k(queries[:, :3], items, 3),
+                r"\[num_queries, 4\] \(the items' dim\); received shape \[2, 3\]",
+            ),
+            (
+                lambda: retrieval.global_top_k(np.ones(6), 3, [[1]], num_queries=2),
+                r"one list of ids per query \(2\); received 1",
+            ),
+        ):
+            with self.assertRaisesRegex(ValueError, message):
+                call()
+
+    def test_a_scann_index_of_fewer_items_than_hashing_needs_answers_exactly(self):
+        # scann_min_items=0 on a 10-item catalog: asymmetric hashing cannot train its 16
+        # centres (ScaNN raised); the index scores by brute force and answers as exact search.
+        rng = np.random.default_rng(0)
+        items, queries = rng.normal(size=(11, 4)), rng.normal(size=(3, 4))
+        exclude = [np.array([3]), np.array([], np.int64), np.array([1, 2])]
+        self.assertAllEqual(
+            retrieval.top_k(queries, items, 5, exclude, index="scann", min_items=0),
+            retrieval.top_k(queries, items, 5, exclude, index="exact"),
+        )
