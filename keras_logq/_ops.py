@@ -102,11 +102,12 @@ def _holds_int64() -> bool:
     return bool(jax.config.read("jax_enable_x64"))
 
 
-def check_host_ids(name: str, value) -> None:
+def check_host_ids(name: str, value, noun: str = "id") -> None:
     """Two checks of host ids (numpy arrays, lists) that their conversion to a backend
     tensor would lose: string ids (which JAX and PyTorch cannot hold) are a TypeError naming
     the argument, and ids beyond int32 on a backend that would cut them to 32 bits (JAX by
-    default) a ValueError naming the id, never a wrapped id. Tensors pass."""
+    default) a ValueError naming the `noun` ("id"; "value" for data that may hold other
+    integers), never a wrapped id. Tensors pass."""
     if isinstance(value, (np.ndarray, list, tuple, str, bytes, int, np.generic)):
         array = np.asarray(value)
         if array.dtype.kind in "USO" and array.size:
@@ -119,8 +120,8 @@ def check_host_ids(name: str, value) -> None:
             low, high = int(array.min()), int(array.max())
             if low < -(2**31) or high >= 2**31:
                 raise ValueError(
-                    f"`{name}` holds the id {high if high >= 2**31 else low}, outside int32, "
-                    f"which the {keras.backend.backend()} backend would cut to 32 bits "
+                    f"`{name}` holds the {noun} {high if high >= 2**31 else low}, outside "
+                    f"int32, which the {keras.backend.backend()} backend would cut to 32 bits "
                     "(jax.config.update('jax_enable_x64', True) keeps int64); map the ids "
                     "to [0, num_items) first."
                 )

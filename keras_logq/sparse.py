@@ -316,20 +316,11 @@ def _check_host_ids(ids, input_dim: int) -> None:
 def _check_host_inputs(**data) -> None:
     """Integer host arrays beyond int32 in `fit`'s (or `evaluate`'s, `predict`'s) data, by
     argument (x, y), which JAX without `jax_enable_x64` would cut to 32 bits before any
-    layer sees them."""
-    if k._holds_int64():  # pylint: disable=protected-access
-        return
+    layer sees them (`keras_logq._ops.check_host_ids`)."""
     for name, value in data.items():
         for array in keras.tree.flatten(value):
-            if isinstance(array, np.ndarray) and array.dtype.kind in "iu" and array.size:
-                low, high = int(array.min()), int(array.max())
-                if low < -(2**31) or high >= 2**31:
-                    raise ValueError(
-                        f"`{name}` holds the value {high if high >= 2**31 else low}, outside "
-                        f"int32, which the {keras.backend.backend()} backend would cut to 32 "
-                        "bits (jax.config.update('jax_enable_x64', True) keeps int64); map "
-                        "ids to [0, input_dim) first."
-                    )
+            if isinstance(array, np.ndarray) and array.dtype.kind in "iu":
+                k.check_host_ids(name, array, noun="value")
 
 
 def _optimizer_variable(optimizer, variable) -> int:

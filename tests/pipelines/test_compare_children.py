@@ -121,10 +121,9 @@ def _alive(pid):
         return False
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume(stop):
-    # SIGTERM (a kill) and SIGHUP (a closed terminal) as Ctrl-C: the runs, in sessions of
-    # their own, would not hear them and die at their next write to compare's terminal.
+def _compare_with_a_slow_run():
+    """(a compare process training SLOW_CHILD, the run's pid, its child's pid), once the
+    run has started."""
     directory = tempfile.mkdtemp()
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     parent = subprocess.Popen(
@@ -141,6 +140,21 @@ def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume(stop):
         assert time.time() < deadline, "the child never started"
         time.sleep(0.05)
     child, grandchild = map(int, open(pids_file).read().split())
+    return parent, child, grandchild
+
+
+def _ended(*pids, seconds=5):
+    deadline = time.time() + seconds
+    while any(_alive(pid) for pid in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume(stop):
+    # SIGTERM (a kill) and SIGHUP (a closed terminal) as Ctrl-C: the runs, in sessions of
+    # their own, would not hear them and die at their next write to compare's terminal.
+    parent, child, grandchild = _compare_with_a_slow_run()
     interrupted = time.time()
     parent.send_signal(stop)
     out, err = parent.communicate(timeout=30)
@@ -154,33 +168,17 @@ def test_ctrl_c_stops_the_child_and_its_group_and_says_how_to_resume(stop):
         "--corrections=a,b" in err
     ), err
     assert "finished" not in out
-    deadline = time.time() + 5
-    while (_alive(child) or _alive(grandchild)) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child) and not _alive(grandchild)
+    assert _ended(child, grandchild)
 
 
 def test_a_killed_compare_takes_its_run_with_it():
     # SIGKILL leaves compare no handler: the run gets SIGINT from the kernel
     # (PR_SET_PDEATHSIG) instead of training on, unseen, into a terminal nobody reads.
-    directory = tempfile.mkdtemp()
-    root = os.path.join(os.path.dirname(__file__), "..", "..")
-    parent = subprocess.Popen(
-        [sys.executable, "-c", INTERRUPTED, directory, SLOW_CHILD],
-        cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    pids_file = os.path.join(directory, "pids")
-    deadline = time.time() + 60
-    while not os.path.exists(pids_file) or not open(pids_file).read():
-        assert parent.poll() is None
-        assert time.time() < deadline, "the child never started"
-        time.sleep(0.05)
-    child = int(open(pids_file).read().split()[0])
+    parent, child, grandchild = _compare_with_a_slow_run()
     parent.kill()
-    parent.wait()
-    deadline = time.time() + 10
-    while _alive(child) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child)
+    parent.communicate()
+    try:
+        assert _ended(child, seconds=10)
+    finally:  # The run's own child is the run's to stop (the training job's are threads).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(grandchild, signal.SIGKILL)
