@@ -172,6 +172,8 @@ def flag_error_line(error: flags.Error, flag_values: flags.FlagValues = FLAGS) -
             + did_you_mean(value, choices, name)
         )
     kind = parser.syntactic_help or parser.flag_type()
+    if flag_values[name].boolean:
+        kind = f"true or false (or --{name} / --no{name})"
     return f"--{name} must be {kind}; received --{name}={value}."
 
 

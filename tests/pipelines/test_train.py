@@ -691,7 +691,11 @@ class CommandLineTest(tf.test.TestCase):
                 "--dropout must be in [0.0, 1.0) (a rate of 1 drops everything); "
                 "received --dropout=1.5",
             ),
-            (["--per_row_negatives=maybe"], "flag --per_row=maybe: ('Non-boolean argument"),
+            (
+                ["--per_row_negatives=maybe"],  # The flag's old name: absl names the new one.
+                "--per_row must be true or false (or --per_row / --noper_row); "
+                "received --per_row=maybe.",
+            ),
             (["--batch_size=0"], "--batch_size must be a positive integer"),
             ([], "--output_dir is required"),
         ):
