@@ -115,10 +115,10 @@ class WebTruth(NamedTuple):
         return out
 
     def support(self, users: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-        """Per user of `users` (dense ids): (the dense ids of the vocabulary's items the law
-        gives mass on the test day, log P(d | u) of each before any renormalisation). The law
-        is sparse (a user's clusters), so this holds a user's few thousand items, not the
-        catalog: what the KL and the calibration read."""
+        """Per user of `users` (dense ids): (the dense ids, sorted, of the vocabulary's items
+        the law gives mass on the test day, log P(d | u) of each before any
+        renormalisation). The law is sparse (a user's clusters), so this holds a user's few
+        thousand items, not the catalog: what the KL and the calibration read."""
         catalog = self.catalog
         within = (
             catalog.log_weights(self.test_day)
@@ -140,7 +140,12 @@ class WebTruth(NamedTuple):
             items, log_p = items[first], np.logaddexp.reduceat(log_p, first)  # A cluster twice.
             dense = self.dense_item[items]
             kept = dense > 0
-            yield dense[kept], log_p[kept]
+            dense, log_p = dense[kept], log_p[kept]
+            # Sorted by dense id, which the generator's order is not: the calibration finds a
+            # target in it by a sorted search (unsorted, nearly every target read as outside
+            # the law, at the -1e4 floor: the records at 564d147 held those).
+            order = np.argsort(dense, kind="stable")
+            yield dense[order], log_p[order]
 
     def oracle_top_k(self, users: np.ndarray, k: int, exclude, candidates=None) -> np.ndarray:
         """[len(users), k] dense ids ranked by the true law (`retrieval.NO_ITEM` pads: a miss,

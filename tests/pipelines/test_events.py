@@ -1284,6 +1284,9 @@ class IndustrialRunTest(tf.test.TestCase):
         self.assertEqual(len(calibration["band"]), len(calibration["model_log_p"]))
         self.assertTrue(np.all(np.array(calibration["model_log_p"]) <= 0.0))
         self.assertTrue(set(calibration["band"]) <= {0, 1, 2})
+        # The targets are read in the law, not at its -1e4 floor for items outside it (an
+        # unsorted support put 99.8% of them there; the smoke run's are all inside).
+        self.assertLess(np.mean(np.array(calibration["true_log_p"]) < -1000), 0.05)
         self.assertEqual(metrics["event_log"]["files"], config.data.synthetic_days)
         drift = json.load(open(os.path.join(out, "drift.json")))["readings"]
         self.assertNotEmpty(drift)
@@ -1317,6 +1320,7 @@ class IndustrialRunTest(tf.test.TestCase):
         users = np.arange(1, 6)
         dense = truth.log_probabilities(users)
         for row, (ids, log_p) in enumerate(truth.support(users)):
+            self.assertTrue(np.all(np.diff(ids) > 0))  # Sorted: searched by the calibration.
             self.assertAllClose(dense[row, ids], log_p)
             rest = np.ones(dense.shape[1], bool)
             rest[ids] = False
