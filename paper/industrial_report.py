@@ -551,12 +551,28 @@ def implied_log10_p(
     return None
 
 
+# A target the truth does not reach is recorded at log P = -1e4 - log(total), "the floor".
+FLOOR_LOG_P = -1000.0
+
+
+def misread_calibration(value: Dict) -> bool:
+    """Whether a record's calibration read most targets at the truth's floor: the code
+    before e85ac2a searched each user's support unsorted and missed nearly every target
+    (the records trained at 564d147), so its true P(p|u) are not the truth's."""
+    true = np.asarray(value.get("calibration", {}).get("true_log_p") or [], np.float64)
+    return bool(len(true)) and float(np.mean(true < FLOOR_LOG_P)) > 0.5
+
+
 def calibration_points(values: Sequence[Dict]) -> Optional[Dict[str, np.ndarray]]:
     """The calibration entries of `values` (records) pooled: {"model", "true" (log10
     P(p|u)), "band"}, and "implied" (`implied_log10_p` of each record's correction) where
     every record has the expected draws and a correction that implies one; None where none
-    recorded a calibration."""
-    values = [v for v in values if v.get("calibration", {}).get("true_log_p")]
+    recorded a calibration. A `misread_calibration` is left out."""
+    values = [
+        v
+        for v in values
+        if v.get("calibration", {}).get("true_log_p") and not misread_calibration(v)
+    ]
     if not values:
         return None
     parts = [v["calibration"] for v in values]
@@ -653,6 +669,25 @@ def _calibration(
         "popularity third, and the share of targets given more than their true "
         "probability. points: targets × runs (the same targets at every seed, each "
         "run's model read on them).",
+    ]
+    misread = [
+        value
+        for cell in cells
+        for row in plan_lib.experiment_rows(experiment)
+        for value in _by_seed(records, experiment, cell.setting, row).values()
+        if misread_calibration(value)
+    ]
+    count = len(misread)
+    revisions = sorted({value.get("git_revision", "?")[:7] for value in misread})
+    if count:
+        lines += [
+            "",
+            f"{count} run{'s' * (count != 1)} (trained at {', '.join(revisions)}) read nearly "
+            "every target at the truth's floor, outside the law: that code searched each "
+            "user's support unsorted (fixed in e85ac2a). Their calibrations are left out "
+            "here; their other metrics stand.",
+        ]
+    lines += [
         "",
         "| setting | row | points | mean log10 ratio | head | torso | tail | share above truth |",
         "|---|---|---|---|---|---|---|---|",

@@ -594,6 +594,19 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertAllClose(y, [-3.2, -1.2])
         self.assertAllEqual(n, [3, 2])
 
+    def test_a_calibration_read_at_the_truths_floor_is_left_out(self):
+        # The records trained at 564d147 read nearly every target outside the law (an
+        # unsorted support): pooled, they made a mean log10 ratio of +1445.
+        good = {"calibration": {"model_log_p": [-2.0, -3.0], "true_log_p": [-1.0, -4.0]}}
+        floored = {"calibration": {"model_log_p": [-2.0, -3.0], "true_log_p": [-9999.0, -4.0]}}
+        misread = {"calibration": {"model_log_p": [-2.0, -3.0], "true_log_p": [-9999.0, -9998.0]}}
+        self.assertFalse(report_lib.misread_calibration(good))
+        self.assertFalse(report_lib.misread_calibration(floored))  # One target of two.
+        self.assertTrue(report_lib.misread_calibration(misread))
+        points = report_lib.calibration_points([good, misread])
+        self.assertAllClose(points["true"], np.array([-1.0, -4.0]) / math.log(10))
+        self.assertIsNone(report_lib.calibration_points([misread]))
+
     def test_band_shares_and_lr_table(self):
         self.assertAllClose(report_lib.band_shares([0, 0, 1, 0, 2, 0, 0]), [5 / 7, 1 / 7, 1 / 7])
         self.assertIsNone(report_lib.band_shares([]))
