@@ -11,6 +11,7 @@ advice, written only once every run of the plan is recorded (SEEDS seeds a row, 
 `industrial_plan.EXPERIMENT_SEEDS`).
 """
 
+import json
 import math
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -60,12 +61,13 @@ TITLES = {
 
 Records = Dict[Tuple[str, str, str, int], Dict]  # (experiment, setting, row, seed): record
 CellRow = Tuple[str, str, str]  # (experiment, setting, row)
-# Records moved out of the results directory's tree into this folder of it (with the same
-# EXPERIMENT/ROW[-SETTING]/seedN.json layout): those naming a commit the repository lacks
-# (LOST_REVISIONS), kept as history. No table or test reads their numbers; the report names
-# the settings they leave without evidence and the command that re-runs each
-# (`lost_evidence`).
+# The runs whose records named a commit the repository lacks (LOST_REVISIONS): their records
+# are deleted (git's history keeps them), and this folder of the results directory keeps
+# ARCHIVE_INDEX, which names each run by its record's path and its training seconds, no
+# numbers. The report names the settings they leave without evidence and the command that
+# re-runs each (`lost_evidence`).
 ARCHIVE_DIR = "unreproducible"
+ARCHIVE_INDEX = "index.json"
 
 
 def collect(runs: Sequence[IndustrialRun], results_dir: str) -> Records:
@@ -85,9 +87,27 @@ def run_key(run: IndustrialRun) -> Tuple[str, str, str, int]:
 
 
 def archived(runs: Sequence[IndustrialRun], results_dir: str) -> Records:
-    """The records of `runs` moved to RESULTS_DIR/ARCHIVE_DIR (`collect`'s keys): what they
-    were, not evidence."""
-    return collect(runs, os.path.join(results_dir, ARCHIVE_DIR))
+    """The runs of `runs` that RESULTS_DIR/ARCHIVE_DIR/ARCHIVE_INDEX lists (`collect`'s keys),
+    each as {"git_revision": the lost commit (LOST_REVISIONS's, "+dirty" where so),
+    "train_seconds"}: what they were, not evidence."""
+    path = os.path.join(results_dir, ARCHIVE_DIR, ARCHIVE_INDEX)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        index = json.load(f)
+    commit = next(
+        (full for full in LOST_REVISIONS if full.startswith(index["lost_commit"])),
+        index["lost_commit"],
+    )
+    revision = commit + ("+dirty" if index.get("dirty") else "")
+    return {
+        run_key(run): {
+            "git_revision": revision,
+            "train_seconds": index["runs"][run.record].get("train_seconds"),
+        }
+        for run in runs
+        if run.record in index["runs"]
+    }
 
 
 def _pm(values: Sequence[float], places: int = 4) -> str:
@@ -1201,9 +1221,10 @@ def lost_evidence(
         f"{total} {'record' if total == 1 else 'records'} named a commit that is not in the "
         "repository ("
         + "; ".join(named)
-        + "). Nobody can re-run the code they ran, so they were moved to "
+        + "). Nobody can re-run the code they ran, so they were deleted (git's history "
+        "keeps them); "
         f"[results/industrial_claim/{ARCHIVE_DIR}/](results/industrial_claim/{ARCHIVE_DIR}/) "
-        "(its README says why they are kept), where no table, advice or test reads them. "
+        "lists which runs they were and their training seconds, no numbers. "
         "The settings below have no evidence until they are trained again at a commit of the "
         "repository: this report reads nothing from them, and its advice waits for them. "
         "Each command resumes (a recorded run is skipped), writes the new records and "

@@ -4,10 +4,9 @@
 A record names its code in a field such as `git_revision` (a training run's `code_state`, the
 campaigns' records), `git_revision_on_device` (a copy run on a lent machine) or `revision`,
 at any depth of its JSON, as a commit ("+dirty" and what follows are left aside). Records
-whose commit is lost live in docs/results/industrial_claim/unreproducible/ (its README says
-why they are kept; `paper.industrial_report.ARCHIVE_DIR`): no report reads them, and only they
-are exempt; everything there names a commit the repository lacks, so nothing re-runnable
-hides there.
+whose commit was lost were deleted; docs/results/industrial_claim/unreproducible/
+(`paper.industrial_report.ARCHIVE_DIR`) lists which runs they were, with no numbers and no
+revision field, and its list names a commit the repository lacks.
 """
 
 import json
@@ -100,7 +99,7 @@ def full_clone() -> bool:
 @unittest.skipUnless(full_clone(), "not a full git clone: old commits cannot be looked up")
 class RecordsNameCommitsTest(unittest.TestCase):
     def test_every_record_names_a_commit_of_the_repository(self):
-        paths = [p for p in records(RESULTS) if not p.startswith(ARCHIVE + os.sep)]
+        paths = list(records(RESULTS))
         named = named_commits(paths)
         self.assertGreater(len(named), 10)  # The walk found the records.
         lost = missing_commits(set(named))
@@ -108,18 +107,17 @@ class RecordsNameCommitsTest(unittest.TestCase):
             {commit: named[commit] for commit in sorted(lost)},
             {},
             "records naming a commit not in the repository: re-run them at a commit of "
-            f"the repository or move them to {os.path.relpath(ARCHIVE, ROOT)} (git mv)",
+            "the repository, or delete them and list their runs in "
+            f"{os.path.relpath(ARCHIVE, ROOT)}/index.json",
         )
 
-    def test_the_archive_holds_only_records_of_lost_commits(self):
-        paths = list(records(ARCHIVE))
-        self.assertTrue(os.path.exists(os.path.join(ARCHIVE, "README.md")))
-        named = named_commits(paths)
-        self.assertEqual(
-            sum(map(len, named.values())), len(paths), "a record there names no commit"
-        )
-        kept = set(named) - missing_commits(set(named))
-        self.assertEqual({commit: named[commit] for commit in sorted(kept)}, {})
+    def test_the_archive_lists_runs_of_a_lost_commit_and_holds_no_record(self):
+        self.assertEqual(sorted(os.listdir(ARCHIVE)), ["README.md", "index.json"])
+        with open(os.path.join(ARCHIVE, "index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(list(revisions(index)), [])  # It names no code: it is no record.
+        self.assertEqual(missing_commits({index["lost_commit"]}), {index["lost_commit"]})
+        self.assertEqual(len(index["runs"]), 53)
 
     def test_a_missing_commit_is_found(self):
         head = subprocess.run(

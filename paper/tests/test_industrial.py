@@ -474,19 +474,28 @@ class RecordsAndReportTest(tf.test.TestCase):
         self.assertNotIn("| inbatch |", text.split("## Settings without evidence")[1][:2000])
         self.assertNotIn("Settings without evidence", report_lib.markdown(runs, records, "CMD", {}))
 
-    def test_archived_records_are_read_from_their_folder(self):
+    def test_archived_runs_are_read_from_their_folders_index(self):
         results = tempfile.mkdtemp()
         run = next(r for r in plan_lib.plan(["inbatch"]) if r.row == "improved")
-        path = os.path.join(results, report_lib.ARCHIVE_DIR, run.record)
-        os.makedirs(os.path.dirname(path))
-        with open(path, "w") as f:
-            json.dump({"git_revision": "f" * 40}, f)
+        os.makedirs(os.path.join(results, report_lib.ARCHIVE_DIR))
+        lost = next(iter(report_lib.LOST_REVISIONS))
+        index = {"lost_commit": lost[:7], "dirty": True, "runs": {run.record: {"train_seconds": 9}}}
+        with open(
+            os.path.join(results, report_lib.ARCHIVE_DIR, report_lib.ARCHIVE_INDEX), "w"
+        ) as f:
+            json.dump(index, f)
         runs = plan_lib.plan()
         self.assertEqual(report_lib.collect(runs, results), {})
         self.assertEqual(
             report_lib.archived(runs, results),
-            {("inbatch", "", "improved", run.seed): {"git_revision": "f" * 40}},
+            {
+                ("inbatch", "", "improved", run.seed): {
+                    "git_revision": lost + "+dirty",
+                    "train_seconds": 9,
+                }
+            },
         )
+        self.assertEqual(report_lib.archived(runs, tempfile.mkdtemp()), {})
 
     def test_a_run_of_a_lost_commit_is_neither_recorded_nor_retrained(self):
         from paper import industrial  # pylint: disable=import-outside-toplevel
