@@ -25,8 +25,8 @@ class Interactions(NamedTuple):
     """Interactions sorted by user, then time (ties keep file order), each event once.
 
     Exact duplicate events (the same user, item and time: a line written twice) are dropped
-    by `chronological`, the first kept, and counted in `duplicates`; the same item again at
-    another time (repeat consumption) stays.
+    by `chronological`, the first kept, and counted (the attribute below); the same item
+    again at another time (repeat consumption) stays.
 
     Item ids are dense in [1, num_items] (0 is padding); user ids dense in
     [1, num_users]. `item_ids` / `user_ids` map dense ids back to the raw ids
