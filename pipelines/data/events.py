@@ -264,26 +264,35 @@ def _ids(batch, name: str, path: str = "", offset: int = 0, keep_whitespace: boo
         trimmed = pc.utf8_trim_whitespace(ids)
         stripped = int(pc.sum(pc.not_equal(trimmed, ids)).as_py() or 0)
         ids = trimmed
-    empty = pc.equal(pc.binary_length(ids), 0)
-    if pc.any(empty).as_py():
-        row = int(pc.indices_nonzero(empty)[0].as_py())
-        raise DataError(
-            path,
-            None,
-            f"column {name!r} holds the empty id {shown(column[row].as_py())} in data row "
-            f"{offset + row + 1}; every event needs a user and an item.",
-        )
-    broken = pc.or_(pc.match_substring(ids, "\n"), pc.match_substring(ids, "\r"))
-    if pc.any(broken).as_py():
-        row = int(pc.indices_nonzero(broken)[0].as_py())
+    bad = _first_bad_id(ids)
+    if bad is not None:
+        row, spans = bad
         raise DataError(
             path,
             None,
             f"column {name!r} holds the id {shown(column[row].as_py())} in data row "
             f"{offset + row + 1}, which spans lines; an id holds no line break (in a CSV, "
-            "a quote left open runs on into the next lines).",
+            "a quote left open runs on into the next lines)."
+            if spans
+            else f"column {name!r} holds the empty id {shown(column[row].as_py())} in data "
+            f"row {offset + row + 1}; every event needs a user and an item.",
         )
     return ids, False, stripped
+
+
+def _first_bad_id(ids) -> Optional[Tuple[int, bool]]:
+    """(position, whether it spans lines) of the first id of `ids` (strings, no nulls) that
+    is empty, else of the first holding a line break (the export's vocabulary files hold one
+    id a line); None when every id is fine."""
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
+
+    for spans, bad in (
+        (False, pc.equal(pc.binary_length(ids), 0)),
+        (True, pc.or_(pc.match_substring(ids, "\n"), pc.match_substring(ids, "\r"))),
+    ):
+        if pc.any(bad).as_py():
+            return int(pc.indices_nonzero(bad)[0].as_py()), spans
+    return None
 
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
@@ -933,28 +942,30 @@ def read_catalog(
             "is not a file (--item_catalog: a .txt file of one item id per line, or a CSV, "
             "TSV or Parquet file with the item column).",
         )
-    # (ids, the line of each, or None for a Parquet batch, and its first data row).
-    parts: List[Tuple["pyarrow.Array", Optional[np.ndarray], int]] = []
+    # (ids, the line of each, or None for a Parquet batch, its first data row, and whether
+    # its ids are known to be integers already).
+    parts: List[Tuple["pyarrow.Array", Optional[np.ndarray], int, bool]] = []
     if path.endswith(CATALOG_TEXT):
-        parts.append((*_text_catalog(path, keep_whitespace), 0))
+        parts.append((*_text_catalog(path, keep_whitespace), 0, False))
     elif file_format(path) == "parquet":
         columns = EventColumns(user=column, item=column, time="")
         offset = 0
         for _, batch in _batches([path], columns, batch_rows, only=[column]):
             _no_nulls(path, batch, column, offset)
-            parts.append((_ids(batch, column, path, offset, keep_whitespace)[0], None, offset))
+            ids = _ids(batch, column, path, offset, keep_whitespace)[0]
+            parts.append((ids, None, offset, False))
             offset += batch.num_rows
     else:
         delimiter = "\t" if file_format(path) == "tsv" else ","
         fast = _plain_csv_catalog(path, column, delimiter, keep_whitespace)
         if fast is None or (integer and _first_not_integer(fast) is not None):
             # The strict reader, which knows each id's line, for the error to name it.
-            parts.append((*_csv_catalog(path, column, delimiter, keep_whitespace), 0))
+            parts.append((*_csv_catalog(path, column, delimiter, keep_whitespace), 0, False))
         else:
-            parts.append((fast, None, 0))
+            parts.append((fast, None, 0, integer))
     if integer:
-        for ids, lines, offset in parts:
-            row = _first_not_integer(ids)
+        for ids, lines, offset, checked in parts:
+            row = None if checked else _first_not_integer(ids)
             if row is None:
                 continue
             line = None if lines is None else int(lines[row])
@@ -1075,7 +1086,7 @@ def _plain_csv_catalog(path: str, column: str, delimiter: str, keep_whitespace: 
     array = table.column(column).combine_chunks()
     if not keep_whitespace:
         array = pc.utf8_trim_whitespace(array)
-    if not len(array) or pc.any(pc.equal(pc.binary_length(array), 0)).as_py():
+    if not len(array) or _first_bad_id(array) is not None:
         return None
     return array
 
@@ -1086,8 +1097,6 @@ def _csv_catalog(path: str, column: str, delimiter: str, keep_whitespace: bool):
     left open, of a row whose field count is not the header's, or of an empty id or one
     that spans lines."""
     import csv  # pylint: disable=import-outside-toplevel
-
-    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     kind = "TSV" if delimiter == "\t" else "CSV"
     ids: List[str] = []
@@ -1137,19 +1146,18 @@ def _csv_catalog(path: str, column: str, delimiter: str, keep_whitespace: bool):
     except (OSError, UnicodeDecodeError, EOFError) as error:
         raise DataError(path, None, f"cannot be read as {kind} ({error}).") from None
     array, numbers = _stripped(ids, lines, keep_whitespace)
-    for bad, what in (
-        (pc.equal(pc.binary_length(array), 0), "an empty id: every row of a catalog names an item"),
-        (
-            pc.or_(pc.match_substring(array, "\n"), pc.match_substring(array, "\r")),
+    bad = _first_bad_id(array)
+    if bad is not None:
+        first, spans = bad
+        what = (
             "an id that spans lines: an id holds no line break (a quote left open runs on "
-            "into the next lines)",
-        ),
-    ):
-        if pc.any(bad).as_py():
-            first = int(pc.indices_nonzero(bad)[0].as_py())
-            raise DataError(
-                path, int(numbers[first]), f"column {column!r} holds {shown(ids[first])}, {what}."
-            )
+            "into the next lines)"
+            if spans
+            else "an empty id: every row of a catalog names an item"
+        )
+        raise DataError(
+            path, int(numbers[first]), f"column {column!r} holds {shown(ids[first])}, {what}."
+        )
     return array, numbers
 
 
