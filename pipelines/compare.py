@@ -1265,16 +1265,13 @@ class _Child:
         self.log.flush()
         master, terminal = pty.openpty()
         tty.setraw(terminal)  # Bytes as written: no "\r\n" for "\n".
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        if cpus is not None:
-            env.update(TF_NUM_INTRAOP_THREADS=str(len(cpus)), TF_NUM_INTEROP_THREADS=str(len(cpus)))
         try:
             self.process = subprocess.Popen(  # pylint: disable=consider-using-with
                 run.command,
                 stdin=subprocess.DEVNULL,
                 stdout=terminal,
                 stderr=terminal,
-                env=env,
+                env=schedule.environment(cpus),
                 preexec_fn=functools.partial(_child_setup, cpus),
                 start_new_session=True,
             )

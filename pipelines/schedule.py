@@ -15,7 +15,7 @@ import queue
 import subprocess
 import threading
 import time
-from typing import Iterator, List, NamedTuple, Optional, Sequence
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 from pipelines.run_files import RunFiles
 
@@ -60,6 +60,15 @@ def cpu_slots(parallel: int, cpus: Optional[Sequence[int]] = None) -> List[Optio
     return slots
 
 
+def environment(cpus: Optional[Sequence[int]] = None) -> Dict[str, str]:
+    """A run's environment: this process's, its output unbuffered (progress as it comes) and,
+    pinned to `cpus`, TensorFlow's thread pools that size."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if cpus is not None:
+        env.update(TF_NUM_INTRAOP_THREADS=str(len(cpus)), TF_NUM_INTEROP_THREADS=str(len(cpus)))
+    return env
+
+
 def execute(job: Job, cpus: Optional[Sequence[int]] = None) -> float:
     """Runs `job`'s command, its output appended to DIRECTORY/train.log; wall seconds.
     With `cpus`, the process is pinned to them and TensorFlow uses that many threads.
@@ -68,11 +77,8 @@ def execute(job: Job, cpus: Optional[Sequence[int]] = None) -> float:
       RunFailed: the process exited with a non-zero status (named, with its log).
     """
     os.makedirs(job.directory, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    pin = None
-    if cpus is not None:
-        env.update(TF_NUM_INTRAOP_THREADS=str(len(cpus)), TF_NUM_INTEROP_THREADS=str(len(cpus)))
-        pin = functools.partial(os.sched_setaffinity, 0, list(cpus))
+    env = environment(cpus)
+    pin = None if cpus is None else functools.partial(os.sched_setaffinity, 0, list(cpus))
     started, files = time.time(), RunFiles(job.directory)
     line = " ".join(job.command)
     with open(files.train_log, "a") as log:
