@@ -29,8 +29,9 @@ from logq_core.metrics import recall_ndcg  # noqa: F401  (re-exported)
 from logq_core.ranking import NO_ITEM  # noqa: F401  (re-exported: a slot no candidate fills)
 
 # Exact search scores at most this many (query, item) pairs at once: a block's score matrix
-# (float32) and its copies stay near 64 MB each, whatever the catalog.
-SCORES_PER_BATCH = 2**24
+# (float32) and its copies stay near 64 MB each, whatever the catalog (logq_core.ranking's
+# bound; patched here by the tests to force small blocks).
+SCORES_PER_BATCH = ranking.SCORES_PER_BLOCK
 
 # ScaNN searches this many queries at once (`scann_top_k`).
 SCANN_QUERY_BATCH = 1024
