@@ -321,6 +321,66 @@ def improved(ops, positive, corrected_negatives, mask, num_valid=None) -> Tuple:
     return ops.where(has_negative, loss, zeros), ops.where(has_negative, weight, zeros)
 
 
+def log_expm1(ops, x):
+    """log(e^x - 1) for x > 0, accurate for small and large x, with a finite gradient in
+    both regimes (each branch of the `where` sees only inputs it is finite at)."""
+    small = x < 0.6931472
+    below = ops.where(small, x, 0.6931472)
+    above = ops.where(small, 0.6931472, x)
+    return ops.where(small, ops.log(ops.expm1(below)), above + ops.log1p(-ops.exp(-above)))
+
+
+# "improved" read off one softmax cross-entropy (`improved_from_full_softmax`): the label
+# column holds the positive K nats below s_p, so that a positive far above its negatives
+# never leaves the kernel's sum 1 + (tiny), whose rounding would cost the gap its precision.
+IMPROVED_DIAGONAL_OFFSET = 10.0
+# The smallest full-softmax loss read: below it the label column holds all of float32's
+# mass, and the gap to the negatives is taken as log(1e-30) - K (w is then 0 in float32).
+_FULL_LOSS_FLOOR = 1e-30
+
+
+def improved_diagonal_shift(ops, positive_log_q, log_q_scale: float = 1.0):
+    """[batch] what to add to the label column c_p = s_p - lambda log Q(p) of the standard
+    logits so that it holds s_p - K - lambda log(1 - Q(p)) (`improved_from_full_softmax`)."""
+    log_1m_q = log1mexp(ops, ops.minimum(positive_log_q, _LOG_Q_CEILING))  # As `exclude_positive`.
+    return scaled(positive_log_q - log_1m_q, log_q_scale) - IMPROVED_DIAGONAL_OFFSET
+
+
+def improved_from_full_softmax(ops, full_loss, num_valid) -> Tuple:
+    """The improved loss and w of in-batch columns, read off one softmax cross-entropy.
+
+    The negatives hold the standard logits c_i = s_i - lambda log Q(d_i); Q' = Q / (1 - Q(p))
+    only shifts a row's negatives by lambda log(1 - Q(p)), so with the label column set to
+    d = s_p - K - lambda log(1 - Q(p)) (`improved_diagonal_shift`, K =
+    IMPROVED_DIAGONAL_OFFSET), the cross-entropy L = -d + log(e^d + sum_i m_i e^{c_i})
+    gives sum_i m_i e^{c'_i} = e^{s_p - K} (e^L - 1), and
+
+        LSE - s_p = log(e^L - 1) - K,
+
+    with LSE = log sum_i m_i e^{c'_i} as in `improved`. The gradient of L (softmax over the
+    label column and the negatives, minus onehot(label)) times d log(e^L - 1) / dL =
+    e^L / (e^L - 1) is the softmax over the negatives alone minus onehot(p), `improved`'s
+    term by term. So one fused kernel over the [batch, candidates] columns gives "improved"
+    at the cost of "standard". Where the positive is more than K nats above its negatives'
+    LSE, L is read with float32's absolute error (about 6e-8 / e^{LSE - s_p + K}), but w is
+    then below e^{-K} / n: the loss's error stays below 6e-8 e^{-K} / n.
+
+    Args:
+      full_loss: [batch] L, the cross-entropy of the label column.
+      num_valid: [batch] n, the row's valid negatives (float or int).
+
+    Returns:
+      ([batch] loss w (LSE - s_p), [batch] w), 0 for rows without a valid negative.
+    """
+    num_valid = ops.cast(num_valid, "float32")
+    has_negative = num_valid > 0.0
+    gap = log_expm1(ops, ops.maximum(full_loss, _FULL_LOSS_FLOOR)) - IMPROVED_DIAGONAL_OFFSET
+    weight = ops.stop_gradient(ops.sigmoid(gap - ops.log(ops.maximum(num_valid, 1.0))))
+    loss = weight * gap
+    zeros = ops.zeros_like(loss)
+    return ops.where(has_negative, loss, zeros), ops.where(has_negative, weight, zeros)
+
+
 def full_softmax(ops, logits, positive, mask=None):
     """-s_y + log sum_d m_d e^{s_d}: [batch] from [batch, items] logits and [batch] s_y."""
     return ops.logsumexp(masked(ops, logits, mask), axis=1) - positive

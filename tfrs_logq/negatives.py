@@ -30,7 +30,7 @@ correction is not invariant to the scale of Q.
 
 import random
 import types
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -65,6 +65,36 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
             tf.reshape(codes[tf.size(positive_ids) :], tf.shape(negative_ids)),
         )
     return formulas.accidental_hit_mask(_ops.TF, positive_ids, negative_ids)
+
+
+class AccidentalHits(NamedTuple):
+    """Which candidate columns carry a row's positive id, as codes rather than a mask.
+
+    Attributes:
+      codes: [num_candidates] int32, equal for equal ids: column j is an accidental hit of
+        row i (i != j) where codes[i] == codes[j].
+      per_row: [num_queries] int32, the number of such columns of each row (its own
+        column, the diagonal, left out).
+    """
+
+    codes: tf.Tensor
+    per_row: tf.Tensor
+
+
+def accidental_hits(candidate_ids: tf.Tensor, num_queries) -> AccidentalHits:
+    """The accidental hits of in-batch columns: row i's positive is column i, and the other
+    columns with its id are its hits.
+
+    One `tf.unique_with_counts` over the ids (string ids included), O(num_candidates): the
+    task's fused loss compares the codes where it reads the logits, with no
+    [batch, num_candidates] mask of its own (`tfrs_logq.losses.column_softmax_terms`).
+
+    Args:
+      candidate_ids: [num_candidates] integer or string ids (checked by the caller).
+      num_queries: the rows, num_queries <= num_candidates.
+    """
+    _, codes, counts = tf.unique_with_counts(candidate_ids, out_idx=tf.int32)
+    return AccidentalHits(codes, tf.gather(counts, codes[:num_queries]) - 1)
 
 
 def known_positive_mask(

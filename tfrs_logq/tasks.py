@@ -385,22 +385,24 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
         diagnostics)."""
         update_ops = []
         if self._loss is None:
-            if scored.diagonal_positive and correction != "improved":
+            if scored.diagonal_positive:
                 # TFRS's own computation: one fused kernel over the [batch, candidates]
-                # logits, forward and gradient (the separate masking, log-sum-exp and
-                # softplus passes cost 1.27-1.35x TFRS's two-tower step at batch 1024).
-                per_example, weight = (
-                    losses_lib.column_softmax_loss(
-                        scored.negative_logits,
-                        correction,
-                        scored.log_q,
-                        scored.positive_log_q,
-                        scored.mask,
-                        log_q_scale=self.log_q_scale,
-                    ),
-                    None,
+                # logits, forward and gradient, "improved" read off it (the separate
+                # masking, log-sum-exp and weight passes cost 1.29-1.35x TFRS's step in its
+                # basic-retrieval tutorial at batch 8192).
+                needs_count = correction == "improved" and scored.num_valid is None
+                valid = scoring.valid_counts(scored) if needs_count or self.diagnostics else None
+                per_example, weight = losses_lib.column_softmax_terms(
+                    scored.negative_logits,
+                    correction,
+                    scored.log_q,
+                    scored.mask,
+                    scored.hits,
+                    log_q_scale=self.log_q_scale,
+                    num_valid=valid if needs_count else scored.num_valid,
                 )
             else:
+                valid = None
                 per_example, weight = losses_lib.sampled_softmax_terms(
                     scored.positive_logits,
                     scored.negative_logits,
@@ -414,8 +416,14 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
                     num_valid=scored.num_valid,
                 )
             if self.diagnostics:
+                if valid is None:
+                    valid = scoring.valid_counts(scored)
                 update_ops += self._update_diagnostics(
-                    per_example, weight, scored.mask, sample_weight
+                    per_example,
+                    weight,
+                    valid,
+                    tf.cast(tf.shape(scored.negative_logits)[1], tf.float32),
+                    sample_weight,
                 )
             if sample_weight is not None:
                 per_example = per_example * sample_weight
@@ -433,13 +441,13 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
             ]
         return loss, update_ops
 
-    def _update_diagnostics(self, per_example, weight, mask, sample_weight):
-        """Updates mean w, mean P_hat, the masked share and the valid count (`diagnostics`)."""
+    def _update_diagnostics(self, per_example, weight, valid, num_slots, sample_weight):
+        """Updates mean w, mean P_hat, the masked share of the `num_slots` negative slots
+        and the `valid` count (`diagnostics`)."""
         # P_hat: with "improved", 1 - w (the positive's share with itself in the
         # denominator); otherwise the positive's probability exp(-loss).
         p_hat = tf.exp(-per_example) if weight is None else 1.0 - weight
-        masked = 1.0 - tf.reduce_mean(tf.cast(mask, tf.float32), axis=1)
-        valid = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
+        masked = 1.0 - valid / num_slots
         ops = [
             self.mean_p_hat.update_state(p_hat, sample_weight=sample_weight),
             self.masked_negatives.update_state(masked, sample_weight=sample_weight),

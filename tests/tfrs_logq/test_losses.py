@@ -9,6 +9,7 @@ from absl.testing import parameterized
 
 from tests import reference
 from tfrs_logq import losses
+from tfrs_logq import negatives
 
 _random_inputs = reference.sampled_inputs
 
@@ -280,31 +281,74 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
         ):
             fn(tf.constant([0.5, -1.0, -2.0]))
 
-    def test_column_softmax_loss_equals_the_sampled_loss(self):
+    def test_column_softmax_terms_equal_the_sampled_loss(self):
         # The fused path of LogQRetrieval's candidate columns: 5 queries, 7 candidates (2
-        # extra), positive of row i in column i, some columns masked (accidental hits).
+        # extra), positive of row i in column i, some columns masked, given as a mask or as
+        # listed accidental hits; values, weights and gradients of every correction.
         rng = np.random.default_rng(3)
-        scores = rng.normal(size=[5, 7]).astype(np.float32)
+        scores = rng.normal(size=[5, 7]).astype(np.float32) * 3.0
+        scores[4, 4] = 40.0  # A positive that holds float32's whole mass (L rounds to 0).
+        scores[3] = -30.0
+        scores[3, 3] = 0.0  # A positive far below its negatives (a large L).
         log_q = np.log(rng.dirichlet(np.ones(7))).astype(np.float32)
-        mask = rng.random([5, 7]) > 0.2
+        ids = np.array([1, 2, 1, 3, 4, 1, 3])
+        mask = (ids[:5, None] != ids[None, :]) & (rng.random([5, 7]) > 0.2)
+        mask[2] = False  # A row without a valid negative.
         mask[np.arange(5), np.arange(5)] = False
-        for correction in ("none", "standard", "standard_negatives"):
-            want = losses.sampled_softmax_loss(
-                np.diag(scores[:, :5]),
-                scores,
-                correction=correction,
-                negative_log_q=None if correction == "none" else log_q,
-                positive_log_q=log_q[:5],
-                negative_mask=mask,
-            )
-            got = losses.column_softmax_loss(
-                tf.constant(scores),
-                correction,
-                tf.constant(log_q),
-                tf.constant(log_q[:5]),
-                tf.constant(mask),
-            )
-            self.assertAllClose(got, want, rtol=1e-6, atol=1e-6, msg=correction)
+        # "hits": the ids' hits as codes, and the rest of `mask` as a mask.
+        hits = negatives.accidental_hits(tf.constant(ids), 5)
+        hits_mask = (ids[:5, None] != ids[None, :]) & ~np.eye(5, 7, dtype=bool)
+        self.assertAllEqual(hits.per_row, (~hits_mask).sum(1) - 1)
+        for correction in losses.CORRECTIONS:
+            for scale in (1.0, 0.5):
+                want_loss, want_weight = losses.sampled_softmax_terms(
+                    np.diag(scores[:, :5]),
+                    scores,
+                    correction,
+                    None if correction == "none" else log_q,
+                    log_q[:5],
+                    mask,
+                    log_q_scale=scale,
+                )
+                with tf.GradientTape() as tape:
+                    s = tf.constant(scores)
+                    tape.watch(s)
+                    want_sum = tf.reduce_sum(
+                        losses.sampled_softmax_terms(
+                            tf.linalg.diag_part(s[:, :5]),
+                            s,
+                            correction,
+                            None if correction == "none" else log_q,
+                            log_q[:5],
+                            mask,
+                            log_q_scale=scale,
+                        )[0]
+                    )
+                want_gradient = tape.gradient(want_sum, s)
+                for form in ("mask", "hits"):
+                    msg = f"{correction}, lambda {scale}, {form}"
+                    with tf.GradientTape() as tape:
+                        s = tf.constant(scores)
+                        tape.watch(s)
+                        loss, weight = losses.column_softmax_terms(
+                            s,
+                            correction,
+                            None if correction == "none" else tf.constant(log_q),
+                            tf.constant(mask if form == "mask" else mask | ~hits_mask),
+                            hits if form == "hits" else None,
+                            log_q_scale=scale,
+                            num_valid=tf.constant(mask.sum(1).astype(np.float32)),
+                        )
+                        total = tf.reduce_sum(loss)
+                    self.assertAllClose(loss, want_loss, rtol=1e-5, atol=1e-6, msg=msg)
+                    if correction == "improved":
+                        self.assertAllClose(weight, want_weight, rtol=1e-5, atol=1e-6, msg=msg)
+                        self.assertEqual(float(loss[2]), 0.0)
+                    else:
+                        self.assertIsNone(weight)
+                    gradient = tape.gradient(total, s)
+                    self.assertTrue(np.isfinite(gradient.numpy()).all(), msg)
+                    self.assertAllClose(gradient, want_gradient, rtol=1e-5, atol=1e-6, msg=msg)
 
     def test_unknown_correction_is_refused_on_every_path(self):
         # Not silently "improved", the formula's last branch.

@@ -269,6 +269,53 @@ class ParityWithTfrsTest(tf.test.TestCase, parameterized.TestCase):
             their_results += [float(x) for x in factorized.result()]
         self.assertAllClose(_results(ours), their_results, rtol=1e-5)
 
+    def test_large_batches_and_unknown_shapes_equal_tfrs_and_the_reference(self):
+        # Above losses.FUSED_MIN_LOGITS "none" and "standard" run the fused kernel, and under
+        # a tf.function with unknown batch sizes a tf.cond picks the kernel at run time; both
+        # give TFRS's loss and gradient. "improved" (always fused) matches the direct formula.
+        rng = np.random.default_rng(5)
+        num_queries, num_candidates, dim = 1024, 2100, 8  # 2.15M logits.
+        self.assertGreater(num_queries * num_candidates, losses.FUSED_MIN_LOGITS)
+        query = tf.constant(rng.normal(size=(num_queries, dim)).astype(np.float32))
+        candidates = tf.constant(rng.normal(size=(num_candidates, dim)).astype(np.float32))
+        ids = tf.constant(rng.integers(0, 500, size=num_candidates))
+        probability = tf.constant(rng.uniform(1e-4, 1e-2, size=num_candidates).astype(np.float32))
+
+        def loss_and_gradient(task, query, candidates, **call):
+            with tf.GradientTape() as tape:
+                tape.watch(query)
+                loss = task(query, candidates, **call)
+            return loss, tape.gradient(loss, query)
+
+        unknown = tf.function(loss_and_gradient, reduce_retracing=True)
+        for correction, given in (("none", None), ("standard", probability)):
+            ours = LogQRetrieval(correction=correction)
+            # The second size relaxes the traced shapes to [None, 8].
+            for size, columns in ((16, 24), (num_queries, num_candidates)):
+                call = {}
+                if given is not None:
+                    call["candidate_sampling_probability"] = given[:columns]
+                batch = (query[:size], candidates[:columns])
+                want = loss_and_gradient(tfrs.tasks.Retrieval(), *batch, **call)
+                for got in (loss_and_gradient(ours, *batch, **call), unknown(ours, *batch, **call)):
+                    msg = f"{correction}, batch {size}"
+                    self.assertAllClose(got[0], want[0], rtol=1e-5, msg=msg)
+                    self.assertAllClose(got[1], want[1], rtol=1e-4, atol=1e-6, msg=msg)
+        scores = tf.matmul(query, candidates, transpose_b=True)
+        hits = ids.numpy()[:num_queries, None] != ids.numpy()[None, :]
+        want = losses.sampled_softmax_loss(
+            tf.linalg.diag_part(scores),
+            scores,
+            correction="improved",
+            negative_log_q=tf.math.log(probability),
+            positive_log_q=tf.math.log(probability[:num_queries]),
+            negative_mask=hits,
+        )
+        got = LogQRetrieval(correction="improved")(
+            query, candidates, candidate_sampling_probability=probability, candidate_ids=ids
+        )
+        self.assertAllClose(got, tf.reduce_sum(want), rtol=1e-5)
+
     def test_default_correction_follows_tfrs(self):
         query, candidates, ids, probability, _ = _batch()
         for csp in (None, probability):
