@@ -14,21 +14,17 @@ of one (batch size, id kind) run interleaved in one process, round after
 round; the ratios of median step times are printed (target: <= 1.05x).
 Timings from one run only: compare within a run.
 
-`--tutorial` times TFRS's basic-retrieval flow instead (string ids, the item
-ids being MovieLens-1M titles when $TFRS_LOGQ_DATA holds them, batch 8192, dim
-32, Adagrad(0.1)); `--memory` runs one process per variant at the largest batch
-size (where TFRS's step alone needs 17 GB, so the variants cannot share one
-process) and reports its peak resident memory and median step time.
+`--memory` runs one process per variant at the largest batch size (where TFRS's
+step alone needs 17 GB, so the variants cannot share one process) and reports
+its peak resident memory and median step time. TFRS's tutorial flows are timed
+by `benchmarks.tutorial_flow`.
 
 Usage:
   python -m benchmarks.loss_overhead --batch_sizes=8192 --rounds=3 --steps_per_round=5
   python -m benchmarks.loss_overhead          # the grid up to batch 8192
-  python -m benchmarks.loss_overhead --tutorial
   python -m benchmarks.loss_overhead --memory --batch_sizes=16384
 """
 
-import gzip
-import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 import tfrs_logq  # noqa: F401  First: sets up tf.keras (Keras 2) and ScaNN before TensorFlow.
@@ -43,7 +39,6 @@ from absl import flags
 from benchmarks import processes
 from benchmarks.steps import time_interleaved
 from benchmarks.steps import zipf_batches
-from pipelines.data import loaders
 from tfrs_logq import frequency
 from tfrs_logq import losses
 from tfrs_logq.tasks import LogQRetrieval
@@ -78,7 +73,6 @@ flags.DEFINE_enum(
     "dominates a large catalog's step, or Adagrad(0.1), which leaves the loss's "
     "own cost to compare.",
 )
-flags.DEFINE_bool("tutorial", False, "Time TFRS's basic-retrieval flow instead of the grid.")
 flags.DEFINE_bool(
     "memory",
     False,
@@ -262,116 +256,6 @@ def run_grid() -> None:
     print(f"\nWorst ratio: {worst:.3f}x")
 
 
-def movielens_titles():
-    """(user ids, titles) of ML-1M's ratings as strings, or None without them under
-    $TFRS_LOGQ_DATA."""
-    movies = os.path.join(loaders.DATA_DIR, "ml-1m", "movies.dat.gz")
-    if not (os.path.exists(movies) and os.path.exists(loaders.ML_1M_RATINGS)):
-        return None
-    with gzip.open(movies, "rt", encoding="latin-1") as f:
-        titles = dict(line.rstrip("\n").split("::")[:2] for line in f)
-    data = loaders.load_grouplens()
-    return (
-        data.user_ids[data.user].astype(str),
-        np.array([titles.get(i, i) for i in data.item_ids])[data.item],
-    )
-
-
-def run_tutorial() -> None:
-    found = movielens_titles()
-    if found is None:
-        rng = np.random.default_rng(FLAGS.seed)
-        q = 1.0 / np.arange(1, 3001)
-        users = rng.integers(0, 6000, size=1_000_000).astype(str)
-        titles = np.array([f"Movie {i} (1999)" for i in range(3000)])[
-            rng.choice(3000, size=1_000_000, p=q / q.sum())
-        ]
-        print(
-            "MovieLens-1M is not under $TFRS_LOGQ_DATA: a synthetic Zipf catalog of 3,000 titles."
-        )
-    else:
-        users, titles = found
-    user_vocabulary = sorted(set(users.tolist()))
-    title_vocabulary, counts = np.unique(titles, return_counts=True)
-    title_vocabulary = title_vocabulary.tolist()
-    batch_size, dim = 8192, 32
-    order = np.random.default_rng(FLAGS.seed).permutation(len(users))[: 8 * batch_size]
-    batches = [
-        (
-            tf.constant(users[order[i : i + batch_size]]),
-            tf.constant(titles[order[i : i + batch_size]]),
-            tf.zeros([batch_size]),
-        )
-        for i in range(0, len(order), batch_size)
-    ]
-    static = counts / counts.sum()
-
-    def tutorial_model():
-        class Tutorial(tf.keras.Model):
-            def __init__(self):
-                super().__init__()
-                self.user_tower = tf.keras.Sequential(
-                    [
-                        tf.keras.layers.StringLookup(vocabulary=user_vocabulary, mask_token=None),
-                        tf.keras.layers.Embedding(len(user_vocabulary) + 1, dim),
-                    ]
-                )
-                self.item_tower = tf.keras.Sequential(
-                    [
-                        tf.keras.layers.StringLookup(vocabulary=title_vocabulary, mask_token=None),
-                        tf.keras.layers.Embedding(len(title_vocabulary) + 1, dim),
-                    ]
-                )
-
-        return Tutorial()
-
-    def ours(correction, source):
-        return lambda: (
-            LogQRetrieval(
-                correction=correction,
-                remove_accidental_hits=True,
-                frequency=source() if source else None,
-            ),
-            None,
-        )
-
-    cases = {
-        "tfrs Retrieval (the tutorial's task)": lambda: (tfrs.tasks.Retrieval(), None),
-        "tfrs Retrieval, accidental hits removed": lambda: (
-            tfrs.tasks.Retrieval(remove_accidental_hits=True),
-            None,
-        ),
-        "LogQRetrieval none": ours("none", None),
-        "LogQRetrieval standard, count-min sketch": ours(
-            "standard", lambda: frequency.CountMinSketchEstimator(seed=1)
-        ),
-        "LogQRetrieval improved, count-min sketch": ours(
-            "improved", lambda: frequency.CountMinSketchEstimator(seed=1)
-        ),
-        "LogQRetrieval improved, StaticFrequency": ours(
-            "improved",
-            lambda: frequency.StaticFrequency(
-                static.astype(np.float32), vocabulary=title_vocabulary
-            ),
-        ),
-    }
-    steps = {}
-    for name, factory in cases.items():
-        model = tutorial_model()
-        task, probability_fn = factory()
-        steps[name] = make_step(model, task, tf.keras.optimizers.Adagrad(0.1), probability_fn)
-    print(
-        f"TFRS basic-retrieval flow: {len(user_vocabulary)} users, {len(title_vocabulary)} "
-        f"titles (string ids), batch {batch_size}, dim {dim}, Adagrad(0.1); "
-        f"{FLAGS.rounds} interleaved rounds of {FLAGS.steps_per_round} steps.\n"
-    )
-    medians = time_interleaved(steps, batches, FLAGS.rounds, FLAGS.steps_per_round)
-    base = medians["tfrs Retrieval, accidental hits removed"]
-    print("| variant | ms/step | vs tfrs (hits removed) |\n|---|---|---|")
-    for name, seconds in medians.items():
-        print(f"| {name} | {seconds * 1e3:.1f} | {seconds / base:.3f}x |")
-
-
 def run_memory() -> None:
     batch_size = max(int(b) for b in FLAGS.batch_sizes)
     # Each variant with Q per column, and the TFRS variant it is compared with (the column
@@ -426,8 +310,6 @@ def main(argv):
         run_memory_variant()
     elif FLAGS.memory:
         run_memory()
-    elif FLAGS.tutorial:
-        run_tutorial()
     else:
         run_grid()
 

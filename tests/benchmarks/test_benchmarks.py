@@ -224,16 +224,7 @@ class LossOverheadTest(tf.test.TestCase):
                 )
         self.assertRegex(result.stdout, r"Worst ratio: [0-9.]+x")
 
-    def test_tutorial_and_memory_modes(self):
-        result = run_benchmark(
-            "loss_overhead", "--tutorial", "--rounds=1", "--steps_per_round=1", timeout=900
-        )
-        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-        self.assertRegex(
-            result.stdout,
-            r"\| LogQRetrieval improved, StaticFrequency \| [0-9.]+ "
-            r"\| [0-9.]+x \|",
-        )
+    def test_memory_mode(self):
         result = run_benchmark(
             "loss_overhead",
             "--memory",
@@ -250,6 +241,45 @@ class LossOverheadTest(tf.test.TestCase):
             r"\| LogQRetrieval improved, Q: column \| [0-9]+ "
             r"\| [0-9.]+ \| [0-9.]+x \|",
         )
+
+
+class TutorialFlowTest(tf.test.TestCase):
+    def test_command_line_prints_each_flow_and_writes_the_record(self):
+        with tempfile.TemporaryDirectory() as directory:
+            output = os.path.join(directory, "record.json")
+            result = run_benchmark(
+                "tutorial_flow",
+                "--batch_sizes=64",
+                "--variants=none,standard_q,improved_sketch",
+                "--rounds=1",
+                "--steps_per_round=1",
+                f"--output={output}",
+                timeout=900,
+            )
+            self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+            with open(output) as f:
+                record = json.load(f)
+        for flow in ("basic", "multitask"):
+            self.assertIn(f"{flow} flow, batch 64", result.stdout)
+        self.assertRegex(result.stdout, r"\| tfrs_q \| [0-9.]+ \| [0-9.]+x \| 1.000x \|")
+        self.assertRegex(result.stdout, r"\| standard_q \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|")
+        self.assertRegex(result.stdout, r"\| improved_sketch \| [0-9.]+ \| [0-9.]+x \|  \|")
+        self.assertEqual([c["flow"] for c in record["cells"]], ["basic", "multitask"])
+        self.assertEqual(
+            set(record["cells"][0]["ratio_to_tfrs"]),
+            {"tfrs", "tfrs_q", "none", "standard_q", "improved_sketch"},
+        )
+        self.assertEqual(record["cells"][0]["ratio_to_tfrs"]["tfrs"], 1.0)
+
+    def test_bad_flags_are_reported(self):
+        for flag, text in (
+            ("--flows=basic,tutorial", "--flows must be among"),
+            ("--variants=none,improved", "--variants must be among"),
+            ("--batch_sizes=abc", "--batch_sizes must be integers"),
+        ):
+            result = run_benchmark("tutorial_flow", flag, timeout=300)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn(text, result.stderr + result.stdout, flag)
 
 
 class DenseScoringTest(tf.test.TestCase):
