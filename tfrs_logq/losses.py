@@ -208,7 +208,7 @@ def column_softmax_terms(
     - "none" and "standard" without masks are TFRS's ops on small batches (up to
       FUSED_MIN_LOGITS logits) and the fused kernel below on large ones: the same values;
     - otherwise the column shift, the label column's shift and the masks are one XLA
-      fusion with the kernel (`_fused_columns_cross_entropy`): "standard_negatives" puts the
+      fusion with the kernel (`_fused_columns_terms`): "standard_negatives" puts the
       raw positive in the label column; "improved" puts it K nats below the raw positive
       and is read off the cross-entropy (`logq_core.formulas.improved_from_full_softmax`);
       the accidental hits (`hits`, id codes) and `mask` mask the other columns, never the
@@ -228,25 +228,20 @@ def column_softmax_terms(
       ([batch] float32 losses, [batch] w for "improved" else None), equal to
       `sampled_softmax_terms` on the same negatives.
     """
-    column_shift = diagonal_shift = None
-    if correction != "none":
-        log_q = v.check_log_probabilities("log_q", log_q)
-        column_shift = formulas.scaled(log_q, log_q_scale)
-        positive_log_q = log_q[: tf.shape(scores)[0]]
-    if correction == "standard_negatives":  # The positive enters raw.
-        diagonal_shift = formulas.scaled(positive_log_q, log_q_scale)
-    elif correction == "improved":
-        diagonal_shift = formulas.improved_diagonal_shift(_ops.TF, positive_log_q, log_q_scale)
+    # "none" reads no log Q, whichever the task was given.
+    log_q = None if correction == "none" else v.check_log_probabilities("log_q", log_q)
     codes = None if hits is None else hits.codes
-    fused = lambda: _fused_columns_cross_entropy(  # noqa: E731
-        scores, column_shift, diagonal_shift, codes, mask
+    if correction == "improved":
+        return _fused_columns_terms(scores, log_q, codes, mask, num_valid, correction, log_q_scale)
+    fused = lambda: _fused_columns_terms(  # noqa: E731
+        scores, log_q, codes, mask, None, correction, log_q_scale
     )
-    if diagonal_shift is None and codes is None and mask is None:
+    if correction in ("none", "standard") and codes is None and mask is None:
         # TFRS's ops (one-hot labels, the dense kernel) on small batches, where they are the
         # fastest; the same values through the fused sparse-label kernel on large ones.
         def tfrs_ops():
             labels = tf.eye(tf.shape(scores)[0], tf.shape(scores)[1])
-            logits = scores if column_shift is None else scores - column_shift
+            logits = scores if log_q is None else scores - formulas.scaled(log_q, log_q_scale)
             return tf.nn.softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
         size = scores.shape.num_elements()
@@ -256,9 +251,7 @@ def column_softmax_terms(
             loss = tf.cond(tf.size(scores) > FUSED_MIN_LOGITS, fused, tfrs_ops)
     else:
         loss = fused()
-    if correction != "improved":
-        return loss, None
-    return formulas.improved_from_full_softmax(_ops.TF, loss, num_valid)
+    return loss, None
 
 
 # Above this many logits ([batch, candidates]) "none" and "standard" run the fused kernel
@@ -269,19 +262,30 @@ FUSED_MIN_LOGITS = 2**21
 
 
 @tf.function(jit_compile=True)
-def _fused_columns_cross_entropy(scores, column_shift, diagonal_shift, codes, mask):
-    """Per row i, the softmax cross-entropy of column i over z, where z = scores -
-    column_shift (each column), + diagonal_shift on the diagonal, and MASKED_LOGIT off the
-    diagonal where codes[i] == codes[j] or mask is False (any argument may be None).
+def _fused_columns_terms(scores, log_q, codes, mask, num_valid, correction, log_q_scale):
+    """`column_softmax_terms` as one XLA cluster: per row i, the softmax cross-entropy of
+    column i over z, where z = scores - lambda log Q (each column), the label column shifted
+    for "standard_negatives" and "improved", and MASKED_LOGIT off the diagonal where
+    codes[i] == codes[j] or mask is False (`codes`, `mask` and `log_q` may be None); for
+    "improved", (loss, w) read off it, else the loss.
 
-    One XLA fusion, forward and gradient: the shifts and masks are computed where the
-    kernel reads the logits, not written as [batch, candidates] tensors of their own (at
-    batch 8192 each such pass costs 10-25 ms on 2 cores).
+    The shifts and masks are computed where the kernel reads the logits, not written as
+    [batch, candidates] tensors of their own (at batch 8192 each such pass costs 8-25 ms on 2
+    cores), and the per-row work is in the same cluster, not a dozen small ops.
     """
     num_queries, num_columns = tf.shape(scores)[0], tf.shape(scores)[1]
     rows = tf.range(num_queries)
     diagonal = tf.equal(rows[:, tf.newaxis], tf.range(num_columns)[tf.newaxis, :])
-    logits = scores if column_shift is None else scores - column_shift[tf.newaxis, :]
+    logits = scores
+    if log_q is not None:
+        logits = scores - formulas.scaled(log_q, log_q_scale)[tf.newaxis, :]
+        positive_log_q = log_q[:num_queries]
+    if correction == "standard_negatives":  # The positive enters raw.
+        diagonal_shift = formulas.scaled(positive_log_q, log_q_scale)
+    elif correction == "improved":
+        diagonal_shift = formulas.improved_diagonal_shift(_ops.TF, positive_log_q, log_q_scale)
+    else:
+        diagonal_shift = None
     if diagonal_shift is not None:
         logits = logits + tf.where(diagonal, diagonal_shift[:, tf.newaxis], 0.0)
     removed = None
@@ -291,7 +295,10 @@ def _fused_columns_cross_entropy(scores, column_shift, diagonal_shift, codes, ma
         removed = tf.logical_not(mask) if removed is None else removed | tf.logical_not(mask)
     if removed is not None:
         logits = tf.where(removed & tf.logical_not(diagonal), _ops.MASKED_LOGIT, logits)
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=rows, logits=logits)
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=rows, logits=logits)
+    if correction != "improved":
+        return loss
+    return formulas.improved_from_full_softmax(_ops.TF, loss, num_valid)
 
 
 def improved_weight(
