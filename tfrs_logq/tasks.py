@@ -69,6 +69,12 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       takes them (its tutorials' labels are [batch, 1]); other shapes are refused.
     - With extra candidates (num_candidates > num_queries), the factorized
       metrics get the positives' ids only (TFRS passes all ids and crashes).
+    - Cost: on the candidate columns every correction is one softmax
+      cross-entropy kernel, as TFRS's loss is (`tfrs_logq.losses.column_softmax_terms`).
+      Its masks and shifts ("improved", "standard_negatives", accidental hits,
+      `score_mask`; "none" and "standard" above 2M logits) are fused with it by XLA,
+      which compiles once per batch shape (a run with a last, smaller batch
+      compiles twice). String ids are compared as integer codes.
     - `query_ids`, `known_positive_ids` and `known_positives` (`call`): a
       row's other known positives (the user's other targets in the batch, its
       history) are masked rather than pushed down as negatives, with log Q
