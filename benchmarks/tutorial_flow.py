@@ -93,8 +93,8 @@ def define_flags() -> None:
 
 
 def movielens_titles():
-    """(user ids, titles) of ML-1M's ratings as strings, or None without them under
-    $TFRS_LOGQ_DATA."""
+    """(user ids, titles, ratings) of ML-1M's ratings, the ids as strings (ratings None when
+    the loader keeps none), or None without them under $TFRS_LOGQ_DATA."""
     movies = os.path.join(loaders.DATA_DIR, "ml-1m", "movies.dat.gz")
     if not (os.path.exists(movies) and os.path.exists(loaders.ML_1M_RATINGS)):
         return None

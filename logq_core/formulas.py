@@ -335,7 +335,7 @@ def log_expm1(ops, x):
 # never leaves the kernel's sum 1 + (tiny), whose rounding would cost the gap its precision.
 IMPROVED_DIAGONAL_OFFSET = 10.0
 # The smallest full-softmax loss read: below it the label column holds all of float32's
-# mass, and the gap to the negatives is taken as log(1e-30) - K (w is then 0 in float32).
+# mass, and the gap to the negatives is taken as log(1e-30) - K (w is then below 5e-35).
 _FULL_LOSS_FLOOR = 1e-30
 
 
@@ -361,9 +361,10 @@ def improved_from_full_softmax(ops, full_loss, num_valid) -> Tuple:
     label column and the negatives, minus onehot(label)) times d log(e^L - 1) / dL =
     e^L / (e^L - 1) is the softmax over the negatives alone minus onehot(p), `improved`'s
     term by term. So one fused kernel over the [batch, candidates] columns gives "improved"
-    at the cost of "standard". Where the positive is more than K nats above its negatives'
-    LSE, L is read with float32's absolute error (about 6e-8 / e^{LSE - s_p + K}), but w is
-    then below e^{-K} / n: the loss's error stays below 6e-8 e^{-K} / n.
+    at the cost of "standard". L itself carries float32's absolute error (about 6e-8), which
+    makes the gap's error about 6e-8 / e^{LSE - s_p + K}: large only where the positive is
+    more than K nats above its negatives' LSE, where w is below e^{-K} / n, so that the
+    loss's error stays below 6e-8 e^{-K} / n.
 
     Args:
       full_loss: [batch] L, the cross-entropy of the label column.

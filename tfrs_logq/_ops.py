@@ -59,11 +59,6 @@ def log1mexp(x: tf.Tensor) -> tf.Tensor:
     return formulas.log1mexp(TF, x)
 
 
-def masked(logits: tf.Tensor, mask) -> tf.Tensor:
-    """Replaces masked-out logits (mask False) by MASKED_LOGIT; `mask=None` keeps all."""
-    return formulas.masked(TF, logits, mask)
-
-
 def scores(query_embeddings: tf.Tensor, candidate_embeddings) -> tf.Tensor:
     """[batch, num_candidates] dot products; "maxsim" over heads for 3-D queries (as TFRS).
 

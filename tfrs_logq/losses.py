@@ -18,6 +18,7 @@ from logq_core import checks
 from logq_core import formulas
 from tfrs_logq import _ops
 from tfrs_logq import _validation as v
+from tfrs_logq import negatives as negatives_lib
 
 CORRECTIONS = formulas.CORRECTIONS
 
@@ -232,6 +233,11 @@ def column_softmax_terms(
     log_q = None if correction == "none" else v.check_log_probabilities("log_q", log_q)
     codes = None if hits is None else hits.codes
     if correction == "improved":
+        if num_valid is None:
+            raise ValueError(
+                'correction="improved" needs `num_valid`, each row\'s valid negatives; '
+                "received num_valid=None."
+            )
         return _fused_columns_terms(scores, log_q, codes, mask, num_valid, correction, log_q_scale)
     fused = lambda: _fused_columns_terms(  # noqa: E731
         scores, log_q, codes, mask, None, correction, log_q_scale
@@ -248,7 +254,7 @@ def column_softmax_terms(
         if size is not None:
             loss = fused() if size > FUSED_MIN_LOGITS else tfrs_ops()
         else:
-            loss = tf.cond(tf.size(scores) > FUSED_MIN_LOGITS, fused, tfrs_ops)
+            loss = tf.cond(tf.size(scores, out_type=tf.int64) > FUSED_MIN_LOGITS, fused, tfrs_ops)
     else:
         loss = fused()
     return loss, None
@@ -290,7 +296,7 @@ def _fused_columns_terms(scores, log_q, codes, mask, num_valid, correction, log_
         logits = logits + tf.where(diagonal, diagonal_shift[:, tf.newaxis], 0.0)
     removed = None
     if codes is not None:
-        removed = tf.equal(codes[:num_queries, tf.newaxis], codes[tf.newaxis, :])
+        removed = negatives_lib.hit_columns(codes, num_queries)
     if mask is not None:
         removed = tf.logical_not(mask) if removed is None else removed | tf.logical_not(mask)
     if removed is not None:

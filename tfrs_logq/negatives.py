@@ -72,7 +72,7 @@ class AccidentalHits(NamedTuple):
 
     Attributes:
       codes: [num_candidates] int32, equal for equal ids: column j is an accidental hit of
-        row i (i != j) where codes[i] == codes[j].
+        row i (i != j) where codes[i] == codes[j] (`hit_columns`).
       per_row: [num_queries] int32, the number of such columns of each row (its own
         column, the diagonal, left out).
     """
@@ -81,20 +81,34 @@ class AccidentalHits(NamedTuple):
     per_row: tf.Tensor
 
 
+def hit_columns(codes: tf.Tensor, num_rows) -> tf.Tensor:
+    """[num_rows, num_candidates] bool, True where column j carries row i's id (the diagonal
+    included), from `AccidentalHits.codes`."""
+    return tf.equal(codes[:num_rows, tf.newaxis], codes[tf.newaxis, :])
+
+
 def accidental_hits(candidate_ids: tf.Tensor, num_queries) -> AccidentalHits:
     """The accidental hits of in-batch columns: row i's positive is column i, and the other
     columns with its id are its hits.
 
-    One `tf.unique_with_counts` over the ids (string ids included), O(num_candidates): the
-    task's fused loss compares the codes where it reads the logits, with no
-    [batch, num_candidates] mask of its own (`tfrs_logq.losses.column_softmax_terms`).
+    O(num_candidates log num_candidates), no [batch, num_candidates] mask: the task's fused
+    loss compares the codes where it reads the logits (`tfrs_logq.losses.column_softmax_terms`).
+    Integer ids are coded by a sort and a binary search (an id's code is its first position
+    among the sorted ids), which XLA compiles, so that a step compiled whole
+    (`jit_compile=True`) keeps its accidental hits; string ids, which XLA does not take, by
+    one `tf.unique_with_counts`.
 
     Args:
       candidate_ids: [num_candidates] integer or string ids (checked by the caller).
       num_queries: the rows, num_queries <= num_candidates.
     """
-    _, codes, counts = tf.unique_with_counts(candidate_ids, out_idx=tf.int32)
-    return AccidentalHits(codes, tf.gather(counts, codes[:num_queries]) - 1)
+    if candidate_ids.dtype == tf.string:
+        _, codes, counts = tf.unique_with_counts(candidate_ids, out_idx=tf.int32)
+        return AccidentalHits(codes, tf.gather(counts, codes[:num_queries]) - 1)
+    ordered = tf.sort(candidate_ids)
+    codes = tf.searchsorted(ordered, candidate_ids, side="left", out_type=tf.int32)
+    ends = tf.searchsorted(ordered, candidate_ids[:num_queries], side="right", out_type=tf.int32)
+    return AccidentalHits(codes, ends - codes[:num_queries] - 1)
 
 
 def known_positive_mask(

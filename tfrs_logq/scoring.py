@@ -32,8 +32,9 @@ class Scored(NamedTuple):
       positive_log_q: [batch] log Q of the positives, or None.
       log_q_excludes_positive: `log_q` already is log Q'.
       diagonal_positive: `negative_logits` are the candidate columns, row i's positive in
-        column i (masked out of `mask`), and `log_q` is per column: the losses that keep the
-        positive in the denominator then run as one fused softmax cross-entropy.
+        column i (masked out of `mask`), and `log_q` is per column: the loss of every
+        correction then runs as one softmax cross-entropy over them
+        (`losses.column_softmax_terms`).
       log_q_checked: the sampler already checked the values `log_q` was derived from
         (`Negatives.log_q_checked`): the loss does not check them again.
       num_valid: [batch] "improved"'s n when it is not the count of `mask` (hard
@@ -47,7 +48,7 @@ class Scored(NamedTuple):
 
     positive_logits: tf.Tensor
     negative_logits: tf.Tensor
-    mask: tf.Tensor
+    mask: Optional[tf.Tensor]
     log_q: Optional[tf.Tensor]
     positive_log_q: Optional[tf.Tensor]
     log_q_excludes_positive: bool = False
@@ -152,10 +153,8 @@ def with_dense_mask(scored: Scored, only_with_mask: bool = False) -> Scored:
         return scored
     mask = _off_diagonal(scored.negative_logits) if scored.mask is None else scored.mask
     if scored.hits is not None:
-        codes = scored.hits.codes
-        mask = tf.logical_and(
-            mask, tf.not_equal(codes[: tf.shape(mask)[0], tf.newaxis], codes[tf.newaxis, :])
-        )
+        hits = negatives_lib.hit_columns(scored.hits.codes, tf.shape(mask)[0])
+        mask = tf.logical_and(mask, tf.logical_not(hits))
     return scored._replace(mask=mask, hits=None)
 
 

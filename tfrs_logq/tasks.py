@@ -74,7 +74,10 @@ class LogQRetrieval(tf.keras.layers.Layer, base.Task):
       Its masks and shifts ("improved", "standard_negatives", accidental hits,
       `score_mask`; "none" and "standard" above 2M logits) are fused with it by XLA,
       which compiles once per batch shape (a run with a last, smaller batch
-      compiles twice). String ids are compared as integer codes.
+      compiles twice; called eagerly, every new batch shape retraces): these
+      paths need TensorFlow's XLA JIT on the device (its CPU, GPU and TPU builds
+      have it). Ids are compared as integer codes; with integer ids a step
+      compiled whole (`jit_compile=True`) keeps its accidental hits.
     - `query_ids`, `known_positive_ids` and `known_positives` (`call`): a
       row's other known positives (the user's other targets in the batch, its
       history) are masked rather than pushed down as negatives, with log Q

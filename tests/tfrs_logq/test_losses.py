@@ -298,7 +298,12 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
         # "hits": the ids' hits as codes, and the rest of `mask` as a mask.
         hits = negatives.accidental_hits(tf.constant(ids), 5)
         hits_mask = (ids[:5, None] != ids[None, :]) & ~np.eye(5, 7, dtype=bool)
-        self.assertAllEqual(hits.per_row, (~hits_mask).sum(1) - 1)
+        for kind in (ids, ids.astype(str)):  # Sort and search; tf.unique for strings.
+            coded = negatives.accidental_hits(tf.constant(kind), 5)
+            self.assertAllEqual(coded.per_row, (~hits_mask).sum(1) - 1)
+            self.assertAllEqual(
+                negatives.hit_columns(coded.codes, 5), ids[:5, None] == ids[None, :]
+            )
         for correction in losses.CORRECTIONS:
             for scale in (1.0, 0.5):
                 want_loss, want_weight = losses.sampled_softmax_terms(
