@@ -310,13 +310,17 @@ def improved(ops, positive, corrected_negatives, mask, num_valid=None) -> Tuple:
         num_valid = ops.zeros_like(positive) + ops.num_columns(corrected_negatives)
     else:
         num_valid = ops.sum(ops.cast(mask, "float32"), axis=1)
-    has_negative = num_valid > 0.0
     # 1 - sigmoid(s_p - (LSE - log n)) = sigmoid(LSE - log n - s_p).
     log_z_hat = lse - ops.log(ops.maximum(num_valid, 1.0))
-    weight = ops.stop_gradient(ops.sigmoid(log_z_hat - positive))
-    loss = weight * (lse - positive)
-    # Rows without a valid negative computed finite garbage above; `where`
-    # passes them neither value nor gradient.
+    return _weighted_gap(ops, lse - positive, log_z_hat - positive, num_valid)
+
+
+def _weighted_gap(ops, gap, weight_logit, num_valid) -> Tuple:
+    """(w * gap, w) with w = sg(sigmoid(weight_logit)), both 0 for rows with num_valid 0:
+    such rows computed finite garbage, and `where` passes them neither value nor gradient."""
+    has_negative = num_valid > 0.0
+    weight = ops.stop_gradient(ops.sigmoid(weight_logit))
+    loss = weight * gap
     zeros = ops.zeros_like(loss)
     return ops.where(has_negative, loss, zeros), ops.where(has_negative, weight, zeros)
 
@@ -374,12 +378,8 @@ def improved_from_full_softmax(ops, full_loss, num_valid) -> Tuple:
       ([batch] loss w (LSE - s_p), [batch] w), 0 for rows without a valid negative.
     """
     num_valid = ops.cast(num_valid, "float32")
-    has_negative = num_valid > 0.0
     gap = log_expm1(ops, ops.maximum(full_loss, _FULL_LOSS_FLOOR)) - IMPROVED_DIAGONAL_OFFSET
-    weight = ops.stop_gradient(ops.sigmoid(gap - ops.log(ops.maximum(num_valid, 1.0))))
-    loss = weight * gap
-    zeros = ops.zeros_like(loss)
-    return ops.where(has_negative, loss, zeros), ops.where(has_negative, weight, zeros)
+    return _weighted_gap(ops, gap, gap - ops.log(ops.maximum(num_valid, 1.0)), num_valid)
 
 
 def full_softmax(ops, logits, positive, mask=None):

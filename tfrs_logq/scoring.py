@@ -96,10 +96,15 @@ def candidate_columns(
         candidate_ids = v.ids_tensor("candidate_ids", candidate_ids)
         if remove_accidental_hits or correction == "improved":
             hits = negatives_lib.accidental_hits(candidate_ids, num_queries)
-    if score_mask is not None:
+    if score_mask is not None:  # A mask tensor anyway: the hits join it.
         mask = tf.logical_and(
             _off_diagonal(scores), v.bool_tensor("score_mask", score_mask, rank=2)
         )
+        if hits is not None:
+            mask = tf.logical_and(
+                mask, tf.logical_not(negatives_lib.hit_columns(hits.codes, num_queries))
+            )
+            hits = None
     log_q = positive_log_q = None
     if frequency is not None and candidate_sampling_probability is not None:
         raise ValueError(
@@ -129,11 +134,8 @@ def candidate_columns(
         )
         log_q = tf.math.log(probabilities)
         positive_log_q = log_q[:num_queries]
-    return with_dense_mask(
-        Scored(
-            positive_logits, scores, mask, log_q, positive_log_q, diagonal_positive=True, hits=hits
-        ),
-        only_with_mask=True,
+    return Scored(
+        positive_logits, scores, mask, log_q, positive_log_q, diagonal_positive=True, hits=hits
     )
 
 
@@ -142,16 +144,12 @@ def _off_diagonal(scores: tf.Tensor) -> tf.Tensor:
     return tf.logical_not(tf.cast(tf.eye(tf.shape(scores)[0], tf.shape(scores)[1]), tf.bool))
 
 
-def with_dense_mask(scored: Scored, only_with_mask: bool = False) -> Scored:
+def with_dense_mask(scored: Scored) -> Scored:
     """`scored` with its mask as a [batch, n] tensor (the diagonal and the hits False), for
-    what reads a mask rather than the in-batch loss's fused comparison of id codes.
-    `only_with_mask`: only when `scored` already has a mask tensor to combine the hits with.
-    """
-    if scored.hits is None and scored.mask is not None:
+    what reads a mask rather than the in-batch loss's fused comparison of id codes."""
+    if scored.mask is not None:  # `hits` come only without a mask (`candidate_columns`).
         return scored
-    if only_with_mask and scored.mask is None:
-        return scored
-    mask = _off_diagonal(scored.negative_logits) if scored.mask is None else scored.mask
+    mask = _off_diagonal(scored.negative_logits)
     if scored.hits is not None:
         hits = negatives_lib.hit_columns(scored.hits.codes, tf.shape(mask)[0])
         mask = tf.logical_and(mask, tf.logical_not(hits))
