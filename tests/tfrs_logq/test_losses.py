@@ -346,14 +346,39 @@ class SampledSoftmaxErrorsTest(tf.test.TestCase):
                         )
                         total = tf.reduce_sum(loss)
                     self.assertAllClose(loss, want_loss, rtol=1e-5, atol=1e-6, msg=msg)
+                    numpy_loss, numpy_weight = reference.sampled_softmax(
+                        np.diag(scores[:, :5]),
+                        scores,
+                        correction,
+                        log_q,
+                        log_q[:5],
+                        mask,
+                        log_q_scale=scale,
+                    )
+                    self.assertAllClose(loss, numpy_loss, rtol=1e-5, atol=1e-6, msg=msg)
                     if correction == "improved":
                         self.assertAllClose(weight, want_weight, rtol=1e-5, atol=1e-6, msg=msg)
+                        self.assertAllClose(weight, numpy_weight, rtol=1e-5, atol=1e-6, msg=msg)
                         self.assertEqual(float(loss[2]), 0.0)
                     else:
                         self.assertIsNone(weight)
                     gradient = tape.gradient(total, s)
                     self.assertTrue(np.isfinite(gradient.numpy()).all(), msg)
                     self.assertAllClose(gradient, want_gradient, rtol=1e-5, atol=1e-6, msg=msg)
+
+    def test_accidental_hits_of_every_id_kind_and_improved_needs_its_count(self):
+        # Negative ids, ids past 2**32, int32 and strings: the same hits as a comparison.
+        raw = np.array([-5, 2**40, -5, 7, 2**40 + 1, 2**40, 0])
+        want = raw[:4, None] == raw[None, :]
+        for ids in (raw, raw.astype(str), np.array([-3, 9, -3, 4, 8, 9, 0], np.int32)):
+            equal = ids[:4, None] == ids[None, :]
+            hits = negatives.accidental_hits(tf.constant(ids), 4)
+            self.assertAllEqual(negatives.hit_columns(hits.codes, 4), equal)
+            self.assertAllEqual(hits.per_row, equal.sum(1) - 1)
+        self.assertAllEqual(want.sum(1) - 1, [1, 1, 1, 0])
+        scores = tf.zeros([2, 3])
+        with self.assertRaisesRegex(ValueError, r"needs `num_valid`.*received num_valid=None"):
+            losses.column_softmax_terms(scores, "improved", tf.fill([3], -1.0), None)
 
     def test_unknown_correction_is_refused_on_every_path(self):
         # Not silently "improved", the formula's last branch.
