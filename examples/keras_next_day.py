@@ -58,7 +58,6 @@ from absl import flags
 
 from logq_core import formulas
 from logq_core import metrics as metrics_lib
-from logq_core import ranking
 from logq_core import samplers
 from pipelines import memory
 from pipelines import provenance
@@ -378,11 +377,15 @@ def make_model(num_users: int, num_items: int, settings):
 def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 256):
     """Recall and NDCG at KS of each test query over `index`, its history excluded (the
     query reads its last `history_length` items, as the training examples do), ranked by the
-    product's one exact search (`logq_core.ranking.exact_top_k`: ties to the lower id,
-    `NO_ITEM` where fewer than max(KS) candidates are left)."""
+    product's one exact search on the backend's device (`keras_logq.ranking.exact_top_k`:
+    ties to the lower id, `NO_ITEM` where fewer than max(KS) candidates are left): the
+    queries and the index's embeddings stay on the device, and only the ranked ids come
+    back."""
     from keras import ops  # pylint: disable=import-outside-toplevel
 
-    items = np.asarray(ops.convert_to_numpy(model.candidates(index.astype(np.int32))), np.float32)
+    from keras_logq import ranking as keras_ranking  # pylint: disable=import-outside-toplevel
+
+    items = model.candidates(index.astype(np.int32))
     queries = []
     for start in range(0, len(test.users), chunk):
         users = test.users[start : start + chunk].astype(np.int32)
@@ -390,9 +393,9 @@ def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 2
         for row, history in enumerate(test.histories[start : start + chunk]):
             recent = np.asarray(history[-history_length:], np.int32)
             histories[row, history_length - len(recent) :] = recent
-        queries.append(np.asarray(ops.convert_to_numpy(model.query(users, histories)), np.float32))
-    ranked_ids = ranking.exact_top_k(
-        np.concatenate(queries), ranking.array_chunks(index, items), max(KS), test.histories
+        queries.append(model.query(users, histories))
+    ranked_ids = keras_ranking.exact_top_k(
+        ops.concatenate(queries, axis=0), index, items, max(KS), test.histories
     )
     return metrics_lib.recall_ndcg(ranked_ids, test.targets, KS)
 

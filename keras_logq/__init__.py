@@ -26,6 +26,8 @@ an estimator here computes what its tfrs_logq namesake computes.
   (`from_lookup`: a `StringLookup`'s item indices); in-batch pools from the global batch
   under `keras.distribution` on JAX.
 - frequency: `StaticFrequency`, `CountMinSketchEstimator`, `HashedFrequencyEstimator`.
+- ranking: `exact_top_k`, the evaluation's exact search (history excluded, ties to the
+  lower id) on the backend's device, with `recall_ndcg`.
 - sparse: `SparseEmbedding` and the `SparseUpdates` model mixin: tables whose training
   step on JAX reads and writes only the rows it touches (SGD, Adagrad, row-wise Adagrad,
   lazy Adam).
@@ -34,6 +36,7 @@ an estimator here computes what its tfrs_logq namesake computes.
 from keras_logq import frequency
 from keras_logq import losses
 from keras_logq import negatives
+from keras_logq import ranking
 from keras_logq import sparse
 from keras_logq.frequency import CountMinSketchEstimator
 from keras_logq.frequency import HashedFrequencyEstimator
@@ -76,6 +79,7 @@ __all__ = [
     "masked_mean",
     "negatives",
     "negatives_loss",
+    "ranking",
     "sparse",
     "sampled_softmax_loss",
 ]

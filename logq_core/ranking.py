@@ -10,9 +10,16 @@ excluded or padding id, so that a ranked list counts a miss there
 The framework does the two heavy operations, given as functions of numpy arrays: the block
 of scores (`matmul`) and the block's top k (`top_k`); `numpy_top_k` is the numpy one and the
 reference the others are tested against.
+
+`device_top_k` is the same search run where the framework's arrays live (a GPU, or the CPU
+cores without a copy per block): the scores, the exclusions, the top k and the merge are one
+compiled step of the framework's ops (`Device`), the running top k stays on the device, and
+only the final [num_queries, k] answer comes back to the host. It returns what `exact_top_k`
+returns (tested against it, ties included).
 """
 
-from typing import Callable, Iterable, Optional, Sequence, Tuple
+import types
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -117,24 +124,10 @@ def scored_blocks(
     finite_queries = bool(np.isfinite(queries).all())
     before, last = 0, None
     for chunk_ids, rows in chunks:
-        chunk_ids = np.asarray(chunk_ids, np.int64)
+        chunk_ids = _checked_chunk(chunk_ids, rows, last, queries.shape[1])
         if not len(chunk_ids):
             continue
-        # Increasing ids, chunk after chunk: else exclusions (found by a sorted search) and
-        # the merge's tie order would be wrong, silently.
-        if (last is not None and chunk_ids[0] <= last) or (np.diff(chunk_ids) <= 0).any():
-            raise ValueError(
-                "`chunks` must hold increasing ids, each chunk's above the one before; "
-                f"received a chunk of ids {chunk_ids[:4].tolist()}"
-                f"{'...' if len(chunk_ids) > 4 else ''} after the id {last}."
-            )
         last = int(chunk_ids[-1])
-        if np.ndim(rows) != 2 or len(rows) != len(chunk_ids) or rows.shape[1] != queries.shape[1]:
-            raise ValueError(
-                f"Each chunk's embeddings must be [len(ids), dim] with the queries' dim "
-                f"{queries.shape[1]}; received shape {list(np.shape(rows))} for {len(chunk_ids)} "
-                "ids."
-            )
         size = block or max(1, scores_per_block // len(chunk_ids))
         excluded_rows, excluded_positions = in_chunk(excluded, chunk_ids)
         # A NaN score (from a NaN or infinite embedding) ranks below -inf in every framework
@@ -148,6 +141,32 @@ def scored_blocks(
             scores[excluded_rows[here] - start, excluded_positions[here]] = -np.inf
             yield chunk_ids, before, start, scores
         before += len(chunk_ids)
+
+
+def _checked_chunk(chunk_ids, rows, last: Optional[int], dim: int) -> np.ndarray:
+    """A chunk's ids as int64, checked: increasing, above `last` (the previous chunk's last
+    id), one [len(ids), dim] row each. Else exclusions (found by a sorted search) and the
+    merge's tie order would be wrong, silently.
+
+    Raises:
+      ValueError: either is not so, naming what was received.
+    """
+    chunk_ids = np.asarray(chunk_ids, np.int64)
+    if not len(chunk_ids):
+        return chunk_ids
+    if (last is not None and chunk_ids[0] <= last) or (np.diff(chunk_ids) <= 0).any():
+        raise ValueError(
+            "`chunks` must hold increasing ids, each chunk's above the one before; "
+            f"received a chunk of ids {chunk_ids[:4].tolist()}"
+            f"{'...' if len(chunk_ids) > 4 else ''} after the id {last}."
+        )
+    shape = tuple(rows.shape) if hasattr(rows, "shape") else np.shape(rows)
+    if len(shape) != 2 or shape[0] != len(chunk_ids) or shape[1] != dim:
+        raise ValueError(
+            f"Each chunk's embeddings must be [len(ids), dim] with the queries' dim {dim}; "
+            f"received shape {list(shape)} for {len(chunk_ids)} ids."
+        )
+    return chunk_ids
 
 
 def exact_top_k(
@@ -206,6 +225,216 @@ def exact_top_k(
     return best_ids
 
 
+class Device(NamedTuple):
+    """What `device_top_k` runs on: a framework's array ops and how it compiles and moves
+    arrays.
+
+    Attributes:
+      ops: `keras.ops`' names (`einsum`, `isnan`, `where`, `scatter_update`, `take`,
+        `full_like`, `reshape`, `top_k`, `take_along_axis`, `concatenate`, `arange`,
+        `logical_or`, `cast`, `shape`; `keras_logq`'s
+        `OPS`, or `tfrs_logq._ops.TF` for TensorFlow). `top_k` must rank equal values in
+        increasing position (TensorFlow's and JAX's do; PyTorch's does not promise it).
+      compile: turns a function of tensors into a compiled one (`tf.function`, `jax.jit`).
+      to_device: a numpy array as the framework's tensor.
+      to_numpy: a tensor as a numpy array.
+    """
+
+    ops: Any
+    compile: Callable[[Callable], Callable]
+    to_device: Callable[[np.ndarray], Any]
+    to_numpy: Callable[[Any], np.ndarray]
+
+
+def _block_step(device: Device, k: int, with_exclusions: bool):
+    """The compiled step of `device_top_k`: one block of queries against one chunk, merged
+    into the block's running top k (values, index positions)."""
+    ops = device.ops
+
+    def step(queries, chunk, num_valid, offset, best_values, best_positions, pairs, weights):
+        scores = ops.einsum("qd,cd->qc", queries, chunk)
+        shape = ops.shape(scores)
+        # Padding columns, and NaN scores (ranked below -inf by the reference).
+        drop = ops.logical_or(ops.isnan(scores), (ops.arange(shape[1]) >= num_valid)[None, :])
+        scores = ops.where(drop, float("-inf"), scores)
+        if with_exclusions:  # The excluded pairs set to -inf in place; weight 0 keeps a score.
+            flat = ops.reshape(scores, [-1])
+            at = pairs[:, 0] * shape[1] + pairs[:, 1]
+            kept = ops.take(flat, at)
+            values = ops.where(weights > 0, ops.full_like(kept, float("-inf")), kept)
+            scores = ops.reshape(ops.scatter_update(flat, at[:, None], values), shape)
+        values, positions = ops.top_k(scores, min(k, int(chunk.shape[0])))
+        positions = ops.cast(positions, "int32") + offset
+        # The running top k first: among equal scores, the earlier chunks' (lower) ids win.
+        values = ops.concatenate([best_values, values], axis=1)
+        positions = ops.concatenate([best_positions, positions], axis=1)
+        values, order = ops.top_k(values, k)
+        return values, ops.take_along_axis(positions, ops.cast(order, "int32"), axis=1)
+
+    return device.compile(step)
+
+
+def _block_exclusions(rows, positions, size: int, num_blocks: int, width: int):
+    """The excluded (row in its block, position in the chunk) pairs of each block of `size`
+    queries, [num_blocks, width, 2] int32, and their weights [num_blocks, width] float32: 1
+    (set to -inf by `_block_step`), and for the padding of a block without a pair, 0 at
+    (0, 0) (its score kept); a block's other padding repeats its first pair."""
+    order = np.argsort(rows, kind="stable")
+    rows, positions = rows[order], positions[order]
+    blocks = rows // size
+    firsts = np.searchsorted(blocks, blocks)
+    pairs = np.zeros([num_blocks, width, 2], np.int32)
+    weights = np.zeros([num_blocks, width], np.float32)
+    starts = np.unique(firsts)
+    pairs[blocks[starts], :, 0] = (rows - blocks * size)[starts, None]
+    pairs[blocks[starts], :, 1] = positions[starts, None]
+    weights[blocks[starts]] = 1.0
+    slots = np.arange(len(rows)) - firsts
+    pairs[blocks, slots, 0] = rows - blocks * size
+    pairs[blocks, slots, 1] = positions
+    return pairs, weights
+
+
+def device_top_k(
+    device: Device,
+    queries,
+    chunks: Iterable[Tuple[np.ndarray, Any]],
+    k: int,
+    exclude: Optional[Sequence[np.ndarray]] = None,
+    block: Optional[int] = None,
+    scores_per_block: int = SCORES_PER_BLOCK,
+) -> np.ndarray:
+    """`exact_top_k` run on the `device`'s arrays: the same [num_queries, k] ids (in
+    decreasing score, ties to the lower id, `NO_ITEM` where no candidate is left, never an
+    excluded id), with no host round trip per block.
+
+    Each block of queries is scored against each chunk, its excluded pairs set to -inf, and
+    its top k merged into the block's running one by one compiled step (`Device.compile`);
+    the chunks are padded to the first one's length and the queries to whole blocks, so the
+    step compiles once. The host only prepares each chunk's excluded pairs (a searchsorted of
+    the history, as `exact_top_k` does) and reads the answer at the end.
+
+    Memory on the device: the queries, one chunk, one block of scores (`scores_per_block`
+    pairs) and the [num_queries, k] running top k (float32 values and int32 positions: 8
+    bytes a slot); on the host, the [num_queries, k] int64 answer.
+
+    Args:
+      device: the framework (`Device`).
+      queries: [num_queries, dim] float32 (an array, or the framework's tensor).
+      chunks: (ids, [len(ids), dim] embeddings) pairs as `exact_top_k` takes them, the
+        embeddings an array or a tensor already on the device.
+      k: the list's length.
+      exclude: per query, ids never returned (the user's history).
+      block: queries scored at once (default: as many as `scores_per_block` allows).
+      scores_per_block: the most (query, item) pairs a block scores.
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"`k` must be a non-negative integer; received k={k!r}.")
+    k = int(k)
+    shape = tuple(queries.shape)
+    if len(shape) != 2:
+        raise ValueError(f"`queries` must be [num_queries, dim]; received shape {list(shape)}.")
+    num_queries, dim = shape
+    excluded = exclusions(exclude, num_queries)
+    if num_queries == 0 or k == 0:
+        return np.full([num_queries, k], NO_ITEM, np.int64)
+    ops = device.ops
+    queries = ops.cast(_to_device(device, queries), "float32")
+    ids: List[np.ndarray] = []
+    blocks: List[Tuple[Any, Any]] = []  # Each block's running (values, positions).
+    query_blocks: List[Any] = []
+    capacity = size = width = 0
+    step: Optional[Callable] = None
+    for chunk_ids, rows in chunks:
+        chunk_ids = _checked_chunk(chunk_ids, rows, ids[-1][-1] if ids else None, dim)
+        if not len(chunk_ids):
+            continue
+        if step is None:  # The first chunk sets the blocks and the step's shapes.
+            capacity = len(chunk_ids)
+            size = max(1, min(block or max(1, scores_per_block // capacity), num_queries))
+            num_blocks = -(-num_queries // size)
+            padding = np.zeros([num_blocks * size - num_queries, dim], np.float32)
+            padded = ops.concatenate([queries, device.to_device(padding)], axis=0)
+            query_blocks = [padded[b * size : (b + 1) * size] for b in range(num_blocks)]
+            blocks = [
+                (
+                    device.to_device(np.full([size, k], -np.inf, np.float32)),
+                    device.to_device(np.full([size, k], -1, np.int32)),
+                )
+                for _ in range(num_blocks)
+            ]
+            # One width for every block's exclusions: the most any block holds.
+            width = int(np.bincount(excluded[0] // size, minlength=1).max())
+            step = _block_step(device, k, width > 0)
+        elif len(chunk_ids) > capacity:  # A chunk longer than the first: compiled again.
+            capacity = len(chunk_ids)
+            step = _block_step(device, k, width > 0)
+        num_valid = len(chunk_ids)
+        rows = ops.cast(_to_device(device, rows), "float32")
+        if num_valid < capacity:  # Padded to the step's shape; the padding scores -inf.
+            zeros = device.to_device(np.zeros([capacity - num_valid, dim], np.float32))
+            rows = ops.concatenate([rows, zeros], axis=0)
+        rows_in, positions_in = in_chunk(excluded, chunk_ids)
+        pairs, weights = _block_exclusions(rows_in, positions_in, size, len(blocks), max(width, 1))
+        pairs, weights = device.to_device(pairs), device.to_device(weights)
+        offset = device.to_device(np.asarray(sum(len(part) for part in ids), np.int32))
+        valid = device.to_device(np.asarray(num_valid, np.int32))
+        for b, (values, positions) in enumerate(blocks):
+            blocks[b] = step(
+                query_blocks[b], rows, valid, offset, values, positions, pairs[b], weights[b]
+            )
+        ids.append(chunk_ids)
+    best_ids = np.full([num_queries, k], NO_ITEM, np.int64)
+    if not ids:
+        return best_ids
+    all_ids = np.concatenate(ids)
+    blocks.reverse()
+    for b in range(len(query_blocks)):  # The answer, a block at a time, each freed as read.
+        values, positions = blocks.pop()
+        positions = device.to_numpy(ops.where(values > float("-inf"), positions, -1))
+        rows = best_ids[b * size : (b + 1) * size]
+        found = positions[: len(rows)] >= 0
+        rows[found] = all_ids[positions[: len(rows)][found]]
+    return best_ids
+
+
+def _numpy_scatter_update(inputs, indices, updates):
+    out = np.array(inputs)
+    out[tuple(np.moveaxis(np.asarray(indices), -1, 0))] = updates
+    return out
+
+
+# `device_top_k` in numpy: the step's reference, run by the tests beside every framework's.
+NUMPY = Device(
+    ops=types.SimpleNamespace(
+        arange=np.arange,
+        cast=lambda x, dtype: np.asarray(x).astype(dtype),
+        concatenate=np.concatenate,
+        einsum=lambda spec, a, b: numpy_matmul(a, b),  # Only "qd,cd->qc" is asked.
+        isnan=np.isnan,
+        full_like=np.full_like,
+        logical_or=np.logical_or,
+        reshape=np.reshape,
+        scatter_update=_numpy_scatter_update,
+        shape=np.shape,
+        take=np.take,
+        take_along_axis=np.take_along_axis,
+        top_k=numpy_top_k,
+        where=np.where,
+    ),
+    compile=lambda step: step,
+    to_device=np.asarray,
+    to_numpy=np.asarray,
+)
+
+
+def _to_device(device: Device, value):
+    """`value` as the device's tensor: arrays (and lists) moved, tensors as they are."""
+    if isinstance(value, (np.ndarray, list, tuple)):
+        return device.to_device(np.asarray(value, np.float32))
+    return value
+
+
 def array_chunks(
     ids: np.ndarray, embeddings: np.ndarray, size: int = 2**18
 ) -> Iterable[Tuple[np.ndarray, np.ndarray]]:
@@ -225,8 +454,11 @@ def array_chunks(
 
 __all__ = [
     "NO_ITEM",
+    "NUMPY",
     "SCORES_PER_BLOCK",
+    "Device",
     "array_chunks",
+    "device_top_k",
     "exact_top_k",
     "exclusions",
     "in_chunk",

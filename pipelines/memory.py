@@ -91,6 +91,10 @@ LAW_BYTES = 112
 DATA_FIXED_MIB = 320
 DATA_LAW_BYTES = 137
 DATA_EVENT_BYTES = 102
+# Bytes a slot of an exact search's [queries, k] answer costs at its peak
+# (`logq_core.ranking.device_top_k`): the running top k on the device (float32 values and
+# int32 positions) beside the int64 ids filled on the host.
+TOP_K_SLOT_BYTES = 16
 # Bytes an event costs when the data phase reads a built store back (its manifest, the
 # evaluation sets and the item counts; the examples stay on disk).
 STORE_EVENT_BYTES = 12
@@ -211,7 +215,12 @@ def predict_mib(
     if tables_on_servers:
         slots = sketch = 0.0
     evaluate = (
-        held_after_data + held + chunk + 12.0 * k * queries + scann + EVALUATE_SLACK_MIB * MIB
+        held_after_data
+        + held
+        + chunk
+        + TOP_K_SLOT_BYTES * k * queries
+        + scann
+        + EVALUATE_SLACK_MIB * MIB
     )
     predicted = {
         "tables": tables,
@@ -223,7 +232,7 @@ def predict_mib(
         + slots
         + sketch
         + chunk
-        + 12.0 * k * config.data.validation_queries
+        + TOP_K_SLOT_BYTES * k * config.data.validation_queries
         + TRAIN_STATE_SLACK * (held + slots + sketch),
         "evaluate": evaluate,
         "baselines": evaluate,

@@ -274,3 +274,29 @@ def gsasrec_forward(inputs, weights, num_heads, epsilon=1e-5):
         x = linear(np.maximum(linear(x, block["dense1"]), 0.0), block["dense2"])
         seq = (x + residual) * mask
     return layer_norm(seq, weights["final_norm"])
+
+
+def top_k_cases():
+    """Cases for every framework's `logq_core.ranking.device_top_k`, each (name, queries, ids,
+    embeddings, k, exclude, chunk, block): integer scores (many ties, which must go to the
+    lower id whichever chunk holds them), unsorted ids that are not 0 .. n, a last chunk
+    shorter than the others, histories (one excluding every candidate, one with ids outside
+    the index), NaN and infinite embeddings, k above the number of candidates."""
+    rng = np.random.default_rng(7)
+    ids = rng.permutation(np.arange(3, 90))[:31]
+    embeddings = rng.integers(-2, 3, size=(31, 3)).astype(np.float32)
+    queries = rng.integers(-2, 3, size=(11, 3)).astype(np.float32)
+    exclude = [rng.choice(ids, rng.integers(0, 12), replace=False) for _ in range(11)]
+    exclude[2] = ids  # Every candidate excluded: a row of NO_ITEM.
+    exclude[5] = np.array([0, 1, 2, 1000])  # None in the index.
+    broken = embeddings.copy()
+    broken[4] = np.nan
+    broken[9, 0] = np.inf
+    cases = []
+    for chunk, block, k in ((31, None, 5), (7, 3, 5), (4, 2, 12), (1, 5, 3), (10, 1, 40)):
+        cases.append(
+            (f"chunk{chunk}_block{block}_k{k}", queries, ids, embeddings, k, exclude, chunk, block)
+        )
+    cases.append(("no_history", queries, ids, embeddings, 6, None, 8, 4))
+    cases.append(("nan_inf", queries, ids, broken, 8, exclude, 8, 4))
+    return cases

@@ -5,6 +5,7 @@ import types
 import tensorflow as tf
 
 from logq_core import formulas
+from logq_core import ranking
 
 # The maths lives in logq_core.formulas, written against `keras.ops`'s names; `TF`
 # gives those names TensorFlow's ops, so tfrs_logq runs the very same formulas.
@@ -15,9 +16,12 @@ TF = types.SimpleNamespace(
     cast=tf.cast,
     concatenate=tf.concat,
     cumsum=tf.cumsum,
+    einsum=tf.einsum,
     equal=tf.equal,
     exp=tf.exp,
+    isnan=tf.math.is_nan,
     expm1=tf.math.expm1,
+    full_like=lambda x, value: tf.fill(tf.shape(x), tf.cast(value, x.dtype)),
     log=tf.math.log,
     log1p=tf.math.log1p,
     logical_and=tf.logical_and,
@@ -34,6 +38,7 @@ TF = types.SimpleNamespace(
     reshape=tf.reshape,
     roll=lambda x, shift: tf.roll(x, shift, axis=0),
     scatter=tf.scatter_nd,
+    scatter_update=tf.tensor_scatter_nd_update,
     segment_sum=lambda data, segment_ids, num_segments: tf.math.unsorted_segment_sum(
         data, segment_ids, num_segments
     ),
@@ -52,6 +57,12 @@ TF = types.SimpleNamespace(
 )
 
 MASKED_LOGIT = formulas.MASKED_LOGIT
+
+# `logq_core.ranking.device_top_k` on TensorFlow: its step a tf.function, on whatever device
+# TensorFlow places it (a GPU when there is one).
+DEVICE = ranking.Device(
+    ops=TF, compile=tf.function, to_device=tf.convert_to_tensor, to_numpy=lambda t: t.numpy()
+)
 
 
 def log1mexp(x: tf.Tensor) -> tf.Tensor:

@@ -27,6 +27,7 @@ from logq_core.metrics import DEFAULT_KS  # noqa: F401  (re-exported: the evalua
 from logq_core.metrics import per_query_recall_ndcg  # noqa: F401  (re-exported)
 from logq_core.metrics import recall_ndcg  # noqa: F401  (re-exported)
 from logq_core.ranking import NO_ITEM  # noqa: F401  (re-exported: a slot no candidate fills)
+from tfrs_logq import _ops
 
 # Exact search scores at most this many (query, item) pairs at once: a block's score matrix
 # (float32) and its copies stay near 64 MB each, whatever the catalog (logq_core.ranking's
@@ -118,15 +119,20 @@ class ItemTable:
         """(ids, [len(ids), dim] float32 embeddings), `size` ids at a time (default
         `chunk_size`), in increasing id order: the sorted `ids`, or every id from
         `first_id` on."""
+        for part in self.chunk_ids(ids, first_id, size):
+            yield part, self.rows(part)
+
+    def chunk_ids(
+        self, ids: Optional[np.ndarray] = None, first_id: int = 1, size: Optional[int] = None
+    ) -> Iterator[np.ndarray]:
+        """The ids of each of `chunks`, without reading their rows."""
         size = size or self.chunk_size()
         if ids is None:
             for start in range(first_id, self.num_ids, size):
-                part = np.arange(start, min(start + size, self.num_ids), dtype=np.int64)
-                yield part, self.rows(part)
+                yield np.arange(start, min(start + size, self.num_ids), dtype=np.int64)
         else:
             for start in range(0, len(ids), size):
-                part = ids[start : start + size]
-                yield part, self.rows(part)
+                yield ids[start : start + size]
 
     def gather(self, ids: np.ndarray) -> np.ndarray:
         """[len(ids), dim] float32 embeddings of `ids`, filled a chunk at a time (the only
@@ -168,9 +174,12 @@ def _tf_chunks(table: "ItemTable", ids, first_id):
         yield chunk_ids, tf.constant(rows)
 
 
-def _tf_top_k(values: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
-    found, positions = tf.math.top_k(values, k=k)  # Ties: the lower position first.
-    return found.numpy(), positions.numpy()
+def _device_chunks(table: "ItemTable", ids, first_id):
+    """The table's chunks as tensors, read in place where the table is a tensor (a model's
+    or a variable's rows stay on their device)."""
+    for chunk_ids in table.chunk_ids(ids, first_id):
+        rows = table._rows(chunk_ids)  # pylint: disable=protected-access
+        yield chunk_ids, rows if tf.is_tensor(rows) else tf.constant(rows, tf.float32)
 
 
 def _scored_blocks(queries: np.ndarray, table: ItemTable, ids, first_id, exclude, block=None):
@@ -195,11 +204,13 @@ def exact_top_k(
     candidates: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """[num_queries, k] ids of the highest-scoring items by dot product, exactly (ties: the
-    lower id first): `logq_core.ranking.exact_top_k`, scored by TensorFlow.
+    lower id first): `logq_core.ranking.device_top_k` in TensorFlow's ops, on TensorFlow's
+    device (a GPU when there is one), equal to the numpy `logq_core.ranking.exact_top_k`.
 
     The catalog is read a chunk at a time (`ItemTable`) and each chunk's top k merged into
-    the running one: memory holds one chunk, a block of scores (SCORES_PER_BATCH) and the
-    [num_queries, k] answer, whatever the catalog. A query with fewer than k candidates left
+    the running one on the device, with no copy to the host until the answer: memory holds
+    one chunk, a block of scores (SCORES_PER_BATCH) and the [num_queries, k] answer,
+    whatever the catalog. A query with fewer than k candidates left
     once its `exclude` ids are removed gets `NO_ITEM` (-1) in the slots it cannot fill:
     never an excluded id, and a miss in `recall_ndcg`.
 
@@ -228,14 +239,13 @@ def exact_top_k(
     if len(queries) == 0 or k <= 0:
         return np.zeros([len(queries), max(k, 0)], np.int64)
     ranking.exclusions(exclude, len(queries))  # Checked before any chunk is read.
-    return ranking.exact_top_k(
+    return ranking.device_top_k(
+        _ops.DEVICE,
         queries,
-        _tf_chunks(table, ids, first_id),
+        _device_chunks(table, ids, first_id),
         k,
         exclude,
         batch_size,
-        _tf_matmul,
-        _tf_top_k,
         scores_per_block=SCORES_PER_BATCH,
     )
 

@@ -6,6 +6,7 @@ import pytest
 
 from logq_core import metrics
 from logq_core import ranking
+from tests import reference
 
 
 def _reference(queries, ids, embeddings, k, exclude=None):
@@ -13,7 +14,8 @@ def _reference(queries, ids, embeddings, k, exclude=None):
     lower id), its excluded ids removed, NO_ITEM after the last."""
     order = np.argsort(ids, kind="stable")
     ids, embeddings = ids[order], embeddings[order]
-    scores = queries.astype(np.float32) @ embeddings.astype(np.float32).T
+    with np.errstate(invalid="ignore"):  # 0 x inf.
+        scores = queries.astype(np.float32) @ embeddings.astype(np.float32).T
     out = np.full([len(queries), k], ranking.NO_ITEM, np.int64)
     for row, values in enumerate(scores):
         allowed = ~np.isin(ids, [] if exclude is None else exclude[row])
@@ -98,3 +100,30 @@ def test_bad_arguments_are_named(k, queries, message):
     chunks = ranking.array_chunks(np.arange(1, 4), np.ones((3, 2), np.float32))
     with pytest.raises(ValueError, match=message):
         ranking.exact_top_k(queries, chunks, k)
+
+
+@pytest.mark.parametrize("case", reference.top_k_cases(), ids=lambda case: case[0])
+def test_device_top_k_in_numpy_equals_exact_top_k(case):
+    _, queries, ids, embeddings, k, exclude, chunk, block = case
+    expected = ranking.exact_top_k(
+        queries, ranking.array_chunks(ids, embeddings, chunk), k, exclude
+    )
+    found = ranking.device_top_k(
+        ranking.NUMPY, queries, ranking.array_chunks(ids, embeddings, chunk), k, exclude, block
+    )
+    np.testing.assert_array_equal(found, expected)
+    if exclude is not None:
+        np.testing.assert_array_equal(found, _reference(queries, ids, embeddings, k, exclude))
+
+
+def test_device_top_k_refuses_what_exact_top_k_refuses():
+    embeddings, queries = np.ones((3, 2), np.float32), np.ones((1, 2), np.float32)
+    chunks = [(np.array([3, 4, 5]), embeddings), (np.array([1, 2, 6]), embeddings)]
+    with pytest.raises(ValueError, match="increasing ids.*after the id 5"):
+        ranking.device_top_k(ranking.NUMPY, queries, chunks, 2)
+    with pytest.raises(ValueError, match=r"the queries' dim 3; received shape \[3, 2\]"):
+        ranking.device_top_k(ranking.NUMPY, np.ones((1, 3)), chunks[:1], 2)
+    with pytest.raises(ValueError, match="received k=-1"):
+        ranking.device_top_k(ranking.NUMPY, queries, chunks[:1], -1)
+    with pytest.raises(ValueError, match=r"one list of ids per query \(1\); received 2"):
+        ranking.device_top_k(ranking.NUMPY, queries, chunks[:1], 2, [[1], [2]])

@@ -4,7 +4,11 @@ from unittest import mock
 
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
+from logq_core import ranking
+from tests import reference
+from tfrs_logq import _ops
 from tfrs_logq import negatives
 from tfrs_logq import retrieval
 
@@ -51,6 +55,24 @@ class ExactTopKTest(tf.test.TestCase):
     def test_k_is_capped_by_the_catalog(self):
         top = retrieval.exact_top_k(np.ones([2, 1]), np.arange(4.0)[:, None], 10)
         self.assertAllEqual(top, [[3, 2, 1], [3, 2, 1]])
+
+
+class DeviceTopKTest(tf.test.TestCase, parameterized.TestCase):
+    """The search `exact_top_k` runs, TensorFlow's `logq_core.ranking.device_top_k`, against
+    the numpy exact search on the cases every framework's is tested on."""
+
+    @parameterized.named_parameters((case[0], case) for case in reference.top_k_cases())
+    def test_equals_the_numpy_exact_search(self, case):
+        _, queries, ids, embeddings, k, exclude, chunk, block = case
+        expected = ranking.exact_top_k(
+            queries, ranking.array_chunks(ids, embeddings, chunk), k, exclude
+        )
+        for tensors in (False, True):
+            chunks = ranking.array_chunks(ids, embeddings, chunk)
+            if tensors:  # Chunks already on the device are read in place.
+                chunks = ((part, tf.constant(rows)) for part, rows in chunks)
+            found = ranking.device_top_k(_ops.DEVICE, queries, chunks, k, exclude, block)
+            self.assertAllEqual(found, expected)
 
 
 def _numpy_top_k(queries, items, k, exclude=None, first_id=1, candidates=None):
