@@ -31,6 +31,7 @@ OPS = types.SimpleNamespace(
     **{
         name: getattr(ops, name)
         for name in (
+            "all",
             "arange",
             "argsort",
             "broadcast_to",
@@ -40,6 +41,7 @@ OPS = types.SimpleNamespace(
             "einsum",
             "equal",
             "exp",
+            "isfinite",
             "isnan",
             "expm1",
             "full_like",

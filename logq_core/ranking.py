@@ -230,9 +230,9 @@ class Device(NamedTuple):
     arrays.
 
     Attributes:
-      ops: `keras.ops`' names (`einsum`, `isnan`, `where`, `scatter_update`, `take`,
-        `full_like`, `reshape`, `top_k`, `take_along_axis`, `concatenate`, `arange`,
-        `logical_or`, `cast`, `shape`; `keras_logq`'s
+      ops: `keras.ops`' names (`einsum`, `isnan`, `isfinite`, `all`, `where`,
+        `scatter_update`, `take`, `full_like`, `reshape`, `top_k`, `take_along_axis`,
+        `concatenate`, `cast`, `shape`; `keras_logq`'s
         `OPS`, or `tfrs_logq._ops.TF` for TensorFlow). `top_k` must rank equal values in
         increasing position (TensorFlow's and JAX's do; PyTorch's does not promise it).
       compile: turns a function of tensors into a compiled one (`tf.function`, `jax.jit`).
@@ -246,18 +246,18 @@ class Device(NamedTuple):
     to_numpy: Callable[[Any], np.ndarray]
 
 
-def _block_step(device: Device, k: int, with_exclusions: bool):
+def _block_step(device: Device, k: int, with_exclusions: bool, nan_scores: bool):
     """The compiled step of `device_top_k`: one block of queries against one chunk, merged
-    into the block's running top k (values, index positions)."""
+    into the block's running top k (values, index positions). With `nan_scores` (an
+    embedding is not finite), NaN scores become -inf, below every candidate."""
     ops = device.ops
 
-    def step(queries, chunk, num_valid, offset, best_values, best_positions, pairs, weights):
+    def step(queries, chunk, offset, best_values, best_positions, pairs, weights):
         scores = ops.einsum("qd,cd->qc", queries, chunk)
-        shape = ops.shape(scores)
-        # Padding columns, and NaN scores (ranked below -inf by the reference).
-        drop = ops.logical_or(ops.isnan(scores), (ops.arange(shape[1]) >= num_valid)[None, :])
-        scores = ops.where(drop, float("-inf"), scores)
+        if nan_scores:  # Ranked below -inf by the reference (TensorFlow's top_k: first).
+            scores = ops.where(ops.isnan(scores), float("-inf"), scores)
         if with_exclusions:  # The excluded pairs set to -inf in place; weight 0 keeps a score.
+            shape = ops.shape(scores)
             flat = ops.reshape(scores, [-1])
             at = pairs[:, 0] * shape[1] + pairs[:, 1]
             kept = ops.take(flat, at)
@@ -310,9 +310,11 @@ def device_top_k(
 
     Each block of queries is scored against each chunk, its excluded pairs set to -inf, and
     its top k merged into the block's running one by one compiled step (`Device.compile`);
-    the chunks are padded to the first one's length and the queries to whole blocks, so the
-    step compiles once. The host only prepares each chunk's excluded pairs (a searchsorted of
-    the history, as `exact_top_k` does) and reads the answer at the end.
+    the queries are padded to whole blocks, so the step compiles once for the chunks' length
+    and once for the last chunk's. The host only prepares each chunk's excluded pairs (a
+    searchsorted of the history, as `exact_top_k` does), reads whether the chunk is finite
+    (else NaN scores are set to -inf, as `exact_top_k` does), and reads the answer at the
+    end.
 
     Memory on the device: the queries, one chunk, one block of scores (`scores_per_block`
     pairs) and the [num_queries, k] running top k (float32 values and int32 positions: 8
@@ -343,15 +345,15 @@ def device_top_k(
     ids: List[np.ndarray] = []
     blocks: List[Tuple[Any, Any]] = []  # Each block's running (values, positions).
     query_blocks: List[Any] = []
-    capacity = size = width = 0
-    step: Optional[Callable] = None
+    size = width = 0
+    steps = {}  # By whether the chunk needs NaN scores handled.
+    finite_queries = True
     for chunk_ids, rows in chunks:
         chunk_ids = _checked_chunk(chunk_ids, rows, ids[-1][-1] if ids else None, dim)
         if not len(chunk_ids):
             continue
-        if step is None:  # The first chunk sets the blocks and the step's shapes.
-            capacity = len(chunk_ids)
-            size = max(1, min(block or max(1, scores_per_block // capacity), num_queries))
+        if not blocks:  # The first chunk sets the blocks.
+            size = max(1, min(block or max(1, scores_per_block // len(chunk_ids)), num_queries))
             num_blocks = -(-num_queries // size)
             padding = np.zeros([num_blocks * size - num_queries, dim], np.float32)
             padded = ops.concatenate([queries, device.to_device(padding)], axis=0)
@@ -365,24 +367,19 @@ def device_top_k(
             ]
             # One width for every block's exclusions: the most any block holds.
             width = int(np.bincount(excluded[0] // size, minlength=1).max())
-            step = _block_step(device, k, width > 0)
-        elif len(chunk_ids) > capacity:  # A chunk longer than the first: compiled again.
-            capacity = len(chunk_ids)
-            step = _block_step(device, k, width > 0)
-        num_valid = len(chunk_ids)
+            finite_queries = _finite(device, queries)
         rows = ops.cast(_to_device(device, rows), "float32")
-        if num_valid < capacity:  # Padded to the step's shape; the padding scores -inf.
-            zeros = device.to_device(np.zeros([capacity - num_valid, dim], np.float32))
-            rows = ops.concatenate([rows, zeros], axis=0)
+        # The step compiles once per shape: the chunks' and the last one's, often shorter.
+        nan_scores = not (finite_queries and _finite(device, rows))
+        if nan_scores not in steps:
+            steps[nan_scores] = _block_step(device, k, width > 0, nan_scores)
+        step = steps[nan_scores]
         rows_in, positions_in = in_chunk(excluded, chunk_ids)
         pairs, weights = _block_exclusions(rows_in, positions_in, size, len(blocks), max(width, 1))
         pairs, weights = device.to_device(pairs), device.to_device(weights)
         offset = device.to_device(np.asarray(sum(len(part) for part in ids), np.int32))
-        valid = device.to_device(np.asarray(num_valid, np.int32))
         for b, (values, positions) in enumerate(blocks):
-            blocks[b] = step(
-                query_blocks[b], rows, valid, offset, values, positions, pairs[b], weights[b]
-            )
+            blocks[b] = step(query_blocks[b], rows, offset, values, positions, pairs[b], weights[b])
         ids.append(chunk_ids)
     best_ids = np.full([num_queries, k], NO_ITEM, np.int64)
     if not ids:
@@ -407,13 +404,13 @@ def _numpy_scatter_update(inputs, indices, updates):
 # `device_top_k` in numpy: the step's reference, run by the tests beside every framework's.
 NUMPY = Device(
     ops=types.SimpleNamespace(
-        arange=np.arange,
+        all=np.all,
         cast=lambda x, dtype: np.asarray(x).astype(dtype),
         concatenate=np.concatenate,
         einsum=lambda spec, a, b: numpy_matmul(a, b),  # Only "qd,cd->qc" is asked.
-        isnan=np.isnan,
         full_like=np.full_like,
-        logical_or=np.logical_or,
+        isfinite=np.isfinite,
+        isnan=np.isnan,
         reshape=np.reshape,
         scatter_update=_numpy_scatter_update,
         shape=np.shape,
@@ -426,6 +423,11 @@ NUMPY = Device(
     to_device=np.asarray,
     to_numpy=np.asarray,
 )
+
+
+def _finite(device: Device, tensor) -> bool:
+    """Whether every entry of `tensor` is finite (read back: once a chunk, not a block)."""
+    return bool(device.to_numpy(device.ops.all(device.ops.isfinite(tensor))))
 
 
 def _to_device(device: Device, value):

@@ -281,7 +281,7 @@ def top_k_cases():
     embeddings, k, exclude, chunk, block): integer scores (many ties, which must go to the
     lower id whichever chunk holds them), unsorted ids that are not 0 .. n, a last chunk
     shorter than the others, histories (one excluding every candidate, one with ids outside
-    the index), NaN and infinite embeddings, k above the number of candidates."""
+    the index), NaN and infinite embeddings, a NaN query, k above the number of candidates."""
     rng = np.random.default_rng(7)
     ids = rng.permutation(np.arange(3, 90))[:31]
     embeddings = rng.integers(-2, 3, size=(31, 3)).astype(np.float32)
@@ -299,4 +299,7 @@ def top_k_cases():
         )
     cases.append(("no_history", queries, ids, embeddings, 6, None, 8, 4))
     cases.append(("nan_inf", queries, ids, broken, 8, exclude, 8, 4))
+    nan_query = queries.copy()
+    nan_query[6, 1] = np.nan  # A row of NaN scores: NO_ITEM throughout.
+    cases.append(("nan_query", nan_query, ids, embeddings, 8, exclude, 8, 4))
     return cases

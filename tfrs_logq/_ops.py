@@ -10,6 +10,7 @@ from logq_core import ranking
 # The maths lives in logq_core.formulas, written against `keras.ops`'s names; `TF`
 # gives those names TensorFlow's ops, so tfrs_logq runs the very same formulas.
 TF = types.SimpleNamespace(
+    all=tf.reduce_all,
     arange=tf.range,
     argsort=lambda x: tf.argsort(x, stable=True),
     broadcast_to=tf.broadcast_to,
@@ -19,6 +20,7 @@ TF = types.SimpleNamespace(
     einsum=tf.einsum,
     equal=tf.equal,
     exp=tf.exp,
+    isfinite=tf.math.is_finite,
     isnan=tf.math.is_nan,
     expm1=tf.math.expm1,
     full_like=lambda x, value: tf.fill(tf.shape(x), tf.cast(value, x.dtype)),

@@ -282,6 +282,44 @@ class TutorialFlowTest(tf.test.TestCase):
             self.assertIn(text, result.stderr + result.stdout, flag)
 
 
+class DeviceTopKTest(tf.test.TestCase):
+    def test_command_line_times_every_search_and_they_agree(self):
+        with tempfile.TemporaryDirectory() as directory:
+            output = os.path.join(directory, "record.json")
+            result = run_benchmark(
+                "device_top_k",
+                "--index_sizes=3000,700",
+                "--queries=300",
+                "--k=50",
+                "--history=20",
+                f"--output={output}",
+                timeout=600,
+            )
+            self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+            with open(output) as f:
+                record = json.load(f)
+        self.assertEqual([row["index_size"] for row in record["rows"]], [3000, 700])
+        for row in record["rows"]:
+            self.assertEqual(
+                set(row["variants"]), {"host_numpy", "host_tf", "device_tf", "device_jax"}
+            )
+            for variant in ("host_tf", "device_tf"):  # TensorFlow's scores: the same ids.
+                self.assertEqual(row["variants"][variant]["rows_differing"], 0)
+            self.assertGreater(row["variants"]["device_jax"]["seconds"], 0)
+        self.assertRegex(result.stdout, r"\| 3,000 \| 300 \| [0-9.]+ \| [0-9.]+ \|")
+        self.assertIn("device_tf is ", result.stdout)
+
+    def test_bad_flags_are_reported(self):
+        for flags_given, text in (
+            (["--variants=device_gpu"], "--variants must name some of"),
+            (["--index_sizes=100,200", "--queries=1,2,3"], "one query count per index size"),
+            (["--index_sizes=abc"], "must be integers"),
+        ):
+            result = run_benchmark("device_top_k", *flags_given, timeout=300)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn(text, result.stderr + result.stdout, flags_given)
+
+
 class DenseScoringTest(tf.test.TestCase):
     def test_command_line_times_both_paths(self):
         result = run_benchmark(
