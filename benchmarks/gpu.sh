@@ -15,12 +15,16 @@
 # drawn, its day store built and the two-tower trained and tested, all without TensorFlow, into
 # $TFRS_LOGQ_CACHE (default: a temporary directory, not $OUT), the record in
 # $OUT/keras_next_day.json (it reads Parquet: carry pyarrow's wheel where the machine lacks it,
-# see the Makefile's gpu-wheels). Arguments go to benchmarks.keras_gpu:
+# see the Makefile's gpu-wheels). The phase top_k times the test's exact search on the GPU
+# (benchmarks.device_top_k: JAX on the device against numpy, 20,000 queries over a 204k-item
+# index and 2,000 over a 2M-item one; $TOP_K_FLAGS replaces those flags), the record in
+# $OUT/device_top_k.json. Arguments go to benchmarks.keras_gpu:
 #   bash benchmarks/gpu.sh                  # the GPU run: 10k/1M/10M items, SASRec fp32/bf16
 #   bash benchmarks/gpu.sh --smoke          # the same code at small sizes (a CPU proves it)
 #   PHASES=torch bash benchmarks/gpu.sh     # the torch backend only
 #   PHASES=sasrec_recall SASREC_DATA=path/sasrec_ml-1m.txt.gz bash benchmarks/gpu.sh
 #   PHASES=next_day bash benchmarks/gpu.sh  # the next-day job at 1M items
+#   PHASES=top_k bash benchmarks/gpu.sh     # the test's exact search on the device
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu}"
@@ -96,8 +100,15 @@ for phase in ${PHASES-jax torch}; do
         --output="$OUT/keras_next_day.json" 2>&1 | tee "$OUT/keras_next_day.log" || status=$?
       [ -n "${TFRS_LOGQ_CACHE:-}" ] || rm -rf "$cache"  # A temporary log and store (GBs).
       ;;
+    top_k)
+      # shellcheck disable=SC2086  # The flags are words.
+      KERAS_BACKEND=jax "$PYTHON" -m benchmarks.device_top_k --variants=host_numpy,device_jax \
+        ${TOP_K_FLAGS:---index_sizes=204478,2000000 --queries=20000,2000} \
+        --output="$OUT/device_top_k.json" 2>&1 | tee "$OUT/device_top_k.log" || status=$?
+      ;;
     *)
-      echo "PHASES must name jax, torch, sasrec_recall and/or next_day; received '${PHASES}'." >&2
+      echo "PHASES must name jax, torch, sasrec_recall, next_day and/or top_k; received" \
+        "'${PHASES}'." >&2
       exit 2
       ;;
   esac

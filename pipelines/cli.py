@@ -4,6 +4,7 @@ Each job is also `python -m pipelines.JOB` with the same flags; `tfrs-logq JOB -
 lists a job's flags, `tfrs-logq --help` the jobs and the presets.
 
   tfrs-logq train --preset=synthetic --output_dir=runs/demo
+  tfrs-logq train --framework=keras --preset=industrial --output_dir=runs/keras
   tfrs-logq evaluate runs/demo --index=scann
   tfrs-logq export runs/demo --index=exact
   tfrs-logq compare --output_dir=runs/cmp --corrections=standard,improved -- --preset=industrial
@@ -71,6 +72,17 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def framework_in(args: List[str]) -> Optional[str]:
+    """The value of the last --framework among `args` (absl's two spellings), or None."""
+    value = None
+    for position, arg in enumerate(args):
+        if arg.startswith("--framework="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--framework" and position + 1 < len(args):
+            value = args[position + 1]
+    return value
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs `tfrs-logq JOB FLAGS...` (argv without the program's name; None: sys.argv[1:])."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -98,7 +110,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         console.PROG = f"{PROG} {name}"
         if console.verbose_in(rest):  # Before the job imports TensorFlow.
             console.show_native_logs()
-        runpy.run_module(JOBS[name].module, run_name="__main__", alter_sys=True)
+        module = JOBS[name].module
+        if name == "train" and framework_in(rest) == "keras":  # Keras 3: no TensorFlow.
+            module = "pipelines.keras_train"
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except ModuleNotFoundError as error:
         if error.name is None or error.name.split(".")[0] in ("pipelines", "tfrs_logq"):
             raise

@@ -82,6 +82,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from pipelines import cli
 from pipelines import configs
 from pipelines import console
 from pipelines import per_query as per_query_lib
@@ -340,7 +341,14 @@ def plan(
     for seed in range(seeds):
         for row in rows:
             directory = os.path.join(output_dir, row.name, f"seed{seed}")
-            command = [sys.executable, "-m", "pipelines.train", *common, *row.arguments()]
+            arguments = [*common, *row.arguments()]
+            # The Keras job's own module: its children import no TensorFlow.
+            module = (
+                "pipelines.keras_train"
+                if cli.framework_in(arguments) == "keras"
+                else ("pipelines.train")
+            )
+            command = [sys.executable, "-m", module, *arguments]
             command.append(f"--seed={seed}")
             if vary_data:
                 command.append(f"--synthetic_log_seed={seed}")

@@ -42,6 +42,8 @@ INDEXES = ("exact", "scann", "both")
 INDEX_ALIASES = {"brute_force": "exact"}
 TABLE_OPTIMIZERS = ("adam", "adagrad")
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
+# The job that trains a run: TensorFlow's (pipelines.train) or Keras 3's (pipelines.keras_train).
+FRAMEWORKS = ("tf", "keras")
 # How --strategy=parameter_server shards the tables (pipelines.distribute.variable_partitioner).
 PARTITIONERS = ("min_size", "fixed_shards")
 
@@ -65,6 +67,7 @@ CHOICES = {
     "table_optimizer": TABLE_OPTIMIZERS,
     "order": ORDERS,
     "time_unit": events_lib.TIME_UNITS,
+    "framework": FRAMEWORKS,
 }
 
 # Fields renamed since earlier runs wrote their config.json (and old flag names).
@@ -430,6 +433,12 @@ class TrainingConfig:
         0,
         "Diagnostic: every this many epochs, log test NDCG@20 / Recall@20 of the current "
         "weights to TensorBoard (epoch_test_ndcg@20); 0: never.",
+    )
+    framework: str = _field(
+        "tf",
+        "The job: tf (TensorFlow: TFRS's models, tf.distribute, ScaNN) or keras (Keras 3 on "
+        "KERAS_BACKEND, JAX by default, without TensorFlow: the next-day two-tower on an "
+        "event log's day store, tested by exact search on the device).",
     )
 
 

@@ -724,6 +724,12 @@ def load_run(output_dir: str):
         )
     with open(files.config) as f:
         config = configs.validate(configs.Config.from_dict(json.load(f)))
+    if config.training.framework != "tf":
+        raise RunNotFound(
+            f"{output_dir} was trained by the Keras job (--framework={config.training.framework}),"
+            " which keeps no TensorFlow checkpoint: evaluate and export read TensorFlow runs "
+            f"only. Its test metrics are in {files.metrics}."
+        )
     if not files.has_best():
         raise RunNotFound(
             f"{output_dir} has no checkpoint yet ({files.best}.index): its training has not "

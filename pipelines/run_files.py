@@ -69,6 +69,11 @@ class RunFiles:
         return self._path("backup")
 
     @property
+    def keras_backup(self) -> str:
+        """The Keras job's backups (`pipelines.keras_job.save_backup`)."""
+        return self._path("keras_backup")
+
+    @property
     def best(self) -> str:
         """The best weights' checkpoint prefix (TF adds `.index` and data files)."""
         return self._path("checkpoints", "best")
@@ -141,7 +146,13 @@ class RunFiles:
         """Whether a run has trained here (config.json alone is not progress)."""
         return any(
             os.path.exists(path)
-            for path in (self.progress, self.backup, os.path.dirname(self.best), self.metrics)
+            for path in (
+                self.progress,
+                self.backup,
+                self.keras_backup,
+                os.path.dirname(self.best),
+                self.metrics,
+            )
         )
 
 
@@ -241,3 +252,55 @@ class RunLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
+
+
+def check_output_dir(config, output_dir: str) -> None:
+    """A directory holds one configuration: reusing one that has trained with another
+    config is refused. A directory whose run failed before training (bad data, say) is
+    reused: its config.json is replaced."""
+    from pipelines import configs  # pylint: disable=import-outside-toplevel  (it imports this)
+
+    files = RunFiles(output_dir)
+    if os.path.exists(files.config) and files.has_trained():
+        with open(files.config) as f:
+            stored = json.load(f)
+        # Fields added since that run was made are not in its file: they take this
+        # command's values.
+        previous = configs.Config.from_dict(stored).flat()
+        current = config.flat()
+        changed = sorted(
+            name
+            for name in configs.Config.stored_fields(stored)
+            if name in current and previous[name] != current[name]
+        )
+        if changed:
+            raise OutputDirError(
+                f"{output_dir} holds a run with another config (differs in "
+                f"{', '.join(changed)}); use another --output_dir."
+            )
+
+
+def prepare_output_dir(output_dir: str) -> None:
+    """Creates `output_dir`, or says why it cannot hold a run."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise OutputDirError(
+            f"--output_dir={output_dir} is a file; give a directory (it is created when missing)."
+        )
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        probe = os.path.join(output_dir, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise OutputDirError(
+            f"--output_dir={output_dir} cannot be written ({error.strerror}); "
+            "give a directory this user can write to."
+        ) from None
+
+
+def write_config(config, output_dir: str) -> None:
+    """config.json, written once the data has loaded and the model is built."""
+    os.makedirs(output_dir, exist_ok=True)
+    with open(RunFiles(output_dir).config, "w") as f:
+        json.dump(config.as_dict(), f, indent=1)

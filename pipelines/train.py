@@ -44,6 +44,7 @@ from pipelines import memory
 from pipelines import per_query
 from pipelines import provenance
 from pipelines import report
+from pipelines import run_files
 from pipelines import train_flags as train_flags_lib
 from pipelines.data import day_store
 from pipelines.data import logs
@@ -60,49 +61,6 @@ FLAGS = flags.FLAGS
 
 
 # ---------------------------------------------------------------------------- run
-
-
-def _check_output_dir(config: configs.Config, output_dir: str) -> None:
-    """A directory holds one configuration: reusing one that has trained with another
-    config is refused. A directory whose run failed before training (bad data, say) is
-    reused: its config.json is replaced."""
-    files = RunFiles(output_dir)
-    if os.path.exists(files.config) and files.has_trained():
-        with open(files.config) as f:
-            stored = json.load(f)
-        # Fields added since that run was made are not in its file: they take this
-        # command's values.
-        previous = configs.Config.from_dict(stored).flat()
-        current = config.flat()
-        changed = sorted(
-            name
-            for name in configs.Config.stored_fields(stored)
-            if name in current and previous[name] != current[name]
-        )
-        if changed:
-            raise OutputDirError(
-                f"{output_dir} holds a run with another config (differs in "
-                f"{', '.join(changed)}); use another --output_dir."
-            )
-
-
-def _prepare_output_dir(output_dir: str) -> None:
-    """Creates `output_dir`, or says why it cannot hold a run."""
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise OutputDirError(
-            f"--output_dir={output_dir} is a file; give a directory (it is created when missing)."
-        )
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        probe = os.path.join(output_dir, f".write-test-{os.getpid()}")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as error:
-        raise OutputDirError(
-            f"--output_dir={output_dir} cannot be written ({error.strerror}); "
-            "give a directory this user can write to."
-        ) from None
 
 
 def peak_rss_mb() -> int:
@@ -323,13 +281,6 @@ def _clear_exports(files: RunFiles) -> None:
         shutil.rmtree(os.path.join(files.export(kind), "1"), ignore_errors=True)
 
 
-def _write_config(config: configs.Config, output_dir: str) -> None:
-    """config.json, written once the data has loaded and the model is built."""
-    os.makedirs(output_dir, exist_ok=True)
-    with open(RunFiles(output_dir).config, "w") as f:
-        json.dump(config.as_dict(), f, indent=1)
-
-
 def run(
     config: configs.Config,
     output_dir: str,
@@ -358,9 +309,9 @@ def run(
     if not chief:
         return _run(config, output_dir, verbose, strategy, chief)
     check_data_memory(config, output_dir)  # Before anything is written.
-    _prepare_output_dir(output_dir)
+    run_files.prepare_output_dir(output_dir)
     with RunLock(output_dir):
-        _check_output_dir(config, output_dir)
+        run_files.check_output_dir(config, output_dir)
         return _run(config, output_dir, verbose, strategy, chief)
 
 
@@ -421,7 +372,7 @@ def _run(
     pass_steps = experiment.pass_steps(config, split)
     steps_per_epoch = config.training.steps_per_epoch or pass_steps
     if chief:
-        _write_config(config, output_dir)
+        run_files.write_config(config, output_dir)
         experiment.save_vocabularies(config, output_dir)
     files = RunFiles(output_dir)
     checkpoint = tf.keras.callbacks.ModelCheckpoint(
@@ -626,6 +577,11 @@ def main(argv):
         raise app.UsageError(str(error)) from None
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required.")
+    if config.training.framework == "keras":  # From --config_file (the CLI routes the flag).
+        from pipelines import keras_train  # pylint: disable=import-outside-toplevel
+
+        keras_train.main(argv)
+        return
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint saver logs at INFO every backup.
     if FLAGS.strategy == "parameter_server" and distribute.parameter_server_task():

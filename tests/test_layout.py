@@ -112,6 +112,7 @@ def test_pipelines_imports_no_tensorflow():
         "pipelines.configs, "
         "pipelines.train_flags, pipelines.provenance, pipelines.data.logs, "
         "pipelines.data.day_store, pipelines.data.events, pipelines.data.web_synthetic, "
+        "pipelines.keras_job, pipelines.keras_train, "
         "examples.keras_next_day, examples.keras_sasrec; "
         "print(sorted(m for m in ('tensorflow', 'tf_keras', 'tfrs_logq') "
         "if m in sys.modules))"

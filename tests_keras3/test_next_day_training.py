@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from examples import keras_next_day
+from pipelines import keras_job as keras_next_day
 
 NUM_USERS, NUM_ITEMS, BATCH = 40, 60, 16
 

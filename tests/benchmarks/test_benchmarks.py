@@ -309,6 +309,31 @@ class DeviceTopKTest(tf.test.TestCase):
         self.assertRegex(result.stdout, r"\| 3,000 \| 300 \| [0-9.]+ \| [0-9.]+ \|")
         self.assertIn("device_tf is ", result.stdout)
 
+    def test_the_gpu_script_phase_writes_its_record(self):
+        out = tempfile.mkdtemp()
+        result = subprocess.run(
+            ["bash", "benchmarks/gpu.sh"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={
+                **os.environ,
+                "PYTHON": sys.executable,
+                "OUT": out,
+                "PHASES": "top_k",
+                "TOP_K_FLAGS": "--index_sizes=2000 --queries=100 --k=20",
+            },
+        )
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        with open(os.path.join(out, "device_top_k.json")) as f:
+            record = json.load(f)
+        (row,) = record["rows"]
+        self.assertEqual((row["index_size"], row["queries"]), (2000, 100))
+        self.assertEqual(set(row["variants"]), {"host_numpy", "device_jax"})
+        # XLA's and numpy's float32 dot products may round apart: a near tie can swap.
+        self.assertLessEqual(row["variants"]["device_jax"]["rows_differing"], 2)
+
     def test_bad_flags_are_reported(self):
         for flags_given, text in (
             (["--variants=device_gpu"], "--variants must name some of"),

@@ -94,7 +94,7 @@ class _Store:
 
 
 def test_batches_in_time_order_or_shuffled_within_blocks():
-    from examples import keras_next_day  # pylint: disable=import-outside-toplevel
+    from pipelines import keras_job as keras_next_day  # pylint: disable=import-outside-toplevel
 
     plain = list(keras_next_day.batches(_Store(50), 8))
     assert len(plain) == 6  # 48 of 50 rows: the last partial batch is dropped.
@@ -121,8 +121,8 @@ def test_batches_in_time_order_or_shuffled_within_blocks():
 def test_settings_of_the_pipelines_config():
     from absl import app  # pylint: disable=import-outside-toplevel
 
-    from examples import keras_next_day  # pylint: disable=import-outside-toplevel
     from pipelines import configs  # pylint: disable=import-outside-toplevel
+    from pipelines import keras_job as keras_next_day  # pylint: disable=import-outside-toplevel
 
     config = configs.PRESETS["industrial"]
     assert keras_next_day.config_settings(config) == dict(
@@ -163,7 +163,7 @@ def test_settings_of_the_pipelines_config():
 def test_build_store_names_bad_flags():
     from absl import app  # pylint: disable=import-outside-toplevel
 
-    from examples import keras_next_day  # pylint: disable=import-outside-toplevel
+    from pipelines import keras_job as keras_next_day  # pylint: disable=import-outside-toplevel
 
     with pytest.raises(
         app.UsageError, match=r"--build_store='--preset=nope'.*received --preset='nope'"

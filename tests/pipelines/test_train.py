@@ -20,6 +20,7 @@ from pipelines import cluster as cluster_lib
 from pipelines import configs
 from pipelines import experiment
 from pipelines import per_query
+from pipelines import run_files
 from pipelines import train
 from pipelines.data import events as events_lib
 from pipelines.data import logs
@@ -511,7 +512,7 @@ class ConfigFileTest(tf.test.TestCase):
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(older, f)
         os.makedirs(os.path.join(out, "checkpoints"))  # It has trained.
-        train._check_output_dir(preset, out)  # pylint: disable=protected-access
+        run_files.check_output_dir(preset, out)
         stored = configs.Config.stored_fields(older)
         self.assertTrue("per_row" in stored and "scann_min_items" not in stored)
         self.assertEqual(len(stored), len(configs.FIELDS) - 1)
@@ -520,9 +521,7 @@ class ConfigFileTest(tf.test.TestCase):
             r"holds a run with another config \(differs "
             r"in dim, per_row\)",
         ):
-            train._check_output_dir(  # pylint: disable=protected-access
-                preset.replace(dim=8, per_row=True), out
-            )
+            run_files.check_output_dir(preset.replace(dim=8, per_row=True), out)
 
     def test_a_run_saved_before_the_time_and_id_settings_reads_its_log_as_then(self):
         # Its numbers were read as seconds and its ids kept their spaces: a config.json and

@@ -1,0 +1,206 @@
+r"""`tfrs-logq train --framework=keras`: the run on Keras 3, without TensorFlow.
+
+Usage:
+  tfrs-logq train --framework=keras --preset=industrial --output_dir=runs/keras
+  python -m pipelines.keras_train --preset=industrial --output_dir=runs/keras
+
+The same flags, presets and seeds as the TensorFlow job (`pipelines.train`), and the same
+run directory: config.json, the day store (OUTPUT/day_store, built here from the event log or
+the synthetic log, drawn first if missing), backups while it trains (OUTPUT/keras_backup: the
+same command run again after a kill resumes from the last one), and metrics.json with the
+next-day test's Recall and NDCG at 10, 100 and 1000. The job is `pipelines.keras_job`'s: the
+pipelines' two-tower on Keras 3 (KERAS_BACKEND, JAX by default; `SparseEmbedding` tables on
+JAX), mixed negatives, a count-min sketch and the correction, one pass in time order, then
+exact search on the backend's device over the index of the most trained items plus the
+day's positives.
+
+It trains what the TensorFlow job trains for an event log read by day (`--split=next_day
+--model=two_tower --order=time`, one epoch, mixed negatives with a count-min sketch, Adagrad
+on the tables); a config asking for more (another loss or sampler, ScaNN, a tf.distribute
+strategy, ...) is refused before anything is built, each such setting named. Neither
+TensorFlow nor tfrs_logq is imported (a test blocks them). `evaluate`, `export` and `compare`
+do not read Keras runs yet.
+"""
+
+import os
+import sys
+import time
+from typing import Any, Dict, List
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from pipelines import configs
+from pipelines import console
+from pipelines import errors
+from pipelines import keras_job
+from pipelines import memory
+from pipelines import provenance
+from pipelines import run_files
+from pipelines import train_flags as train_flags_lib
+from pipelines.data import logs
+from pipelines.run_files import RunFiles
+from pipelines.run_files import RunLock
+from pipelines.run_files import write_json
+
+FLAGS = flags.FLAGS
+
+# What this job reads of the config that is not in `keras_job.config_settings`.
+STEPS_PER_EXECUTION = 1
+
+
+def refusals(config: configs.Config, strategy: str = "default") -> List[str]:
+    """Each setting of `config` (and the tf.distribute `strategy`) the Keras job does not
+    train, as "--flag=value (why)"; empty when it trains the config."""
+    out = []
+    if strategy != "default":
+        out.append(
+            f"--strategy={strategy} (tf.distribute is TensorFlow's; the Keras job runs on one "
+            "device)"
+        )
+    if config.training.index != "exact":
+        out.append(
+            f"--index={config.training.index} (ScaNN is TensorFlow's; the Keras job searches "
+            "exactly, on the device)"
+        )
+    if not logs.out_of_core(config):
+        flat = config.flat()
+        wanted = dict(split="next_day", model="two_tower", order="time")
+        out += [
+            f"--{name}={flat[name]!r} (the Keras job: {value!r})"
+            for name, value in wanted.items()
+            if flat[name] != value
+        ]
+        if config.data.dataset not in configs.EVENT_LOGS:
+            out.append(
+                f"--dataset={config.data.dataset} (the Keras job reads an event log by day: "
+                f"{', '.join(configs.EVENT_LOGS)})"
+            )
+    flat = config.flat()
+    out += [
+        f"--{name}={flat[name]!r} (the Keras job: {wanted!r})"
+        for name, wanted in keras_job.JOB.items()
+        if flat[name] != wanted
+    ]
+    return out
+
+
+def refusal_message(refused: List[str]) -> str:
+    """The error of a config with `refusals`."""
+    return (
+        "--framework=keras does not train " + "; ".join(refused) + ". Give those flags their "
+        "Keras values, or --framework=tf."
+    )
+
+
+def settings_for(config: configs.Config) -> Dict[str, Any]:
+    """The Keras job's settings of `config` (`keras_job.config_settings`, the rest at the
+    job's defaults; backups every `backup_every` steps)."""
+    return {
+        **keras_job.defaults(),
+        **keras_job.config_settings(config),
+        "backup_every": config.training.backup_every,
+        "steps_per_execution": STEPS_PER_EXECUTION,
+    }
+
+
+def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[str, Any]:
+    """Trains and tests `config` on Keras 3 into `output_dir`; writes and returns
+    metrics.json's content.
+
+    Raises:
+      ValueError: the config asks for what the Keras job does not train (`refusals`).
+      pipelines.run_files.OutputDirError: `output_dir` holds a run of another config.
+    """
+    refused = refusals(config)
+    if refused:
+        raise ValueError(refusal_message(refused))
+    started = time.time()
+    run_files.prepare_output_dir(output_dir)
+    files = RunFiles(output_dir)
+    with RunLock(output_dir):
+        run_files.check_output_dir(config, output_dir)
+        run_files.write_config(config, output_dir)
+        phases: Dict[str, float] = {}
+        mark = time.time()
+        store_dir = logs.ensure_day_store(config, output_dir)[0]
+        phases["data"] = round(time.time() - mark, 1)
+        results = keras_job.run(
+            store_dir, settings_for(config), verbose=verbose, backup_dir=files.keras_backup
+        )
+        phases["train"], phases["evaluate"] = results["train_seconds"], results["test_seconds"]
+        metrics = {
+            "config": config.as_dict(),
+            "framework": "keras",
+            "backend": results["backend"],
+            "test": results["test"],
+            "test_exact": results["test"],
+            "steps": results["steps"],
+            "epochs_run": 1,
+            "first_loss": results["first_loss"],
+            "last_loss": results["last_loss"],
+            "resumed_from_step": results["resumed_from_step"],
+            "train_seconds": results["train_seconds"],
+            "num_test_queries": results["num_test_queries"],
+            "num_items": results["num_items"],
+            "index_items": results["index_items"],
+            "phase_seconds": phases,
+            "wall_seconds": round(time.time() - started, 1),
+            "peak_rss_mb": round(memory.peak_rss_mib()),
+            "git_revision": provenance.revision(),
+        }
+        write_json(files.metrics, metrics)  # Whole or not at all.
+        keras_job.remove_backups(files.keras_backup)  # The results are written.
+        if os.path.isdir(files.keras_backup) and not os.listdir(files.keras_backup):
+            os.rmdir(files.keras_backup)
+    return metrics
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        config = train_flags_lib.config_from_flags()
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required.")
+    config = config.replace(framework="keras")
+    if FLAGS["index"].value is None and config.training.index != "exact":
+        # A preset's ScaNN index (industrial's "both"): the Keras job's exact search only.
+        print(
+            f"--framework=keras searches exactly: the preset's --index={config.training.index} "
+            "is --index=exact here.",
+            file=sys.stderr,
+        )
+        config = config.replace(index="exact")
+    refused = refusals(config, FLAGS.strategy)
+    if refused:  # Before anything is built or written.
+        raise app.UsageError(refusal_message(refused))
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    logging.set_verbosity(logging.WARNING)  # JAX's INFO lines (its platforms) are not news.
+    with errors.reported():
+        try:
+            metrics = run(config, FLAGS.output_dir)
+        except keras_job.NonFiniteLoss as error:
+            sys.exit(f"error: {error}")
+    test = metrics["test"]
+    print(
+        f"\ntwo_tower on {config.data.dataset} (next_day), Keras 3 ({metrics['backend']}), "
+        f"{config.loss.negatives} / {config.loss.correction}: {metrics['steps']} steps, "
+        f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users and "
+        f"{metrics['index_items']:,} items, exact search on the device, history filtered:\n"
+    )
+    print("| metric | @10 | @100 | @1000 |\n|---|---|---|---|")
+    for name in ("recall", "ndcg"):
+        print(
+            f"| {name} | " + " | ".join(f"{test[f'{name}@{k}']:.4f}" for k in keras_job.KS) + " |"
+        )
+    print(f"\nWrote {RunFiles(FLAGS.output_dir).metrics}")
+
+
+if __name__ == "__main__":
+    train_flags_lib.define_flags()
+    flags.adopt_module_key_flags(train_flags_lib)
+    console.run(main)
