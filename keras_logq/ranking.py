@@ -13,10 +13,12 @@ k stay on the device; only the answer comes back to the host::
     )
     keras_logq.ranking.recall_ndcg(ranked, targets, ks=(10, 100))
 
-PyTorch's `topk` does not promise the order of equal scores, so on the torch backend ties
+Scores are float32 products (TF32 is off while it searches on a GPU). PyTorch's `topk`
+does not promise the order of equal scores, so on the torch backend ties
 may come out in another order than on JAX and TensorFlow (and than the numpy reference).
 """
 
+import contextlib
 from typing import Callable, Optional, Sequence
 
 import keras
@@ -34,7 +36,34 @@ CHUNK_ITEMS = 2**18
 
 def device() -> ranking.Device:
     """`logq_core.ranking.Device` of the current Keras backend."""
-    return ranking.Device(_ops.OPS, _compiler(), ops.convert_to_tensor, ops.convert_to_numpy)
+    return ranking.Device(
+        _ops.OPS, _compiler(), ops.convert_to_tensor, ops.convert_to_numpy, _float32_matmuls
+    )
+
+
+def _float32_matmuls():
+    """A context where the backend multiplies float32 in float32 (JAX and TensorFlow use
+    TF32 on Ampere and later GPUs by default; PyTorch's matmuls are float32 by default)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax  # pylint: disable=import-outside-toplevel
+
+        return jax.default_matmul_precision("float32")
+    if backend == "tensorflow":
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        return _tf_float32(tf)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _tf_float32(tf):
+    was = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(was)
 
 
 def _compiler() -> Callable[[Callable], Callable]:

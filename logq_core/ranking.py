@@ -18,13 +18,29 @@ only the final [num_queries, k] answer comes back to the host. It returns what `
 returns (tested against it, ties included).
 """
 
+import contextlib
 import types
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterable,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import numpy as np
 
 # A slot of a ranked list that no candidate fills: never an id (ids are >= 0), so a miss.
 NO_ITEM = -1
+
+# The most positions a search indexes in int32: a block's scores (its flat index, row x chunk
+# + column) and the index's ids.
+MAX_FLAT_INDEX = 2**31 - 1
 
 # A block scores at most this many (query, item) pairs at once: its float32 score matrix and
 # its copies stay near 64 MB each, whatever the catalog.
@@ -238,12 +254,19 @@ class Device(NamedTuple):
       compile: turns a function of tensors into a compiled one (`tf.function`, `jax.jit`).
       to_device: a numpy array as the framework's tensor.
       to_numpy: a tensor as a numpy array.
+      exact: a context the search runs in, where the framework multiplies float32 in
+        float32: GPUs since Ampere run float32 matmuls in TF32 (a 10-bit mantissa) by
+        default in TensorFlow and JAX, which would reorder close scores.
+
+    JAX's `top_k` ranks -0.0 below +0.0 where numpy and TensorFlow take them as equal: a
+    score of exactly -0.0 (a product of zeros) may rank apart there.
     """
 
     ops: Any
     compile: Callable[[Callable], Callable]
     to_device: Callable[[np.ndarray], Any]
     to_numpy: Callable[[Any], np.ndarray]
+    exact: Callable[[], ContextManager] = contextlib.nullcontext
 
 
 def _block_step(device: Device, k: int, with_exclusions: bool, nan_scores: bool):
@@ -317,8 +340,10 @@ def device_top_k(
     end.
 
     Memory on the device: the queries, one chunk, one block of scores (`scores_per_block`
-    pairs) and the [num_queries, k] running top k (float32 values and int32 positions: 8
-    bytes a slot); on the host, the [num_queries, k] int64 answer.
+    pairs, and at most 2**31 - 1), a chunk's exclusions (per block, padded to a power of two)
+    and the [num_queries, k] running top k (float32 values and int32 positions: 8 bytes a
+    slot); on the host, the [num_queries, k] int64 answer. No chunk may be longer than the
+    first, which sizes the blocks.
 
     Args:
       device: the framework (`Device`).
@@ -340,20 +365,29 @@ def device_top_k(
     excluded = exclusions(exclude, num_queries)
     if num_queries == 0 or k == 0:
         return np.full([num_queries, k], NO_ITEM, np.int64)
+    with device.exact():
+        return _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block)
+
+
+def _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block) -> np.ndarray:
+    """`device_top_k`, its arguments checked, in the device's exact context."""
     ops = device.ops
+    num_queries, dim = tuple(queries.shape)
     queries = ops.cast(_to_device(device, queries), "float32")
     ids: List[np.ndarray] = []
     blocks: List[Tuple[Any, Any]] = []  # Each block's running (values, positions).
     query_blocks: List[Any] = []
-    size = width = 0
-    steps = {}  # By whether the chunk needs NaN scores handled.
+    size = capacity = 0
+    steps: Dict[Tuple[bool, int], Callable] = {}  # By NaN handling and exclusions' width.
     finite_queries = True
     for chunk_ids, rows in chunks:
         chunk_ids = _checked_chunk(chunk_ids, rows, ids[-1][-1] if ids else None, dim)
         if not len(chunk_ids):
             continue
-        if not blocks:  # The first chunk sets the blocks.
-            size = max(1, min(block or max(1, scores_per_block // len(chunk_ids)), num_queries))
+        if not blocks:  # The first chunk sets the blocks (the flat index of a block's
+            capacity = len(chunk_ids)  # score, row x chunk + column, stays within int32).
+            size = block or max(1, scores_per_block // capacity)
+            size = max(1, min(size, num_queries, MAX_FLAT_INDEX // capacity))
             num_blocks = -(-num_queries // size)
             padding = np.zeros([num_blocks * size - num_queries, dim], np.float32)
             padded = ops.concatenate([queries, device.to_device(padding)], axis=0)
@@ -365,21 +399,32 @@ def device_top_k(
                 )
                 for _ in range(num_blocks)
             ]
-            # One width for every block's exclusions: the most any block holds.
-            width = int(np.bincount(excluded[0] // size, minlength=1).max())
             finite_queries = _finite(device, queries)
+        elif len(chunk_ids) > capacity:
+            raise ValueError(
+                f"`chunks` must not grow: a chunk of {len(chunk_ids)} ids follows a first one "
+                f"of {capacity}, which sized the blocks of scores."
+            )
+        offset = sum(len(part) for part in ids)
+        if offset + len(chunk_ids) > MAX_FLAT_INDEX:
+            raise ValueError(
+                f"The search holds at most {MAX_FLAT_INDEX:,} ids; received {offset:,} and more."
+            )
         rows = ops.cast(_to_device(device, rows), "float32")
-        # The step compiles once per shape: the chunks' and the last one's, often shorter.
-        nan_scores = not (finite_queries and _finite(device, rows))
-        if nan_scores not in steps:
-            steps[nan_scores] = _block_step(device, k, width > 0, nan_scores)
-        step = steps[nan_scores]
+        # This chunk's exclusions, padded to a power of two per block (a few compilations,
+        # and memory near the pairs', whatever the longest history elsewhere).
         rows_in, positions_in = in_chunk(excluded, chunk_ids)
+        most = int(np.bincount(rows_in // size, minlength=1).max())
+        width = 1 << max(most - 1, 0).bit_length() if most else 0
+        nan_scores = not (finite_queries and _finite(device, rows))
+        if (nan_scores, width) not in steps:
+            steps[nan_scores, width] = _block_step(device, k, width > 0, nan_scores)
+        step = steps[nan_scores, width]
         pairs, weights = _block_exclusions(rows_in, positions_in, size, len(blocks), max(width, 1))
         pairs, weights = device.to_device(pairs), device.to_device(weights)
-        offset = device.to_device(np.asarray(sum(len(part) for part in ids), np.int32))
+        start = device.to_device(np.asarray(offset, np.int32))
         for b, (values, positions) in enumerate(blocks):
-            blocks[b] = step(query_blocks[b], rows, offset, values, positions, pairs[b], weights[b])
+            blocks[b] = step(query_blocks[b], rows, start, values, positions, pairs[b], weights[b])
         ids.append(chunk_ids)
     best_ids = np.full([num_queries, k], NO_ITEM, np.int64)
     if not ids:

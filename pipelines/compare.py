@@ -85,6 +85,7 @@ from absl import flags
 from pipelines import cli
 from pipelines import configs
 from pipelines import console
+from pipelines import keras_train
 from pipelines import per_query as per_query_lib
 from pipelines import schedule
 from pipelines import significance
@@ -295,6 +296,11 @@ def row_configs(rows: Sequence[Row], common: Sequence[str], vary_data: bool) -> 
             built[row.name] = train.config_from_flags(values)
         except (flags.Error, ValueError) as error:
             raise ValueError(f"Row {row.name} ({row.describe()}): {error}") from None
+        if built[row.name].training.framework == "keras" or values["framework"].value == "keras":
+            # As the Keras job's run will hold it (its search exact: `keras_config`).
+            built[row.name], _ = keras_train.keras_config(
+                built[row.name], index_given=values["index"].value is not None
+            )
     first = rows[0]
     named = {name for name, _ in first.flags}
     base = built[first.name].flat()
@@ -302,6 +308,10 @@ def row_configs(rows: Sequence[Row], common: Sequence[str], vary_data: bool) -> 
         other = built[row.name].flat()
         differ = sorted(k for k in base if base[k] != other.get(k))
         unnamed = [k for k in differ if k not in named]
+        if "index" in unnamed and all(
+            configs.indexes(flat["index"])[0] == "exact" for flat in (base, other)
+        ):  # A Keras row's exact search against "both": both report exact search first.
+            unnamed.remove("index")
         if unnamed:
             raise ValueError(
                 f"Rows {first.name} and {row.name} differ in --{', --'.join(unnamed)} too, "

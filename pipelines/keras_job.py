@@ -163,6 +163,7 @@ JOB = dict(
     steps_per_epoch=0,
     weight_column="",
     item_catalog="",
+    partial_batches=False,
 )
 
 
@@ -229,6 +230,7 @@ def config_settings(config) -> dict:
         share_item_table=config.model.share_item_table,
         seed=training.seed,
         table_learning_rate=training.table_learning_rate or training.learning_rate,
+        adam_epsilon=training.adam_epsilon,
     )
 
 
@@ -354,7 +356,9 @@ def make_model(num_users: int, num_items: int, settings):
     # Where SparseUpdates does not apply, the dense tables and the projection train through
     # Adagrad at the tables' rate.
     model.compile(
-        optimizer=keras.optimizers.Adam(settings["learning_rate"])
+        optimizer=keras.optimizers.Adam(
+            settings["learning_rate"], epsilon=settings.get("adam_epsilon", 1e-7)
+        )
         if jax
         else keras.optimizers.Adagrad(settings["table_learning_rate"]),
         steps_per_execution=settings.get("steps_per_execution", 1),
@@ -362,11 +366,11 @@ def make_model(num_users: int, num_items: int, settings):
     return model
 
 
-def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 256):
-    """Recall and NDCG at KS of each test query over `index`, its history excluded (the
+def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 256, ks=KS):
+    """Recall and NDCG at `ks` of each test query over `index`, its history excluded (the
     query reads its last `history_length` items, as the training examples do), ranked by the
     product's one exact search on the backend's device (`keras_logq.ranking.exact_top_k`:
-    ties to the lower id, `NO_ITEM` where fewer than max(KS) candidates are left): the
+    ties to the lower id, `NO_ITEM` where fewer than max(ks) candidates are left): the
     queries and the index's embeddings stay on the device, and only the ranked ids come
     back."""
     from keras import ops  # pylint: disable=import-outside-toplevel
@@ -383,9 +387,9 @@ def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 2
             histories[row, history_length - len(recent) :] = recent
         queries.append(model.query(users, histories))
     ranked_ids = keras_ranking.exact_top_k(
-        ops.concatenate(queries, axis=0), index, items, max(KS), test.histories
+        ops.concatenate(queries, axis=0), index, items, max(ks), test.histories
     )
-    return metrics_lib.recall_ndcg(ranked_ids, test.targets, KS)
+    return metrics_lib.recall_ndcg(ranked_ids, test.targets, ks)
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -648,9 +652,9 @@ def keras_callback():
     return keras.callbacks.Callback
 
 
-def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = ""):
-    """Trains (backing up to `backup_dir`, see `train`) and tests on the store at
-    `store_dir`; returns the results."""
+def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = "", ks=KS):
+    """Trains (backing up to `backup_dir`, see `train`) and tests (Recall and NDCG at `ks`)
+    on the store at `store_dir`; returns the results."""
     import keras  # pylint: disable=import-outside-toplevel
 
     store, test, num_users, num_items = load(store_dir)
@@ -668,7 +672,7 @@ def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = ""):
         else np.arange(1, num_items + 1)
     )
     started = time.time()
-    test_metrics = evaluate(model, test, index, store.history_length)
+    test_metrics = evaluate(model, test, index, store.history_length, ks=tuple(ks))
     return dict(
         backend=keras.backend.backend(),
         steps=sum(steps for steps, _ in losses),

@@ -17,15 +17,17 @@ day's positives.
 It trains what the TensorFlow job trains for an event log read by day (`--split=next_day
 --model=two_tower --order=time`, one epoch, mixed negatives with a count-min sketch, Adagrad
 on the tables); a config asking for more (another loss or sampler, ScaNN, a tf.distribute
-strategy, ...) is refused before anything is built, each such setting named. Neither
-TensorFlow nor tfrs_logq is imported (a test blocks them). `evaluate`, `export` and `compare`
-do not read Keras runs yet.
+strategy, ...) is refused before anything is built, each such setting named. Run as
+`tfrs-logq train --framework=keras` or `python -m pipelines.keras_train`, it imports neither
+TensorFlow nor tfrs_logq (a test blocks them); `python -m pipelines.train` given a Keras config
+(`--config_file`) hands over to it after importing TensorFlow. `tfrs-logq compare` trains Keras
+rows with it; `evaluate` and `export` read TensorFlow runs only.
 """
 
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from absl import app
 from absl import flags
@@ -86,6 +88,20 @@ def refusals(config: configs.Config, strategy: str = "default") -> List[str]:
     return out
 
 
+def keras_config(config: configs.Config, index_given: bool) -> Tuple[configs.Config, str]:
+    """(`config` as the Keras job trains it, a note or ""): framework "keras", and a
+    preset's ScaNN index (industrial's "both") exact search, unless `index_given` (then a
+    ScaNN index is refused, `refusals`)."""
+    config = config.replace(framework="keras")
+    if index_given or config.training.index == "exact":
+        return config, ""
+    note = (
+        f"--framework=keras searches exactly: the preset's --index={config.training.index} is "
+        "--index=exact here."
+    )
+    return config.replace(index="exact"), note
+
+
 def refusal_message(refused: List[str]) -> str:
     """The error of a config with `refusals`."""
     return (
@@ -127,7 +143,11 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
         store_dir = logs.ensure_day_store(config, output_dir)[0]
         phases["data"] = round(time.time() - mark, 1)
         results = keras_job.run(
-            store_dir, settings_for(config), verbose=verbose, backup_dir=files.keras_backup
+            store_dir,
+            settings_for(config),
+            verbose=verbose,
+            backup_dir=files.keras_backup,
+            ks=configs.ks(config.training),
         )
         phases["train"], phases["evaluate"] = results["train_seconds"], results["test_seconds"]
         metrics = {
@@ -148,7 +168,8 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
             "phase_seconds": phases,
             "wall_seconds": round(time.time() - started, 1),
             "peak_rss_mb": round(memory.peak_rss_mib()),
-            "git_revision": provenance.revision(),
+            # The commit, and from a dirty tree the diff's hash (the diff: OUTPUT/code.diff).
+            **provenance.code_state(files.code_diff),
         }
         write_json(files.metrics, metrics)  # Whole or not at all.
         keras_job.remove_backups(files.keras_backup)  # The results are written.
@@ -166,19 +187,27 @@ def main(argv):
         raise app.UsageError(str(error)) from None
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required.")
-    config = config.replace(framework="keras")
-    if FLAGS["index"].value is None and config.training.index != "exact":
-        # A preset's ScaNN index (industrial's "both"): the Keras job's exact search only.
+    config, note = keras_config(config, index_given=FLAGS["index"].value is not None)
+    if note:
+        print(note, file=sys.stderr)
+    if config.training.memory_budget_mb:
         print(
-            f"--framework=keras searches exactly: the preset's --index={config.training.index} "
-            "is --index=exact here.",
+            f"--memory_budget_mb={config.training.memory_budget_mb}: the Keras job does not "
+            "predict its memory, so it does not check the budget.",
             file=sys.stderr,
         )
-        config = config.replace(index="exact")
     refused = refusals(config, FLAGS.strategy)
     if refused:  # Before anything is built or written.
         raise app.UsageError(refusal_message(refused))
     os.environ.setdefault("KERAS_BACKEND", "jax")
+    if os.environ["KERAS_BACKEND"] != "jax":
+        print(
+            f"KERAS_BACKEND={os.environ['KERAS_BACKEND']}: only JAX has row-sparse table updates "
+            "(keras_logq.SparseEmbedding); here the tables are dense keras.layers.Embedding, "
+            "trained with the projections by Adagrad at --table_learning_rate (a step "
+            "updates every row).",
+            file=sys.stderr,
+        )
     logging.set_verbosity(logging.WARNING)  # JAX's INFO lines (its platforms) are not news.
     with errors.reported():
         try:
@@ -192,11 +221,10 @@ def main(argv):
         f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users and "
         f"{metrics['index_items']:,} items, exact search on the device, history filtered:\n"
     )
-    print("| metric | @10 | @100 | @1000 |\n|---|---|---|---|")
+    ks = configs.ks(config.training)
+    print("| metric | " + " | ".join(f"@{k}" for k in ks) + " |\n|---|" + "---|" * len(ks))
     for name in ("recall", "ndcg"):
-        print(
-            f"| {name} | " + " | ".join(f"{test[f'{name}@{k}']:.4f}" for k in keras_job.KS) + " |"
-        )
+        print(f"| {name} | " + " | ".join(f"{test[f'{name}@{k}']:.4f}" for k in ks) + " |")
     print(f"\nWrote {RunFiles(FLAGS.output_dir).metrics}")
 
 

@@ -268,10 +268,11 @@ def check_output_dir(config, output_dir: str) -> None:
         # command's values.
         previous = configs.Config.from_dict(stored).flat()
         current = config.flat()
+        # The job that trained it is compared even where the file predates the field (a
+        # run without it was TensorFlow's).
+        compared = {*configs.Config.stored_fields(stored), "framework"}
         changed = sorted(
-            name
-            for name in configs.Config.stored_fields(stored)
-            if name in current and previous[name] != current[name]
+            name for name in compared if name in current and previous[name] != current[name]
         )
         if changed:
             raise OutputDirError(

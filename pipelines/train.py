@@ -304,6 +304,11 @@ def run(
     directory raises `RunInUse`. A NaN or infinite training loss raises
     `callbacks.NonFiniteLoss`, and nothing is exported.
     """
+    if config.training.framework != "tf":
+        raise ValueError(
+            f"pipelines.train.run trains TensorFlow's job; this config's framework is "
+            f"{config.training.framework!r}: run it with pipelines.keras_train.run."
+        )
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
     if not chief:

@@ -127,3 +127,33 @@ def test_device_top_k_refuses_what_exact_top_k_refuses():
         ranking.device_top_k(ranking.NUMPY, queries, chunks[:1], -1)
     with pytest.raises(ValueError, match=r"one list of ids per query \(1\); received 2"):
         ranking.device_top_k(ranking.NUMPY, queries, chunks[:1], 2, [[1], [2]])
+
+
+def test_device_top_k_refuses_a_chunk_longer_than_the_first():
+    queries = np.ones((2, 2), np.float32)
+    chunks = [(np.array([1]), np.ones((1, 2))), (np.array([2, 3, 4]), np.ones((3, 2)))]
+    with pytest.raises(ValueError, match="a chunk of 3 ids follows a first one of 1"):
+        ranking.device_top_k(ranking.NUMPY, queries, chunks, 2)
+
+
+def test_device_top_k_blocks_keep_the_flat_score_index_within_int32(monkeypatch):
+    monkeypatch.setattr(ranking, "MAX_FLAT_INDEX", 9)  # As 2**31 - 1 is to a GPU's chunks.
+    seen = []
+    device = ranking.NUMPY._replace(compile=lambda step: _recording(step, seen))
+    rng = np.random.default_rng(0)
+    queries = rng.normal(size=(5, 2)).astype(np.float32)
+    ids, embeddings = np.arange(1, 5), rng.normal(size=(4, 2)).astype(np.float32)
+    found = ranking.device_top_k(device, queries, [(ids, embeddings)], 3, block=4)
+    assert seen == [2, 2, 2]  # 9 // 4 ids: 2 queries a block, whatever `block` asks.
+    expected = ranking.exact_top_k(queries, [(ids, embeddings)], 3)
+    np.testing.assert_array_equal(found, expected)
+    with pytest.raises(ValueError, match="at most 9 ids; received 0 and more"):
+        ranking.device_top_k(device, queries, [(np.arange(1, 11), np.ones((10, 2)))], 3)
+
+
+def _recording(step, seen):
+    def recorded(queries, *rest):
+        seen.append(len(queries))
+        return step(queries, *rest)
+
+    return recorded

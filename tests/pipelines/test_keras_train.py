@@ -122,3 +122,56 @@ def test_evaluate_and_export_name_a_keras_run_instead_of_failing_on_it(tmp_path)
     run_files.write_config(configs.PRESETS["industrial_smoke"].replace(framework="keras"), out)
     with pytest.raises(run_files.RunNotFound, match="trained by the Keras job"):
         experiment.load_run(out)
+
+
+def test_a_run_directory_from_before_the_framework_field_is_tensorflows(tmp_path):
+    out = str(tmp_path / "run")
+    run_files.prepare_output_dir(out)
+    stored = configs.PRESETS["industrial_smoke"].as_dict()
+    del stored["training"]["framework"]  # A config.json written before the field.
+    with open(run_files.RunFiles(out).config, "w") as f:
+        json.dump(stored, f)
+    with open(run_files.RunFiles(out).progress, "w") as f:
+        json.dump({"epochs_done": 1}, f)
+    keras = configs.PRESETS["industrial_smoke"].replace(framework="keras")
+    with pytest.raises(run_files.OutputDirError, match=r"differs in framework"):
+        run_files.check_output_dir(keras, out)
+    run_files.check_output_dir(configs.PRESETS["industrial_smoke"], out)  # TensorFlow's: same.
+
+
+def test_the_keras_config_of_a_preset_and_what_it_honours():
+    preset = configs.PRESETS["industrial_smoke"]
+    config, note = keras_train.keras_config(preset, index_given=False)
+    assert (config.training.framework, config.training.index) == ("keras", "exact")
+    assert note == (
+        "--framework=keras searches exactly: the preset's --index=both is --index=exact here."
+    )
+    given, note = keras_train.keras_config(preset.replace(index="scann"), index_given=True)
+    assert (given.training.index, note) == ("scann", "")  # Then refused by name:
+    assert keras_train.refusals(given)[0].startswith("--index=scann (ScaNN is TensorFlow's")
+    settings = keras_train.settings_for(config.replace(adam_epsilon=1e-8, backup_every=7))
+    assert (settings["adam_epsilon"], settings["backup_every"]) == (1e-8, 7)
+    assert "--partial_batches=True (the Keras job: False)" in keras_train.refusals(
+        config.replace(partial_batches=True)
+    )
+
+
+def test_tensorflows_run_refuses_a_keras_config(tmp_path):
+    from pipelines import train  # pylint: disable=import-outside-toplevel  (TensorFlow)
+
+    keras = configs.PRESETS["industrial_smoke"].replace(framework="keras")
+    with pytest.raises(ValueError, match="run it with pipelines.keras_train.run"):
+        train.run(keras, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_compare_holds_a_keras_row_as_its_run_will(tmp_path):
+    from pipelines import compare  # pylint: disable=import-outside-toplevel
+
+    rows = [
+        compare.Row("tf", (("framework", "tf"),)),
+        compare.Row("keras", (("framework", "keras"),)),
+    ]
+    built = compare.row_configs(rows, ["--preset=industrial_smoke"], vary_data=False)
+    assert (built["tf"].training.framework, built["tf"].training.index) == ("tf", "both")
+    assert (built["keras"].training.framework, built["keras"].training.index) == ("keras", "exact")

@@ -75,6 +75,15 @@ class DeviceTopKTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllEqual(found, expected)
 
 
+class Float32MatmulsTest(tf.test.TestCase):
+    def test_tf32_is_off_while_the_search_runs_and_as_it_was_after(self):
+        for before in (True, False):
+            tf.config.experimental.enable_tensor_float_32_execution(before)
+            with _ops.DEVICE.exact():
+                self.assertFalse(tf.config.experimental.tensor_float_32_execution_enabled())
+            self.assertEqual(tf.config.experimental.tensor_float_32_execution_enabled(), before)
+
+
 def _numpy_top_k(queries, items, k, exclude=None, first_id=1, candidates=None):
     """The reference: the whole score matrix, ranked by a stable argsort (ties: lower id)."""
     scores = queries.astype(np.float32) @ items.astype(np.float32).T
