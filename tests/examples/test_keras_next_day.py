@@ -137,6 +137,7 @@ def test_settings_of_the_pipelines_config():
         shuffle_window=100_000,
         share_item_table=False,
         seed=0,
+        adam_epsilon=1e-7,
     )
     odd = config.replace(
         num_negatives=1025,

@@ -201,14 +201,16 @@ LAW_20M_EVENT_ITEMS = 5_180_346
 
 
 def _records():
-    """(name, record) of every committed record with a config and a measured peak."""
+    """(name, record) of every committed record of TensorFlow's job (which the memory model
+    predicts; a Keras run's config says framework "keras") with a config and a measured peak."""
     paths = sorted(glob.glob(os.path.join(RESULTS, "**", "*.json"), recursive=True))
     for path in paths:
         with open(path) as f:
             loaded = json.load(f)
         for record in loaded if isinstance(loaded, list) else [loaded]:
             if isinstance(record, dict) and "config" in record and "peak_rss_mb" in record:
-                yield os.path.relpath(path, RESULTS), record
+                if configs.Config.from_dict(record["config"]).training.framework == "tf":
+                    yield os.path.relpath(path, RESULTS), record
 
 
 def _predicted(record):
