@@ -52,18 +52,8 @@ def _float32_matmuls():
     if backend == "tensorflow":
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-        return _tf_float32(tf)
+        return ranking.tensorflow_float32_matmuls(tf)
     return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _tf_float32(tf):
-    was = tf.config.experimental.tensor_float_32_execution_enabled()
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    try:
-        yield
-    finally:
-        tf.config.experimental.enable_tensor_float_32_execution(was)
 
 
 def _compiler() -> Callable[[Callable], Callable]:

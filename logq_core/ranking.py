@@ -269,6 +269,19 @@ class Device(NamedTuple):
     exact: Callable[[], ContextManager] = contextlib.nullcontext
 
 
+@contextlib.contextmanager
+def tensorflow_float32_matmuls(tf):
+    """`Device.exact` for TensorFlow (the module `tf`, imported by the caller): its matmuls
+    in float32 while the body runs (TF32 off on Ampere and later GPUs, where it is on by
+    default), then as they were."""
+    was = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(was)
+
+
 def _block_step(device: Device, k: int, with_exclusions: bool, nan_scores: bool):
     """The compiled step of `device_top_k`: one block of queries against one chunk, merged
     into the block's running top k (values, index positions). With `nan_scores` (an
@@ -378,7 +391,7 @@ def _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block)
     blocks: List[Tuple[Any, Any]] = []  # Each block's running (values, positions).
     query_blocks: List[Any] = []
     size = capacity = 0
-    steps: Dict[Tuple[bool, int], Callable] = {}  # By NaN handling and exclusions' width.
+    steps: Dict[Tuple[bool, bool], Callable] = {}  # By NaN handling and exclusions.
     finite_queries = True
     for chunk_ids, rows in chunks:
         chunk_ids = _checked_chunk(chunk_ids, rows, ids[-1][-1] if ids else None, dim)
@@ -417,9 +430,11 @@ def _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block)
         most = int(np.bincount(rows_in // size, minlength=1).max())
         width = 1 << max(most - 1, 0).bit_length() if most else 0
         nan_scores = not (finite_queries and _finite(device, rows))
-        if (nan_scores, width) not in steps:
-            steps[nan_scores, width] = _block_step(device, k, width > 0, nan_scores)
-        step = steps[nan_scores, width]
+        # One step per variant; each compiles again for a new shape (the exclusions' width).
+        variant = (nan_scores, width > 0)
+        if variant not in steps:
+            steps[variant] = _block_step(device, k, width > 0, nan_scores)
+        step = steps[variant]
         pairs, weights = _block_exclusions(rows_in, positions_in, size, len(blocks), max(width, 1))
         pairs, weights = device.to_device(pairs), device.to_device(weights)
         start = device.to_device(np.asarray(offset, np.int32))
@@ -513,4 +528,5 @@ __all__ = [
     "numpy_top_k",
     "numpy_top_k_sorted",
     "scored_blocks",
+    "tensorflow_float32_matmuls",
 ]

@@ -1,6 +1,6 @@
 """Small numerical helpers shared by the library's modules."""
 
-import contextlib
+import functools
 import types
 
 import tensorflow as tf
@@ -62,18 +62,6 @@ TF = types.SimpleNamespace(
 MASKED_LOGIT = formulas.MASKED_LOGIT
 
 
-@contextlib.contextmanager
-def float32_matmuls():
-    """TensorFlow's matmuls in float32 while the body runs (TF32 off on Ampere and later
-    GPUs, where it is on by default), then as they were."""
-    was = tf.config.experimental.tensor_float_32_execution_enabled()
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    try:
-        yield
-    finally:
-        tf.config.experimental.enable_tensor_float_32_execution(was)
-
-
 # `logq_core.ranking.device_top_k` on TensorFlow: its step a tf.function, on whatever device
 # TensorFlow places it (a GPU when there is one), its scores in float32.
 DEVICE = ranking.Device(
@@ -81,7 +69,7 @@ DEVICE = ranking.Device(
     compile=tf.function,
     to_device=tf.convert_to_tensor,
     to_numpy=lambda t: t.numpy(),
-    exact=float32_matmuls,
+    exact=functools.partial(ranking.tensorflow_float32_matmuls, tf),
 )
 
 
