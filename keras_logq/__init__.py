@@ -37,6 +37,7 @@ from keras_logq import frequency
 from keras_logq import losses
 from keras_logq import negatives
 from keras_logq import ranking
+from keras_logq import serving
 from keras_logq import sparse
 from keras_logq.frequency import CountMinSketchEstimator
 from keras_logq.frequency import HashedFrequencyEstimator
@@ -80,6 +81,7 @@ __all__ = [
     "negatives",
     "negatives_loss",
     "ranking",
+    "serving",
     "sparse",
     "sampled_softmax_loss",
 ]

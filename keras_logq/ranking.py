@@ -79,8 +79,10 @@ def exact_top_k(
     block: Optional[int] = None,
     chunk_items: int = CHUNK_ITEMS,
     scores_per_block: int = ranking.SCORES_PER_BLOCK,
-) -> np.ndarray:
-    """[num_queries, k] int64 ids of each query's k highest-scoring candidates, exactly.
+    return_scores: bool = False,
+):
+    """[num_queries, k] int64 ids of each query's k highest-scoring candidates, exactly;
+    with `return_scores`, (ids, [num_queries, k] float32 scores, -inf where `NO_ITEM`).
 
     Args:
       queries: [num_queries, dim] float32, an array or a tensor (on the device).
@@ -91,6 +93,7 @@ def exact_top_k(
       block: queries scored at once (default: as many as `scores_per_block` allows).
       chunk_items: candidates scored at once.
       scores_per_block: the most (query, item) pairs a block scores.
+      return_scores: also return the scores.
 
     Raises:
       ValueError: `ids` not one-dimensional and unique, or `embeddings` not one row per id.
@@ -120,7 +123,9 @@ def exact_top_k(
         for start in range(0, len(ids), chunk_items):
             yield ids[start : start + chunk_items], embeddings[start : start + chunk_items]
 
-    return ranking.device_top_k(device(), queries, chunks(), k, exclude, block, scores_per_block)
+    return ranking.device_top_k(
+        device(), queries, chunks(), k, exclude, block, scores_per_block, return_scores
+    )
 
 
 __all__ = ["CHUNK_ITEMS", "NO_ITEM", "device", "exact_top_k", "recall_ndcg"]

@@ -339,10 +339,12 @@ def device_top_k(
     exclude: Optional[Sequence[np.ndarray]] = None,
     block: Optional[int] = None,
     scores_per_block: int = SCORES_PER_BLOCK,
-) -> np.ndarray:
+    return_scores: bool = False,
+):
     """`exact_top_k` run on the `device`'s arrays: the same [num_queries, k] ids (in
     decreasing score, ties to the lower id, `NO_ITEM` where no candidate is left, never an
-    excluded id), with no host round trip per block.
+    excluded id), with no host round trip per block; with `return_scores`, (ids, their
+    [num_queries, k] float32 scores, -inf where `NO_ITEM`).
 
     Each block of queries is scored against each chunk, its excluded pairs set to -inf, and
     its top k merged into the block's running one by one compiled step (`Device.compile`);
@@ -367,6 +369,7 @@ def device_top_k(
       exclude: per query, ids never returned (the user's history).
       block: queries scored at once (default: as many as `scores_per_block` allows).
       scores_per_block: the most (query, item) pairs a block scores.
+      return_scores: also return the scores.
     """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise ValueError(f"`k` must be a non-negative integer; received k={k!r}.")
@@ -377,12 +380,24 @@ def device_top_k(
     num_queries, dim = shape
     excluded = exclusions(exclude, num_queries)
     if num_queries == 0 or k == 0:
-        return np.full([num_queries, k], NO_ITEM, np.int64)
-    with device.exact():
-        return _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block)
+        best_ids, best_scores = _empty_answer(num_queries, k)
+    else:
+        with device.exact():
+            best_ids, best_scores = _device_top_k(
+                device, queries, chunks, k, excluded, block, scores_per_block
+            )
+    return (best_ids, best_scores) if return_scores else best_ids
 
 
-def _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block) -> np.ndarray:
+def _empty_answer(num_queries: int, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """([num_queries, k] `NO_ITEM` ids, -inf scores): an answer before any candidate."""
+    return (
+        np.full([num_queries, k], NO_ITEM, np.int64),
+        np.full([num_queries, k], -np.inf, np.float32),
+    )
+
+
+def _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block):
     """`device_top_k`, its arguments checked, in the device's exact context."""
     ops = device.ops
     num_queries, dim = tuple(queries.shape)
@@ -441,9 +456,9 @@ def _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block)
         for b, (values, positions) in enumerate(blocks):
             blocks[b] = step(query_blocks[b], rows, start, values, positions, pairs[b], weights[b])
         ids.append(chunk_ids)
-    best_ids = np.full([num_queries, k], NO_ITEM, np.int64)
+    best_ids, best_scores = _empty_answer(num_queries, k)
     if not ids:
-        return best_ids
+        return best_ids, best_scores
     all_ids = np.concatenate(ids)
     blocks.reverse()
     for b in range(len(query_blocks)):  # The answer, a block at a time, each freed as read.
@@ -452,7 +467,8 @@ def _device_top_k(device, queries, chunks, k, excluded, block, scores_per_block)
         rows = best_ids[b * size : (b + 1) * size]
         found = positions[: len(rows)] >= 0
         rows[found] = all_ids[positions[: len(rows)][found]]
-    return best_ids
+        best_scores[b * size : (b + 1) * size][found] = device.to_numpy(values)[: len(rows)][found]
+    return best_ids, best_scores
 
 
 def _numpy_scatter_update(inputs, indices, updates):

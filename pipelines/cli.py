@@ -11,6 +11,7 @@ lists a job's flags, `tfrs-logq --help` the jobs and the presets.
   tfrs-logq cluster --workers=2 --ps=2 -- tfrs-logq train --strategy=parameter_server ...
 """
 
+import os
 import runpy
 import sys
 from types import ModuleType
@@ -83,6 +84,30 @@ def framework_in(args: List[str]) -> Optional[str]:
     return value
 
 
+def run_framework(args: List[str]) -> Optional[str]:
+    """The framework that trained the run an `evaluate` or `export` command names: that of
+    the first argument that is a run directory (`run_files.framework_of`), or None."""
+    from pipelines import run_files  # pylint: disable=import-outside-toplevel
+
+    for arg in args:
+        if not arg.startswith("-") and os.path.isfile(os.path.join(arg, "config.json")):
+            return run_files.framework_of(arg)
+    return None
+
+
+def module_of(name: str, args: List[str]) -> str:
+    """The module that runs job `name` on `args`: the Keras job's train (--framework=keras),
+    the Keras run's evaluation (unless --framework=tf) and export, else the job's own."""
+    if name == "train" and framework_in(args) == "keras":  # Keras 3: no TensorFlow.
+        return "pipelines.keras_train"
+    if name in ("evaluate", "export") and run_framework(args) == "keras":
+        if name == "export":  # Its Keras export, then the SavedModels in a TF process.
+            return "pipelines.keras_export"
+        if framework_in(args) != "tf":
+            return "pipelines.keras_evaluate"
+    return JOBS[name].module
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs `tfrs-logq JOB FLAGS...` (argv without the program's name; None: sys.argv[1:])."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -110,10 +135,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         console.PROG = f"{PROG} {name}"
         if console.verbose_in(rest):  # Before the job imports TensorFlow.
             console.show_native_logs()
-        module = JOBS[name].module
-        if name == "train" and framework_in(rest) == "keras":  # Keras 3: no TensorFlow.
-            module = "pipelines.keras_train"
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(module_of(name, rest), run_name="__main__", alter_sys=True)
     except ModuleNotFoundError as error:
         if error.name is None or error.name.split(".")[0] in ("pipelines", "tfrs_logq"):
             raise

@@ -4,7 +4,7 @@ the traceback too. Anything else (a bug) keeps its traceback."""
 
 import contextlib
 import sys
-from typing import Iterator, Tuple, Type
+from typing import Iterator, List, Tuple, Type
 
 from absl import flags
 
@@ -26,24 +26,27 @@ def define_debug_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def named() -> Tuple[Type[BaseException], ...]:
-    """The error types a job reports as one line."""
-    # pylint: disable=import-outside-toplevel  (callbacks and export import TensorFlow)
-    from pipelines import callbacks
+    """The error types a job reports as one line (those of TensorFlow's modules only where
+    the job imported them: the Keras job runs without TensorFlow)."""
+    # pylint: disable=import-outside-toplevel
     from pipelines import run_files
     from pipelines.data.interactions import DataError
-    from tfrs_logq.export import ScannOpsUnavailable
 
-    return (
+    found: List[Type[BaseException]] = [
         DataError,
         FileNotFoundError,  # A data file the loaders name (MovieLens, Steam).
         RunNotFound,
         MemoryBudgetError,
         run_files.RunInUse,
         run_files.OutputDirError,
-        callbacks.BackupError,
-        callbacks.NonFiniteLoss,
-        ScannOpsUnavailable,
-    )
+    ]
+    for module, names in (
+        ("pipelines.callbacks", ("BackupError", "NonFiniteLoss")),
+        ("tfrs_logq.export", ("ScannOpsUnavailable",)),
+    ):
+        if module in sys.modules:  # Not imported: none of its errors was raised.
+            found += [getattr(sys.modules[module], name) for name in names]
+    return tuple(found)
 
 
 @contextlib.contextmanager

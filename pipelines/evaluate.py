@@ -38,6 +38,7 @@ from pipelines import errors
 from pipelines import experiment
 from pipelines import per_query
 from pipelines import report
+from pipelines import run_files
 from pipelines.run_files import RunFiles
 from pipelines.run_files import write_json
 from tfrs_logq import retrieval
@@ -48,6 +49,15 @@ FLAGS = flags.FLAGS
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     define: Dict[str, Any] = dict(flag_values=flag_values)
     errors.define_debug_flag(flag_values)
+    flags.DEFINE_enum(
+        "framework",
+        None,
+        list(configs.FRAMEWORKS),
+        "tf: TensorFlow evaluates the run, a Keras job's run too (its towers in the TensorFlow "
+        "job's model); keras: the Keras job's own (`tfrs-logq` runs it for a Keras run). "
+        "Default: the run's framework.",
+        **define,
+    )
     flags.DEFINE_enum("split", "test", ["test", "validation"], "Which evaluation set.", **define)
     flags.DEFINE_enum(
         "index",
@@ -152,25 +162,6 @@ def per_query_values(source: str, split: str = "test", index: str = "exact") -> 
     }
 
 
-def check_against_report(record: Dict, output_dir: str, tolerance: float = 1e-6) -> None:
-    """Raises if the means of `record` (test split) differ from the test metrics that
-    OUTPUT_DIR/metrics.json reports for the same index: then this code evaluates the run
-    otherwise than the code that trained it did, and its per-query values would not be the
-    run's."""
-    path = RunFiles(output_dir).metrics
-    if record["split"] != "test" or not os.path.exists(path):
-        return
-    with open(path) as f:
-        reported = json.load(f).get(f"test_{record['index']}", {})
-    for name, values in record["values"].items():
-        if name in reported and abs(float(np.mean(values)) - reported[name]) > tolerance:
-            raise ValueError(
-                f"{output_dir}: {name} evaluates to {float(np.mean(values)):.6f} here but "
-                f"{reported[name]:.6f} in its metrics.json; the code evaluating it differs from "
-                "the code that trained it, so its per-query values are not written."
-            )
-
-
 def compare_runs(
     output_dir: str, against: str, split: str = "test", index: str = "exact"
 ) -> Dict[str, Dict[str, float]]:
@@ -179,21 +170,6 @@ def compare_runs(
     directory or a `--per_query_out` file; both must hold the same queries and targets."""
     a, b = (per_query_values(source, split, index) for source in (against, output_dir))
     return per_query.compare(a, b, f"--against={against}", output_dir)
-
-
-def format_comparison(comparison: Dict[str, Dict[str, float]], name_b: str, name_a: str) -> str:
-    """Markdown table of `compare_runs`: both means, d, its SE over queries, t and p."""
-    lines = [
-        f"| metric | {name_b} | {name_a} | d | SE (queries) | t | p |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for metric, row in comparison.items():
-        lines.append(
-            f"| {metric} | {row['mean_b']:.4f} | {row['mean_a']:.4f} | "
-            f"{row['difference']:+.4f} | {row['se']:.4f} | {row['t']:.2f} | "
-            f"{row['p']:.3g} |"
-        )
-    return "\n".join(lines)
 
 
 def main(argv):
@@ -207,6 +183,8 @@ def _main(argv):
     tf.get_logger().setLevel("ERROR")
     logging.set_verbosity(logging.WARNING)
     output_dir = argv[1]
+    if FLAGS.framework == "keras":
+        raise app.UsageError(run_files.keras_framework_refusal(output_dir, "evaluate"))
     modes = [f"--{name}" for name in ("per_query_out", "against", "geometry") if FLAGS[name].value]
     if len(modes) > 1:
         raise app.UsageError(f"{' and '.join(modes)} are separate jobs; give one of them.")
@@ -224,7 +202,7 @@ def _main(argv):
         )
     if FLAGS.per_query_out:
         values = per_query_values(output_dir, FLAGS.split, index)
-        check_against_report(values, output_dir)
+        per_query.check_against_report(values, output_dir)
         per_query.save(values, FLAGS.per_query_out)
         print(
             f"Wrote {FLAGS.per_query_out}: {len(values['users'])} {FLAGS.split} queries, "
@@ -233,27 +211,9 @@ def _main(argv):
         return
     if FLAGS.against:
         comparison = compare_runs(output_dir, FLAGS.against, FLAGS.split, index)
-        n = next(iter(comparison.values()))["n"]
-        print(
-            f"{output_dir} (b) against {FLAGS.against} (a), {FLAGS.split} split, "
-            f"{index} search, {n} queries; d = b - a, its standard error over queries "
-            "(the evaluation set's noise, not the seeds'):\n"
+        per_query.report_comparison(
+            comparison, output_dir, FLAGS.against, FLAGS.split, index, FLAGS.output_json
         )
-        print(format_comparison(comparison, "b", "a"))
-        if FLAGS.output_json:
-            with open(FLAGS.output_json, "w") as f:
-                json.dump(
-                    {
-                        "b": output_dir,
-                        "a": FLAGS.against,
-                        "split": FLAGS.split,
-                        "index": index,
-                        "metrics": comparison,
-                    },
-                    f,
-                    indent=1,
-                )
-            print(f"\nWrote {FLAGS.output_json}")
         return
     config, by_search, geometry = evaluate_indexes(
         output_dir, FLAGS.split, FLAGS.index, FLAGS.geometry

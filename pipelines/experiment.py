@@ -7,7 +7,6 @@ the resumable training stream, and the query embeddings and metrics of an
 evaluation set.
 """
 
-import dataclasses
 import functools
 import json
 import os
@@ -22,8 +21,8 @@ import tensorflow_recommenders as tfrs
 
 from logq_core import formulas
 from pipelines import configs
+from pipelines import run_files
 from pipelines.data import builders
-from pipelines.data import events as events_lib
 from pipelines.data import loaders
 from pipelines.data import logs
 from pipelines.data import splits as splits_lib
@@ -79,20 +78,9 @@ def synthetic_data(config: configs.Config):
 
 
 def save_vocabularies(config: configs.Config, output_dir: str) -> None:
-    """Saves an event-log run's vocabularies to OUTPUT/vocabulary (once)."""
-    if config.data.dataset not in configs.EVENT_LOGS:
-        return
-    directory = RunFiles(output_dir).vocabulary
-    if logs.saved_for(directory, config.data):
-        return
-    data = load_data(config, output_dir)
-    facts = logs.event_log_facts(config, output_dir)
-    events_lib.save_vocabularies(
-        directory,
-        data,
-        facts,
-        {"source": logs.event_files(config.data), "data": dataclasses.asdict(config.data)},
-    )
+    """Saves an event-log run's vocabularies to OUTPUT/vocabulary (once:
+    `logs.save_vocabularies`)."""
+    logs.save_vocabularies(config, output_dir)
 
 
 class WebTruth(NamedTuple):
@@ -676,16 +664,13 @@ def evaluate(
 def served_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
     """The `index_size` items with the most training events (ties: the lower id), sorted:
     what a run's exports serve; None (index_size 0): the whole catalog."""
-    if not config.training.index_size:
-        return None
-    return splits_lib.most_trained(split.train_counts(), config.training.index_size)
+    return splits_lib.served_index(split.train_counts(), config.training.index_size)
 
 
 def test_index(config: configs.Config, split: splits_lib.Split) -> Optional[np.ndarray]:
     """The ids the test search covers: `served_index` plus every test positive (the paper's
     industrial index); None: the whole catalog."""
-    top = served_index(config, split)
-    return None if top is None else splits_lib.with_positives(top, split.test)
+    return splits_lib.test_index(split.train_counts(), config.training.index_size, split.test)
 
 
 def evaluate_split(
@@ -724,12 +709,8 @@ def load_run(output_dir: str):
         )
     with open(files.config) as f:
         config = configs.validate(configs.Config.from_dict(json.load(f)))
-    if config.training.framework != "tf":
-        raise RunNotFound(
-            f"{output_dir} was trained by the Keras job (--framework={config.training.framework}),"
-            " which keeps no TensorFlow checkpoint: evaluate and export read TensorFlow runs "
-            f"only. Its test metrics are in {files.metrics}."
-        )
+    if config.training.framework == "keras":
+        return _load_keras_run(config, output_dir)
     if not files.has_best():
         raise RunNotFound(
             f"{output_dir} has no checkpoint yet ({files.best}.index): its training has not "
@@ -739,4 +720,44 @@ def load_run(output_dir: str):
     data_split = make_split(config, data, output_dir)
     model = build_model(config, data, data_split, weights_from_checkpoint=True)
     model.load_weights(files.best).expect_partial()
+    return config, model, data_split, data
+
+
+def _load_keras_run(config: configs.Config, output_dir: str):
+    """`load_run` of a run the Keras job trained: its saved towers
+    (`keras_job.read_towers`, numpy) in the TensorFlow job's `TwoTower`, whose layers they
+    name."""
+    from pipelines import keras_job  # pylint: disable=import-outside-toplevel
+
+    files = RunFiles(output_dir)
+    removed = run_files.removed_weights(output_dir)
+    if removed:
+        raise RunNotFound(removed)
+    if not files.has_keras_model():
+        raise RunNotFound(
+            f"{output_dir} holds no trained towers ({files.keras_model}/"
+            f"{keras_job.TOWERS_FILE}): its Keras training has not finished."
+        )
+    weights = keras_job.read_towers(files.keras_model)
+    data = load_data(config, output_dir)
+    data_split = make_split(config, data, output_dir)
+    model = build_model(config, data, data_split, weights_from_checkpoint=True)
+    length = int(weights["history_length"])
+    model.query_embeddings(
+        {"user": tf.zeros([1], tf.int32), "history": tf.zeros([1, length], tf.int32)}
+    )
+    model.candidate_embeddings(tf.zeros([1], tf.int32))
+    tables = dict(users=model.user_embedding, items=model.item_embedding)
+    if not model.share_item_table:
+        tables["history"] = model.history_embedding
+    for name, layer in tables.items():
+        if layer.embeddings.shape != weights[name].shape:
+            raise ValueError(
+                f"{files.keras_model}: the {name} table is {list(weights[name].shape)}; this "
+                f"run's data makes {list(layer.embeddings.shape)} (rebuilt store?)."
+            )
+        layer.embeddings.assign(weights[name])
+    for name, layer in (("query", model.query_tower), ("candidate", model.candidate_tower)):
+        layer.kernel.assign(weights[f"{name}/kernel"])
+        layer.bias.assign(weights[f"{name}/bias"])
     return config, model, data_split, data

@@ -32,6 +32,15 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     define: Dict[str, Any] = dict(flag_values=flag_values)
     errors.define_debug_flag(flag_values)
     flags.DEFINE_enum(
+        "framework",
+        None,
+        list(configs.FRAMEWORKS),
+        "tf: TensorFlow exports the run, a Keras job's run too (its towers in the TensorFlow "
+        "job's model); keras: the Keras job's own (`tfrs-logq` runs it for a Keras run). "
+        "Default: the run's framework.",
+        **define,
+    )
+    flags.DEFINE_enum(
         "index",
         "both",
         [*configs.INDEXES, *configs.INDEX_ALIASES],
@@ -52,6 +61,8 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
     searches = configs.indexes(FLAGS.index)
     with errors.reported():  # A missing run, bad data, no ScaNN ops: named, no traceback.
+        if FLAGS.framework == "keras":
+            raise app.UsageError(run_files.keras_framework_refusal(argv[1], "export"))
         removed = run_files.removed_weights(argv[1])  # A run whose weights compare deleted.
         if removed:
             raise RunNotFound(removed)

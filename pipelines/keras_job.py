@@ -24,6 +24,7 @@ trained items plus the day's positives (the pipelines' `test_index`), its histor
 by exact search on the device (`keras_logq.ranking.exact_top_k`).
 """
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -42,6 +43,7 @@ from absl import flags
 from logq_core import formulas
 from logq_core import metrics as metrics_lib
 from logq_core import samplers
+from pipelines import per_query as per_query_lib
 from pipelines import train_flags as train_flags_lib
 from pipelines.data import day_store
 from pipelines.data import logs
@@ -112,6 +114,14 @@ def define_job_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         **define,
     )
     flags.DEFINE_integer("seed", 0, "Seed of the weights, the draws and the shuffle.", **define)
+    flags.DEFINE_integer(
+        "devices",
+        0,
+        "Local devices to train on, the batch split over them by "
+        "keras.distribution.DataParallel (JAX; 0: every device JAX sees, 1: one).",
+        lower_bound=0,
+        **define,
+    )
 
 
 def defaults() -> dict:
@@ -138,10 +148,11 @@ SETTINGS = (
     "steps_per_execution",
     "backup_every",
     "seed",
+    "devices",
 )
 # Settings that do not change what a pass trains: a backup made under other values of these
 # is resumed.
-RESUMABLE_ACROSS = ("max_steps", "steps_per_execution", "backup_every")
+RESUMABLE_ACROSS = ("max_steps", "steps_per_execution", "backup_every", "devices")
 
 
 # The settings of `pipelines.train` this job implements only at these values (the rest it
@@ -366,30 +377,176 @@ def make_model(num_users: int, num_items: int, settings):
     return model
 
 
-def evaluate(model, test, index: np.ndarray, history_length: int, chunk: int = 256, ks=KS):
-    """Recall and NDCG at `ks` of each test query over `index`, its history excluded (the
-    query reads its last `history_length` items, as the training examples do), ranked by the
+def query_histories(histories, history_length: int) -> np.ndarray:
+    """[len(histories), history_length] int32: each history's last `history_length` ids,
+    left-padded with 0 (as the training examples hold them)."""
+    out = np.zeros((len(histories), history_length), np.int32)
+    for row, history in enumerate(histories):
+        recent = np.asarray(history[-history_length:], np.int64)
+        out[row, history_length - len(recent) :] = recent
+    return out
+
+
+def ranked(towers, test, index: np.ndarray, history_length: int, k: int, chunk: int = 256):
+    """[num_queries, k] ids: each test query's top `k` over `index`, its history excluded
+    (the query reads its last `history_length` items, as the training examples do), by the
     product's one exact search on the backend's device (`keras_logq.ranking.exact_top_k`:
-    ties to the lower id, `NO_ITEM` where fewer than max(ks) candidates are left): the
+    ties to the lower id, `NO_ITEM` where fewer than k candidates are left). `towers` has
+    `query(users, histories)` and `candidates(ids)` (the trained model, or `Towers`): the
     queries and the index's embeddings stay on the device, and only the ranked ids come
     back."""
     from keras import ops  # pylint: disable=import-outside-toplevel
 
     from keras_logq import ranking as keras_ranking  # pylint: disable=import-outside-toplevel
 
-    items = model.candidates(index.astype(np.int32))
-    queries = []
-    for start in range(0, len(test.users), chunk):
-        users = test.users[start : start + chunk].astype(np.int32)
-        histories = np.zeros((len(users), history_length), np.int32)
-        for row, history in enumerate(test.histories[start : start + chunk]):
-            recent = np.asarray(history[-history_length:], np.int32)
-            histories[row, history_length - len(recent) :] = recent
-        queries.append(model.query(users, histories))
-    ranked_ids = keras_ranking.exact_top_k(
-        ops.concatenate(queries, axis=0), index, items, max(ks), test.histories
+    items = towers.candidates(index.astype(np.int32))
+    queries = [
+        towers.query(
+            test.users[start : start + chunk].astype(np.int32),
+            query_histories(test.histories[start : start + chunk], history_length),
+        )
+        for start in range(0, len(test.users), chunk)
+    ]
+    return keras_ranking.exact_top_k(
+        ops.concatenate(queries, axis=0), index, items, k, test.histories
     )
-    return metrics_lib.recall_ndcg(ranked_ids, test.targets, ks)
+
+
+def evaluate(towers, test, index: np.ndarray, history_length: int, ks=KS, per_query=False):
+    """Recall and NDCG at `ks` of each test query over `index` (`ranked`); with
+    `per_query`, (the means, {metric: [num_queries] values}: `per_query.save`'s "values")."""
+    ids = ranked(towers, test, index, history_length, max(ks))
+    means = metrics_lib.recall_ndcg(ids, test.targets, ks)
+    if not per_query:
+        return means
+    return means, metrics_lib.per_query_recall_ndcg(ids, test.targets, ks)
+
+
+# The trained towers of a run, saved when it finishes (`save_towers`): one array a table or
+# dense weight, the TensorFlow job's `TwoTower` layers' names ("history" absent when the
+# history reads the item table).
+TOWER_WEIGHTS = (
+    "users",
+    "items",
+    "history",
+    "query/kernel",
+    "query/bias",
+    "candidate/kernel",
+    "candidate/bias",
+)
+TOWERS_FILE = "towers.npz"
+
+
+def tower_weights(model) -> Dict[str, np.ndarray]:
+    """The trained two-tower's weights as numpy arrays, named as `TOWER_WEIGHTS`."""
+    from keras import ops  # pylint: disable=import-outside-toplevel
+
+    if hasattr(model, "jax_state_sync"):  # JAX: fit keeps the state outside the variables.
+        model.jax_state_sync()
+    weights = {
+        "users": model.users.embeddings,
+        "items": model.items.embeddings,
+        "query/kernel": model.projection.kernel,
+        "query/bias": model.projection.bias,
+        "candidate/kernel": model.candidate.kernel,
+        "candidate/bias": model.candidate.bias,
+    }
+    if model.history_items is not model.items:
+        weights["history"] = model.history_items.embeddings
+    return {name: ops.convert_to_numpy(value) for name, value in weights.items()}
+
+
+def save_towers(model, directory: str, history_length: int) -> str:
+    """Writes the trained towers' weights (`tower_weights`) and the query's history length
+    to `directory`/towers.npz, whole or not at all (a temporary file renamed); its path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, TOWERS_FILE)
+    partial = path + ".partial.npz"
+    weights = tower_weights(model)
+    np.savez(partial, history_length=np.int64(history_length), **weights)  # type: ignore[arg-type]
+    os.replace(partial, path)
+    return path
+
+
+def read_towers(directory: str) -> Dict[str, np.ndarray]:
+    """The arrays `save_towers` wrote to `directory` (memory-mapped where numpy can).
+
+    Raises:
+      FileNotFoundError: `directory` holds no towers.npz.
+      ValueError: the file lacks a weight, or its shapes do not fit together.
+    """
+    path = os.path.join(directory, TOWERS_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{path} is missing: the Keras run has not finished training (its towers are "
+            "saved with metrics.json)."
+        )
+    with np.load(path) as saved:
+        weights = {name: saved[name] for name in saved.files}
+    # "history" is absent where the history read the item table.
+    needed = [name for name in TOWER_WEIGHTS if name != "history"] + ["history_length"]
+    missing = [name for name in needed if name not in weights]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}: not a Keras run's towers.")
+    dim = weights["items"].shape[1]
+    if weights["candidate/kernel"].shape != (dim, dim) or weights["query/kernel"].shape != (
+        2 * dim,
+        dim,
+    ):
+        raise ValueError(
+            f"{path}: the dense kernels {weights['query/kernel'].shape} and "
+            f"{weights['candidate/kernel'].shape} do not fit tables of dimension {dim}."
+        )
+    return weights
+
+
+class Towers:
+    """The two towers of saved weights (`read_towers`) as functional Keras models of plain
+    layers (`keras.layers.Embedding`, `Dense`, `keras.ops`): `query_model` ({"user": [B],
+    "history": [B, history_length]} -> [B, dim]) and `candidate_model` (ids -> [.., dim]),
+    which `keras.saving` writes and reads back without this module. The same products as the
+    trained model on any backend."""
+
+    def __init__(self, weights: Dict[str, np.ndarray]):
+        import keras  # pylint: disable=import-outside-toplevel
+        from keras import ops  # pylint: disable=import-outside-toplevel
+
+        self.history_length = int(weights["history_length"])
+        rows_items, dim = weights["items"].shape
+
+        def table(name):
+            layer = keras.layers.Embedding(len(weights[name]), dim, name=f"{name}_table")
+            layer.build()
+            layer.embeddings.assign(weights[name])
+            return layer
+
+        def dense(name):
+            layer = keras.layers.Dense(dim, name=name)
+            layer.build((None, weights[f"{name}/kernel"].shape[0]))
+            layer.kernel.assign(weights[f"{name}/kernel"])
+            layer.bias.assign(weights[f"{name}/bias"])
+            return layer
+
+        items = table("items")
+        history_table = table("history") if "history" in weights else items
+        user = keras.Input((), dtype="int32", name="user")
+        history = keras.Input((self.history_length,), dtype="int32", name="history")
+        rows = history_table(history)
+        real = ops.cast(ops.greater(history, 0), rows.dtype)[..., None]
+        mean = ops.sum(rows * real, axis=1) / ops.maximum(ops.sum(real, axis=1), 1.0)
+        query = dense("query")(ops.concatenate([table("users")(user), mean], axis=-1))
+        self.query_model = keras.Model({"user": user, "history": history}, query, name="query")
+        ids = keras.Input((), dtype="int32", name="item")
+        self.candidate_model = keras.Model(ids, dense("candidate")(items(ids)), name="candidate")
+        self.num_items = rows_items - 1
+
+    def query(self, users, histories):
+        """[B, dim] query embeddings of dense user ids and [B, history_length] histories."""
+        return self.query_model({"user": users, "history": histories})
+
+    def candidates(self, ids):
+        """[len(ids), dim] candidate embeddings of dense item ids."""
+        return self.candidate_model(ids)
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -652,29 +809,80 @@ def keras_callback():
     return keras.callbacks.Callback
 
 
-def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = "", ks=KS):
+def data_parallel(devices: int, batch_size: int):
+    """`keras.distribution.DataParallel` over `devices` local devices (0: every one the
+    backend sees), or None where that is one device or the backend is not JAX (Keras 3
+    distributes on JAX).
+
+    Raises:
+      ValueError: more devices asked than there are, or a batch they do not divide.
+    """
+    import keras  # pylint: disable=import-outside-toplevel
+
+    if devices == 1 or keras.backend.backend() != "jax":
+        return None
+    found = keras.distribution.list_devices()
+    if devices > len(found):
+        raise ValueError(
+            f"devices={devices}: the backend sees {len(found)} device(s) ({found[0]}, ...)."
+        )
+    chosen = found[:devices] if devices else found
+    if len(chosen) == 1:
+        return None
+    if batch_size % len(chosen):
+        raise ValueError(
+            f"batch_size={batch_size} does not split over {len(chosen)} devices: give a "
+            f"multiple of {len(chosen)}, or devices=1."
+        )
+    return keras.distribution.DataParallel(devices=chosen)
+
+
+def run(
+    store_dir: str,
+    settings,
+    verbose: bool = True,
+    backup_dir: str = "",
+    ks=KS,
+    towers_dir: str = "",
+    per_query: bool = False,
+):
     """Trains (backing up to `backup_dir`, see `train`) and tests (Recall and NDCG at `ks`)
-    on the store at `store_dir`; returns the results."""
+    on the store at `store_dir`; returns the results. With `towers_dir`, the trained towers
+    are saved there (`save_towers`); with `per_query`, the results hold each test query's
+    values under "per_query" (`pipelines.per_query.save`'s record, but its description)."""
     import keras  # pylint: disable=import-outside-toplevel
 
     store, test, num_users, num_items = load(store_dir)
     keras.utils.set_random_seed(settings["seed"])
     if not settings["sketch_width"]:
         settings = {**settings, "sketch_width": formulas.count_min_width(num_items)}
-    model = make_model(num_users, num_items, settings)
-    started = time.time()
-    resumed_from_step, losses = train(model, store, settings, verbose, backup_dir)
-    train_seconds = time.time() - started
-    # The pipelines' test index (`experiment.test_index`); index_size 0: the whole catalog.
-    index = (
-        splits.with_positives(splits.most_trained(store.item_counts, settings["index_size"]), test)
-        if settings["index_size"]
-        else np.arange(1, num_items + 1)
-    )
-    started = time.time()
-    test_metrics = evaluate(model, test, index, store.history_length, ks=tuple(ks))
+    distribution = data_parallel(settings.get("devices", 1), settings["batch_size"])
+    with distribution.scope() if distribution else contextlib.nullcontext():
+        model = make_model(num_users, num_items, settings)
+        started = time.time()
+        resumed_from_step, losses = train(model, store, settings, verbose, backup_dir)
+        train_seconds = time.time() - started
+        index = test_index(store.item_counts, test, settings["index_size"])
+        started = time.time()
+        test_metrics = evaluate(
+            model, test, index, store.history_length, ks=tuple(ks), per_query=per_query
+        )
+        test_seconds = time.time() - started
+        if towers_dir:
+            save_towers(model, towers_dir, store.history_length)
+    record = {}
+    if per_query:
+        test_metrics, values = test_metrics
+        record = dict(
+            users=np.asarray(test.users),
+            targets_digest=per_query_lib.targets_digest(test.targets),
+            split="test",
+            index="exact",
+            values=values,
+        )
     return dict(
         backend=keras.backend.backend(),
+        devices=len(distribution.device_mesh.devices.flat) if distribution else 1,
         steps=sum(steps for steps, _ in losses),
         # The mean loss of the first and of the last LOSS_WINDOW steps.
         first_loss=losses[0][1],
@@ -684,11 +892,28 @@ def run(store_dir: str, settings, verbose: bool = True, backup_dir: str = "", ks
         # and not counted in train_seconds).
         resumed_from_step=resumed_from_step,
         train_seconds=round(train_seconds, 1),
-        test_seconds=round(time.time() - started, 1),
+        test_seconds=round(test_seconds, 1),
         num_users=num_users,
         num_items=num_items,
         num_test_queries=len(test.users),
         index_items=len(index),
         test=test_metrics,
         settings=settings,
+        **(dict(per_query=record) if per_query else {}),
     )
+
+
+def test_index(counts: np.ndarray, test, index_size: int) -> np.ndarray:
+    """The pipelines' test index (`splits.test_index`) over training counts `counts`: the
+    `index_size` most trained items plus the test day's positives; index_size 0: the whole
+    catalog."""
+    index = splits.test_index(counts, index_size, test)
+    return np.arange(1, len(counts)) if index is None else index
+
+
+def served_index(counts: np.ndarray, index_size: int) -> np.ndarray:
+    """What an export serves (`splits.served_index`): the `index_size` most trained items
+    (the test index without the test day's positives, which a server cannot know);
+    index_size 0: the whole catalog."""
+    index = splits.served_index(counts, index_size)
+    return np.arange(1, len(counts)) if index is None else index

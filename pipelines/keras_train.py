@@ -21,9 +21,13 @@ strategy, ...) is refused before anything is built, each such setting named. Run
 `tfrs-logq train --framework=keras` or `python -m pipelines.keras_train`, it imports neither
 TensorFlow nor tfrs_logq (a test blocks them); `python -m pipelines.train` given a Keras config
 (`--config_file`) hands over to it after importing TensorFlow. `tfrs-logq compare` trains Keras
-rows with it; `evaluate` and `export` read TensorFlow runs only.
+rows with it. The run keeps its trained towers (OUTPUT/keras_model), its vocabularies and each
+test query's metrics (OUTPUT/per_query_test.npz): `tfrs-logq evaluate` and `export` read it
+without TensorFlow (`pipelines.keras_evaluate`, `pipelines.keras_export`), and with
+TensorFlow as the TensorFlow job's model (`--framework=tf`).
 """
 
+import json
 import os
 import sys
 import time
@@ -38,6 +42,7 @@ from pipelines import console
 from pipelines import errors
 from pipelines import keras_job
 from pipelines import memory
+from pipelines import per_query
 from pipelines import provenance
 from pipelines import run_files
 from pipelines import train_flags as train_flags_lib
@@ -118,6 +123,7 @@ def settings_for(config: configs.Config) -> Dict[str, Any]:
         **keras_job.config_settings(config),
         "backup_every": config.training.backup_every,
         "steps_per_execution": STEPS_PER_EXECUTION,
+        "devices": 0,  # Every local device (keras.distribution.DataParallel on JAX).
     }
 
 
@@ -140,6 +146,9 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
         run_files.write_config(config, output_dir)
         phases: Dict[str, float] = {}
         mark = time.time()
+        # The store, built with the log's vocabularies, which are saved beside it: the
+        # evaluation and the export read them instead of the log.
+        logs.save_vocabularies(config, output_dir)
         store_dir = logs.ensure_day_store(config, output_dir)[0]
         phases["data"] = round(time.time() - mark, 1)
         results = keras_job.run(
@@ -148,12 +157,15 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
             verbose=verbose,
             backup_dir=files.keras_backup,
             ks=configs.ks(config.training),
+            towers_dir=files.keras_model,
+            per_query=True,
         )
         phases["train"], phases["evaluate"] = results["train_seconds"], results["test_seconds"]
         metrics = {
             "config": config.as_dict(),
             "framework": "keras",
             "backend": results["backend"],
+            "devices": results["devices"],
             "test": results["test"],
             "test_exact": results["test"],
             "steps": results["steps"],
@@ -171,11 +183,50 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
             # The commit, and from a dirty tree the diff's hash (the diff: OUTPUT/code.diff).
             **provenance.code_state(files.code_diff),
         }
+        # Each test query's values, for compare's spread over queries and evaluate --against.
+        per_query.save(
+            {**results["per_query"], "description": f"{config.data.dataset}, split next_day"},
+            files.per_query,
+        )
         write_json(files.metrics, metrics)  # Whole or not at all.
         keras_job.remove_backups(files.keras_backup)  # The results are written.
         if os.path.isdir(files.keras_backup) and not os.listdir(files.keras_backup):
             os.rmdir(files.keras_backup)
     return metrics
+
+
+def load_run(output_dir: str):
+    """(config, `keras_job.Towers` of the trained weights, data split, `LogSummary`) of the
+    Keras run in `output_dir`, without TensorFlow.
+
+    Raises:
+      pipelines.run_files.RunNotFound: no run there, a TensorFlow run, or one whose towers
+        are not saved (not finished, or removed by compare).
+    """
+    files = RunFiles(output_dir)
+    if not os.path.exists(files.config):
+        raise run_files.RunNotFound(
+            f"{output_dir} holds no training run (no config.json): give the --output_dir of "
+            "a `tfrs-logq train` run."
+        )
+    with open(files.config) as f:
+        config = configs.validate(configs.Config.from_dict(json.load(f)))
+    if config.training.framework != "keras":
+        raise run_files.RunNotFound(
+            f"{output_dir} was trained by the TensorFlow job (--framework="
+            f"{config.training.framework}): evaluate and export it with --framework=tf."
+        )
+    removed = run_files.removed_weights(output_dir)
+    if removed:
+        raise run_files.RunNotFound(removed)
+    if not files.has_keras_model():
+        raise run_files.RunNotFound(
+            f"{output_dir} holds no trained towers ({files.keras_model}/"
+            f"{keras_job.TOWERS_FILE}): its training has not finished."
+        )
+    towers = keras_job.Towers(keras_job.read_towers(files.keras_model))
+    data, split = logs.day_store_data(config, output_dir)
+    return config, towers, split, data
 
 
 def main(argv):

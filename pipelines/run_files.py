@@ -8,6 +8,8 @@ reproduction's driver reads run directories without one.)
   OUTPUT/progress.json        epochs, best validation value, seconds (`callbacks.TrainingProgress`)
   OUTPUT/backup/              `BackupAndRestore`'s latest state (resume after a kill)
   OUTPUT/checkpoints/best     the best epoch's weights
+  OUTPUT/keras_backup/        the Keras job's latest state (resume after a kill)
+  OUTPUT/keras_model/         the Keras job's trained towers (towers.npz), saved with its metrics
   OUTPUT/logs/                TensorBoard (train/, validation/)
   OUTPUT/vocabulary/          an event log's user and item vocabularies (raw ids, counts)
   OUTPUT/day_store/           an event log's next-day split read out of core (`day_store`;
@@ -15,7 +17,7 @@ reproduction's driver reads run directories without one.)
   OUTPUT/drift.json           the streaming estimator's error against each day's Q
   OUTPUT/metrics.json         the test report, written last
   OUTPUT/per_query_test.npz   each test query's metrics (`per_query`), written with it
-  OUTPUT/export/<index>/<v>/  SavedModels for serving
+  OUTPUT/export/<index>/<v>/  SavedModels for serving; export/keras/<v>/ the Keras job's
   OUTPUT/workers/worker-N/    each non-chief worker's report (multi-worker runs)
   OUTPUT/wall_seconds.json    the reproduction driver's wall time of the run
   OUTPUT/train.log            the reproduction driver's log of the run's training process
@@ -72,6 +74,15 @@ class RunFiles:
     def keras_backup(self) -> str:
         """The Keras job's backups (`pipelines.keras_job.save_backup`)."""
         return self._path("keras_backup")
+
+    @property
+    def keras_model(self) -> str:
+        """The Keras job's trained towers (`pipelines.keras_job.save_towers`)."""
+        return self._path("keras_model")
+
+    def has_keras_model(self) -> bool:
+        """Whether the Keras job saved its trained towers here."""
+        return os.path.exists(os.path.join(self.keras_model, "towers.npz"))
 
     @property
     def best(self) -> str:
@@ -131,15 +142,20 @@ class RunFiles:
         return os.path.exists(self.best + ".index")
 
     def prune_weights(self) -> None:
-        """Deletes a finished run's weights (checkpoints/, backup/, export/: gigabytes at a
-        million items); its reports (metrics.json, progress.json, logs/, ...) stay. Refuses a
-        run without metrics.json, whose weights a resume still needs."""
+        """Deletes a finished run's weights (checkpoints/, backup/, keras_model/, export/:
+        gigabytes at a million items); its reports (metrics.json, progress.json, logs/, ...)
+        stay. Refuses a run without metrics.json, whose weights a resume still needs."""
         if not os.path.exists(self.metrics):
             raise ValueError(
                 f"prune_weights: the run in {self.directory!r} has not finished "
                 "(no metrics.json); its weights are needed to resume it."
             )
-        for path in (os.path.dirname(self.best), self.backup, self._path("export")):
+        for path in (
+            os.path.dirname(self.best),
+            self.backup,
+            self.keras_model,
+            self._path("export"),
+        ):
             shutil.rmtree(path, ignore_errors=True)
 
     def has_trained(self) -> bool:
@@ -164,7 +180,8 @@ def removed_weights(directory: str) -> Optional[str]:
     """Why `directory` has no weights when compare removed them (its note is there and no
     best checkpoint): a message naming --keep_weights; else None."""
     path = os.path.join(directory, WEIGHTS_REMOVED)
-    if not os.path.exists(path) or RunFiles(directory).has_best():
+    files = RunFiles(directory)
+    if not os.path.exists(path) or files.has_best() or files.has_keras_model():
         return None
     try:
         with open(path, encoding="utf-8") as f:
@@ -179,6 +196,34 @@ def removed_weights(directory: str) -> Optional[str]:
         "--keep_weights. To export such a run, train it with --keep_weights: the comparison "
         "again into another --output_dir, or the run alone with its command into a new "
         f"--output_dir ({note.get('command', 'in its record')})."
+    )
+
+
+def framework_of(directory: str) -> Optional[str]:
+    """The framework that trained the run in `directory` (config.json's
+    training.framework, "tf" where the config predates the field), or None: no readable
+    config there."""
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    training = config.get("training") if isinstance(config, dict) else None
+    return training.get("framework", "tf") if isinstance(training, dict) else None
+
+
+def keras_framework_refusal(directory: str, job: str) -> str:
+    """Why `python -m pipelines.JOB --framework=keras` (the TensorFlow job) does not run:
+    the module that does it, or that the run is TensorFlow's."""
+    if framework_of(directory) == "keras":
+        return (
+            f"--framework=keras: the Keras job's {job} is `tfrs-logq {job} {directory}` "
+            f"(python -m pipelines.keras_{job}); this module {job}s with TensorFlow."
+        )
+    return (
+        f"--framework=keras: {directory} was trained by the TensorFlow job, whose checkpoint "
+        "Keras 3 does not read; give --framework=tf (or none)."
     )
 
 

@@ -135,3 +135,14 @@ def test_every_sampler_on_a_two_by_two_mesh_equals_one_device():
     results = _run(4, samplers)
     _check_equal_to_single_device(results, samplers, batch_sharded=True)
     assert results["in_batch"]["single"]["trace"]["negatives"] == [64]
+
+
+def test_the_keras_job_asks_for_the_devices_it_can_have():
+    from pipelines import keras_job  # pylint: disable=import-outside-toplevel
+
+    seen = len(keras.distribution.list_devices())
+    assert keras_job.data_parallel(1, 64) is None
+    if seen == 1:  # This process's JAX: one host device.
+        assert keras_job.data_parallel(0, 64) is None
+    with pytest.raises(ValueError, match=rf"devices={seen + 1}: the backend sees {seen} device"):
+        keras_job.data_parallel(seen + 1, 64)

@@ -313,6 +313,26 @@ def day_store_data(config: configs.Config, run_dir: Optional[str] = None):
     return day_store.read(directory, ids["user"], ids["item"])
 
 
+def save_vocabularies(config: configs.Config, output_dir: str) -> None:
+    """Saves an event-log run's vocabularies to OUTPUT/vocabulary (once): what its
+    evaluation and export read back instead of the log."""
+    if config.data.dataset not in configs.EVENT_LOGS:
+        return
+    directory = RunFiles(output_dir).vocabulary
+    if saved_for(directory, config.data):
+        return
+    if out_of_core(config):
+        data = day_store_data(config, output_dir)[0]
+    else:
+        data = event_log(config.data, config.model.dim, output_dir)[0].interactions
+    events_lib.save_vocabularies(
+        directory,
+        data,
+        event_log_facts(config, output_dir),
+        {"source": event_files(config.data), "data": dataclasses.asdict(config.data)},
+    )
+
+
 def event_log_facts(config: configs.Config, run_dir: Optional[str]) -> Dict:
     """An event-log run's read statistics and "integer_ids" (the id columns whose ids are
     all int64), without reading the log again when the run has them."""

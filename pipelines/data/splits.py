@@ -399,6 +399,19 @@ def most_trained(counts: np.ndarray, size: int) -> np.ndarray:
     return np.sort(np.argsort(-counts[1:], kind="stable")[:size] + 1)
 
 
+def served_index(counts: np.ndarray, index_size: int) -> Optional[np.ndarray]:
+    """What a run's exports serve: the `index_size` ids with the most training events
+    (`most_trained`); None (index_size 0): the whole catalog."""
+    return most_trained(counts, index_size) if index_size else None
+
+
+def test_index(counts: np.ndarray, index_size: int, eval_set: "EvalSet") -> Optional[np.ndarray]:
+    """The ids the test search covers: `served_index` plus every target of `eval_set` (the
+    paper's industrial index); None: the whole catalog."""
+    served = served_index(counts, index_size)
+    return None if served is None else with_positives(served, eval_set)
+
+
 def with_positives(index: np.ndarray, eval_set: "EvalSet") -> np.ndarray:
     """`index` plus every target of `eval_set`, sorted: the test index of the paper's
     industrial protocol (the served items and the day's positives)."""

@@ -116,6 +116,33 @@ def test_device_top_k_in_numpy_equals_exact_top_k(case):
         np.testing.assert_array_equal(found, _reference(queries, ids, embeddings, k, exclude))
 
 
+@pytest.mark.parametrize("case", reference.top_k_cases(), ids=lambda case: case[0])
+def test_device_top_k_scores_are_the_ranked_ids_products(case):
+    _, queries, ids, embeddings, k, exclude, chunk, block = case
+    found, scores = ranking.device_top_k(
+        ranking.NUMPY,
+        queries,
+        ranking.array_chunks(ids, embeddings, chunk),
+        k,
+        exclude,
+        block,
+        return_scores=True,
+    )
+    assert scores.dtype == np.float32 and scores.shape == found.shape
+    np.testing.assert_array_equal(scores[found == ranking.NO_ITEM], -np.inf)
+    rows, slots = np.nonzero(found != ranking.NO_ITEM)
+    position = {int(item): row for row, item in enumerate(ids)}
+    expected = [
+        np.float32(
+            queries[r].astype(np.float32) @ embeddings[position[found[r, s]]].astype(np.float32)
+        )
+        for r, s in zip(rows, slots)
+    ]
+    expected = np.asarray(expected, np.float32)
+    expected[np.isnan(expected)] = -np.inf  # A NaN score ranks as -inf.
+    np.testing.assert_allclose(scores[rows, slots], expected, rtol=1e-6)
+
+
 def test_device_top_k_refuses_what_exact_top_k_refuses():
     embeddings, queries = np.ones((3, 2), np.float32), np.ones((1, 2), np.float32)
     chunks = [(np.array([3, 4, 5]), embeddings), (np.array([1, 2, 6]), embeddings)]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from pipelines import configs
@@ -31,9 +32,10 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def _cli(*args, cache):
+def _cli(*args, cache, devices=1):
     env = dict(os.environ, KERAS_BACKEND="jax", TFRS_LOGQ_CACHE=str(cache))
     env.pop("TF_USE_LEGACY_KERAS", None)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"  # JAX's CPUs.
     return subprocess.run(
         [sys.executable, "-c", BLOCKED_CLI, *args],
         cwd=ROOT,
@@ -48,9 +50,9 @@ def _cli(*args, cache):
 @pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_trains_and_tests_the_preset_into_a_run_directory_without_tensorflow(tmp_path):
-    out = tmp_path / "run"
+    out, cache = tmp_path / "run", tmp_path / "cache"
     args = ["train", "--framework=keras", "--preset=industrial_smoke", f"--output_dir={out}"]
-    result = _cli(*args, "--backup_every=40", cache=tmp_path / "cache")
+    result = _cli(*args, "--backup_every=40", cache=cache)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "the preset's --index=both is --index=exact here" in result.stderr
     with open(out / "metrics.json") as f:
@@ -66,8 +68,111 @@ def test_trains_and_tests_the_preset_into_a_run_directory_without_tensorflow(tmp
         assert 0 < metrics["test"][f"recall@{k}"] <= 1
     assert metrics["test"]["recall@10"] > 10 / metrics["index_items"]
     assert metrics["test_exact"] == metrics["test"]
-    assert sorted(os.listdir(out)) == ["config.json", "day_store", "metrics.json"]  # No backup.
+    # No backup left; the towers, each query's metrics and the vocabularies kept.
+    assert sorted(set(os.listdir(out)) - {"code.diff"}) == [
+        "config.json",
+        "day_store",
+        "keras_model",
+        "metrics.json",
+        "per_query_test.npz",
+        "vocabulary",
+    ]
     assert "| recall |" in result.stdout and f"Wrote {out}/metrics.json" in result.stdout
+    per_query = np.load(out / "per_query_test.npz")
+    assert np.mean(per_query["value:recall@10"]) == pytest.approx(metrics["test"]["recall@10"])
+
+    # Evaluated again from its towers, without TensorFlow: the same metrics and queries.
+    again = _cli("evaluate", str(out), f"--per_query_out={tmp_path}/q.npz", cache=cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    paired = _cli("evaluate", str(out), f"--against={tmp_path}/q.npz", cache=cache)
+    assert paired.returncode == 0, paired.stderr[-3000:]
+    assert "| recall@10 |" in paired.stdout and "| +0.0000 | 0.0000 |" in paired.stdout
+
+    # Exported without TensorFlow (no SavedModel, said), served in a fresh process.
+    exported = _cli("export", str(out), "--k=20", cache=cache)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert f"Wrote {out}/export/keras/1" in exported.stdout
+    assert "TensorFlow is not installed: no SavedModel" in exported.stderr
+    served = subprocess.run(
+        [sys.executable, "-c", BLOCKED_SERVE, str(out / "export" / "keras" / "1")],
+        cwd=ROOT,
+        env=dict(os.environ, KERAS_BACKEND="jax"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert served.returncode == 0, served.stderr[-3000:]
+    keras_answer = json.loads(served.stdout.splitlines()[-1])
+    assert keras_answer["unknown_user"] == [False, True]
+    assert keras_answer["unknown_history_ids"] == [0, 1]
+
+    # With TensorFlow, the same towers as the TensorFlow job's SavedModel: the same answer.
+    saved = subprocess.run(
+        [sys.executable, "-m", "pipelines.export", str(out), "--index=exact", "--k=20"],
+        cwd=ROOT,
+        env=dict(os.environ, TFRS_LOGQ_CACHE=str(cache)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert saved.returncode == 0, saved.stderr[-3000:]
+    tf_answer = _serve_saved_model(out / "export" / "brute_force" / "1", keras_answer)
+    assert tf_answer["ids"] == keras_answer["ids"]
+    np.testing.assert_allclose(tf_answer["scores"], keras_answer["scores"], rtol=1e-5, atol=1e-6)
+    assert tf_answer["unknown_history_ids"] == keras_answer["unknown_history_ids"]
+
+    # On two devices (keras.distribution.DataParallel, the batch split, the sparse tables'
+    # rows updated once each): what one device trains, to float32's rounding.
+    out2 = tmp_path / "two_devices"
+    args[-1] = f"--output_dir={out2}"
+    two = _cli(*args, cache=cache, devices=2)
+    assert two.returncode == 0, two.stderr[-3000:]
+    with open(out2 / "metrics.json") as f:
+        parallel = json.load(f)
+    assert (metrics["devices"], parallel["devices"]) == (1, 2)
+    for name in ("first_loss", "last_loss"):
+        assert parallel[name] == pytest.approx(metrics[name], rel=1e-5)
+    for name, value in metrics["test"].items():
+        assert parallel["test"][name] == pytest.approx(value, abs=2e-3), name
+
+
+# A Keras export's answer to two requests (a known user with three items, an unknown user
+# with an unknown item), in a process that cannot import TensorFlow.
+BLOCKED_SERVE = (
+    BLOCKED_CLI.split("from pipelines import cli")[0]
+    + """
+import json
+import numpy as np
+import keras_logq
+retriever = keras_logq.serving.load(sys.argv[1])
+vocabularies = np.load(sys.argv[1] + "/vocabularies.npz")
+users = [str(vocabularies["user"][0]), "nobody"]
+items = [str(item) for item in vocabularies["item"][:3]]
+histories = [items, [items[0], "no such item"]]
+answer = retriever(users, histories)
+print(json.dumps(dict(users=users, histories=histories, ids=answer["ids"].tolist(),
+    scores=answer["scores"].tolist(), unknown_user=answer["unknown_user"].tolist(),
+    unknown_history_ids=answer["unknown_history_ids"].tolist())))
+"""
+)
+
+
+def _serve_saved_model(path, request):
+    """The SavedModel's serving_default answer to `request`'s users and histories."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    length = max(map(len, request["histories"]))
+    histories = [[""] * (length - len(h)) + h for h in request["histories"]]
+    answer = tf.saved_model.load(str(path)).signatures["serving_default"](
+        user=tf.constant(request["users"]), history=tf.constant(histories)
+    )
+    return dict(
+        ids=answer["ids"].numpy().astype(str).tolist(),
+        scores=answer["scores"].numpy().tolist(),
+        unknown_history_ids=answer["unknown_history_ids"].numpy().tolist(),
+    )
 
 
 def test_tensorflow_only_settings_are_refused_by_name(tmp_path):
@@ -114,14 +219,28 @@ def test_a_run_of_the_other_framework_is_not_resumed(tmp_path):
         run_files.check_output_dir(tf_config.replace(framework="keras"), out)
 
 
-def test_evaluate_and_export_name_a_keras_run_instead_of_failing_on_it(tmp_path):
+def test_an_unfinished_keras_run_is_named_and_each_job_finds_its_module(tmp_path):
+    from pipelines import cli  # pylint: disable=import-outside-toplevel
     from pipelines import experiment  # pylint: disable=import-outside-toplevel  (TensorFlow)
 
     out = str(tmp_path / "run")
     run_files.prepare_output_dir(out)
     run_files.write_config(configs.PRESETS["industrial_smoke"].replace(framework="keras"), out)
-    with pytest.raises(run_files.RunNotFound, match="trained by the Keras job"):
-        experiment.load_run(out)
+    for load in (experiment.load_run, keras_train.load_run):
+        with pytest.raises(run_files.RunNotFound, match="holds no trained towers .*not finished"):
+            load(out)
+    assert cli.module_of("export", [out]) == "pipelines.keras_export"
+    assert cli.module_of("evaluate", ["--split=test", out]) == "pipelines.keras_evaluate"
+    assert cli.module_of("evaluate", [out, "--framework=tf"]) == "pipelines.evaluate"
+    assert cli.module_of("train", ["--framework=keras"]) == "pipelines.keras_train"
+    tf_run = str(tmp_path / "tf")
+    run_files.prepare_output_dir(tf_run)
+    run_files.write_config(configs.PRESETS["industrial_smoke"], tf_run)
+    assert cli.module_of("evaluate", [tf_run, "--framework=keras"]) == "pipelines.evaluate"
+    assert "trained by the TensorFlow job" in run_files.keras_framework_refusal(tf_run, "evaluate")
+    assert "python -m pipelines.keras_export" in run_files.keras_framework_refusal(out, "export")
+    with pytest.raises(run_files.RunNotFound, match="trained by the TensorFlow job"):
+        keras_train.load_run(tf_run)
 
 
 def test_a_run_directory_from_before_the_framework_field_is_tensorflows(tmp_path):

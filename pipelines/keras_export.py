@@ -1,0 +1,146 @@
+r"""Exports a Keras run (`tfrs-logq train --framework=keras`) for serving.
+
+Usage:
+  tfrs-logq export OUTPUT_DIR [--index=exact|scann|both] [--k=100]
+  python -m pipelines.keras_export OUTPUT_DIR [--index=...] [--k=...]
+
+Reads OUTPUT_DIR's config, its trained towers (OUTPUT_DIR/keras_model) and vocabularies,
+and writes OUTPUT_DIR/export/keras/<version>/ (`keras_logq.serving.save`): the query model
+as a `.keras` file, the served items' ids and embeddings, and the raw ids. A fresh process
+serves it with Keras 3 alone, raw ids in and out (`keras_logq.serving.load`). The served
+items are the run's `--index_size` most trained items (the whole catalog with 0), as the
+TensorFlow job's exports serve.
+
+Where TensorFlow is installed, the TensorFlow job's SavedModels follow (`pipelines.export`,
+in a process of their own: this one imports no TensorFlow): the same towers in
+`tfrs_logq.models.TwoTower`, with the TensorFlow job's signatures, to export/brute_force/
+and (--index=scann or both) export/scann/.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import numpy as np
+from absl import app
+from absl import flags
+from absl import logging
+
+from pipelines import configs
+from pipelines import console
+from pipelines import errors
+from pipelines import keras_job
+from pipelines import keras_train
+from pipelines.data import logs
+from pipelines.run_files import RunFiles
+
+FLAGS = flags.FLAGS
+# Candidates embedded at once.
+CHUNK = 2**16
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    define: Dict[str, Any] = dict(flag_values=flag_values)
+    errors.define_debug_flag(flag_values)
+    flags.DEFINE_enum(
+        "index",
+        "both",
+        [*configs.INDEXES, *configs.INDEX_ALIASES],
+        "The TensorFlow SavedModels written after the Keras export, where TensorFlow is "
+        "installed: exact search (export/brute_force/), a ScaNN index (export/scann/), or "
+        "both. The Keras export searches exactly.",
+        **define,
+    )
+    flags.DEFINE_integer(
+        "k", 100, "Item ids (and scores) each request returns, at most.", lower_bound=1, **define
+    )
+    flags.DEFINE_enum(
+        "framework",
+        "keras",
+        list(configs.FRAMEWORKS),
+        "keras: the Keras export, then the SavedModels where TensorFlow is installed; tf: the "
+        "SavedModels only (pipelines.export).",
+        **define,
+    )
+
+
+def export_keras(output_dir: str, k: int = 100) -> str:
+    """Writes the Keras run in `output_dir` to OUTPUT/export/keras/<next version>; the
+    version directory."""
+    config, towers, split, data = keras_train.load_run(output_dir)
+    served = keras_job.served_index(split.train_counts(), config.training.index_size)
+    embeddings = np.concatenate(
+        [
+            np.asarray(towers.candidates(served[start : start + CHUNK].astype(np.int32)))
+            for start in range(0, len(served), CHUNK)
+        ]
+    )
+    import keras_logq  # pylint: disable=import-outside-toplevel  (Keras: its backend set)
+
+    integer_ids = logs.event_log_facts(config, output_dir).get("integer_ids", [])
+    return keras_logq.serving.save(
+        RunFiles(output_dir).export("keras"),
+        towers.query_model,
+        served,
+        embeddings,
+        history_length=towers.history_length,
+        k=min(k, len(served)),
+        user_vocabulary=data.user_ids[1:],
+        item_vocabulary=data.item_ids[1:],
+        integer_ids=integer_ids,
+    )
+
+
+def tensorflow_installed() -> bool:
+    """Whether TensorFlow can be imported here (not imported to find out)."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except ImportError:  # A finder that refuses it.
+        return False
+
+
+def export_saved_models(output_dir: str, index: str, k: int) -> List[str]:
+    """Runs `pipelines.export` on the run in a process of its own (TensorFlow there, not
+    here); the version directories it wrote.
+
+    Raises:
+      RuntimeError: it failed (its output is on this process's stderr).
+    """
+    command = [sys.executable, "-m", "pipelines.export", output_dir, f"--index={index}", f"--k={k}"]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(
+            f"The SavedModel export failed ({' '.join(command)}: exit {done.returncode}); the "
+            "Keras export stands."
+        )
+    return [line[len("Wrote ") :] for line in done.stdout.splitlines() if line.startswith("Wrote ")]
+
+
+def main(argv):
+    if len(argv) != 2:
+        raise app.UsageError(
+            "Usage: tfrs-logq export OUTPUT_DIR [--index=...] [--k=...] (a Keras run)"
+        )
+    logging.set_verbosity(logging.WARNING)
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    with errors.reported():
+        paths = []
+        if FLAGS.framework == "keras":
+            paths.append(export_keras(argv[1], FLAGS.k))
+            print(f"Wrote {paths[-1]}", flush=True)
+        if tensorflow_installed():
+            for path in export_saved_models(argv[1], FLAGS.index, FLAGS.k):
+                print(f"Wrote {path}", flush=True)
+        else:
+            print(
+                "TensorFlow is not installed: no SavedModel (the Keras export serves with "
+                "Keras 3 alone: keras_logq.serving.load).",
+                file=sys.stderr,
+            )
+
+
+if __name__ == "__main__":
+    define_flags()
+    console.run(main)
