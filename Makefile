@@ -67,9 +67,10 @@ check-tf:
 # The Keras 3 wheels a GPU machine without them needs for `bash benchmarks/gpu.sh` (Python 3.12,
 # the versions this environment runs), downloaded into build/gpu_wheels with the commit they
 # were fetched at (REVISION: the GPU record names it, the copy there having no .git): carry it.
+# h5py (4 MB) writes the .keras model of the jobs phase's export.
 # Its next_day phase also reads Parquet: `make gpu-wheels GPU_WHEELS_EXTRA='|pyarrow'` (55 MB)
 # where the GPU machine lacks pyarrow.
-GPU_WHEELS ?= keras|keras-rs|namex|optree|absl-py|google-crc32c
+GPU_WHEELS ?= keras|keras-rs|namex|optree|absl-py|google-crc32c|h5py
 GPU_WHEELS_EXTRA ?=
 gpu-wheels: $(STAMP)
 	rm -rf build/gpu_wheels

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 64's GPU measurements in one command, on a machine with JAX and a GPU but without
+# The GPU measurements (issues 64 and 77) in one command, on a machine with JAX and a GPU but without
 # Keras or TensorFlow (the lent H100/H200 image: Python 3.12, JAX on CUDA): installs the Keras 3
 # wheels carried in build/gpu_wheels (`make gpu-wheels` downloads them on a machine with the
 # package registry) into a temporary directory, then runs benchmarks.keras_gpu, whose JSON
@@ -18,13 +18,22 @@
 # see the Makefile's gpu-wheels). The phase top_k times the test's exact search on the GPU
 # (benchmarks.device_top_k: JAX on the device against numpy, 20,000 queries over a 204k-item
 # index and 2,000 over a 2M-item one; $TOP_K_FLAGS replaces those flags), the record in
-# $OUT/device_top_k.json. Arguments go to benchmarks.keras_gpu:
+# $OUT/device_top_k.json. The phase jobs runs the product's jobs on Keras 3 as a user runs
+# them (benchmarks.jobs): `tfrs-logq train --framework=keras` on $JOBS_TRAIN_FLAGS (default
+# --preset=industrial), `tfrs-logq export` of that run, and `tfrs-logq compare` with Keras rows
+# on $JOBS_COMPARE_FLAGS (default Table 2's: 5M items, a 2M-item index, 3 corrections x 5
+# seeds), each job's seconds and the train run's phases in $OUT/jobs.json. The phase catalog
+# times the sparse two-tower step at 10k and 100M items (batch 8192, 1M users: the item table
+# and its Adagrad slots, 100M x 64 x 4 B x 2 = 51 GB), $OUT/catalog.json ($CATALOG_FLAGS
+# replaces its flags). Arguments go to benchmarks.keras_gpu:
 #   bash benchmarks/gpu.sh                  # the GPU run: 10k/1M/10M items, SASRec fp32/bf16
 #   bash benchmarks/gpu.sh --smoke          # the same code at small sizes (a CPU proves it)
 #   PHASES=torch bash benchmarks/gpu.sh     # the torch backend only
 #   PHASES=sasrec_recall SASREC_DATA=path/sasrec_ml-1m.txt.gz bash benchmarks/gpu.sh
 #   PHASES=next_day bash benchmarks/gpu.sh  # the next-day job at 1M items
 #   PHASES=top_k bash benchmarks/gpu.sh     # the test's exact search on the device
+#   PHASES=jobs bash benchmarks/gpu.sh      # train, export and compare on Keras 3
+#   PHASES=catalog bash benchmarks/gpu.sh   # a 100M-item catalog's step
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu}"
@@ -33,7 +42,7 @@ PYTHON="${PYTHON:-python3}"
 # What the phases import beyond JAX (the next_day phase reads Parquet too): where one is
 # missing, every wheel carried is installed.
 need="import keras, keras_rs, absl, google_crc32c"
-case " ${PHASES-jax torch} " in *" next_day "*) need="$need, pyarrow" ;; esac
+case " ${PHASES-jax torch} " in *" next_day "* | *" jobs "*) need="$need, pyarrow, h5py" ;; esac
 if ! "$PYTHON" -c "$need" 2>/dev/null; then
   wheels=(build/gpu_wheels/*.whl)
   if [ ! -e "${wheels[0]}" ]; then
@@ -106,9 +115,24 @@ for phase in ${PHASES-jax torch}; do
         ${TOP_K_FLAGS:---index_sizes=204478,2000000 --queries=20000,2000} \
         --output="$OUT/device_top_k.json" 2>&1 | tee "$OUT/device_top_k.log" || status=$?
       ;;
+    jobs)
+      cache="${TFRS_LOGQ_CACHE:-}"
+      [ -n "$cache" ] || cache="$(mktemp -d)"
+      TFRS_LOGQ_CACHE="$cache" KERAS_BACKEND=jax "$PYTHON" -m benchmarks.jobs \
+        --train_flags="${JOBS_TRAIN_FLAGS:---preset=industrial}" \
+        ${JOBS_COMPARE_FLAGS+--compare_flags="$JOBS_COMPARE_FLAGS"} \
+        --output="$OUT/jobs.json" 2>&1 | tee "$OUT/jobs.log" || status=$?
+      [ -n "${TFRS_LOGQ_CACHE:-}" ] || rm -rf "$cache"  # The logs and stores (GBs).
+      ;;
+    catalog)
+      # shellcheck disable=SC2086  # The flags are words.
+      KERAS_BACKEND=jax "$PYTHON" -m benchmarks.keras_gpu --variants=sparse_adagrad \
+        ${CATALOG_FLAGS:---catalogs=10000,100000000 --batch_sizes=8192 --num_users=1000000} \
+        --sasrec=false --output="$OUT/catalog.json" 2>&1 | tee "$OUT/catalog.log" || status=$?
+      ;;
     *)
-      echo "PHASES must name jax, torch, sasrec_recall, next_day and/or top_k; received" \
-        "'${PHASES}'." >&2
+      echo "PHASES must name jax, torch, sasrec_recall, next_day, top_k, jobs and/or catalog;" \
+        "received '${PHASES}'." >&2
       exit 2
       ;;
   esac

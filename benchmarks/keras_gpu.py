@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import time
+from typing import Optional
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
@@ -52,6 +53,13 @@ def define_flags() -> None:
     flags.DEFINE_list("catalogs", ["10000", "1000000", "10000000"], "Two-tower catalog sizes.")
     flags.DEFINE_list("batch_sizes", ["1024", "8192"], "Two-tower batch sizes.")
     flags.DEFINE_integer("dim", 64, "Two-tower embedding dimension.", lower_bound=1)
+    flags.DEFINE_integer(
+        "num_users",
+        0,
+        "Two-tower user table rows (0: as many as the catalog's items); the catalog phase "
+        "of gpu.sh holds it at 1M, so that a 100M-item cell's memory is its item table's.",
+        lower_bound=0,
+    )
     flags.DEFINE_list("variants", list(TWO_TOWER), f"Two-tower variants, from {TWO_TOWER}.")
     flags.DEFINE_integer("rounds", 3, "Interleaved rounds.", lower_bound=1)
     flags.DEFINE_integer(
@@ -75,21 +83,24 @@ def zipf_law(num_items: int) -> np.ndarray:
     return weights / weights.sum()
 
 
-def two_tower_model(variant: str, num_items: int, dim: int, law: np.ndarray):
-    """A compiled two-tower keras.Model of `variant` (TWO_TOWER)."""
+def two_tower_model(
+    variant: str, num_items: int, dim: int, law: np.ndarray, num_users: Optional[int] = None
+):
+    """A compiled two-tower keras.Model of `variant` (TWO_TOWER), `num_users` user rows
+    (default: as many as the items)."""
     import keras  # pylint: disable=import-outside-toplevel
 
     from benchmarks import sparse_tables  # pylint: disable=import-outside-toplevel
     from examples import keras_rs_two_tower  # pylint: disable=import-outside-toplevel
 
     if variant.startswith("sparse_"):
-        return sparse_tables.make_model(variant, num_items, dim, np.log(law))
+        return sparse_tables.make_model(variant, num_items, dim, np.log(law), num_users)
     loss = "keras_rs_standard" if variant == "keras_rs" else variant
     # The example's ids are 1-based (row 0 pads, never drawn: the law's smallest value, as
     # StaticFrequency takes values in (0, 1]); item i of the law is id i + 1.
     probabilities = np.concatenate([[law.min()], law]).astype(np.float32)
     model = keras_rs_two_tower.make_model(
-        loss, num_items, num_items, dim, 1.0, probabilities, seed=0
+        loss, num_users or num_items, num_items, dim, 1.0, probabilities, seed=0
     )
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     return model
@@ -135,13 +146,14 @@ def two_tower_cell(num_items: int, batch_size: int) -> dict:
     """{variant: median ms per step} at one catalog and batch size."""
     rng = np.random.default_rng(0)
     law = zipf_law(num_items)
+    num_users = FLAGS.num_users or num_items
     draws = [
-        (rng.integers(0, num_items, batch_size), rng.choice(num_items, batch_size, p=law))
+        (rng.integers(0, num_users, batch_size), rng.choice(num_items, batch_size, p=law))
         for _ in range(4)
     ]
     models, batches = {}, {}
     for variant in FLAGS.variants:
-        models[variant] = two_tower_model(variant, num_items, FLAGS.dim, law)
+        models[variant] = two_tower_model(variant, num_items, FLAGS.dim, law, num_users)
         first = 0 if variant.startswith("sparse_") else 1  # The example's ids are 1-based.
         batches[variant] = [
             {"user": (u + first).astype("int32"), "item": (i + first).astype("int32")}
@@ -352,6 +364,7 @@ def main(argv) -> None:
         "device": about,
         "settings": {
             "dim": FLAGS.dim,
+            "num_users": FLAGS.num_users,
             "rounds": FLAGS.rounds,
             "steps_per_round": FLAGS.steps_per_round,
             "sasrec_items": FLAGS.sasrec_items,

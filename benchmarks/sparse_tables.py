@@ -27,6 +27,7 @@ Usage (JAX by default):
 import os
 import platform
 import time
+from typing import Optional
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
@@ -57,8 +58,11 @@ def zipf_law(num_items: int) -> np.ndarray:
     return weights / weights.sum()
 
 
-def make_model(variant: str, num_items: int, dim: int, log_q: np.ndarray):
-    """A compiled two-tower keras.Model of `variant` (VARIANTS)."""
+def make_model(
+    variant: str, num_items: int, dim: int, log_q: np.ndarray, num_users: Optional[int] = None
+):
+    """A compiled two-tower keras.Model of `variant` (VARIANTS); its user table has
+    `num_users` rows (default: as many as the items)."""
     import keras  # pylint: disable=import-outside-toplevel
     from keras import ops  # pylint: disable=import-outside-toplevel
 
@@ -68,25 +72,26 @@ def make_model(variant: str, num_items: int, dim: int, log_q: np.ndarray):
     sparse = kind == "sparse"
     table_log_q = ops.convert_to_tensor(log_q.astype("float32"))
 
-    def table(name):
+    def table(name, rows):
         init = keras.initializers.RandomUniform(-0.05, 0.05, seed=0)
         if sparse:
             return keras_logq.SparseEmbedding(
-                num_items,
+                rows,
                 dim,
                 optimizer=optimizer,
                 learning_rate=0.05,
                 embeddings_initializer=init,
                 name=name,
             )
-        return keras.layers.Embedding(num_items, dim, embeddings_initializer=init, name=name)
+        return keras.layers.Embedding(rows, dim, embeddings_initializer=init, name=name)
 
     bases = (keras_logq.SparseUpdates, keras.Model) if sparse else (keras.Model,)
 
     class TwoTower(*bases):
         def __init__(self):
             super().__init__()
-            self.users, self.items = table("users"), table("items")
+            self.users = table("users", num_users or num_items)
+            self.items = table("items", num_items)
             self.loss_layer = keras_logq.SampledSoftmax(correction="improved")
 
         def call(self, x):

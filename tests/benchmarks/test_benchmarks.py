@@ -633,6 +633,56 @@ class ScaleTest(tf.test.TestCase):
         self.assertIn("| evaluate | 2 | 2,400 | 2,100 | 1.20 |", lines[-1])
 
 
+class GpuJobPhasesTest(tf.test.TestCase):
+    """gpu.sh's phases jobs and catalog, proved on this CPU at small sizes."""
+
+    def _phase(self, phase, **env):
+        out = tempfile.mkdtemp()
+        result = subprocess.run(
+            ["bash", "benchmarks/gpu.sh"],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+            env={**os.environ, "PYTHON": sys.executable, "OUT": out, "PHASES": phase, **env},
+        )
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        return out
+
+    def test_the_jobs_phase_trains_exports_and_compares_on_keras(self):
+        out = self._phase(
+            "jobs",
+            JOBS_TRAIN_FLAGS="--preset=industrial_smoke",
+            JOBS_COMPARE_FLAGS="--corrections=standard,improved --seeds=1 -- "
+            "--preset=industrial_smoke",
+            TFRS_LOGQ_CACHE=tempfile.mkdtemp(),
+        )
+        with open(os.path.join(out, "jobs.json")) as f:
+            record = json.load(f)
+        self.assertTrue(record["complete"])
+        self.assertEqual(sorted(record["jobs"]), ["compare", "export", "train"])
+        train = record["jobs"]["train"]
+        self.assertEqual(train["steps"], 14179 // 128)
+        self.assertEqual(sorted(train["phase_seconds"]), ["data", "evaluate", "train"])
+        self.assertGreater(train["end_to_end_over_train"], 1)
+        self.assertIn("--framework=keras", record["jobs"]["compare"]["command"])
+        self.assertEqual(
+            sorted(record["jobs"]["compare"]["report"]["rows"]), ["improved", "standard"]
+        )
+
+    def test_the_catalog_phase_times_the_sparse_step_at_two_catalogs(self):
+        out = self._phase(
+            "catalog",
+            CATALOG_FLAGS="--catalogs=1000,20000 --batch_sizes=64 --num_users=500 --rounds=1 "
+            "--steps_per_round=4",
+        )
+        with open(os.path.join(out, "catalog.json")) as f:
+            record = json.load(f)
+        self.assertEqual(record["settings"]["num_users"], 500)
+        self.assertEqual(sorted(record["two_tower_ms"]), ["1000", "20000"])
+        self.assertIn("sparse_adagrad_largest_over_smallest_catalog", record["goals"])
+
+
 @pytest.mark.slow
 class KerasGpuTest(tf.test.TestCase):
     """`bash benchmarks/gpu.sh --smoke`: the GPU machine's command, proved on this CPU (Keras 3
