@@ -28,9 +28,11 @@ user is answered from the history alone (the padding user row) and said (`unknow
     answer["ids"], answer["scores"], answer["num_found"]
 """
 
+import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any, Dict, Optional, Sequence
 
@@ -91,6 +93,8 @@ def save(
     user_vocabulary: Optional[Sequence] = None,
     item_vocabulary: Optional[Sequence] = None,
     integer_ids: Sequence[str] = (),
+    num_users: Optional[int] = None,
+    num_items: Optional[int] = None,
     version: Optional[int] = None,
 ) -> str:
     """Writes a servable version of a two-tower to `path/<version>/` (see the module).
@@ -106,6 +110,9 @@ def save(
       user_vocabulary, item_vocabulary: the raw ids of dense ids 1, 2, ...; both or
         neither (then requests carry dense ids).
       integer_ids: the kinds ("user", "item") whose raw ids are integers (served as int64).
+      num_users, num_items: the dense ids the query model's tables hold (1..n; default: the
+        vocabularies' lengths, needed without them); a request's dense id past them is
+        unknown.
       version: the version's number (default: one more than the highest in `path`, else 1).
 
     Returns:
@@ -137,6 +144,18 @@ def save(
             "`user_vocabulary` and `item_vocabulary` go together (raw ids in and out) or not "
             "at all (dense ids)."
         )
+    if user_vocabulary is not None and item_vocabulary is not None:
+        num_users = len(user_vocabulary) if num_users is None else num_users
+        num_items = len(item_vocabulary) if num_items is None else num_items
+    if num_users is None or num_items is None:
+        raise ValueError(
+            "Without vocabularies, `num_users` and `num_items` are needed: requests of dense "
+            "ids past the query model's tables are then answered as unknown ids."
+        )
+    num_users, num_items = (
+        _positive_int("num_users", num_users),
+        _positive_int("num_items", num_items),
+    )
     unknown = sorted(set(integer_ids) - set(KINDS))
     if unknown:
         raise ValueError(f"`integer_ids` holds {unknown}; it takes {list(KINDS)}.")
@@ -169,7 +188,8 @@ def save(
         raise ValueError(f"{target} exists: give another `version`.")
     partial = tempfile.mkdtemp(prefix=f".{version}-", dir=path)
     try:
-        query_model.save(os.path.join(partial, QUERY_MODEL))
+        with _tensorflow_unimported():
+            query_model.save(os.path.join(partial, QUERY_MODEL))
         np.savez(os.path.join(partial, CANDIDATES), ids=ids.astype(np.int64), embeddings=embeddings)
         if vocabularies:
             np.savez(os.path.join(partial, VOCABULARIES), **vocabularies)  # type: ignore[arg-type]
@@ -181,6 +201,8 @@ def save(
                     history_length=history_length,
                     raw_ids=bool(vocabularies),
                     integer_ids=sorted(integer_ids) if vocabularies else [],
+                    num_users=num_users,
+                    num_items=num_items,
                 ),
                 f,
                 indent=1,
@@ -189,6 +211,22 @@ def save(
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def _tensorflow_unimported():
+    """Keras's serialisation asks whether TensorFlow is importable (to handle its types) by
+    importing it: a Keras export from a process without TensorFlow stays without it (TensorFlow
+    marked unimportable while the model is written, where it is not imported already)."""
+    if "tensorflow" in sys.modules:
+        yield
+        return
+    sys.modules["tensorflow"] = None  # `import tensorflow` raises ImportError.
+    try:
+        yield
+    finally:
+        if sys.modules.get("tensorflow", 0) is None:
+            del sys.modules["tensorflow"]
 
 
 class _Lookup:
@@ -200,9 +238,13 @@ class _Lookup:
         self.sorted = vocabulary[self.order]
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
-        raw = np.asarray(raw, self.sorted.dtype) if len(raw) else raw.astype(self.sorted.dtype)
-        found = np.searchsorted(self.sorted, raw).clip(max=max(len(self.sorted) - 1, 0))
-        known = (self.sorted[found] == raw) if len(self.sorted) else np.zeros(len(raw), bool)
+        # Each request id whole (a fixed-width cast would cut a longer unknown id down to a
+        # known one); numpy compares strings of any widths.
+        raw = np.asarray(raw).astype(str if self.sorted.dtype.kind == "U" else np.int64)
+        if not len(raw) or not len(self.sorted):
+            return np.zeros(len(raw), np.int64)
+        found = np.searchsorted(self.sorted, raw).clip(max=len(self.sorted) - 1)
+        known = self.sorted[found] == raw
         return np.where(known, self.order[found] + 1, 0).astype(np.int64)
 
 
@@ -229,6 +271,7 @@ class Retriever:
         self.history_length = settings["history_length"]
         self.raw_ids = settings["raw_ids"]
         self.integer_ids = tuple(settings["integer_ids"])
+        self.sizes = {"user": settings["num_users"], "item": settings["num_items"]}
         self.query_model = keras.saving.load_model(os.path.join(directory, QUERY_MODEL))
         with np.load(os.path.join(directory, CANDIDATES)) as candidates:
             self.candidate_ids = candidates["ids"]
@@ -239,11 +282,17 @@ class Retriever:
                 self._lookups = {kind: _Lookup(vocabularies[kind]) for kind in KINDS}
 
     def _dense(self, kind: str, raw) -> np.ndarray:
-        """Raw ids (or dense ids, without vocabularies) -> dense ids, 0 where unknown."""
+        """Raw ids (or dense ids, without vocabularies) -> dense ids, 0 where unknown (a dense
+        id outside 1..the table's last row included)."""
         raw = np.asarray(raw)
         if not self.raw_ids:
+            if raw.dtype.kind not in "iu":
+                raise ValueError(
+                    f"The {kind} ids are dense integer ids in this model; received dtype "
+                    f"{raw.dtype}."
+                )
             dense = raw.astype(np.int64)
-            return np.where(dense > 0, dense, 0)
+            return np.where((dense > 0) & (dense <= self.sizes[kind]), dense, 0)
         if kind in self.integer_ids:
             if raw.dtype.kind not in "iu":
                 raise ValueError(

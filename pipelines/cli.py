@@ -84,13 +84,24 @@ def framework_in(args: List[str]) -> Optional[str]:
     return value
 
 
+# The evaluate and export flags that take a value, which absl also reads from the next argument
+# (`--against OTHER`): that argument is not the run directory.
+VALUE_FLAGS = ("split", "index", "against", "output_json", "per_query_out", "k", "framework")
+
+
 def run_framework(args: List[str]) -> Optional[str]:
     """The framework that trained the run an `evaluate` or `export` command names: that of
-    the first argument that is a run directory (`run_files.framework_of`), or None."""
+    its run directory, the first argument that is not a flag or a flag's value
+    (`run_files.framework_of`), or None."""
     from pipelines import run_files  # pylint: disable=import-outside-toplevel
 
+    previous = ""
     for arg in args:
-        if not arg.startswith("-") and os.path.isfile(os.path.join(arg, "config.json")):
+        value_of_flag = previous.startswith("-") and previous.lstrip("-") in VALUE_FLAGS
+        previous = arg
+        if arg.startswith("-") or value_of_flag:
+            continue
+        if os.path.isfile(os.path.join(arg, "config.json")):
             return run_files.framework_of(arg)
     return None
 

@@ -716,11 +716,12 @@ def add_query_spread(
             if any(
                 not np.array_equal(a["users"], b["users"])
                 or a["targets_digest"] != b["targets_digest"]
+                or a.get("index") != b.get("index")  # A ScaNN row's against an exact one.
                 or metric not in a["values"]
                 or metric not in b["values"]
                 for a, b in records
             ):
-                continue  # Not the same queries within a seed: no pairing by query.
+                continue  # Not the same queries (or search) within a seed: no pairing.
             first = records[0][0]
             same = all(
                 np.array_equal(a["users"], first["users"])

@@ -7,7 +7,6 @@ the resumable training stream, and the query embeddings and metrics of an
 evaluation set.
 """
 
-import functools
 import json
 import os
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
@@ -23,12 +22,10 @@ from logq_core import formulas
 from pipelines import configs
 from pipelines import run_files
 from pipelines.data import builders
-from pipelines.data import loaders
+from pipelines.data import datasets
 from pipelines.data import logs
 from pipelines.data import splits as splits_lib
-from pipelines.data import synthetic
 from pipelines.data import web_synthetic
-from pipelines.data.interactions import DataError
 from pipelines.data.interactions import Interactions
 from pipelines.run_files import RunFiles
 from pipelines.run_files import RunNotFound
@@ -40,41 +37,10 @@ from tfrs_logq.models import make_objective
 
 # ---------------------------------------------------------------------------- data
 
-
-def load_data(config: configs.Config, run_dir: Optional[str] = None) -> Interactions:
-    """The interactions of `config.data.dataset` (MovieLens: --data_path, else the file under
-    $TFRS_LOGQ_DATA). An event log is encoded with the vocabularies of the run in `run_dir`
-    when it has saved them (`save_vocabularies`)."""
-    if logs.out_of_core(config):
-        return logs.day_store_data(config, run_dir)[0]
-    if config.data.dataset in configs.EVENT_LOGS:
-        return logs.event_log(config.data, config.model.dim, run_dir)[0].interactions
-    if config.data.dataset == "synthetic":
-        return synthetic_data(config)[0]
-    if config.data.dataset == "ml-1m":
-        return loaders.load_sasrec(config.data.data_path or loaders.ML_1M_SASREC)
-    if config.data.dataset == "ml-1m-ratings":
-        return loaders.load_grouplens(config.data.data_path or loaders.ML_1M_RATINGS)
-    if config.data.dataset == "ml-1m-tfds":
-        return loaders.load_tfds(data_dir=config.data.data_path or None)
-    if not config.data.data_path:
-        raise ValueError(
-            f"--dataset={config.data.dataset} needs --data_path (Steam is not bundled)."
-        )
-    if config.data.dataset == "steam":
-        return loaders.load_sasrec(config.data.data_path)
-    return loaders.load_steam_reviews(config.data.data_path)
-
-
-@functools.lru_cache(maxsize=2)
-def synthetic_data(config: configs.Config):
-    """(Interactions, SyntheticCatalog) of the synthetic dataset of `config`."""
-    return synthetic.make_synthetic(
-        num_users=config.data.synthetic_users,
-        num_items=config.data.synthetic_items,
-        temperature=config.data.synthetic_temperature,
-        seed=config.training.seed,
-    )
+# The dataset and its split (TensorFlow-free: the Keras job reads them too).
+load_data = datasets.load_data
+synthetic_data = datasets.synthetic_data
+make_split = datasets.make_split
 
 
 def save_vocabularies(config: configs.Config, output_dir: str) -> None:
@@ -210,60 +176,6 @@ def _web_truth(config: configs.Config, data: Interactions) -> WebTruth:
     first_day = (first - web_synthetic.START_TIME) // config.data.day_seconds
     test_day = logs.log_days(config.data, (first, last)).test + first_day
     return WebTruth(catalog, item_index, dense_item, user_index, test_day)
-
-
-def make_split(
-    config: configs.Config, data: Interactions, run_dir: Optional[str] = None
-) -> splits_lib.Split:
-    """The split of `config`; its validation set holds at most `validation_queries` queries
-    (an event log's weights: from the log read with `run_dir`'s vocabularies, as `data`)."""
-    if logs.out_of_core(config):
-        return logs.day_store_data(config, run_dir)[1]  # Subsampled as below when it was built.
-    source = config.data.data_path or config.data.dataset
-    if config.data.split == "loo":
-        split = splits_lib.leave_one_out(data, train_gap=config.data.loo_train_gap)
-    elif config.data.split == "next_day":
-        weights, span = None, None
-        if config.data.dataset in configs.EVENT_LOGS:
-            log = logs.event_log(config.data, config.model.dim, run_dir)[0]
-            weights = log.weights if config.data.weight_column else None
-            if "first_time" in log.stats:
-                span = (int(log.stats["first_time"]), int(log.stats["last_time"]))
-        split = splits_lib.next_day(
-            data,
-            config.data.test_day,
-            config.data.day_seconds,
-            source=source,
-            weights=weights,
-            span=span,
-        )
-    else:
-        split = splits_lib.temporal(
-            data,
-            test_fraction=config.data.test_fraction,
-            validation_fraction=config.data.test_fraction,
-            targets=config.data.temporal_targets,
-        )
-    for name, eval_set in (("validation", split.validation), ("test", split.test)):
-        if len(eval_set.users) == 0:
-            raise DataError(
-                source,
-                None,
-                f"the {config.data.split} split leaves no {name} queries "
-                f"({data.num_users} users, {len(data.user)} interactions): "
-                + (
-                    "leave-one-out validates on gSASRec's draw of users, which "
-                    "needs users with at least 3 items."
-                    if config.data.split == "loo"
-                    else "the temporal windows hold no interactions."
-                ),
-            )
-    test = split.test
-    if config.training.test_queries:
-        test = splits_lib.subsample(test, config.training.test_queries)
-    return split._replace(
-        validation=splits_lib.subsample(split.validation, config.data.validation_queries), test=test
-    )
 
 
 def sketch_items(config: configs.Config, split: splits_lib.Split) -> Optional[int]:
@@ -728,16 +640,15 @@ def _load_keras_run(config: configs.Config, output_dir: str):
     (`keras_job.read_towers`, numpy) in the TensorFlow job's `TwoTower`, whose layers they
     name."""
     from pipelines import keras_job  # pylint: disable=import-outside-toplevel
+    from pipelines import keras_train  # pylint: disable=import-outside-toplevel
 
     files = RunFiles(output_dir)
+    keras_train.refuse_sequential(config, output_dir)
     removed = run_files.removed_weights(output_dir)
     if removed:
         raise RunNotFound(removed)
     if not files.has_keras_model():
-        raise RunNotFound(
-            f"{output_dir} holds no trained towers ({files.keras_model}/"
-            f"{keras_job.TOWERS_FILE}): its Keras training has not finished."
-        )
+        raise RunNotFound(keras_train.missing_towers(output_dir))
     weights = keras_job.read_towers(files.keras_model)
     data = load_data(config, output_dir)
     data_split = make_split(config, data, output_dir)

@@ -19,6 +19,7 @@ for --against).
 
 import json
 import os
+import sys
 from typing import Any, Dict
 
 import numpy as np
@@ -126,7 +127,7 @@ def main(argv):
             f"--framework=tf: TensorFlow evaluates {output_dir} as `tfrs-logq evaluate "
             f"{output_dir} --framework=tf` (python -m pipelines.evaluate)."
         )
-    if FLAGS.index != "exact":
+    if configs.indexes(FLAGS.index) != ("exact",):
         raise app.UsageError(
             f"--index={FLAGS.index}: the Keras job searches exactly; a ScaNN index is "
             "TensorFlow's (--framework=tf)."
@@ -140,25 +141,35 @@ def main(argv):
         )
     logging.set_verbosity(logging.WARNING)
     os.environ.setdefault("KERAS_BACKEND", "jax")
-    with errors.reported():
-        if FLAGS.against:
-            a, b = (per_query_values(source, FLAGS.split) for source in (FLAGS.against, output_dir))
-            comparison = per_query.compare(a, b, f"--against={FLAGS.against}", output_dir)
-            per_query.report_comparison(
-                comparison, output_dir, FLAGS.against, FLAGS.split, "exact", FLAGS.output_json
-            )
-            return
-        record = per_query_values(output_dir, FLAGS.split)
-        means, config = record.pop("means"), record.pop("config")
-        index_items = record.pop("index_items")
-        if FLAGS.per_query_out:
-            per_query.check_against_report(record, output_dir)
-            per_query.save(record, FLAGS.per_query_out)
-            print(
-                f"Wrote {FLAGS.per_query_out}: {len(record['users'])} {FLAGS.split} queries, "
-                "exact search"
-            )
-            return
+    try:
+        with errors.reported():
+            _evaluate(output_dir)
+    except ValueError as error:  # Runs that do not pair, a report that does not match.
+        if FLAGS.debug:
+            raise
+        sys.exit(f"error: {error}")
+
+
+def _evaluate(output_dir: str) -> None:
+    """`main`'s job, its flags checked."""
+    if FLAGS.against:
+        a, b = (per_query_values(source, FLAGS.split) for source in (FLAGS.against, output_dir))
+        comparison = per_query.compare(a, b, f"--against={FLAGS.against}", output_dir)
+        per_query.report_comparison(
+            comparison, output_dir, FLAGS.against, FLAGS.split, "exact", FLAGS.output_json
+        )
+        return
+    record = per_query_values(output_dir, FLAGS.split)
+    means, config = record.pop("means"), record.pop("config")
+    index_items = record.pop("index_items")
+    if FLAGS.per_query_out:
+        per_query.check_against_report(record, output_dir)
+        per_query.save(record, FLAGS.per_query_out)
+        print(
+            f"Wrote {FLAGS.per_query_out}: {len(record['users'])} {FLAGS.split} queries, "
+            "exact search"
+        )
+        return
     ks = configs.ks(config.training)
     print(
         f"two_tower on {config.data.dataset} ({config.data.split}), Keras 3, {FLAGS.split} "

@@ -21,7 +21,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import numpy as np
 from absl import app
@@ -55,6 +55,13 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     )
     flags.DEFINE_integer(
         "k", 100, "Item ids (and scores) each request returns, at most.", lower_bound=1, **define
+    )
+    flags.DEFINE_bool(
+        "saved_models",
+        True,
+        "Where TensorFlow is installed, also write the TensorFlow job's SavedModels of the "
+        "run's towers (--index's).",
+        **define,
     )
     flags.DEFINE_enum(
         "framework",
@@ -101,21 +108,20 @@ def tensorflow_installed() -> bool:
         return False
 
 
-def export_saved_models(output_dir: str, index: str, k: int) -> List[str]:
+def export_saved_models(output_dir: str, index: str, k: int) -> None:
     """Runs `pipelines.export` on the run in a process of its own (TensorFlow there, not
-    here); the version directories it wrote.
+    here), its output passed through (the versions it wrote, or why ScaNN's was not).
 
     Raises:
-      RuntimeError: it failed (its output is on this process's stderr).
+      RuntimeError: it failed (its output says why).
     """
     command = [sys.executable, "-m", "pipelines.export", output_dir, f"--index={index}", f"--k={k}"]
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    sys.stdout.flush()
+    done = subprocess.run(command, check=False)
     if done.returncode:
         raise RuntimeError(
-            f"The SavedModel export failed ({' '.join(command)}: exit {done.returncode}); the "
-            "Keras export stands."
+            f"the SavedModel export failed ({' '.join(command[1:])}: exit {done.returncode})"
         )
-    return [line[len("Wrote ") :] for line in done.stdout.splitlines() if line.startswith("Wrote ")]
 
 
 def main(argv):
@@ -123,22 +129,34 @@ def main(argv):
         raise app.UsageError(
             "Usage: tfrs-logq export OUTPUT_DIR [--index=...] [--k=...] (a Keras run)"
         )
+    saved_models = FLAGS.saved_models and tensorflow_installed()
+    if FLAGS.framework == "tf" and not saved_models:
+        raise app.UsageError(
+            "--framework=tf writes the TensorFlow job's SavedModels, "
+            + (
+                "which --nosaved_models turns off."
+                if tensorflow_installed()
+                else "and TensorFlow is not installed here."
+            )
+        )
     logging.set_verbosity(logging.WARNING)
     os.environ.setdefault("KERAS_BACKEND", "jax")
     with errors.reported():
-        paths = []
-        if FLAGS.framework == "keras":
-            paths.append(export_keras(argv[1], FLAGS.k))
-            print(f"Wrote {paths[-1]}", flush=True)
-        if tensorflow_installed():
-            for path in export_saved_models(argv[1], FLAGS.index, FLAGS.k):
-                print(f"Wrote {path}", flush=True)
-        else:
-            print(
-                "TensorFlow is not installed: no SavedModel (the Keras export serves with "
-                "Keras 3 alone: keras_logq.serving.load).",
-                file=sys.stderr,
-            )
+        try:
+            if FLAGS.framework == "keras":
+                print(f"Wrote {export_keras(argv[1], FLAGS.k)}", flush=True)
+            if saved_models:
+                export_saved_models(argv[1], FLAGS.index, FLAGS.k)
+        except (ValueError, RuntimeError) as error:
+            if FLAGS.debug:
+                raise
+            sys.exit(f"error: {error}")
+    if FLAGS.saved_models and not saved_models:
+        print(
+            "TensorFlow is not installed: no SavedModel (the Keras export serves with "
+            "Keras 3 alone: keras_logq.serving.load).",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from pipelines import per_query as per_query_lib
 from pipelines import train_flags as train_flags_lib
 from pipelines.data import day_store
 from pipelines.data import logs
+from pipelines.data import sequences
 from pipelines.data import splits
 from pipelines.run_files import write_json
 
@@ -377,16 +378,6 @@ def make_model(num_users: int, num_items: int, settings):
     return model
 
 
-def query_histories(histories, history_length: int) -> np.ndarray:
-    """[len(histories), history_length] int32: each history's last `history_length` ids,
-    left-padded with 0 (as the training examples hold them)."""
-    out = np.zeros((len(histories), history_length), np.int32)
-    for row, history in enumerate(histories):
-        recent = np.asarray(history[-history_length:], np.int64)
-        out[row, history_length - len(recent) :] = recent
-    return out
-
-
 def ranked(towers, test, index: np.ndarray, history_length: int, k: int, chunk: int = 256):
     """[num_queries, k] ids: each test query's top `k` over `index`, its history excluded
     (the query reads its last `history_length` items, as the training examples do), by the
@@ -403,7 +394,7 @@ def ranked(towers, test, index: np.ndarray, history_length: int, k: int, chunk: 
     queries = [
         towers.query(
             test.users[start : start + chunk].astype(np.int32),
-            query_histories(test.histories[start : start + chunk], history_length),
+            sequences.left_pad(test.histories[start : start + chunk], history_length),
         )
         for start in range(0, len(test.users), chunk)
     ]
@@ -592,6 +583,12 @@ def _backups(directory: str):
     return [path for _, path in found]
 
 
+def latest_backup(directory: str):
+    """The path of the newest complete backup in `directory`, or None."""
+    found = _backups(directory)
+    return found[-1] if found else None
+
+
 def remove_backups(directory: str) -> None:
     """Removes the backups in `directory`, complete or left half-written by a killed
     process; nothing else there."""
@@ -603,13 +600,13 @@ def remove_backups(directory: str) -> None:
             shutil.rmtree(path)
 
 
-def _variable_name(variable) -> str:
+def variable_name(variable) -> str:
     """A variable's path without the numbers Keras appends to a name already taken in the
     process (two_tower_1/... is two_tower/...)."""
     return re.sub(r"_\d+(?=[/_]|$)", "", variable.path)
 
 
-def save_backup(model, directory: str, steps: int, windows, settings) -> str:
+def save_backup(model, directory: str, steps: int, windows, settings, extra=None) -> str:
     """Writes the training state after `steps` steps to `directory`/step-STEPS (one .npy a
     variable, then state.json), built under a temporary name and renamed when complete; the
     older backups are removed after. Returns the backup's path."""
@@ -635,7 +632,8 @@ def save_backup(model, directory: str, steps: int, windows, settings) -> str:
             settings=settings,
             backend=keras.backend.backend(),
             keras=keras.__version__,
-            variables=[[_variable_name(v), list(v.shape), str(v.dtype)] for v in variables],
+            variables=[[variable_name(v), list(v.shape), str(v.dtype)] for v in variables],
+            extra=extra,
         ),
     )
     shutil.rmtree(target, ignore_errors=True)
@@ -644,6 +642,12 @@ def save_backup(model, directory: str, steps: int, windows, settings) -> str:
         if older != target:
             shutil.rmtree(older)
     return target
+
+
+def backup_extra(path: str):
+    """What `save_backup` was given as `extra` for the backup at `path` (None if nothing)."""
+    with open(os.path.join(path, "state.json")) as f:
+        return json.load(f).get("extra")
 
 
 def restore_backup(model, path: str, settings):
@@ -672,7 +676,7 @@ def restore_backup(model, path: str, settings):
             f"on {keras.backend.backend()} (KERAS_BACKEND)."
         )
     variables = _state_variables(model)
-    ours = [[_variable_name(v), list(v.shape), str(v.dtype)] for v in variables]
+    ours = [[variable_name(v), list(v.shape), str(v.dtype)] for v in variables]
     if state["variables"] != ours:
         first = next(
             (
@@ -688,7 +692,7 @@ def restore_backup(model, path: str, settings):
     return state["steps"], [tuple(window) for window in state["windows"]]
 
 
-def _build(model, batch) -> None:
+def build(model, batch) -> None:
     """Creates the model's and its optimizer's variables, as `fit` does, from one batch."""
     model(batch)
     if not model.optimizer.built:
@@ -734,7 +738,7 @@ def train(model, store, settings, verbose: bool = True, backup_dir: str = ""):
     start, windows = 0, []
     latest = _backups(backup_dir)[-1:] if backup_dir else []
     if latest:
-        _build(model, next(stream(0)))
+        build(model, next(stream(0)))
         start, windows = restore_backup(model, latest[0], settings)
         if start > steps:
             raise ValueError(
@@ -810,9 +814,9 @@ def keras_callback():
 
 
 def data_parallel(devices: int, batch_size: int):
-    """`keras.distribution.DataParallel` over `devices` local devices (0: every one the
-    backend sees), or None where that is one device or the backend is not JAX (Keras 3
-    distributes on JAX).
+    """`keras.distribution.DataParallel` over `devices` local devices (0: as many of those
+    the backend sees as divide the batch, said when fewer than all), or None where that is
+    one device or the backend is not JAX (Keras 3 distributes on JAX).
 
     Raises:
       ValueError: more devices asked than there are, or a batch they do not divide.
@@ -826,14 +830,24 @@ def data_parallel(devices: int, batch_size: int):
         raise ValueError(
             f"devices={devices}: the backend sees {len(found)} device(s) ({found[0]}, ...)."
         )
-    chosen = found[:devices] if devices else found
+    if devices:
+        chosen = found[:devices]
+        if batch_size % devices:
+            raise ValueError(
+                f"batch_size={batch_size} does not split over devices={devices}: give a "
+                f"multiple of {devices}, or devices=1."
+            )
+    else:  # As many as divide the batch.
+        count = max(n for n in range(1, len(found) + 1) if batch_size % n == 0)
+        if count < len(found):
+            print(
+                f"batch_size={batch_size} splits over {count} of the {len(found)} devices: "
+                f"the job trains on {count}.",
+                flush=True,
+            )
+        chosen = found[:count]
     if len(chosen) == 1:
         return None
-    if batch_size % len(chosen):
-        raise ValueError(
-            f"batch_size={batch_size} does not split over {len(chosen)} devices: give a "
-            f"multiple of {len(chosen)}, or devices=1."
-        )
     return keras.distribution.DataParallel(devices=chosen)
 
 

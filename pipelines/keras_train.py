@@ -16,8 +16,10 @@ day's positives.
 
 It trains what the TensorFlow job trains for an event log read by day (`--split=next_day
 --model=two_tower --order=time`, one epoch, mixed negatives with a count-min sketch, Adagrad
-on the tables); a config asking for more (another loss or sampler, ScaNN, a tf.distribute
-strategy, ...) is refused before anything is built, each such setting named. Run as
+on the tables), and SASRec on a sequential dataset (`--model=sasrec`,
+`pipelines.keras_sequential`: the TensorFlow job's layout, validated each epoch, early
+stopping, the best epoch tested); a config asking for more (another loss or sampler, ScaNN,
+a tf.distribute strategy, ...) is refused before anything is built, each such setting named. Run as
 `tfrs-logq train --framework=keras` or `python -m pipelines.keras_train`, it imports neither
 TensorFlow nor tfrs_logq (a test blocks them); `python -m pipelines.train` given a Keras config
 (`--config_file`) hands over to it after importing TensorFlow. `tfrs-logq compare` trains Keras
@@ -41,6 +43,7 @@ from pipelines import configs
 from pipelines import console
 from pipelines import errors
 from pipelines import keras_job
+from pipelines import keras_sequential
 from pipelines import memory
 from pipelines import per_query
 from pipelines import provenance
@@ -63,14 +66,16 @@ def refusals(config: configs.Config, strategy: str = "default") -> List[str]:
     out = []
     if strategy != "default":
         out.append(
-            f"--strategy={strategy} (tf.distribute is TensorFlow's; the Keras job runs on one "
-            "device)"
+            f"--strategy={strategy} (tf.distribute is TensorFlow's; the Keras job runs on this "
+            "machine's devices)"
         )
     if config.training.index != "exact":
         out.append(
             f"--index={config.training.index} (ScaNN is TensorFlow's; the Keras job searches "
             "exactly, on the device)"
         )
+    if config.model.model == "sasrec":
+        return out + keras_sequential.refusals(config)
     if not logs.out_of_core(config):
         flat = config.flat()
         wanted = dict(split="next_day", model="two_tower", order="time")
@@ -81,8 +86,8 @@ def refusals(config: configs.Config, strategy: str = "default") -> List[str]:
         ]
         if config.data.dataset not in configs.EVENT_LOGS:
             out.append(
-                f"--dataset={config.data.dataset} (the Keras job reads an event log by day: "
-                f"{', '.join(configs.EVENT_LOGS)})"
+                f"--dataset={config.data.dataset} (the Keras two-tower job reads an event log "
+                f"by day: {', '.join(configs.EVENT_LOGS)})"
             )
     flat = config.flat()
     out += [
@@ -146,20 +151,26 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
         run_files.write_config(config, output_dir)
         phases: Dict[str, float] = {}
         mark = time.time()
-        # The store, built with the log's vocabularies, which are saved beside it: the
-        # evaluation and the export read them instead of the log.
-        logs.save_vocabularies(config, output_dir)
-        store_dir = logs.ensure_day_store(config, output_dir)[0]
-        phases["data"] = round(time.time() - mark, 1)
-        results = keras_job.run(
-            store_dir,
-            settings_for(config),
-            verbose=verbose,
-            backup_dir=files.keras_backup,
-            ks=configs.ks(config.training),
-            towers_dir=files.keras_model,
-            per_query=True,
-        )
+        if config.model.model == "sasrec":  # A sequential dataset, read in memory.
+            phases["data"] = 0.0  # Read within the job (its seconds are in "train").
+            results = keras_sequential.run(
+                config, output_dir, files.keras_backup, files.keras_model, verbose=verbose
+            )
+        else:
+            # The store, built with the log's vocabularies, which are saved beside it: the
+            # evaluation and the export read them instead of the log.
+            logs.save_vocabularies(config, output_dir)
+            store_dir = logs.ensure_day_store(config, output_dir)[0]
+            phases["data"] = round(time.time() - mark, 1)
+            results = keras_job.run(
+                store_dir,
+                settings_for(config),
+                verbose=verbose,
+                backup_dir=files.keras_backup,
+                ks=configs.ks(config.training),
+                towers_dir=files.keras_model,
+                per_query=True,
+            )
         phases["train"], phases["evaluate"] = results["train_seconds"], results["test_seconds"]
         metrics = {
             "config": config.as_dict(),
@@ -169,7 +180,8 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
             "test": results["test"],
             "test_exact": results["test"],
             "steps": results["steps"],
-            "epochs_run": 1,
+            "epochs_run": results.get("epochs_run", 1),
+            **{key: results[key] for key in ("best_epoch", "validation") if key in results},
             "first_loss": results["first_loss"],
             "last_loss": results["last_loss"],
             "resumed_from_step": results["resumed_from_step"],
@@ -185,7 +197,10 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
         }
         # Each test query's values, for compare's spread over queries and evaluate --against.
         per_query.save(
-            {**results["per_query"], "description": f"{config.data.dataset}, split next_day"},
+            {
+                **results["per_query"],
+                "description": f"{config.data.dataset}, split {config.data.split}",
+            },
             files.per_query,
         )
         write_json(files.metrics, metrics)  # Whole or not at all.
@@ -193,6 +208,33 @@ def run(config: configs.Config, output_dir: str, verbose: bool = True) -> Dict[s
         if os.path.isdir(files.keras_backup) and not os.listdir(files.keras_backup):
             os.rmdir(files.keras_backup)
     return metrics
+
+
+def missing_towers(output_dir: str) -> str:
+    """Why a Keras run has no towers to evaluate or export."""
+    files = RunFiles(output_dir)
+    where = f"{files.keras_model}/{keras_job.TOWERS_FILE}"
+    if os.path.exists(files.metrics):  # Finished, by code that did not keep them.
+        return (
+            f"{output_dir} holds no trained towers ({where}): it was trained before the Keras "
+            "job kept them; train it again to evaluate or export it."
+        )
+    return f"{output_dir} holds no trained towers ({where}): its training has not finished."
+
+
+def refuse_sequential(config: configs.Config, output_dir: str) -> None:
+    """Raises for a Keras SASRec run: `evaluate` and `export` read the two-tower's.
+
+    Raises:
+      pipelines.run_files.RunNotFound: `config` is SASRec's.
+    """
+    if config.model.model == "sasrec":
+        raise run_files.RunNotFound(
+            f"{output_dir} is a Keras SASRec run: evaluate and export read the Keras job's "
+            "two-tower runs only, so far. Its test metrics, each query's and its best "
+            f"epoch's weights are in {output_dir} (metrics.json, per_query_test.npz, "
+            "keras_model/best.npz)."
+        )
 
 
 def load_run(output_dir: str):
@@ -216,14 +258,12 @@ def load_run(output_dir: str):
             f"{output_dir} was trained by the TensorFlow job (--framework="
             f"{config.training.framework}): evaluate and export it with --framework=tf."
         )
+    refuse_sequential(config, output_dir)
     removed = run_files.removed_weights(output_dir)
     if removed:
         raise run_files.RunNotFound(removed)
     if not files.has_keras_model():
-        raise run_files.RunNotFound(
-            f"{output_dir} holds no trained towers ({files.keras_model}/"
-            f"{keras_job.TOWERS_FILE}): its training has not finished."
-        )
+        raise run_files.RunNotFound(missing_towers(output_dir))
     towers = keras_job.Towers(keras_job.read_towers(files.keras_model))
     data, split = logs.day_store_data(config, output_dir)
     return config, towers, split, data
@@ -267,7 +307,8 @@ def main(argv):
             sys.exit(f"error: {error}")
     test = metrics["test"]
     print(
-        f"\ntwo_tower on {config.data.dataset} (next_day), Keras 3 ({metrics['backend']}), "
+        f"\n{config.model.model} on {config.data.dataset} ({config.data.split}), Keras 3 "
+        f"({metrics['backend']}), "
         f"{config.loss.negatives} / {config.loss.correction}: {metrics['steps']} steps, "
         f"{metrics['train_seconds']:.0f} s; test over {metrics['num_test_queries']} users and "
         f"{metrics['index_items']:,} items, exact search on the device, history filtered:\n"

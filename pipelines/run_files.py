@@ -81,8 +81,12 @@ class RunFiles:
         return self._path("keras_model")
 
     def has_keras_model(self) -> bool:
-        """Whether the Keras job saved its trained towers here."""
-        return os.path.exists(os.path.join(self.keras_model, "towers.npz"))
+        """Whether the Keras job saved its trained model here (the two-tower's towers, or
+        SASRec's best epoch)."""
+        return any(
+            os.path.exists(os.path.join(self.keras_model, name))
+            for name in ("towers.npz", "best.npz")
+        )
 
     @property
     def best(self) -> str:

@@ -114,6 +114,7 @@ def test_pipelines_imports_no_tensorflow():
         "pipelines.data.day_store, pipelines.data.events, pipelines.data.web_synthetic, "
         "pipelines.keras_job, pipelines.keras_train, pipelines.keras_export, "
         "pipelines.keras_evaluate, pipelines.per_query, pipelines.errors, "
+        "pipelines.keras_sequential, pipelines.data.datasets, pipelines.data.sequences, "
         "examples.keras_next_day, examples.keras_sasrec; "
         "print(sorted(m for m in ('tensorflow', 'tf_keras', 'tfrs_logq') "
         "if m in sys.modules))"

@@ -12,6 +12,7 @@ from keras import ops
 from keras_logq import serving
 
 DIM, LENGTH, ITEMS, USERS = 4, 3, 12, 5
+SIZES = dict(num_users=USERS, num_items=ITEMS)
 
 
 def _query_model():
@@ -45,6 +46,7 @@ def _saved(tmp_path, integer=False, k=5, vocabularies=True):
         user_vocabulary=raw_users if vocabularies else None,
         item_vocabulary=raw_items if vocabularies else None,
         integer_ids=("user", "item") if integer else (),
+        **({} if vocabularies else dict(num_users=USERS, num_items=ITEMS)),
     )
     return path, model, ids, embeddings
 
@@ -83,6 +85,10 @@ def test_answers_raw_ids_as_the_numpy_reference(tmp_path, integer):
     ]
     answer = retriever(users, histories)
     assert answer["unknown_history_ids"].tolist() == [0, 1, 0]
+    if not integer:  # An unknown id that starts with a known one is unknown, not cut to it.
+        longer = retriever([raw_user(1) + "_not"], [[raw_item(3) + "_not"]])
+        assert longer["unknown_user"].tolist() == [True]
+        assert longer["unknown_history_ids"].tolist() == [1]
     assert answer["unknown_user"].tolist() == [False, False, True]
     dense = [[3, 9], [2, 5, 12, 1], []]
     for row, (user, history) in enumerate(zip([1, 4, 0], dense)):
@@ -106,6 +112,12 @@ def test_dense_ids_without_vocabularies_and_a_smaller_k(tmp_path):
     want_ids, _ = _reference(model, ids, embeddings, 2, [3, 7], 2)
     assert answer["ids"].tolist() == [want_ids.tolist()]
     assert answer["ids"].shape == (1, 2)
+    # Ids past the tables are unknown (the padding row), never a row of NaN.
+    past = retriever([2, USERS + 1], [[3, ITEMS + 1], [99999]], k=2)
+    assert past["unknown_history_ids"].tolist() == [1, 1]
+    assert past["unknown_user"].tolist() == [False, True]
+    assert past["num_found"].tolist() == [2, 2]
+    assert past["ids"][0].tolist() == retriever([2], [[3]], k=2)["ids"][0].tolist()
 
 
 def test_the_next_version_and_bad_input(tmp_path):
@@ -116,13 +128,15 @@ def test_the_next_version_and_bad_input(tmp_path):
     with pytest.raises(ValueError, match="`item_vocabulary` must hold each raw id once"):
         serving.save(base, model, ids, embeddings, **args)
     with pytest.raises(ValueError, match="received k=0"):
-        serving.save(base, model, ids, embeddings, history_length=LENGTH, k=0)
+        serving.save(base, model, ids, embeddings, history_length=LENGTH, k=0, **SIZES)
     with pytest.raises(ValueError, match=r"\[len\(candidate_ids\), dim\] = \[6, dim\]"):
-        serving.save(base, model, ids, embeddings[:2], history_length=LENGTH)
+        serving.save(base, model, ids, embeddings[:2], history_length=LENGTH, **SIZES)
     bad = embeddings.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
-        serving.save(base, model, ids, bad, history_length=LENGTH)
+        serving.save(base, model, ids, bad, history_length=LENGTH, **SIZES)
+    with pytest.raises(ValueError, match="`num_users` and `num_items` are needed"):
+        serving.save(base, model, ids, embeddings, history_length=LENGTH)
     with pytest.raises(ValueError, match="go together"):
         serving.save(base, model, ids, embeddings, history_length=LENGTH, user_vocabulary=["a"])
     with pytest.raises(ValueError, match="not a decimal integer"):
@@ -137,7 +151,7 @@ def test_the_next_version_and_bad_input(tmp_path):
             integer_ids=("user",),
         )
     assert sorted(os.listdir(base)) == ["1"]  # Nothing written by the refused calls.
-    second = serving.save(base, model, ids, embeddings, history_length=LENGTH)
+    second = serving.save(base, model, ids, embeddings, history_length=LENGTH, **SIZES)
     assert os.path.basename(second) == "2"
     with pytest.raises(FileNotFoundError, match="give path/<version>"):
         serving.load(base)

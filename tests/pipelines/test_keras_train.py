@@ -181,12 +181,17 @@ def test_tensorflow_only_settings_are_refused_by_name(tmp_path):
     assert refused[0].startswith("--strategy=parameter_server (tf.distribute is TensorFlow's")
     assert refused[1].startswith("--index=scann (ScaNN is TensorFlow's")
     assert "--num_hard_negatives=4 (the Keras job: 0)" in refused
-    sequential = keras_train.refusals(configs.PRESETS["synthetic"])
-    assert "--model='sasrec' (the Keras job: 'two_tower')" in sequential
-    assert any(
-        line.startswith("--dataset=synthetic (the Keras job reads an event log")
-        for line in sequential
+    # SASRec trains (pipelines.keras_sequential); what it does not is named.
+    assert keras_train.refusals(configs.PRESETS["synthetic"].replace(index="exact")) == []
+    sequential = keras_train.refusals(
+        configs.PRESETS["synthetic"].replace(index="exact", architecture="gsasrec", loss="gbce")
     )
+    assert "--architecture='gsasrec' (the Keras job: 'sasrec')" in sequential
+    assert "--loss='gbce' (the Keras job: 'sampled_softmax')" in sequential
+    tfds = keras_train.refusals(configs.PRESETS["cpu"].replace(dataset="ml-1m-tfds"))
+    assert any(line.startswith("--dataset=ml-1m-tfds (the Keras SASRec job reads") for line in tfds)
+    two_tower = keras_train.refusals(configs.PRESETS["synthetic_two_tower"].replace(index="exact"))
+    assert "--split='loo' (the Keras job: 'next_day')" in two_tower
     assert keras_train.refusals(configs.PRESETS["industrial_smoke"].replace(index="exact")) == []
 
 
@@ -233,6 +238,8 @@ def test_an_unfinished_keras_run_is_named_and_each_job_finds_its_module(tmp_path
     assert cli.module_of("evaluate", ["--split=test", out]) == "pipelines.keras_evaluate"
     assert cli.module_of("evaluate", [out, "--framework=tf"]) == "pipelines.evaluate"
     assert cli.module_of("train", ["--framework=keras"]) == "pipelines.keras_train"
+    # A flag's value in the next argument is not the run: the run's framework decides.
+    assert cli.module_of("evaluate", ["--against", out, str(tmp_path)]) == "pipelines.evaluate"
     tf_run = str(tmp_path / "tf")
     run_files.prepare_output_dir(tf_run)
     run_files.write_config(configs.PRESETS["industrial_smoke"], tf_run)
@@ -294,3 +301,56 @@ def test_compare_holds_a_keras_row_as_its_run_will(tmp_path):
     built = compare.row_configs(rows, ["--preset=industrial_smoke"], vary_data=False)
     assert (built["tf"].training.framework, built["tf"].training.index) == ("tf", "both")
     assert (built["keras"].training.framework, built["keras"].training.index) == ("keras", "exact")
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
+    """The README's main job's model (--preset=synthetic: SASRec, mixed negatives, improved)
+    on Keras 3 without TensorFlow: validation each epoch, the best epoch tested; killed after
+    its first epoch and run again, it trains what an uninterrupted run trains."""
+    cache = tmp_path / "cache"
+    flags = ["--preset=synthetic", "--epochs=3", "--steps_per_epoch=15", "--patience=5"]
+    whole = tmp_path / "whole"
+    result = _cli("train", "--framework=keras", *flags, f"--output_dir={whole}", cache=cache)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(whole / "metrics.json") as f:
+        metrics = json.load(f)
+    assert (metrics["epochs_run"], metrics["steps"]) == (3, 45)
+    assert [row["epoch"] for row in metrics["validation"]] == [1, 2, 3]
+    best = max(metrics["validation"], key=lambda row: row["ndcg@10"])
+    assert metrics["best_epoch"] == best["epoch"]
+    assert metrics["num_test_queries"] == 3000 and metrics["index_items"] == 3000
+    assert 0 < metrics["test"]["recall@100"] <= 1
+    assert "sasrec on synthetic (loo), Keras 3 (jax)" in result.stdout
+    assert sorted(os.listdir(whole / "keras_model")) == ["best.npz", "weights.json"]
+    assert not os.path.exists(whole / "keras_backup")  # Removed with the results written.
+    refused = _cli("evaluate", str(whole), cache=cache)
+    assert refused.returncode == 1 and "is a Keras SASRec run" in refused.stderr
+
+    killed = tmp_path / "killed"
+    env = dict(os.environ, KERAS_BACKEND="jax", TFRS_LOGQ_CACHE=str(cache))
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    args = [sys.executable, "-c", BLOCKED_CLI, "train", "--framework=keras", *flags]
+    with subprocess.Popen(
+        [*args, f"--output_dir={killed}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("epoch 1 of 3"):
+                process.kill()
+                break
+    again = _cli("train", "--framework=keras", *flags, f"--output_dir={killed}", cache=cache)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "resumed from" in again.stdout and "1 of 3 epochs trained" in again.stdout
+    with open(killed / "metrics.json") as f:
+        resumed = json.load(f)
+    for got, want in zip(resumed["validation"], metrics["validation"], strict=True):
+        assert got == pytest.approx(want, rel=1e-5)
+    for name, value in metrics["test"].items():
+        assert resumed["test"][name] == pytest.approx(value, abs=1e-6), name
