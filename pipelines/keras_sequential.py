@@ -94,8 +94,14 @@ def windows_stream(windows: Dict[str, np.ndarray], batch_size: int, seed: int, s
         yield ({key: value[chosen] for key, value in windows.items()},)
 
 
-def make_model(config: configs.Config, num_items: int, probabilities: np.ndarray):
-    """The SASRec keras.Model of `config` (see the module), compiled."""
+def make_model(
+    config: configs.Config,
+    num_items: int,
+    probabilities: np.ndarray,
+    steps_per_execution: int = 1,
+):
+    """The SASRec keras.Model of `config` (see the module), compiled (`steps_per_execution`
+    training steps a call of the compiled step)."""
     import keras  # pylint: disable=import-outside-toplevel
     from keras import ops  # pylint: disable=import-outside-toplevel
 
@@ -188,7 +194,8 @@ def make_model(config: configs.Config, num_items: int, probabilities: np.ndarray
 
     model = SASRec()
     model.compile(
-        optimizer=keras.optimizers.Adam(training.learning_rate, epsilon=training.adam_epsilon)
+        optimizer=keras.optimizers.Adam(training.learning_rate, epsilon=training.adam_epsilon),
+        steps_per_execution=steps_per_execution,
     )
     return model
 
@@ -223,8 +230,17 @@ def frequencies(config: configs.Config, split: splits_lib.Split) -> np.ndarray:
     return probabilities.astype(np.float32)
 
 
-def run(config: configs.Config, output_dir: str, backup_dir: str, model_dir: str, verbose=True):
-    """Trains and tests the SASRec `config` (see the module); the results, with each test
+def run(
+    config: configs.Config,
+    output_dir: str,
+    backup_dir: str,
+    model_dir: str,
+    verbose: bool = True,
+    steps_per_execution: int = 1,
+    dtype_policy: str = "float32",
+):
+    """Trains and tests the SASRec `config` (see the module) under Keras's `dtype_policy`,
+    `steps_per_execution` steps a call of the compiled step; the results, with each test
     query's record under "per_query"."""
     import keras  # pylint: disable=import-outside-toplevel
 
@@ -243,9 +259,14 @@ def run(config: configs.Config, output_dir: str, backup_dir: str, model_dir: str
             f"--batch_size={training.batch_size} is more than the {len(windows['inputs'])} "
             "training windows, and --steps_per_epoch=0: no full batch to train on."
         )
-    model = make_model(config, split.num_items, frequencies(config, split))
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype_policy)
+    try:
+        model = make_model(config, split.num_items, frequencies(config, split), steps_per_execution)
+    finally:
+        keras.config.set_dtype_policy(previous)
     # As state.json holds them (a resumed run's config compared with the backup's).
-    settings = json.loads(json.dumps(dict(config=config.as_dict())))
+    settings = json.loads(json.dumps(dict(config=config.as_dict(), dtype_policy=dtype_policy)))
     state: Dict[str, Any] = dict(epoch=0, best=None, best_epoch=None, wait=0, history=[])
     latest = keras_job.latest_backup(backup_dir)
     keras_job.build(model, next(windows_stream(windows, training.batch_size, training.seed, 0))[0])

@@ -181,6 +181,11 @@ def test_tensorflow_only_settings_are_refused_by_name(tmp_path):
     assert refused[0].startswith("--strategy=parameter_server (tf.distribute is TensorFlow's")
     assert refused[1].startswith("--index=scann (ScaNN is TensorFlow's")
     assert "--num_hard_negatives=4 (the Keras job: 0)" in refused
+    bfloat16 = keras_train.KerasOptions(dtype_policy="mixed_bfloat16")
+    smoke = configs.PRESETS["industrial_smoke"].replace(index="exact")
+    assert keras_train.refusals(smoke, options=bfloat16) == [
+        "--dtype_policy=mixed_bfloat16 (the Keras job's two-tower trains in float32)"
+    ]
     # SASRec trains (pipelines.keras_sequential); what it does not is named.
     assert keras_train.refusals(configs.PRESETS["synthetic"].replace(index="exact")) == []
     sequential = keras_train.refusals(
@@ -310,13 +315,20 @@ def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
     on Keras 3 without TensorFlow: validation each epoch, the best epoch tested; killed after
     its first epoch and run again, it trains what an uninterrupted run trains."""
     cache = tmp_path / "cache"
-    flags = ["--preset=synthetic", "--epochs=3", "--steps_per_epoch=15", "--patience=5"]
+    flags = [
+        "--preset=synthetic",
+        "--epochs=3",
+        "--steps_per_epoch=15",
+        "--patience=5",
+        "--steps_per_execution=5",  # Three calls of the compiled step an epoch.
+    ]
     whole = tmp_path / "whole"
     result = _cli("train", "--framework=keras", *flags, f"--output_dir={whole}", cache=cache)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     with open(whole / "metrics.json") as f:
         metrics = json.load(f)
     assert (metrics["epochs_run"], metrics["steps"]) == (3, 45)
+    assert metrics["keras_options"] == {"steps_per_execution": 5, "dtype_policy": "float32"}
     assert [row["epoch"] for row in metrics["validation"]] == [1, 2, 3]
     best = max(metrics["validation"], key=lambda row: row["ndcg@10"])
     assert metrics["best_epoch"] == best["epoch"]
