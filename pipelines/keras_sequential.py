@@ -8,7 +8,7 @@ architecture "sasrec"): item embeddings (Keras's uniform initialiser) scaled by 
 learned positions, dropout, blocks of x = LN(x) + causal attention(LN(x), x) and x = x +
 FFN(LN(x)) (Keras's `MultiHeadAttention`, LayerNorm epsilon 1e-8), a final LayerNorm, the
 input item table scoring the outputs (tied). Every non-padding position of a window
-(`pipelines.data.builders.sequence_windows`: each user's last max_length + 1 training
+(`pipelines.data.sequences.sequence_windows`: each user's last max_length + 1 training
 items, shifted by one) predicts its next item; the loss is the sampled softmax over the
 config's negatives (`keras_logq.make_sampler`, from `logq_core.samplers.sampler_arguments`
 as TensorFlow's job builds them) with log Q from the smoothed training counts
@@ -52,6 +52,7 @@ JOB = dict(
     item_catalog="",
     table_optimizer="adam",
     partial_batches=False,
+    index_size=0,
 )
 # Datasets read without TensorFlow (ml-1m-tfds reads through tensorflow-datasets).
 DATASETS = ("synthetic", "ml-1m", "ml-1m-ratings", "steam", "steam-reviews")
@@ -128,7 +129,8 @@ def make_model(
             super().__init__(name="sasrec")
             self.items = keras.layers.Embedding(num_items + 1, dim, name="items")
             self.positions = keras.layers.Embedding(length, dim, name="positions")
-            self.input_dropout = keras.layers.Dropout(towers.dropout, seed=seed)
+            # Seeds apart from the sampler's (`seed`): streams of their own.
+            self.input_dropout = keras.layers.Dropout(towers.dropout, seed=seed + 301)
             self.blocks = [
                 dict(
                     attention_norm=keras.layers.LayerNormalization(epsilon=1e-8),
@@ -253,11 +255,12 @@ def run(
     windows = sequences.sequence_windows(split.train, length)
     if not len(windows["inputs"]):
         raise ValueError("No user has 2 or more items to train on.")
-    steps = training.steps_per_epoch or len(windows["inputs"]) // training.batch_size
-    if steps < 1:
+    # As TensorFlow's job: a pass's batches an epoch, at least one (batches span passes).
+    steps = training.steps_per_epoch or max(len(windows["inputs"]) // training.batch_size, 1)
+    if steps % steps_per_execution:
         raise ValueError(
-            f"--batch_size={training.batch_size} is more than the {len(windows['inputs'])} "
-            "training windows, and --steps_per_epoch=0: no full batch to train on."
+            f"--steps_per_execution={steps_per_execution} does not divide the epoch's {steps} "
+            "steps: Keras would train whole calls past the epoch's end."
         )
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(dtype_policy)
@@ -273,6 +276,8 @@ def run(
     if latest:
         done, _ = keras_job.restore_backup(model, latest, settings)
         state = keras_job.backup_extra(latest)
+        if state["best_epoch"] == state["epoch"]:  # Its weights are the best's: saved again,
+            save_weights(model, model_dir)  # in case a kill came before best.npz was.
         if verbose:
             print(f"resumed from {latest}: {done} of {training.epochs} epochs trained", flush=True)
     started = time.time()
@@ -291,13 +296,17 @@ def run(
                 )
             value = values[f"ndcg@{VALIDATION_K}"]
             state["history"].append(dict(epoch=epoch + 1, loss=loss, **values))
-            if state["best"] is None or value > state["best"]:
+            better = state["best"] is None or value > state["best"]
+            if better:
                 state.update(best=value, best_epoch=epoch + 1, wait=0)
-                save_weights(model, model_dir)
             else:
                 state["wait"] += 1
             state["epoch"] = epoch + 1
+            # The backup first: a kill before best.npz is written resumes from it, which
+            # writes it again (its weights are the best's).
             keras_job.save_backup(model, backup_dir, epoch + 1, [], settings, extra=state)
+            if better:
+                save_weights(model, model_dir)
             if verbose:  # After the backup: an epoch said done is one a rerun resumes after.
                 print(
                     f"epoch {epoch + 1} of {training.epochs}: loss {loss:.4f}, validation "
@@ -336,7 +345,8 @@ def run(
         devices=1,
         steps=state["epoch"] * steps,
         epochs_run=state["epoch"],
-        best_epoch=state["best_epoch"],
+        # 0-based, as TensorFlow's job records it (its `validation` rows count from 1).
+        best_epoch=None if state["best_epoch"] is None else state["best_epoch"] - 1,
         validation=state["history"],
         first_loss=state["history"][0]["loss"] if state["history"] else None,
         last_loss=state["history"][-1]["loss"] if state["history"] else None,

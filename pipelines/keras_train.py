@@ -64,7 +64,7 @@ class KerasOptions(NamedTuple):
     TensorFlow job has no such setting). `steps_per_execution`: training steps a call of the
     compiled step runs (more amortise the call's dispatch on an accelerator; a run resumes
     under another value). `dtype_policy`: Keras's policy while SASRec is built
-    (mixed_bfloat16: the blocks and scores in bfloat16, the variables and losses float32)."""
+    (mixed_bfloat16: the blocks in bfloat16, the variables, scores and losses float32)."""
 
     steps_per_execution: int = 1
     dtype_policy: str = "float32"
@@ -87,8 +87,8 @@ def define_keras_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "dtype_policy",
         "float32",
         list(DTYPE_POLICIES),
-        "Keras job, SASRec: Keras's dtype policy (mixed_bfloat16: blocks and scores in "
-        "bfloat16, variables and losses float32).",
+        "Keras job, SASRec: Keras's dtype policy (mixed_bfloat16: the blocks in bfloat16, "
+        "variables, scores and losses float32).",
         flag_values=flag_values,
     )
 
@@ -192,6 +192,12 @@ def run(
     files = RunFiles(output_dir)
     with RunLock(output_dir):
         run_files.check_output_dir(config, output_dir)
+        if os.path.exists(files.metrics):  # Finished: its results stand, nothing retrained.
+            with open(files.metrics) as f:
+                metrics = json.load(f)
+            if verbose:
+                print(f"{output_dir} has finished: its results are in {files.metrics}.")
+            return metrics
         run_files.write_config(config, output_dir)
         phases: Dict[str, float] = {}
         mark = time.time()
@@ -338,7 +344,11 @@ def main(argv):
             "predict its memory, so it does not check the budget.",
             file=sys.stderr,
         )
-    options = KerasOptions(FLAGS.steps_per_execution, FLAGS.dtype_policy)
+    options = (  # Handed over by `pipelines.train` (a Keras --config_file): the defaults.
+        KerasOptions(FLAGS.steps_per_execution, FLAGS.dtype_policy)
+        if "steps_per_execution" in FLAGS
+        else DEFAULT_OPTIONS
+    )
     refused = refusals(config, FLAGS.strategy, options)
     if refused:  # Before anything is built or written.
         raise app.UsageError(refusal_message(refused))
