@@ -272,10 +272,12 @@ def run(
     settings = json.loads(json.dumps(dict(config=config.as_dict(), dtype_policy=dtype_policy)))
     state: Dict[str, Any] = dict(epoch=0, best=None, best_epoch=None, wait=0, history=[])
     latest = keras_job.latest_backup(backup_dir)
+    resumed_from_step = 0
     keras_job.build(model, next(windows_stream(windows, training.batch_size, training.seed, 0))[0])
     if latest:
         done, _ = keras_job.restore_backup(model, latest, settings)
         state = keras_job.backup_extra(latest)
+        resumed_from_step = state["epoch"] * steps  # Trained by an earlier, killed process.
         if state["best_epoch"] == state["epoch"]:  # Its weights are the best's: saved again,
             save_weights(model, model_dir)  # in case a kill came before best.npz was.
         if verbose:
@@ -350,8 +352,8 @@ def run(
         validation=state["history"],
         first_loss=state["history"][0]["loss"] if state["history"] else None,
         last_loss=state["history"][-1]["loss"] if state["history"] else None,
-        resumed_from_step=0,
-        train_seconds=round(train_seconds, 1),
+        resumed_from_step=resumed_from_step,
+        train_seconds=round(train_seconds, 1),  # This process's (not the killed one's).
         test_seconds=round(time.time() - started, 1),
         num_items=split.num_items,
         num_test_queries=len(split.test.users),

@@ -196,7 +196,7 @@ def test_a_backup_past_max_steps_or_of_another_model_is_refused(monkeypatch, tmp
         _weights(_settings(backup_every=10, max_steps=6), fit=True, backup_dir=str(tmp_path))
     (backup,) = keras_next_day._backups(str(tmp_path))  # pylint: disable=protected-access
     other = keras_next_day.make_model(NUM_USERS, NUM_ITEMS, _settings(share_item_table=True))
-    keras_next_day._build(other, next(keras_next_day.batches(_Store(16), 16, 0, 0)))  # pylint: disable=protected-access
+    keras_next_day.build(other, next(keras_next_day.batches(_Store(16), 16, 0, 0)))
     with pytest.raises(ValueError, match=r"is not of this model: \['two_tower/history/"):
         keras_next_day.restore_backup(other, backup, _settings(backup_every=10))
 

@@ -362,6 +362,7 @@ def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
     assert "resumed from" in again.stdout and "1 of 3 epochs trained" in again.stdout
     with open(killed / "metrics.json") as f:
         resumed = json.load(f)
+    assert (metrics["resumed_from_step"], resumed["resumed_from_step"]) == (0, 15)
     for got, want in zip(resumed["validation"], metrics["validation"], strict=True):
         assert got == pytest.approx(want, rel=1e-5)
     for name, value in metrics["test"].items():
