@@ -624,29 +624,50 @@ def time_span(
     return int(first), int(last)
 
 
-def _counted_events(files, columns, batch_rows, count_before, types=None):
-    """(path, offset, batch, {"user", "item": id strings}, seconds) of each record batch,
-    checked (nulls, ids, times); the ids and seconds of the events before `count_before`
-    only, when given. `types` (`IdTypes`), when given, sees every id, counted or not."""
+def _counted_events(files, columns, batch_rows, count_before, types=None, count=False):
+    """(path, batch, {"user", "item": id strings}, seconds, {"user", "item": value_counts}
+    or None) of each record batch, checked (nulls, ids, times); the ids and seconds of the
+    events before `count_before` only, when given; with `count`, each kind's
+    `pc.value_counts` of those ids. `types` (`IdTypes`), when given, sees every id, counted
+    or not. The batches are checked (and counted) `workers()` at a time on threads, in file
+    order (`ordered_map`); `types` sees them in that order."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     offsets: Dict[str, int] = {}
-    for path, batch in _batches(files, columns, batch_rows):
-        offset = offsets.get(path, 0)
-        offsets[path] = offset + batch.num_rows
+
+    def located():
+        for path, batch in _batches(files, columns, batch_rows):
+            offset = offsets.get(path, 0)
+            offsets[path] = offset + batch.num_rows
+            yield path, batch, offset
+
+    def checked(path, batch, offset):
         for name in (columns.user, columns.item, columns.time):
             _no_nulls(path, batch, name, offset)
         seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
-        ids = {}
+        every, integer = {}, {}
         for kind, name in (("user", columns.user), ("item", columns.item)):
-            ids[kind], is_integer, _ = _ids(batch, name, path, offset, columns.keep_id_whitespace)
-            if types is not None:
-                types.see(kind, ids[kind], is_integer, path, offset)
+            every[kind], integer[kind], _ = _ids(
+                batch, name, path, offset, columns.keep_id_whitespace
+            )
+        ids = every
         if count_before is not None:
             counted = seconds < count_before
-            ids = {kind: value.filter(pa.array(counted)) for kind, value in ids.items()}
+            ids = {kind: value.filter(pa.array(counted)) for kind, value in every.items()}
             seconds = seconds[counted]
-        yield path, batch, ids, seconds
+        counts = None
+        if count:
+            counts = {kind: pc.value_counts(value).flatten() for kind, value in ids.items()}
+        return path, offset, batch, every, integer, ids, seconds, counts
+
+    for path, offset, batch, every, integer, ids, seconds, counts in ordered_map(
+        checked, located(), workers()
+    ):
+        if types is not None:
+            for kind in ("user", "item"):
+                types.see(kind, every[kind], integer[kind], path, offset)
+        yield path, batch, ids, seconds, counts
 
 
 def count_ids(
@@ -664,18 +685,16 @@ def count_ids(
     ids (users plus items) allowed; a log with more raises DataError as soon as the count
     passes it."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
-    import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
     parts: Dict[str, List] = {"user": [], "item": []}
     pending, read = 0, False
     types = IdTypes()
     with _Duplicates() as duplicates:
-        for _, batch, ids, seconds in _counted_events(
-            files, columns, batch_rows, count_before, types
+        for _, batch, ids, seconds, counts in _counted_events(
+            files, columns, batch_rows, count_before, types, count=True
         ):
             read = True
-            for kind, values in ids.items():
-                counted = pc.value_counts(values).flatten()
+            for kind, counted in counts.items():
                 parts[kind].append(pa.table({"id": counted[0], "count": counted[1]}))
             duplicates.add(ids["user"], ids["item"], seconds)
             pending += batch.num_rows
@@ -687,7 +706,7 @@ def count_ids(
             raise DataError(", ".join(files), None, "the log holds no events.")
         if duplicates.candidates():  # Each repeat of an event taken off its ids' counts.
             again = _counted_events(files, columns, batch_rows, count_before)
-            repeats = duplicates.repeats((ids, seconds) for _, _, ids, seconds in again)
+            repeats = duplicates.repeats((ids, seconds) for _, _, ids, seconds, _ in again)
             for kind in parts:
                 parts[kind].append(repeats[kind])
     parts = {kind: [_merge_counts(tables)] for kind, tables in parts.items()}
@@ -1230,6 +1249,44 @@ class Encoded(NamedTuple):
     weight: Optional[np.ndarray]  # [n] float32 (a log with a weight column), else None
 
 
+def workers() -> int:
+    """Threads that read the log at once: $TFRS_LOGQ_DATA_THREADS, else this machine's
+    cores (1: one thread)."""
+    value = os.environ.get("TFRS_LOGQ_DATA_THREADS", "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(
+                f"TFRS_LOGQ_DATA_THREADS must be a positive integer; received {value!r}."
+            )
+        return int(value)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+def ordered_map(function, items, threads: int):
+    """`function(*item)` for each of `items`, in order, computed `threads` at a time ahead of
+    the caller (at most 2 x threads results held): the same results, in the same order, as
+    a loop; a call's error is raised when its result's turn comes."""
+    if threads <= 1:
+        for item in items:
+            yield function(*item)
+        return
+    import collections  # pylint: disable=import-outside-toplevel
+    from concurrent import futures  # pylint: disable=import-outside-toplevel
+
+    with futures.ThreadPoolExecutor(threads) as pool:
+        pending: "collections.deque" = collections.deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(function, *item))
+                if len(pending) >= 2 * threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:  # A caller that stops early, or an error: none left running.
+                future.cancel()
+
+
 class EncodedBatches:
     """The log's events in dense ids, batch after batch in file order (iterate once).
 
@@ -1265,57 +1322,74 @@ class EncodedBatches:
         return tuple(kind for kind in ("user", "item") if self.integer.get(kind))
 
     def __iter__(self) -> Iterator[Encoded]:
+        """The batches in file order, encoded `workers()` at a time on threads (pyarrow's and
+        numpy's kernels release the GIL): the same batches, in the same order, as one thread
+        makes; a bad batch's error is raised when its turn comes."""
+        offsets: Dict[str, int] = {}
+
+        def located():
+            for path, batch in _batches(self.files, self.columns, self.batch_rows):
+                offset = offsets.get(path, 0)
+                offsets[path] = offset + batch.num_rows
+                yield path, batch, offset
+
+        for encoded, read, stripped, after in ordered_map(self._encode, located(), workers()):
+            self.read += read
+            self.after += after
+            for kind in stripped:
+                self.stripped[kind] += stripped[kind]
+            yield encoded
+
+    def _encode(self, path, batch, offset: int):
+        """(Encoded, rows read, ids stripped by kind, events after `count_after`) of one
+        batch, checked."""
         import pyarrow as pa  # pylint: disable=import-outside-toplevel
         import pyarrow.compute as pc  # pylint: disable=import-outside-toplevel
 
         columns = self.columns
-        offsets: Dict[str, int] = {}
-        for path, batch in _batches(self.files, columns, self.batch_rows):
-            offset = offsets.get(path, 0)
-            offsets[path] = offset + batch.num_rows
-            for name in (columns.user, columns.item, columns.time):
-                _no_nulls(path, batch, name, offset)
-            self.read += batch.num_rows
-            dense = {}
-            for kind, name in (("user", columns.user), ("item", columns.item)):
-                ids, _, stripped = _ids(batch, name, path, offset, columns.keep_id_whitespace)
-                self.stripped[kind] += stripped
-                dense[kind] = pc.index_in(ids, value_set=self.value_sets[kind])
-            keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
-            keep = keep.to_numpy(zero_copy_only=False)
-            seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
-            if self.count_after is not None:  # Never used: dropped here, and counted.
-                after = seconds >= self.count_after
-                self.after += int(after.sum())
-                keep &= ~after
-            weight = None
-            if columns.weight:
-                weight = batch.column(columns.weight)
-                if not (pa.types.is_integer(weight.type) or pa.types.is_floating(weight.type)):
-                    raise DataError(
-                        path,
-                        None,
-                        f"weight column {columns.weight!r} holds "
-                        f"{weight.type}; weights are numbers.",
-                    )
-                weight = weight.to_numpy(zero_copy_only=False).astype(np.float32)
-                bad = ~np.isfinite(weight) | (weight < 0)
-                if bad.any():
-                    row = int(np.flatnonzero(bad)[0])
-                    raise DataError(
-                        path,
-                        None,
-                        f"weight column {columns.weight!r} holds "
-                        f"{weight[row]} in data row {offset + row + 1}; weights "
-                        "are finite and >= 0.",
-                    )
-                weight = weight[keep]
-            yield Encoded(
-                dense["user"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
-                dense["item"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
-                seconds[keep],
-                weight,
-            )
+        for name in (columns.user, columns.item, columns.time):
+            _no_nulls(path, batch, name, offset)
+        dense, stripped_ids = {}, {}
+        for kind, name in (("user", columns.user), ("item", columns.item)):
+            ids, _, stripped = _ids(batch, name, path, offset, columns.keep_id_whitespace)
+            stripped_ids[kind] = stripped
+            dense[kind] = pc.index_in(ids, value_set=self.value_sets[kind])
+        keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
+        keep = keep.to_numpy(zero_copy_only=False)
+        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
+        after_count = 0
+        if self.count_after is not None:  # Never used: dropped here, and counted.
+            after = seconds >= self.count_after
+            after_count = int(after.sum())
+            keep &= ~after
+        weight = None
+        if columns.weight:
+            weight = batch.column(columns.weight)
+            if not (pa.types.is_integer(weight.type) or pa.types.is_floating(weight.type)):
+                raise DataError(
+                    path,
+                    None,
+                    f"weight column {columns.weight!r} holds {weight.type}; weights are numbers.",
+                )
+            weight = weight.to_numpy(zero_copy_only=False).astype(np.float32)
+            bad = ~np.isfinite(weight) | (weight < 0)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise DataError(
+                    path,
+                    None,
+                    f"weight column {columns.weight!r} holds "
+                    f"{weight[row]} in data row {offset + row + 1}; weights "
+                    "are finite and >= 0.",
+                )
+            weight = weight[keep]
+        encoded = Encoded(
+            dense["user"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
+            dense["item"].to_numpy(zero_copy_only=False)[keep].astype(np.int32) + 1,
+            seconds[keep],
+            weight,
+        )
+        return encoded, batch.num_rows, stripped_ids, after_count
 
 
 def load_events(

@@ -30,6 +30,8 @@ from typing import Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from pipelines.data import events as events_lib
+
 START_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z: day 0 of every log.
 DAY_SECONDS = 86_400
 
@@ -215,6 +217,7 @@ def draw_events(
     """{"user", "item" (generator indices), "time" (seconds)} sorted by time, each user's
     items distinct (see the module's docstring)."""
     rng = np.random.default_rng([seed, 1])
+    threads = events_lib.workers()  # The days' draws on threads: the same log.
     num_users, num_items = len(catalog.user_ids), len(catalog.item_ids)
     lengths = np.minimum(1 + rng.poisson(max(events_per_user - 1, 0), num_users), num_items // 2)
     user = np.repeat(np.arange(num_users, dtype=np.int64), lengths)
@@ -237,8 +240,11 @@ def draw_events(
         slot = np.minimum(slot, catalog.user_clusters.shape[1] - 1)
         cluster = catalog.user_clusters[user[rows], slot]
         uniform = rng.random(len(rows))
-        for d in np.unique(day[rows]):
-            at = day[rows] == d
+        row_days = day[rows]
+
+        def draw_day(d, row_days=row_days, rows=rows, cluster=cluster, uniform=uniform):
+            """Day d's rows of `item` (days apart: on threads)."""
+            at = row_days == d
             share = np.exp(
                 catalog.log_weights(d)[by_cluster] - catalog.cluster_log_totals(d)[sorted_cluster]
             )
@@ -249,6 +255,9 @@ def draw_events(
             cumulative += sorted_cluster
             position = np.searchsorted(cumulative, cluster[at] + uniform[at] * (1 - 1e-12))
             item[rows[at]] = by_cluster[np.minimum(position, num_items - 1)]
+
+        for _ in events_lib.ordered_map(draw_day, ((d,) for d in np.unique(row_days)), threads):
+            pass
         # A user's repeat of an earlier item is drawn again (the earliest is kept).
         key = user * num_items + item
         first = np.zeros(len(key), bool)
