@@ -633,6 +633,34 @@ class ScaleTest(tf.test.TestCase):
         self.assertIn("| evaluate | 2 | 2,400 | 2,100 | 1.20 |", lines[-1])
 
 
+class DataThreadsTest(tf.test.TestCase):
+    def test_one_thread_and_every_core_build_the_same_store_and_log(self):
+        out = os.path.join(tempfile.mkdtemp(), "data_threads.json")
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.data_threads",
+                "--preset=industrial_smoke",
+                "--draw_items=20000",
+                "--threads=2",
+                f"--output={out}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={**os.environ, "TFRS_LOGQ_CACHE": tempfile.mkdtemp()},
+        )
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        with open(out) as f:
+            record = json.load(f)
+        self.assertEqual(sorted(record["phases"]), ["draw", "store"])
+        for phase in record["phases"].values():
+            self.assertTrue(phase["same_bytes"])
+            self.assertEqual(sorted(phase["seconds"]), ["1", "2"])
+
+
 class GpuJobPhasesTest(tf.test.TestCase):
     """gpu.sh's phases jobs and catalog, proved on this CPU at small sizes."""
 
