@@ -141,13 +141,7 @@ def per_query_values(source: str, split: str = "test", index: str = "exact") -> 
     its best checkpoint), or a file that `--per_query_out` wrote, which holds the values
     without the checkpoint."""
     if source.endswith(per_query.SUFFIX):
-        record = per_query.load(source)
-        if (record["split"], record["index"]) != (split, index):
-            raise ValueError(
-                f"{source} holds the {record['split']} split by {record['index']} "
-                f"search; asked for the {split} split by {index} search."
-            )
-        return record
+        return per_query.load_as(source, split, index)
     config, model, data_split, _ = experiment.load_run(source)
     eval_set = data_split.test if split == "test" else data_split.validation
     return {

@@ -20,7 +20,6 @@ import tensorflow_recommenders as tfrs
 
 from logq_core import formulas
 from pipelines import configs
-from pipelines import run_files
 from pipelines.data import builders
 from pipelines.data import datasets
 from pipelines.data import logs
@@ -206,11 +205,7 @@ def make_frequency(
         )
     if loss.frequency == "hashed":
         return frequency_lib.HashedFrequencyEstimator(seed=seed)
-    counts = split.train_counts().astype(np.float64) + loss.pseudo_count
-    counts[0] = 0.0
-    probabilities = np.maximum(counts / counts.sum(), 1e-10)
-    probabilities[0] = 1.0  # Padding id; never a positive or a negative.
-    return probabilities.astype(np.float32)
+    return datasets.static_frequencies(split.train_counts(), loss.pseudo_count)
 
 
 def build_model(
@@ -639,17 +634,10 @@ def _load_keras_run(config: configs.Config, output_dir: str):
     """`load_run` of a run the Keras job trained: its saved towers
     (`keras_job.read_towers`, numpy) in the TensorFlow job's `TwoTower`, whose layers they
     name."""
-    from pipelines import keras_job  # pylint: disable=import-outside-toplevel
     from pipelines import keras_train  # pylint: disable=import-outside-toplevel
 
     files = RunFiles(output_dir)
-    keras_train.refuse_sequential(config, output_dir)
-    removed = run_files.removed_weights(output_dir)
-    if removed:
-        raise RunNotFound(removed)
-    if not files.has_keras_model():
-        raise RunNotFound(keras_train.missing_towers(output_dir))
-    weights = keras_job.read_towers(files.keras_model)
+    weights = keras_train.saved_towers(config, output_dir)
     data = load_data(config, output_dir)
     data_split = make_split(config, data, output_dir)
     model = build_model(config, data, data_split, weights_from_checkpoint=True)

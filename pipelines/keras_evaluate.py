@@ -80,13 +80,7 @@ def per_query_values(source: str, split: str = "test") -> Dict:
     """`per_query`'s record of `source` on `split` by exact search: a Keras run directory
     (evaluated from its towers) or a --per_query_out file."""
     if source.endswith(per_query.SUFFIX):
-        record = per_query.load(source)
-        if (record["split"], record["index"]) != (split, "exact"):
-            raise ValueError(
-                f"{source} holds the {record['split']} split by {record['index']} search; "
-                f"asked for the {split} split by exact search."
-            )
-        return record
+        return per_query.load_as(source, split, "exact")
     config, towers, split_data, _ = keras_train.load_run(source)
     eval_set = split_data.test if split == "test" else split_data.validation
     if eval_set is None or not len(eval_set.users):

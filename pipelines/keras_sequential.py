@@ -12,7 +12,8 @@ input item table scoring the outputs (tied). Every non-padding position of a win
 items, shifted by one) predicts its next item; the loss is the sampled softmax over the
 config's negatives (`keras_logq.make_sampler`, from `logq_core.samplers.sampler_arguments`
 as TensorFlow's job builds them) with log Q from the smoothed training counts
-(`experiment.make_frequency`'s static Q) and the correction, averaged over the real positions.
+(`datasets.static_frequencies`, as TensorFlow's job) and the correction, averaged over the
+real positions.
 Adam at the config's rate. The windows are read as TensorFlow's job reads them: shuffled anew at
 each pass, passes concatenated, `batch_size` at a time, `steps_per_epoch` steps an epoch (0:
 one pass). After each epoch: NDCG@10 and Recall@10 of the validation queries over the whole
@@ -35,7 +36,6 @@ from pipelines import keras_job
 from pipelines import per_query as per_query_lib
 from pipelines.data import datasets
 from pipelines.data import sequences
-from pipelines.data import splits as splits_lib
 
 # The settings of `pipelines.train` this job implements only at these values, for SASRec.
 JOB = dict(
@@ -223,15 +223,6 @@ def ranked(model, eval_set, num_items: int, length: int, k: int, chunk: int = 51
     )
 
 
-def frequencies(config: configs.Config, split: splits_lib.Split) -> np.ndarray:
-    """Static Q of the training counts, as `experiment.make_frequency` makes it."""
-    counts = split.train_counts().astype(np.float64) + config.loss.pseudo_count
-    counts[0] = 0.0
-    probabilities = np.maximum(counts / counts.sum(), 1e-10)
-    probabilities[0] = 1.0  # Padding id; never a positive or a negative.
-    return probabilities.astype(np.float32)
-
-
 def run(
     config: configs.Config,
     output_dir: str,
@@ -262,10 +253,11 @@ def run(
             f"--steps_per_execution={steps_per_execution} does not divide the epoch's {steps} "
             "steps: Keras would train whole calls past the epoch's end."
         )
+    probabilities = datasets.static_frequencies(split.train_counts(), config.loss.pseudo_count)
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(dtype_policy)
     try:
-        model = make_model(config, split.num_items, frequencies(config, split), steps_per_execution)
+        model = make_model(config, split.num_items, probabilities, steps_per_execution)
     finally:
         keras.config.set_dtype_policy(previous)
     # As state.json holds them (a resumed run's config compared with the backup's).

@@ -315,15 +315,27 @@ def load_run(output_dir: str):
             f"{output_dir} was trained by the TensorFlow job (--framework="
             f"{config.training.framework}): evaluate and export it with --framework=tf."
         )
+    towers = keras_job.Towers(saved_towers(config, output_dir))
+    data, split = logs.day_store_data(config, output_dir)
+    return config, towers, split, data
+
+
+def saved_towers(config: configs.Config, output_dir: str) -> Dict[str, Any]:
+    """The trained towers' weights (`keras_job.read_towers`) of the Keras two-tower run of
+    `config` in `output_dir`, for evaluation and export on either framework.
+
+    Raises:
+      pipelines.run_files.RunNotFound: a SASRec run, or one whose towers are not saved (not
+        finished, or removed by compare).
+    """
     refuse_sequential(config, output_dir)
     removed = run_files.removed_weights(output_dir)
     if removed:
         raise run_files.RunNotFound(removed)
+    files = RunFiles(output_dir)
     if not files.has_keras_model():
         raise run_files.RunNotFound(missing_towers(output_dir))
-    towers = keras_job.Towers(keras_job.read_towers(files.keras_model))
-    data, split = logs.day_store_data(config, output_dir)
-    return config, towers, split, data
+    return keras_job.read_towers(files.keras_model)
 
 
 def main(argv):

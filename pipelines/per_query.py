@@ -60,6 +60,21 @@ def load(path: str) -> Dict:
     return record
 
 
+def load_as(path: str, split: str, index: str) -> Dict:
+    """The record `save` wrote to `path`, which must hold `split` by `index` search.
+
+    Raises:
+      ValueError: it holds another split or search.
+    """
+    record = load(path)
+    if (record["split"], record["index"]) != (split, index):
+        raise ValueError(
+            f"{path} holds the {record['split']} split by {record['index']} search; asked for "
+            f"the {split} split by {index} search."
+        )
+    return record
+
+
 def compare(a: Dict, b: Dict, name_a: str = "a", name_b: str = "b") -> Dict[str, Dict[str, float]]:
     """Per metric, `significance.paired` of b's per-query values against a's (d = b - a).
     Both records must hold the same queries with the same targets, on one split and index."""

@@ -4,6 +4,8 @@
 import functools
 from typing import Optional
 
+import numpy as np
+
 from pipelines import configs
 from pipelines.data import loaders
 from pipelines.data import logs
@@ -101,3 +103,15 @@ def make_split(
     return split._replace(
         validation=splits_lib.subsample(split.validation, config.data.validation_queries), test=test
     )
+
+
+def static_frequencies(counts: np.ndarray, pseudo_count: float) -> np.ndarray:
+    """[num_items + 1] float32 per-draw probabilities from training counts: `pseudo_count`
+    added to every item (so that unseen items have Q > 0); with 0, Q = max(count / total,
+    1e-10), the released code's `torch.clamp(count / total, min=1e-10)`. Row 0 (padding,
+    never a positive or a negative) is 1."""
+    counts = np.asarray(counts, np.float64) + pseudo_count
+    counts[0] = 0.0
+    probabilities = np.maximum(counts / counts.sum(), 1e-10)
+    probabilities[0] = 1.0
+    return probabilities.astype(np.float32)
