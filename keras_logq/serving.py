@@ -125,9 +125,10 @@ def save(
     history_length = _positive_int("history_length", history_length)
     ids = np.asarray(candidate_ids)
     if ids.ndim != 1 or ids.dtype.kind not in "iu" or (ids < 1).any():
+        smallest = f", smallest {ids.min()}" if ids.size and ids.dtype.kind in "iu" else ""
         raise ValueError(
             "`candidate_ids` must be 1-D dense item ids from 1; received dtype "
-            f"{ids.dtype}, shape {list(ids.shape)}."
+            f"{ids.dtype}, shape {list(ids.shape)}{smallest}."
         )
     if len(np.unique(ids)) != len(ids):
         raise ValueError("`candidate_ids` must hold each id once.")

@@ -127,6 +127,8 @@ def test_the_next_version_and_bad_input(tmp_path):
     args = dict(history_length=LENGTH, user_vocabulary=["a"], item_vocabulary=["b"] * ITEMS)
     with pytest.raises(ValueError, match="`item_vocabulary` must hold each raw id once"):
         serving.save(base, model, ids, embeddings, **args)
+    with pytest.raises(ValueError, match=r"dense item ids from 1; received .*, smallest 0"):
+        serving.save(base, model, np.array([0, 2]), embeddings[:2], history_length=LENGTH, **SIZES)
     with pytest.raises(ValueError, match="received k=0"):
         serving.save(base, model, ids, embeddings, history_length=LENGTH, k=0, **SIZES)
     with pytest.raises(ValueError, match=r"\[len\(candidate_ids\), dim\] = \[6, dim\]"):
