@@ -89,6 +89,7 @@ from pipelines import keras_train
 from pipelines import per_query as per_query_lib
 from pipelines import schedule
 from pipelines import significance
+from pipelines.data import logs
 from pipelines.run_files import WEIGHTS_REMOVED
 from pipelines.run_files import RunFiles
 from pipelines.run_files import removed_weights  # noqa: F401  (re-exported)
@@ -437,7 +438,9 @@ def data_files(config) -> List[str]:
     from $TFRS_LOGQ_DATA without --data_path."""
     paths: List[str] = []
     data = config.data
-    if data.data_path and data.dataset not in ("synthetic", "web_synthetic", "ml-1m-tfds"):
+    if data.dataset in ("yambda", "ml-32m"):  # The files a public log reads, not its directory's.
+        paths += logs.public_log_files(data)
+    elif data.data_path and data.dataset not in ("synthetic", "web_synthetic", "ml-1m-tfds"):
         paths.append(data.data_path)
     if data.item_catalog and data.item_catalog != "log":
         paths.append(data.item_catalog)

@@ -16,6 +16,7 @@ from logq_core import formulas
 from logq_core import options
 from logq_core import samplers
 from pipelines.data import events as events_lib
+from pipelines.data import public_logs
 from pipelines.data.splits import TEMPORAL_TARGETS
 
 DATASETS = (
@@ -27,10 +28,16 @@ DATASETS = (
     "steam-reviews",
     "events",
     "web_synthetic",
+    "yambda",
+    "ml-32m",
 )
 # Datasets read as event logs (pipelines.data.events): vocabularies saved with the run, raw
-# ids served by the export's default signature.
-EVENT_LOGS = ("events", "web_synthetic")
+# ids served by the export's default signature. yambda and ml-32m: public logs by name
+# (pipelines.data.public_logs).
+EVENT_LOGS = ("events", "web_synthetic", "yambda", "ml-32m")
+# Where a dataset reads otherwise than the fields' defaults, for the fields a run does not
+# set (the preset's own default, a --config_file or a flag sets them): MovieLens-32M by week.
+DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {"ml-32m": {"day_seconds": 604_800}}
 SPLITS = ("loo", "temporal", "next_day")
 ORDERS = ("shuffled", "time")
 MODELS = ("sasrec", "two_tower")
@@ -68,6 +75,8 @@ CHOICES = {
     "order": ORDERS,
     "time_unit": events_lib.TIME_UNITS,
     "framework": FRAMEWORKS,
+    "yambda_events": public_logs.YAMBDA_EVENTS,
+    "yambda_organic": public_logs.YAMBDA_ORGANIC,
 }
 
 # Fields renamed since earlier runs wrote their config.json (and old flag names).
@@ -92,14 +101,15 @@ class DataConfig:
         "synthetic",
         "Which interactions: the embedded synthetic catalog, MovieLens-1M "
         "(SASRec's file, GroupLens ratings.dat, tensorflow-datasets), Steam (SASRec's file, "
-        "the reviews dump), your event log, or the embedded web-scale log.",
+        "the reviews dump), your event log, the embedded web-scale log, or a public log "
+        "by name (Yambda's flat files, MovieLens-32M's ratings.csv, read by week).",
     )
     data_path: str = _field(
         "",
-        "The data file (ml-1m, ml-1m-ratings, steam, steam-reviews), the event log's "
-        "file, directory or glob (events), TFDS's data directory (ml-1m-tfds) or where "
-        "web_synthetic writes its log; empty: the file under $TFRS_LOGQ_DATA (MovieLens), "
-        "the cache (web_synthetic).",
+        "The data file (ml-1m, ml-1m-ratings, steam, steam-reviews, ml-32m), the event "
+        "log's file, directory or glob (events), a size of Yambda's flat/ (yambda), "
+        "TFDS's directory (ml-1m-tfds) or web_synthetic's log; empty: the file under "
+        "$TFRS_LOGQ_DATA (MovieLens-1M), the cache (web_synthetic).",
     )
     split: str = _field(
         "loo",
@@ -206,6 +216,16 @@ class DataConfig:
         0,
         "--dataset=web_synthetic: the seed of the log (its law, events and test day), apart "
         "from --seed (the weights, shuffles and negatives): a fresh log per value.",
+    )
+    yambda_events: str = _field(
+        "listens",
+        "--dataset=yambda: which events are interactions: listens (the authors' Listen+: "
+        "played_ratio_pct >= 50), likes, or both.",
+    )
+    yambda_organic: str = _field(
+        "all",
+        "--dataset=yambda: which events by is_organic: all, organic (1: the user's own "
+        "choice) or recommended (0: the feed and personal playlists).",
     )
 
 
@@ -558,6 +578,18 @@ class Config:
 LEGACY_DATA = {"time_unit": "s", "keep_id_whitespace": True}
 
 
+def with_dataset_defaults(config: "Config", given) -> "Config":
+    """`config` with its dataset's `DATASET_DEFAULTS` for the fields not in `given` (the
+    names a config file or a flag set) and at their field's default."""
+    values = config.flat()
+    changes = {
+        name: value
+        for name, value in DATASET_DEFAULTS.get(config.data.dataset, {}).items()
+        if name not in given and values[name] == FIELDS[name].default
+    }
+    return config.replace(**changes) if changes else config
+
+
 def stored_data_defaults() -> Dict[str, Any]:
     """The data settings a saved file that lacks some counts them at: the defaults, and
     `LEGACY_DATA`'s values for the settings that changed how a log reads."""
@@ -784,6 +816,16 @@ def validate(config: Config) -> Config:
             "--dataset=events needs --data_path: the event log (a CSV, TSV or "
             "Parquet file, a directory of them, or a glob)."
         )
+    if config.data.dataset in ("yambda", "ml-32m") and not config.data.data_path:
+        raise ValueError(
+            f"--dataset={config.data.dataset} needs --data_path: "
+            + (
+                f"{public_logs.YAMBDA_LAYOUT}."
+                if config.data.dataset == "yambda"
+                else f"{public_logs.ML_32M_LAYOUT}."
+            )
+            + " It is not bundled (docs/guide/public_logs.md: how to download it)."
+        )
     if config.data.dataset in ("steam", "steam-reviews") and not config.data.data_path:
         raise ValueError(
             f"--dataset={config.data.dataset} needs --data_path: Steam is not bundled; "
@@ -843,8 +885,8 @@ def validate(config: Config) -> Config:
         )
     if config.data.split == "next_day" and config.data.dataset not in EVENT_LOGS:
         raise ValueError(
-            "--split=next_day needs a timed event log (--dataset=events or "
-            f"web_synthetic); received --dataset={config.data.dataset}."
+            f"--split=next_day needs a timed event log (--dataset={', '.join(EVENT_LOGS)}); "
+            f"received --dataset={config.data.dataset}."
         )
     if config.model.dim % config.model.num_heads:
         raise ValueError(

@@ -91,6 +91,14 @@ LAW_BYTES = 112
 DATA_FIXED_MIB = 320
 DATA_LAW_BYTES = 137
 DATA_EVENT_BYTES = 102
+# The data phase of an event log read from files out of core (`day_store`; nothing drawn),
+# bytes an event of the log's busiest day costs: the day's columns sorted and de-duplicated,
+# its examples' history windows and their packed rows at once (empirical: fitted on the
+# out-of-core rows of docs/results/event_memory.json, 1M users and items, where 10M events
+# over 14 days and 40M over 56 days (0.71M a day) peaked at 1,470 and 1,458 MiB and 40M over
+# 14 days at 2,011: the peak follows a day's events, not the log's). Beside it the phase
+# holds the runtime, DATA_FIXED_MIB, the vocabularies and the users' history table.
+DAY_EVENT_BYTES = 264
 # Bytes a slot of an exact search's [queries, k] answer costs at its peak
 # (`logq_core.ranking.device_top_k`): the running top k on the device (float32 values and
 # int32 positions) beside the int64 ids filled on the host.
@@ -132,6 +140,7 @@ def predict_mib(
     tables_on_servers: bool = False,
     num_events: int = 0,
     store_built: bool = False,
+    events_per_day: Optional[int] = None,
 ) -> Dict[str, int]:
     """The predicted peak resident memory of each phase of a run of `config` (a
     `pipelines.configs.Config`) over `num_users` users and `num_items` items, MiB: "tables"
@@ -172,7 +181,10 @@ def predict_mib(
 
     `sketch_items`: the items the count-min sketch is sized for (`experiment.sketch_items`;
     None: `num_items`). `num_events`: the log's events (the data phase); `store_built`: the
-    day store is built (the data phase reads it back).
+    day store is built (the data phase reads it back). `events_per_day`: an event log read
+    from files out of core (a public log, an own log; nothing drawn), the events of its
+    busiest day: its data phase holds that day (264 bytes an event, empirical) and the users'
+    history table, not the log, and its split phase reads back counts, not events.
 
     With `tables_on_servers` (a parameter-server chief): the tables, their slots and the
     sketch live on the servers while the chief trains, evaluates and exports (the servers
@@ -205,7 +217,17 @@ def predict_mib(
     law = LAW_BYTES * law_items
     runtime = RUNTIME_MIB * MIB
     held_after_data = runtime + vocabularies + law  # C: the law from the data phase on.
-    if store_built:
+    split = held_after_data + STORE_EVENT_BYTES * num_events
+    if events_per_day is not None:
+        data = (
+            runtime
+            + DATA_FIXED_MIB * MIB
+            + vocabularies
+            + 4.0 * (num_users + 1) * model.history_length
+            + DAY_EVENT_BYTES * events_per_day
+        )
+        split = held_after_data
+    elif store_built:
         data = runtime + vocabularies + STORE_EVENT_BYTES * num_events
     else:
         data = (
@@ -229,7 +251,7 @@ def predict_mib(
     predicted = {
         "tables": tables,
         "data": data,
-        "split": held_after_data + STORE_EVENT_BYTES * num_events,
+        "split": split,
         "build": held_after_data + held + 3 * retrieval.CHUNK_BYTES + BUILD_SLACK_MIB * MIB,
         "train": held_after_data
         + held

@@ -76,14 +76,17 @@ def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> configs.Config:
             f"--preset={flag_values.preset!r}."
         )
     config = configs.PRESETS[flag_values.preset]
+    from_file: Dict[str, Any] = {}
     if flag_values.config_file:
-        config = config.replace(**configs.read_config_file(flag_values.config_file))
+        from_file = configs.read_config_file(flag_values.config_file)
+        config = config.replace(**from_file)
     overrides = {
         name: flag_values[name].value
         for name in configs.FIELDS
         if flag_values[name].value is not None
     }
-    config = configs.validate(config.replace(**overrides))
+    config = configs.with_dataset_defaults(config.replace(**overrides), {*from_file, *overrides})
+    config = configs.validate(config)
     for warning in configs.unused_flags(config, list(overrides)):
         print(warning, file=sys.stderr, flush=True)
     return config

@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # pyarrow is imported where a log is read.
     import pyarrow
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+_FILTER_OPS = {"==": lambda field, value: field == value, ">=": lambda field, value: field >= value}
 BATCH_ROWS = 1 << 20
 # Bytes a vocabulary entry costs in training: its embedding row (dim float32) and the
 # optimizer's slots (Adagrad: one; Adam: two), times this factor for the id strings, the
@@ -95,6 +96,13 @@ class EventColumns:
     weight: str = ""
     time_unit: str = "auto"
     keep_id_whitespace: bool = False
+    # Rows kept, by file: (file name, ((column, op, value), ...)): a file of that name keeps
+    # the rows where every clause holds (op "==" or ">="); "*" names every file. A public
+    # log's event filter (`pipelines.data.public_logs`: Yambda's Listen+, organic events).
+    filters: Tuple[Tuple[str, Tuple[Tuple[str, str, object], ...]], ...] = ()
+    # Seconds added to every time once read (so that a log's published test window starts
+    # on a day of --day_seconds: Yambda's times count from its start, not from midnight).
+    time_shift: int = 0
 
     def __post_init__(self):
         if self.time_unit not in TIME_UNITS:
@@ -102,9 +110,33 @@ class EventColumns:
                 f"time_unit must be one of {', '.join(TIME_UNITS)}; received "
                 f"time_unit={self.time_unit!r}."
             )
+        for _, clauses in self.filters:
+            for column, op, _ in clauses:
+                if op not in _FILTER_OPS:
+                    raise ValueError(
+                        f"a filter's op must be one of {', '.join(_FILTER_OPS)}; received "
+                        f"{op!r} on column {column!r}."
+                    )
 
     def names(self) -> List[str]:
         return [name for name in (self.user, self.item, self.time, self.weight) if name]
+
+    def clauses(self, path: str) -> Tuple[Tuple[str, str, object], ...]:
+        """The filter clauses of the file at `path` (every clause of its name and of "*")."""
+        name = os.path.basename(path)
+        return tuple(
+            clause for named, clauses in self.filters if named in ("*", name) for clause in clauses
+        )
+
+    def row_filter(self, path: str):
+        """The pyarrow expression of `clauses(path)`, or None without one."""
+        import pyarrow.dataset as ds  # pylint: disable=import-outside-toplevel
+
+        expression = None
+        for column, op, value in self.clauses(path):
+            term = _FILTER_OPS[op](ds.field(column), value)
+            expression = term if expression is None else expression & term
+        return expression
 
 
 class Vocabulary(NamedTuple):
@@ -130,16 +162,24 @@ class EventLog(NamedTuple):
     stats: Dict[str, float]
 
 
-def event_files(pattern: str) -> List[str]:
-    """The files of `pattern` (a file, a directory of files, or a glob), sorted.
+def event_files(pattern) -> List[str]:
+    """The files of `pattern` (a file, a directory of files, or a glob), sorted; a list of
+    files (a public log's, `public_logs`) as given.
 
     Raises:
       DataError: nothing matches, or a file of a format other than CSV, TSV or Parquet
         (.gz allowed for text).
     """
-    if os.path.isdir(pattern):
-        pattern = os.path.join(pattern, "*")
-    files = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
+    if not isinstance(pattern, str):
+        files = list(pattern)
+        for path in files:
+            if not os.path.isfile(path):
+                raise DataError(path, None, "is not a file.")
+        pattern = ", ".join(files)
+    else:
+        if os.path.isdir(pattern):
+            pattern = os.path.join(pattern, "*")
+        files = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
     if not files:
         raise DataError(
             pattern,
@@ -206,7 +246,8 @@ def _batches(
     for path in files:
         try:
             dataset = ds.dataset(path, format=file_kind)
-            missing = [name for name in wanted if name not in dataset.schema.names]
+            needed = wanted + [column for column, _, _ in columns.clauses(path)]
+            missing = [name for name in needed if name not in dataset.schema.names]
             if missing:
                 raise DataError(
                     path,
@@ -216,7 +257,10 @@ def _batches(
                     "columns with --user_column, --item_column, --time_column "
                     "and --weight_column.",
                 )
-            for batch in dataset.to_batches(columns=wanted, batch_size=batch_rows):
+            batches = dataset.to_batches(
+                columns=wanted, filter=columns.row_filter(path), batch_size=batch_rows
+            )
+            for batch in batches:
                 if batch.num_rows:
                     yield path, batch
         except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
@@ -513,6 +557,13 @@ def numeric_time_unit(files: Sequence[str], columns: EventColumns) -> Optional[s
     return None
 
 
+def _event_seconds(path: str, batch, columns: EventColumns, offset: int) -> np.ndarray:
+    """The batch's event times as int64 seconds (`_seconds`), shifted by
+    `columns.time_shift`."""
+    seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
+    return seconds + columns.time_shift if columns.time_shift else seconds
+
+
 def _seconds(path: str, batch, name: str, offset: int, unit: str = "auto") -> np.ndarray:
     """The time column as int64 seconds: numbers in `unit` (`TIME_UNITS`; "auto": each
     number's from its size, and checked plausible), Arrow timestamps and dates, or strings
@@ -606,7 +657,7 @@ def time_span(
         offset = offsets.get(path, 0)
         offsets[path] = offset + batch.num_rows
         _no_nulls(path, batch, columns.time, offset)
-        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
+        seconds = _event_seconds(path, batch, columns, offset)
         first = seconds.min() if first is None else min(first, seconds.min())
         last = seconds.max() if last is None else max(last, seconds.max())
     if first is None:
@@ -645,7 +696,7 @@ def _counted_events(files, columns, batch_rows, count_before, types=None, count=
     def checked(path, batch, offset):
         for name in (columns.user, columns.item, columns.time):
             _no_nulls(path, batch, name, offset)
-        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
+        seconds = _event_seconds(path, batch, columns, offset)
         every, integer = {}, {}
         for kind, name in (("user", columns.user), ("item", columns.item)):
             every[kind], integer[kind], _ = _ids(
@@ -1356,7 +1407,7 @@ class EncodedBatches:
             dense[kind] = pc.index_in(ids, value_set=self.value_sets[kind])
         keep = pc.and_(pc.is_valid(dense["user"]), pc.is_valid(dense["item"]))
         keep = keep.to_numpy(zero_copy_only=False)
-        seconds = _seconds(path, batch, columns.time, offset, columns.time_unit)
+        seconds = _event_seconds(path, batch, columns, offset)
         after_count = 0
         if self.count_after is not None:  # Never used: dropped here, and counted.
             after = seconds >= self.count_after
@@ -1393,7 +1444,7 @@ class EncodedBatches:
 
 
 def load_events(
-    pattern: str,
+    pattern,
     columns: EventColumns = EventColumns(),
     min_item_count: int = 1,
     min_user_count: int = 1,
@@ -1406,7 +1457,8 @@ def load_events(
     """Reads an event log into dense `Interactions` (see the module's docstring).
 
     Args:
-      pattern: a file, a directory or a glob of CSV / TSV / Parquet files.
+      pattern: a file, a directory or a glob of CSV / TSV / Parquet files (or a list of
+        files: `event_files`).
       columns: the column names.
       min_item_count, min_user_count: ids seen fewer times are out of vocabulary.
       vocabularies: {"user", "item": Vocabulary} to encode with (a saved run's), instead of

@@ -19,6 +19,7 @@ import numpy as np
 from pipelines import configs
 from pipelines.data import day_store
 from pipelines.data import events as events_lib
+from pipelines.data import public_logs
 from pipelines.data import splits as splits_lib
 from pipelines.data import web_synthetic
 from pipelines.run_files import RunFiles
@@ -52,8 +53,14 @@ def web_synthetic_dir(data: configs.DataConfig) -> str:
 
 
 def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
+    """The columns (and, for a public log, the rows and time shift) the log of `data` is
+    read with."""
     if data.dataset == "web_synthetic":
         return events_lib.EventColumns()
+    if data.dataset == "yambda":
+        return public_logs.yambda_columns(data.yambda_events, data.yambda_organic, data.day_seconds)
+    if data.dataset == "ml-32m":
+        return public_logs.ml_32m_columns()
     return events_lib.EventColumns(
         data.user_column,
         data.item_column,
@@ -64,8 +71,18 @@ def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
     )
 
 
-def event_files(data: configs.DataConfig) -> str:
-    """The glob of the event log of `data` (the web-scale synthetic log written if missing)."""
+def public_log_files(data: configs.DataConfig) -> List[str]:
+    """The files a public log (yambda, ml-32m) of `data` reads, checked (`public_logs`)."""
+    if data.dataset == "yambda":
+        return public_logs.yambda_files(data.data_path, data.yambda_events)
+    return [public_logs.ml_32m_file(data.data_path)]
+
+
+def event_files(data: configs.DataConfig):
+    """The glob of the event log of `data` (the web-scale synthetic log written if missing),
+    or a public log's files."""
+    if data.dataset in ("yambda", "ml-32m"):
+        return public_log_files(data)
     if data.dataset == "web_synthetic":
         return web_synthetic.ensure_log(
             web_synthetic_dir(data),

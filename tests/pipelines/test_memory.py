@@ -288,6 +288,34 @@ def test_the_data_phase_grows_with_the_law_and_the_log():
     assert built["data"] < small["data"]
 
 
+def test_a_log_read_out_of_core_is_bounded_by_its_busiest_day():
+    """A log read from files (nothing drawn): the data phase's peak follows a day's events,
+    not the log's. Bounded within 1.25x on the out-of-core rows of event_memory.json (1M users
+    and items) and the industrial runs that read a cached log (tf seeds 1 and 2 of
+    framework_industrial: their seed 0 drew it)."""
+    config = configs.PRESETS["industrial"]
+    with open(os.path.join(RESULTS, "event_memory.json")) as f:
+        rows = [r for r in json.load(f)["rows"] if r["reader"] == "out_of_core"]
+    measured = [(10**6 * r["events_per_user"] / r["days"], r["peak_rss_mib"]) for r in rows]
+    for seed in (1, 2):
+        path = os.path.join(RESULTS, "compare", "framework_industrial", "tf", f"seed{seed}.json")
+        with open(path) as f:
+            record = json.load(f)
+        measured.append((2e7 / 14, record["phase_peak_rss_mb"]["data"]))
+    assert len(measured) == 7
+    for per_day, peak in measured:
+        predicted = memory.predict_mib(
+            config, 10**6, 10**6, num_events=int(per_day * 14), events_per_day=int(per_day)
+        )
+        assert peak <= predicted["data"] <= 1.25 * peak, (per_day, peak, predicted["data"])
+    # The log's length alone does not move it; a busier day does.
+    a = memory.predict_mib(config, 10**6, 10**6, num_events=10**7, events_per_day=7 * 10**5)
+    b = memory.predict_mib(config, 10**6, 10**6, num_events=4 * 10**7, events_per_day=7 * 10**5)
+    assert (a["data"], a["split"]) == (b["data"], b["split"])
+    c = memory.predict_mib(config, 10**6, 10**6, num_events=4 * 10**7, events_per_day=2 * 10**6)
+    assert c["data"] - a["data"] == pytest.approx(memory.DAY_EVENT_BYTES * 1.3e6 / 2**20, abs=1)
+
+
 def test_a_data_phase_over_the_budget_is_refused_before_anything_is_written(tmp_path):
     config = configs.PRESETS["industrial"].replace(
         synthetic_items=20_000_000, memory_budget_mb=4_000
