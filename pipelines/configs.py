@@ -51,6 +51,8 @@ TABLE_OPTIMIZERS = ("adam", "adagrad")
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
 # The job that trains a run: TensorFlow's (pipelines.train) or Keras 3's (pipelines.keras_train).
 FRAMEWORKS = ("tf", "keras")
+# --dtype_policy: Keras's policies the Keras job builds SASRec under.
+DTYPE_POLICIES = ("float32", "mixed_bfloat16")
 # How --strategy=parameter_server shards the tables (pipelines.distribute.variable_partitioner).
 PARTITIONERS = ("min_size", "fixed_shards")
 
@@ -75,6 +77,7 @@ CHOICES = {
     "order": ORDERS,
     "time_unit": events_lib.TIME_UNITS,
     "framework": FRAMEWORKS,
+    "dtype_policy": DTYPE_POLICIES,
     "yambda_events": public_logs.YAMBDA_EVENTS,
     "yambda_organic": public_logs.YAMBDA_ORGANIC,
 }
@@ -460,6 +463,16 @@ class TrainingConfig:
         "KERAS_BACKEND, JAX by default, without TensorFlow: the next-day two-tower on an "
         "event log's day store, tested by exact search on the device).",
     )
+    steps_per_execution: int = _field(
+        1,
+        "--framework=keras: training steps a call of the compiled step runs (more amortise "
+        "the call's dispatch on an accelerator; SASRec: a divisor of the epoch's steps).",
+    )
+    dtype_policy: str = _field(
+        "float32",
+        "--framework=keras: Keras's dtype policy while SASRec is built: float32, or "
+        "mixed_bfloat16 (the blocks in bfloat16; variables, scores and losses float32).",
+    )
 
 
 GROUPS = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig, "training": TrainingConfig}
@@ -659,6 +672,7 @@ _INTEGER_LOWS = {
             "day_seconds",
             "synthetic_days",
             "shuffle_window",
+            "steps_per_execution",
         )
     },
     "test_curve_every": (0, "never"),

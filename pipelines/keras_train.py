@@ -33,7 +33,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, Tuple
 
 from absl import app
 from absl import flags
@@ -56,53 +56,13 @@ from pipelines.run_files import write_json
 
 FLAGS = flags.FLAGS
 
-DTYPE_POLICIES = ("float32", "mixed_bfloat16")
-
-
-class KerasOptions(NamedTuple):
-    """How the Keras job runs what the config trains (its own flags, not the config's: the
-    TensorFlow job has no such setting). `steps_per_execution`: training steps a call of the
-    compiled step runs (more amortise the call's dispatch on an accelerator; a run resumes
-    under another value). `dtype_policy`: Keras's policy while SASRec is built
-    (mixed_bfloat16: the blocks in bfloat16, the variables, scores and losses float32)."""
-
-    steps_per_execution: int = 1
-    dtype_policy: str = "float32"
-
-
-DEFAULT_OPTIONS = KerasOptions()
-
-
-def define_keras_flags(flag_values: flags.FlagValues = FLAGS) -> None:
-    """The Keras job's own flags (`KerasOptions`)."""
-    flags.DEFINE_integer(
-        "steps_per_execution",
-        1,
-        "Keras job: training steps per call of the compiled step (more amortise the "
-        "dispatch on an accelerator).",
-        lower_bound=1,
-        flag_values=flag_values,
-    )
-    flags.DEFINE_enum(
-        "dtype_policy",
-        "float32",
-        list(DTYPE_POLICIES),
-        "Keras job, SASRec: Keras's dtype policy (mixed_bfloat16: the blocks in bfloat16, "
-        "variables, scores and losses float32).",
-        flag_values=flag_values,
-    )
-
-
-def refusals(
-    config: configs.Config, strategy: str = "default", options: KerasOptions = DEFAULT_OPTIONS
-) -> List[str]:
-    """Each setting of `config` (and the tf.distribute `strategy`, the Keras `options`) the
-    Keras job does not train, as "--flag=value (why)"; empty when it trains the config."""
+def refusals(config: configs.Config, strategy: str = "default") -> List[str]:
+    """Each setting of `config` (and the tf.distribute `strategy`) the Keras job does not
+    train, as "--flag=value (why)"; empty when it trains the config."""
     out = []
-    if options.dtype_policy != "float32" and config.model.model != "sasrec":
-        out.append(
-            f"--dtype_policy={options.dtype_policy} (the Keras job's two-tower trains in float32)"
-        )
+    policy = config.training.dtype_policy
+    if policy != "float32" and config.model.model != "sasrec":
+        out.append(f"--dtype_policy={policy} (the Keras job's two-tower trains in float32)")
     if strategy != "default":
         out.append(
             f"--strategy={strategy} (tf.distribute is TensorFlow's; the Keras job runs on this "
@@ -159,14 +119,14 @@ def refusal_message(refused: List[str]) -> str:
     )
 
 
-def settings_for(config: configs.Config, options: KerasOptions = DEFAULT_OPTIONS) -> Dict[str, Any]:
+def settings_for(config: configs.Config) -> Dict[str, Any]:
     """The Keras job's settings of `config` (`keras_job.config_settings`, the rest at the
     job's defaults; backups every `backup_every` steps)."""
     return {
         **keras_job.defaults(),
         **keras_job.config_settings(config),
         "backup_every": config.training.backup_every,
-        "steps_per_execution": options.steps_per_execution,
+        "steps_per_execution": config.training.steps_per_execution,
         "devices": 0,  # Every local device (keras.distribution.DataParallel on JAX).
     }
 
@@ -175,7 +135,6 @@ def run(
     config: configs.Config,
     output_dir: str,
     verbose: bool = True,
-    options: KerasOptions = DEFAULT_OPTIONS,
 ) -> Dict[str, Any]:
     """Trains and tests `config` on Keras 3 into `output_dir`; writes and returns
     metrics.json's content.
@@ -184,7 +143,7 @@ def run(
       ValueError: the config asks for what the Keras job does not train (`refusals`).
       pipelines.run_files.OutputDirError: `output_dir` holds a run of another config.
     """
-    refused = refusals(config, options=options)
+    refused = refusals(config)
     if refused:
         raise ValueError(refusal_message(refused))
     started = time.time()
@@ -209,8 +168,8 @@ def run(
                 files.keras_backup,
                 files.keras_model,
                 verbose=verbose,
-                steps_per_execution=options.steps_per_execution,
-                dtype_policy=options.dtype_policy,
+                steps_per_execution=config.training.steps_per_execution,
+                dtype_policy=config.training.dtype_policy,
             )
         else:
             # The store, built with the log's vocabularies, which are saved beside it: the
@@ -220,7 +179,7 @@ def run(
             phases["data"] = round(time.time() - mark, 1)
             results = keras_job.run(
                 store_dir,
-                settings_for(config, options),
+                settings_for(config),
                 verbose=verbose,
                 backup_dir=files.keras_backup,
                 ks=configs.ks(config.training),
@@ -233,7 +192,6 @@ def run(
             "framework": "keras",
             "backend": results["backend"],
             "devices": results["devices"],
-            "keras_options": options._asdict(),
             "test": results["test"],
             "test_exact": results["test"],
             "steps": results["steps"],
@@ -356,12 +314,7 @@ def main(argv):
             "predict its memory, so it does not check the budget.",
             file=sys.stderr,
         )
-    options = (  # Handed over by `pipelines.train` (a Keras --config_file): the defaults.
-        KerasOptions(FLAGS.steps_per_execution, FLAGS.dtype_policy)
-        if "steps_per_execution" in FLAGS
-        else DEFAULT_OPTIONS
-    )
-    refused = refusals(config, FLAGS.strategy, options)
+    refused = refusals(config, FLAGS.strategy)
     if refused:  # Before anything is built or written.
         raise app.UsageError(refusal_message(refused))
     os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -376,7 +329,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # JAX's INFO lines (its platforms) are not news.
     with errors.reported():
         try:
-            metrics = run(config, FLAGS.output_dir, options=options)
+            metrics = run(config, FLAGS.output_dir)
         except keras_job.NonFiniteLoss as error:
             sys.exit(f"error: {error}")
     test = metrics["test"]
@@ -396,6 +349,5 @@ def main(argv):
 
 if __name__ == "__main__":
     train_flags_lib.define_flags()
-    define_keras_flags()
     flags.adopt_module_key_flags(train_flags_lib)
     console.run(main)

@@ -133,6 +133,24 @@ class RowsTest(tf.test.TestCase):
                 vary_data=True,
             )
 
+    def test_keras_rows_may_vary_the_keras_jobs_settings(self):
+        """Issue 77: float32 against bfloat16 (and steps a call) are rows of one compare."""
+        built = compare.row_configs(
+            _rows("f32: --dtype_policy=float32", "bf16: --dtype_policy=mixed_bfloat16"),
+            ["--preset=synthetic", "--framework=keras", "--steps_per_execution=5"],
+            False,
+        )
+        self.assertEqual(built["bf16"].training.dtype_policy, "mixed_bfloat16")
+        self.assertEqual(built["f32"].training.steps_per_execution, 5)
+        differ = {
+            name
+            for name, value in built["bf16"].flat().items()
+            if built["f32"].flat()[name] != value
+        }
+        self.assertEqual(differ, {"dtype_policy"})
+        with self.assertRaisesRegex(ValueError, "dtype_policy"):
+            compare.row_configs(_rows("a: --dtype_policy=float16", "b: --dim=8"), [], False)
+
     def test_plan(self):
         rows = _rows("a: --correction=none", "b: --correction=improved")
         runs = compare.plan(

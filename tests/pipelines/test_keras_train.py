@@ -181,9 +181,10 @@ def test_tensorflow_only_settings_are_refused_by_name(tmp_path):
     assert refused[0].startswith("--strategy=parameter_server (tf.distribute is TensorFlow's")
     assert refused[1].startswith("--index=scann (ScaNN is TensorFlow's")
     assert "--num_hard_negatives=4 (the Keras job: 0)" in refused
-    bfloat16 = keras_train.KerasOptions(dtype_policy="mixed_bfloat16")
-    smoke = configs.PRESETS["industrial_smoke"].replace(index="exact")
-    assert keras_train.refusals(smoke, options=bfloat16) == [
+    smoke = configs.PRESETS["industrial_smoke"].replace(
+        index="exact", dtype_policy="mixed_bfloat16"
+    )
+    assert keras_train.refusals(smoke) == [
         "--dtype_policy=mixed_bfloat16 (the Keras job's two-tower trains in float32)"
     ]
     # SASRec trains (pipelines.keras_sequential); what it does not is named.
@@ -328,7 +329,8 @@ def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
     with open(whole / "metrics.json") as f:
         metrics = json.load(f)
     assert (metrics["epochs_run"], metrics["steps"]) == (3, 45)
-    assert metrics["keras_options"] == {"steps_per_execution": 5, "dtype_policy": "float32"}
+    assert metrics["config"]["training"]["steps_per_execution"] == 5
+    assert metrics["config"]["training"]["dtype_policy"] == "float32"
     assert [row["epoch"] for row in metrics["validation"]] == [1, 2, 3]
     best = max(metrics["validation"], key=lambda row: row["ndcg@10"])
     assert metrics["best_epoch"] == best["epoch"] - 1  # 0-based, as TensorFlow's job says.
