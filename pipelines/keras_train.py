@@ -56,6 +56,7 @@ from pipelines.run_files import write_json
 
 FLAGS = flags.FLAGS
 
+
 def refusals(config: configs.Config, strategy: str = "default") -> List[str]:
     """Each setting of `config` (and the tf.distribute `strategy`) the Keras job does not
     train, as "--flag=value (why)"; empty when it trains the config."""
