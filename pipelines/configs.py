@@ -259,6 +259,11 @@ class ModelConfig:
         "--model=two_tower: the history's items read the candidate item table (one item table: "
         "half the item state at large catalogs).",
     )
+    attention_dropout: float = _field(
+        -1.0,
+        "--model=sasrec: the dropout rate of the attention weights, 0 <= rate < 1; -1: "
+        "--dropout. 0: Keras 3 fuses the attention (ops.dot_product_attention).",
+    )
     architecture: str = _field(
         "sasrec",
         "--model=sasrec: the layout, ours (sasrec) or the released gSASRec code's "
@@ -698,6 +703,8 @@ _INTEGER_HIGHS = {
 # bound. Every float must also be finite.
 _FLOAT_RANGES = {
     "dropout": (0.0, True, 1.0, False, "a rate of 1 drops everything"),
+    # Between -1 and 0 is refused by `validate` (-1 alone means --dropout).
+    "attention_dropout": (-1.0, True, 1.0, False, "-1: --dropout; a rate of 1 drops everything"),
     "test_fraction": (
         0.0,
         False,
@@ -902,12 +909,24 @@ def validate(config: Config) -> Config:
             f"--split=next_day needs a timed event log (--dataset={', '.join(EVENT_LOGS)}); "
             f"received --dataset={config.data.dataset}."
         )
+    rate = config.model.attention_dropout
+    if rate != -1.0 and not 0.0 <= rate < 1.0:
+        raise ValueError(
+            "--attention_dropout must be -1 (--dropout) or a rate in [0, 1); received "
+            f"--attention_dropout={rate}."
+        )
     if config.model.dim % config.model.num_heads:
         raise ValueError(
             "--dim must be a multiple of --num_heads; received "
             f"--dim={config.model.dim} --num_heads={config.model.num_heads}."
         )
     return config
+
+
+def attention_dropout(model: ModelConfig) -> float:
+    """SASRec's dropout rate of the attention weights: --attention_dropout, or --dropout
+    where it is -1."""
+    return model.dropout if model.attention_dropout == -1.0 else model.attention_dropout
 
 
 def ks(training: TrainingConfig) -> Tuple[int, ...]:

@@ -248,6 +248,7 @@ def build_model(
             dropout=towers.dropout,
             tie_embeddings=towers.tie_embeddings,
             architecture=towers.architecture,
+            attention_dropout=configs.attention_dropout(towers),
         )
         drawn = zeros_for_tables(model, only_large=not weights_from_checkpoint)
         model(tf.zeros([1, towers.max_length], tf.int32))  # Build before restoring a backup.

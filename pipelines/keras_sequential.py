@@ -137,7 +137,8 @@ def make_model(
                     attention=keras.layers.MultiHeadAttention(
                         towers.num_heads,
                         dim // towers.num_heads,
-                        dropout=towers.dropout,
+                        # At 0, Keras fuses it (ops.dot_product_attention).
+                        dropout=configs.attention_dropout(towers),
                         seed=seed + 1 + block,
                     ),
                     ffn_norm=keras.layers.LayerNormalization(epsilon=1e-8),

@@ -369,3 +369,10 @@ def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
         assert got == pytest.approx(want, rel=1e-5)
     for name, value in metrics["test"].items():
         assert resumed["test"][name] == pytest.approx(value, abs=1e-6), name
+
+
+@pytest.mark.parametrize("rate", [1.0, -0.5, 2.0])
+def test_a_bad_attention_dropout_is_refused_by_name(rate):
+    with pytest.raises(ValueError, match=rf"--attention_dropout.*{rate}"):
+        configs.validate(configs.PRESETS["synthetic"].replace(attention_dropout=rate))
+    configs.validate(configs.PRESETS["synthetic"].replace(attention_dropout=0.0))

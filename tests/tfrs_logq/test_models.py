@@ -114,6 +114,31 @@ class SASRecTest(tf.test.TestCase):
         self.assertEqual(count, 1_067_008)
         self.assertEqual(model.item_embeddings().shape, (3417, 128))
 
+    def test_attention_dropout_is_its_own_rate(self):
+        """`attention_dropout` sets the attention weights' rate alone (None: `dropout`)."""
+        objective = RetrievalObjective(20, loss="full_softmax")
+        for architecture, rate_of in (
+            ("sasrec", lambda block: block.attention._dropout),  # pylint: disable=protected-access
+            ("gsasrec", lambda block: block.attention.dropout.rate),
+        ):
+            model = SASRec(
+                20, objective, max_length=6, dim=8, dropout=0.3, architecture=architecture
+            )
+            self.assertEqual([rate_of(b) for b in model.blocks], [0.3, 0.3])
+            model = SASRec(
+                20,
+                objective,
+                max_length=6,
+                dim=8,
+                dropout=0.3,
+                architecture=architecture,
+                attention_dropout=0.0,
+            )
+            self.assertEqual([rate_of(b) for b in model.blocks], [0.0, 0.0])
+            self.assertEqual(model.input_dropout.rate, 0.3)
+        with self.assertRaisesRegex(ValueError, r"attention_dropout=1\.0"):
+            SASRec(20, objective, attention_dropout=1.0)
+
     def test_gsasrec_forward_is_the_released_computation(self):
         model = SASRec(
             20,

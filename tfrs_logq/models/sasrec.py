@@ -85,11 +85,20 @@ class Dropout(tf.keras.layers.Dropout):
 class SASRecBlock(tf.keras.layers.Layer):
     """Q = LN(x); x = Q + causal-attention(Q, x, x); x = x + FFN(LN(x)) (SASRec's layout)."""
 
-    def __init__(self, dim: int, num_heads: int, dropout: float, **kwargs):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        dropout: float,
+        attention_dropout: Optional[float] = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.attention_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
         self.attention = tf.keras.layers.MultiHeadAttention(
-            num_heads, key_dim=dim // num_heads, dropout=dropout
+            num_heads,
+            key_dim=dim // num_heads,
+            dropout=dropout if attention_dropout is None else attention_dropout,
         )
         self.ffn_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
         self.ffn = tf.keras.Sequential(
@@ -159,11 +168,20 @@ class GSASRecAttention(tf.keras.layers.Layer):
 class GSASRecBlock(tf.keras.layers.Layer):
     """x = LN2(attention(LN1(x), x) + LN1(x)); x = x + FFN(x) (gSASRec's `TransformerBlock`)."""
 
-    def __init__(self, dim: int, num_heads: int, dropout: float, **kwargs):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        dropout: float,
+        attention_dropout: Optional[float] = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.first_norm = tf.keras.layers.LayerNormalization(epsilon=GSASREC_EPSILON)
         self.second_norm = tf.keras.layers.LayerNormalization(epsilon=GSASREC_EPSILON)
-        self.attention = GSASRecAttention(dim, num_heads, dropout)
+        self.attention = GSASRecAttention(
+            dim, num_heads, dropout if attention_dropout is None else attention_dropout
+        )
         self.dense1 = tf.keras.layers.Dense(
             dim, activation="relu", kernel_initializer=gsasrec_initializer()
         )
@@ -204,6 +222,9 @@ class SASRec(Model):
       dim: embedding size (the paper: 128).
       num_blocks, num_heads: transformer blocks and heads (2 and 1).
       dropout: dropout rate (0.5).
+      attention_dropout: the dropout rate of the attention weights; None: `dropout` (both
+        layouts' own). 0: none, which Keras 3's MultiHeadAttention needs to fuse the
+        attention (`keras.ops.dot_product_attention`; flash attention on a GPU).
       tie_embeddings: score items with the input item table (SASRec, True), or with a
         separate output table (False; gSASRec's later `reuse_item_embeddings=False`).
         On ML-1M it did not rescue gBCE with 256 negatives in an 8-epoch probe
@@ -226,6 +247,7 @@ class SASRec(Model):
         dropout: float = 0.5,
         tie_embeddings: Optional[bool] = None,
         architecture: str = "sasrec",
+        attention_dropout: Optional[float] = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -238,6 +260,15 @@ class SASRec(Model):
                 f"num_heads={num_heads}."
             )
         self.architecture = v.check_choice("architecture", architecture, ARCHITECTURES)
+        if attention_dropout is not None and not (
+            isinstance(attention_dropout, (int, float))
+            and not isinstance(attention_dropout, bool)
+            and 0 <= attention_dropout < 1
+        ):
+            raise ValueError(
+                "`attention_dropout` must be None (`dropout`) or a rate in [0, 1); received "
+                f"attention_dropout={attention_dropout!r}."
+            )
         gsasrec = architecture == "gsasrec"
         if tie_embeddings is None:
             tie_embeddings = not gsasrec
@@ -261,11 +292,13 @@ class SASRec(Model):
         num_blocks = v.check_positive_int("num_blocks", num_blocks)
         if gsasrec:
             self.blocks = [
-                GSASRecBlock(dim, num_heads, dropout, name=f"block_{i}") for i in range(num_blocks)
+                GSASRecBlock(dim, num_heads, dropout, attention_dropout, name=f"block_{i}")
+                for i in range(num_blocks)
             ]
         else:
             self.blocks = [
-                SASRecBlock(dim, num_heads, dropout, name=f"block_{i}") for i in range(num_blocks)
+                SASRecBlock(dim, num_heads, dropout, attention_dropout, name=f"block_{i}")
+                for i in range(num_blocks)
             ]
         self.final_norm = tf.keras.layers.LayerNormalization(
             epsilon=GSASREC_EPSILON if gsasrec else 1e-8
