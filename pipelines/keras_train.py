@@ -49,7 +49,9 @@ from pipelines import per_query
 from pipelines import provenance
 from pipelines import run_files
 from pipelines import train_flags as train_flags_lib
+from pipelines.data import day_store
 from pipelines.data import logs
+from pipelines.data import splits as splits_lib
 from pipelines.run_files import RunFiles
 from pipelines.run_files import RunLock
 from pipelines.run_files import write_json
@@ -161,6 +163,7 @@ def run(
         run_files.write_config(config, output_dir)
         phases: Dict[str, float] = {}
         mark = time.time()
+        in_history: Dict[str, float] = {}
         if config.model.model == "sasrec":  # A sequential dataset, read in memory.
             phases["data"] = 0.0  # Read within the job (its seconds are in "train").
             results = keras_sequential.run(
@@ -178,6 +181,10 @@ def run(
             logs.save_vocabularies(config, output_dir)
             store_dir = logs.ensure_day_store(config, output_dir)[0]
             phases["data"] = round(time.time() - mark, 1)
+            in_history = splits_lib.targets_in_history(day_store.read_eval(store_dir, "test"))
+            note = splits_lib.history_note(in_history)
+            if verbose and note:
+                print(note, file=sys.stderr, flush=True)
             results = keras_job.run(
                 store_dir,
                 settings_for(config),
@@ -203,6 +210,7 @@ def run(
             "resumed_from_step": results["resumed_from_step"],
             "train_seconds": results["train_seconds"],
             "num_test_queries": results["num_test_queries"],
+            **({"test_targets_in_history": in_history} if in_history else {}),
             "num_items": results["num_items"],
             "index_items": results["index_items"],
             "phase_seconds": phases,

@@ -358,6 +358,10 @@ def _run(
     warning = few_test_queries_warning(config, len(split.test.users))
     if chief and warning:
         print(warning, file=sys.stderr, flush=True)
+    in_history = splits_lib.targets_in_history(split.test)
+    note = splits_lib.history_note(in_history)
+    if chief and note:
+        print(note, file=sys.stderr, flush=True)
     predicted = predicted_memory(config, data, split, parameter_server)
     if chief and verbose:
         _say(
@@ -516,6 +520,7 @@ def _run(
             "num_items": data.num_items,
             "duplicate_events": data.duplicates,  # Exact duplicates dropped while loading.
             "num_test_queries": len(split.test.users),
+            "test_targets_in_history": in_history,
             "config": config.as_dict(),
             # The commit, and from a dirty tree the diff's hash (the diff: OUTPUT/code.diff).
             **provenance.code_state(files.code_diff),

@@ -893,7 +893,9 @@ def _build_into(
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(partial, directory)
     say(
-        f"wrote {total:,} training examples over {len(days)} days (peak memory "
+        f"wrote {total:,} training examples over {len(days)} days"
+        + (f" of {day_seconds:,} s" if day_seconds != 86_400 else "")
+        + " (peak memory "
         f"{_peak_mib():,.0f} MiB), "
         f"{len(eval_sets['validation'].users):,} validation and "
         f"{len(eval_sets['test'].users):,} test queries in {time.time() - started:.0f} s"

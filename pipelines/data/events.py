@@ -128,6 +128,17 @@ class EventColumns:
             clause for named, clauses in self.filters if named in ("*", name) for clause in clauses
         )
 
+    def kept(self) -> str:
+        """ ", the rows its filters keep: ..." (empty without filters), for a message."""
+        if not self.filters:
+            return ""
+        parts = [
+            f"{'every file' if name == '*' else name} where "
+            + " and ".join(f"{column} {op} {value!r}" for column, op, value in clauses)
+            for name, clauses in self.filters
+        ]
+        return " its filters keep (" + "; ".join(parts) + ")"
+
     def row_filter(self, path: str):
         """The pyarrow expression of `clauses(path)`, or None without one."""
         import pyarrow.dataset as ds  # pylint: disable=import-outside-toplevel
@@ -661,7 +672,7 @@ def time_span(
         first = seconds.min() if first is None else min(first, seconds.min())
         last = seconds.max() if last is None else max(last, seconds.max())
     if first is None:
-        raise DataError(", ".join(files), None, "the log holds no events.")
+        raise DataError(", ".join(files), None, "the log holds no events" + columns.kept() + ".")
     assert last is not None  # Set with `first`.
     if columns.time_unit == "auto" and last - first > MAX_SPAN_YEARS * _YEAR:
         raise DataError(
@@ -754,7 +765,9 @@ def count_ids(
                 pending = 0
                 _check_budget(files, parts, max_entries)
         if not read:
-            raise DataError(", ".join(files), None, "the log holds no events.")
+            raise DataError(
+                ", ".join(files), None, "the log holds no events" + columns.kept() + "."
+            )
         if duplicates.candidates():  # Each repeat of an event taken off its ids' counts.
             again = _counted_events(files, columns, batch_rows, count_before)
             repeats = duplicates.repeats((ids, seconds) for _, _, ids, seconds, _ in again)

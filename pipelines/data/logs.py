@@ -60,7 +60,7 @@ def event_columns(data: configs.DataConfig) -> events_lib.EventColumns:
     if data.dataset == "yambda":
         return public_logs.yambda_columns(data.yambda_events, data.yambda_organic, data.day_seconds)
     if data.dataset == "ml-32m":
-        return public_logs.ml_32m_columns()
+        return public_logs.ml_32m_columns(data.day_seconds)
     return events_lib.EventColumns(
         data.user_column,
         data.item_column,
@@ -154,7 +154,16 @@ def log_days(
     """The next-day protocol's days of an event log whose raw times span `span`
     (`splits.day_layout`: every reader counts the log's days from them)."""
     source = events_lib.source_name(files) if files else (data.data_path or data.dataset)
-    return splits_lib.day_layout(*span, data.test_day, data.day_seconds, source)
+    layout = splits_lib.day_layout(*span, data.test_day, data.day_seconds, source)
+    if data.dataset in ("yambda", "ml-32m") and data.test_day == -1:
+        shift = event_columns(data).time_shift
+        public_logs.check_test_window(
+            data.dataset,
+            layout.day_start(layout.test) - shift,
+            layout.day_start(layout.test + 1) - shift,
+            source,
+        )
+    return layout
 
 
 def test_day_end(data: configs.DataConfig, span: Optional[Tuple[int, int]]) -> Optional[int]:

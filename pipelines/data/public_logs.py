@@ -23,9 +23,13 @@ benchmark), or both; `is_organic` selects organic events (1), recommended ones (
 timestamp (seconds since 1970, 1995 to 2023); every rating is an interaction, as
 MovieLens-1M's are here. Its days are weeks (`DATASET_DEFAULTS` in `pipelines.configs`):
 MovieLens users rate most of their movies in a session or two, so a next-day test needs a
-window long enough for users to come back.
+window long enough for users to come back. Its times are shifted so that the last week ends
+at the midnight after its last rating (`ML_32M_END`): the test week is a whole one.
+
+Both logs' test windows are checked to be the published ones (`check_test_window`).
 """
 
+import gzip
 import os
 from typing import List, Tuple
 
@@ -55,6 +59,10 @@ YAMBDA_LAYOUT = (
 )
 
 ML_32M_FILE = "ratings.csv"
+# The midnight (UTC) after MovieLens-32M's last rating (its README: ratings to October 12,
+# 2023): the reader shifts its times so that its last week (or day) ends there, not a day
+# after the week the epoch's Thursdays start.
+ML_32M_END = 1_697_155_200  # 2023-10-13T00:00:00Z.
 ML_32M_COLUMNS = ("userId", "movieId", "rating", "timestamp")
 ML_32M_LAYOUT = (
     "MovieLens-32M's ratings.csv (from ml-32m.zip), with the header "
@@ -66,6 +74,37 @@ def yambda_time_shift(day_seconds: int) -> int:
     """Seconds added to Yambda's times so that its benchmark's test day (from
     `YAMBDA_TEST_TIMESTAMP`) starts on a day boundary of `day_seconds`."""
     return -YAMBDA_TEST_TIMESTAMP % day_seconds
+
+
+def ml_32m_time_shift(day_seconds: int) -> int:
+    """Seconds added to MovieLens-32M's times so that a day (a week) ends at `ML_32M_END`."""
+    return -ML_32M_END % day_seconds
+
+
+def check_test_window(dataset: str, test_start: int, test_end: int, source: str) -> None:
+    """Raises DataError unless the last day of a public log (`test_start`, `test_end`: its
+    test window in the log's own seconds, the shift taken off) is the published one: Yambda's
+    benchmark test day, from `YAMBDA_TEST_TIMESTAMP`; MovieLens-32M's last day or week, to
+    `ML_32M_END`. A copy with events past them (or filters that leave the last day empty)
+    would otherwise test on another window, silently."""
+    if dataset == "yambda" and test_start != YAMBDA_TEST_TIMESTAMP:
+        raise DataError(
+            source,
+            None,
+            f"the log's last day starts at {test_start:,} s, not at the authors' test day "
+            f"({YAMBDA_TEST_TIMESTAMP:,} s to {YAMBDA_LAST_TIMESTAMP:,} s): events past it, or "
+            "filters (--yambda_events, --yambda_organic) that keep none on its last day? "
+            "--test_day=N tests on another day, counted from the log's first (0).",
+        )
+    if dataset == "ml-32m" and test_end != ML_32M_END:
+        raise DataError(
+            source,
+            None,
+            f"the log's last window ends at {test_end:,} s, not at the midnight after "
+            f"MovieLens-32M's last rating ({ML_32M_END:,} s, 2023-10-13T00:00:00Z): is it "
+            "another release? --test_day=N tests on another window, counted from the first "
+            "(0).",
+        )
 
 
 def yambda_files(directory: str, events: str) -> List[str]:
@@ -131,6 +170,20 @@ def _check_yambda_file(path: str) -> None:
             f"has no column {', '.join(map(repr, missing))} (its columns: "
             f"{', '.join(schema.names)}); --dataset=yambda reads {YAMBDA_LAYOUT}.",
         )
+    for name in expected:
+        kind = schema.field(name).type
+        numeric = pa.types.is_integer(kind) or (
+            name in ("played_ratio_pct", "track_length_seconds") and pa.types.is_floating(kind)
+        )
+        if not numeric:
+            raise DataError(
+                path,
+                None,
+                f"column {name!r} holds {kind}; Yambda publishes it as "
+                f"{'a number' if name == 'played_ratio_pct' else 'integers'}"
+                + (" (uint8: 1 organic, 0 recommended)" if name == "is_organic" else "")
+                + f" ({YAMBDA_LAYOUT}).",
+            )
 
 
 def yambda_columns(events: str, organic: str, day_seconds: int) -> events_lib.EventColumns:
@@ -169,8 +222,16 @@ def ml_32m_file(path: str) -> str:
         path = os.path.join(path, ML_32M_FILE)
     if not os.path.isfile(path):
         raise DataError(path, None, f"is missing: --dataset=ml-32m reads {ML_32M_LAYOUT}.")
-    with open(path, encoding="utf-8", errors="replace") as file:
-        header = tuple(name.strip() for name in file.readline().strip().split(","))
+    if path.endswith(".zip"):
+        raise DataError(
+            path, None, f"is a zip archive: unzip it; --dataset=ml-32m reads {ML_32M_LAYOUT}."
+        )
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as file:
+            header = tuple(name.strip() for name in file.readline().strip().split(","))
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(path, None, f"cannot be read as CSV text ({error}).") from None
     if header != ML_32M_COLUMNS:
         raise DataError(
             path,
@@ -180,6 +241,9 @@ def ml_32m_file(path: str) -> str:
     return path
 
 
-def ml_32m_columns() -> events_lib.EventColumns:
-    """The event columns of MovieLens-32M's ratings.csv (times in seconds since 1970)."""
-    return events_lib.EventColumns("userId", "movieId", "timestamp", time_unit="s")
+def ml_32m_columns(day_seconds: int) -> events_lib.EventColumns:
+    """The event columns of MovieLens-32M's ratings.csv (times in seconds since 1970,
+    shifted by `ml_32m_time_shift`)."""
+    return events_lib.EventColumns(
+        "userId", "movieId", "timestamp", time_unit="s", time_shift=ml_32m_time_shift(day_seconds)
+    )

@@ -2,7 +2,7 @@
 the next-day split of industrial logs."""
 
 import math
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -41,6 +41,39 @@ class EvalSet(NamedTuple):
     users: np.ndarray  # [n] dense user ids
     histories: List[np.ndarray]  # items known before the target, in time order
     targets: List[np.ndarray]  # the positives (one for leave-one-out)
+
+
+def targets_in_history(eval_set: EvalSet) -> Dict[str, float]:
+    """How many of `eval_set`'s targets are items already in their query's history, which
+    the search excludes (every job's evaluation filters the history): no ranking reaches
+    them. {"in_history", "targets", "recall_ceiling"}: the counts, and the mean over queries
+    of the share of targets a ranking can reach (Recall@k's ceiling at any k). A log of
+    repeat consumption (music) has many: its Recall is capped well below 1."""
+    in_history = total = 0
+    reachable = []
+    for history, targets in zip(eval_set.histories, eval_set.targets):
+        seen = int(np.isin(targets, history).sum())
+        in_history += seen
+        total += len(targets)
+        reachable.append(1.0 - seen / len(targets) if len(targets) else 1.0)
+    return {
+        "in_history": in_history,
+        "targets": total,
+        "recall_ceiling": round(float(np.mean(reachable)), 6) if reachable else 1.0,
+    }
+
+
+def history_note(facts: Dict[str, float]) -> Optional[str]:
+    """One line saying `targets_in_history`'s `facts`, or None when no target is in its
+    query's history."""
+    if not facts["in_history"]:
+        return None
+    return (
+        f"note: {facts['in_history']:,} of the test's {facts['targets']:,} targets "
+        f"({facts['in_history'] / facts['targets']:.1%}) are items already in their query's "
+        "history, which the search excludes: no ranking reaches them, so Recall@k is at most "
+        f"{facts['recall_ceiling']:.4f} at any k."
+    )
 
 
 class Split(NamedTuple):

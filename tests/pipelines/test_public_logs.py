@@ -34,6 +34,7 @@ def write_yambda(directory, users=60, listens=4000, likes=800, days=6, seed=0):
         uid = (rng.integers(1, users + 1, rows) * 10).astype(np.uint32)
         item = ((rng.zipf(1.3, rows) % 300 + 1) * 7).astype(np.uint32)
         time = (26_000_000 - rng.integers(1, days * DAY // 5, rows) * 5).astype(np.uint32)
+        time[0] = 26_000_000 - 5  # An event on the authors' test day, as every size has.
         columns = {
             "uid": uid,
             "timestamp": time,
@@ -52,12 +53,14 @@ def write_yambda(directory, users=60, listens=4000, likes=800, days=6, seed=0):
 
 def write_ml_32m(path, users=200, ratings=5000, weeks=10, seed=1):
     """MovieLens-32M's ratings.csv as published: userId,movieId,rating,timestamp (seconds
-    since 1970), half-star ratings."""
+    since 1970, to its last day, 2023-10-12), half-star ratings."""
     rng = np.random.default_rng(seed)
     user = rng.integers(1, users + 1, ratings)
     movie = rng.zipf(1.3, ratings) % 3000 + 1
     rating = rng.integers(1, 11, ratings) / 2
-    time = 1_690_000_000 + rng.integers(0, weeks * 7 * DAY, ratings)
+    # Its last rating on the published last day (2023-10-12), as the release's.
+    time = public_logs.ML_32M_END - 3_600 - rng.integers(0, weeks * 7 * DAY, ratings)
+    time[0] = public_logs.ML_32M_END - 3_600
     with open(path, "w") as file:
         file.write("userId,movieId,rating,timestamp\n")
         for row in zip(user, movie, rating, time):
@@ -322,3 +325,140 @@ def test_compare_fingerprints_the_files_a_public_log_reads(tmp_path):
     write_ml_32m(path)
     config = _config("--preset=industrial_smoke", "--dataset=ml-32m", f"--data_path={tmp_path}")
     assert compare.data_files(config) == [str(path)]
+
+
+def test_a_test_window_other_than_the_published_one_is_refused(tmp_path):
+    """Events past Yambda's last timestamp would make a day of their own the test day; an
+    ML-32M copy of another release, a last week that is not the published one."""
+    written = write_yambda(tmp_path / "y")
+    columns = dict(written["listens"])
+    columns["timestamp"] = columns["timestamp"].copy()
+    columns["timestamp"][:5] = 26_000_000
+    columns["played_ratio_pct"] = columns["played_ratio_pct"].copy()
+    columns["played_ratio_pct"][:5] = 100
+    pq.write_table(pa.table(columns), tmp_path / "y" / "listens.parquet")
+    config = _yambda_config(tmp_path / "y")
+    with pytest.raises(
+        DataError,
+        match=r"last day starts at 26,000,000 s, not at the authors' "
+        r"test day \(25,913,600 s",
+    ):
+        logs.ensure_day_store(config.replace(framework="keras", index="exact"), str(tmp_path / "r"))
+    # A test day given by number is the user's choice: not checked.
+    chosen = config.replace(test_day=5)
+    assert _read_split(chosen).test == 5
+    path = tmp_path / "ratings.csv"
+    write_ml_32m(path)
+    with open(path, "a") as f:
+        f.write(f"1,1,4.0,{public_logs.ML_32M_END + 10}\n")
+    config = _config("--preset=industrial_smoke", "--dataset=ml-32m", f"--data_path={path}")
+    with pytest.raises(DataError, match=r"ends at .* not at the midnight after MovieLens-32M's"):
+        _read_split(config)
+
+
+def _read_split(config):
+    files = events.event_files(logs.event_files(config.data))
+    span = events.time_span(files, logs.event_columns(config.data))
+    return logs.log_days(config.data, span, files)
+
+
+def test_ml_32m_tests_on_its_last_whole_week(tmp_path):
+    path = tmp_path / "ratings.csv"
+    write_ml_32m(path)
+    config = _config("--preset=industrial_smoke", "--dataset=ml-32m", f"--data_path={path}")
+    days = _read_split(config)
+    shift = logs.event_columns(config.data).time_shift
+    assert days.day_start(days.test + 1) - shift == public_logs.ML_32M_END
+    assert days.day_start(days.test) - shift == public_logs.ML_32M_END - 7 * DAY
+
+
+@pytest.mark.parametrize(
+    "column, kind, message",
+    [
+        (
+            "is_organic",
+            pa.bool_(),
+            r"column 'is_organic' holds bool; Yambda publishes it as "
+            r"integers \(uint8: 1 organic, 0 recommended\)",
+        ),
+        (
+            "played_ratio_pct",
+            pa.string(),
+            r"column 'played_ratio_pct' holds string; Yambda "
+            r"publishes it as a number",
+        ),
+    ],
+)
+def test_a_yambda_column_of_another_type_is_named(tmp_path, column, kind, message):
+    written = write_yambda(tmp_path)
+    table = pa.table(written["listens"])
+    table = table.set_column(table.schema.get_field_index(column), column, table[column].cast(kind))
+    pq.write_table(table, tmp_path / "listens.parquet")
+    with pytest.raises(DataError, match=message):
+        _read(_yambda_config(tmp_path))
+
+
+def test_filters_that_keep_nothing_are_said(tmp_path):
+    written = write_yambda(tmp_path)
+    columns = dict(written["listens"])
+    columns["is_organic"] = np.zeros_like(columns["is_organic"])
+    pq.write_table(pa.table(columns), tmp_path / "listens.parquet")
+    with pytest.raises(
+        DataError,
+        match=r"the log holds no events its filters keep \(listens"
+        r".parquet where played_ratio_pct >= 50; every file where is_organic == 1\)",
+    ):
+        _read(_yambda_config(tmp_path, "--yambda_organic=organic"))
+
+
+def test_a_zip_or_gzipped_ratings_file(tmp_path):
+    (tmp_path / "ml-32m.zip").write_bytes(b"PK\x03\x04")
+    with pytest.raises(DataError, match=r"ml-32m.zip: is a zip archive: unzip it"):
+        _read(
+            _config(
+                "--preset=industrial_smoke",
+                "--dataset=ml-32m",
+                f"--data_path={tmp_path / 'ml-32m.zip'}",
+            )
+        )
+    path = tmp_path / "ratings.csv"
+    user, _, _ = write_ml_32m(path)
+    import gzip  # pylint: disable=import-outside-toplevel
+
+    with open(path, "rb") as plain, gzip.open(tmp_path / "ratings.csv.gz", "wb") as packed:
+        packed.write(plain.read())
+    log = _read(
+        _config(
+            "--preset=industrial_smoke",
+            "--dataset=ml-32m",
+            f"--data_path={tmp_path / 'ratings.csv.gz'}",
+        )
+    )
+    assert log.interactions.num_users == len(set(user.tolist()))
+
+
+def test_targets_already_in_the_history_are_counted_with_recalls_ceiling():
+    """The search excludes a query's history: a target already in it (a repeated listen)
+    cannot be reached. Against a hand count."""
+    from pipelines.data import splits  # pylint: disable=import-outside-toplevel
+
+    eval_set = splits.EvalSet(
+        np.array([1, 2, 3]),
+        [np.array([4, 5]), np.array([6]), np.array([7, 8])],
+        [np.array([4, 9]), np.array([10, 11, 12]), np.array([7, 8])],
+    )
+    facts = splits.targets_in_history(eval_set)
+    assert facts == {"in_history": 3, "targets": 7, "recall_ceiling": round((0.5 + 1 + 0) / 3, 6)}
+    assert splits.history_note(facts) == (
+        "note: 3 of the test's 7 targets (42.9%) are items already in their query's history, "
+        "which the search excludes: no ranking reaches them, so Recall@k is at most 0.5000 at "
+        "any k."
+    )
+    assert (
+        splits.history_note(
+            splits.targets_in_history(
+                eval_set._replace(targets=[np.array([9]), np.array([10]), np.array([11])])
+            )
+        )
+        is None
+    )
