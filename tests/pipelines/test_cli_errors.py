@@ -394,6 +394,10 @@ def test_a_small_test_set_is_warned():
         "; raise --test_queries (now 500; 0: all)."
     )
     assert train.few_test_queries_warning(industrial, 1000) is None
+    # A sample larger than the day's users: more of it would not help.
+    assert train.few_test_queries_warning(configs.PRESETS["industrial_smoke"], 200).endswith(
+        "or use --split=temporal."
+    )
 
 
 def test_one_epoch_is_one_epoch():
