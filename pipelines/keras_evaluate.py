@@ -6,7 +6,9 @@ Usage:
   tfrs-logq evaluate OUTPUT_DIR --against=OTHER [--output_json=PATH]
   tfrs-logq evaluate OUTPUT_DIR --per_query_out=PATH.npz
 
-The Keras job's evaluation of its saved towers (OUTPUT_DIR/keras_model): exact search on the
+A SASRec run is evaluated from its best epoch's weights (OUTPUT_DIR/keras_model/best.npz),
+its queries ranked over the whole catalog as its training tested them. A two-tower run: the
+Keras job's evaluation of its saved towers (OUTPUT_DIR/keras_model): exact search on the
 backend's device (`keras_logq.ranking.exact_top_k`), the test split over the run's test index
 (the `--index_size` most trained items plus the day's positives), the validation split over
 the whole catalog; each query's history excluded. It prints the table and, for the test
@@ -31,6 +33,7 @@ from pipelines import configs
 from pipelines import console
 from pipelines import errors
 from pipelines import keras_job
+from pipelines import keras_sequential
 from pipelines import keras_train
 from pipelines import per_query
 from pipelines.run_files import RunFiles
@@ -81,6 +84,8 @@ def per_query_values(source: str, split: str = "test") -> Dict:
     (evaluated from its towers) or a --per_query_out file."""
     if source.endswith(per_query.SUFFIX):
         return per_query.load_as(source, split, "exact")
+    if keras_train.read_config(source).model.model == "sasrec":
+        return _sequential_values(source, split)
     config, towers, split_data, _ = keras_train.load_run(source)
     eval_set = split_data.test if split == "test" else split_data.validation
     if eval_set is None or not len(eval_set.users):
@@ -99,6 +104,11 @@ def per_query_values(source: str, split: str = "test") -> Dict:
         ks=configs.ks(config.training),
         per_query=True,
     )
+    return _record(config, eval_set, split, means, values, len(index))
+
+
+def _record(config, eval_set, split: str, means, values, index_items: int) -> Dict:
+    """`per_query_values`'s record of `eval_set`'s `means` and each query's `values`."""
     return {
         "users": np.asarray(eval_set.users),
         "targets_digest": per_query.targets_digest(eval_set.targets),
@@ -107,9 +117,18 @@ def per_query_values(source: str, split: str = "test") -> Dict:
         "description": f"{config.data.dataset}, split {config.data.split}",
         "values": values,
         "means": means,
-        "index_items": len(index),
+        "index_items": index_items,
         "config": config,
     }
+
+
+def _sequential_values(source: str, split: str) -> Dict:
+    """`per_query_values` of a Keras SASRec run: its best epoch's model, the split's queries
+    ranked over the whole catalog (`keras_sequential.evaluate`), as its training tested."""
+    config, model, split_data = keras_train.load_sequential(source)
+    eval_set = split_data.test if split == "test" else split_data.validation
+    means, values = keras_sequential.evaluate(model, config, split_data, eval_set)
+    return _record(config, eval_set, split, means, values, split_data.num_items)
 
 
 def main(argv):
@@ -166,7 +185,8 @@ def _evaluate(output_dir: str) -> None:
         return
     ks = configs.ks(config.training)
     print(
-        f"two_tower on {config.data.dataset} ({config.data.split}), Keras 3, {FLAGS.split} "
+        f"{config.model.model} on {config.data.dataset} ({config.data.split}), Keras 3, "
+        f"{FLAGS.split} "
         f"split over {index_items:,} items, exact search on the device, history filtered:\n"
     )
     print("| metric | " + " | ".join(f"@{k}" for k in ks) + " |\n|---|" + "---|" * len(ks))

@@ -325,15 +325,13 @@ def run(
     train_seconds = time.time() - started
     load_weights(model, model_dir)
     started = time.time()
-    ks = configs.ks(training)
-    ids = ranked(model, split.test, split.num_items, length, max(ks))
-    test = metrics_lib.recall_ndcg(ids, split.test.targets, ks)
+    test, values = evaluate(model, config, split, split.test)
     record = dict(
         users=np.asarray(split.test.users),
         targets_digest=per_query_lib.targets_digest(split.test.targets),
         split="test",
         index="exact",
-        values=metrics_lib.per_query_recall_ndcg(ids, split.test.targets, ks),
+        values=values,
     )
     return dict(
         backend=keras.backend.backend(),
@@ -353,6 +351,40 @@ def run(
         index_items=split.num_items,
         test=test,
         per_query=record,
+    )
+
+
+def trained(config: configs.Config, output_dir: str, model_dir: str):
+    """(the SASRec model of `config` with its best epoch's weights, the split) of the
+    finished Keras run in `output_dir` (its weights in `model_dir`), built as `run` built it
+    (the same dtype policy, its variables made by one window batch)."""
+    import keras  # pylint: disable=import-outside-toplevel
+
+    training = config.training
+    data = datasets.load_data(config, output_dir)
+    split = datasets.make_split(config, data, output_dir)
+    assert split.train is not None  # A sequential split holds its sequences.
+    windows = sequences.sequence_windows(split.train, config.model.max_length)
+    probabilities = datasets.static_frequencies(split.train_counts(), config.loss.pseudo_count)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(training.dtype_policy)
+    try:
+        model = make_model(config, split.num_items, probabilities, training.steps_per_execution)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    keras_job.build(model, next(windows_stream(windows, training.batch_size, training.seed, 0))[0])
+    load_weights(model, model_dir)
+    return model, split
+
+
+def evaluate(model, config: configs.Config, split, eval_set):
+    """(means, each query's values) of `eval_set` (a split's test or validation queries):
+    `ranked` over the whole catalog at the config's --ks, as `run` tests."""
+    ks = configs.ks(config.training)
+    ids = ranked(model, eval_set, split.num_items, config.model.max_length, max(ks))
+    return (
+        metrics_lib.recall_ndcg(ids, eval_set.targets, ks),
+        metrics_lib.per_query_recall_ndcg(ids, eval_set.targets, ks),
     )
 
 

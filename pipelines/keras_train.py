@@ -247,27 +247,26 @@ def missing_towers(output_dir: str) -> str:
 
 
 def refuse_sequential(config: configs.Config, output_dir: str) -> None:
-    """Raises for a Keras SASRec run: `evaluate` and `export` read the two-tower's.
+    """Raises for a Keras SASRec run: the export and TensorFlow's evaluation read the
+    two-tower's.
 
     Raises:
       pipelines.run_files.RunNotFound: `config` is SASRec's.
     """
     if config.model.model == "sasrec":
         raise run_files.RunNotFound(
-            f"{output_dir} is a Keras SASRec run: evaluate and export read the Keras job's "
-            "two-tower runs only, so far. Its test metrics, each query's and its best "
-            f"epoch's weights are in {output_dir} (metrics.json, per_query_test.npz, "
-            "keras_model/best.npz)."
+            f"{output_dir} is a Keras SASRec run: `tfrs-logq evaluate` reads it on Keras "
+            "(--framework=keras); the export and TensorFlow's evaluation read the Keras "
+            "job's two-tower runs only, so far. Its best epoch's weights are in "
+            f"{output_dir}/keras_model/best.npz."
         )
 
 
-def load_run(output_dir: str):
-    """(config, `keras_job.Towers` of the trained weights, data split, `LogSummary`) of the
-    Keras run in `output_dir`, without TensorFlow.
+def read_config(output_dir: str) -> configs.Config:
+    """The config of the Keras run in `output_dir`.
 
     Raises:
-      pipelines.run_files.RunNotFound: no run there, a TensorFlow run, or one whose towers
-        are not saved (not finished, or removed by compare).
+      pipelines.run_files.RunNotFound: no run there, or a TensorFlow run.
     """
     files = RunFiles(output_dir)
     if not os.path.exists(files.config):
@@ -282,6 +281,41 @@ def load_run(output_dir: str):
             f"{output_dir} was trained by the TensorFlow job (--framework="
             f"{config.training.framework}): evaluate and export it with --framework=tf."
         )
+    return config
+
+
+def load_sequential(output_dir: str):
+    """(config, model with the best epoch's weights, split) of the Keras SASRec run in
+    `output_dir` (`keras_sequential.trained`).
+
+    Raises:
+      pipelines.run_files.RunNotFound: no Keras run there, or its weights are not saved (not
+        finished, or removed by compare).
+    """
+    config = read_config(output_dir)
+    removed = run_files.removed_weights(output_dir)
+    if removed:
+        raise run_files.RunNotFound(removed)
+    files = RunFiles(output_dir)
+    if not os.path.exists(os.path.join(files.keras_model, keras_sequential.BEST)):
+        raise run_files.RunNotFound(
+            f"{output_dir} holds no trained SASRec weights ({files.keras_model}/"
+            f"{keras_sequential.BEST}): it has not finished an epoch; `tfrs-logq train` with "
+            "its flags resumes it."
+        )
+    model, split = keras_sequential.trained(config, output_dir, files.keras_model)
+    return config, model, split
+
+
+def load_run(output_dir: str):
+    """(config, `keras_job.Towers` of the trained weights, data split, `LogSummary`) of the
+    Keras run in `output_dir`, without TensorFlow.
+
+    Raises:
+      pipelines.run_files.RunNotFound: no run there, a TensorFlow run, or one whose towers
+        are not saved (not finished, or removed by compare).
+    """
+    config = read_config(output_dir)
     towers = keras_job.Towers(saved_towers(config, output_dir))
     data, split = logs.day_store_data(config, output_dir)
     return config, towers, split, data
