@@ -97,7 +97,9 @@ def save(
     num_items: Optional[int] = None,
     version: Optional[int] = None,
 ) -> str:
-    """Writes a servable version of a two-tower to `path/<version>/` (see the module).
+    """Writes a servable version of a retrieval model to `path/<version>/` (see the module):
+    a two-tower, or a sequence model whose query reads the history alone (its query model
+    takes the "user" input and does not read it).
 
     Args:
       path: the model's base directory (created if missing).

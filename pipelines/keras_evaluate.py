@@ -125,7 +125,7 @@ def _record(config, eval_set, split: str, means, values, index_items: int) -> Di
 def _sequential_values(source: str, split: str) -> Dict:
     """`per_query_values` of a Keras SASRec run: its best epoch's model, the split's queries
     ranked over the whole catalog (`keras_sequential.evaluate`), as its training tested."""
-    config, model, split_data = keras_train.load_sequential(source)
+    config, model, split_data, _ = keras_train.load_sequential(source)
     eval_set = split_data.test if split == "test" else split_data.validation
     means, values = keras_sequential.evaluate(model, config, split_data, eval_set)
     return _record(config, eval_set, split, means, values, split_data.num_items)

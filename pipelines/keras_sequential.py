@@ -374,7 +374,35 @@ def trained(config: configs.Config, output_dir: str, model_dir: str):
         keras.config.set_dtype_policy(previous)
     keras_job.build(model, next(windows_stream(windows, training.batch_size, training.seed, 0))[0])
     load_weights(model, model_dir)
-    return model, split
+    return model, split, data
+
+
+def query_model(model, config: configs.Config):
+    """The trained SASRec's query as a functional keras.Model of its own (stock) layers and
+    `keras.ops`, for `keras_logq.serving`: {"user": [B] int32 (not read: a sequence model's
+    query is its history), "history": [B, max_length] left-padded int32} -> [B, dim], the last
+    position's representation, as `model.query` (no dropout)."""
+    import keras  # pylint: disable=import-outside-toplevel
+    from keras import ops  # pylint: disable=import-outside-toplevel
+
+    length, dim = config.model.max_length, config.model.dim
+    user = keras.Input((), dtype="int32", name="user")
+    ids = keras.Input((length,), dtype="int32", name="history")
+    real = ops.greater(ids, 0)
+    positions = ops.cumsum(ops.ones_like(ids), axis=1) - 1  # 0..length-1 in every row.
+    x = model.items(ids) * (dim**0.5) + model.positions(positions)
+    mask = ops.cast(real, x.dtype)[..., None]
+    x = x * mask
+    for block in model.blocks:
+        query = block["attention_norm"](x)
+        x = query + block["attention"](
+            query, x, x, attention_mask=real[:, None, :], use_causal_mask=True
+        )
+        x = (x + block["ffn_out"](block["ffn_in"](block["ffn_norm"](x)))) * mask
+    out = model.final_norm(x)[:, -1, :]
+    # The user input joins the graph as a zero (a model's every input must reach its output).
+    out = out + ops.zeros_like(ops.cast(user, out.dtype))[:, None]
+    return keras.Model({"user": user, "history": ids}, out, name="sasrec_query")
 
 
 def evaluate(model, config: configs.Config, split, eval_set):
@@ -411,4 +439,4 @@ def load_weights(model, directory: str) -> None:
             variable.assign(saved[f"{i:04d}"])
 
 
-__all__: List[Any] = ["JOB", "make_model", "refusals", "run"]
+__all__: List[Any] = ["JOB", "make_model", "query_model", "refusals", "run"]

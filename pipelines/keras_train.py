@@ -247,7 +247,7 @@ def missing_towers(output_dir: str) -> str:
 
 
 def refuse_sequential(config: configs.Config, output_dir: str) -> None:
-    """Raises for a Keras SASRec run: the export and TensorFlow's evaluation read the
+    """Raises for a Keras SASRec run: TensorFlow's evaluation and SavedModels read the
     two-tower's.
 
     Raises:
@@ -255,10 +255,10 @@ def refuse_sequential(config: configs.Config, output_dir: str) -> None:
     """
     if config.model.model == "sasrec":
         raise run_files.RunNotFound(
-            f"{output_dir} is a Keras SASRec run: `tfrs-logq evaluate` reads it on Keras "
-            "(--framework=keras); the export and TensorFlow's evaluation read the Keras "
-            "job's two-tower runs only, so far. Its best epoch's weights are in "
-            f"{output_dir}/keras_model/best.npz."
+            f"{output_dir} is a Keras SASRec run: `tfrs-logq evaluate` and `tfrs-logq "
+            "export` read it on Keras (--framework=keras); TensorFlow's evaluation and "
+            "SavedModels read the Keras job's two-tower runs only, so far. Its best epoch's "
+            f"weights are in {output_dir}/keras_model/best.npz."
         )
 
 
@@ -285,8 +285,8 @@ def read_config(output_dir: str) -> configs.Config:
 
 
 def load_sequential(output_dir: str):
-    """(config, model with the best epoch's weights, split) of the Keras SASRec run in
-    `output_dir` (`keras_sequential.trained`).
+    """(config, model with the best epoch's weights, split, interactions) of the Keras SASRec
+    run in `output_dir` (`keras_sequential.trained`).
 
     Raises:
       pipelines.run_files.RunNotFound: no Keras run there, or its weights are not saved (not
@@ -303,8 +303,8 @@ def load_sequential(output_dir: str):
             f"{keras_sequential.BEST}): it has not finished an epoch; `tfrs-logq train` with "
             "its flags resumes it."
         )
-    model, split = keras_sequential.trained(config, output_dir, files.keras_model)
-    return config, model, split
+    model, split, data = keras_sequential.trained(config, output_dir, files.keras_model)
+    return config, model, split, data
 
 
 def load_run(output_dir: str):
