@@ -43,3 +43,43 @@ def test_the_default_is_dropout():
     config = configs.PRESETS["synthetic"].replace(dropout=0.3)
     assert configs.attention_dropout(config.model) == 0.3
     assert configs.attention_dropout(config.replace(attention_dropout=0.1).model) == 0.1
+
+
+def test_the_exported_query_is_the_models_and_serves_from_a_file(tmp_path):
+    """`keras_sequential.query_model` (stock layers and keras.ops) answers as `model.query`,
+    through a `.keras` file and `keras_logq.serving` with raw ids, histories past max_length
+    reading their last 8 items."""
+    import keras_logq  # pylint: disable=import-outside-toplevel
+
+    model, ids = _model(attention_dropout=0.0)
+    config = configs.PRESETS["synthetic"].replace(
+        max_length=8, dim=16, num_blocks=2, num_heads=2, dropout=0.2, attention_dropout=0.0
+    )
+    query = keras_sequential.query_model(model, config)
+    users = np.zeros(len(ids), np.int32)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(query({"user": users, "history": ids})),
+        keras.ops.convert_to_numpy(model.query(ids)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    embeddings = keras.ops.convert_to_numpy(model.items.embeddings)[1:]
+    path = keras_logq.serving.save(
+        str(tmp_path),
+        query,
+        np.arange(1, NUM_ITEMS + 1),
+        embeddings,
+        history_length=8,
+        k=5,
+        user_vocabulary=[f"u{i}" for i in range(1, 4)],
+        item_vocabulary=[f"i{i}" for i in range(1, NUM_ITEMS + 1)],
+    )
+    retriever = keras_logq.serving.load(path)
+    long = [f"i{i}" for i in range(20, 40)]  # 20 items: the query reads the last 8.
+    answer = retriever(["u1", "nobody"], [long, ["i3"]])
+    padded = np.array([[20 + 12 + j for j in range(8)], [0] * 7 + [3]], np.int32)
+    scores = keras.ops.convert_to_numpy(model.query(padded)) @ embeddings.T
+    for row, history in enumerate((range(20, 40), [3])):
+        scores[row, np.asarray(list(history)) - 1] = -np.inf
+        best = np.argsort(-scores[row], kind="stable")[:5] + 1
+        assert answer["ids"][row].tolist() == [f"i{i}" for i in best]
