@@ -51,6 +51,9 @@ TABLE_OPTIMIZERS = ("adam", "adagrad")
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
 # The job that trains a run: TensorFlow's (pipelines.train) or Keras 3's (pipelines.keras_train).
 FRAMEWORKS = ("tf", "keras")
+# Fields a run may change when it resumes: how it runs, not what it trains (a killed run
+# resumed with more steps a call of the compiled step trains the same).
+RESUMABLE = ("steps_per_execution",)
 # --dtype_policy: Keras's policies the Keras job builds SASRec under.
 DTYPE_POLICIES = ("float32", "mixed_bfloat16")
 # How --strategy=parameter_server shards the tables (pipelines.distribute.variable_partitioner).
@@ -594,6 +597,16 @@ class Config:
 # a config.json, vocabulary.json or day-store manifest that lacks one was made before it
 # (numbers were seconds; ids kept their spaces).
 LEGACY_DATA = {"time_unit": "s", "keep_id_whitespace": True}
+
+
+def changed_fields(stored: Mapping[str, Any], config: "Config") -> List[str]:
+    """The fields in which `config` differs from a stored config (a config.json, a backup's):
+    only those the stored one holds (fields added since take this config's values), never
+    `RESUMABLE`'s, always the job ("framework": a file without it was TensorFlow's)."""
+    previous = Config.from_dict(stored).flat()
+    current = config.flat()
+    compared = {*Config.stored_fields(stored), "framework"} - set(RESUMABLE)
+    return sorted(name for name in compared if name in current and previous[name] != current[name])
 
 
 def with_dataset_defaults(config: "Config", given) -> "Config":

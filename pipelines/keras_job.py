@@ -644,6 +644,12 @@ def save_backup(model, directory: str, steps: int, windows, settings, extra=None
     return target
 
 
+def backup_settings(path: str) -> Dict[str, Any]:
+    """The settings `save_backup` wrote for the backup at `path`."""
+    with open(os.path.join(path, "state.json")) as f:
+        return json.load(f).get("settings") or {}
+
+
 def backup_extra(path: str):
     """What `save_backup` was given as `extra` for the backup at `path` (None if nothing)."""
     with open(os.path.join(path, "state.json")) as f:
@@ -666,7 +672,7 @@ def restore_backup(model, path: str, settings):
     if differ:
         raise ValueError(
             f"The backup {path} was made with other settings: {', '.join(differ)}. Remove it "
-            "or give another --backup_dir to train from the start."
+            "(its directory) to train from the start."
         )
     import keras  # pylint: disable=import-outside-toplevel
 

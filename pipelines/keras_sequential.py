@@ -25,6 +25,7 @@ config's ks over the whole catalog by exact search on the device, with the best 
 
 import json
 import os
+import sys
 import time
 from typing import Any, Dict, List
 
@@ -36,6 +37,7 @@ from pipelines import keras_job
 from pipelines import per_query as per_query_lib
 from pipelines.data import datasets
 from pipelines.data import sequences
+from pipelines.data import splits as splits_lib
 
 # The settings of `pipelines.train` this job implements only at these values, for SASRec.
 JOB = dict(
@@ -242,6 +244,10 @@ def run(
     keras.utils.set_random_seed(training.seed)
     data = datasets.load_data(config, output_dir)
     split = datasets.make_split(config, data, output_dir)
+    in_history = splits_lib.targets_in_history(split.test)
+    note = splits_lib.history_note(in_history)
+    if verbose and note:
+        print(note, file=sys.stderr, flush=True)
     length = config.model.max_length
     assert split.train is not None  # A sequential split holds its sequences.
     windows = sequences.sequence_windows(split.train, length)
@@ -268,6 +274,11 @@ def run(
     resumed_from_step = 0
     keras_job.build(model, next(windows_stream(windows, training.batch_size, training.seed, 0))[0])
     if latest:
+        # A backup of this config (its fields added since at their defaults, the steps a
+        # call free to change) is compared as its own state wrote it.
+        stored = keras_job.backup_settings(latest).get("config")
+        if isinstance(stored, dict) and not configs.changed_fields(stored, config):
+            settings = {**settings, "config": stored}
         done, _ = keras_job.restore_backup(model, latest, settings)
         state = keras_job.backup_extra(latest)
         resumed_from_step = state["epoch"] * steps  # Trained by an earlier, killed process.
@@ -350,6 +361,7 @@ def run(
         num_test_queries=len(split.test.users),
         index_items=split.num_items,
         test=test,
+        test_targets_in_history=in_history,
         per_query=record,
     )
 
@@ -433,7 +445,23 @@ def save_weights(model, directory: str) -> str:
 
 
 def load_weights(model, directory: str) -> None:
-    """Loads what `save_weights` wrote into `model`."""
+    """Loads what `save_weights` wrote into `model`, its variables checked by name against
+    the saved ones (weights.json) first.
+
+    Raises:
+      ValueError: the saved weights are another model's (names or count differ).
+    """
+    names_path = os.path.join(directory, "weights.json")
+    if os.path.exists(names_path):
+        with open(names_path) as f:
+            saved_names = json.load(f)
+        ours = [keras_job.variable_name(v) for v in model.weights]
+        if saved_names != ours:
+            first = next(
+                (f"{a} against {b}" for a, b in zip(saved_names, ours) if a != b),
+                f"{len(saved_names)} variables against this model's {len(ours)}",
+            )
+            raise ValueError(f"{directory}/{BEST} holds another model's weights: {first}.")
     with np.load(os.path.join(directory, BEST)) as saved:
         for i, variable in enumerate(model.weights):
             variable.assign(saved[f"{i:04d}"])

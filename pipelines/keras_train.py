@@ -175,6 +175,7 @@ def run(
                 steps_per_execution=config.training.steps_per_execution,
                 dtype_policy=config.training.dtype_policy,
             )
+            in_history = results["test_targets_in_history"]
         else:
             # The store, built with the log's vocabularies, which are saved beside it: the
             # evaluation and the export read them instead of the log.
@@ -275,7 +276,14 @@ def read_config(output_dir: str) -> configs.Config:
             "a `tfrs-logq train` run."
         )
     with open(files.config) as f:
-        config = configs.validate(configs.Config.from_dict(json.load(f)))
+        stored = json.load(f)
+    config = configs.validate(configs.Config.from_dict(stored))
+    if "dtype_policy" not in configs.Config.stored_fields(stored) and os.path.exists(files.metrics):
+        # A run from before the policy was a config field: its metrics.json says which.
+        with open(files.metrics) as f:
+            policy = (json.load(f).get("keras_options") or {}).get("dtype_policy")
+        if policy:
+            config = config.replace(dtype_policy=policy)
     if config.training.framework != "keras":
         raise run_files.RunNotFound(
             f"{output_dir} was trained by the TensorFlow job (--framework="
@@ -297,11 +305,15 @@ def load_sequential(output_dir: str):
     if removed:
         raise run_files.RunNotFound(removed)
     files = RunFiles(output_dir)
+    if not os.path.exists(files.metrics):
+        raise run_files.RunNotFound(
+            f"{output_dir} has not finished training (no metrics.json): `tfrs-logq train` "
+            "with its flags resumes it."
+        )
     if not os.path.exists(os.path.join(files.keras_model, keras_sequential.BEST)):
         raise run_files.RunNotFound(
-            f"{output_dir} holds no trained SASRec weights ({files.keras_model}/"
-            f"{keras_sequential.BEST}): it has not finished an epoch; `tfrs-logq train` with "
-            "its flags resumes it."
+            f"{output_dir} has finished, but its best epoch's weights ({files.keras_model}/"
+            f"{keras_sequential.BEST}) are missing."
         )
     model, split, data = keras_sequential.trained(config, output_dir, files.keras_model)
     return config, model, split, data
@@ -343,7 +355,8 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
-        config = train_flags_lib.config_from_flags()
+        # This job's framework before the flags' warnings: its own settings are used here.
+        config = train_flags_lib.config_from_flags(defaults={"framework": "keras"})
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     if not FLAGS.output_dir:

@@ -314,15 +314,8 @@ def check_output_dir(config, output_dir: str) -> None:
         with open(files.config) as f:
             stored = json.load(f)
         # Fields added since that run was made are not in its file: they take this
-        # command's values.
-        previous = configs.Config.from_dict(stored).flat()
-        current = config.flat()
-        # The job that trained it is compared even where the file predates the field (a
-        # run without it was TensorFlow's).
-        compared = {*configs.Config.stored_fields(stored), "framework"}
-        changed = sorted(
-            name for name in compared if name in current and previous[name] != current[name]
-        )
+        # command's values; the job is compared even where the file predates the field.
+        changed = configs.changed_fields(stored, config)
         if changed:
             raise OutputDirError(
                 f"{output_dir} holds a run with another config (differs in "

@@ -3,7 +3,7 @@ and the config they describe, without TensorFlow: a process that only builds or 
 run's data (`examples.keras_next_day --build_store`) parses the same flags."""
 
 import sys
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from absl import flags
 
@@ -67,15 +67,17 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         flags.DEFINE_alias(old, new, **define)
 
 
-def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> configs.Config:
-    """The preset, with --config_file's fields, then every flag that was given, applied;
-    validated."""
+def config_from_flags(
+    flag_values: flags.FlagValues = FLAGS, defaults: Optional[Mapping[str, Any]] = None
+) -> configs.Config:
+    """The preset, with `defaults` (a job's own: the Keras job's framework), --config_file's
+    fields, then every flag that was given, applied; validated."""
     if flag_values.preset not in configs.PRESETS:
         raise ValueError(
             f"--preset must be one of {', '.join(configs.PRESETS)}; received "
             f"--preset={flag_values.preset!r}."
         )
-    config = configs.PRESETS[flag_values.preset]
+    config = configs.PRESETS[flag_values.preset].replace(**(defaults or {}))
     from_file: Dict[str, Any] = {}
     if flag_values.config_file:
         from_file = configs.read_config_file(flag_values.config_file)

@@ -4,6 +4,7 @@ mask and the causal mask alike)."""
 
 import keras
 import numpy as np
+import pytest
 
 from pipelines import configs
 from pipelines import keras_sequential
@@ -13,7 +14,7 @@ NUM_ITEMS = 50
 
 def _model(**fields):
     config = configs.PRESETS["synthetic"].replace(
-        max_length=8, dim=16, num_blocks=2, num_heads=2, dropout=0.2, **fields
+        **{"max_length": 8, "dim": 16, "num_blocks": 2, "num_heads": 2, "dropout": 0.2, **fields}
     )
     probabilities = np.full(NUM_ITEMS + 1, 1.0 / NUM_ITEMS, np.float32)
     model = keras_sequential.make_model(config, NUM_ITEMS, probabilities)
@@ -83,3 +84,12 @@ def test_the_exported_query_is_the_models_and_serves_from_a_file(tmp_path):
         scores[row, np.asarray(list(history)) - 1] = -np.inf
         best = np.argsort(-scores[row], kind="stable")[:5] + 1
         assert answer["ids"][row].tolist() == [f"i{i}" for i in best]
+
+
+def test_weights_of_another_model_are_refused_by_name(tmp_path):
+    model, _ = _model()
+    keras_sequential.save_weights(model, str(tmp_path))
+    other, _ = _model(num_blocks=1)
+    with pytest.raises(ValueError, match=r"best.npz holds another model's weights"):
+        keras_sequential.load_weights(other, str(tmp_path))
+    keras_sequential.load_weights(model, str(tmp_path))  # Its own: loads.

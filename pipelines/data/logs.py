@@ -279,13 +279,19 @@ def day_store_dir(config: configs.Config, run_dir: Optional[str]) -> str:
 
 
 def store_settings(config: configs.Config) -> Dict:
+    source = dataclasses.asdict(config.data)
+    # A public log's times are shifted onto its published days (`public_logs`): the shift
+    # names the store too, where there is one (a store of other day boundaries is not this).
+    shift = event_columns(config.data).time_shift
+    if shift:
+        source["time_shift"] = shift
     return dict(
         history_length=config.model.history_length,
         validation_queries=config.data.validation_queries,
         test_queries=config.training.test_queries,
         day_seconds=config.data.day_seconds,
         test_day=config.data.test_day,
-        settings_source=dataclasses.asdict(config.data),
+        settings_source=source,
     )
 
 

@@ -92,9 +92,10 @@ def check_test_window(dataset: str, test_start: int, test_end: int, source: str)
             source,
             None,
             f"the log's last day starts at {test_start:,} s, not at the authors' test day "
-            f"({YAMBDA_TEST_TIMESTAMP:,} s to {YAMBDA_LAST_TIMESTAMP:,} s): events past it, or "
-            "filters (--yambda_events, --yambda_organic) that keep none on its last day? "
-            "--test_day=N tests on another day, counted from the log's first (0).",
+            f"({YAMBDA_TEST_TIMESTAMP:,} s to {YAMBDA_LAST_TIMESTAMP:,} s): --day_seconds "
+            "other than 86,400 or its multiples (the test window is one of them), events past "
+            "it, or filters (--yambda_events, --yambda_organic) that keep none on its last "
+            "day? --test_day=N tests on another window, counted from the log's first (0).",
         )
     if dataset == "ml-32m" and test_end != ML_32M_END:
         raise DataError(

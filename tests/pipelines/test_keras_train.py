@@ -10,10 +10,12 @@ import sys
 
 import numpy as np
 import pytest
+from absl import flags as absl_flags
 
 from pipelines import configs
 from pipelines import keras_train
 from pipelines import run_files
+from pipelines import train_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -361,6 +363,7 @@ def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
     best = max(metrics["validation"], key=lambda row: row["ndcg@10"])
     assert metrics["best_epoch"] == best["epoch"] - 1  # 0-based, as TensorFlow's job says.
     assert metrics["num_test_queries"] == 3000 and metrics["index_items"] == 3000
+    assert set(metrics["test_targets_in_history"]) == {"in_history", "targets", "recall_ceiling"}
     assert 0 < metrics["test"]["recall@100"] <= 1
     assert "sasrec on synthetic (loo), Keras 3 (jax)" in result.stdout
     assert sorted(os.listdir(whole / "keras_model")) == ["best.npz", "weights.json"]
@@ -410,6 +413,18 @@ def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
             if line.startswith("epoch 1 of 3"):
                 process.kill()
                 break
+    # As a run killed under the code before these fields were config fields: its config.json
+    # and its backup's state lack them, and it resumes.
+    added = ("steps_per_execution", "dtype_policy", "attention_dropout")
+    for path in [killed / "config.json", *killed.glob("keras_backup/*/state.json")]:
+        with open(path) as f:
+            stored = json.load(f)
+        holder = stored if path.name == "config.json" else stored["settings"]["config"]
+        for group in holder.values():
+            for name in added:
+                group.pop(name, None)
+        with open(path, "w") as f:
+            json.dump(stored, f)
     again = _cli("train", "--framework=keras", *flags, f"--output_dir={killed}", cache=cache)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resumed from" in again.stdout and "1 of 3 epochs trained" in again.stdout
@@ -427,3 +442,37 @@ def test_a_bad_attention_dropout_is_refused_by_name(rate):
     with pytest.raises(ValueError, match=rf"--attention_dropout.*{rate}"):
         configs.validate(configs.PRESETS["synthetic"].replace(attention_dropout=rate))
     configs.validate(configs.PRESETS["synthetic"].replace(attention_dropout=0.0))
+
+
+def test_a_resumed_run_may_change_its_steps_a_call_and_old_files_lack_new_fields():
+    """configs.changed_fields, which check_output_dir and the Keras SASRec job's backups use:
+    fields added since the stored config count at this run's values; --steps_per_execution
+    (how a run runs) may change; anything else is named."""
+    config = configs.PRESETS["synthetic"].replace(framework="keras", steps_per_execution=5)
+    stored = config.replace(steps_per_execution=1).as_dict()
+    for group in stored.values():
+        for name in ("dtype_policy", "attention_dropout"):
+            group.pop(name, None)
+    assert configs.changed_fields(stored, config) == []
+    assert configs.changed_fields(stored, config.replace(dim=32)) == ["dim"]
+    assert configs.changed_fields(stored, config.replace(framework="tf")) == ["framework"]
+
+
+def test_an_older_bfloat16_run_is_read_in_its_policy(tmp_path):
+    """A run from before --dtype_policy was a config field: metrics.json's keras_options."""
+    stored = configs.PRESETS["synthetic"].replace(framework="keras").as_dict()
+    stored["training"].pop("dtype_policy")
+    (tmp_path / "config.json").write_text(json.dumps(stored))
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"keras_options": {"steps_per_execution": 1, "dtype_policy": "mixed_bfloat16"}})
+    )
+    assert keras_train.read_config(str(tmp_path)).training.dtype_policy == "mixed_bfloat16"
+
+
+def test_the_keras_jobs_own_settings_are_not_said_unused(capsys):
+    values = absl_flags.FlagValues()
+    train_flags.define_flags(values)
+    values(["keras_train", "--preset=synthetic", "--steps_per_execution=5"])
+    config = train_flags.config_from_flags(values, defaults={"framework": "keras"})
+    assert config.training.framework == "keras"
+    assert "--steps_per_execution applies" not in capsys.readouterr().err
