@@ -61,7 +61,7 @@ LOGS = (
         "ml-32m",
         "--dataset=ml-32m --data_path=ml-32m/ratings.csv",
         200_948,
-        84_432,
+        87_585,
         32_000_204,
         1.0,
         0.05,
