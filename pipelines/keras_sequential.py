@@ -25,7 +25,6 @@ config's ks over the whole catalog by exact search on the device, with the best 
 
 import json
 import os
-import sys
 import time
 from typing import Any, Dict, List
 
@@ -232,27 +231,18 @@ def run(
     backup_dir: str,
     model_dir: str,
     verbose: bool = True,
-    steps_per_execution: int = 1,
-    dtype_policy: str = "float32",
 ):
-    """Trains and tests the SASRec `config` (see the module) under Keras's `dtype_policy`,
-    `steps_per_execution` steps a call of the compiled step; the results, with each test
-    query's record under "per_query"."""
+    """Trains and tests the SASRec `config` (see the module) under Keras's
+    --dtype_policy, --steps_per_execution steps a call of the compiled step; the results,
+    with each test query's record under "per_query"."""
     import keras  # pylint: disable=import-outside-toplevel
 
     training = config.training
+    steps_per_execution, dtype_policy = training.steps_per_execution, training.dtype_policy
     keras.utils.set_random_seed(training.seed)
-    data = datasets.load_data(config, output_dir)
-    split = datasets.make_split(config, data, output_dir)
-    in_history = splits_lib.targets_in_history(split.test)
-    note = splits_lib.history_note(in_history)
-    if verbose and note:
-        print(note, file=sys.stderr, flush=True)
+    _, split, windows = _data(config, output_dir)
+    in_history = splits_lib.report_targets_in_history(split.test, verbose)
     length = config.model.max_length
-    assert split.train is not None  # A sequential split holds its sequences.
-    windows = sequences.sequence_windows(split.train, length)
-    if not len(windows["inputs"]):
-        raise ValueError("No user has 2 or more items to train on.")
     # As TensorFlow's job: a pass's batches an epoch, at least one (batches span passes).
     steps = training.steps_per_epoch or max(len(windows["inputs"]) // training.batch_size, 1)
     if steps % steps_per_execution:
@@ -260,19 +250,12 @@ def run(
             f"--steps_per_execution={steps_per_execution} does not divide the epoch's {steps} "
             "steps: Keras would train whole calls past the epoch's end."
         )
-    probabilities = datasets.static_frequencies(split.train_counts(), config.loss.pseudo_count)
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype_policy)
-    try:
-        model = make_model(config, split.num_items, probabilities, steps_per_execution)
-    finally:
-        keras.config.set_dtype_policy(previous)
+    model = _model(config, split, windows)
     # As state.json holds them (a resumed run's config compared with the backup's).
     settings = json.loads(json.dumps(dict(config=config.as_dict(), dtype_policy=dtype_policy)))
     state: Dict[str, Any] = dict(epoch=0, best=None, best_epoch=None, wait=0, history=[])
     latest = keras_job.latest_backup(backup_dir)
     resumed_from_step = 0
-    keras_job.build(model, next(windows_stream(windows, training.batch_size, training.seed, 0))[0])
     if latest:
         # A backup of this config (its fields added since at their defaults, the steps a
         # call free to change) is compared as its own state wrote it.
@@ -366,17 +349,23 @@ def run(
     )
 
 
-def trained(config: configs.Config, output_dir: str, model_dir: str):
-    """(the SASRec model of `config` with its best epoch's weights, the split) of the
-    finished Keras run in `output_dir` (its weights in `model_dir`), built as `run` built it
-    (the same dtype policy, its variables made by one window batch)."""
-    import keras  # pylint: disable=import-outside-toplevel
-
-    training = config.training
+def _data(config: configs.Config, output_dir: str):
+    """(interactions, split, training windows) of the SASRec `config`."""
     data = datasets.load_data(config, output_dir)
     split = datasets.make_split(config, data, output_dir)
     assert split.train is not None  # A sequential split holds its sequences.
     windows = sequences.sequence_windows(split.train, config.model.max_length)
+    if not len(windows["inputs"]):
+        raise ValueError("No user has 2 or more items to train on.")
+    return data, split, windows
+
+
+def _model(config: configs.Config, split, windows):
+    """The SASRec model of `config`, built under its --dtype_policy (its variables, and its
+    optimizer's, made by one window batch, as `fit` makes them)."""
+    import keras  # pylint: disable=import-outside-toplevel
+
+    training = config.training
     probabilities = datasets.static_frequencies(split.train_counts(), config.loss.pseudo_count)
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(training.dtype_policy)
@@ -385,6 +374,15 @@ def trained(config: configs.Config, output_dir: str, model_dir: str):
     finally:
         keras.config.set_dtype_policy(previous)
     keras_job.build(model, next(windows_stream(windows, training.batch_size, training.seed, 0))[0])
+    return model
+
+
+def trained(config: configs.Config, output_dir: str, model_dir: str):
+    """(the SASRec model of `config` with its best epoch's weights, the split, the
+    interactions) of the finished Keras run in `output_dir` (its weights in `model_dir`),
+    built as `run` built it."""
+    data, split, windows = _data(config, output_dir)
+    model = _model(config, split, windows)
     load_weights(model, model_dir)
     return model, split, data
 

@@ -172,8 +172,6 @@ def run(
                 files.keras_backup,
                 files.keras_model,
                 verbose=verbose,
-                steps_per_execution=config.training.steps_per_execution,
-                dtype_policy=config.training.dtype_policy,
             )
             in_history = results["test_targets_in_history"]
         else:
@@ -182,10 +180,9 @@ def run(
             logs.save_vocabularies(config, output_dir)
             store_dir = logs.ensure_day_store(config, output_dir)[0]
             phases["data"] = round(time.time() - mark, 1)
-            in_history = splits_lib.targets_in_history(day_store.read_eval(store_dir, "test"))
-            note = splits_lib.history_note(in_history)
-            if verbose and note:
-                print(note, file=sys.stderr, flush=True)
+            in_history = splits_lib.report_targets_in_history(
+                day_store.read_eval(store_dir, "test"), verbose
+            )
             results = keras_job.run(
                 store_dir,
                 settings_for(config),

@@ -359,10 +359,7 @@ def _run(
     warning = few_test_queries_warning(config, len(split.test.users))
     if chief and warning:
         print(warning, file=sys.stderr, flush=True)
-    in_history = splits_lib.targets_in_history(split.test)
-    note = splits_lib.history_note(in_history)
-    if chief and note:
-        print(note, file=sys.stderr, flush=True)
+    in_history = splits_lib.report_targets_in_history(split.test, chief)
     predicted = predicted_memory(config, data, split, parameter_server)
     if chief and verbose:
         _say(

@@ -2,6 +2,7 @@
 the next-day split of industrial logs."""
 
 import math
+import sys
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -74,6 +75,16 @@ def history_note(facts: Dict[str, float]) -> Optional[str]:
         "history, which the search excludes: no ranking reaches them, so Recall@k is at most "
         f"{facts['recall_ceiling']:.4f} at any k."
     )
+
+
+def report_targets_in_history(eval_set: EvalSet, say: bool = True) -> Dict[str, float]:
+    """`targets_in_history` of `eval_set`, its `history_note` printed to stderr with `say`
+    (where there is one)."""
+    facts = targets_in_history(eval_set)
+    note = history_note(facts)
+    if say and note:
+        print(note, file=sys.stderr, flush=True)
+    return facts
 
 
 class Split(NamedTuple):

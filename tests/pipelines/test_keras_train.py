@@ -95,17 +95,7 @@ def test_trains_and_tests_the_preset_into_a_run_directory_without_tensorflow(tmp
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert f"Wrote {out}/export/keras/1" in exported.stdout
     assert "TensorFlow is not installed: no SavedModel" in exported.stderr
-    served = subprocess.run(
-        [sys.executable, "-c", BLOCKED_SERVE, str(out / "export" / "keras" / "1")],
-        cwd=ROOT,
-        env=dict(os.environ, KERAS_BACKEND="jax"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert served.returncode == 0, served.stderr[-3000:]
-    keras_answer = json.loads(served.stdout.splitlines()[-1])
+    keras_answer = _serve(BLOCKED_SERVE, out / "export" / "keras" / "1")
     assert keras_answer["unknown_user"] == [False, True]
     assert keras_answer["unknown_history_ids"] == [0, 1]
 
@@ -185,6 +175,21 @@ print(json.dumps(dict(rows=len(want), same=int((answer["ids"] == want).all(axis=
     unknown=int(answer["unknown_history_ids"].sum()))))
 """
 )
+
+
+def _serve(script: str, path) -> dict:
+    """The JSON line `script` (a TensorFlow-blocked serving check) prints for `path`."""
+    served = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        cwd=ROOT,
+        env=dict(os.environ, KERAS_BACKEND="jax"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert served.returncode == 0, served.stderr[-3000:]
+    return json.loads(served.stdout.splitlines()[-1])
 
 
 def _serve_saved_model(path, request):
@@ -384,17 +389,7 @@ def test_sasrec_trains_on_keras_early_stops_and_resumes_after_a_kill(tmp_path):
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert f"Wrote {whole}/export/keras/1" in exported.stdout
     assert "TensorFlow is not installed: no SavedModel" in exported.stderr  # It is blocked.
-    served = subprocess.run(
-        [sys.executable, "-c", BLOCKED_SEQUENTIAL_SERVE, str(whole)],
-        cwd=ROOT,
-        env=dict(os.environ, KERAS_BACKEND="jax"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert served.returncode == 0, served.stderr[-3000:]
-    assert json.loads(served.stdout.splitlines()[-1]) == {"rows": 64, "same": 64, "unknown": 0}
+    assert _serve(BLOCKED_SEQUENTIAL_SERVE, whole) == {"rows": 64, "same": 64, "unknown": 0}
 
     killed = tmp_path / "killed"
     env = dict(os.environ, KERAS_BACKEND="jax", TFRS_LOGQ_CACHE=str(cache))
